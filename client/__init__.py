@@ -1,0 +1,1 @@
+"""The trainer side: iterator over the daemon's batches, device feeder, training loop."""

@@ -1,0 +1,1 @@
+"""The producer side: readers, preparation, snapshot, augmentation workers, daemon."""

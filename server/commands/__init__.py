@@ -1,0 +1,1 @@
+"""Sub-commands of the ``pixpool`` CLI; each module has ``configure(parser, name)`` and ``run(args)``."""

@@ -1,0 +1,93 @@
+"""The one record form both readers produce, and the target form the augmenters consume.
+
+Runs in whichever process reads a dataset (the CLI, the daemon, the reference pipeline).
+
+Coordinates are **normalised** to the image's width and height (x / W, y / H) as float32.
+That keeps a record independent of the size the image is later resized to, and lets the
+snapshot path and the reference path derive pixel coordinates with the very same
+arithmetic (one multiply by the prepared width/height), which byte parity relies on.
+
+Labels are taken to be in the frame of the decoded image *after* its EXIF orientation is
+applied, which is what OpenCV's ``imread`` returns and what YOLO tools assume.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+
+def _empty_polygon() -> np.ndarray:
+    return np.zeros((0, 2), dtype=np.float32)
+
+
+@dataclass(frozen=True, eq=False)
+class Record:
+    """One training image and its instances.
+
+    - ``image_path``: absolute path of the image file.
+    - ``size_hw``: (height, width) the annotation file states, or ``None`` where the format
+      has none (YOLO); preparation records the decoded size in the snapshot index either way.
+    - ``classes``: int32 (n,), contiguous ids 0..N-1.
+    - ``boxes``: float32 (n, 4), normalised x1, y1, x2, y2.
+    - ``polygons``: tuple of n float32 (k, 2) arrays, normalised x, y; (0, 2) where an
+      instance has no polygon. An instance with several polygon parts keeps its largest
+      (by area), the same choice the YOLO segment exports make.
+    """
+
+    image_path: str
+    size_hw: tuple[int, int] | None
+    classes: np.ndarray
+    boxes: np.ndarray
+    polygons: tuple[np.ndarray, ...] = field(default=())
+
+    def __post_init__(self) -> None:
+        n = len(self.classes)
+        if self.boxes.shape != (n, 4):
+            raise ValueError(f"{self.image_path}: boxes shape {self.boxes.shape}, expected ({n}, 4)")
+        if not self.polygons:
+            object.__setattr__(self, "polygons", tuple(_empty_polygon() for _ in range(n)))
+        elif len(self.polygons) != n:
+            raise ValueError(f"{self.image_path}: {len(self.polygons)} polygons for {n} instances")
+
+    @property
+    def num_instances(self) -> int:
+        return len(self.classes)
+
+    @property
+    def has_polygons(self) -> bool:
+        return any(len(p) >= 3 for p in self.polygons)
+
+
+@dataclass(frozen=True)
+class Dataset:
+    """What a reader returns: the records, the class names, and the files that define it.
+
+    ``source_files`` lists every file the dataset was read from (annotation json, label
+    files, data.yaml); the snapshot fingerprint hashes their content and the images'
+    sizes and mtimes.
+    """
+
+    records: tuple[Record, ...]
+    names: tuple[str, ...]
+    source_files: tuple[str, ...]
+
+    def __len__(self) -> int:
+        return len(self.records)
+
+
+@dataclass(frozen=True, eq=False)
+class Targets:
+    """Targets of one prepared image, as the augmenters see them (normalised coordinates).
+
+    Arrays may be read-only views into shared memory: augmenters never write them.
+    """
+
+    classes: np.ndarray  # int32 (n,)
+    boxes: np.ndarray  # float32 (n, 4) normalised xyxy
+    polygons: tuple[np.ndarray, ...]  # n float32 (k, 2) normalised
+
+    @classmethod
+    def from_record(cls, record: Record) -> "Targets":
+        return cls(record.classes, record.boxes, record.polygons)

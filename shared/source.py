@@ -1,0 +1,29 @@
+"""What the augmentation route reads: prepared images and their targets, by record index.
+
+Two implementations exist: the shared-memory snapshot (read-only views, zero-copy) and the
+in-process reference pipeline (decodes, resizes and centres per call). The route cannot
+tell them apart, which is the point: byte parity between them proves the snapshot changes
+nothing.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+import numpy as np
+
+from .records import Targets
+
+
+class ImageSource(Protocol):
+    imgsz: int
+
+    def __len__(self) -> int: ...
+
+    def image(self, index: int) -> np.ndarray:
+        """float32 (h, w, 3) BGR minus the fill value, long side ``imgsz``; never written."""
+        ...
+
+    def targets(self, index: int) -> Targets:
+        """Normalised targets of record ``index``; arrays never written."""
+        ...

@@ -1,0 +1,60 @@
+"""Suite-wide guards: no shared-memory segment and no child process outlives the run.
+
+Segments that already existed when the run started (a user's own prepared snapshots) are
+left alone and not counted.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import psutil
+import pytest
+
+from pixpool.shared.names import list_segments
+
+SHARED_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
+COCO128 = SHARED_DATA / "coco128"
+
+_segments_before: set[str] = set()
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    _segments_before.update(list_segments())
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    leaked = sorted(set(list_segments()) - _segments_before)
+    children = [p for p in psutil.Process(os.getpid()).children(recursive=True) if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
+    problems = []
+    if leaked:
+        problems.append(f"shared-memory segments left in /dev/shm: {leaked}")
+    if children:
+        problems.append("child processes still running: " + ", ".join(f"{p.pid} {p.name()}" for p in children))
+        for p in children:
+            p.kill()
+    for name in leaked:
+        try:
+            os.unlink(os.path.join("/dev/shm", name))
+        except FileNotFoundError:
+            pass
+    if problems:
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+        print("\nLEAK CHECK FAILED: " + "; ".join(problems))
+
+
+@pytest.fixture(scope="session")
+def coco128() -> Path:
+    """The shared coco128 copy beside the checkout; skips where it is absent (a fresh clone)."""
+    if not (COCO128 / "annotations" / "instances_train2017.json").is_file():
+        pytest.skip(f"coco128 not found at {COCO128}: it lives in ../shared/data beside the checkout, absent in a fresh clone")
+    return COCO128
+
+
+@pytest.fixture(scope="session")
+def synthetic_data(tmp_path_factory: pytest.TempPathFactory):
+    """The embedded synthetic dataset (JPEG files, COCO json, YOLO labels, data.yaml), written once per run."""
+    from pixpool.server.synthetic import write_synthetic
+
+    return write_synthetic(tmp_path_factory.mktemp("synthetic"), num_images=24, seed=0)
