@@ -32,8 +32,9 @@ class Record:
     - ``classes``: int32 (n,), contiguous ids 0..N-1.
     - ``boxes``: float32 (n, 4), normalised x1, y1, x2, y2.
     - ``polygons``: tuple of n float32 (k, 2) arrays, normalised x, y; (0, 2) where an
-      instance has no polygon. An instance with several polygon parts keeps its largest
-      (by area), the same choice the YOLO segment exports make.
+      instance has no polygon. An instance with several polygon parts keeps the part with
+      the most points (the first of equals): the choice the YOLO segment exports of COCO
+      make, so both readers give the same records for the same images.
     """
 
     image_path: str

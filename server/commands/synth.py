@@ -1,0 +1,28 @@
+"""``pixpool synth OUT``: write the embedded synthetic dataset and print where it went.
+
+Runs in the user's shell process; writes only under OUT.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+
+def configure(parser: argparse.ArgumentParser, name: str) -> None:
+    parser.add_argument("out", metavar="OUT", type=Path, help="folder to write the dataset into (created if needed)")
+    parser.add_argument("--num-images", type=int, default=24, help="number of images (default 24)")
+    parser.add_argument("--seed", type=int, default=0, help="random seed; the same seed writes the same bytes (default 0)")
+
+
+def run(args: argparse.Namespace) -> int:
+    from ...shared.errors import ConfigError
+    from ..synthetic import write_synthetic
+
+    if args.num_images < 1:
+        raise ConfigError(f"--num-images must be >= 1, got {args.num_images}")
+    data = write_synthetic(args.out, num_images=args.num_images, seed=args.seed)
+    print(f"wrote {data.num_images} images to {data.images_dir}")
+    print(f"COCO json:  {data.coco_json}")
+    print(f"data.yaml:  {data.data_yaml}")
+    return 0

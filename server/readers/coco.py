@@ -1,0 +1,199 @@
+"""COCO instances json -> Dataset, through pycocotools.
+
+Runs in whichever process reads a dataset (the CLI, the daemon). Reads files only; it
+allocates no shared memory, so every error here comes before a snapshot exists.
+
+What the reader does with the json:
+
+- Category ids are sorted ascending and renumbered 0..N-1 (the customary YOLO mapping);
+  ``Dataset.names`` are their names in that order.
+- ``bbox`` [x, y, w, h] in pixels becomes normalised x1, y1, x2, y2 (divided by the image
+  entry's ``width``/``height``) and is clipped to [0, 1]. Boxes with ``w <= 0`` or
+  ``h <= 0`` (or nothing left after clipping) are dropped and counted in
+  ``ReaderStats.degenerate_skipped``.
+- Polygon segmentations are normalised the same way and clipped; an instance with several
+  parts keeps the part with the most points, as the YOLO segment exports do (see
+  ``_common.main_part``: on coco128 that is not always the largest by area). An RLE
+  segmentation on a non-crowd annotation gives an empty (0, 2) polygon (the box is still kept).
+- Crowd annotations (``iscrowd: 1``, stored as RLE) never become training boxes: they are
+  left out and counted in ``ReaderStats.crowd_skipped`` (logged at debug level). The YOLO
+  exports of COCO leave them out too, so both formats give the same instances.
+- Images without (kept) annotations are background records with 0 instances.
+- Every image file must exist when the json is read (``MissingFileError`` otherwise).
+- Records are sorted by image path, like the YOLO reader's, so the same images come in
+  the same order whichever format they were read from.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import logging
+import os
+from pathlib import Path
+
+import numpy as np
+
+from ...shared.errors import DatasetError, MissingFileError
+from ...shared.records import Dataset, Record
+from ._common import ReaderStats, clip_unit, main_part, make_record
+
+logger = logging.getLogger(__name__)
+
+_REQUIRED_TOP = ("images", "annotations", "categories")
+_REQUIRED_IMAGE = ("id", "file_name", "width", "height")
+_REQUIRED_ANN = ("id", "image_id", "category_id", "bbox")
+
+
+def default_images_dir(json_path: Path) -> Path:
+    """The images folder of the standard layout: root/annotations/instances_NAME.json -> root/images/NAME.
+
+    Raises DatasetError telling the user to pass ``images=`` (``--images DIR``) when the
+    json is not laid out that way or the folder does not exist.
+    """
+    stem = json_path.stem
+    parent = json_path.parent
+    if parent.name == "annotations" and stem.startswith("instances_") and len(stem) > len("instances_"):
+        candidate = parent.parent / "images" / stem[len("instances_"):]
+        if candidate.is_dir():
+            return candidate
+        hint = f"the standard layout would put them in {candidate}, which does not exist"
+    else:
+        hint = "it is not in the standard layout root/annotations/instances_NAME.json (images in root/images/NAME)"
+    raise DatasetError(f"cannot tell where the images are: {hint}; pass the images folder (--images DIR, or images= in Python)", path=str(json_path))
+
+
+def _load_json(json_path: Path) -> dict:
+    try:
+        text = json_path.read_bytes()
+    except FileNotFoundError:
+        raise MissingFileError("annotation file does not exist; check the path", path=str(json_path)) from None
+    except OSError as exc:
+        raise DatasetError(f"cannot read the annotation file ({exc.strerror}); check its permissions", path=str(json_path)) from None
+    try:
+        data = json.loads(text)
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise DatasetError(f"not a valid json file ({exc}); pass a COCO instances json", path=str(json_path)) from None
+    if not isinstance(data, dict):
+        raise DatasetError(f"top level is a {type(data).__name__}, expected an object with keys {list(_REQUIRED_TOP)}", path=str(json_path))
+    missing = [k for k in _REQUIRED_TOP if not isinstance(data.get(k), list)]
+    if missing:
+        raise DatasetError(f"missing or non-list key(s) {missing}; a COCO instances json needs {list(_REQUIRED_TOP)}", path=str(json_path))
+    return data
+
+
+def _validate(data: dict, json_path: Path) -> None:
+    """Check every entry the reader relies on, so pycocotools' index never sees a bad one."""
+    where = str(json_path)
+    for i, cat in enumerate(data["categories"]):
+        if not isinstance(cat, dict) or "id" not in cat or "name" not in cat:
+            raise DatasetError(f"categories[{i}] needs 'id' and 'name'", path=where)
+    cat_ids = [c["id"] for c in data["categories"]]
+    if len(set(cat_ids)) != len(cat_ids):
+        raise DatasetError("duplicate category ids; each category needs its own id", path=where)
+    image_ids = set()
+    for i, img in enumerate(data["images"]):
+        if not isinstance(img, dict) or any(k not in img for k in _REQUIRED_IMAGE):
+            raise DatasetError(f"images[{i}] needs keys {list(_REQUIRED_IMAGE)}", path=where)
+        w, h = img["width"], img["height"]
+        if not (isinstance(w, int) and isinstance(h, int) and w > 0 and h > 0):
+            raise DatasetError(f"images[{i}] (id {img['id']}): width/height must be positive integers, got {w!r}/{h!r}", path=where)
+        if img["id"] in image_ids:
+            raise DatasetError(f"images[{i}]: duplicate image id {img['id']}", path=where)
+        image_ids.add(img["id"])
+    known_cats = set(cat_ids)
+    for i, ann in enumerate(data["annotations"]):
+        if not isinstance(ann, dict) or any(k not in ann for k in _REQUIRED_ANN):
+            raise DatasetError(f"annotations[{i}] needs keys {list(_REQUIRED_ANN)}", path=where)
+        if ann["image_id"] not in image_ids:
+            raise DatasetError(f"annotations[{i}] (id {ann['id']}) points at unknown image id {ann['image_id']!r}; add the image to 'images' or remove the annotation", path=where)
+        if ann["category_id"] not in known_cats:
+            raise DatasetError(f"annotations[{i}] (id {ann['id']}) has unknown category id {ann['category_id']!r}; known ids are {sorted(known_cats)}", path=where)
+        bbox = ann["bbox"]
+        if not (isinstance(bbox, list) and len(bbox) == 4 and all(isinstance(v, (int, float)) for v in bbox)):
+            raise DatasetError(f"annotations[{i}] (id {ann['id']}): bbox must be 4 numbers [x, y, w, h], got {bbox!r}", path=where)
+
+
+def _index(data: dict):
+    """A pycocotools COCO index over already-validated data (its progress prints silenced)."""
+    from pycocotools.coco import COCO
+
+    # pycocotools prints "creating index..." to stdout; the CLI's --json output must stay clean.
+    with contextlib.redirect_stdout(io.StringIO()):
+        coco = COCO()
+        coco.dataset = data
+        coco.createIndex()
+    return coco
+
+
+def _polygon(segmentation, width: int, height: int, json_path: Path, ann_id) -> np.ndarray:
+    if not isinstance(segmentation, list):  # RLE on a non-crowd annotation: no polygon
+        return np.zeros((0, 2), dtype=np.float32)
+    parts = []
+    scale = np.array([width, height], dtype=np.float64)
+    for part in segmentation:
+        if not isinstance(part, list) or len(part) % 2:
+            raise DatasetError(f"annotation id {ann_id}: each polygon must be a flat list of x, y pairs", path=str(json_path))
+        try:
+            pts = np.asarray(part, dtype=np.float64).reshape(-1, 2)
+        except (TypeError, ValueError):
+            raise DatasetError(f"annotation id {ann_id}: polygon holds non-numbers", path=str(json_path)) from None
+        parts.append(pts / scale)
+    return clip_unit(main_part(parts))
+
+
+def read_coco(json_path: str | os.PathLike, images: str | os.PathLike | None = None) -> tuple[Dataset, ReaderStats]:
+    """Read a COCO instances json; ``images`` is the folder ``file_name`` is relative to.
+
+    Returns the Dataset and what was left out (see the module docstring for the rules).
+    Raises DatasetError (MissingFileError for absent files) naming the file.
+    """
+    json_path = Path(os.path.abspath(json_path))
+    data = _load_json(json_path)
+    images_dir = Path(os.path.abspath(images)) if images is not None else default_images_dir(json_path)
+    if not images_dir.is_dir():
+        raise MissingFileError(f"images folder {images_dir} (for {json_path}) does not exist; pass the folder holding the images", path=str(images_dir))
+    _validate(data, json_path)
+    coco = _index(data)
+
+    cat_ids = sorted(coco.getCatIds())
+    cat_index = {cid: i for i, cid in enumerate(cat_ids)}
+    names = tuple(str(coco.cats[cid]["name"]) for cid in cat_ids)
+
+    crowd = degenerate = 0
+    records: list[Record] = []
+    for img_id in coco.getImgIds():
+        img = coco.imgs[img_id]
+        path = images_dir / img["file_name"]
+        if not path.is_file():
+            raise MissingFileError(f"image file does not exist (image id {img_id}, listed in {json_path}); add the file or remove the image entry", path=str(path))
+        w, h = img["width"], img["height"]
+        classes, boxes, polygons = [], [], []
+        for ann in coco.imgToAnns.get(img_id, ()):
+            if ann.get("iscrowd", 0):
+                crowd += 1
+                continue
+            x, y, bw, bh = (float(v) for v in ann["bbox"])
+            if bw <= 0 or bh <= 0:
+                degenerate += 1
+                continue
+            box = clip_unit(np.array([x / w, y / h, (x + bw) / w, (y + bh) / h], dtype=np.float64))
+            if box[2] <= box[0] or box[3] <= box[1]:
+                degenerate += 1
+                continue
+            classes.append(cat_index[ann["category_id"]])
+            boxes.append(box)
+            polygons.append(_polygon(ann.get("segmentation"), w, h, json_path, ann["id"]))
+        records.append(make_record(str(path), (int(h), int(w)), classes, boxes, polygons))
+
+    records.sort(key=lambda r: r.image_path)
+    stats = ReaderStats(
+        records=len(records),
+        instances=sum(r.num_instances for r in records),
+        background=sum(1 for r in records if r.num_instances == 0),
+        crowd_skipped=crowd,
+        degenerate_skipped=degenerate,
+    )
+    logger.debug("%s: %s", json_path, stats)
+    return Dataset(records=tuple(records), names=names, source_files=(str(json_path),)), stats

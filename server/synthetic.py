@@ -1,0 +1,216 @@
+"""The embedded default dataset: coloured shapes on textured backgrounds, exact labels.
+
+Runs in the process that asks for it (``pixpool synth``, the demo, the test fixtures) and
+only writes files under the given root, which the caller owns.
+
+Every instance is a polygon known exactly (vertices rounded to 0.01 px, the precision the
+COCO json stores); its box is the polygon's extents and its pixels are that polygon filled.
+The same seed gives the same bytes (numpy's PCG64 stream, libjpeg at quality 95), so a
+snapshot fingerprint of the set is stable across runs. Layout under ``root``::
+
+    images/train/synth_NNNN.jpg
+    labels/train/synth_NNNN.txt          YOLO segment lines, normalised, 6 decimals
+    annotations/instances_train.json     COCO: polygons, bbox, area, iscrowd 0
+    data.yaml                            YOLO: train folder and class names
+
+What it exercises: 8 classes whose COCO category ids are odd (1, 3, ..., 15), so readers
+must map them to 0..7; non-contiguous image ids; sizes from 160 to 640 px per side in both
+orientations, plus one very wide (640x96) and one tiny (48x40) image; 0-6 objects per
+image, with two background images (one with an empty label file, one with none).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+import cv2
+import numpy as np
+
+from .readers._common import polygon_area
+
+# (name, shape, BGR colour): two colours per shape kind.
+_CLASSES = (
+    ("red_rectangle", "rectangle", (40, 40, 220)),
+    ("green_ellipse", "ellipse", (60, 190, 60)),
+    ("blue_triangle", "triangle", (210, 90, 30)),
+    ("yellow_polygon", "polygon", (30, 220, 230)),
+    ("purple_rectangle", "rectangle", (170, 50, 150)),
+    ("cyan_ellipse", "ellipse", (220, 210, 40)),
+    ("orange_triangle", "triangle", (20, 140, 250)),
+    ("white_polygon", "polygon", (235, 235, 235)),
+)
+CLASS_NAMES = tuple(name for name, _, _ in _CLASSES)
+#: COCO category id of class i: deliberately not contiguous.
+CATEGORY_IDS = tuple(2 * i + 1 for i in range(len(_CLASSES)))
+
+_WIDE_INDEX, _TINY_INDEX = 1, 2
+_BACKGROUND_INDICES = (3, 9)  # 3: empty label file, 9: no label file
+_JPEG_QUALITY = 95
+
+
+@dataclass(frozen=True)
+class SyntheticData:
+    """Where ``write_synthetic`` put the dataset."""
+
+    root: Path
+    images_dir: Path
+    labels_dir: Path
+    coco_json: Path
+    data_yaml: Path
+    names: tuple[str, ...] = CLASS_NAMES
+    num_images: int = 0
+
+
+def _size_wh(i: int, rng: np.random.Generator) -> tuple[int, int]:
+    if i == _WIDE_INDEX:
+        return 640, 96
+    if i == _TINY_INDEX:
+        return 48, 40
+    w, h = (int(v) for v in rng.integers(160, 641, size=2))
+    if i % 4 == 0 and w > h:  # make sure portrait images exist whatever the draw
+        w, h = h, w
+    return w, h
+
+
+def _background(w: int, h: int, rng: np.random.Generator) -> np.ndarray:
+    kind = int(rng.integers(3))
+    c0 = rng.uniform(30, 225, size=3).astype(np.float32)
+    c1 = rng.uniform(30, 225, size=3).astype(np.float32)
+    if kind == 0:  # smooth noise: a coarse random grid upsampled, plus grain
+        coarse = rng.uniform(40, 215, size=(h // 16 + 2, w // 16 + 2, 3)).astype(np.float32)
+        img = cv2.resize(coarse, (w, h), interpolation=cv2.INTER_LINEAR)
+    else:
+        yy, xx = np.mgrid[0:h, 0:w].astype(np.float32)
+        angle = rng.uniform(0, math.pi)
+        along = xx * math.cos(angle) + yy * math.sin(angle)
+        if kind == 1:  # linear gradient between two colours
+            t = (along - along.min()) / max(float(along.max() - along.min()), 1.0)
+        else:  # stripes of a random period
+            period = rng.uniform(6, 40)
+            t = 0.5 + 0.5 * np.sin(along * (2 * math.pi / period))
+        img = c0 + t[..., None] * (c1 - c0)
+    img = img + rng.normal(0, 6, size=img.shape).astype(np.float32)
+    return np.clip(img, 0, 255).astype(np.uint8)
+
+
+def _shape(kind: str, w: int, h: int, rng: np.random.Generator) -> np.ndarray:
+    """Vertices (k, 2) in pixels, clamped to the image and rounded to 0.01 px."""
+    short = min(w, h)
+    r = rng.uniform(0.08, 0.3) * short + 3.0
+    cx = rng.uniform(0.1, 0.9) * w
+    cy = rng.uniform(0.1, 0.9) * h
+    theta = rng.uniform(0, math.pi)
+    if kind == "rectangle":
+        a, b = r, r * rng.uniform(0.4, 1.0)
+        local = np.array([[-a, -b], [a, -b], [a, b], [-a, b]])
+    elif kind == "ellipse":
+        t = np.linspace(0, 2 * math.pi, int(rng.integers(16, 25)), endpoint=False)
+        local = np.stack([r * np.cos(t), r * rng.uniform(0.4, 1.0) * np.sin(t)], axis=1)
+    elif kind == "triangle":
+        t = np.array([0.0, 2 * math.pi / 3, 4 * math.pi / 3]) + rng.uniform(-0.3, 0.3, size=3)
+        rad = r * rng.uniform(0.6, 1.0, size=3)
+        local = np.stack([rad * np.cos(t), rad * np.sin(t)], axis=1)
+    else:  # irregular star-shaped polygon: sorted angles keep it simple (no self-crossing)
+        k = int(rng.integers(5, 10))
+        t = np.sort(rng.uniform(0, 2 * math.pi, size=k))
+        rad = r * rng.uniform(0.45, 1.0, size=k)
+        local = np.stack([rad * np.cos(t), rad * np.sin(t)], axis=1)
+    rot = np.array([[math.cos(theta), -math.sin(theta)], [math.sin(theta), math.cos(theta)]])
+    pts = local @ rot.T + [cx, cy]
+    pts[:, 0] = np.clip(pts[:, 0], 0, w)
+    pts[:, 1] = np.clip(pts[:, 1], 0, h)
+    return np.round(pts, 2)
+
+
+def _draw(img: np.ndarray, pts: np.ndarray, colour: tuple[int, int, int], rng: np.random.Generator) -> None:
+    jitter = rng.integers(-25, 26, size=3)
+    fill = tuple(int(np.clip(c + j, 0, 255)) for c, j in zip(colour, jitter))
+    fixed = np.round(pts * 16).astype(np.int32)  # 4 fractional bits: sub-pixel vertices
+    cv2.fillPoly(img, [fixed], fill, lineType=cv2.LINE_AA, shift=4)
+    edge = tuple(int(c * 0.6) for c in fill)
+    cv2.polylines(img, [fixed], True, edge, thickness=1, lineType=cv2.LINE_AA, shift=4)
+
+
+def _yolo_line(cls: int, pts: np.ndarray, w: int, h: int) -> str:
+    norm = pts / [w, h]
+    return f"{cls} " + " ".join(f"{v:.6f}" for v in norm.reshape(-1))
+
+
+def _data_yaml(num_images: int, seed: int) -> str:
+    lines = [
+        f"# pixpool synthetic dataset: {num_images} images, seed {seed}",
+        "train: images/train",
+        "val: images/train",
+        f"nc: {len(CLASS_NAMES)}",
+        "names:",
+        *(f"  {i}: {name}" for i, name in enumerate(CLASS_NAMES)),
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def write_synthetic(root: str | Path, *, num_images: int = 24, seed: int = 0) -> SyntheticData:
+    """Write the synthetic dataset under ``root`` (created if needed); same seed, same bytes.
+
+    With fewer than 10 images some of the special cases (wide, tiny, the two backgrounds)
+    are simply not reached.
+    """
+    if num_images < 1:
+        raise ValueError(f"num_images must be >= 1, got {num_images}")
+    root = Path(root)
+    images_dir = root / "images" / "train"
+    labels_dir = root / "labels" / "train"
+    ann_dir = root / "annotations"
+    for folder in (images_dir, labels_dir, ann_dir):
+        folder.mkdir(parents=True, exist_ok=True)
+
+    rng = np.random.default_rng(seed)
+    coco_images, coco_anns = [], []
+    for i in range(num_images):
+        w, h = _size_wh(i, rng)
+        img = _background(w, h, rng)
+        if i in _BACKGROUND_INDICES:
+            count = 0
+        elif i == _TINY_INDEX:
+            count = 1
+        else:
+            count = int(rng.integers(1, 7))
+        image_id = 100 + 3 * i
+        stem = f"synth_{i:04d}"
+        lines = []
+        for _ in range(count):
+            cls = int(rng.integers(len(_CLASSES)))
+            _, kind, colour = _CLASSES[cls]
+            pts = _shape(kind, w, h, rng)
+            _draw(img, pts, colour, rng)
+            lines.append(_yolo_line(cls, pts, w, h))
+            x0, y0 = pts.min(axis=0)
+            x1, y1 = pts.max(axis=0)
+            coco_anns.append({
+                "id": len(coco_anns) + 1,
+                "image_id": image_id,
+                "category_id": CATEGORY_IDS[cls],
+                "segmentation": [[float(v) for v in pts.reshape(-1)]],
+                "bbox": [float(x0), float(y0), round(float(x1 - x0), 2), round(float(y1 - y0), 2)],
+                "area": round(polygon_area(pts), 2),
+                "iscrowd": 0,
+            })
+        if not cv2.imwrite(str(images_dir / f"{stem}.jpg"), img, [cv2.IMWRITE_JPEG_QUALITY, _JPEG_QUALITY]):
+            raise OSError(f"cv2.imwrite could not write {images_dir / f'{stem}.jpg'}")
+        if i != _BACKGROUND_INDICES[1]:  # one background image has no label file at all
+            (labels_dir / f"{stem}.txt").write_text("".join(line + "\n" for line in lines))
+        coco_images.append({"id": image_id, "file_name": f"{stem}.jpg", "width": w, "height": h})
+
+    coco = {
+        "info": {"description": f"pixpool synthetic dataset, seed {seed}", "version": "1"},
+        "images": coco_images,
+        "annotations": coco_anns,
+        "categories": [{"id": cid, "name": name, "supercategory": "shape"} for cid, name in zip(CATEGORY_IDS, CLASS_NAMES)],
+    }
+    coco_json = ann_dir / "instances_train.json"
+    coco_json.write_text(json.dumps(coco, separators=(",", ":")) + "\n")
+    data_yaml = root / "data.yaml"
+    data_yaml.write_text(_data_yaml(num_images, seed))
+    return SyntheticData(root=root, images_dir=images_dir, labels_dir=labels_dir, coco_json=coco_json, data_yaml=data_yaml, num_images=num_images)
