@@ -1,0 +1,77 @@
+"""Fingerprint of a preparation's inputs, which names its snapshot.
+
+Runs in the preparing process, before anything is allocated. Two preparations with the
+same fingerprint would write the same bytes, so the second re-attaches the first's
+snapshot; any change in what the bytes depend on yields another name.
+
+What goes in: the layout version, imgsz, fill value and dtype; every record's image path
+with its size and mtime (cheap: no image is read), in record order, duplicates included;
+the content of every file the dataset was read from (annotation json, label files,
+data.yaml); and the records' own arrays (classes, boxes, polygons), so a reader change
+that alters targets also changes the name.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+
+from ..shared import layout
+from ..shared.config import FILL_VALUE
+from ..shared.errors import MissingFileError
+from ..shared.names import PREFIX, snapshot_segment
+from ..shared.records import Dataset
+
+NAME_HEX_DIGITS = 16
+
+
+def _hash_file(h: "hashlib._Hash", path: str) -> None:
+    try:
+        with open(path, "rb") as f:
+            for chunk in iter(lambda: f.read(1 << 20), b""):
+                h.update(chunk)
+    except FileNotFoundError:
+        raise MissingFileError("dataset source file disappeared while fingerprinting; re-run", path=path) from None
+
+
+def fingerprint(dataset: Dataset, *, imgsz: int, fill: float = FILL_VALUE, dtype: str = "<f4") -> str:
+    """sha256 hex of everything the snapshot's bytes depend on (see module docstring)."""
+    h = hashlib.sha256()
+    h.update(f"pixpool-snapshot layout={layout.LAYOUT_VERSION} imgsz={int(imgsz)} fill={float(fill)!r} dtype={dtype}\n".encode())
+    stat_cache: dict[str, tuple[int, int]] = {}
+    for rec in dataset.records:
+        st = stat_cache.get(rec.image_path)
+        if st is None:
+            try:
+                s = os.stat(rec.image_path)
+            except FileNotFoundError:
+                raise MissingFileError("image file does not exist; check the images folder or the annotation's file_name", path=rec.image_path) from None
+            st = stat_cache[rec.image_path] = (s.st_size, s.st_mtime_ns)
+        h.update(f"img {rec.image_path}\0{st[0]}\0{st[1]}\n".encode())
+        h.update(rec.classes.astype("<i4", copy=False).tobytes())
+        h.update(rec.boxes.astype("<f4", copy=False).tobytes())
+        for poly in rec.polygons:
+            h.update(len(poly).to_bytes(8, "little"))
+            h.update(poly.astype("<f4", copy=False).tobytes())
+    for path in sorted(dataset.source_files):
+        h.update(f"src {path}\n".encode())
+        _hash_file(h, path)
+    return h.hexdigest()
+
+
+def base_name(fp: str) -> str:
+    """``pixpool-snap-<first 16 hex digits>``: the snapshot's base name."""
+    return f"{PREFIX}-snap-{fp[:NAME_HEX_DIGITS]}"
+
+
+def segment_names(fp: str) -> dict[str, str]:
+    """part -> segment name for parts meta/img/tgt."""
+    return {part: snapshot_segment(fp[:NAME_HEX_DIGITS], part) for part in ("meta", "img", "tgt")}
+
+
+def parts_of_base(base: str) -> dict[str, str]:
+    """part -> segment name, from a base name ``pixpool-snap-<fp16>``."""
+    prefix = f"{PREFIX}-snap-"
+    if not base.startswith(prefix):
+        raise ValueError(f"not a snapshot base name: {base!r} (expected {prefix}<fingerprint>)")
+    return {part: snapshot_segment(base[len(prefix) :], part) for part in ("meta", "img", "tgt")}

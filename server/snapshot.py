@@ -1,0 +1,259 @@
+"""A prepared snapshot, attached by name: the ImageSource the augmentation workers read.
+
+Runs in every process that reads a snapshot: the daemon, spawned augmentation workers,
+``pixpool ls``. The process that prepared the snapshot holds a handle with
+``owner=True`` and is the only one that calls ``unlink()``; every other handle attaches
+read-only (``PROT_READ``), so the arrays it hands out are read-only views into the
+mapping (zero-copy; writing through one raises ValueError).
+
+A handle pickles as its base name only and attaches lazily, read-only, in the receiving
+process on first use, so a spawned worker can be given the snapshot as an argument.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..shared import layout
+from ..shared.errors import SnapshotError
+from ..shared.names import PREFIX, list_segments, shm_path
+from ..shared.records import Targets
+from ..shared.shm import SharedSegment
+from .fingerprint import parts_of_base
+
+log = logging.getLogger(__name__)
+
+PARTS = ("meta", "img", "tgt")
+
+
+def read_header(meta_name: str) -> layout.Header:
+    """Header of a ``meta`` segment read with a plain file read (no mapping); SnapshotError if unreadable."""
+    try:
+        with open(shm_path(meta_name), "rb") as f:
+            data = f.read(layout.HEADER_NBYTES)
+    except FileNotFoundError:
+        raise SnapshotError(f"snapshot segment {meta_name!r} not found in /dev/shm; run `pixpool prepare` first") from None
+    try:
+        return layout.unpack_header(data)
+    except ValueError as exc:
+        raise SnapshotError(f"snapshot segment {meta_name!r} holds no snapshot header ({exc}); remove it with `pixpool clean`") from None
+
+
+def check_header(base: str, header: layout.Header) -> None:
+    """Raise SnapshotError unless the header is a complete snapshot of this layout version."""
+    if header.magic != layout.MAGIC:
+        raise SnapshotError(f"snapshot {base!r}: bad magic {header.magic!r} (expected {layout.MAGIC!r}); not a pixpool snapshot, remove it with `pixpool clean --all`")
+    if header.layout_version != layout.LAYOUT_VERSION:
+        raise SnapshotError(
+            f"snapshot {base!r} has layout version {header.layout_version}, this pixpool reads version {layout.LAYOUT_VERSION}; "
+            "remove it with `pixpool clean` and prepare again"
+        )
+    if not header.is_complete:
+        raise SnapshotError(
+            f"snapshot {base!r} is incomplete (no completeness mark; its preparation by pid {header.creator_pid} "
+            "is running or was killed); wait for it, or remove it with `pixpool clean`"
+        )
+    if header.dtype_code not in layout.DTYPE_CODES:
+        raise SnapshotError(f"snapshot {base!r} has unknown dtype code {header.dtype_code}")
+
+
+class Snapshot:
+    """Read access to a prepared snapshot (implements ``ImageSource``)."""
+
+    def __init__(self, name: str, *, writable: bool = False, owner: bool = False, _lazy: bool = False):
+        self.name = name
+        self._parts = parts_of_base(name)
+        self._writable = writable
+        self.owner = owner
+        self._segments: dict[str, SharedSegment] | None = None
+        if not _lazy:
+            self._attach()
+
+    @classmethod
+    def attach(cls, name: str, *, writable: bool = False) -> "Snapshot":
+        """Attach the complete snapshot with base name ``pixpool-snap-<fingerprint>``."""
+        return cls(name, writable=writable)
+
+    # -- attaching ----------------------------------------------------------------------
+    def _attach(self) -> None:
+        header = read_header(self._parts["meta"])
+        check_header(self.name, header)
+        segments: dict[str, SharedSegment] = {}
+        try:
+            for part in PARTS:
+                try:
+                    segments[part] = SharedSegment.attach(self._parts[part], writable=self._writable)
+                except FileNotFoundError:
+                    raise SnapshotError(f"snapshot {self.name!r}: segment {self._parts[part]!r} is missing; remove the rest with `pixpool clean` and prepare again") from None
+            expected = {"meta": header.meta_nbytes, "img": header.image_nbytes, "tgt": header.target_nbytes}
+            for part, seg in segments.items():
+                if seg.nbytes != expected[part]:
+                    raise SnapshotError(f"snapshot {self.name!r}: segment {seg.name!r} has {seg.nbytes} bytes, header says {expected[part]}")
+        except BaseException:
+            for seg in segments.values():
+                seg.close()
+            raise
+        self._segments = segments
+        self.header = header
+        self._index = layout.index_view(segments["meta"].buf, header.records)
+        self._arena = np.frombuffer(segments["img"].buf, dtype=layout.DTYPE_CODES[header.dtype_code])
+        sections = layout.target_sections(header.instances, header.points)
+        self._classes, self._boxes, self._poly_offsets, self._points = layout.target_views(segments["tgt"].buf, sections)
+        for arr in (self._index, self._arena, self._classes, self._boxes, self._poly_offsets, self._points):
+            arr.flags.writeable = False
+
+    def _ensure(self) -> None:
+        if self._segments is None:
+            self._attach()
+
+    # -- pickling: name only -------------------------------------------------------------
+    def __reduce__(self):
+        return (_unpickle_snapshot, (self.name,))
+
+    # -- ImageSource ----------------------------------------------------------------------
+    @property
+    def imgsz(self) -> int:
+        self._ensure()
+        return self.header.imgsz
+
+    @property
+    def max_instances(self) -> int:
+        self._ensure()
+        return self.header.max_instances
+
+    @property
+    def fingerprint(self) -> str:
+        self._ensure()
+        return self.header.fingerprint
+
+    def __len__(self) -> int:
+        self._ensure()
+        return self.header.records
+
+    @property
+    def index(self) -> np.ndarray:
+        """The read-only structured index (``layout.INDEX_DTYPE``), one row per record."""
+        self._ensure()
+        return self._index
+
+    def _row(self, i: int):
+        n = self.header.records
+        if not -n <= i < n:
+            raise IndexError(f"record {i} out of range for a snapshot of {n} records")
+        return self._index[i]
+
+    def image(self, index: int) -> np.ndarray:
+        """Read-only float32 (h, w, 3) view of record ``index``'s centred BGR image."""
+        self._ensure()
+        row = self._row(index)
+        start = int(row["image_offset"]) // 4
+        h, w = int(row["height"]), int(row["width"])
+        return self._arena[start : start + h * w * 3].reshape(h, w, 3)
+
+    def targets(self, index: int) -> Targets:
+        """Read-only views of record ``index``'s classes, boxes and polygons (normalised)."""
+        self._ensure()
+        row = self._row(index)
+        s, c = int(row["target_start"]), int(row["target_count"])
+        off = self._poly_offsets
+        polys = tuple(self._points[off[j] : off[j + 1]] for j in range(s, s + c))
+        return Targets(self._classes[s : s + c], self._boxes[s : s + c], polys)
+
+    # -- bookkeeping ----------------------------------------------------------------------
+    @property
+    def segment_names(self) -> tuple[str, ...]:
+        return tuple(self._parts[p] for p in PARTS)
+
+    @property
+    def nbytes(self) -> dict[str, int]:
+        """part -> bytes of that segment."""
+        self._ensure()
+        return {p: self._segments[p].nbytes for p in PARTS}
+
+    def checksum(self) -> str:
+        """sha256 hex over the bytes of meta, img and tgt, in that order."""
+        self._ensure()
+        h = hashlib.sha256()
+        for p in PARTS:
+            h.update(self._segments[p].buf)
+        return h.hexdigest()
+
+    def close(self) -> None:
+        """Release this process's mappings (views already handed out stay valid until dropped)."""
+        if self._segments is None:
+            return
+        segments, self._segments = self._segments, None
+        for name in ("_index", "_arena", "_classes", "_boxes", "_poly_offsets", "_points"):
+            self.__dict__.pop(name, None)
+        for seg in segments.values():
+            seg.close()
+
+    def unlink(self) -> None:
+        """Remove every segment name; only the handle that created the snapshot may."""
+        if not self.owner:
+            raise PermissionError(f"snapshot {self.name!r} was attached, not prepared, by this handle; only its creator unlinks it")
+        for part in PARTS:
+            try:
+                os.unlink(shm_path(self._parts[part]))
+            except FileNotFoundError:
+                pass
+
+    def __enter__(self) -> "Snapshot":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"Snapshot({self.name!r}, {'attached' if self._segments else 'detached'}, owner={self.owner})"
+
+
+def _unpickle_snapshot(name: str) -> Snapshot:
+    return Snapshot(name, _lazy=True)
+
+
+@dataclass(frozen=True)
+class SnapshotInfo:
+    """What ``pixpool ls`` shows of one snapshot (from the header and the segment files)."""
+
+    name: str
+    parts: dict  # part -> bytes, for the parts present
+    header: layout.Header | None  # None where the meta segment is missing or unreadable
+    complete: bool
+
+    @property
+    def nbytes(self) -> int:
+        return sum(self.parts.values())
+
+
+def list_snapshots() -> list[SnapshotInfo]:
+    """Every snapshot (complete or not) whose segments are in /dev/shm, by base name."""
+    bases: dict[str, dict[str, int]] = {}
+    prefix = f"{PREFIX}-snap-"
+    for seg in list_segments():
+        if not seg.startswith(prefix):
+            continue
+        base, _, part = seg.rpartition("-")
+        if part not in PARTS:
+            continue
+        try:
+            size = os.stat(shm_path(seg)).st_size
+        except FileNotFoundError:
+            continue
+        bases.setdefault(base, {})[part] = size
+    infos = []
+    for base, parts in sorted(bases.items()):
+        header = None
+        if "meta" in parts:
+            try:
+                header = read_header(parts_of_base(base)["meta"])
+            except SnapshotError:
+                header = None
+        complete = header is not None and header.magic == layout.MAGIC and header.is_complete and len(parts) == len(PARTS)
+        infos.append(SnapshotInfo(base, parts, header, complete))
+    return infos

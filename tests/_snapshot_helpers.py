@@ -1,0 +1,77 @@
+"""Helpers shared by the snapshot/prepare tests: hand-built datasets and leftover checks."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import cv2
+import numpy as np
+
+from pixpool.server.fingerprint import parts_of_base
+from pixpool.server.snapshot import read_header
+from pixpool.shared.errors import SnapshotError
+from pixpool.shared.names import list_segments
+from pixpool.shared.records import Dataset, Record
+from pixpool.shared.shm import unlink_segment
+
+
+def write_jpegs(folder: Path, sizes_hw, *, seed: int = 0) -> list[str]:
+    folder.mkdir(parents=True, exist_ok=True)
+    rng = np.random.default_rng(seed)
+    paths = []
+    for i, (h, w) in enumerate(sizes_hw):
+        img = rng.integers(0, 256, size=(h, w, 3), dtype=np.uint8)
+        path = folder / f"img_{i:03d}.jpg"
+        cv2.imwrite(str(path), img)
+        paths.append(str(path))
+    return paths
+
+
+def dataset_of(paths, source_files=()) -> Dataset:
+    """One box + triangle per image (the second image has none: a background record)."""
+    records = []
+    for i, p in enumerate(paths):
+        if i == 1:
+            records.append(Record(p, None, np.zeros(0, np.int32), np.zeros((0, 4), np.float32)))
+            continue
+        records.append(Record(p, None, np.array([i % 3], np.int32), np.array([[0.1, 0.2, 0.6, 0.7]], np.float32),
+                              (np.array([[0.1, 0.2], [0.6, 0.2], [0.6, 0.7]], np.float32),)))  # fmt: skip
+    return Dataset(tuple(records), ("a", "b", "c"), tuple(str(s) for s in source_files))
+
+
+def created_by_me(before: set[str]) -> list[str]:
+    """New pixpool segments since ``before`` that this process made (others may run in parallel).
+
+    A snapshot segment counts as ours when its snapshot's header names this pid as creator,
+    or when no readable header exists for it (a half-made snapshot); any other new pixpool
+    segment counts too unless it is a ring of another pid.
+    """
+    mine = []
+    for seg in sorted(set(list_segments()) - before):
+        if seg.startswith("pixpool-snap-"):
+            try:
+                header = read_header(parts_of_base(seg.rpartition("-")[0])["meta"])
+                if header.creator_pid != os.getpid():
+                    continue
+            except SnapshotError:
+                pass
+        elif seg.startswith("pixpool-ring-") and not seg.startswith(f"pixpool-ring-{os.getpid()}-"):
+            continue
+        mine.append(seg)
+    return mine
+
+
+def remove_snapshot(base: str) -> None:
+    for seg in parts_of_base(base).values():
+        unlink_segment(seg)
+
+
+def stop_resource_tracker() -> None:
+    """Spawning a pool starts multiprocessing's resource tracker, a child that would outlive
+    the run and trip conftest's leak check; stop it (the next spawn starts a fresh one)."""
+    from multiprocessing import resource_tracker
+
+    tracker = resource_tracker._resource_tracker
+    if getattr(tracker, "_pid", None) is not None and hasattr(tracker, "_stop"):
+        tracker._stop()

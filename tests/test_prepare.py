@@ -1,0 +1,259 @@
+"""Preparation: exact bytes, reuse without decoding, all-or-nothing rollback, odd image kinds."""
+
+from __future__ import annotations
+
+import os
+import signal
+from types import SimpleNamespace
+
+import cv2
+import numpy as np
+import pytest
+from _snapshot_helpers import created_by_me, dataset_of, remove_snapshot, stop_resource_tracker, write_jpegs
+from PIL import Image
+
+from pixpool.server import accountant, decode, prepare
+from pixpool.server.fingerprint import base_name, fingerprint
+from pixpool.server.prepare import PreparationTerminated, prepare_snapshot
+from pixpool.server.readers import load_dataset
+from pixpool.shared.errors import CapacityError, ImageDecodeError
+from pixpool.shared.names import list_segments
+from pixpool.shared.shm import SharedSegment
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _reap_resource_tracker():
+    yield
+    stop_resource_tracker()
+
+
+@pytest.fixture
+def prepared():
+    """Collects PrepareResults and removes their snapshots afterwards, whatever happens."""
+    results = []
+    try:
+        yield results
+    finally:
+        for r in results:
+            r.snapshot.close()
+            remove_snapshot(r.snapshot.name)
+
+
+def test_coco128_float32_is_exactly_four_times_uint8(coco128, prepared):
+    dataset = load_dataset(coco128 / "annotations" / "instances_train2017.json", coco128 / "images" / "train2017")
+    result = prepare_snapshot(dataset, imgsz=640, processes=2)
+    prepared.append(result)
+    assert not result.reused and result.records == len(dataset) == 128
+    assert result.image_bytes == 4 * result.decoded_bytes
+    snap = result.snapshot
+    measured = accountant.snapshot_bytes(snap)
+    assert measured["image_bytes"] == result.image_bytes == os.stat("/dev/shm/" + snap.name + "-img").st_size
+    assert measured["decoded_bytes"] == result.decoded_bytes
+    assert measured["ratio"] == 4.0
+    for i in (0, 17, 127):
+        rec = dataset.records[i]
+        np.testing.assert_array_equal(snap.image(i), decode.prepare_image(rec.image_path, 640))
+        t = snap.targets(i)
+        np.testing.assert_array_equal(t.classes, rec.classes)
+        np.testing.assert_array_equal(t.boxes, rec.boxes)
+        assert len(t.polygons) == len(rec.polygons)
+        for a, b in zip(t.polygons, rec.polygons):
+            np.testing.assert_array_equal(a, b)
+        assert max(snap.image(i).shape[:2]) == 640
+    assert snap.max_instances == max(r.num_instances for r in dataset.records)
+    d = result.as_dict()
+    for key in ("snapshot", "records", "image_bytes", "decoded_bytes", "target_bytes", "reused", "seconds"):
+        assert key in d
+
+
+def test_second_prepare_reuses_and_decodes_nothing(synthetic_data, prepared, monkeypatch):
+    dataset = load_dataset(synthetic_data.coco_json)
+    first = prepare_snapshot(dataset, imgsz=160, processes=1)
+    prepared.append(first)
+    checksum = first.snapshot.checksum()
+
+    calls = []
+
+    def forbidden(*args, **kwargs):
+        calls.append(args)
+        raise AssertionError("reuse must not decode or read image headers")
+
+    monkeypatch.setattr(decode, "decode_bgr", forbidden)
+    monkeypatch.setattr(prepare, "header_size_hw", forbidden)
+    second = prepare_snapshot(load_dataset(synthetic_data.coco_json), imgsz=160, processes=2)
+    prepared.append(second)
+    assert second.reused and not first.reused
+    assert calls == []
+    assert second.snapshot.name == first.snapshot.name
+    assert second.snapshot.checksum() == checksum
+    assert second.as_dict()["reused"] is True
+
+
+def test_any_input_change_gives_another_name(tmp_path):
+    paths = write_jpegs(tmp_path / "img", [(40, 60), (50, 30), (64, 64)])
+    ann = tmp_path / "ann.json"
+    ann.write_text("{}")
+    ds = dataset_of(paths, [ann])
+    fp = fingerprint(ds, imgsz=160)
+    assert fingerprint(dataset_of(paths, [ann]), imgsz=160) == fp  # deterministic
+    assert fingerprint(ds, imgsz=192) != fp
+    ann.write_text('{"x": 1}')
+    fp2 = fingerprint(ds, imgsz=160)
+    assert fp2 != fp
+    st = os.stat(paths[0])
+    os.utime(paths[0], ns=(st.st_atime_ns, st.st_mtime_ns + 10**9))
+    assert fingerprint(ds, imgsz=160) != fp2
+    assert base_name(fp).startswith("pixpool-snap-") and len(base_name(fp)) == len("pixpool-snap-") + 16
+
+
+@pytest.mark.parametrize("processes", [1, 2])
+def test_failure_at_record_k_leaves_no_segment(synthetic_data, processes):
+    dataset = load_dataset(synthetic_data.coco_json)
+    before = set(list_segments())
+    with pytest.raises(ImageDecodeError, match="injected failure at record 7") as info:
+        prepare_snapshot(dataset, imgsz=160, processes=processes, fail_at=7)
+    assert dataset.records[7].image_path in str(info.value)
+    assert created_by_me(before) == []
+    assert not any(s.startswith(base_name(fingerprint(dataset, imgsz=160))) for s in list_segments())
+
+
+def _decode_calls_then(monkeypatch, k: int, action):
+    real = decode.decode_bgr
+    count = {"n": 0}
+
+    def wrapper(path):
+        count["n"] += 1
+        if count["n"] == k:
+            action()
+        return real(path)
+
+    monkeypatch.setattr(decode, "decode_bgr", wrapper)
+    return count
+
+
+def test_keyboard_interrupt_leaves_no_segment(synthetic_data, monkeypatch):
+    dataset = load_dataset(synthetic_data.coco_json)
+    before = set(list_segments())
+
+    def interrupt():
+        raise KeyboardInterrupt
+
+    count = _decode_calls_then(monkeypatch, 5, interrupt)
+    with pytest.raises(KeyboardInterrupt):
+        prepare_snapshot(dataset, imgsz=160, processes=1)
+    assert count["n"] == 5
+    assert created_by_me(before) == []
+
+
+def test_sigterm_leaves_no_segment_and_restores_handler(synthetic_data, monkeypatch):
+    dataset = load_dataset(synthetic_data.coco_json)
+    before = set(list_segments())
+    handler_before = signal.getsignal(signal.SIGTERM)
+    _decode_calls_then(monkeypatch, 3, lambda: os.kill(os.getpid(), signal.SIGTERM))
+    with pytest.raises(PreparationTerminated):
+        prepare_snapshot(dataset, imgsz=160, processes=1)
+    assert created_by_me(before) == []
+    assert signal.getsignal(signal.SIGTERM) == handler_before
+
+
+def test_capacity_refused_before_allocating(synthetic_data, monkeypatch):
+    dataset = load_dataset(synthetic_data.coco_json)
+    before = set(list_segments())
+    monkeypatch.setattr(prepare.psutil, "virtual_memory", lambda: SimpleNamespace(available=1000))
+    with pytest.raises(CapacityError) as info:
+        prepare_snapshot(dataset, imgsz=160, processes=1)
+    msg = str(info.value)
+    assert "1000 bytes" in msg and "--imgsz" in msg
+    assert created_by_me(before) == []
+
+
+def test_stale_incomplete_snapshot_is_replaced(synthetic_data, prepared):
+    dataset = load_dataset(synthetic_data.coco_json)
+    base = base_name(fingerprint(dataset, imgsz=160))
+    # What a killed preparation leaves: a meta segment without the completeness mark.
+    with SharedSegment.create(base + "-meta", 4096) as stale:
+        stale.buf[:8] = b"PIXPSNAP"
+    result = prepare_snapshot(dataset, imgsz=160, processes=1)
+    prepared.append(result)
+    assert not result.reused and result.snapshot.name == base
+    assert len(result.snapshot) == len(dataset)
+
+
+def _write_odd_images(folder):
+    folder.mkdir()
+    rng = np.random.default_rng(3)
+    gray = folder / "gray.png"
+    cv2.imwrite(str(gray), rng.integers(0, 256, (30, 50), dtype=np.uint8))
+    rgba = folder / "rgba.png"
+    cv2.imwrite(str(rgba), rng.integers(0, 256, (40, 36, 4), dtype=np.uint8))
+    deep = folder / "deep16.png"
+    cv2.imwrite(str(deep), rng.integers(0, 65536, (24, 70, 3), dtype=np.uint16))
+    rotated = folder / "exif6.jpg"
+    exif = Image.Exif()
+    exif[0x0112] = 6  # rotate 90 degrees clockwise to display
+    Image.fromarray(rng.integers(0, 256, (40, 80, 3), dtype=np.uint8)).save(rotated, exif=exif, quality=95)
+    rotated_png = folder / "exif6.png"  # OpenCV also honours a PNG eXIf chunk
+    Image.fromarray(rng.integers(0, 256, (20, 50, 3), dtype=np.uint8)).save(rotated_png, exif=exif)
+    cmyk = folder / "cmyk.jpg"
+    Image.fromarray(rng.integers(0, 256, (30, 40, 3), dtype=np.uint8)).convert("CMYK").save(cmyk, quality=95)
+    return [str(gray), str(rgba), str(deep), str(rotated), str(rotated_png), str(cmyk)]
+
+
+def test_odd_image_kinds_become_3_channel_8_bit(tmp_path, prepared):
+    paths = _write_odd_images(tmp_path / "odd")
+    # header sizes used for allocation, EXIF orientation applied
+    assert prepare.header_size_hw(paths[3]) == (80, 40)
+    assert prepare.header_size_hw(paths[4]) == (50, 20)
+    dataset = dataset_of(paths)
+    result = prepare_snapshot(dataset, imgsz=64, processes=1)
+    prepared.append(result)
+    snap = result.snapshot
+    for i, path in enumerate(paths):
+        decoded = decode.decode_bgr(path)
+        assert decoded.dtype == np.uint8 and decoded.ndim == 3 and decoded.shape[2] == 3
+        row = snap.index[i]
+        assert (int(row["orig_height"]), int(row["orig_width"])) == decoded.shape[:2]
+        img = snap.image(i)
+        assert img.dtype == np.float32 and img.shape[2] == 3 and max(img.shape[:2]) == 64
+        np.testing.assert_array_equal(img, decode.prepare_image(path, 64))
+    # the EXIF-6 image is stored 80 wide, 40 high; decoded (and allocated) upright: 80 high
+    assert snap.image(3).shape[:2] == (64, 32)
+    assert snap.image(4).shape[:2] == (64, 26)
+
+
+def test_snapshot_being_prepared_by_live_process_is_refused(synthetic_data):
+    import subprocess
+    import sys
+
+    from pixpool.shared.errors import SnapshotError
+    from pixpool.shared.names import shm_path
+
+    dataset = load_dataset(synthetic_data.coco_json)
+    base = base_name(fingerprint(dataset, imgsz=160))
+    seg = SharedSegment.create(base + "-meta", 4096)  # incomplete: no header, no mark
+    holder = subprocess.Popen(
+        [sys.executable, "-c", "import mmap, os, sys; fd = os.open(sys.argv[1], os.O_RDONLY); "
+         "m = mmap.mmap(fd, 0, prot=mmap.PROT_READ); print('mapped', flush=True); sys.stdin.read()", shm_path(base + "-meta")],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        assert holder.stdout.readline().strip() == "mapped"  # returns when the child has mapped it (or died)
+        with pytest.raises(SnapshotError, match=str(holder.pid)):
+            prepare_snapshot(dataset, imgsz=160, processes=1)
+    finally:
+        holder.stdin.close()
+        holder.wait(timeout=30)
+        holder.stdout.close()
+        seg.close()
+        seg.unlink()
+
+
+def test_header_size_mismatch_names_the_file(tmp_path, monkeypatch):
+    paths = write_jpegs(tmp_path / "img", [(40, 60), (50, 30), (64, 64)])
+    before = set(list_segments())
+    real = prepare.header_size_hw
+    monkeypatch.setattr(prepare, "header_size_hw", lambda p: (41, 60) if p == paths[0] else real(p))
+    with pytest.raises(ImageDecodeError, match="differs from the header size") as info:
+        prepare_snapshot(dataset_of(paths), imgsz=64, processes=1)
+    assert paths[0] in str(info.value)
+    assert created_by_me(before) == []
