@@ -27,6 +27,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "status": ("status", "show the daemon's snapshot, workers and trainers"),
     "keys": ("keys", "make a CURVE key pair for TCP delivery"),
     "monitor": ("status", "watch the memory footprint live"),
+    "train": ("train", "attach to a running daemon and train the small detector on its stream"),
     "demo": ("demo", "the main job: synthetic data -> snapshot -> daemon -> training steps"),
 }
 

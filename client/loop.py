@@ -1,0 +1,91 @@
+"""A trainer's loop over the daemon's stream: attach, train epochs, report.
+
+Runs in the trainer process (``pixpool train``, the demo's trainer processes, a user's own
+script). Each batch is read in place from its ring slot, copied once into pinned staging
+and the step's static device buffers, and the slot goes back to the daemon when the next
+batch is asked for.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ..shared.config import StreamSettings
+from .iterator import Client
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class TrainReport:
+    pid: int
+    seed: int
+    device: str
+    graph: bool
+    steps: int = 0
+    images: int = 0
+    seconds: float = 0.0
+    losses: list[float] = field(default_factory=list)
+    samples_per_epoch: dict[int, int] = field(default_factory=dict)
+
+    @property
+    def images_per_s(self) -> float:
+        return self.images / self.seconds if self.seconds else 0.0
+
+
+def train_on_daemon(settings: StreamSettings, *, epochs: int, num_classes: int, socket_dir=None, endpoint=None,
+                    keys_dir=None, device: str | None = None, max_steps: int | None = None, timeout_s: float = 120.0,
+                    on_attached=None) -> TrainReport:
+    """Train the small detector on ``epochs`` epochs of this stream; return what happened."""
+    import os
+
+    import torch
+
+    from .train import TrainStep
+
+    if device is None:
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+    step = TrainStep(num_classes=num_classes, batch_size=settings.batch_size, imgsz=settings.augment.imgsz, device=device)
+    report = TrainReport(pid=os.getpid(), seed=settings.seed, device=str(device), graph=step.use_graph)
+    with Client(settings, socket_dir=socket_dir, endpoint=endpoint, keys_dir=keys_dir, timeout_s=timeout_s, as_torch=False) as client:
+        if on_attached is not None:
+            on_attached()
+        t0 = time.perf_counter()
+        for epoch in range(settings.start_epoch, settings.start_epoch + epochs):
+            for batch in client.epoch(epoch):
+                if len(batch.samples) != settings.batch_size:
+                    # The last, short batch of an epoch (drop_last=False): the captured
+                    # step has a static batch size, so it is counted but not trained on.
+                    report.samples_per_epoch[epoch] = report.samples_per_epoch.get(epoch, 0) + len(batch.samples)
+                    continue
+                loss = step.step(batch.images, np.asarray(batch.targets))
+                report.losses.append(loss)
+                report.steps += 1
+                report.images += len(batch.samples)
+                report.samples_per_epoch[epoch] = report.samples_per_epoch.get(epoch, 0) + len(batch.samples)
+                if max_steps is not None and report.steps >= max_steps:
+                    break
+            if max_steps is not None and report.steps >= max_steps:
+                break
+        report.seconds = time.perf_counter() - t0
+    log.info("trainer %d (seed %d): %d steps, %.1f img/s, loss %.3f -> %.3f", report.pid, report.seed, report.steps,
+             report.images_per_s, report.losses[0] if report.losses else float("nan"), report.losses[-1] if report.losses else float("nan"))
+    return report
+
+
+def trainer_process(settings_dict: dict, socket_dir: str, epochs: int, num_classes: int, queue, max_steps: int | None = None) -> None:
+    """Entry point of a spawned trainer process: train, then put the report on ``queue``."""
+    import dataclasses
+    import os
+
+    settings = StreamSettings.from_dict(settings_dict)
+    try:
+        report = train_on_daemon(settings, epochs=epochs, num_classes=num_classes, socket_dir=socket_dir,
+                                 max_steps=max_steps, on_attached=lambda: queue.put(("attached", os.getpid(), None)))
+        queue.put(("done", os.getpid(), dataclasses.asdict(report) | {"images_per_s": report.images_per_s}))
+    except Exception as exc:  # reported to the parent, which owns the exit status
+        queue.put(("error", os.getpid(), f"{type(exc).__name__}: {exc}"))

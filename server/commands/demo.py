@@ -1,0 +1,143 @@
+"""``pixpool demo``: the main job on the embedded synthetic dataset, end to end.
+
+Runs in the user's shell process, which plays the operator: it writes the synthetic
+dataset, starts ``pixpool serve`` as a child process (the daemon owns every segment),
+starts several trainer processes (spawn) that attach with different seeds and run the
+training step, prints the memory the service retains against what per-trainer decoded
+uint8 caches would cost, then stops the daemon with SIGTERM and checks that no segment of
+the project is left behind. The exit status is non-zero if any of that fails.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import queue as queue_mod
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+
+def configure(parser: argparse.ArgumentParser, name: str) -> None:
+    parser.add_argument("--workdir", metavar="DIR", default=None, help="where the dataset and sockets go (default: a temporary folder, removed after)")
+    parser.add_argument("--num-images", type=int, default=48, help="synthetic images (default 48)")
+    parser.add_argument("--imgsz", type=int, default=320, help="training image size (default 320)")
+    parser.add_argument("--workers", type=int, default=2, help="augmentation workers (default 2)")
+    parser.add_argument("--trainers", type=int, default=2, help="trainer processes attached at once (default 2)")
+    parser.add_argument("--epochs", type=int, default=2, help="epochs per trainer (default 2)")
+    parser.add_argument("--batch-size", type=int, default=8, help="batch size (default 8)")
+    parser.add_argument("--timeout-s", type=float, default=600.0, help="give up after this long (default 600)")
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.workdir is None:
+        with tempfile.TemporaryDirectory(prefix="pixpool-demo-") as tmp:
+            return _demo(Path(tmp), args)
+    return _demo(Path(args.workdir), args)
+
+
+def _demo(workdir: Path, args: argparse.Namespace) -> int:
+    import multiprocessing as mp
+
+    from ...client.loop import trainer_process
+    from ...shared.config import AugmentConfig, StreamSettings
+    from ...shared.errors import DaemonStopped, DaemonTimeout
+    from ...shared.names import list_segments
+    from ..synthetic import write_synthetic
+
+    data = write_synthetic(workdir / "data", num_images=args.num_images, seed=0)
+    sock = workdir / "sock"
+    print(f"[1/5] synthetic dataset: {args.num_images} images, {len(data.names)} classes -> {data.coco_json}", flush=True)
+    before = set(list_segments())
+    daemon = subprocess.Popen([sys.executable, "-m", "pixpool.server.cli", "serve", str(data.coco_json), "--imgsz", str(args.imgsz),
+                               "--workers", str(args.workers), "--socket-dir", str(sock)])
+    print(f"[2/5] daemon pid {daemon.pid} serving on {sock} with {args.workers} workers", flush=True)
+    ctx = mp.get_context("spawn")
+    results = ctx.Queue()
+    trainers = []
+    ok = True
+    try:
+        for i in range(args.trainers):
+            settings = StreamSettings(seed=i, batch_size=args.batch_size, augment=AugmentConfig(imgsz=args.imgsz, epochs=args.epochs))
+            p = ctx.Process(target=trainer_process, args=(settings.to_dict(), str(sock), args.epochs, len(data.names), results), name=f"pixpool-trainer-{i}")
+            p.start()
+            trainers.append(p)
+        deadline = time.monotonic() + args.timeout_s
+        attached, reports, errors = set(), {}, {}
+        shown = False
+        while len(reports) + len(errors) < len(trainers):
+            if daemon.poll() is not None:
+                raise DaemonStopped(f"the daemon exited with code {daemon.returncode}")
+            try:
+                kind, pid, payload = results.get(timeout=0.5)
+            except queue_mod.Empty:
+                if time.monotonic() > deadline:
+                    raise DaemonTimeout(f"the demo did not finish within {args.timeout_s} s") from None
+                continue
+            if kind == "attached":
+                attached.add(pid)
+            elif kind == "done":
+                reports[pid] = payload
+            else:
+                errors[pid] = payload
+            if not shown and len(attached) == len(trainers):
+                shown = True
+                print(f"[3/5] {len(trainers)} trainers attached; memory while they train:", flush=True)
+                print(_memory_report(str(sock), sorted(attached), args.trainers), flush=True)
+        print("[4/5] training finished:", flush=True)
+        for pid, r in sorted(reports.items()):
+            first, last = (r["losses"][0], r["losses"][-1]) if r["losses"] else (float("nan"), float("nan"))
+            print(f"  trainer pid {pid} seed {r['seed']} on {r['device']}{' (CUDA graph)' if r['graph'] else ''}: "
+                  f"{r['steps']} steps, {r['images_per_s']:.1f} img/s, loss {first:.3f} -> {last:.3f}, "
+                  f"samples per epoch {r['samples_per_epoch']}")
+        for pid, text in sorted(errors.items()):
+            print(f"  trainer pid {pid} failed: {text}", file=sys.stderr)
+            ok = False
+    finally:
+        for p in trainers:
+            p.join(30.0)
+            if p.is_alive():
+                p.kill()
+                p.join(5.0)
+        if daemon.poll() is None:
+            daemon.send_signal(signal.SIGTERM)
+            try:
+                daemon.wait(60.0)
+            except subprocess.TimeoutExpired:
+                daemon.kill()
+                daemon.wait(10.0)
+                ok = False
+    left = sorted(set(list_segments()) - before)
+    if left:
+        print(f"[5/5] daemon stopped, but segments remain: {left} (run `pixpool clean`)", file=sys.stderr)
+        return 1
+    print(f"[5/5] daemon stopped (exit code {daemon.returncode}); no pixpool segment left in /dev/shm", flush=True)
+    return 0 if ok and daemon.returncode == 0 else 1
+
+
+def _memory_report(socket_dir: str, trainer_pids: list[int], num_trainers: int) -> str:
+    from .. import accountant
+    from ..snapshot import Snapshot
+    from .status import format_memory, memory, query_status
+
+    st = query_status(socket_dir, timeout_s=10.0)
+    mem = memory(st)
+    snap = Snapshot.attach(st["snapshot"]["name"])
+    try:
+        b = accountant.snapshot_bytes(snap)
+    finally:
+        snap.close()
+    trainers = accountant.process_memory(trainer_pids)
+    h = accountant.human_bytes
+    lines = [
+        "daemon (first row) and its workers:",
+        format_memory(mem),
+        "trainers:",
+        accountant.format_process_report(trainers),
+        f"snapshot retained once for all trainers: {h(mem['snapshot_bytes'])} (float32); "
+        f"a decoded uint8 cache is {h(b['decoded_bytes'])} per trainer, {h(num_trainers * b['decoded_bytes'])} for {num_trainers} trainers each keeping its own",
+    ]
+    return "\n".join(lines)
