@@ -1,0 +1,58 @@
+"""Mosaic of four records and the single-image letterbox placement, as canvas tiles.
+
+Runs wherever a sample is rendered. Only computes where each source image goes on the
+canvas and the matching labels; ``canvas.fill`` writes the pixels (reading the source's
+read-only views, never writing them).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ...shared.source import ImageSource
+from .labels import Labels
+
+Tile = tuple[np.ndarray, tuple[int, int, int, int], tuple[int, int]]
+
+
+def draw_mosaic(rng: np.random.Generator, num_records: int, imgsz: int) -> tuple[np.ndarray, int, int]:
+    """(three partner record indices, centre x, centre y) drawn in that order."""
+    partners = rng.integers(0, num_records, size=3)
+    xc = int(rng.uniform(imgsz / 2, 3 * imgsz / 2))
+    yc = int(rng.uniform(imgsz / 2, 3 * imgsz / 2))
+    return partners, xc, yc
+
+
+def mosaic_tiles(source: ImageSource, indices: list[int], imgsz: int, xc: int, yc: int) -> tuple[list[Tile], Labels]:
+    """Four records around the centre (xc, yc) of a 2·imgsz canvas: top-left, top-right,
+    bottom-left, bottom-right; labels shifted and clipped to the canvas."""
+    size = 2 * imgsz
+    tiles: list[Tile] = []
+    parts: list[Labels] = []
+    for k, index in enumerate(indices):
+        image = source.image(int(index))
+        h, w = image.shape[:2]
+        if k == 0:
+            xa0, ya0, xa1, ya1 = max(xc - w, 0), max(yc - h, 0), xc, yc
+            xb0, yb0 = w - (xa1 - xa0), h - (ya1 - ya0)
+        elif k == 1:
+            xa0, ya0, xa1, ya1 = xc, max(yc - h, 0), min(xc + w, size), yc
+            xb0, yb0 = 0, h - (ya1 - ya0)
+        elif k == 2:
+            xa0, ya0, xa1, ya1 = max(xc - w, 0), yc, xc, min(size, yc + h)
+            xb0, yb0 = w - (xa1 - xa0), 0
+        else:
+            xa0, ya0, xa1, ya1 = xc, yc, min(xc + w, size), min(size, yc + h)
+            xb0, yb0 = 0, 0
+        tiles.append((image, (xa0, ya0, xa1, ya1), (xb0, yb0)))
+        parts.append(Labels.from_targets(source.targets(int(index)), w, h, xa0 - xb0, ya0 - yb0))
+    return tiles, Labels.concat(parts).clip(size, size)
+
+
+def letterbox_tile(source: ImageSource, index: int, imgsz: int) -> tuple[list[Tile], Labels]:
+    """One record centred on an imgsz square canvas (long side already imgsz)."""
+    image = source.image(int(index))
+    h, w = image.shape[:2]
+    top, left = (imgsz - h) // 2, (imgsz - w) // 2
+    labels = Labels.from_targets(source.targets(int(index)), w, h, left, top)
+    return [(image, (left, top, left + w, top + h), (0, 0))], labels.clip(imgsz, imgsz)

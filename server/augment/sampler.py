@@ -1,0 +1,63 @@
+"""Which record indices a trainer's stream delivers, in which order, in which batches.
+
+Runs in the daemon's scheduler (and anywhere a stream is replayed: digest, tests).
+
+Epoch order: ``arange(N)`` permuted by the epoch's shuffle generator (``rng.py``,
+derived from ``(seed, epoch)`` alone) when ``settings.shuffle``, else in order.
+
+DDP shard: like torch's ``DistributedSampler``. Without ``drop_last`` the global order is
+padded to a multiple of ``world_size`` by repeating its head (so every rank has the same
+number of samples); with ``drop_last`` its tail is cut to a multiple instead. Rank ``r``
+takes positions ``r, r + world_size, ...``. Each position of a rank's shard is delivered
+exactly once per epoch. Padding can repeat a record on another rank (and, only when
+``world_size > N``, within one shard); a repeated record gets the same augmentation,
+because randomness derives from the record index.
+
+Batches: consecutive runs of ``batch_size`` shard positions; the last one is shorter,
+or dropped when ``drop_last``.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ...shared.config import StreamSettings
+from ...shared.errors import ConfigError
+from .rng import shuffle_generator
+
+
+def _global_order(num_records: int, settings: StreamSettings, epoch: int) -> np.ndarray:
+    if settings.shuffle:
+        return shuffle_generator(settings.seed, epoch).permutation(num_records).astype(np.int64)
+    return np.arange(num_records, dtype=np.int64)
+
+
+def epoch_indices(num_records: int, settings: StreamSettings, epoch: int) -> np.ndarray:
+    """int64 record indices of this rank's shard, in delivery order."""
+    if num_records <= 0:
+        raise ConfigError(f"the dataset has {num_records} records; a stream needs at least one")
+    order = _global_order(num_records, settings, epoch)
+    world = settings.world_size
+    if settings.drop_last:
+        order = order[: (num_records // world) * world]
+    else:
+        total = -(-num_records // world) * world
+        if total > num_records:
+            order = np.resize(order, total)  # repeats the head cyclically
+    return np.ascontiguousarray(order[settings.rank :: world])
+
+
+def num_batches(num_records: int, settings: StreamSettings, epoch: int) -> int:
+    """How many batches this rank's stream has in ``epoch``."""
+    n = len(epoch_indices(num_records, settings, epoch))
+    return n // settings.batch_size if settings.drop_last else -(-n // settings.batch_size)
+
+
+def batch_samples(num_records: int, settings: StreamSettings, epoch: int, batch: int) -> np.ndarray:
+    """int64 record indices of batch ``batch`` of ``epoch`` (this rank)."""
+    total = num_batches(num_records, settings, epoch)
+    if not 0 <= batch < total:
+        raise ConfigError(f"batch {batch} is outside epoch {epoch}'s {total} batches; use 0 <= batch < {total}")
+    indices = epoch_indices(num_records, settings, epoch)
+    b = settings.batch_size
+    return indices[batch * b : (batch + 1) * b]

@@ -1,0 +1,34 @@
+"""The reference pipeline's source: decodes, resizes and centres each image on every call.
+
+Runs in-process wherever the reference path is asked for (``pixpool digest --reference``,
+the parity tests). It holds no snapshot and no cache: each ``image(i)`` calls
+``decode.prepare_image``, the very functions preparation uses, so the floats it hands
+to the route are the ones the snapshot stores; running the same route over both and
+comparing bytes proves the snapshot changes nothing.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..shared.records import Dataset, Targets
+from .decode import prepare_image
+
+
+class ReferenceSource:
+    """``ImageSource`` over a ``Dataset`` with no snapshot (slow by design)."""
+
+    def __init__(self, dataset: Dataset, imgsz: int):
+        self.dataset = dataset
+        self.imgsz = int(imgsz)
+
+    def __len__(self) -> int:
+        return len(self.dataset.records)
+
+    def image(self, index: int) -> np.ndarray:
+        image = prepare_image(self.dataset.records[index].image_path, self.imgsz)
+        image.flags.writeable = False  # same contract as the snapshot's views
+        return image
+
+    def targets(self, index: int) -> Targets:
+        return Targets.from_record(self.dataset.records[index])

@@ -1,0 +1,77 @@
+"""HSV: the trainer's torch version agrees with the workers' lookup tables to a level or two."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from _augment_sources import ArraySource
+
+torch = pytest.importorskip("torch")
+
+from pixpool.client.hsv_torch import apply_hsv  # noqa: E402
+from pixpool.server.augment import render_batch  # noqa: E402
+from pixpool.server.augment.hsv import apply_hsv_bgr  # noqa: E402
+from pixpool.server.augment.rng import hsv_gains  # noqa: E402
+from pixpool.shared.config import AugmentConfig, StreamSettings  # noqa: E402
+
+S = 64
+
+
+def _smooth_images(n: int) -> np.ndarray:
+    """Natural-ish RGB content: gradients, flat patches, greys and saturated colours."""
+    rng = np.random.default_rng(0)
+    ys, xs = np.mgrid[0:S, 0:S] / S
+    out = []
+    for _ in range(n):
+        a, b, c = rng.uniform(0, 1, 3)
+        img = np.stack([255 * (a * xs + (1 - a) * ys), 255 * np.abs(np.sin(6 * b * xs)), 255 * c * np.ones_like(xs)], axis=-1)
+        img[: S // 4, : S // 4] = rng.integers(0, 256, 3)  # a flat patch
+        img[-8:] = img[-8:].mean(axis=-1, keepdims=True)  # grey rows (no saturation)
+        out.append(np.clip(img + rng.normal(0, 6, img.shape), 0, 255).astype(np.uint8))
+    return np.stack(out)
+
+
+def test_torch_hsv_matches_cpu_lookup_tables() -> None:
+    st = StreamSettings(seed=3, batch_size=8, hsv_on_device=True, augment=AugmentConfig(imgsz=S))
+    rgb = _smooth_images(8)
+    samples = np.arange(8, dtype=np.int64) * 7
+    cpu = np.stack([apply_hsv_bgr(im[:, :, ::-1].copy(), hsv_gains(3, 2, int(i), 0.015, 0.7, 0.4), to_rgb=True) for im, i in zip(rgb, samples)])
+    dev = apply_hsv(torch.from_numpy(rgb.transpose(0, 3, 1, 2).copy()), st, 2, samples).numpy().transpose(0, 2, 3, 1)
+    diff = np.abs(cpu.astype(np.int16) - dev.astype(np.int16))
+    # Bound: within 2 levels on >= 99% of values, within 4 on >= 99.9%, mean below half a level.
+    assert (diff <= 2).mean() >= 0.99, (diff <= 2).mean()
+    assert (diff <= 4).mean() >= 0.999, (diff <= 4).mean()
+    assert diff.mean() < 0.5, diff.mean()
+    assert not np.array_equal(dev, rgb.transpose(0, 1, 2, 3)), "the gains do change the images"
+
+
+def test_device_hsv_completes_an_on_device_batch() -> None:
+    src = ArraySource([(64, 64), (48, 64), (64, 40), (64, 64)], S, seed=2)
+    aug = AugmentConfig(imgsz=S)
+    on_cpu = render_batch(src, StreamSettings(batch_size=4, augment=aug), 0, 0)
+    raw = render_batch(src, StreamSettings(batch_size=4, hsv_on_device=True, augment=aug), 0, 0)
+    dev = apply_hsv(torch.from_numpy(raw.images), StreamSettings(batch_size=4, hsv_on_device=True, augment=aug), 0, raw.samples).numpy()
+    diff = np.abs(on_cpu.images.astype(np.int16) - dev.astype(np.int16))
+    assert (diff <= 2).mean() >= 0.99 and diff.mean() < 0.5
+
+
+def test_zero_gains_leave_images_unchanged() -> None:
+    st = StreamSettings(augment=AugmentConfig(imgsz=S, hsv_h=0.0, hsv_s=0.0, hsv_v=0.0))
+    images = torch.from_numpy(_smooth_images(2).transpose(0, 3, 1, 2).copy())
+    assert torch.equal(apply_hsv(images, st, 0, [0, 1]), images)
+
+
+def test_one_three_channel_lut_equals_three_lookups() -> None:
+    import cv2
+
+    from pixpool.server.augment.hsv import luts
+
+    rng = np.random.default_rng(1)
+    image = rng.integers(0, 256, (50, 70, 3), dtype=np.uint8)
+    for _ in range(10):
+        gains = rng.uniform(-1, 1, 3) * [0.015, 0.7, 0.4] + 1
+        h, s, v = cv2.split(cv2.cvtColor(image, cv2.COLOR_BGR2HSV))
+        th, ts, tv = luts(gains)
+        expected = cv2.cvtColor(cv2.merge((cv2.LUT(h, th), cv2.LUT(s, ts), cv2.LUT(v, tv))), cv2.COLOR_HSV2BGR)
+        assert np.array_equal(apply_hsv_bgr(image, gains), expected)
+        assert np.array_equal(apply_hsv_bgr(image, gains, to_rgb=True), expected[:, :, ::-1])

@@ -1,0 +1,46 @@
+"""``pixpool digest``: the snapshot path and the reference path print the same digests."""
+
+from __future__ import annotations
+
+import json
+import os
+
+from pixpool.server.cli import main
+from pixpool.shared.names import list_segments
+
+
+def _digest(capsys, *argv: str) -> dict:
+    assert main(["digest", *argv, "--json"]) == 0
+    return json.loads(capsys.readouterr().out)
+
+
+def test_snapshot_and_reference_digests_agree(synthetic_data, capsys) -> None:
+    before = set(list_segments())
+    flags = [str(synthetic_data.coco_json), "--seed", "4", "--epoch", "1", "--batches", "2", "--batch-size", "4", "--imgsz", "96", "--processes", "1", "--copy-paste", "0.5", "--mixup", "0.3"]
+    snap = _digest(capsys, *flags)
+    ref = _digest(capsys, *flags, "--reference")
+    assert snap["path"] == "snapshot" and ref["path"] == "reference"
+    assert len(snap["digests"]) == 2 and snap["digests"] == ref["digests"]
+    assert set(list_segments()) == before, "a snapshot the command prepared is removed at exit"
+    other = _digest(capsys, *flags[:-2], "--reference")  # mixup off changes the stream
+    assert other["digests"] != ref["digests"]
+
+
+def test_plain_output_and_keep_snapshot(synthetic_data, capsys) -> None:
+    before = set(list_segments())
+    assert main(["digest", str(synthetic_data.data_yaml), "--batches", "1", "--batch-size", "2", "--imgsz", "64", "--processes", "1", "--mosaic", "0", "--keep-snapshot"]) == 0
+    line = capsys.readouterr().out.strip().splitlines()
+    assert len(line) == 1 and line[0].startswith("epoch 0 batch 0 ") and len(line[0].split()[-1]) == 64
+    kept = set(list_segments()) - before
+    try:
+        assert kept, "--keep-snapshot keeps what it prepared"
+    finally:
+        for name in kept:
+            os.unlink(os.path.join("/dev/shm", name))
+
+
+def test_bad_flags_name_the_field(synthetic_data, capsys) -> None:
+    assert main(["digest", str(synthetic_data.coco_json), "--reference", "--mosaic", "2"]) == 1
+    assert "'mosaic'" in capsys.readouterr().err
+    assert main(["digest", str(synthetic_data.coco_json), "--reference", "--batches", "99", "--batch-size", "8"]) == 1
+    assert "--batches 99 is out of range" in capsys.readouterr().err
