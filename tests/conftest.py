@@ -24,11 +24,19 @@ def pytest_sessionstart(session: pytest.Session) -> None:
     _segments_before.update(list_segments())
 
 
+def _is_resource_tracker(proc: psutil.Process) -> bool:
+    """multiprocessing's resource tracker lives as long as this process by design; not a leak."""
+    try:
+        return any("resource_tracker" in part for part in proc.cmdline())
+    except psutil.Error:
+        return False
+
+
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     from pixpool.server.accountant import segment_users
 
     me = psutil.Process(os.getpid())
-    children = [p for p in me.children(recursive=True) if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
+    children = [p for p in me.children(recursive=True) if p.is_running() and p.status() != psutil.STATUS_ZOMBIE and not _is_resource_tracker(p)]
     ours = {os.getpid()} | {p.pid for p in children}
     users = segment_users()
     # A segment a process outside this run maps belongs to someone else (another test
