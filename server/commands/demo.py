@@ -67,6 +67,7 @@ def _demo(workdir: Path, args: argparse.Namespace) -> int:
             trainers.append(p)
         deadline = time.monotonic() + args.timeout_s
         attached, reports, errors = set(), {}, {}
+        snapshot_name = ""
         shown = False
         while len(reports) + len(errors) < len(trainers):
             if daemon.poll() is not None:
@@ -86,7 +87,8 @@ def _demo(workdir: Path, args: argparse.Namespace) -> int:
             if not shown and len(attached) == len(trainers):
                 shown = True
                 print(f"[3/5] {len(trainers)} trainers attached; memory while they train:", flush=True)
-                print(_memory_report(str(sock), sorted(attached), args.trainers), flush=True)
+                report, snapshot_name = _memory_report(str(sock), sorted(attached), args.trainers)
+                print(report, flush=True)
         print("[4/5] training finished:", flush=True)
         for pid, r in sorted(reports.items()):
             first, last = (r["losses"][0], r["losses"][-1]) if r["losses"] else (float("nan"), float("nan"))
@@ -110,7 +112,9 @@ def _demo(workdir: Path, args: argparse.Namespace) -> int:
                 daemon.kill()
                 daemon.wait(10.0)
                 ok = False
-    left = sorted(set(list_segments()) - before)
+    # Only what this demo's daemon made: its snapshot (unless it existed already) and its rings.
+    mine = (f"pixpool-ring-{daemon.pid}-",) + ((snapshot_name,) if snapshot_name else ())
+    left = sorted(n for n in set(list_segments()) - before if n.startswith(mine))
     if left:
         print(f"[5/5] daemon stopped, but segments remain: {left} (run `pixpool clean`)", file=sys.stderr)
         return 1
@@ -118,7 +122,8 @@ def _demo(workdir: Path, args: argparse.Namespace) -> int:
     return 0 if ok and daemon.returncode == 0 else 1
 
 
-def _memory_report(socket_dir: str, trainer_pids: list[int], num_trainers: int) -> str:
+def _memory_report(socket_dir: str, trainer_pids: list[int], num_trainers: int) -> tuple[str, str]:
+    """The memory table while trainers run, and the snapshot's base name."""
     from .. import accountant
     from ..snapshot import Snapshot
     from .status import format_memory, memory, query_status
@@ -140,4 +145,4 @@ def _memory_report(socket_dir: str, trainer_pids: list[int], num_trainers: int) 
         f"snapshot retained once for all trainers: {h(mem['snapshot_bytes'])} (float32); "
         f"a decoded uint8 cache is {h(b['decoded_bytes'])} per trainer, {h(num_trainers * b['decoded_bytes'])} for {num_trainers} trainers each keeping its own",
     ]
-    return "\n".join(lines)
+    return "\n".join(lines), st["snapshot"]["name"]
