@@ -1,0 +1,249 @@
+"""bench/serve.py: images/s the daemon delivers into a consuming process, against an
+in-process torch DataLoader running the same route over a uint8 decoded cache.
+
+Runs in one process (the consumer); daemons run in spawned processes. All arms run in the
+same invocation, alternating round by round; each figure is the median over rounds.
+
+Arms (each with CPU HSV, then again with ``hsv_on_device``: HSV by
+``pixpool.client.hsv_torch.apply_hsv`` in the consumer, on CPU here when no GPU):
+- ``daemon-1w`` / ``daemon-2w``: a daemon with 1 / 2 workers serving the snapshot; the
+  consumer iterates ``Client.epoch`` (torch tensors via ``torch.from_numpy``).
+- ``dataloader-0w`` / ``dataloader-2w``: ``torch.utils.data.DataLoader`` (num_workers 0 / 2,
+  persistent) over a batch-level dataset calling the same ``render_batch`` on a source that
+  keeps every image decoded and resized as uint8 and converts it to centred float32 on use
+  (the conventional decoded cache).
+
+Delivery overhead: seconds per batch from the ``ready`` message received to the tensor built
+(``Client(timings=...)``), against a plain ``np.copyto`` of the same image bytes, and
+against a batch's augmentation time (worker busy seconds / batches from ``pixpool status``).
+
+Usage: ``python bench/serve.py [--data coco.json] [--imgsz 640] [--rounds 3] [--hsv cpu,device]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import multiprocessing as mp
+import os
+import shutil
+import signal
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+COCO128 = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "coco128" / "annotations" / "instances_train2017.json"
+
+
+class Uint8CacheSource:
+    """ImageSource over a uint8 decoded cache: centre (float32 - 114) on every use."""
+
+    def __init__(self, dataset, imgsz: int):
+        from pixpool.server.decode import decode_bgr, resize_long_side
+
+        self.dataset, self.imgsz = dataset, imgsz
+        self.cache = [resize_long_side(decode_bgr(r.image_path), imgsz) for r in dataset.records]
+
+    def __len__(self) -> int:
+        return len(self.cache)
+
+    def image(self, index: int) -> np.ndarray:
+        from pixpool.server.decode import centre
+
+        return centre(self.cache[index])
+
+    def targets(self, index: int):
+        from pixpool.shared.records import Targets
+
+        return Targets.from_record(self.dataset.records[index])
+
+
+class BatchDataset:
+    """torch map-style dataset of whole batches (DataLoader batch_size=None)."""
+
+    def __init__(self, source, settings, epoch: int):
+        from pixpool.server.augment import sampler
+
+        self.source, self.settings, self.epoch = source, settings, epoch
+        self.n = sampler.num_batches(len(source), settings, epoch)
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, b: int):
+        import torch
+
+        from pixpool.server.augment.batch import render_batch
+
+        out = render_batch(self.source, self.settings, self.epoch, b)
+        return torch.from_numpy(out.images), torch.from_numpy(out.targets), torch.from_numpy(out.samples)
+
+
+def _consume(images, settings, epoch, samples):
+    """What the trainer does with a batch here: device HSV when asked, touch the tensor."""
+    if settings.hsv_on_device:
+        from pixpool.client.hsv_torch import apply_hsv
+
+        images = apply_hsv(images, settings, epoch, samples)
+    return int(images[0, 0, 0, 0])
+
+
+def run_daemon_arm(socket_dir: str, settings, epoch: int, timings: dict) -> tuple[float, int]:
+    from pixpool.client.iterator import Client
+
+    n = 0
+    with Client(settings, socket_dir=socket_dir, timeout_s=300, as_torch=True, timings=timings) as c:
+        t0 = time.perf_counter()
+        for b in c.epoch(epoch):
+            # Client applies device HSV itself when settings.hsv_on_device (as_torch).
+            int(b.images[0, 0, 0, 0])
+            n += len(b.samples)
+        return time.perf_counter() - t0, n
+
+
+def _one_thread(_worker_id: int = 0) -> None:
+    # Like the daemon's workers: one OpenCV and one torch thread per process, so the
+    # arms compare processes, not thread pools fighting over the same cores.
+    import cv2
+    import torch
+
+    cv2.setNumThreads(1)
+    torch.set_num_threads(1)
+
+
+def make_loader(source, settings, workers: int):
+    import torch
+
+    ds = BatchDataset(source, settings, 0)
+    return ds, torch.utils.data.DataLoader(
+        ds, batch_size=None, shuffle=False, num_workers=workers, persistent_workers=workers > 0,
+        prefetch_factor=2 if workers else None, worker_init_fn=_one_thread if workers else None,
+    )
+
+
+def run_loader_arm(loader, settings) -> tuple[float, int]:
+    n = 0
+    t0 = time.perf_counter()
+    for images, targets, samples in loader:
+        _consume(images, settings, 0, samples.numpy())
+        n += len(samples)
+    return time.perf_counter() - t0, n
+
+
+def _start_daemon(data: str, imgsz: int, workers: int) -> tuple[mp.Process, str]:
+    from pixpool.server.daemon import run_daemon
+
+    d = tempfile.mkdtemp(prefix="pxb-")
+    proc = mp.get_context("spawn").Process(target=run_daemon, kwargs=dict(data=data, imgsz=imgsz, workers=workers, socket_dir=d, keep_snapshot=True))
+    proc.start()
+    return proc, d
+
+
+def _wait(socket_dir: str, workers: int, timeout_s: float = 300) -> dict:
+    from pixpool.server.commands.status import query_status
+    from pixpool.shared.errors import DaemonTimeout
+
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            st = query_status(socket_dir, timeout_s=1.0)
+            if all(w["pid"] for w in st["workers"]) and len(st["workers"]) == workers:
+                return st
+        except DaemonTimeout:
+            pass
+        time.sleep(0.2)  # polling interval of a bounded wait
+    raise TimeoutError(f"daemon in {socket_dir} not ready within {timeout_s} s")
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--data", default=str(COCO128))
+    parser.add_argument("--images", default=None)
+    parser.add_argument("--imgsz", type=int, default=640)
+    parser.add_argument("--batch-size", type=int, default=16)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--hsv", default="cpu,device", help="HSV modes to run: cpu, device or both (device HSV runs on the CPU without a GPU)")
+    args = parser.parse_args(argv)
+    modes = [m.strip() for m in args.hsv.split(",") if m.strip()]
+    if not modes or set(modes) - {"cpu", "device"}:
+        parser.error(f"--hsv {args.hsv!r}: use cpu, device or cpu,device")
+
+    _one_thread()
+    from pixpool.server.commands.status import query_status
+    from pixpool.server.prepare import prepare_snapshot
+    from pixpool.server.readers import load_dataset
+    from pixpool.shared.config import AugmentConfig, StreamSettings
+
+    dataset = load_dataset(args.data, args.images)
+    prep = prepare_snapshot(dataset, imgsz=args.imgsz, processes=2)
+    snap = prep.snapshot
+    cache = Uint8CacheSource(dataset, args.imgsz)
+    daemons = {w: _start_daemon(args.data, args.imgsz, w) for w in (1, 2)}
+    results: dict[str, list[float]] = {}
+    deliver: dict[str, list[float]] = {}
+    loaders = {}
+    try:
+        for w, (_, d) in daemons.items():
+            _wait(d, w)
+        for hsv_dev in [m == "device" for m in modes]:
+            s = StreamSettings(seed=0, batch_size=args.batch_size, hsv_on_device=hsv_dev, augment=AugmentConfig(imgsz=args.imgsz))
+            tag = "+hsv_on_device" if hsv_dev else ""
+            for lw in (0, 2):
+                loaders[lw] = make_loader(cache, s, lw)
+            for r in range(args.rounds):
+                for w, (_, d) in daemons.items():
+                    timings: dict = {}
+                    secs, n = run_daemon_arm(d, s, r, timings)
+                    results.setdefault(f"daemon-{w}w{tag}", []).append(n / secs)
+                    deliver.setdefault(f"daemon-{w}w{tag}", []).append(timings["deliver_s"] / timings["batches"])
+                for lw, (_, loader) in loaders.items():
+                    secs, n = run_loader_arm(loader, s)
+                    results.setdefault(f"dataloader-{lw}w{tag}", []).append(n / secs)
+            loaders.clear()
+        # Augmentation time per batch, from the workers' own accounting.
+        st = query_status(daemons[2][1])
+        aug_s = sum(w["busy_s"] for w in st["workers"]) / max(1, sum(w["batches_done"] for w in st["workers"]))
+        # A plain copy of the same image bytes.
+        src = np.empty((args.batch_size, 3, args.imgsz, args.imgsz), np.uint8)
+        src[...] = 7
+        dst = np.empty_like(src)
+        copies = []
+        for _ in range(20):
+            t0 = time.perf_counter()
+            np.copyto(dst, src)
+            copies.append(time.perf_counter() - t0)
+    finally:
+        for proc, d in daemons.values():
+            if proc.is_alive():
+                os.kill(proc.pid, signal.SIGTERM)
+                proc.join(60)
+            if proc.is_alive():
+                proc.kill()
+                proc.join(10)
+            shutil.rmtree(d, ignore_errors=True)
+        if not prep.reused:
+            snap.unlink()
+        snap.close()
+    med = {k: statistics.median(v) for k, v in results.items()}
+    report = {
+        "imgsz": args.imgsz, "batch_size": args.batch_size, "rounds": args.rounds, "records": len(dataset),
+        "img_per_s": {k: round(v, 1) for k, v in med.items()},
+        "ratio_daemon_vs_dataloader_same_workers": {
+            tag or "cpu_hsv": {"1w_vs_0w": round(med[f"daemon-1w{tag}"] / med[f"dataloader-0w{tag}"], 2), "2w_vs_2w": round(med[f"daemon-2w{tag}"] / med[f"dataloader-2w{tag}"], 2)}
+            for tag in [("+hsv_on_device" if m == "device" else "") for m in modes]
+        },
+        "deliver_s_per_batch": {k: statistics.median(v) for k, v in deliver.items() if "hsv" not in k},
+        "memcpy_s_per_batch": statistics.median(copies),
+        "augment_s_per_batch": aug_s,
+    }
+    report["deliver_vs_augment"] = max(report["deliver_s_per_batch"].values()) / aug_s
+    print(json.dumps(report, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,352 @@
+"""The trainer side: attach to the daemon and iterate over one epoch's batches in order.
+
+Runs in the trainer process. ``Client`` owns two ZeroMQ sockets, each used only by the
+thread that created it (zmq sockets are not thread-safe): the main DEALER (attach, start,
+ready, release, detach) in the caller's thread, and a heartbeat DEALER in a background
+thread that tells the daemon this trainer is alive while the training step runs.
+
+Zero-copy contract: a batch yielded by ``epoch()`` is a view of a ring slot (local) or of
+the received frames (TCP). It stays valid until the next batch is requested; then its
+slot is released to the daemon (credit-based backpressure). Copy what must outlive that.
+
+Faults, as the trainer sees them:
+- no daemon yet: attach waits up to ``timeout_s`` (``DaemonTimeout`` says where it looked);
+- the daemon stops cleanly: ``DaemonStopped`` with the daemon's reason;
+- the daemon dies (pid gone, or the restarted one no longer knows this trainer): the client
+  attaches again within ``timeout_s`` and resumes at its epoch and batch position;
+- a batch does not come within ``timeout_s``: ``DaemonTimeout``.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket as _socket
+import threading
+import time
+from dataclasses import dataclass
+from typing import Any, Iterator
+
+import numpy as np
+import psutil
+import zmq
+
+from ..shared import endpoint as ep
+from ..shared import protocol as proto
+from ..shared.config import StreamSettings
+from ..shared.errors import DaemonStopped, DaemonTimeout, PixpoolError, ProtocolError
+from ..shared.ring import Ring, RingLayout
+
+log = logging.getLogger(__name__)
+
+_STEP_MS = 100
+
+
+@dataclass(frozen=True)
+class TrainerBatch:
+    """One delivered batch. ``images`` uint8 (B, 3, S, S) RGB (numpy, or torch when asked)."""
+
+    images: Any
+    targets: Any  # float32 (n, 6): batch_index, class, cx, cy, w, h (normalised)
+    samples: np.ndarray  # int64 (B,) record indices
+    epoch: int
+    batch: int
+
+
+class _Lost(Exception):
+    """The daemon this client was attached to is gone; attach again."""
+
+
+class Client:
+    """Attach a training stream to a pixpool daemon (local ipc, or TCP with CURVE keys)."""
+
+    def __init__(
+        self,
+        settings: StreamSettings,
+        *,
+        socket_dir: str | os.PathLike | None = None,
+        endpoint: str | None = None,
+        keys_dir: str | os.PathLike | None = None,
+        timeout_s: float = 60.0,
+        slots: int = 4,
+        as_torch: bool | None = None,
+        device: Any = None,
+        heartbeat_interval_s: float = 1.0,
+        timings: dict | None = None,
+    ):
+        if not isinstance(settings, StreamSettings):
+            raise TypeError(f"settings must be a StreamSettings, got {type(settings).__name__}")
+        self.settings = settings
+        self.endpoint = endpoint or ep.ipc_endpoint(socket_dir)
+        self.remote = self.endpoint.startswith("tcp://")
+        if self.remote and keys_dir is None:
+            raise PixpoolError(f"{self.endpoint}: TCP needs CURVE keys; pass keys_dir (made by `pixpool keys DIR`)")
+        self.keys_dir = keys_dir
+        self.timeout_s = float(timeout_s)
+        self.slots = slots
+        # None: torch when a device is given or HSV runs on the device; False: raw numpy
+        # slot views (device HSV then is the caller's job, e.g. digests of the slot bytes).
+        self.as_torch = (device is not None or settings.hsv_on_device) if as_torch is None else bool(as_torch)
+        self.device = device
+        self.heartbeat_interval_s = heartbeat_interval_s
+        # Optional: accumulates "deliver_s" (ready message received -> batch built, tensors
+        # included) and "batches", for bench/serve.py.
+        self.timings = timings
+        self.position: tuple[int, int] = (settings.start_epoch, 0)
+        self.reattaches = 0
+        self._ctx = zmq.Context()
+        self._sock: zmq.Socket | None = None
+        self._ring: Ring | None = None
+        self._ident: tuple[int, int] | None = None  # (trainer_id, token); read by the heartbeat thread
+        self._held: int | None = None
+        self._generation = 0  # bumped by each epoch() call
+        self._lost: tuple[int, int] | None = None
+        self._last_ack = time.monotonic()
+        self._hb_stop = threading.Event()
+        self._hb = threading.Thread(target=self._heartbeat_loop, name="pixpool-heartbeat", daemon=True)
+        try:
+            self._attach()
+        except BaseException:
+            self._teardown()
+            raise
+        self._hb.start()
+
+    # -- sockets ------------------------------------------------------------------------
+    def _socket(self) -> zmq.Socket:
+        s = self._ctx.socket(zmq.DEALER)
+        s.setsockopt(zmq.LINGER, 0)
+        if self.remote:
+            ep.configure_client(s, self.keys_dir)
+        s.connect(self.endpoint)
+        return s
+
+    def _recv(self, deadline: float, what: str) -> tuple[dict, list]:
+        """Next message on the main socket; raises _Lost, DaemonStopped, DaemonTimeout."""
+        while True:
+            if self._sock.poll(_STEP_MS):
+                frames = self._sock.recv_multipart(copy=False)
+                msg = proto.decode(frames[0].bytes, reply=True)
+                if msg["op"] == "stopped":
+                    raise DaemonStopped(f"daemon stopped: {msg['reason']}")
+                if msg["op"] == "error":
+                    if msg.get("code") == "unknown_trainer" and self._ident and msg.get("trainer_id") == self._ident[0]:
+                        raise _Lost()
+                    if msg.get("code") == "unknown_trainer":
+                        continue  # about an identity this client no longer uses
+                    raise PixpoolError(f"pixpool daemon error: {proto.as_error(msg)}")
+                return msg, frames[1:]
+            if self._ident is not None and self._daemon_gone():
+                raise _Lost()
+            if time.monotonic() > deadline:
+                raise DaemonTimeout(f"no {what} from a pixpool daemon at {self.endpoint} within {self.timeout_s} s; start one with `pixpool serve DATA` (or check `pixpool status`)")
+
+    def _daemon_gone(self) -> bool:
+        if self._lost is not None and self._lost == self._ident:
+            return True
+        if not self.remote and self._daemon_pid and not psutil.pid_exists(self._daemon_pid):
+            return True
+        return time.monotonic() - self._last_ack > max(10.0, 10 * self.heartbeat_interval_s)
+
+    def _attach(self) -> None:
+        if self._sock is not None:
+            self._sock.close(linger=0)
+        self._sock = self._socket()
+        self._daemon_pid = 0
+        self._sock.send(proto.encode("attach", settings=self.settings.to_dict(), pid=os.getpid(), host=_socket.gethostname(), slots=self.slots, delivery="frames" if self.remote else "shm"))
+        deadline = time.monotonic() + self.timeout_s
+        while True:
+            msg, _ = self._recv(deadline, "reply to attach")
+            if msg["op"] == "attached":
+                break
+        if self._ring is not None:
+            self._ring.close()
+            self._ring = None
+        layout = RingLayout.from_dict(msg["layout"])
+        if not self.remote:
+            self._ring = Ring.attach(msg["ring"])
+        self.layout = layout
+        self.num_records = msg["num_records"]
+        self._daemon_pid = msg["daemon_pid"]
+        self._held = None
+        self._last_ack = time.monotonic()
+        self._ident = (msg["trainer_id"], msg["token"])
+
+    def _reattach(self) -> None:
+        log.warning("pixpool daemon at %s went away; attaching again (position epoch %d batch %d)", self.endpoint, *self.position)
+        deadline = time.monotonic() + self.timeout_s
+        self._ident = None
+        while True:
+            try:
+                self._attach()
+                self.reattaches += 1
+                return
+            except (_Lost, DaemonTimeout):
+                if time.monotonic() > deadline:
+                    raise DaemonTimeout(f"the pixpool daemon at {self.endpoint} went away and none came back within {self.timeout_s} s") from None
+
+    def _send(self, op: str, **fields: Any) -> None:
+        tid, token = self._ident
+        self._sock.send(proto.encode(op, trainer_id=tid, token=token, **fields))
+
+    # -- heartbeat thread ---------------------------------------------------------------
+    def _heartbeat_loop(self) -> None:
+        s = self._socket()
+        try:
+            while not self._hb_stop.wait(self.heartbeat_interval_s):
+                ident = self._ident
+                if ident is None:
+                    continue
+                try:
+                    s.send(proto.encode("heartbeat", trainer_id=ident[0], token=ident[1]), zmq.NOBLOCK)
+                except zmq.Again:
+                    pass
+                while s.poll(0):
+                    try:
+                        msg = proto.decode(s.recv(), reply=True)
+                    except ProtocolError:
+                        continue
+                    if msg["op"] == "heartbeat" and self._ident and msg["trainer_id"] == self._ident[0]:
+                        self._last_ack = time.monotonic()
+                    elif msg["op"] == "error" and msg.get("code") == "unknown_trainer" and msg.get("trainer_id") == ident[0]:
+                        self._lost = ident
+        finally:
+            s.close(linger=0)
+
+    # -- iteration ----------------------------------------------------------------------
+    def _release_held(self) -> None:
+        if self._held is not None and self._ident is not None:
+            slot, self._held = self._held, None
+            self._send("release", slot=slot)
+
+    def _start(self, epoch: int, batch: int) -> int:
+        self._release_held()
+        self._send("start", epoch=epoch, batch=batch)
+        deadline = time.monotonic() + self.timeout_s
+        while True:
+            msg, _ = self._recv(deadline, "reply to start")
+            if msg["op"] == "started" and msg["epoch"] == epoch and msg["trainer_id"] == self._ident[0]:
+                return msg["num_batches"]
+            if msg["op"] == "ready" and msg["trainer_id"] == self._ident[0]:
+                self._send("release", slot=msg["slot"])  # from before this start: give it back
+
+    def epoch(self, epoch: int, *, start_batch: int = 0) -> Iterator[TrainerBatch]:
+        """Yield the batches of ``epoch`` from ``start_batch`` on, in order.
+
+        One iterator at a time: starting another one ends this one.
+        """
+        self._generation += 1
+        mine = self._generation
+        b = start_batch
+        self.position = (epoch, b)
+        try:
+            while True:
+                try:
+                    n = self._start(epoch, b)
+                    while b < n:
+                        msg, frames = self._next_ready(epoch, b)
+                        t0 = time.perf_counter()
+                        out = self._wrap(msg, frames)
+                        if self.timings is not None:
+                            self.timings["deliver_s"] = self.timings.get("deliver_s", 0.0) + time.perf_counter() - t0
+                            self.timings["batches"] = self.timings.get("batches", 0) + 1
+                        self._held = msg["slot"]
+                        yield out
+                        if self._generation != mine:
+                            raise PixpoolError(f"this iterator over epoch {epoch} was replaced by a newer Client.epoch() call; use one at a time")
+                        self._release_held()
+                        b += 1
+                        self.position = (epoch, b)
+                    return
+                except _Lost:
+                    self._reattach()
+        finally:
+            # Only the current iterator owns the held slot (an old one may be collected late).
+            if self._generation == mine and self._ident is not None and self._sock is not None and not self._sock.closed:
+                try:
+                    self._release_held()
+                except zmq.ZMQError:
+                    pass
+
+    def _next_ready(self, epoch: int, batch: int) -> tuple[dict, list]:
+        deadline = time.monotonic() + self.timeout_s
+        while True:
+            msg, frames = self._recv(deadline, f"batch {batch} of epoch {epoch}")
+            if msg["op"] != "ready" or msg["trainer_id"] != self._ident[0]:
+                continue
+            if (msg["epoch"], msg["batch"]) == (epoch, batch):
+                return msg, frames
+            self._send("release", slot=msg["slot"])
+            if msg["epoch"] == epoch and msg["batch"] > batch:
+                raise ProtocolError(f"daemon announced batch {msg['batch']} while batch {batch} of epoch {epoch} was due")
+
+    def _wrap(self, msg: dict, frames: list) -> TrainerBatch:
+        size, n_t, slot = msg["size"], msg["n_targets"], msg["slot"]
+        s = self.layout.imgsz
+        if self.remote:
+            if len(frames) != 3:
+                raise ProtocolError(f"a TCP batch needs 3 data frames after 'ready', got {len(frames)}")
+            images = np.frombuffer(frames[0].buffer, np.uint8).reshape(size, 3, s, s)
+            targets = np.frombuffer(frames[1].buffer, np.float32).reshape(n_t, 6)
+            samples = np.frombuffer(frames[2].buffer, np.int64)
+        else:
+            header = self._ring.read_header(slot)
+            if header[:4] != (msg["epoch"], msg["batch"], size, n_t):
+                raise ProtocolError(f"slot {slot} holds epoch/batch/size/targets {header[:4]}, announced {(msg['epoch'], msg['batch'], size, n_t)}")
+            images = self._ring.images(slot, size)
+            targets = self._ring.targets(slot, n_t)
+            samples = self._ring.samples(slot, size)
+        if self.as_torch:
+            images, targets = self._to_torch(images, targets, samples, msg["epoch"])
+        return TrainerBatch(images=images, targets=targets, samples=samples, epoch=msg["epoch"], batch=msg["batch"])
+
+    def _to_torch(self, images: np.ndarray, targets: np.ndarray, samples: np.ndarray, epoch: int):
+        import torch
+
+        timg = torch.from_numpy(images) if images.flags.writeable else torch.from_numpy(images.copy())
+        ttgt = torch.from_numpy(targets) if targets.flags.writeable else torch.from_numpy(targets.copy())
+        if self.device is not None:
+            timg = timg.to(self.device, non_blocking=True)
+            ttgt = ttgt.to(self.device, non_blocking=True)
+        if self.settings.hsv_on_device:
+            from .hsv_torch import apply_hsv
+
+            timg = apply_hsv(timg, self.settings, epoch, samples)
+        return timg, ttgt
+
+    # -- lifetime -----------------------------------------------------------------------
+    def close(self) -> None:
+        """Detach (the daemon unlinks this trainer's ring) and close everything."""
+        if self._ident is not None and self._sock is not None:
+            try:
+                self._held = None
+                self._send("detach")
+                deadline = time.monotonic() + min(2.0, self.timeout_s)
+                while True:
+                    msg, _ = self._recv(deadline, "reply to detach")
+                    if msg["op"] == "detached":
+                        break
+            except (PixpoolError, _Lost, zmq.ZMQError):
+                pass
+        self._ident = None
+        self._teardown()
+
+    def _teardown(self) -> None:
+        self._hb_stop.set()
+        if self._hb.is_alive():
+            self._hb.join(5.0)
+        if self._sock is not None:
+            self._sock.close(linger=0)
+            self._sock = None
+        if self._ring is not None:
+            self._ring.close()
+            self._ring = None
+        self._ctx.term()
+
+    def __enter__(self) -> "Client":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+Trainer = Client

@@ -1,0 +1,25 @@
+"""``pixpool keys DIR``: make the CURVE key pairs TCP delivery needs.
+
+Runs in the user's shell process. Writes ``server.key(_secret)``, ``client.key(_secret)``
+and ``authorized/client.key`` (see ``shared/endpoint.py``). Give trainers the client pair
+and the server's public key; the daemon reads the server pair and ``authorized/``.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+
+def configure(parser: argparse.ArgumentParser, name: str) -> None:
+    parser.add_argument("dir", metavar="DIR", help="directory to write the keys into (created mode 0700)")
+
+
+def run(args: argparse.Namespace) -> int:
+    from ...shared.endpoint import write_keys
+
+    out = write_keys(args.dir)
+    print(f"server key pair: {out['server']} {out['server_secret']}")
+    print(f"client key pair: {out['client']} {out['client_secret']}")
+    print(f"authorized client keys: {out['authorized']}/")
+    print(f"serve with: pixpool serve DATA --tcp HOST:PORT --keys {args.dir}")
+    return 0

@@ -1,0 +1,53 @@
+"""``run_daemon``: load a dataset, prepare or re-attach its snapshot, serve, clean up.
+
+Runs in the daemon process: ``pixpool serve`` calls it in the foreground, tests and
+``daemon_digests`` use it as a spawn ``Process`` target. The snapshot is unlinked on exit
+only when this call created it and ``keep_snapshot`` is false; the daemon unlinks its rings.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+
+log = logging.getLogger(__name__)
+
+
+def run_daemon(
+    data: str | os.PathLike,
+    *,
+    images: str | os.PathLike | None = None,
+    imgsz: int = 640,
+    workers: int = 2,
+    socket_dir: str | os.PathLike | None = None,
+    tcp: str | None = None,
+    keys_dir: str | os.PathLike | None = None,
+    keep_snapshot: bool = False,
+    heartbeat_timeout_s: float = 10.0,
+    processes: int = 2,
+    route: str | None = None,
+    max_ring_nbytes: int = 2 << 30,
+) -> None:
+    """Load ``data``, prepare or re-attach its snapshot, serve until stopped, clean up.
+
+    Usable as a spawn ``Process`` target (tests) and by ``pixpool serve``.
+    """
+    from .daemon import Daemon
+    from .prepare import prepare_snapshot
+    from .readers import load_dataset
+
+    dataset = load_dataset(data, images)
+    result = prepare_snapshot(dataset, imgsz=imgsz, processes=processes)
+    snap = result.snapshot
+    info = {"name": snap.name, "reused": bool(result.reused), "prepare_s": round(float(result.seconds), 3), "segments": list(snap.segment_names)}
+    log.info("snapshot %s %s (%d records, %.1f s)", snap.name, "re-attached" if result.reused else "prepared", len(snap), result.seconds)
+    created = not result.reused
+    try:
+        Daemon(snap, workers=workers, socket_dir=socket_dir, tcp=tcp, keys_dir=keys_dir, heartbeat_timeout_s=heartbeat_timeout_s, route=route, snapshot_info=info, max_ring_nbytes=max_ring_nbytes).serve()
+    finally:
+        if created and not keep_snapshot:
+            snap.unlink()
+            log.info("snapshot %s removed", snap.name)
+        snap.close()
+
+

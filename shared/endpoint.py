@@ -1,0 +1,132 @@
+"""Where the daemon listens and how a peer proves who it is (ipc directory, CURVE keys).
+
+Runs in the daemon (bind side) and in trainers and CLI commands (connect side).
+
+- Local endpoint: ``ipc://<socket dir>/daemon.sock``. The socket directory is created mode
+  0700 and must not be enterable by other users (group access is tolerated when an
+  administrator set it up): whoever can enter it can talk to the daemon.
+  Default: ``$XDG_RUNTIME_DIR/pixpool``, else ``<tempdir>/pixpool-<uid>``.
+- TCP: only with CURVE. ``pixpool keys DIR`` writes ``server.key``/``server.key_secret``,
+  ``client.key``/``client.key_secret`` (ZeroMQ certificate files) and copies the client's
+  public key into ``DIR/authorized/``; the daemon admits exactly the public keys found
+  there (a ZAP authenticator thread), everyone else is refused during the handshake.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import stat
+import tempfile
+from pathlib import Path
+
+import zmq
+
+from .errors import ConfigError
+
+SOCKET_NAME = "daemon.sock"
+
+
+def default_socket_dir() -> Path:
+    runtime = os.environ.get("XDG_RUNTIME_DIR")
+    if runtime and os.path.isdir(runtime):
+        return Path(runtime) / "pixpool"
+    return Path(tempfile.gettempdir()) / f"pixpool-{os.getuid()}"
+
+
+def socket_dir(path: str | os.PathLike | None, *, create: bool) -> Path:
+    """The socket directory, created 0700 when asked; refuses one others can enter."""
+    d = Path(path) if path is not None else default_socket_dir()
+    if create:
+        d.mkdir(mode=0o700, parents=True, exist_ok=True)
+    if not d.exists():
+        return d
+    st = d.stat()
+    if st.st_uid != os.getuid():
+        raise ConfigError(f"socket directory {d} belongs to uid {st.st_uid}, not to you (uid {os.getuid()}); choose another with --socket-dir")
+    if st.st_mode & stat.S_IRWXO:
+        raise ConfigError(f"socket directory {d} is open to other users (mode {stat.S_IMODE(st.st_mode):o}); run `chmod 700 {d}` or choose another with --socket-dir")
+    return d
+
+
+# sockaddr_un.sun_path holds 108 bytes including the terminating NUL.
+_MAX_IPC_PATH = 107
+
+
+def socket_path(directory: str | os.PathLike | None, *, create: bool = False) -> Path:
+    path = socket_dir(directory, create=create) / SOCKET_NAME
+    if len(os.fsencode(str(path))) > _MAX_IPC_PATH:
+        raise ConfigError(f"ipc socket path {path} is {len(os.fsencode(str(path)))} bytes, over the {_MAX_IPC_PATH}-byte limit of a unix socket; choose a shorter --socket-dir")
+    return path
+
+
+def ipc_endpoint(directory: str | os.PathLike | None, *, create: bool = False) -> str:
+    return f"ipc://{socket_path(directory, create=create)}"
+
+
+def parse_tcp(value: str) -> tuple[str, int]:
+    host, sep, port = value.rpartition(":")
+    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise ConfigError(f"--tcp {value!r} must be HOST:PORT, e.g. 127.0.0.1:5555")
+    return host, int(port)
+
+
+def write_keys(directory: str | os.PathLike) -> dict[str, Path]:
+    """Make a server and a client CURVE key pair in ``directory`` (mode 0700)."""
+    import zmq.auth
+
+    if not zmq.has("curve"):
+        raise ConfigError(f"this libzmq {zmq.zmq_version()} was built without CURVE; install a pyzmq wheel with libsodium")
+    d = Path(directory)
+    d.mkdir(mode=0o700, parents=True, exist_ok=True)
+    out = {}
+    for who in ("server", "client"):
+        public, secret = zmq.auth.create_certificates(str(d), who)
+        os.chmod(secret, 0o600)
+        out[who] = Path(public)
+        out[who + "_secret"] = Path(secret)
+    authorized = d / "authorized"
+    authorized.mkdir(mode=0o700, exist_ok=True)
+    shutil.copy(out["client"], authorized / "client.key")
+    out["authorized"] = authorized
+    return out
+
+
+def _load(path: Path, *, secret: bool) -> tuple[bytes, bytes | None]:
+    import zmq.auth
+
+    if not path.is_file():
+        raise ConfigError(f"CURVE key file {path} is missing; make keys with `pixpool keys {path.parent}`")
+    public, sec = zmq.auth.load_certificate(str(path))
+    if secret and sec is None:
+        raise ConfigError(f"{path} holds no secret key; expected the *.key_secret file written by `pixpool keys`")
+    return public, sec
+
+
+def configure_server(sock: zmq.Socket, keys_dir: str | os.PathLike) -> None:
+    public, secret = _load(Path(keys_dir) / "server.key_secret", secret=True)
+    sock.curve_secretkey = secret
+    sock.curve_publickey = public
+    sock.curve_server = True
+
+
+def configure_client(sock: zmq.Socket, keys_dir: str | os.PathLike) -> None:
+    d = Path(keys_dir)
+    public, secret = _load(d / "client.key_secret", secret=True)
+    server_public, _ = _load(d / "server.key", secret=False)
+    sock.curve_secretkey = secret
+    sock.curve_publickey = public
+    sock.curve_serverkey = server_public
+
+
+def start_authenticator(ctx: zmq.Context, keys_dir: str | os.PathLike):
+    """ZAP handler admitting only the public keys in ``keys_dir/authorized``."""
+    from zmq.auth.thread import ThreadAuthenticator
+
+    authorized = Path(keys_dir) / "authorized"
+    if not authorized.is_dir() or not any(authorized.glob("*.key")):
+        raise ConfigError(f"no authorized client keys in {authorized}; run `pixpool keys {keys_dir}` and give trainers its client key pair")
+    auth = ThreadAuthenticator(ctx)
+    auth.start()
+    auth.configure_curve(domain="*", location=str(authorized))
+    return auth

@@ -1,0 +1,210 @@
+"""A trainer's batch ring: K fixed-size batch slots in one shared-memory segment.
+
+Who runs what: the daemon creates the ring when a trainer attaches (``Ring.create``) and is
+the only process that unlinks it (on detach, trainer death or shutdown). Workers attach it
+by name and render a batch straight into a slot; the trainer attaches it by name and reads
+slots in place. Nobody else writes it.
+
+Layout (all offsets 64-byte aligned, slots 4096-byte aligned)::
+
+    ring header (4096 bytes): magic b"PXRING01", then int64 slots, slot_nbytes, batch_size,
+                              imgsz, max_targets
+    slot k at 4096 + k * slot_nbytes:
+        slot header (64 bytes): int64 epoch, batch, size, n_targets, job  (written last)
+        images   uint8   (batch_size, 3, imgsz, imgsz)   RGB, C-contiguous
+        targets  float32 (max_targets, 6)                (batch_index, class, cx, cy, w, h)
+        samples  int64   (batch_size,)
+
+Backpressure is credit based and lives in the daemon's scheduler: a slot is either free
+(the daemon may give it to a worker), rendering, announced, or held by the trainer until it
+sends ``release``. K bounds the memory one trainer costs: exactly ``nbytes`` of this segment.
+
+The segment is a ``shared.shm.SharedSegment`` (a file under /dev/shm, never registered with
+multiprocessing's resource tracker: bpo-39959). Its whole size is reserved at creation,
+so a full /dev/shm is a clear ``CapacityError`` now rather than a SIGBUS in a worker later,
+and the ring's cost shows in /dev/shm at once.
+"""
+
+from __future__ import annotations
+
+import errno
+import logging
+import os
+import struct
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import numpy as np
+
+from .errors import CapacityError, ConfigError, SnapshotError
+from .names import SHM_DIR
+from .shm import SharedSegment, unlink_segment
+
+log = logging.getLogger(__name__)
+
+MAGIC = b"PXRING01"
+RING_HEADER_NBYTES = 4096
+SLOT_HEADER_NBYTES = 64
+_HEADER = struct.Struct("<8s5q")
+_SLOT_HEADER = struct.Struct("<5q")
+
+
+def _align(n: int, to: int) -> int:
+    return (n + to - 1) // to * to
+
+
+@dataclass(frozen=True)
+class RingLayout:
+    """Sizes of one ring; travels in the ``attached`` reply as a plain dict."""
+
+    slots: int
+    batch_size: int
+    imgsz: int
+    max_targets: int
+
+    def __post_init__(self) -> None:
+        for name in ("slots", "batch_size", "imgsz", "max_targets"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ConfigError(f"ring layout field {name!r} must be a positive integer, got {value!r}")
+        if self.slots > 64:
+            raise ConfigError(f"ring of {self.slots} slots: use at most 64 (each slot holds one whole batch)")
+
+    @property
+    def images_nbytes(self) -> int:
+        return self.batch_size * 3 * self.imgsz * self.imgsz
+
+    @property
+    def images_offset(self) -> int:
+        return SLOT_HEADER_NBYTES
+
+    @property
+    def targets_offset(self) -> int:
+        return _align(self.images_offset + self.images_nbytes, 64)
+
+    @property
+    def samples_offset(self) -> int:
+        return _align(self.targets_offset + self.max_targets * 6 * 4, 64)
+
+    @property
+    def slot_nbytes(self) -> int:
+        return _align(self.samples_offset + self.batch_size * 8, 4096)
+
+    @property
+    def nbytes(self) -> int:
+        return RING_HEADER_NBYTES + self.slots * self.slot_nbytes
+
+    def to_dict(self) -> dict[str, int]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "RingLayout":
+        if not isinstance(data, dict) or set(data) != {"slots", "batch_size", "imgsz", "max_targets"}:
+            raise ConfigError(f"ring layout must be a map of slots, batch_size, imgsz, max_targets; got {data!r}")
+        return cls(**data)
+
+
+class Ring:
+    """One mapped batch ring. ``create`` in the daemon, ``attach`` elsewhere.
+
+    ``close()`` when this process is done with it; ``unlink()`` once, by the daemon only.
+    """
+
+    def __init__(self, segment: SharedSegment, layout: RingLayout):
+        self.name = segment.name
+        self.layout = layout
+        self.owner = segment.owner
+        self._segment: SharedSegment | None = segment
+        self._buf = np.frombuffer(segment.buf, dtype=np.uint8)
+
+    @classmethod
+    def create(cls, name: str, layout: RingLayout) -> "Ring":
+        try:
+            segment = SharedSegment.create(name, layout.nbytes, reserve=True)
+        except OSError as exc:
+            if exc.errno in (errno.ENOSPC, errno.ENOMEM):
+                free = os.statvfs(SHM_DIR)
+                raise CapacityError(
+                    f"batch ring {name} needs {layout.nbytes} bytes but /dev/shm has {free.f_bavail * free.f_frsize} free; "
+                    "use fewer slots, a smaller batch or imgsz, or enlarge /dev/shm"
+                ) from None
+            raise
+        segment.buf[: _HEADER.size] = _HEADER.pack(MAGIC, layout.slots, layout.slot_nbytes, layout.batch_size, layout.imgsz, layout.max_targets)
+        return cls(segment, layout)
+
+    @classmethod
+    def attach(cls, name: str) -> "Ring":
+        try:
+            segment = SharedSegment.attach(name, writable=True)
+        except FileNotFoundError:
+            raise SnapshotError(f"batch ring {name} does not exist (the daemon removed it or stopped)") from None
+        size = segment.nbytes
+        if size < RING_HEADER_NBYTES:
+            segment.close()
+            raise SnapshotError(f"batch ring {name} has {size} bytes, less than its {RING_HEADER_NBYTES}-byte header")
+        magic, slots, slot_nbytes, batch_size, imgsz, max_targets = _HEADER.unpack_from(segment.buf, 0)
+        if magic != MAGIC:
+            segment.close()
+            raise SnapshotError(f"segment {name} is not a pixpool batch ring (magic {magic!r}, expected {MAGIC!r})")
+        layout = RingLayout(slots=slots, batch_size=batch_size, imgsz=imgsz, max_targets=max_targets)
+        if layout.slot_nbytes != slot_nbytes or layout.nbytes > size:
+            segment.close()
+            raise SnapshotError(f"batch ring {name}: header says {slots} slots of {slot_nbytes} bytes but the segment has {size} bytes")
+        return cls(segment, layout)
+
+    # -- slot views -------------------------------------------------------------------
+    def _slot_base(self, slot: int) -> int:
+        if isinstance(slot, bool) or not 0 <= slot < self.layout.slots:
+            raise IndexError(f"slot {slot} outside ring {self.name} of {self.layout.slots} slots")
+        return RING_HEADER_NBYTES + slot * self.layout.slot_nbytes
+
+    def images(self, slot: int, size: int | None = None) -> np.ndarray:
+        lay = self.layout
+        n = lay.batch_size if size is None else size
+        start = self._slot_base(slot) + lay.images_offset
+        return self._buf[start : start + n * 3 * lay.imgsz * lay.imgsz].reshape(n, 3, lay.imgsz, lay.imgsz)
+
+    def targets(self, slot: int, n_targets: int | None = None) -> np.ndarray:
+        lay = self.layout
+        n = lay.max_targets if n_targets is None else n_targets
+        start = self._slot_base(slot) + lay.targets_offset
+        return self._buf[start : start + n * 24].view(np.float32).reshape(n, 6)
+
+    def samples(self, slot: int, size: int | None = None) -> np.ndarray:
+        lay = self.layout
+        n = lay.batch_size if size is None else size
+        start = self._slot_base(slot) + lay.samples_offset
+        return self._buf[start : start + n * 8].view(np.int64)
+
+    def write_header(self, slot: int, *, epoch: int, batch: int, size: int, n_targets: int, job: int) -> None:
+        base = self._slot_base(slot)
+        self._buf[base : base + _SLOT_HEADER.size] = np.frombuffer(_SLOT_HEADER.pack(epoch, batch, size, n_targets, job), np.uint8)
+
+    def read_header(self, slot: int) -> tuple[int, int, int, int, int]:
+        """(epoch, batch, size, n_targets, job) as the worker last wrote them."""
+        base = self._slot_base(slot)
+        return _SLOT_HEADER.unpack(self._buf[base : base + _SLOT_HEADER.size].tobytes())
+
+    # -- lifetime ---------------------------------------------------------------------
+    def close(self) -> None:
+        """Unmap; where numpy views of the slots are still alive, the mapping goes with them."""
+        if self._segment is None:
+            return
+        segment, self._segment = self._segment, None
+        self._buf = None  # type: ignore[assignment]
+        segment.close()
+
+    def unlink(self) -> None:
+        if not self.owner:
+            raise SnapshotError(f"only the daemon that created batch ring {self.name} unlinks it")
+        unlink_segment(self.name)
+
+    @property
+    def closed(self) -> bool:
+        return self._segment is None
+
+    def __enter__(self) -> "Ring":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -1,0 +1,174 @@
+"""Helpers for the daemon tests: start/stop a daemon in a spawned process, reference streams.
+
+Runs in the pytest process. Every wait has a timeout; processes are reaped and rings of a
+daemon that could not clean up are unlinked in ``finally``.
+"""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import os
+import shutil
+import signal
+import tempfile
+import time
+from contextlib import contextmanager
+
+import numpy as np
+import pytest
+import zmq
+
+from pixpool.shared import protocol as proto
+from pixpool.shared.names import PREFIX, list_segments
+
+WAIT_S = 60.0
+
+
+# -- daemon process -----------------------------------------------------------------------
+def short_socket_dir() -> str:
+    # ipc paths are limited to ~107 bytes: keep the directory short.
+    return tempfile.mkdtemp(prefix="pxd-", dir="/tmp")
+
+
+def ask_status(socket_dir: str, timeout_s: float = 2.0) -> dict | None:
+    ctx = zmq.Context.instance()
+    s = ctx.socket(zmq.DEALER)
+    s.setsockopt(zmq.LINGER, 0)
+    try:
+        s.connect(f"ipc://{socket_dir}/daemon.sock")
+        s.send(proto.encode("status"))
+        if s.poll(int(timeout_s * 1000)):
+            return proto.decode(s.recv(), reply=True)
+        return None
+    finally:
+        s.close(linger=0)
+
+
+def wait_ready(proc, socket_dir: str, timeout_s: float = WAIT_S, workers: int | None = None) -> dict:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if not proc.is_alive():
+            raise RuntimeError(f"daemon process exited with code {proc.exitcode}")
+        if os.path.exists(f"{socket_dir}/daemon.sock"):
+            st = ask_status(socket_dir, 1.0)
+            if st is not None and (workers is None or sum(w["state"] != "starting" for w in st["workers"]) >= workers):
+                return st
+        time.sleep(0.05)  # polling interval of a bounded wait
+    raise TimeoutError(f"daemon in {socket_dir} not ready within {timeout_s} s")
+
+
+def wait_for(predicate, timeout_s: float = WAIT_S, what: str = "condition"):
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.05)  # polling interval of a bounded wait
+    raise TimeoutError(f"{what} not reached within {timeout_s} s")
+
+
+def stop_process(proc, *, sig=signal.SIGTERM, timeout_s: float = 20.0) -> None:
+    if proc.is_alive():
+        os.kill(proc.pid, sig)
+        proc.join(timeout_s)
+    if proc.is_alive():
+        proc.kill()
+        proc.join(timeout_s)
+
+
+def kill_children_of(pid: int) -> None:
+    import psutil
+
+    try:
+        children = psutil.Process(pid).children(recursive=True)
+    except psutil.NoSuchProcess:
+        return
+    for c in children:
+        c.kill()
+    psutil.wait_procs(children, timeout=10)
+
+
+def remove_rings_of(pid: int) -> list[str]:
+    left = [n for n in list_segments() if n.startswith(f"{PREFIX}-ring-{pid}-")]
+    for n in left:
+        try:
+            os.unlink(f"/dev/shm/{n}")
+        except FileNotFoundError:
+            pass
+    return left
+
+
+@contextmanager
+def daemon_process(target, kwargs: dict, *, workers: int, socket_dir: str | None = None, wait: bool = True):
+    """Start ``target(**kwargs)`` (a daemon entry) in a spawned process; always reaped."""
+    own_dir = socket_dir is None
+    socket_dir = socket_dir or short_socket_dir()
+    ctx = mp.get_context("spawn")
+    proc = ctx.Process(target=target, kwargs={**kwargs, "socket_dir": socket_dir}, daemon=False)
+    proc.start()
+    try:
+        if wait:
+            wait_ready(proc, socket_dir, workers=workers)
+        yield proc, socket_dir
+    finally:
+        if proc.pid is not None and proc.is_alive():
+            import psutil
+
+            kids = psutil.Process(proc.pid).children(recursive=True)
+            stop_process(proc)
+            psutil.wait_procs(kids, timeout=10)
+            for k in kids:
+                if k.is_running():
+                    k.kill()
+        if proc.pid is not None:
+            remove_rings_of(proc.pid)
+        if own_dir:
+            shutil.rmtree(socket_dir, ignore_errors=True)
+
+
+# -- the real route -------------------------------------------------------------------------
+@contextmanager
+def real_daemon(data, *, imgsz: int = 160, workers: int = 2, heartbeat_timeout_s: float = 10.0, socket_dir: str | None = None, wait: bool = True, **extra):
+    from pixpool.server.daemon import run_daemon
+
+    kwargs = dict(data=str(data), imgsz=imgsz, workers=workers, heartbeat_timeout_s=heartbeat_timeout_s, processes=1, **extra)
+    with daemon_process(run_daemon, kwargs, workers=workers, socket_dir=socket_dir, wait=wait) as (proc, d):
+        yield proc, d
+
+
+def reference_stream(dataset, settings, epoch: int) -> tuple[list[str], list[list[int]]]:
+    """Digests and sample indices of one epoch from the in-process reference pipeline."""
+    from pixpool.server.augment import sampler
+    from pixpool.server.augment.batch import batch_digest, render_batch
+    from pixpool.server.reference import ReferenceSource
+
+    source = ReferenceSource(dataset, settings.augment.imgsz)
+    digests, samples = [], []
+    for b in range(sampler.num_batches(len(dataset), settings, epoch)):
+        out = render_batch(source, settings, epoch, b)
+        digests.append(batch_digest(out.images, out.targets))
+        samples.append(out.samples.tolist())
+    return digests, samples
+
+
+def digest_of(batch) -> str:
+    from pixpool.server.augment.batch import batch_digest
+
+    return batch_digest(np.asarray(batch.images), np.asarray(batch.targets))
+
+
+def segments_of(pid: int) -> list[str]:
+    return [n for n in list_segments() if n.startswith(f"{PREFIX}-ring-{pid}-")]
+
+
+@pytest.fixture(scope="module", autouse=False)
+def reap_resource_tracker():
+    """Spawning from this process starts multiprocessing's resource tracker (a child that
+    otherwise outlives the run and trips conftest's leak check); stop it after the module.
+    The next spawn starts a fresh one."""
+    yield
+    from multiprocessing import resource_tracker
+
+    tracker = resource_tracker._resource_tracker
+    if getattr(tracker, "_pid", None) is not None and hasattr(tracker, "_stop"):
+        tracker._stop()

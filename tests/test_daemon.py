@@ -1,0 +1,266 @@
+"""The daemon end to end over a real snapshot of the synthetic dataset (imgsz 160).
+
+Integration tests: the daemon runs in a spawned process with its spawned workers and the
+real augmentation route; trainers are ``Client``s in this process (or spawned processes
+where one must die). Every wait has a timeout; the helpers reap processes and unlink rings.
+"""
+
+from __future__ import annotations
+
+import json
+import multiprocessing as mp
+import os
+import signal
+import time
+
+import pytest
+import zmq
+
+from daemon_helpers import WAIT_S, ask_status, digest_of, real_daemon, reference_stream, segments_of, wait_for
+from daemon_helpers import reap_resource_tracker  # noqa: F401  (fixture)
+from pixpool.client.iterator import Client
+from pixpool.shared import protocol as proto
+from pixpool.shared.config import AugmentConfig, StreamSettings
+from pixpool.shared.names import shm_path
+
+IMGSZ = 160
+pytestmark = pytest.mark.usefixtures("reap_resource_tracker")
+
+
+def settings(seed: int, batch_size: int = 5, **kw) -> StreamSettings:
+    return StreamSettings(seed=seed, batch_size=batch_size, augment=AugmentConfig(imgsz=IMGSZ), **kw)
+
+
+@pytest.fixture(scope="module")
+def dataset(synthetic_data):
+    from pixpool.server.readers import load_dataset
+
+    return load_dataset(synthetic_data.coco_json)
+
+
+@pytest.fixture(scope="module")
+def daemon(synthetic_data):
+    with real_daemon(synthetic_data.coco_json, imgsz=IMGSZ, workers=2, heartbeat_timeout_s=2.0) as (proc, d):
+        yield proc, d
+
+
+def test_two_trainers_at_once_each_equal_its_reference(daemon, dataset):
+    _, d = daemon
+    s1, s2 = settings(1), settings(2, batch_size=4, shuffle=True)
+    got1, got2, samples1 = [], [], []
+    with Client(s1, socket_dir=d, timeout_s=WAIT_S) as c1, Client(s2, socket_dir=d, timeout_s=WAIT_S) as c2:
+        # Interleave both streams so their jobs share the workers.
+        it1, it2 = c1.epoch(0), c2.epoch(0)
+        for b1, b2 in zip(it1, it2):
+            got1.append(digest_of(b1)), samples1.append(b1.samples.tolist()), got2.append(digest_of(b2))
+        got1 += [digest_of(b) for b in it1]
+        got2 += [digest_of(b) for b in it2]
+        got1_e1 = [digest_of(b) for b in c1.epoch(1)]
+    ref1, ref_samples1 = reference_stream(dataset, s1, 0)
+    ref2, _ = reference_stream(dataset, s2, 0)
+    assert got1 == ref1 and got2 == ref2
+    assert got1_e1 == reference_stream(dataset, s1, 1)[0]
+    assert samples1 == ref_samples1
+    flat = sorted(i for batch in samples1 for i in batch)
+    assert flat == list(range(len(dataset)))  # each sample index exactly once
+    assert ref1 != ref2  # different seeds, different streams
+
+
+def test_workers_are_light_and_never_import_torch(daemon):
+    _, d = daemon
+    st = ask_status(d)
+    import psutil
+
+    for w in st["workers"]:
+        maps = open(f"/proc/{w['pid']}/maps").read()
+        assert "libtorch" not in maps and "/torch/" not in maps, f"worker {w['pid']} mapped torch"
+        assert psutil.Process(w["pid"]).memory_info().rss < 400 * 2**20
+
+
+def test_status_and_monitor_commands(daemon, capsys):
+    from pixpool.server.cli import main
+
+    _, d = daemon
+    with Client(settings(3), socket_dir=d, timeout_s=WAIT_S) as c:
+        it = c.epoch(0)
+        next(it), next(it)
+        assert main(["status", "--socket-dir", d, "--json"]) == 0
+        st = json.loads(capsys.readouterr().out)
+        (t,) = [t for t in st["trainers"] if t["pid"] == os.getpid()]
+        assert t["batches_delivered"] >= 2 and t["slots_in_use"] >= 1 and t["settings"]["seed"] == 3
+        assert len(st["workers"]) == 2 and all(w["pid"] > 0 and w["state"] in ("busy", "idle") for w in st["workers"])
+        assert st["snapshot"]["records"] == 24 and st["snapshot"]["name"].startswith("pixpool-snap-")
+        assert main(["status", "--socket-dir", d]) == 0
+        table = capsys.readouterr().out
+        assert "seed=3" in table and "batches done" in table
+        assert main(["monitor", "--socket-dir", d, "--once"]) == 0
+        out = capsys.readouterr().out
+        assert "batch rings" in out and str(st["daemon"]["pid"]) in out
+        it.close()
+
+
+def _doomed_trainer(socket_dir: str, conn) -> None:
+    with Client(settings(7), socket_dir=socket_dir, timeout_s=WAIT_S) as c:
+        it = c.epoch(0)
+        next(it)
+        conn.send(c._ident[0])
+        conn.poll(WAIT_S)  # wait to be killed
+
+
+def test_killed_trainer_is_detached_and_others_continue(daemon, dataset):
+    proc_d, d = daemon
+    s = settings(4)
+    ctx = mp.get_context("spawn")
+    parent, child = ctx.Pipe()
+    victim = ctx.Process(target=_doomed_trainer, args=(d, child))
+    victim.start()
+    try:
+        with Client(s, socket_dir=d, timeout_s=WAIT_S) as c:
+            it = c.epoch(0)
+            got = [digest_of(next(it))]
+            assert parent.poll(WAIT_S), "the victim trainer got no batch"
+            tid = parent.recv()
+            ring = f"pixpool-ring-{proc_d.pid}-{tid}"
+            assert os.path.exists(shm_path(ring))
+            os.kill(victim.pid, signal.SIGKILL)
+            victim.join(WAIT_S)
+            got += [digest_of(b) for b in it]
+            wait_for(lambda: not os.path.exists(shm_path(ring)), 15, "dead trainer's ring unlinked")
+            st = ask_status(d)
+            assert [t["pid"] for t in st["trainers"]] == [os.getpid()]
+        assert got == reference_stream(dataset, s, 0)[0]
+    finally:
+        if victim.is_alive():
+            victim.kill()
+        victim.join(WAIT_S)
+
+
+def test_silent_trainer_is_detached_after_heartbeat_timeout(daemon):
+    proc_d, d = daemon
+    ctx = zmq.Context.instance()
+    sock = ctx.socket(zmq.DEALER)
+    sock.setsockopt(zmq.LINGER, 0)
+    try:
+        sock.connect(f"ipc://{d}/daemon.sock")
+        # Our own (live) pid: only the missing heartbeat can get it detached.
+        sock.send(proto.encode("attach", settings=settings(5).to_dict(), pid=os.getpid(), host=os.uname().nodename, slots=2, delivery="shm"))
+        assert sock.poll(WAIT_S * 1000)
+        reply = proto.decode(sock.recv(), reply=True)
+        assert reply["op"] == "attached"
+        ring = reply["ring"]
+        assert os.path.exists(shm_path(ring))
+        t0 = time.monotonic()
+        wait_for(lambda: not os.path.exists(shm_path(ring)), 20, "silent trainer's ring unlinked")
+        assert time.monotonic() - t0 >= 1.0  # not before the 2 s timeout (minus the attach time)
+        sock.send(proto.encode("heartbeat", trainer_id=reply["trainer_id"], token=reply["token"]))
+        assert sock.poll(WAIT_S * 1000)
+        late = proto.decode(sock.recv(), reply=True)
+        assert late["op"] == "error" and late["code"] == "unknown_trainer"
+    finally:
+        sock.close(linger=0)
+    assert all(t["trainer_id"] != reply["trainer_id"] for t in ask_status(d)["trainers"])
+    assert ring not in segments_of(proc_d.pid)
+
+
+def test_daemon_digests_running_and_temporary_daemon(daemon, dataset, synthetic_data):
+    from pixpool.server.daemon_digest import daemon_digests
+
+    _, d = daemon
+    s = settings(9)
+    ref = reference_stream(dataset, s, 1)[0]
+    assert daemon_digests(s, 1, 3, socket_dir=d) == ref[:3]
+    # A temporary daemon with one worker, started and stopped by the call.
+    assert daemon_digests(s, 1, None, workers=1, data=synthetic_data.coco_json, timeout_s=WAIT_S) == ref
+
+
+def _raw(d: str):
+    sock = zmq.Context.instance().socket(zmq.DEALER)
+    sock.setsockopt(zmq.LINGER, 0)
+    sock.connect(f"ipc://{d}/daemon.sock")
+    return sock
+
+
+def _ask(sock, frame: bytes) -> dict:
+    sock.send(frame)
+    assert sock.poll(WAIT_S * 1000), "no reply"
+    return proto.decode(sock.recv(), reply=True)
+
+
+def test_bad_requests_get_clear_errors_and_daemon_keeps_serving(daemon):
+    import msgpack
+
+    _, d = daemon
+    sock = _raw(d)
+    try:
+        r = _ask(sock, msgpack.packb({"v": 99, "op": "status"}))
+        assert r["op"] == "error" and "version 99" in r["message"] and f"version {proto.PROTOCOL_VERSION}" in r["message"]
+        r = _ask(sock, proto.encode("attach", settings={**settings(1).to_dict(), "batch_size": 0}, pid=os.getpid(), host="x", slots=2, delivery="shm"))
+        assert r["op"] == "error" and "batch_size" in r["message"]
+        r = _ask(sock, proto.encode("attach", settings=StreamSettings(augment=AugmentConfig(imgsz=320)).to_dict(), pid=os.getpid(), host="x", slots=2, delivery="shm"))
+        assert r["op"] == "error" and "imgsz 320" in r["message"] and "160" in r["message"]
+        att = _ask(sock, proto.encode("attach", settings=settings(1).to_dict(), pid=os.getpid(), host="x", slots=2, delivery="shm"))
+        assert att["op"] == "attached"
+        tid, token = att["trainer_id"], att["token"]
+        r = _ask(sock, proto.encode("release", trainer_id=tid, token=token, slot=0))  # nothing announced yet
+        assert (r["op"], r["code"]) == ("error", "order") and "does not hold" in r["message"]
+        r = _ask(sock, proto.encode("release", trainer_id=tid, token=token + 1, slot=0))
+        assert (r["op"], r["code"]) == ("error", "unknown_trainer")
+        r = _ask(sock, proto.encode("start", trainer_id=tid, token=token, epoch=0, batch=99))
+        assert r["op"] == "error" and "99" in r["message"]
+        assert _ask(sock, proto.encode("detach", trainer_id=tid, token=token))["op"] == "detached"
+        assert not os.path.exists(shm_path(att["ring"]))
+    finally:
+        sock.close(linger=0)
+    assert ask_status(d) is not None
+
+
+def test_socket_dir_is_private(tmp_path):
+    from pixpool.shared.endpoint import socket_dir
+    from pixpool.shared.errors import ConfigError
+
+    made = socket_dir(tmp_path / "s", create=True)
+    assert (made.stat().st_mode & 0o777) == 0o700
+    open_dir = tmp_path / "open"
+    open_dir.mkdir()
+    open_dir.chmod(0o777)
+    with pytest.raises(ConfigError, match="chmod 700"):
+        socket_dir(open_dir, create=True)
+
+
+def test_hsv_on_device_stream_as_torch(daemon, dataset):
+    import torch
+
+    from pixpool.client.hsv_torch import apply_hsv
+    from pixpool.server.augment.batch import render_batch
+    from pixpool.server.reference import ReferenceSource
+
+    _, d = daemon
+    s = settings(8, hsv_on_device=True)
+    ref = ReferenceSource(dataset, IMGSZ)
+    with Client(s, socket_dir=d, timeout_s=WAIT_S) as c:
+        it = c.epoch(0)
+        for _ in range(2):
+            b = next(it)
+            assert isinstance(b.images, torch.Tensor) and b.images.dtype == torch.uint8
+            r = render_batch(ref, s, 0, b.batch)  # no HSV on the CPU for this stream
+            expected = apply_hsv(torch.from_numpy(r.images), s, 0, r.samples)
+            assert torch.equal(b.images, expected)
+            assert torch.equal(b.targets, torch.from_numpy(r.targets))
+        it.close()
+
+
+def test_new_epoch_iterator_replaces_the_old_one(daemon, dataset):
+    from pixpool.shared.errors import PixpoolError
+
+    _, d = daemon
+    s = settings(10)
+    with Client(s, socket_dir=d, timeout_s=WAIT_S, slots=2) as c:
+        old = c.epoch(0)
+        next(old)
+        new = c.epoch(1)
+        got = [digest_of(next(new))]
+        with pytest.raises(PixpoolError, match="replaced"):
+            next(old)
+        del old  # its late clean-up must not release the new iterator's slot
+        got += [digest_of(b) for b in new]
+    assert got == reference_stream(dataset, s, 1)[0]

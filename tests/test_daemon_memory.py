@@ -1,0 +1,80 @@
+"""Memory: a second trainer costs its ring and nothing else.
+
+Integration test (spawned daemon with 2 workers, real route, synthetic snapshot at imgsz
+320). Figures are measured, not estimated: segment sizes from /dev/shm, and each process's
+anonymous memory (heap, anonymous mmaps: where any copy of a batch would live) from the
+kernel's ``/proc/PID/smaps_rollup``. PSS is not used for this: it moves whenever another
+process on the machine maps or unmaps the same shared libraries (cv2, numpy), which says
+nothing about the daemon. The accountant's ``process_memory`` figures are checked too: the
+processes it reports are the daemon and its workers, and the segments they map are ours.
+
+Tolerance: anonymous memory of the daemon and its workers grows by about 1.5 MiB over the
+first epochs (allocators, caches) and then moves by under 0.1 MiB per epoch (measured over
+three warm-up epochs at these settings). We allow 2 MiB, under half a batch slot
+(16 x 3 x 320 x 320 = 4.7 MiB): a daemon or worker that kept even half an extra batch per
+trainer outside the ring would fail.
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from daemon_helpers import WAIT_S, ask_status, real_daemon, wait_for
+from daemon_helpers import reap_resource_tracker  # noqa: F401  (fixture)
+from pixpool.client.iterator import Client
+from pixpool.shared.config import AugmentConfig, StreamSettings
+from pixpool.shared.names import list_segments, shm_path
+
+IMGSZ = 320
+BATCH = 16
+TOLERANCE_BYTES = 2 << 20
+pytestmark = pytest.mark.usefixtures("reap_resource_tracker")
+
+
+def _anonymous_bytes(pid: int) -> int:
+    with open(f"/proc/{pid}/smaps_rollup") as f:
+        for line in f:
+            if line.startswith("Anonymous:"):
+                return int(line.split()[1]) * 1024
+    raise AssertionError(f"no Anonymous line in /proc/{pid}/smaps_rollup")
+
+
+def _measure(socket_dir: str) -> dict:
+    from pixpool.server.accountant import process_memory
+
+    st = ask_status(socket_dir)
+    pid = st["daemon"]["pid"]
+    pids = [pid] + [w["pid"] for w in st["workers"]]
+    procs = process_memory(pids)
+    assert sorted(p.pid for p in procs) == sorted(pids)
+    ours = {n for n in list_segments() if n.startswith(f"pixpool-ring-{pid}-")} | set(st["snapshot"]["segments"])
+    mapped = set().union(*(p.segments for p in procs))
+    heap = sum(_anonymous_bytes(p) for p in pids)
+    return {"heap": heap, "shm": sum(os.stat(shm_path(n)).st_size for n in ours), "status": st, "mapped": mapped, "ours": ours}
+
+
+def test_second_trainer_adds_its_ring_and_nothing_else(synthetic_data):
+    def stream(seed):
+        return StreamSettings(seed=seed, batch_size=BATCH, augment=AugmentConfig(imgsz=IMGSZ))
+
+    with real_daemon(synthetic_data.coco_json, imgsz=IMGSZ, workers=2) as (_, d):
+        with Client(stream(1), socket_dir=d, timeout_s=WAIT_S) as a:
+            for e in range(3):  # warm up: workers touch the snapshot, allocators settle
+                for _ in a.epoch(e):
+                    pass
+            before = _measure(d)
+            with Client(stream(2), socket_dir=d, timeout_s=WAIT_S) as b:
+                for e in range(2):
+                    for _ in b.epoch(e):
+                        pass
+                after = _measure(d)
+                (ring_b,) = [t["ring_nbytes"] for t in after["status"]["trainers"] if t["trainer_id"] == b._ident[0]]
+                (name_b,) = [t["ring"] for t in after["status"]["trainers"] if t["trainer_id"] == b._ident[0]]
+            detached = wait_for(lambda: (m := _measure(d)) and not any(n.startswith(name_b) for n in m["mapped"]) and m, 10, "workers unmap the detached ring")
+    # The daemon and its workers map nothing but this snapshot and these rings.
+    assert after["mapped"] <= after["ours"] and name_b in after["mapped"]
+    assert after["shm"] - before["shm"] == ring_b  # exactly its ring in /dev/shm
+    assert abs(after["heap"] - before["heap"]) <= TOLERANCE_BYTES, f"heap moved by {after['heap'] - before['heap']} bytes with a second trainer"
+    assert detached["shm"] == before["shm"]  # its ring is gone once it detaches

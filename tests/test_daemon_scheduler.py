@@ -1,0 +1,75 @@
+"""Unit tests of the scheduler: fairness, credits, in-order announcement, re-runs."""
+
+from __future__ import annotations
+
+import pytest
+
+from pixpool.server.scheduler import Scheduler
+from pixpool.shared.config import StreamSettings
+from pixpool.shared.errors import ProtocolError
+
+
+def _sched(*trainers, slots=2, batches=6):
+    s = Scheduler()
+    for tid in trainers:
+        s.add(tid, StreamSettings(seed=tid), slots)
+        s.start(tid, epoch=0, batch=0, num_batches=batches)
+    return s
+
+
+def test_round_robin_over_trainers_with_credits():
+    s = _sched(1, 2, slots=2)
+    jobs = [s.next_job() for _ in range(5)]
+    assert [(j.trainer_id, j.batch) for j in jobs[:4]] == [(1, 0), (2, 0), (1, 1), (2, 1)]
+    assert jobs[4] is None  # both rings full: no credit, no work
+
+
+def test_out_of_order_completion_is_announced_in_order():
+    s = _sched(1, slots=3)
+    j0, j1, j2 = (s.next_job() for _ in range(3))
+    assert s.complete(j2, size=16, n_targets=1) == []
+    assert s.complete(j1, size=16, n_targets=1) == []
+    out = s.complete(j0, size=16, n_targets=5)
+    assert [(a.batch, a.slot) for a in out] == [(0, j0.slot), (1, j1.slot), (2, j2.slot)]
+    assert s.streams[1].batches_delivered == 3
+
+
+def test_release_returns_credit_and_rejects_unheld_slots():
+    s = _sched(1, slots=2)
+    j0, j1 = s.next_job(), s.next_job()
+    with pytest.raises(ProtocolError, match="does not hold"):
+        s.release(1, j0.slot)  # not announced yet
+    s.complete(j0, size=1, n_targets=0)
+    assert s.next_job() is None
+    s.release(1, j0.slot)
+    with pytest.raises(ProtocolError):
+        s.release(1, j0.slot)  # twice
+    j2 = s.next_job()
+    assert (j2.batch, j2.slot) == (2, j0.slot)
+
+
+def test_retry_runs_first_into_the_same_slot():
+    s = _sched(1, 2, slots=2)
+    lost = s.next_job()
+    s.retry(lost)
+    again = s.next_job()
+    assert again == lost
+
+
+def test_new_start_drops_stale_jobs_and_frees_slots():
+    s = _sched(1, slots=2, batches=4)
+    j0, j1 = s.next_job(), s.next_job()
+    s.complete(j1, size=1, n_targets=0)  # waits for j0
+    s.start(1, epoch=1, batch=0, num_batches=4)
+    assert s.complete(j0, size=1, n_targets=0) == []  # stale generation: dropped
+    j = s.next_job()
+    assert (j.epoch, j.batch) == (1, 0)
+    assert s.next_job().batch == 1  # both slots free again
+
+
+def test_last_batch_then_nothing_and_remove():
+    s = _sched(1, slots=4, batches=2)
+    assert [s.next_job().batch for _ in range(2)] == [0, 1]
+    assert s.next_job() is None
+    s.remove(1)
+    assert s.next_job() is None and 1 not in s.streams

@@ -1,0 +1,91 @@
+"""TCP delivery with CURVE: same bytes as local delivery; unauthenticated peers refused.
+
+Integration test on 127.0.0.1 only (spawned daemon, real route, synthetic snapshot).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+
+import pytest
+import zmq
+
+from daemon_helpers import WAIT_S, digest_of, real_daemon, reference_stream
+from daemon_helpers import reap_resource_tracker  # noqa: F401  (fixture)
+from pixpool.client.iterator import Client
+from pixpool.shared import protocol as proto
+from pixpool.shared.config import AugmentConfig, StreamSettings
+from pixpool.shared.errors import ConfigError, DaemonTimeout
+
+IMGSZ = 160
+pytestmark = pytest.mark.usefixtures("reap_resource_tracker")
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_tcp_requires_keys():
+    from pixpool.server.daemon import Daemon
+
+    with pytest.raises(ConfigError, match="CURVE"):
+        Daemon(object(), tcp="127.0.0.1:5555")
+
+
+def test_tcp_stream_equals_local_and_refuses_strangers(synthetic_data, tmp_path):
+    from pixpool.server.cli import main
+    from pixpool.server.readers import load_dataset
+    from pixpool.shared.endpoint import write_keys
+
+    keys = tmp_path / "keys"
+    assert main(["keys", str(keys)]) == 0
+    stranger = tmp_path / "stranger"
+    write_keys(stranger)
+    shutil.copy(keys / "server.key", stranger / "server.key")  # knows the server, not authorized
+    port = _free_port()
+    s = StreamSettings(seed=31, batch_size=4, augment=AugmentConfig(imgsz=IMGSZ))
+    with real_daemon(synthetic_data.coco_json, imgsz=IMGSZ, workers=1, tcp=f"127.0.0.1:{port}", keys_dir=str(keys)) as (_, d):
+        endpoint = f"tcp://127.0.0.1:{port}"
+        with Client(s, endpoint=endpoint, keys_dir=keys, timeout_s=WAIT_S) as remote:
+            assert remote._ring is None  # bytes arrive as frames, no shared memory
+            got_remote = [digest_of(b) for b in remote.epoch(0)]
+        with Client(s, socket_dir=d, timeout_s=WAIT_S) as local:
+            got_local = [digest_of(b) for b in local.epoch(0)]
+        with pytest.raises(DaemonTimeout):
+            Client(s, endpoint=endpoint, keys_dir=stranger, timeout_s=2.0)
+        ctx = zmq.Context.instance()
+        plain = ctx.socket(zmq.DEALER)
+        plain.setsockopt(zmq.LINGER, 0)
+        try:
+            plain.connect(endpoint)
+            plain.send(proto.encode("status"))
+            assert not plain.poll(2000), "a peer without CURVE keys got an answer"
+        finally:
+            plain.close(linger=0)
+    assert got_remote == got_local == reference_stream(load_dataset(synthetic_data.coco_json), s, 0)[0]
+
+
+def test_tcp_bad_address_is_a_clear_error(tmp_path):
+    from pixpool.server.daemon import Daemon
+    from pixpool.shared.endpoint import write_keys
+
+    from daemon_helpers import short_socket_dir
+
+    class _Source:
+        imgsz, max_instances = 64, 1
+
+        def __len__(self):
+            return 1
+
+    write_keys(tmp_path / "k")
+    d = short_socket_dir()
+    try:
+        with pytest.raises(ConfigError, match="cannot listen on tcp://"):
+            Daemon(_Source(), workers=1, socket_dir=d, tcp="256.1.1.1:1", keys_dir=tmp_path / "k").serve()
+        assert not os.listdir(d)  # the ipc socket file went too
+    finally:
+        shutil.rmtree(d, ignore_errors=True)

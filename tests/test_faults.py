@@ -1,0 +1,179 @@
+"""Faults: a worker SIGKILLed mid-batch, the daemon stopped by signal or killed and restarted.
+
+Integration tests over a real snapshot of the synthetic dataset; see test_daemon.py.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+
+import psutil
+import pytest
+
+from daemon_helpers import WAIT_S, ask_status, digest_of, real_daemon, reference_stream, segments_of, short_socket_dir, wait_for
+from daemon_helpers import reap_resource_tracker  # noqa: F401  (fixture)
+from pixpool.client.iterator import Client
+from pixpool.shared.config import AugmentConfig, StreamSettings
+from pixpool.shared.errors import DaemonStopped, DaemonTimeout
+from pixpool.shared.names import list_segments
+
+IMGSZ = 160
+pytestmark = pytest.mark.usefixtures("reap_resource_tracker")
+
+
+def settings(seed: int, batch_size: int = 3) -> StreamSettings:
+    return StreamSettings(seed=seed, batch_size=batch_size, augment=AugmentConfig(imgsz=IMGSZ))
+
+
+@pytest.fixture(scope="module")
+def dataset(synthetic_data):
+    from pixpool.server.readers import load_dataset
+
+    return load_dataset(synthetic_data.coco_json)
+
+
+def _stop_busy_worker(socket_dir: str) -> int | None:
+    """SIGSTOP a worker the daemon reports busy; keep it stopped only if it stays busy
+    with no batch finished (then its reply was never written: truly mid-job)."""
+    st = ask_status(socket_dir)
+    busy = [w for w in st["workers"] if w["state"] == "busy"]
+    if not busy:
+        return None
+    w = busy[0]
+    os.kill(w["pid"], signal.SIGSTOP)
+    for _ in range(3):  # three status round trips span several daemon loop turns
+        again = {x["pid"]: x for x in ask_status(socket_dir)["workers"]}
+        if again.get(w["pid"], {}).get("state") != "busy" or again[w["pid"]]["batches_done"] != w["batches_done"]:
+            os.kill(w["pid"], signal.SIGCONT)
+            return None
+    return w["pid"]
+
+
+def test_worker_killed_mid_batch_stream_unchanged(synthetic_data, dataset):
+    s = settings(11, batch_size=2)
+    with real_daemon(synthetic_data.coco_json, imgsz=IMGSZ, workers=1) as (_, d):
+        got, samples, victim = [], [], None
+        # Many slots: after each batch the worker has several batches of work ahead.
+        with Client(s, socket_dir=d, timeout_s=WAIT_S, slots=10) as c:
+            for b in c.epoch(0):
+                got.append(digest_of(b))
+                samples.append(b.samples.tolist())
+                for _ in range(20 if victim is None else 0):
+                    victim = _stop_busy_worker(d)
+                    if victim is not None:
+                        os.kill(victim, signal.SIGKILL)
+                        break
+        assert victim is not None, "never caught the worker busy"
+        st = ask_status(d)
+    assert st["daemon"]["worker_restarts"] == 1
+    assert victim not in [w["pid"] for w in st["workers"]]
+    ref, ref_samples = reference_stream(dataset, s, 0)
+    assert got == ref and samples == ref_samples
+    flat = sorted(i for batch in samples for i in batch)
+    assert flat == list(range(len(dataset)))  # nothing lost, nothing repeated
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+def test_daemon_stop_signal_reaches_waiting_trainer_and_unlinks(synthetic_data, sig):
+    with real_daemon(synthetic_data.coco_json, imgsz=IMGSZ, workers=1, wait=False) as (proc, d):
+        # The trainer starts before the daemon is up and waits for it.
+        with Client(settings(12, batch_size=2), socket_dir=d, timeout_s=WAIT_S, slots=2) as c:
+            st = wait_for(lambda: (x := ask_status(d)) and all(w["pid"] for w in x["workers"]) and x, 30, "workers up")
+            workers = [psutil.Process(w["pid"]) for w in st["workers"]]
+            snap = st["snapshot"]
+            it = c.epoch(0)
+            next(it)
+            assert segments_of(proc.pid)
+            os.kill(proc.pid, sig)
+            with pytest.raises(DaemonStopped, match="daemon stopped"):
+                for _ in it:
+                    pass
+        proc.join(WAIT_S)
+        assert proc.exitcode == 0
+        gone, alive = psutil.wait_procs(workers, timeout=10)
+        assert not alive
+        assert segments_of(proc.pid) == []
+        if not snap["reused"]:
+            assert not set(snap["segments"]) & set(list_segments())
+
+
+def test_no_daemon_times_out_with_clear_message():
+    d = short_socket_dir()
+    try:
+        with pytest.raises(DaemonTimeout) as err:
+            Client(settings(1), socket_dir=d, timeout_s=1.0)
+        assert d in str(err.value) and "pixpool serve" in str(err.value)
+    finally:
+        os.rmdir(d)
+
+
+def test_daemon_sigkill_restart_reattaches_then_clean_removes_all(synthetic_data, dataset):
+    from pixpool.server.cli import main
+
+    s = settings(13, batch_size=2)
+    d = short_socket_dir()
+    got, samples = [], []
+    try:
+        with real_daemon(synthetic_data.coco_json, imgsz=IMGSZ, workers=1, socket_dir=d) as (proc_a, _):
+            c = Client(s, socket_dir=d, timeout_s=WAIT_S, slots=2)
+            try:
+                st_a = ask_status(d)
+                workers_a = [psutil.Process(w["pid"]) for w in st_a["workers"]]
+                it = c.epoch(0)
+                for _ in range(3):
+                    b = next(it)
+                    got.append(digest_of(b)), samples.append(b.samples.tolist())
+                os.kill(proc_a.pid, signal.SIGKILL)
+                proc_a.join(WAIT_S)
+                _, alive = psutil.wait_procs(workers_a, timeout=15)
+                assert not alive, "workers outlived their killed daemon"
+                assert segments_of(proc_a.pid), "a killed daemon cannot unlink its rings"
+                with real_daemon(synthetic_data.coco_json, imgsz=IMGSZ, workers=1, socket_dir=d) as (proc_b, _):
+                    st_b = ask_status(d)
+                    assert st_b["snapshot"]["reused"] is True  # re-attached, not decoded again
+                    assert st_b["snapshot"]["name"] == st_a["snapshot"]["name"]
+                    for b in it:  # resumes at batch 3 on the new daemon
+                        got.append(digest_of(b)), samples.append(b.samples.tolist())
+                    assert c.reattaches == 1
+                    c.close()
+                    workers_b = [psutil.Process(w["pid"]) for w in ask_status(d)["workers"]]
+                    os.kill(proc_b.pid, signal.SIGKILL)
+                    proc_b.join(WAIT_S)
+                    psutil.wait_procs(workers_b, timeout=15)
+            finally:
+                c.close()
+        ref, ref_samples = reference_stream(dataset, s, 0)
+        assert got == ref and samples == ref_samples
+        leftovers = segments_of(proc_a.pid) + segments_of(proc_b.pid) + [n for n in st_a["snapshot"]["segments"] if n in list_segments()]
+        assert main(["clean"]) == 0
+        remaining = set(list_segments())
+        assert not remaining & set(leftovers), f"pixpool clean left {sorted(remaining & set(leftovers))}"
+    finally:
+        shutil.rmtree(d, ignore_errors=True)  # a killed daemon leaves its socket file
+
+
+def test_serve_command_ctrl_c_exits_cleanly(synthetic_data):
+    import subprocess
+    import sys
+
+    d = short_socket_dir()
+    cmd = [sys.executable, "-m", "pixpool.server.cli", "serve", str(synthetic_data.coco_json), "--imgsz", str(IMGSZ), "--workers", "1", "--socket-dir", d, "--processes", "1"]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        st = wait_for(lambda: proc.poll() is None and os.path.exists(f"{d}/daemon.sock") and ask_status(d, 1.0), 60, "pixpool serve up")
+        with Client(settings(14), socket_dir=d, timeout_s=WAIT_S) as c:
+            next(c.epoch(0))
+            proc.send_signal(signal.SIGINT)
+            out, _ = proc.communicate(timeout=WAIT_S)
+        assert proc.returncode == 0, out
+        assert segments_of(proc.pid) == []
+        if not st["snapshot"]["reused"]:
+            assert not set(st["snapshot"]["segments"]) & set(list_segments())
+        assert not os.path.exists(f"{d}/daemon.sock")
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate(timeout=WAIT_S)
+        os.rmdir(d) if os.path.isdir(d) and not os.listdir(d) else None
