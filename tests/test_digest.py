@@ -16,7 +16,7 @@ def _digest(capsys, *argv: str) -> dict:
 
 def test_snapshot_and_reference_digests_agree(synthetic_data, capsys) -> None:
     before = set(list_segments())
-    flags = [str(synthetic_data.coco_json), "--seed", "4", "--epoch", "1", "--batches", "2", "--batch-size", "4", "--imgsz", "96", "--processes", "1", "--copy-paste", "0.5", "--mixup", "0.3"]
+    flags = [str(synthetic_data.coco_json), "--seed", "4", "--epoch", "1", "--batches", "2", "--batch-size", "4", "--imgsz", "96", "--in-process", "--processes", "1", "--copy-paste", "0.5", "--mixup", "0.3"]
     snap = _digest(capsys, *flags)
     ref = _digest(capsys, *flags, "--reference")
     assert snap["path"] == "snapshot" and ref["path"] == "reference"
@@ -28,7 +28,7 @@ def test_snapshot_and_reference_digests_agree(synthetic_data, capsys) -> None:
 
 def test_plain_output_and_keep_snapshot(synthetic_data, capsys) -> None:
     before = set(list_segments())
-    assert main(["digest", str(synthetic_data.data_yaml), "--batches", "1", "--batch-size", "2", "--imgsz", "64", "--processes", "1", "--mosaic", "0", "--keep-snapshot"]) == 0
+    assert main(["digest", str(synthetic_data.data_yaml), "--batches", "1", "--batch-size", "2", "--imgsz", "64", "--processes", "1", "--mosaic", "0", "--keep-snapshot", "--in-process"]) == 0
     line = capsys.readouterr().out.strip().splitlines()
     assert len(line) == 1 and line[0].startswith("epoch 0 batch 0 ") and len(line[0].split()[-1]) == 64
     kept = set(list_segments()) - before
@@ -44,3 +44,14 @@ def test_bad_flags_name_the_field(synthetic_data, capsys) -> None:
     assert "'mosaic'" in capsys.readouterr().err
     assert main(["digest", str(synthetic_data.coco_json), "--reference", "--batches", "99", "--batch-size", "8"]) == 1
     assert "--batches 99 is out of range" in capsys.readouterr().err
+
+
+def test_daemon_path_equals_reference(synthetic_data, capsys) -> None:
+    """Without --reference or --in-process, digest starts a temporary daemon and hashes what a trainer receives."""
+    before = set(list_segments())
+    flags = [str(synthetic_data.coco_json), "--seed", "2", "--epoch", "0", "--batches", "3", "--batch-size", "4", "--imgsz", "96", "--copy-paste", "0.5"]
+    daemon = _digest(capsys, *flags, "--workers", "1")
+    ref = _digest(capsys, *flags, "--reference")
+    assert daemon["path"] == "daemon" and ref["path"] == "reference"
+    assert len(daemon["digests"]) == 3 and daemon["digests"] == ref["digests"]
+    assert set(list_segments()) == before, "the temporary daemon removes its snapshot and rings"

@@ -1,11 +1,15 @@
 """``pixpool digest``: one SHA-256 per batch of a training stream, so users can check parity.
 
-Runs in the user's shell process. With ``--reference`` it renders through the in-process
-reference pipeline (decode per sample, no snapshot). Without it, it renders from the
-shared-memory snapshot: it re-attaches an existing one for the same dataset and imgsz,
-or prepares one; a snapshot it prepared itself is unlinked at exit (also on errors and
-Ctrl-C) unless ``--keep-snapshot``. (Once the daemon serves streams, the snapshot path
-goes through it; ``digest_stream`` is the piece both use.)
+Runs in the user's shell process. Three paths, one stream:
+
+- ``--reference``: the in-process reference pipeline (decode per sample, no snapshot);
+- default: through the daemon, exactly as a trainer receives the batches: attach to the
+  daemon at ``--socket-dir``, or, without it, start a temporary one with ``--workers N``
+  (stopped and cleaned up before the command returns);
+- ``--in-process``: render from the shared-memory snapshot in this process: it
+  re-attaches an existing one for the same dataset and imgsz, or prepares one; a snapshot
+  it prepared itself is unlinked at exit (also on errors and Ctrl-C) unless
+  ``--keep-snapshot``.
 
 Equal digests from the two paths, for the same flags, are the parity claim made visible.
 """
@@ -63,7 +67,10 @@ def configure(parser: argparse.ArgumentParser, name: str) -> None:
     parser.add_argument("--shuffle", type=_bool, default=True, help="0 keeps dataset order")
     parser.add_argument("--drop-last", type=_bool, default=False)
     parser.add_argument("--reference", action="store_true", help="decode per sample in-process, no snapshot")
-    parser.add_argument("--processes", type=int, default=2, help="decode processes when a snapshot must be prepared")
+    parser.add_argument("--socket-dir", default=None, help="digest the stream of the running daemon at this socket directory")
+    parser.add_argument("--workers", type=int, default=2, help="workers of the temporary daemon started when no --socket-dir is given (default 2)")
+    parser.add_argument("--in-process", action="store_true", help="render from the snapshot in this process, no daemon")
+    parser.add_argument("--processes", type=int, default=2, help="decode processes when a snapshot must be prepared (--in-process)")
     parser.add_argument("--keep-snapshot", action="store_true", help="keep a snapshot this command prepared")
     parser.add_argument("--json", action="store_true", help="print one JSON object instead of lines")
     aug = parser.add_argument_group("augmentation (AugmentConfig; defaults are YOLO's)")
@@ -95,15 +102,32 @@ def run(args: argparse.Namespace) -> int:
 
         digests = digest_stream(ReferenceSource(dataset, augment.imgsz), settings, args.epoch, args.batches)
         path = "reference"
-    else:
+    elif args.in_process:
         digests = _digest_snapshot(dataset, settings, args)
         path = "snapshot"
+    else:
+        digests = _digest_daemon(len(dataset), settings, args)
+        path = "daemon"
     if args.json:
         print(json.dumps({"path": path, "seed": args.seed, "epoch": args.epoch, "batch_size": args.batch_size, "settings": settings.to_dict(), "digests": digests}))
     else:
         for b, d in enumerate(digests):
             print(f"epoch {args.epoch} batch {b} {d}")
     return 0
+
+
+def _digest_daemon(num_records: int, settings: StreamSettings, args: argparse.Namespace) -> list[str]:
+    from ..augment import num_batches
+    from ..daemon_digest import daemon_digests
+
+    total = num_batches(num_records, settings, args.epoch)
+    if not 1 <= args.batches <= total:
+        raise ConfigError(f"--batches {args.batches} is out of range: epoch {args.epoch} of this stream has {total} batches of {settings.batch_size}; use 1 to {total}")
+    if args.socket_dir is not None:
+        return daemon_digests(settings, args.epoch, args.batches, socket_dir=args.socket_dir)
+    if args.workers < 1:
+        raise ConfigError(f"--workers {args.workers} must be at least 1 for a temporary daemon")
+    return daemon_digests(settings, args.epoch, args.batches, workers=args.workers, data=args.data, images=args.images)
 
 
 def _digest_snapshot(dataset, settings: StreamSettings, args: argparse.Namespace) -> list[str]:
