@@ -15,7 +15,6 @@ import time
 from contextlib import contextmanager
 
 import numpy as np
-import pytest
 import zmq
 
 from pixpool.shared import protocol as proto
@@ -159,16 +158,3 @@ def digest_of(batch) -> str:
 
 def segments_of(pid: int) -> list[str]:
     return [n for n in list_segments() if n.startswith(f"{PREFIX}-ring-{pid}-")]
-
-
-@pytest.fixture(scope="module", autouse=False)
-def reap_resource_tracker():
-    """Spawning from this process starts multiprocessing's resource tracker (a child that
-    otherwise outlives the run and trips conftest's leak check); stop it after the module.
-    The next spawn starts a fresh one."""
-    yield
-    from multiprocessing import resource_tracker
-
-    tracker = resource_tracker._resource_tracker
-    if getattr(tracker, "_pid", None) is not None and hasattr(tracker, "_stop"):
-        tracker._stop()

@@ -17,14 +17,12 @@ import pytest
 import zmq
 
 from daemon_helpers import WAIT_S, ask_status, digest_of, real_daemon, reference_stream, segments_of, wait_for
-from daemon_helpers import reap_resource_tracker  # noqa: F401  (fixture)
 from pixpool.client.iterator import Client
 from pixpool.shared import protocol as proto
 from pixpool.shared.config import AugmentConfig, StreamSettings
 from pixpool.shared.names import shm_path
 
 IMGSZ = 160
-pytestmark = pytest.mark.usefixtures("reap_resource_tracker")
 
 
 def settings(seed: int, batch_size: int = 5, **kw) -> StreamSettings:

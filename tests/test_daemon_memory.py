@@ -19,10 +19,8 @@ from __future__ import annotations
 
 import os
 
-import pytest
 
 from daemon_helpers import WAIT_S, ask_status, real_daemon, wait_for
-from daemon_helpers import reap_resource_tracker  # noqa: F401  (fixture)
 from pixpool.client.iterator import Client
 from pixpool.shared.config import AugmentConfig, StreamSettings
 from pixpool.shared.names import list_segments, shm_path
@@ -30,7 +28,6 @@ from pixpool.shared.names import list_segments, shm_path
 IMGSZ = 320
 BATCH = 16
 TOLERANCE_BYTES = 2 << 20
-pytestmark = pytest.mark.usefixtures("reap_resource_tracker")
 
 
 def _anonymous_bytes(pid: int) -> int:

@@ -13,14 +13,12 @@ import pytest
 import zmq
 
 from daemon_helpers import WAIT_S, digest_of, real_daemon, reference_stream
-from daemon_helpers import reap_resource_tracker  # noqa: F401  (fixture)
 from pixpool.client.iterator import Client
 from pixpool.shared import protocol as proto
 from pixpool.shared.config import AugmentConfig, StreamSettings
 from pixpool.shared.errors import ConfigError, DaemonTimeout
 
 IMGSZ = 160
-pytestmark = pytest.mark.usefixtures("reap_resource_tracker")
 
 
 def _free_port() -> int:

@@ -13,14 +13,12 @@ import psutil
 import pytest
 
 from daemon_helpers import WAIT_S, ask_status, digest_of, real_daemon, reference_stream, segments_of, short_socket_dir, wait_for
-from daemon_helpers import reap_resource_tracker  # noqa: F401  (fixture)
 from pixpool.client.iterator import Client
 from pixpool.shared.config import AugmentConfig, StreamSettings
 from pixpool.shared.errors import DaemonStopped, DaemonTimeout
 from pixpool.shared.names import list_segments
 
 IMGSZ = 160
-pytestmark = pytest.mark.usefixtures("reap_resource_tracker")
 
 
 def settings(seed: int, batch_size: int = 3) -> StreamSettings:

@@ -25,18 +25,6 @@ ROUTES = {
 }
 
 
-@pytest.fixture(scope="module", autouse=True)
-def _stop_resource_tracker():
-    """A spawn starts multiprocessing's resource tracker, a child that would outlive the run
-    and trip conftest's leak check; stop it after this module (a later spawn starts another)."""
-    yield
-    from multiprocessing import resource_tracker
-
-    tracker = resource_tracker._resource_tracker
-    if getattr(tracker, "_pid", None) is not None and hasattr(tracker, "_stop"):
-        tracker._stop()
-
-
 def _prepared(dataset, imgsz: int):
     result = prepare_snapshot(dataset, imgsz=imgsz, processes=1)
     return result

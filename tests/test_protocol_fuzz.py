@@ -13,17 +13,14 @@ import random
 import time
 
 import msgpack
-import pytest
 import zmq
 
 from daemon_helpers import WAIT_S, ask_status, digest_of, real_daemon, reference_stream
-from daemon_helpers import reap_resource_tracker  # noqa: F401  (fixture)
 from pixpool.client.iterator import Client
 from pixpool.shared import protocol as proto
 from pixpool.shared.config import AugmentConfig, StreamSettings
 
 IMGSZ = 160
-pytestmark = pytest.mark.usefixtures("reap_resource_tracker")
 FRAMES = 3000
 
 

@@ -11,7 +11,6 @@ the project is left behind. The exit status is non-zero if any of that fails.
 from __future__ import annotations
 
 import argparse
-import os
 import queue as queue_mod
 import signal
 import subprocess
