@@ -39,7 +39,8 @@ def run_daemon(
     dataset = load_dataset(data, images)
     result = prepare_snapshot(dataset, imgsz=imgsz, processes=processes)
     snap = result.snapshot
-    info = {"name": snap.name, "reused": bool(result.reused), "prepare_s": round(float(result.seconds), 3), "segments": list(snap.segment_names)}
+    info = {"name": snap.name, "reused": bool(result.reused), "prepare_s": round(float(result.seconds), 3), "segments": list(snap.segment_names),
+            "image_bytes": int(result.image_bytes), "decoded_bytes": int(result.decoded_bytes)}
     log.info("snapshot %s %s (%d records, %.1f s)", snap.name, "re-attached" if result.reused else "prepared", len(snap), result.seconds)
     created = not result.reused
     try:

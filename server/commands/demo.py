@@ -86,7 +86,7 @@ def _demo(workdir: Path, args: argparse.Namespace) -> int:
             if not shown and len(attached) == len(trainers):
                 shown = True
                 print(f"[3/5] {len(trainers)} trainers attached; memory while they train:", flush=True)
-                report, snapshot_name = _memory_report(str(sock), sorted(attached), args.trainers)
+                report, snapshot_name = _memory_report(str(sock))
                 print(report, flush=True)
         print("[4/5] training finished:", flush=True)
         for pid, r in sorted(reports.items()):
@@ -121,27 +121,9 @@ def _demo(workdir: Path, args: argparse.Namespace) -> int:
     return 0 if ok and daemon.returncode == 0 else 1
 
 
-def _memory_report(socket_dir: str, trainer_pids: list[int], num_trainers: int) -> tuple[str, str]:
-    """The memory table while trainers run, and the snapshot's base name."""
-    from .. import accountant
-    from ..snapshot import Snapshot
+def _memory_report(socket_dir: str) -> tuple[str, str]:
+    """The memory table while trainers run (``pixpool monitor``'s), and the snapshot's base name."""
     from .status import format_memory, memory, query_status
 
     st = query_status(socket_dir, timeout_s=10.0)
-    mem = memory(st)
-    snap = Snapshot.attach(st["snapshot"]["name"])
-    try:
-        b = accountant.snapshot_bytes(snap)
-    finally:
-        snap.close()
-    trainers = accountant.process_memory(trainer_pids)
-    h = accountant.human_bytes
-    lines = [
-        "daemon (first row) and its workers:",
-        format_memory(mem),
-        "trainers:",
-        accountant.format_process_report(trainers),
-        f"snapshot retained once for all trainers: {h(mem['snapshot_bytes'])} (float32); "
-        f"a decoded uint8 cache is {h(b['decoded_bytes'])} per trainer, {h(num_trainers * b['decoded_bytes'])} for {num_trainers} trainers each keeping its own",
-    ]
-    return "\n".join(lines), st["snapshot"]["name"]
+    return format_memory(memory(st)), st["snapshot"]["name"]

@@ -58,13 +58,18 @@ def memory(status: dict) -> dict:
             segs[name] = os.stat(shm_path(name)).st_size
         except FileNotFoundError:
             continue
-    pids = [status["daemon"]["pid"]] + [w["pid"] for w in status["workers"] if w["pid"]]
-    procs = accountant.process_memory(pids)
+    roles = {status["daemon"]["pid"]: "daemon"}
+    roles.update({w["pid"]: f"worker {w['index']}" for w in status["workers"] if w["pid"]})
+    # Local trainers map the snapshot's rings on this machine; remote ones are not ours to measure.
+    roles.update({t["pid"]: f"trainer {t['trainer_id']}" for t in status["trainers"] if t["delivery"] == "shm" and t["pid"]})
+    procs = accountant.process_memory(list(roles))
     return {
         "ring_bytes": sum(n for k, n in segs.items() if k.startswith("pixpool-ring-")),
         "snapshot_bytes": sum(n for k, n in segs.items() if k in set(status["snapshot"].get("segments", []))),
+        "decoded_bytes": int(status["snapshot"].get("decoded_bytes", 0)),
+        "trainers": len(status["trainers"]),
         "segments": segs,
-        "processes": [{"pid": p.pid, "name": p.name, "rss": p.rss, "uss": p.uss, "pss": p.pss} for p in procs],
+        "processes": [{"pid": p.pid, "name": roles.get(p.pid, p.name), "rss": p.rss, "uss": p.uss, "pss": p.pss} for p in procs],
     }
 
 
@@ -92,8 +97,15 @@ def format_memory(mem: dict) -> str:
     from ..accountant import format_table, human_bytes
 
     rows = [[p["pid"], p["name"], human_bytes(p["rss"]), human_bytes(p["uss"]), human_bytes(p["pss"])] for p in mem["processes"]]
-    text = format_table(rows, ["pid", "name", "rss", "uss", "pss"])
-    return f"shared memory: snapshot {human_bytes(mem['snapshot_bytes'])}, batch rings {human_bytes(mem['ring_bytes'])}\n" + text
+    rows.append(["", "total", human_bytes(sum(p["rss"] for p in mem["processes"])), human_bytes(sum(p["uss"] for p in mem["processes"])),
+                 human_bytes(sum(p["pss"] for p in mem["processes"]))])
+    text = format_table(rows, ["pid", "process", "rss", "uss", "pss"])
+    head = f"shared memory: snapshot {human_bytes(mem['snapshot_bytes'])}, batch rings {human_bytes(mem['ring_bytes'])}"
+    decoded, n = mem.get("decoded_bytes", 0), max(1, mem.get("trainers", 0))
+    if decoded:
+        head += (f"\ndecoded uint8 cache of the same images: {human_bytes(decoded)} once, {human_bytes(n * decoded)} "
+                 f"if each of {n} trainer(s) kept its own (pss of a process counts its share of every segment it maps)")
+    return head + "\n" + text
 
 
 def run(args: argparse.Namespace) -> int:
