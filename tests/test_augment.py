@@ -306,3 +306,94 @@ def test_fused_quantisation_rounds_like_the_float_image_on_ties(offset: float, f
     write_image(pending, out, None)
     expected = np.clip(np.rint(pending.float_image()), 0, 255).astype(np.uint8)
     np.testing.assert_array_equal(out, expected[:, :, ::-1].transpose(2, 0, 1))
+
+
+# -- kernels behind the faster route (each must give the straightforward bytes) --------------
+@pytest.mark.parametrize("perspective", [0.0, 0.001])
+def test_padded_four_channel_resample_equals_three_channel(perspective: float) -> None:
+    # The route resamples a B G R + padding canvas because OpenCV's 4-channel float32
+    # kernel is vectorised; channels 0..2 must be the 3-channel resample's bytes.
+    import cv2
+
+    rng = np.random.default_rng(5)
+    cfg = AugmentConfig(imgsz=S, degrees=30.0, shear=10.0, scale=0.9, translate=0.3, perspective=perspective)
+    for trial in range(20):
+        bgr = (rng.integers(0, 256, (2 * S, 2 * S, 3)) - 114).astype(np.float32)
+        bgr[rng.random((2 * S, 2 * S)) < 0.2] = 0
+        padded = cv2.cvtColor(bgr, cv2.COLOR_BGR2BGRA)
+        matrix, _ = affine.draw_matrix(np.random.default_rng(trial), cfg, (2 * S, 2 * S), S)
+        three, four = affine.warp(bgr, matrix, S), affine.warp(padded, matrix, S)
+        assert four.shape == (S, S, 4)
+        assert np.ascontiguousarray(four[:, :, :3]).tobytes() == three.tobytes()
+
+
+def test_padded_canvas_fill_equals_three_channel_fill() -> None:
+    src = ArraySource([(64, 64), (50, 64), (64, 40), (64, 64)], S, seed=4)
+    rng = np.random.default_rng(1)
+    for _ in range(20):
+        xc, yc = rng.integers(S // 2, 3 * S // 2, 2).tolist()
+        tiles, _ = mosaic_tiles(src, [0, 1, 2, 3], S, xc, yc)  # read-only source views
+        x0, y0 = rng.integers(0, S, 2).tolist()
+        region = (x0, y0, x0 + int(rng.integers(1, S + 1)), y0 + int(rng.integers(1, S + 1)))
+        three = np.full((2 * S, 2 * S, 3), np.nan, np.float32)
+        padded = canvas.scratch(2 * S, 2 * S)
+        assert padded.shape == (2 * S, 2 * S, 4)
+        padded[:] = np.nan
+        canvas.fill(three, region, tiles)
+        canvas.fill(padded, region, tiles)
+        rx0, ry0, rx1, ry1 = region
+        assert padded[:, :, :3].tobytes() == three.tobytes()
+        assert np.isfinite(padded[ry0:ry1, rx0:rx1]).all(), "the padding the resample reads is finite"
+
+
+@pytest.mark.parametrize("channels", [3, 4])
+@pytest.mark.parametrize("offset", [114.0, 0.0])
+def test_quantise_rounds_the_float32_sum_half_to_even(channels: int, offset: float) -> None:
+    # Every half level of the output range, exact and a few float32 steps either side
+    # (where a float64 sum would round the other way), out-of-range values, -0.0.
+    from pixpool.server.augment.batch import quantise
+
+    halves = np.arange(-3, 260, dtype=np.float32) + np.float32(0.5) - np.float32(offset)
+    near = [halves]
+    for direction in (np.float32(np.inf), np.float32(-np.inf)):
+        x = halves
+        for _ in range(4):
+            x = np.nextafter(x, direction)
+            near.append(x)
+    rng = np.random.default_rng(2)
+    values = np.concatenate(near + [(rng.uniform(-140, 400, 4000)).astype(np.float32), np.float32([-0.0, -offset, 255 - offset])])
+    size = -(-len(values) // channels)
+    image = np.resize(values, size * channels).reshape(1, size, channels).astype(np.float32)
+    out = np.empty(image.shape, np.uint8)
+    assert quantise(image, offset, out=out) is out
+    expected = np.clip(np.rint(image + np.float32(offset)), 0, 255).astype(np.uint8)
+    np.testing.assert_array_equal(out, expected)
+
+
+def test_labels_from_placed_equal_concatenated_parts() -> None:
+    # The mosaic builds its four records' labels in one pass; the arrays must be those of
+    # building each record's and concatenating (empty records, records whose polygon
+    # count does not match, polygons under three vertices, one part, no parts).
+    from pixpool.server.augment.labels import Labels
+    from pixpool.shared.records import Targets
+
+    rng = np.random.default_rng(8)
+
+    def record(n: int, mode: str) -> Targets:
+        boxes = rng.uniform(0, 1, (n, 4)).astype(np.float32)
+        polys = tuple(rng.uniform(0, 1, (int(rng.integers(0, 7)), 2)).astype(np.float32) for _ in range(n))
+        if mode == "none":
+            polys = ()
+        elif mode == "mismatch" and n:
+            polys = polys[:-1]
+        return Targets(rng.integers(0, 80, n).astype(np.int32), boxes, polys)
+
+    for trial in range(200):
+        k = int(rng.integers(0, 5))
+        placed = [(record(int(rng.integers(0, 6)), str(rng.choice(["poly", "none", "mismatch"]))), int(rng.integers(1, 700)), int(rng.integers(1, 700)),
+                   int(rng.integers(-600, 700)), int(rng.integers(-600, 700))) for _ in range(k)]
+        want = Labels.concat([Labels.from_targets(*p) for p in placed])
+        got = Labels.from_placed(placed)
+        for name in ("classes", "boxes", "points", "offsets"):
+            a, b = getattr(want, name), getattr(got, name)
+            assert a.dtype == b.dtype and a.shape == b.shape and a.tobytes() == b.tobytes(), (trial, name)

@@ -80,3 +80,29 @@ def test_copy_paste_appends_mirrored_instances_in_order() -> None:
             for box in extra:
                 assert np.any(np.all(np.isclose(mirrored, box, atol=1e-4), axis=1))
     assert pasted_any
+
+
+def test_copy_paste_in_place_equals_into_a_clone() -> None:
+    # The route pastes into its own resample output; the bytes must be those of pasting
+    # into a clone, although the mirrored window overlaps the pasted area.
+    from pixpool.server.augment.labels import Labels
+    from pixpool.shared.records import Targets
+
+    rng = np.random.default_rng(4)
+    pasted = 0
+    for trial in range(30):
+        n = 4
+        xy = np.sort(rng.uniform(0, 1, (n, 2, 2)), axis=1).astype(np.float32)
+        boxes = np.stack([xy[:, 0, 0], xy[:, 0, 1], xy[:, 1, 0], xy[:, 1, 1]], 1)
+        polys = tuple(np.stack([b[[0, 2, 2, 0]], b[[1, 1, 3, 3]]], 1).astype(np.float32) for b in boxes)
+        labels = Labels.from_targets(Targets(np.arange(n, dtype=np.int32), boxes, polys), S, S)
+        image = rng.normal(0, 60, (S, S, 4)).astype(np.float32)
+        clone_in = image.copy()
+        want, want_labels = cp_mod.copy_paste(clone_in, labels, 1.0, np.random.default_rng(trial))
+        assert np.array_equal(clone_in, image), "not in place: the input is left alone"
+        got, got_labels = cp_mod.copy_paste(image, labels, 1.0, np.random.default_rng(trial), in_place=True)
+        assert got.tobytes() == want.tobytes() and got_labels.boxes.tobytes() == want_labels.boxes.tobytes()
+        if len(got_labels) > n:
+            pasted += 1
+            assert got is image
+    assert pasted > 5

@@ -4,8 +4,9 @@ The straightforward version builds the full canvas, restores the fill right afte
 resample, pastes instance by instance, flips with numpy, quantises with ``np.rint``,
 does HSV with split / three LUTs / merge, and reorders with ``transpose``. It shares
 only the draws and the label geometry with the route. Equal bytes prove the partial
-canvas, the deferred (fused) fill add, the union paste over its bounding box, the
-8-bit flip, the 3-channel LUT and the split into planes change nothing.
+canvas, the padded 4-channel canvas and resample, the deferred (fused) fill add and its
+one-array quantisation pass, the union paste over its bounding box, the 8-bit flip,
+the two-bytes-at-a-time HSV lookups and the split into planes change nothing.
 """
 
 from __future__ import annotations

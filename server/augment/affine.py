@@ -57,7 +57,7 @@ def inverse(matrix: np.ndarray) -> np.ndarray:
 
 
 def warp(canvas: np.ndarray, matrix: np.ndarray, out_size: int, *, out: np.ndarray | None = None) -> np.ndarray:
-    """float32 (out_size, out_size, 3): ``canvas`` resampled through ``matrix``, border 0.
+    """float32 (out_size, out_size, C): ``canvas`` (C channels) resampled through ``matrix``, border 0.
 
     Where the matrix is the identity and the canvas is already out_size square, the
     resample is bypassed (a copy), as the customary route does.
@@ -83,9 +83,10 @@ def build_canvas(
 ) -> np.ndarray:
     """The zero canvas with ``tiles``, written only where ``warp`` will read it.
 
-    Returns this thread's scratch buffer (valid until the next call). ``full_canvas=True``
-    builds a fresh, complete canvas instead: the straightforward version, kept for the
-    test that proves both give the same output bytes.
+    Returns this thread's scratch buffer (valid until the next call), with a padding
+    channel (``canvas.py``). ``full_canvas=True`` builds a fresh, complete 3-channel
+    canvas instead: the straightforward version, kept for the tests that prove both give
+    the same output bytes.
     """
     height, width = canvas_hw
     if full_canvas:
@@ -102,5 +103,6 @@ def build_canvas(
 
 
 def place_and_warp(tiles, canvas_hw: tuple[int, int], matrix: np.ndarray, out_size: int, *, full_canvas: bool = False) -> np.ndarray:
-    """``warp(build_canvas(...))``: the canvas built and resampled in one call."""
-    return warp(build_canvas(tiles, canvas_hw, matrix, out_size, full_canvas=full_canvas), matrix, out_size)
+    """``warp(build_canvas(...))`` as a new float32 (out_size, out_size, 3) B G R array."""
+    image = warp(build_canvas(tiles, canvas_hw, matrix, out_size, full_canvas=full_canvas), matrix, out_size)
+    return np.ascontiguousarray(image[:, :, :3])

@@ -68,10 +68,10 @@ def union_mask(shape_hw: tuple[int, int], polygons: list[np.ndarray]) -> tuple[n
     return mask, ((x, y, x + w, y + h) if w and h else None)
 
 
-def paste_masked(dest: np.ndarray, window: np.ndarray | None, mask: np.ndarray, bbox: tuple[int, int, int, int] | None) -> np.ndarray:
-    """A fresh clone of ``dest`` with ``window`` (the source's pixels inside ``bbox``)
-    copied where ``mask`` is set."""
-    out = dest.copy()
+def paste_masked(dest: np.ndarray, window: np.ndarray | None, mask: np.ndarray, bbox: tuple[int, int, int, int] | None, *, in_place: bool = False) -> np.ndarray:
+    """A fresh clone of ``dest`` (``dest`` itself with ``in_place``) with ``window`` (the
+    source's pixels inside ``bbox``) copied where ``mask`` is set."""
+    out = dest if in_place else dest.copy()
     if bbox is not None:
         x0, y0, x1, y1 = bbox
         # OpenCV writes through the ROI view of ``out`` (the tests check the result).
@@ -86,11 +86,15 @@ def paste_union(dest: np.ndarray, source: np.ndarray, polygons: list[np.ndarray]
     return paste_masked(dest, window, mask, bbox)
 
 
-def copy_paste(image: np.ndarray, labels: Labels, fraction: float, rng: np.random.Generator) -> tuple[np.ndarray, Labels]:
-    """(new image, labels with the pasted instances appended); ``image`` is not written.
+def copy_paste(image: np.ndarray, labels: Labels, fraction: float, rng: np.random.Generator, *, in_place: bool = False) -> tuple[np.ndarray, Labels]:
+    """(new image, labels with the pasted instances appended); ``image`` is not written,
+    unless ``in_place``: then the pixels are pasted into ``image`` itself (the route does
+    so with its own fresh resample output, sparing a full-image copy) and it is returned.
 
     Only the part of the mirrored image under the mask's bounding box is built (nothing
-    else of it is read), so mirroring costs the pasted area, not the whole image.
+    else of it is read), so mirroring costs the pasted area, not the whole image. That
+    window is a copy taken before anything is pasted, so pasting in place reads no pixel
+    it has already written.
     """
     if len(labels) == 0 or fraction <= 0:
         return image, labels
@@ -106,4 +110,4 @@ def copy_paste(image: np.ndarray, labels: Labels, fraction: float, rng: np.rando
         x0, y0, x1, y1 = bbox
         # The mirrored image's pixels in the box are the box's mirror image, flipped.
         window = cv2.flip(image[y0:y1, w - x1 : w - x0], 1)
-    return paste_masked(image, window, mask, bbox), Labels.concat([labels, pasted])
+    return paste_masked(image, window, mask, bbox, in_place=in_place), Labels.concat([labels, pasted])

@@ -59,6 +59,42 @@ class Labels:
             points = np.zeros((0, 2), np.float32)
         return cls(np.asarray(targets.classes, dtype=np.int32).reshape(-1).copy(), boxes, points, np.cumsum(lengths))
 
+    @classmethod
+    def from_placed(cls, placed: list[tuple[Targets, int, int, float, float]]) -> "Labels":
+        """``Labels.concat([Labels.from_targets(t, w, h, padw, padh) for ... in placed])``,
+        the same arrays, built with one multiply and one add per array instead of per part
+        (a mosaic places four records). Elementwise float32 arithmetic, so batching the
+        parts changes no bit; the tests compare both."""
+        classes, boxes, box_affine, points, point_affine, lengths = [], [], [], [], [], []
+        for targets, width, height, padw, padh in placed:
+            n = len(targets.classes)
+            if n == 0:
+                continue  # concat drops empty parts
+            classes.append(np.asarray(targets.classes, dtype=np.int32).reshape(-1))
+            boxes.append(np.asarray(targets.boxes, dtype=np.float32).reshape(-1, 4))
+            box_affine.append((n, (width, height, width, height, padw, padh, padw, padh)))
+            polys = [p for p in targets.polygons if len(p) >= 3] if len(targets.polygons) == n else []
+            if polys:
+                lengths.extend(len(p) if len(p) >= 3 else 0 for p in targets.polygons)
+                points.extend(polys)
+                point_affine.append((sum(len(p) for p in polys), (width, height, padw, padh)))
+            else:
+                lengths.extend([0] * n)
+        if not classes:
+            return cls.empty()
+        box_rows = np.repeat(np.array([a for _, a in box_affine], np.float32), [k for k, _ in box_affine], axis=0)
+        out_boxes = np.concatenate(boxes) * box_rows[:, :4]
+        out_boxes += box_rows[:, 4:]
+        if points:
+            point_rows = np.repeat(np.array([a for _, a in point_affine], np.float32), [k for k, _ in point_affine], axis=0)
+            out_points = np.concatenate(points).astype(np.float32, copy=False).reshape(-1, 2) * point_rows[:, :2]
+            out_points += point_rows[:, 2:]
+        else:
+            out_points = np.zeros((0, 2), np.float32)
+        offsets = np.zeros(len(lengths) + 1, dtype=np.int64)
+        np.cumsum(lengths, out=offsets[1:])
+        return cls(np.concatenate(classes), out_boxes, out_points, offsets)
+
     @property
     def counts(self) -> np.ndarray:
         return np.diff(self.offsets)

@@ -28,7 +28,7 @@ def mosaic_tiles(source: ImageSource, indices: list[int], imgsz: int, xc: int, y
     bottom-left, bottom-right; labels shifted and clipped to the canvas."""
     size = 2 * imgsz
     tiles: list[Tile] = []
-    parts: list[Labels] = []
+    placed = []
     for k, index in enumerate(indices):
         image = source.image(int(index))
         h, w = image.shape[:2]
@@ -45,8 +45,8 @@ def mosaic_tiles(source: ImageSource, indices: list[int], imgsz: int, xc: int, y
             xa0, ya0, xa1, ya1 = xc, yc, min(xc + w, size), min(size, yc + h)
             xb0, yb0 = 0, 0
         tiles.append((image, (xa0, ya0, xa1, ya1), (xb0, yb0)))
-        parts.append(Labels.from_targets(source.targets(int(index)), w, h, xa0 - xb0, ya0 - yb0))
-    return tiles, Labels.concat(parts).clip(size, size)
+        placed.append((source.targets(int(index)), w, h, xa0 - xb0, ya0 - yb0))
+    return tiles, Labels.from_placed(placed).clip(size, size)
 
 
 def letterbox_tile(source: ImageSource, index: int, imgsz: int) -> tuple[list[Tile], Labels]:

@@ -21,7 +21,10 @@ That float image is what ``render_sample`` returns; ``batch.render_batch`` quant
 (round half to even, clip to 0..255), applies HSV and reorders to RGB CHW.
 
 Byte-neutral shortcuts (each covered by a test): the canvas is only built where the
-resample reads (``canvas.py``); copy-paste and flips are pure copies, so they run before
+resample reads, with a padding fourth channel so that OpenCV's vectorised 4-channel
+resample serves (``canvas.py``; the padding rides along to the 8-bit image, where the
+colour conversion or the final split drops it; ``Pending.float_image`` returns B G R
+only); copy-paste and flips are pure copies, so they run before
 the fill is added back and the fill add is fused into quantisation (``Pending.offset``).
 Only mixup, which does arithmetic, needs the fill restored first.
 
@@ -49,8 +52,11 @@ MIXUP_BETA = 32.0
 
 @dataclass
 class Pending:
-    """A rendered sample whose float image is ``flip(image + offset)``, not yet materialised.
+    """A rendered sample whose float image is ``flip(image[..., :3] + offset)``, not yet
+    materialised.
 
+    ``image`` is float32 (S, S, 3) B G R, or (S, S, 4) with a padding channel after
+    B G R (the resample's 4-channel form, ``canvas.py``; ignored from then on).
     ``flip_code`` is OpenCV's (1 left-right, 0 up-down, -1 both) or None.
     """
 
@@ -62,7 +68,8 @@ class Pending:
 
     def float_image(self) -> np.ndarray:
         """The float32 (S, S, 3) BGR image before quantisation (a new array)."""
-        out = self.image + np.float32(self.offset) if self.offset else self.image.copy()
+        bgr = self.image[:, :, :3]
+        out = bgr + np.float32(self.offset) if self.offset else bgr.copy()  # C-contiguous either way
         return cv2.flip(out, self.flip_code) if self.flip_code is not None else out
 
 
@@ -97,7 +104,13 @@ def render(source: ImageSource, index: int, settings: StreamSettings, epoch: int
         image2, labels2 = _pre_transform(source, partner, settings, closed, rng, clock)
         ratio = np.float32(rng.beta(MIXUP_BETA, MIXUP_BETA))
         fill = np.float32(FILL_VALUE)
-        image = (image + fill) * ratio + (image2 + fill) * (np.float32(1.0) - ratio)
+        # (image + fill) * ratio + (image2 + fill) * (1 - ratio), the same float32
+        # operations in the same order, in place: both are this sample's own fresh arrays.
+        image += fill
+        image *= ratio
+        image2 += fill
+        image2 *= np.float32(1.0) - ratio
+        image += image2
         offset = 0.0
         labels = Labels.concat([labels, labels2])
         clock.lap("mixup")
@@ -134,8 +147,9 @@ def _pre_transform(source: ImageSource, index: int, settings: StreamSettings, cl
     clock.lap("labels")
     if not closed and cfg.copy_paste > 0:
         # A pure copy: running it on centred values gives the same bytes as after the
-        # fill is restored, and lets the fill add stay fused into quantisation.
-        image, labels = _cp.copy_paste(image, labels, cfg.copy_paste, rng)
+        # fill is restored, and lets the fill add stay fused into quantisation. In place:
+        # ``image`` is this sample's own fresh resample output, read by nothing else.
+        image, labels = _cp.copy_paste(image, labels, cfg.copy_paste, rng, in_place=True)
         clock.lap("copy_paste")
     return image, labels
 
