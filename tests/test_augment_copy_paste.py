@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import cv2
 import numpy as np
 import pytest
 from _augment_sources import ArraySource
@@ -21,6 +22,19 @@ def paste_instance_by_instance(dest: np.ndarray, source: np.ndarray, polygons: l
         where = mask.astype(bool)
         out[where] = source[where]
     return out
+
+
+def paste_mirrored_instance_by_instance(image: np.ndarray, polygons: list[np.ndarray], *, in_place: bool = False) -> np.ndarray:
+    """The route's pixel step done the straightforward way: mirror the whole image, paste each instance."""
+    calls.append(len(polygons))
+    out = paste_instance_by_instance(image, cv2.flip(image, 1), polygons)
+    if in_place:
+        image[...] = out
+        return image
+    return out
+
+
+calls: list[int] = []
 
 
 def _random_polygons(rng: np.random.Generator, n: int) -> list[np.ndarray]:
@@ -51,7 +65,8 @@ def test_route_union_equals_instance_by_instance(fraction: float, mosaic: float,
     runs = []
     for patched in (False, True):
         if patched:
-            monkeypatch.setattr(cp_mod, "paste_union", paste_instance_by_instance)
+            calls.clear()
+            monkeypatch.setattr(cp_mod, "paste_mirrored", paste_mirrored_instance_by_instance)
         out = []
         for epoch in range(3):
             for b in range(num_batches(len(src), st, epoch)):
@@ -59,6 +74,8 @@ def test_route_union_equals_instance_by_instance(fraction: float, mosaic: float,
                 states = [render_sample(src, int(i), st, epoch)[2].bit_generator.state for i in r.samples]
                 out.append((batch_digest(r.images, r.targets), r.targets.tobytes(), [f.tobytes() for f in r.floats], states))
         runs.append(out)
+    # The swapped step really ran, with overlapping selections of several instances.
+    assert calls and max(calls) > 1
     assert runs[0] == runs[1]
 
 

@@ -104,10 +104,19 @@ def copy_paste(image: np.ndarray, labels: Labels, fraction: float, rng: np.rando
     if len(chosen) == 0:
         return image, labels
     pasted = flipped.select(chosen)
-    mask, bbox = union_mask((h, w), pasted.polygons)
+    return paste_mirrored(image, pasted.polygons, in_place=in_place), Labels.concat([labels, pasted])
+
+
+def paste_mirrored(image: np.ndarray, polygons: list[np.ndarray], *, in_place: bool = False) -> np.ndarray:
+    """``image`` with its own left-right mirror copied once inside the union of ``polygons``
+    (pixel coordinates in the mirrored frame): a fresh clone, or ``image`` itself with
+    ``in_place``. The pixel step of ``copy_paste``; the tests swap it for an
+    instance-by-instance version to prove the route's bytes unchanged."""
+    h, w = image.shape[:2]
+    mask, bbox = union_mask((h, w), polygons)
     window = None
     if bbox is not None:
         x0, y0, x1, y1 = bbox
         # The mirrored image's pixels in the box are the box's mirror image, flipped.
         window = cv2.flip(image[y0:y1, w - x1 : w - x0], 1)
-    return paste_masked(image, window, mask, bbox, in_place=in_place), Labels.concat([labels, pasted])
+    return paste_masked(image, window, mask, bbox, in_place=in_place)
