@@ -18,6 +18,7 @@ from pixpool.server.prepare import PreparationTerminated, prepare_snapshot
 from pixpool.server.readers import load_dataset
 from pixpool.shared.errors import CapacityError, ImageDecodeError
 from pixpool.shared.names import list_segments
+from pixpool.shared.records import Dataset
 from pixpool.shared.shm import SharedSegment
 
 
@@ -39,8 +40,17 @@ def prepared():
             remove_snapshot(r.snapshot.name)
 
 
-def test_coco128_float32_is_exactly_four_times_uint8(coco128, prepared):
-    dataset = load_dataset(coco128 / "annotations" / "instances_train2017.json", coco128 / "images" / "train2017")
+def _private(dataset: Dataset, tmp_path) -> Dataset:
+    """The same records under a fingerprint of their own (one extra source file), so a
+    benchmark or another test run preparing coco128 at the same time is neither reused
+    nor reported as "being prepared" here."""
+    marker = tmp_path / "private-fingerprint.txt"
+    marker.write_text(f"{__name__} pid {os.getpid()}\n")
+    return Dataset(dataset.records, dataset.names, (*dataset.source_files, str(marker)))
+
+
+def test_coco128_float32_is_exactly_four_times_uint8(coco128, prepared, tmp_path):
+    dataset = _private(load_dataset(coco128 / "annotations" / "instances_train2017.json", coco128 / "images" / "train2017"), tmp_path)
     result = prepare_snapshot(dataset, imgsz=640, processes=2)
     prepared.append(result)
     assert not result.reused and result.records == len(dataset) == 128
@@ -131,7 +141,10 @@ def _decode_calls_then(monkeypatch, k: int, action):
     return count
 
 
-def test_keyboard_interrupt_leaves_no_segment(synthetic_data, monkeypatch):
+@pytest.mark.parametrize("processes", [1, 2])
+def test_keyboard_interrupt_leaves_no_segment(synthetic_data, monkeypatch, processes):
+    # With 2 processes this process is one of the decoders: it decodes its first records
+    # while the worker is still starting, so the interrupt lands mid-preparation either way.
     dataset = load_dataset(synthetic_data.coco_json)
     before = set(list_segments())
 
@@ -140,18 +153,19 @@ def test_keyboard_interrupt_leaves_no_segment(synthetic_data, monkeypatch):
 
     count = _decode_calls_then(monkeypatch, 5, interrupt)
     with pytest.raises(KeyboardInterrupt):
-        prepare_snapshot(dataset, imgsz=160, processes=1)
+        prepare_snapshot(dataset, imgsz=160, processes=processes)
     assert count["n"] == 5
     assert created_by_me(before) == []
 
 
-def test_sigterm_leaves_no_segment_and_restores_handler(synthetic_data, monkeypatch):
+@pytest.mark.parametrize("processes", [1, 2])
+def test_sigterm_leaves_no_segment_and_restores_handler(synthetic_data, monkeypatch, processes):
     dataset = load_dataset(synthetic_data.coco_json)
     before = set(list_segments())
     handler_before = signal.getsignal(signal.SIGTERM)
     _decode_calls_then(monkeypatch, 3, lambda: os.kill(os.getpid(), signal.SIGTERM))
     with pytest.raises(PreparationTerminated):
-        prepare_snapshot(dataset, imgsz=160, processes=1)
+        prepare_snapshot(dataset, imgsz=160, processes=processes)
     assert created_by_me(before) == []
     assert signal.getsignal(signal.SIGTERM) == handler_before
 

@@ -143,7 +143,7 @@ def _wait_for(predicate, timeout_s: float, what: str):
 def test_sigkill_during_prepare_then_clean_removes_everything(coco128, tmp_path):
     # A dataset big enough to be caught mid-decode: coco128 listed four times (duplicates
     # are records too), prepared at 640 by two decode processes, which must die with it
-    # (they map the arena: while they lived, clean would rightly keep it).
+    # (they hold the arena open: while they lived, clean would rightly keep it).
     src = json.loads((coco128 / "annotations" / "instances_train2017.json").read_text())
     images, anns = [], []
     for rep in range(4):

@@ -1,0 +1,146 @@
+"""Preparation with decode workers: records shared between the preparing process and the
+workers, a worker's failure rolled back, a late worker not waited for, ENOSPC at the write."""
+
+from __future__ import annotations
+
+import errno
+import hashlib
+import os
+import time
+
+import numpy as np
+import psutil
+import pytest
+from _snapshot_helpers import created_by_me, remove_snapshot, stop_resource_tracker
+
+from pixpool.server import prepare, prepare_worker
+from pixpool.server.fingerprint import base_name, fingerprint
+from pixpool.server.prepare import prepare_snapshot
+from pixpool.server.prepare_worker import WorkShare
+from pixpool.server.readers import load_dataset
+from pixpool.shared.errors import CapacityError, ImageDecodeError
+from pixpool.shared.names import list_segments
+
+IMGSZ = 160
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _reap_resource_tracker():
+    yield
+    stop_resource_tracker()
+
+
+def _wait_for(predicate, timeout_s: float, what: str):
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        time.sleep(0.002)  # polling interval, not synchronisation: the predicate decides
+    raise TimeoutError(f"timed out after {timeout_s} s waiting for {what}")
+
+
+def _prepare_and_remove(dataset, processes: int) -> tuple[str, np.ndarray]:
+    """(sha256 of every record's image bytes, a copy of image 3); the snapshot is removed.
+
+    Not ``Snapshot.checksum``: the header holds the creation time, which differs."""
+    result = prepare_snapshot(dataset, imgsz=IMGSZ, processes=processes)
+    try:
+        assert not result.reused
+        snap = result.snapshot
+        h = hashlib.sha256()
+        for i in range(len(snap)):
+            h.update(snap.image(i).tobytes())
+        return h.hexdigest(), np.array(snap.image(3))
+    finally:
+        result.snapshot.close()
+        remove_snapshot(result.snapshot.name)
+
+
+def _hold_parent_until_workers_claimed(monkeypatch, claimed_more_than: int) -> dict:
+    """The preparing process starts decoding only once the workers have claimed more than
+    ``claimed_more_than`` records, so the worker path runs whatever the machine's speed."""
+    real = prepare.decode_shared
+    seen = {}
+
+    def held(share, *args, **kwargs):
+        _wait_for(lambda: share.claimed > claimed_more_than, 120, "a decode worker to claim records")
+        seen["parent_wrote"] = real(share, *args, **kwargs)
+        return seen["parent_wrote"]
+
+    monkeypatch.setattr(prepare, "decode_shared", held)
+    return seen
+
+
+def _live_children() -> list[psutil.Process]:
+    out = []
+    for p in psutil.Process().children(recursive=True):
+        try:
+            if p.status() != psutil.STATUS_ZOMBIE and not any("resource_tracker" in part for part in p.cmdline()):
+                out.append(p)
+        except psutil.Error:
+            pass
+    return out
+
+
+def test_records_written_by_a_worker_are_byte_identical(synthetic_data, monkeypatch):
+    dataset = load_dataset(synthetic_data.coco_json)
+    one_checksum, one_image = _prepare_and_remove(dataset, 1)
+    seen = _hold_parent_until_workers_claimed(monkeypatch, 0)
+    two_checksum, two_image = _prepare_and_remove(dataset, 2)
+    assert seen["parent_wrote"] < len(dataset)  # the worker wrote the others
+    np.testing.assert_array_equal(two_image, one_image)
+    assert two_checksum == one_checksum
+
+
+def test_failure_in_a_worker_at_record_k_leaves_no_segment(synthetic_data, monkeypatch):
+    dataset = load_dataset(synthetic_data.coco_json)
+    before = set(list_segments())
+    _hold_parent_until_workers_claimed(monkeypatch, 7)  # record 7 is a worker's
+    with pytest.raises(ImageDecodeError, match="injected failure at record 7") as info:
+        prepare_snapshot(dataset, imgsz=IMGSZ, processes=2, fail_at=7)
+    assert dataset.records[7].image_path in str(info.value)
+    assert created_by_me(before) == []
+    assert not any(s.startswith(base_name(fingerprint(dataset, imgsz=IMGSZ))) for s in list_segments())
+    _wait_for(lambda: not _live_children(), 30, "the decode workers to exit")
+
+
+def test_worker_still_starting_at_the_end_is_stopped_cleanly(synthetic_data):
+    # 24 small images: the preparing process decodes them all long before a spawned
+    # interpreter has imported numpy and cv2; the worker is stopped, not waited for.
+    dataset = load_dataset(synthetic_data.coco_json)
+    one_checksum, _ = _prepare_and_remove(dataset, 1)
+    two_checksum, _ = _prepare_and_remove(dataset, 2)
+    assert two_checksum == one_checksum
+    _wait_for(lambda: not _live_children(), 30, "the decode workers to exit")
+
+
+def test_full_shm_at_the_write_is_a_capacity_error_and_rolls_back(synthetic_data, monkeypatch):
+    # /dev/shm filled by someone else after the capacity check: the arena write gets
+    # ENOSPC (never SIGBUS: the arena is written with pwrite, not through a mapping).
+    dataset = load_dataset(synthetic_data.coco_json)
+    before = set(list_segments())
+    real = os.pwrite
+    calls = {"n": 0}
+
+    def full_after_two(fd, data, offset):
+        calls["n"] += 1
+        if calls["n"] > 2:
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        return real(fd, data, offset)
+
+    monkeypatch.setattr(prepare_worker.os, "pwrite", full_after_two)
+    with pytest.raises(CapacityError, match="/dev/shm ran out of space") as info:
+        prepare_snapshot(dataset, imgsz=IMGSZ, processes=1)
+    assert any(r.image_path in str(info.value) for r in dataset.records[:3])
+    assert created_by_me(before) == []
+
+
+def test_work_share_hands_out_each_record_once_and_stops_on_abort():
+    share = WorkShare(3)
+    assert [share.claim() for _ in range(4)] == [0, 1, 2, None]
+    share.written()
+    assert share.done == 1 and share.claimed == 3
+    aborted = WorkShare(5)
+    assert aborted.claim() == 0
+    aborted.abort()
+    assert aborted.claim() is None and aborted.claimed == 5
