@@ -65,13 +65,3 @@ def created_by_me(before: set[str]) -> list[str]:
 def remove_snapshot(base: str) -> None:
     for seg in parts_of_base(base).values():
         unlink_segment(seg)
-
-
-def stop_resource_tracker() -> None:
-    """Spawning a pool starts multiprocessing's resource tracker, a child that would outlive
-    the run and trip conftest's leak check; stop it (the next spawn starts a fresh one)."""
-    from multiprocessing import resource_tracker
-
-    tracker = resource_tracker._resource_tracker
-    if getattr(tracker, "_pid", None) is not None and hasattr(tracker, "_stop"):
-        tracker._stop()

@@ -9,7 +9,7 @@ from types import SimpleNamespace
 import cv2
 import numpy as np
 import pytest
-from _snapshot_helpers import created_by_me, dataset_of, remove_snapshot, stop_resource_tracker, write_jpegs
+from _snapshot_helpers import created_by_me, dataset_of, remove_snapshot, write_jpegs
 from PIL import Image
 
 from pixpool.server import accountant, decode, prepare
@@ -20,12 +20,6 @@ from pixpool.shared.errors import CapacityError, ImageDecodeError
 from pixpool.shared.names import list_segments
 from pixpool.shared.records import Dataset
 from pixpool.shared.shm import SharedSegment
-
-
-@pytest.fixture(scope="module", autouse=True)
-def _reap_resource_tracker():
-    yield
-    stop_resource_tracker()
 
 
 @pytest.fixture

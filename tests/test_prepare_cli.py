@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 
 import pytest
-from _snapshot_helpers import created_by_me, remove_snapshot, stop_resource_tracker
+from _snapshot_helpers import created_by_me, remove_snapshot
 
 from pixpool.server.accountant import segment_users
 from pixpool.server.cli import main
@@ -20,12 +20,6 @@ from pixpool.server.fingerprint import base_name, fingerprint, parts_of_base
 from pixpool.server.readers import load_dataset
 from pixpool.server.snapshot import read_header
 from pixpool.shared.names import list_segments, shm_path
-
-
-@pytest.fixture(scope="module", autouse=True)
-def _reap_resource_tracker():
-    yield
-    stop_resource_tracker()
 
 
 @pytest.fixture

@@ -11,7 +11,7 @@ import time
 import numpy as np
 import psutil
 import pytest
-from _snapshot_helpers import created_by_me, remove_snapshot, stop_resource_tracker
+from _snapshot_helpers import created_by_me, remove_snapshot
 
 from pixpool.server import prepare, prepare_worker
 from pixpool.server.fingerprint import base_name, fingerprint
@@ -22,12 +22,6 @@ from pixpool.shared.errors import CapacityError, ImageDecodeError
 from pixpool.shared.names import list_segments
 
 IMGSZ = 160
-
-
-@pytest.fixture(scope="module", autouse=True)
-def _reap_resource_tracker():
-    yield
-    stop_resource_tracker()
 
 
 def _wait_for(predicate, timeout_s: float, what: str):

@@ -5,20 +5,13 @@ from __future__ import annotations
 import multiprocessing
 import pickle
 
-import numpy as np
 import pytest
-from _snapshot_helpers import remove_snapshot, stop_resource_tracker
+from _snapshot_helpers import remove_snapshot
 
 from pixpool.server.prepare import prepare_snapshot
 from pixpool.server.readers import load_dataset
 from pixpool.server.snapshot import Snapshot, list_snapshots
 from pixpool.shared.errors import SnapshotError
-
-
-@pytest.fixture(scope="module", autouse=True)
-def _reap_resource_tracker():
-    yield
-    stop_resource_tracker()
 
 
 @pytest.fixture(scope="module")
