@@ -25,9 +25,7 @@ from __future__ import annotations
 import argparse
 import json
 import multiprocessing as mp
-import os
 import shutil
-import signal
 import statistics
 import sys
 import tempfile
@@ -173,6 +171,8 @@ def main(argv=None) -> int:
         parser.error(f"--hsv {args.hsv!r}: use cpu, device or cpu,device")
 
     _one_thread()
+    from pixpool.server.run import stop_process
+
     from pixpool.server.commands.status import query_status
     from pixpool.server.prepare import prepare_snapshot
     from pixpool.server.readers import load_dataset
@@ -218,12 +218,7 @@ def main(argv=None) -> int:
             copies.append(time.perf_counter() - t0)
     finally:
         for proc, d in daemons.values():
-            if proc.is_alive():
-                os.kill(proc.pid, signal.SIGTERM)
-                proc.join(60)
-            if proc.is_alive():
-                proc.kill()
-                proc.join(10)
+            stop_process(proc, timeout_s=60.0)
             shutil.rmtree(d, ignore_errors=True)
         if not prep.reused:
             snap.unlink()

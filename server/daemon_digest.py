@@ -11,7 +11,6 @@ from __future__ import annotations
 import multiprocessing as mp
 import os
 import shutil
-import signal
 import tempfile
 import time
 
@@ -51,7 +50,7 @@ def daemon_digests(
         return collect(socket_dir)
     if data is None:
         raise ConfigError("a temporary daemon needs the dataset: pass data (and images for a COCO json)")
-    from .daemon import run_daemon
+    from .run import run_daemon, stop_process
 
     sdir = tempfile.mkdtemp(prefix="pxdg-")
     proc = mp.get_context("spawn").Process(
@@ -70,10 +69,5 @@ def daemon_digests(
             proc.join(0.05)  # bounded wait for start-up, watching for an early exit
         return collect(sdir)
     finally:
-        if proc.is_alive():
-            os.kill(proc.pid, signal.SIGTERM)
-            proc.join(30.0)
-        if proc.is_alive():
-            proc.kill()
-            proc.join(10.0)
+        stop_process(proc)
         shutil.rmtree(sdir, ignore_errors=True)

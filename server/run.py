@@ -9,8 +9,21 @@ from __future__ import annotations
 
 import logging
 import os
+import signal
 
 log = logging.getLogger(__name__)
+
+
+def stop_process(proc, *, sig: int = signal.SIGTERM, timeout_s: float = 30.0) -> None:
+    """Stop a daemon started as a ``multiprocessing`` process: ``sig`` (SIGTERM: a clean
+    shutdown that unlinks its rings and snapshot), then SIGKILL if it has not exited
+    within ``timeout_s``; always reaps it."""
+    if proc.is_alive():
+        os.kill(proc.pid, sig)
+        proc.join(timeout_s)
+    if proc.is_alive():
+        proc.kill()
+        proc.join(timeout_s)
 
 
 def run_daemon(

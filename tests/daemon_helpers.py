@@ -9,7 +9,6 @@ from __future__ import annotations
 import multiprocessing as mp
 import os
 import shutil
-import signal
 import tempfile
 import time
 from contextlib import contextmanager
@@ -17,6 +16,7 @@ from contextlib import contextmanager
 import numpy as np
 import zmq
 
+from pixpool.server.run import stop_process
 from pixpool.shared import protocol as proto
 from pixpool.shared.names import PREFIX, list_segments
 
@@ -64,15 +64,6 @@ def wait_for(predicate, timeout_s: float = WAIT_S, what: str = "condition"):
             return value
         time.sleep(0.05)  # polling interval of a bounded wait
     raise TimeoutError(f"{what} not reached within {timeout_s} s")
-
-
-def stop_process(proc, *, sig=signal.SIGTERM, timeout_s: float = 20.0) -> None:
-    if proc.is_alive():
-        os.kill(proc.pid, sig)
-        proc.join(timeout_s)
-    if proc.is_alive():
-        proc.kill()
-        proc.join(timeout_s)
 
 
 def kill_children_of(pid: int) -> None:

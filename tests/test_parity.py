@@ -1,6 +1,6 @@
 """Byte parity: the snapshot path and the reference path render the very same samples.
 
-Snapshot path: ``prepare_snapshot`` (H2) then the route over its read-only shared-memory
+Snapshot path: ``prepare_snapshot`` then the route over its read-only shared-memory
 views. Reference path: ``ReferenceSource`` decodes, resizes and centres per call.
 Compared: float image bytes before quantisation, packed targets, generator state.
 """
