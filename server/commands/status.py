@@ -101,10 +101,12 @@ def format_memory(mem: dict) -> str:
                  human_bytes(sum(p["pss"] for p in mem["processes"]))])
     text = format_table(rows, ["pid", "process", "rss", "uss", "pss"])
     head = f"shared memory: snapshot {human_bytes(mem['snapshot_bytes'])}, batch rings {human_bytes(mem['ring_bytes'])}"
-    decoded, n = mem.get("decoded_bytes", 0), max(1, mem.get("trainers", 0))
+    decoded, n = mem.get("decoded_bytes", 0), mem.get("trainers", 0)
     if decoded:
-        head += (f"\ndecoded uint8 cache of the same images: {human_bytes(decoded)} once, {human_bytes(n * decoded)} "
-                 f"if each of {n} trainer(s) kept its own (pss of a process counts its share of every segment it maps)")
+        head += f"\ndecoded uint8 cache of the same images: {human_bytes(decoded)}"
+        if n:
+            head += f" once, {human_bytes(n * decoded)} if each of the {n} trainer(s) kept its own"
+        head += " (pss of a process counts its share of every segment it maps)"
     return head + "\n" + text
 
 
