@@ -21,8 +21,9 @@ Operations (-> daemon, <- trainer):
 - ``error`` <- {code, message, trainer_id (may be nil)}.
 - ``stopped`` <- {reason}: the daemon is shutting down.
 
-Every frame is at most ``MAX_FRAME_BYTES``: a control message is a few hundred bytes, so a
-larger one is refused before msgpack sees it.
+Every request is at most ``MAX_FRAME_BYTES``: a control message is a few hundred bytes, so a
+larger one is refused before msgpack sees it. Replies may be up to ``MAX_REPLY_BYTES``: a
+``status`` reply grows with the number of attached trainers (each carries its settings).
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ from .errors import ProtocolError
 
 PROTOCOL_VERSION = 1
 MAX_FRAME_BYTES = 64 * 1024
+MAX_REPLY_BYTES = 4 * 1024 * 1024
 
 _INT = (int,)
 _STR = (str,)
@@ -89,8 +91,9 @@ def decode(frame: bytes | memoryview, *, reply: bool = False) -> dict[str, Any]:
     Raises ``ProtocolError`` naming the problem (size, encoding, version, op, field).
     """
     size = len(frame)
-    if size > MAX_FRAME_BYTES:
-        raise ProtocolError(f"frame of {size} bytes exceeds the limit of {MAX_FRAME_BYTES} bytes for a control message")
+    limit = MAX_REPLY_BYTES if reply else MAX_FRAME_BYTES
+    if size > limit:
+        raise ProtocolError(f"frame of {size} bytes exceeds the limit of {limit} bytes for a control message")
     try:
         # raw=False: strings must be valid UTF-8; strict_map_key: keys must be str/bytes.
         # No ext_hook: extension types come back as ExtType and fail the type checks below.
