@@ -268,3 +268,15 @@ def test_new_epoch_iterator_replaces_the_old_one(daemon, dataset):
         del old  # its late clean-up must not release the new iterator's slot
         got += [digest_of(b) for b in new]
     assert got == reference_stream(dataset, s, 1)[0]
+
+
+def test_train_command_trains_on_the_daemons_stream(daemon, capsys):
+    """``pixpool train``: a trainer from the command line, attached to the running daemon."""
+    from pixpool.server.cli import main
+
+    _, d = daemon
+    argv = ["train", "--socket-dir", d, "--num-classes", "8", "--imgsz", str(IMGSZ), "--batch-size", "4", "--max-steps", "3", "--seed", "5", "--json"]
+    assert main(argv) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["steps"] == 3 and report["images"] == 12 and report["device"] == "cpu"
+    assert len(report["losses"]) == 3 and all(loss > 0 for loss in report["losses"])
