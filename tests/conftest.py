@@ -73,3 +73,16 @@ def synthetic_data(tmp_path_factory: pytest.TempPathFactory):
     from pixpool.server.synthetic import write_synthetic
 
     return write_synthetic(tmp_path_factory.mktemp("synthetic"), num_images=24, seed=0)
+
+
+@pytest.fixture
+def synthetic_copy(synthetic_data, tmp_path) -> Path:
+    """A private copy of the synthetic set, in the same layout, that a test may break."""
+    import shutil
+
+    root = tmp_path / "ds"
+    shutil.copytree(synthetic_data.images_dir, root / "images" / "train")
+    shutil.copytree(synthetic_data.labels_dir, root / "labels" / "train")
+    shutil.copytree(synthetic_data.coco_json.parent, root / "annotations")
+    shutil.copy(synthetic_data.data_yaml, root / "data.yaml")
+    return root

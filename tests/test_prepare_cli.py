@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -23,14 +22,8 @@ from pixpool.shared.names import list_segments, shm_path
 
 
 @pytest.fixture
-def ds(synthetic_data, tmp_path) -> Path:
-    """A private copy of the synthetic set that a test may break."""
-    root = tmp_path / "ds"
-    shutil.copytree(synthetic_data.images_dir, root / "images" / "train")
-    shutil.copytree(synthetic_data.labels_dir, root / "labels" / "train")
-    shutil.copytree(synthetic_data.coco_json.parent, root / "annotations")
-    shutil.copy(synthetic_data.data_yaml, root / "data.yaml")
-    return root
+def ds(synthetic_copy) -> Path:
+    return synthetic_copy
 
 
 def _json(ds: Path) -> Path:

@@ -14,17 +14,8 @@ from pixpool.shared.errors import DatasetError, MissingFileError
 
 
 @pytest.fixture
-def ds(synthetic_data, tmp_path) -> Path:
-    """A private copy of the synthetic set (images as per-file links) that a test may break."""
-    root = tmp_path / "ds"
-    images = root / "images" / "train"
-    images.mkdir(parents=True)
-    for image in synthetic_data.images_dir.iterdir():
-        (images / image.name).symlink_to(image)
-    shutil.copytree(synthetic_data.labels_dir, root / "labels" / "train")
-    shutil.copytree(synthetic_data.coco_json.parent, root / "annotations")
-    shutil.copy(synthetic_data.data_yaml, root / "data.yaml")
-    return root
+def ds(synthetic_copy) -> Path:
+    return synthetic_copy
 
 
 def _json(ds: Path) -> Path:
