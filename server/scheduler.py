@@ -112,7 +112,10 @@ class Scheduler:
             s.busy.discard(slot)
             s.free.append(slot)
         s.finished.clear()
-        # Busy slots of abandoned jobs are freed when those jobs report back.
+        # Busy slots of abandoned jobs still running are freed when those jobs report back;
+        # queued retries of this trainer will never run, so their slots are freed now.
+        for job in [j for j in self._retry if j.trainer_id == trainer_id]:
+            self._drop(s, job)
         self._retry = deque(j for j in self._retry if j.trainer_id != trainer_id)
         s.epoch, s.num_batches, s.next_dispatch, s.next_announce = epoch, num_batches, batch, batch
 
@@ -130,6 +133,8 @@ class Scheduler:
             s = self.streams.get(job.trainer_id)
             if s is not None and job.generation == s.generation:
                 return job
+            if s is not None:  # a retry from an abandoned generation: give its slot back
+                self._drop(s, job)
         n = len(self._order)
         for k in range(n):
             tid = self._order[(self._rr + k) % n]

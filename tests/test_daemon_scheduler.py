@@ -73,3 +73,22 @@ def test_last_batch_then_nothing_and_remove():
     assert s.next_job() is None
     s.remove(1)
     assert s.next_job() is None and 1 not in s.streams
+
+
+def test_new_start_frees_the_slots_of_queued_retries():
+    """A worker died with a job, then the trainer started over before the re-run: no slot may leak."""
+    s = _sched(1, slots=2)
+    job = s.next_job()
+    s.retry(job)  # the worker died; the re-run waits for a new worker
+    s.start(1, epoch=1, batch=0, num_batches=6)
+    st = s.streams[1]
+    assert sorted(st.free) == [0, 1] and not st.busy
+    assert sorted(s.next_job().slot for _ in range(2)) == [0, 1]  # both credits usable again
+
+
+def test_stale_retry_popped_by_next_job_frees_its_slot():
+    s = _sched(1, slots=1)
+    job = s.next_job()
+    s.retry(job)
+    s.streams[1].generation += 1  # the stream moved on without start() seeing the retry
+    assert s.next_job() is not None  # the stale retry is skipped and its slot reused
