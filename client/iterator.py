@@ -307,7 +307,7 @@ class Client:
         if self.device is not None:
             timg = timg.to(self.device, non_blocking=True)
             ttgt = ttgt.to(self.device, non_blocking=True)
-        if self.settings.hsv_on_device:
+        if self.settings.hsv_on_device and self.settings.augment.augment:  # validation streams get no HSV
             from .hsv_torch import apply_hsv
 
             timg = apply_hsv(timg, self.settings, epoch, samples)

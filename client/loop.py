@@ -51,7 +51,10 @@ def train_on_daemon(settings: StreamSettings, *, epochs: int, num_classes: int, 
         device = "cuda" if torch.cuda.is_available() else "cpu"
     step = TrainStep(num_classes=num_classes, batch_size=settings.batch_size, imgsz=settings.augment.imgsz, device=device)
     report = TrainReport(pid=os.getpid(), seed=settings.seed, device=str(device), graph=step.use_graph)
-    with Client(settings, socket_dir=socket_dir, endpoint=endpoint, keys_dir=keys_dir, timeout_s=timeout_s, as_torch=False) as client:
+    # Plain slot views go through the step's pinned staging; with HSV on the device the
+    # client moves each batch to the device itself and applies HSV there.
+    on_device = dict(as_torch=True, device=device) if settings.hsv_on_device else dict(as_torch=False)
+    with Client(settings, socket_dir=socket_dir, endpoint=endpoint, keys_dir=keys_dir, timeout_s=timeout_s, **on_device) as client:
         if on_attached is not None:
             on_attached()
         t0 = time.perf_counter()

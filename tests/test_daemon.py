@@ -280,3 +280,31 @@ def test_train_command_trains_on_the_daemons_stream(daemon, capsys):
     report = json.loads(capsys.readouterr().out)
     assert report["steps"] == 3 and report["images"] == 12 and report["device"] == "cpu"
     assert len(report["losses"]) == 3 and all(loss > 0 for loss in report["losses"])
+
+
+def test_train_with_hsv_on_device_applies_it(daemon, monkeypatch):
+    """The training loop's batches get HSV on the device when the workers skip it."""
+    import pixpool.client.hsv_torch as hsv_torch
+    from pixpool.client.loop import train_on_daemon
+
+    calls = []
+    real = hsv_torch.apply_hsv
+    monkeypatch.setattr(hsv_torch, "apply_hsv", lambda images, *a, **k: calls.append(images.shape) or real(images, *a, **k))
+    s = settings(9, batch_size=4, hsv_on_device=True)
+    report = train_on_daemon(s, epochs=1, num_classes=8, socket_dir=daemon[1], device="cpu", max_steps=2, timeout_s=WAIT_S)
+    assert report.steps == 2 and len(calls) >= 2 and calls[0][0] == 4
+
+
+def test_validation_stream_gets_no_device_hsv(daemon, dataset):
+    import torch
+
+    from pixpool.server.augment.batch import render_batch
+    from pixpool.server.reference import ReferenceSource
+
+    s = StreamSettings(seed=4, batch_size=4, hsv_on_device=True, augment=AugmentConfig(imgsz=IMGSZ, augment=False))
+    with Client(s, socket_dir=daemon[1], timeout_s=WAIT_S) as c:
+        it = c.epoch(0)
+        b = next(it)
+        r = render_batch(ReferenceSource(dataset, IMGSZ), s, 0, 0)
+        assert torch.equal(b.images, torch.from_numpy(r.images))  # letterboxed, unjittered, on both sides
+        it.close()
