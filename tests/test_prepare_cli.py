@@ -184,3 +184,30 @@ def test_clean_decisions():
     users = {"pixpool-snap-bbbb-img": {me}}
     assert removable(segs, users) == sorted(segs[:3] + [segs[6]])
     assert removable(segs, users, everything=True) == segs
+
+
+def test_clean_keep_complete_removes_stale_rings_but_keeps_snapshots(synthetic_data, capsys):
+    """What a service manager runs after the daemon stops: the prepared snapshot stays for the restart."""
+    from pixpool.server.prepare import prepare_snapshot
+    from pixpool.shared.names import ring_segment
+    from pixpool.shared.shm import SharedSegment
+
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait(30)
+    ring = ring_segment(dead.pid, 1)
+    SharedSegment.create(ring, 4096).close()
+    result = prepare_snapshot(load_dataset(synthetic_data.coco_json), imgsz=64, processes=1)
+    snap = result.snapshot
+    names = list(snap.segment_names)
+    snap.close()
+    try:
+        assert main(["clean", "--keep-complete", ring, snap.name]) == 0
+        out = capsys.readouterr().out
+        assert f"removed {ring}" in out
+        assert not os.path.exists(shm_path(ring))
+        assert all(os.path.exists(shm_path(n)) for n in names), out
+    finally:
+        if os.path.exists(shm_path(ring)):
+            os.unlink(shm_path(ring))
+        if not result.reused:
+            remove_snapshot(snap.name)

@@ -18,6 +18,8 @@ def configure(parser: argparse.ArgumentParser, name: str) -> None:
     else:
         parser.add_argument("names", nargs="*", metavar="NAME", help="only these snapshots/segments (base name pixpool-snap-<fp>, or a segment name)")
         parser.add_argument("--all", action="store_true", help="also remove segments that live processes map")
+        parser.add_argument("--keep-complete", action="store_true",
+                            help="keep complete snapshots (a restarted daemon re-attaches them); remove only stale rings and half-built snapshots")
         parser.add_argument("--dry-run", action="store_true", help="print what would be removed, remove nothing")
 
 
@@ -95,13 +97,19 @@ def _clean(args: argparse.Namespace) -> int:
         wanted = set(args.names)
         segments = [s for s in segments if s in wanted or s.rpartition("-")[0] in wanted]
     targets = removable(segments, segment_users(), everything=args.all)
+    if args.keep_complete:
+        from ..snapshot import list_snapshots
+
+        complete = {info.name for info in list_snapshots() if info.complete}
+        targets = [t for t in targets if t.rpartition("-")[0] not in complete]
     kept = sorted(set(segments) - set(targets))
     verb = "would remove" if args.dry_run else "removed"
     for seg in targets:
         if args.dry_run or unlink_segment(seg):
             print(f"{verb} {seg}")
     if kept:
-        print(f"kept {len(kept)} segment(s) in use: {', '.join(kept)} (--all removes them too)")
+        why = "in use or complete" if args.keep_complete else "in use"
+        print(f"kept {len(kept)} segment(s) {why}: {', '.join(kept)} (--all removes them too)")
     if not targets and not kept:
         print("nothing to clean")
     return 0
