@@ -86,6 +86,7 @@ class Daemon:
         route: str | None = None,
         snapshot_info: dict | None = None,
         max_ring_nbytes: int = 2 << 30,
+        max_total_ring_nbytes: int | None = None,
         max_trainers: int = 64,
     ):
         if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
@@ -104,6 +105,9 @@ class Daemon:
         self.route = _route.load(route)
         self.snapshot_info = dict(snapshot_info or {})
         self.max_ring_nbytes = max_ring_nbytes
+        # Rings live in /dev/shm beside the snapshot: by default all of them together may
+        # take at most half of what /dev/shm had free when the daemon started.
+        self.max_total_ring_nbytes = _default_ring_budget() if max_total_ring_nbytes is None else max_total_ring_nbytes
         self.max_trainers = max_trainers
         self.pid = os.getpid()
         self.host = _socket.gethostname()
@@ -141,6 +145,9 @@ class Daemon:
             local = ctx.socket(zmq.ROUTER)
             local.setsockopt(zmq.LINGER, 0)
             local.setsockopt(zmq.ROUTER_MANDATORY, 0)
+            # A frame over MAX_WIRE_BYTES makes libzmq drop the peer before allocating it;
+            # smaller oversized frames reach decode(), which answers with an error.
+            local.setsockopt(zmq.MAXMSGSIZE, proto.MAX_WIRE_BYTES)
             socks.append(local)
             self._bind_local(local)
             if self.tcp is not None:
@@ -149,10 +156,12 @@ class Daemon:
                 remote = ctx.socket(zmq.ROUTER)
                 socks.append(remote)  # closed in _shutdown even if binding fails (ctx.term waits for it)
                 remote.setsockopt(zmq.LINGER, 0)
+                remote.setsockopt(zmq.MAXMSGSIZE, proto.MAX_WIRE_BYTES)
                 ep.configure_server(remote, self.keys_dir)
                 _bind(remote, f"tcp://{host}:{port}")
                 self._remote = remote
-            self.workers = [spawn_worker(self._mp, i, self.source, self.route_name) for i in range(self.num_workers)]
+            for i in range(self.num_workers):  # appended one by one: _shutdown reaps those started if a spawn fails
+                self.workers.append(spawn_worker(self._mp, i, self.source, self.route_name))
             log.info("daemon %d serving %s on %s with %d workers", self.pid, self.snapshot_info.get("name", "source"), self.endpoint, self.num_workers)
             self._loop(socks)
         finally:
@@ -287,6 +296,10 @@ class Daemon:
         layout = RingLayout(slots=slots, batch_size=settings.batch_size, imgsz=self.source.imgsz, max_targets=max_t)
         if layout.nbytes > self.max_ring_nbytes:
             raise CapacityError(f"a ring of {slots} slots for batch {settings.batch_size} at imgsz {self.source.imgsz} needs {layout.nbytes} bytes, over the daemon's limit of {self.max_ring_nbytes}; use fewer slots or a smaller batch")
+        in_rings = sum(t.ring.layout.nbytes for t in self.trainers.values())
+        if in_rings + layout.nbytes > self.max_total_ring_nbytes:
+            raise CapacityError(f"a ring of {layout.nbytes} bytes on top of the {in_rings} bytes of attached trainers' rings exceeds the daemon's "
+                                f"budget of {self.max_total_ring_nbytes} bytes; use fewer slots or a smaller batch, or raise max_total_ring_nbytes")
         if len(self.trainers) >= self.max_trainers:
             raise CapacityError(f"{len(self.trainers)} trainers are attached, the daemon's limit; detach one or raise max_trainers")
         tid = next(self._ids)
@@ -347,9 +360,10 @@ class Daemon:
                     w.pid, w.ready = reply["pid"], True
                     w.ready_s = time.monotonic() - w.spawned_at
                     continue
-                job, w.job = w.job, None
+                job = w.job
                 if job is None or reply.get("job") != job.job_id:
-                    continue
+                    continue  # not the job this worker holds: keep waiting for that one
+                w.job = None
                 w.busy_s += time.monotonic() - w.job_started
                 if reply["ok"]:
                     w.batches_done += 1
@@ -433,6 +447,11 @@ class Daemon:
 class _Unknown(Exception):
     def __init__(self, trainer_id: int):
         self.trainer_id = trainer_id
+
+
+def _default_ring_budget() -> int:
+    st = os.statvfs("/dev/shm")
+    return st.f_bavail * st.f_frsize // 2
 
 
 def _bind(sock: zmq.Socket, endpoint: str) -> None:

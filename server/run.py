@@ -40,6 +40,7 @@ def run_daemon(
     processes: int = 2,
     route: str | None = None,
     max_ring_nbytes: int = 2 << 30,
+    max_total_ring_nbytes: int | None = None,
 ) -> None:
     """Load ``data``, prepare or re-attach its snapshot, serve until stopped, clean up.
 
@@ -57,7 +58,8 @@ def run_daemon(
     log.info("snapshot %s %s (%d records, %.1f s)", snap.name, "re-attached" if result.reused else "prepared", len(snap), result.seconds)
     created = not result.reused
     try:
-        Daemon(snap, workers=workers, socket_dir=socket_dir, tcp=tcp, keys_dir=keys_dir, heartbeat_timeout_s=heartbeat_timeout_s, route=route, snapshot_info=info, max_ring_nbytes=max_ring_nbytes).serve()
+        Daemon(snap, workers=workers, socket_dir=socket_dir, tcp=tcp, keys_dir=keys_dir, heartbeat_timeout_s=heartbeat_timeout_s, route=route, snapshot_info=info, max_ring_nbytes=max_ring_nbytes,
+               max_total_ring_nbytes=max_total_ring_nbytes).serve()
     finally:
         if created and not keep_snapshot:
             snap.unlink()

@@ -36,6 +36,9 @@ from .errors import ProtocolError
 
 PROTOCOL_VERSION = 1
 MAX_FRAME_BYTES = 64 * 1024
+# Requests between MAX_FRAME_BYTES and this get an error reply; larger ones make libzmq
+# drop the peer before allocating the frame (the daemon's sockets set ZMQ_MAXMSGSIZE).
+MAX_WIRE_BYTES = 1024 * 1024
 MAX_REPLY_BYTES = 4 * 1024 * 1024
 
 _INT = (int,)

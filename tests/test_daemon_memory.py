@@ -75,3 +75,18 @@ def test_second_trainer_adds_its_ring_and_nothing_else(synthetic_data):
     assert after["shm"] - before["shm"] == ring_b  # exactly its ring in /dev/shm
     assert abs(after["heap"] - before["heap"]) <= TOLERANCE_BYTES, f"heap moved by {after['heap'] - before['heap']} bytes with a second trainer"
     assert detached["shm"] == before["shm"]  # its ring is gone once it detaches
+
+
+def test_total_ring_budget_refuses_an_attach_and_the_daemon_keeps_serving(synthetic_data):
+    """Rings share /dev/shm with the snapshot: past the daemon's budget an attach is refused, clearly."""
+    import pytest
+
+    from pixpool.shared.errors import PixpoolError
+
+    s = StreamSettings(seed=1, batch_size=2, augment=AugmentConfig(imgsz=160))
+    with real_daemon(synthetic_data.coco_json, imgsz=160, workers=1, max_total_ring_nbytes=1) as (proc, d):
+        with pytest.raises(PixpoolError, match=r"exceeds the daemon's budget of 1 bytes.*max_total_ring_nbytes"):
+            Client(s, socket_dir=d, timeout_s=WAIT_S)
+        st = ask_status(d)
+        assert st["trainers"] == [] and proc.is_alive()
+        assert not [n for n in list_segments() if n.startswith(f"pixpool-ring-{st['daemon']['pid']}-")]

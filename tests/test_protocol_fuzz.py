@@ -146,3 +146,23 @@ def test_daemon_survives_fuzz_and_serves_correct_stream(synthetic_data, tmp_path
         with Client(s, socket_dir=d, timeout_s=WAIT_S) as c:
             got = [digest_of(b) for b in c.epoch(0)]
         assert got == reference_stream(load_dataset(synthetic_data.coco_json), s, 0)[0]
+
+
+def test_huge_frame_drops_only_that_peer(synthetic_data):
+    """A frame over MAX_WIRE_BYTES is refused by libzmq before it is allocated; others are served."""
+
+    with real_daemon(synthetic_data.coco_json, imgsz=IMGSZ, workers=1) as (proc, d):
+        ctx = zmq.Context.instance()
+        sock = ctx.socket(zmq.DEALER)
+        sock.setsockopt(zmq.LINGER, 0)
+        try:
+            sock.connect(f"ipc://{d}/daemon.sock")
+            sock.send(b"\x00" * (proto.MAX_WIRE_BYTES + 1))
+            assert not sock.poll(500), "no reply: the daemon never reads such a frame"
+        finally:
+            sock.close(linger=0)
+        assert ask_status(d)["daemon"]["pid"] and proc.is_alive()
+        with Client(_settings(2), socket_dir=d, timeout_s=WAIT_S) as c:
+            it = c.epoch(0)
+            assert next(it).images.shape[0] > 0
+            it.close()
