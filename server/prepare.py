@@ -284,13 +284,21 @@ def prepare_snapshot(
         meta.buf[layout.COMPLETE_OFFSET : layout.COMPLETE_OFFSET + 4] = layout.COMPLETE_MARK.to_bytes(4, "little")
         meta.flush()
     except BaseException:
-        if in_main:  # a second SIGTERM must not cut the rollback short
+        old_int = None
+        if in_main:  # a second SIGTERM or Ctrl-C must not cut the rollback short
             signal.signal(signal.SIGTERM, signal.SIG_IGN)
-        if pool is not None:
-            _kill_pool(pool)
-        for seg in created:
-            seg.close()
-            seg.unlink()
+            old_int = signal.signal(signal.SIGINT, signal.SIG_IGN)
+        try:
+            # Unlink first: a worker keeps its own descriptor and can finish writing into
+            # an unlinked file harmlessly, while stopping the pool may take seconds.
+            for seg in created:
+                seg.close()
+                seg.unlink()
+            if pool is not None:
+                _kill_pool(pool)
+        finally:
+            if in_main:
+                signal.signal(signal.SIGINT, old_int if old_int is not None else signal.default_int_handler)
         raise
     finally:
         if in_main:

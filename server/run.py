@@ -11,6 +11,8 @@ import logging
 import os
 import signal
 
+from ..shared.errors import ConfigError
+
 log = logging.getLogger(__name__)
 
 
@@ -46,24 +48,47 @@ def run_daemon(
 
     Usable as a spawn ``Process`` target (tests) and by ``pixpool serve``.
     """
+    import threading
+
+    from .accountant import segment_users
     from .daemon import Daemon
     from .prepare import prepare_snapshot
     from .readers import load_dataset
 
-    dataset = load_dataset(data, images)
-    result = prepare_snapshot(dataset, imgsz=imgsz, processes=processes)
-    snap = result.snapshot
-    info = {"name": snap.name, "reused": bool(result.reused), "prepare_s": round(float(result.seconds), 3), "segments": list(snap.segment_names),
-            "image_bytes": int(result.image_bytes), "decoded_bytes": int(result.decoded_bytes)}
-    log.info("snapshot %s %s (%d records, %.1f s)", snap.name, "re-attached" if result.reused else "prepared", len(snap), result.seconds)
-    created = not result.reused
+    if imgsz < 32:
+        raise ConfigError(f"--imgsz must be >= 32, got {imgsz}")
+    # SIGTERM between preparation and the daemon's own handler must still unlink what this
+    # call created: until serve() takes over it raises here, and the finally below runs.
+    in_main = threading.current_thread() is threading.main_thread()
+    old_term = signal.signal(signal.SIGTERM, _raise_terminated) if in_main else None
+    snap, created = None, False
     try:
-        Daemon(snap, workers=workers, socket_dir=socket_dir, tcp=tcp, keys_dir=keys_dir, heartbeat_timeout_s=heartbeat_timeout_s, route=route, snapshot_info=info, max_ring_nbytes=max_ring_nbytes,
-               max_total_ring_nbytes=max_total_ring_nbytes).serve()
+        dataset = load_dataset(data, images)
+        result = prepare_snapshot(dataset, imgsz=imgsz, processes=processes)
+        snap, created = result.snapshot, not result.reused
+        info = {"name": snap.name, "reused": bool(result.reused), "prepare_s": round(float(result.seconds), 3), "segments": list(snap.segment_names),
+                "image_bytes": int(result.image_bytes), "decoded_bytes": int(result.decoded_bytes)}
+        log.info("snapshot %s %s (%d records, %.1f s)", snap.name, "re-attached" if result.reused else "prepared", len(snap), result.seconds)
+        Daemon(snap, workers=workers, socket_dir=socket_dir, tcp=tcp, keys_dir=keys_dir, heartbeat_timeout_s=heartbeat_timeout_s, route=route, snapshot_info=info,
+               max_ring_nbytes=max_ring_nbytes, max_total_ring_nbytes=max_total_ring_nbytes).serve()
     finally:
-        if created and not keep_snapshot:
-            snap.unlink()
-            log.info("snapshot %s removed", snap.name)
-        snap.close()
+        if snap is not None:
+            # Another daemon may have re-attached the snapshot this one created: leave it to
+            # them (``pixpool clean`` removes it once nobody maps it).
+            others = {pid for seg in snap.segment_names for pid in segment_users().get(seg, ())} - {os.getpid()}
+            if created and not keep_snapshot and not others:
+                snap.unlink()
+                log.info("snapshot %s removed", snap.name)
+            elif created and not keep_snapshot:
+                log.warning("snapshot %s kept: processes %s still map it", snap.name, sorted(others))
+            snap.close()
+        if in_main:
+            signal.signal(signal.SIGTERM, old_term if old_term is not None else signal.SIG_DFL)
+
+
+def _raise_terminated(signum, frame):
+    from .prepare import PreparationTerminated
+
+    raise PreparationTerminated("SIGTERM before the daemon started serving; what it created is being removed")
 
 

@@ -23,10 +23,17 @@ def configure(parser: argparse.ArgumentParser, name: str) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..daemon import run_daemon
+    import sys
 
-    run_daemon(
-        args.data, images=args.images, imgsz=args.imgsz, workers=args.workers, socket_dir=args.socket_dir, tcp=args.tcp,
-        keys_dir=args.keys, keep_snapshot=args.keep_snapshot, heartbeat_timeout_s=args.heartbeat_timeout_s, processes=args.processes,
-    )
+    from ..daemon import run_daemon
+    from ..prepare import PreparationTerminated
+
+    try:
+        run_daemon(
+            args.data, images=args.images, imgsz=args.imgsz, workers=args.workers, socket_dir=args.socket_dir, tcp=args.tcp,
+            keys_dir=args.keys, keep_snapshot=args.keep_snapshot, heartbeat_timeout_s=args.heartbeat_timeout_s, processes=args.processes,
+        )
+    except PreparationTerminated:
+        print("pixpool serve: terminated (SIGTERM) before serving; no segment was left behind", file=sys.stderr)
+        return 143
     return 0
