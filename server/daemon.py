@@ -45,7 +45,7 @@ from ..shared.ring import Ring, RingLayout
 from ..shared.shm import unlink_segment
 from . import route as _route
 from .scheduler import Scheduler
-from .worker import WorkerHandle, spawn_worker, stop_worker
+from .worker import WorkerHandle, spawn_worker, stop_worker, stop_workers
 
 log = logging.getLogger(__name__)
 
@@ -425,13 +425,9 @@ class Daemon:
         frame = proto.encode("stopped", reason=f"daemon {self.pid} stopped ({reason})")
         for t in self.trainers.values():
             self._send(t.sock, t.identity, frame)
-        for w in self.workers:
-            try:
-                w.send({"op": "stop"})
-            except (OSError, ValueError):
-                pass
-        for w in self.workers:
-            stop_worker(w, timeout_s=5.0)
+        # Rings and the socket go first: a service manager's SIGKILL after its stop timeout
+        # must not find them still there. A worker still writing into an unlinked ring
+        # only writes into memory that goes away with its mapping.
         for tid in list(self.trainers):
             self._detach(tid, "daemon stopping")
         for s in socks:
@@ -441,6 +437,7 @@ class Daemon:
                 os.unlink(self._socket_path)
             except FileNotFoundError:
                 pass
+        stop_workers(self.workers, timeout_s=5.0)
         log.info("daemon %d stopped (%s)", self.pid, reason)
 
 

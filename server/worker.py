@@ -141,15 +141,29 @@ def spawn_worker(ctx, index: int, source: Any, route_name: str | None) -> Worker
 
 def stop_worker(handle: WorkerHandle, *, timeout_s: float = 5.0) -> None:
     """stop -> join -> terminate -> kill; always reaps and closes the pipe."""
-    try:
-        handle.send({"op": "stop"})
-    except (OSError, ValueError):
-        pass
-    handle.process.join(timeout_s)
-    if handle.process.is_alive():
-        handle.process.terminate()
-        handle.process.join(timeout_s)
-    if handle.process.is_alive():
-        handle.process.kill()
-        handle.process.join(timeout_s)
-    handle.conn.close()
+    stop_workers([handle], timeout_s=timeout_s)
+
+
+def stop_workers(handles: list[WorkerHandle], *, timeout_s: float = 5.0) -> None:
+    """Stop all workers at once: stop -> join (one shared deadline) -> terminate -> kill.
+
+    Bounded by about three times ``timeout_s`` whatever the number of workers, so a daemon
+    with many workers still stops inside a service manager's stop timeout.
+    """
+    for h in handles:
+        try:
+            h.send({"op": "stop"})
+        except (OSError, ValueError):
+            pass
+    for escalate in (None, "terminate", "kill"):
+        alive = [h for h in handles if h.process.is_alive()]
+        if not alive:
+            break
+        if escalate is not None:
+            for h in alive:
+                getattr(h.process, escalate)()
+        deadline = time.monotonic() + timeout_s
+        for h in alive:
+            h.process.join(max(0.0, deadline - time.monotonic()))
+    for h in handles:
+        h.conn.close()
