@@ -56,7 +56,7 @@ import psutil
 
 from ..shared import layout
 from ..shared.config import FILL_VALUE
-from ..shared.errors import CapacityError, ImageDecodeError, MissingFileError, SnapshotError
+from ..shared.errors import CapacityError, DatasetError, ImageDecodeError, MissingFileError, SnapshotError
 from ..shared.names import SHM_DIR, shm_path
 from ..shared.records import Dataset
 from ..shared.shm import SharedSegment, unlink_segment
@@ -180,6 +180,11 @@ def _plan(records, imgsz: int):
         hw = header_cache.get(rec.image_path)
         if hw is None:
             hw = header_cache[rec.image_path] = header_size_hw(rec.image_path)
+        if rec.size_hw is not None and tuple(rec.size_hw) != tuple(hw):
+            # The labels are normalised by the annotation's size: a different image (or an
+            # EXIF rotation the annotation did not apply) would misplace every box.
+            raise DatasetError(f"the annotation says {rec.size_hw[1]}x{rec.size_hw[0]} (width x height) but the image is {hw[1]}x{hw[0]} "
+                               "after its EXIF orientation; fix the annotation's width/height or the image", path=rec.image_path)
         rh, rw = decode.resized_hw(hw[0], hw[1], imgsz)
         k = len(rec.classes)
         index[i] = (offset, rh, rw, hw[0], hw[1], inst, k, pts)

@@ -57,7 +57,14 @@ def _class_out_of_range(ds):
     return [str(ds / "data.yaml")], "synth_0004.txt:"
 
 
-@pytest.mark.parametrize("breaker", [_missing_image, _corrupt_image, _bad_json, _bad_label_line, _class_out_of_range])
+def _size_mismatch(ds):
+    data = json.loads(_json(ds).read_text())
+    data["images"][2]["width"] += 7  # the annotation no longer describes the image
+    _json(ds).write_text(json.dumps(data))
+    return [str(_json(ds))], data["images"][2]["file_name"]
+
+
+@pytest.mark.parametrize("breaker", [_missing_image, _corrupt_image, _bad_json, _bad_label_line, _class_out_of_range, _size_mismatch])
 def test_bad_input_exits_non_zero_names_file_and_leaves_shm_alone(ds, breaker, capsys):
     argv, name = breaker(ds)
     before = set(list_segments())
