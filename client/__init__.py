@@ -1,1 +1,17 @@
-"""The trainer side: iterator over the daemon's batches, device feeder, training loop."""
+"""The trainer side: iterator over the daemon's batches, device HSV, training step and loop.
+
+Names are imported on first use, so importing the package costs nothing (``TrainStep``
+and ``train_on_daemon`` pull in torch).
+"""
+
+from importlib import import_module
+
+__all__ = ["Client", "TrainerBatch", "TrainStep", "train_on_daemon", "apply_hsv"]
+
+_WHERE = {"Client": "iterator", "TrainerBatch": "iterator", "TrainStep": "train", "train_on_daemon": "loop", "apply_hsv": "hsv_torch"}
+
+
+def __getattr__(name: str):
+    if name in _WHERE:
+        return getattr(import_module(f"{__name__}.{_WHERE[name]}"), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

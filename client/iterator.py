@@ -348,5 +348,3 @@ class Client:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-
-Trainer = Client

@@ -41,7 +41,7 @@ from ..shared import protocol as proto
 from ..shared.config import StreamSettings
 from ..shared.errors import CapacityError, ConfigError, DaemonStopped, PixpoolError, ProtocolError
 from ..shared.names import ring_segment
-from ..shared.ring import Ring, RingLayout
+from ..shared.ring import MAX_SLOTS, MIN_SLOTS, Ring, RingLayout
 from ..shared.shm import unlink_segment
 from . import route as _route
 from .scheduler import Scheduler
@@ -51,7 +51,6 @@ log = logging.getLogger(__name__)
 
 _POLL_MS = 100
 _LIVENESS_EVERY_S = 0.25
-MIN_SLOTS, MAX_SLOTS = 2, 64
 
 
 @dataclass

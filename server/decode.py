@@ -58,8 +58,9 @@ def resize_long_side(image: np.ndarray, imgsz: int) -> np.ndarray:
 def centre(image: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
     """float32 copy of ``image`` minus the fill value; never writes ``image``.
 
-    ``out`` (float32, same shape) receives the result in place, e.g. a slice of the
-    shared-memory arena, so preparation holds no second transient copy.
+    ``out`` (float32, same shape) receives the result in place: preparation centres a band
+    of rows at a time into one reused buffer before writing it to the arena, so it holds
+    no transient float copy of a whole image.
     """
     return np.subtract(image, np.float32(FILL_VALUE), out=out, dtype=np.float32)
 

@@ -19,7 +19,7 @@ import os
 from ..shared import layout
 from ..shared.config import FILL_VALUE
 from ..shared.errors import MissingFileError
-from ..shared.names import PREFIX, snapshot_segment
+from ..shared.names import PREFIX, SNAPSHOT_PARTS, snapshot_segment
 from ..shared.records import Dataset
 
 NAME_HEX_DIGITS = 16
@@ -66,7 +66,7 @@ def base_name(fp: str) -> str:
 
 def segment_names(fp: str) -> dict[str, str]:
     """part -> segment name for parts meta/img/tgt."""
-    return {part: snapshot_segment(fp[:NAME_HEX_DIGITS], part) for part in ("meta", "img", "tgt")}
+    return {part: snapshot_segment(fp[:NAME_HEX_DIGITS], part) for part in SNAPSHOT_PARTS}
 
 
 def parts_of_base(base: str) -> dict[str, str]:
@@ -74,4 +74,4 @@ def parts_of_base(base: str) -> dict[str, str]:
     prefix = f"{PREFIX}-snap-"
     if not base.startswith(prefix):
         raise ValueError(f"not a snapshot base name: {base!r} (expected {prefix}<fingerprint>)")
-    return {part: snapshot_segment(base[len(prefix) :], part) for part in ("meta", "img", "tgt")}
+    return {part: snapshot_segment(base[len(prefix) :], part) for part in SNAPSHOT_PARTS}

@@ -21,14 +21,14 @@ import numpy as np
 
 from ..shared import layout
 from ..shared.errors import SnapshotError
-from ..shared.names import PREFIX, list_segments, shm_path
+from ..shared.names import PREFIX, SNAPSHOT_PARTS, list_segments, shm_path
 from ..shared.records import Targets
 from ..shared.shm import SharedSegment
 from .fingerprint import parts_of_base
 
 log = logging.getLogger(__name__)
 
-PARTS = ("meta", "img", "tgt")
+PARTS = SNAPSHOT_PARTS
 
 
 def read_header(meta_name: str) -> layout.Header:
@@ -65,19 +65,19 @@ def check_header(base: str, header: layout.Header) -> None:
 class Snapshot:
     """Read access to a prepared snapshot (implements ``ImageSource``)."""
 
-    def __init__(self, name: str, *, writable: bool = False, owner: bool = False, _lazy: bool = False):
+    def __init__(self, name: str, *, owner: bool = False, _lazy: bool = False):
         self.name = name
         self._parts = parts_of_base(name)
-        self._writable = writable
         self.owner = owner
         self._segments: dict[str, SharedSegment] | None = None
         if not _lazy:
             self._attach()
 
     @classmethod
-    def attach(cls, name: str, *, writable: bool = False) -> "Snapshot":
-        """Attach the complete snapshot with base name ``pixpool-snap-<fingerprint>``."""
-        return cls(name, writable=writable)
+    def attach(cls, name: str) -> "Snapshot":
+        """Attach the complete snapshot with base name ``pixpool-snap-<fingerprint>``, read-only
+        (invariant 3: nothing writes a snapshot once it is complete)."""
+        return cls(name)
 
     # -- attaching ----------------------------------------------------------------------
     def _attach(self) -> None:
@@ -87,7 +87,7 @@ class Snapshot:
         try:
             for part in PARTS:
                 try:
-                    segments[part] = SharedSegment.attach(self._parts[part], writable=self._writable)
+                    segments[part] = SharedSegment.attach(self._parts[part])
                 except FileNotFoundError:
                     raise SnapshotError(f"snapshot {self.name!r}: segment {self._parts[part]!r} is missing; remove the rest with `pixpool clean` and prepare again") from None
             expected = {"meta": header.meta_nbytes, "img": header.image_nbytes, "tgt": header.target_nbytes}

@@ -44,8 +44,6 @@ MAX_REPLY_BYTES = 4 * 1024 * 1024
 _INT = (int,)
 _STR = (str,)
 _MAP = (dict,)
-_BOOL = (bool,)
-_ANY = (int, str, float, bool, dict, list, type(None))
 
 # op -> {field: allowed types}; every listed field is required.
 _SCHEMA: dict[str, dict[str, tuple[type, ...]]] = {

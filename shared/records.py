@@ -56,10 +56,6 @@ class Record:
     def num_instances(self) -> int:
         return len(self.classes)
 
-    @property
-    def has_polygons(self) -> bool:
-        return any(len(p) >= 3 for p in self.polygons)
-
 
 @dataclass(frozen=True)
 class Dataset:

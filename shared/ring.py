@@ -47,6 +47,8 @@ RING_HEADER_NBYTES = 4096
 SLOT_HEADER_NBYTES = 64
 _HEADER = struct.Struct("<8s5q")
 _SLOT_HEADER = struct.Struct("<5q")
+# A ring holds at least two slots (one being read, one being written) and at most 64.
+MIN_SLOTS, MAX_SLOTS = 2, 64
 
 
 def _align(n: int, to: int) -> int:
@@ -67,8 +69,8 @@ class RingLayout:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ConfigError(f"ring layout field {name!r} must be a positive integer, got {value!r}")
-        if self.slots > 64:
-            raise ConfigError(f"ring of {self.slots} slots: use at most 64 (each slot holds one whole batch)")
+        if not MIN_SLOTS <= self.slots <= MAX_SLOTS:
+            raise ConfigError(f"ring of {self.slots} slots: use {MIN_SLOTS} to {MAX_SLOTS} (each slot holds one whole batch)")
 
     @property
     def images_nbytes(self) -> int:

@@ -60,7 +60,7 @@ def memory(status: dict) -> dict:
             continue
     roles = {status["daemon"]["pid"]: "daemon"}
     roles.update({w["pid"]: f"worker {w['index']}" for w in status["workers"] if w["pid"]})
-    # Local trainers map the snapshot's rings on this machine; remote ones are not ours to measure.
+    # Local trainers each map their own ring on this machine; remote ones are not ours to measure.
     roles.update({t["pid"]: f"trainer {t['trainer_id']}" for t in status["trainers"] if t["delivery"] == "shm" and t["pid"]})
     procs = accountant.process_memory(list(roles))
     return {
