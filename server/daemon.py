@@ -87,6 +87,7 @@ class Daemon:
         max_ring_nbytes: int = 2 << 30,
         max_total_ring_nbytes: int | None = None,
         max_trainers: int = 64,
+        job_timeout_s: float = 300.0,
     ):
         if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
             raise ConfigError(f"--workers {workers!r}: the daemon needs at least one worker")
@@ -108,6 +109,7 @@ class Daemon:
         # take at most half of what /dev/shm had free when the daemon started.
         self.max_total_ring_nbytes = _default_ring_budget() if max_total_ring_nbytes is None else max_total_ring_nbytes
         self.max_trainers = max_trainers
+        self.job_timeout_s = float(job_timeout_s)
         self.pid = os.getpid()
         self.host = _socket.gethostname()
         self.scheduler = Scheduler()
@@ -210,6 +212,12 @@ class Daemon:
             if now - last_liveness >= _LIVENESS_EVERY_S:
                 last_liveness = now
                 for w in list(fds.values()):
+                    if w.process.exitcode is None and w.job is not None and now - w.job_started > self.job_timeout_s:
+                        # A worker stuck in one batch holds its slot forever: kill it; the
+                        # dead-worker path below re-runs the job in a fresh one.
+                        log.warning("worker %d (pid %s) spent over %.0f s on batch %d; killing it", w.index, w.pid, self.job_timeout_s, w.job.batch)
+                        w.process.kill()
+                        w.process.join(5.0)
                     if w.process.exitcode is not None:
                         self._worker_died(w, poller, fds)
                 self._check_trainers(now)

@@ -43,6 +43,7 @@ def run_daemon(
     route: str | None = None,
     max_ring_nbytes: int = 2 << 30,
     max_total_ring_nbytes: int | None = None,
+    job_timeout_s: float = 300.0,
 ) -> None:
     """Load ``data``, prepare or re-attach its snapshot, serve until stopped, clean up.
 
@@ -70,7 +71,7 @@ def run_daemon(
                 "image_bytes": int(result.image_bytes), "decoded_bytes": int(result.decoded_bytes)}
         log.info("snapshot %s %s (%d records, %.1f s)", snap.name, "re-attached" if result.reused else "prepared", len(snap), result.seconds)
         Daemon(snap, workers=workers, socket_dir=socket_dir, tcp=tcp, keys_dir=keys_dir, heartbeat_timeout_s=heartbeat_timeout_s, route=route, snapshot_info=info,
-               max_ring_nbytes=max_ring_nbytes, max_total_ring_nbytes=max_total_ring_nbytes).serve()
+               max_ring_nbytes=max_ring_nbytes, max_total_ring_nbytes=max_total_ring_nbytes, job_timeout_s=job_timeout_s).serve()
     finally:
         if snap is not None:
             # Another daemon may have re-attached the snapshot this one created: leave it to

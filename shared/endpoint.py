@@ -71,14 +71,21 @@ def parse_tcp(value: str) -> tuple[str, int]:
     return host, int(port)
 
 
-def write_keys(directory: str | os.PathLike) -> dict[str, Path]:
-    """Make a server and a client CURVE key pair in ``directory`` (mode 0700)."""
+def write_keys(directory: str | os.PathLike, *, force: bool = False) -> dict[str, Path]:
+    """Make a server and a client CURVE key pair in ``directory`` (mode 0700).
+
+    Existing pairs are kept unless ``force``: new ones would lock out every deployed
+    trainer that holds the old client key."""
     import zmq.auth
 
     if not zmq.has("curve"):
         raise ConfigError(f"this libzmq {zmq.zmq_version()} was built without CURVE; install a pyzmq wheel with libsodium")
     d = Path(directory)
+    existing = [p for p in (d / "server.key_secret", d / "client.key_secret") if p.exists()]
+    if existing and not force:
+        raise ConfigError(f"{existing[0]} already exists; keys there are in use by daemons and trainers. Pass --force to replace them")
     d.mkdir(mode=0o700, parents=True, exist_ok=True)
+    os.chmod(d, 0o700)  # also when it existed: it holds secret keys
     out = {}
     for who in ("server", "client"):
         public, secret = zmq.auth.create_certificates(str(d), who)

@@ -41,6 +41,9 @@ def test_tcp_stream_equals_local_and_refuses_strangers(synthetic_data, tmp_path)
 
     keys = tmp_path / "keys"
     assert main(["keys", str(keys)]) == 0
+    secret = (keys / "server.key_secret").read_bytes()
+    assert main(["keys", str(keys)]) == 1, "existing keys are not replaced without --force"
+    assert (keys / "server.key_secret").read_bytes() == secret
     stranger = tmp_path / "stranger"
     write_keys(stranger)
     shutil.copy(keys / "server.key", stranger / "server.key")  # knows the server, not authorized

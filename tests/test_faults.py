@@ -202,3 +202,15 @@ def test_serve_sigterm_while_preparing_leaves_nothing(coco128):
             proc.kill()
             proc.communicate(timeout=WAIT_S)
         os.rmdir(d) if os.path.isdir(d) and not os.listdir(d) else None
+
+
+def test_wedged_worker_is_killed_and_its_batch_rerun(synthetic_data, dataset, tmp_path, monkeypatch):
+    monkeypatch.setenv("PIXPOOL_TEST_STUCK_MARKER", str(tmp_path / "stuck-once"))
+    s = settings(17)
+    expected, _ = reference_stream(dataset, s, 0)
+    with real_daemon(synthetic_data.coco_json, imgsz=IMGSZ, workers=1, route="_stuck_route", job_timeout_s=2.0) as (proc, d):
+        with Client(s, socket_dir=d, timeout_s=WAIT_S) as c:
+            got = [digest_of(b) for b in c.epoch(0)]
+        assert (tmp_path / "stuck-once").exists(), "the wedge really happened"
+        assert got == expected
+        assert ask_status(d)["daemon"]["worker_restarts"] == 1

@@ -12,12 +12,13 @@ import argparse
 
 def configure(parser: argparse.ArgumentParser, name: str) -> None:
     parser.add_argument("dir", metavar="DIR", help="directory to write the keys into (created mode 0700)")
+    parser.add_argument("--force", action="store_true", help="replace key pairs that already exist there")
 
 
 def run(args: argparse.Namespace) -> int:
     from ...shared.endpoint import write_keys
 
-    out = write_keys(args.dir)
+    out = write_keys(args.dir, force=args.force)
     print(f"server key pair: {out['server']} {out['server_secret']}")
     print(f"client key pair: {out['client']} {out['client_secret']}")
     print(f"authorized client keys: {out['authorized']}/")

@@ -1,0 +1,22 @@
+"""A route for the daemon tests: the real one, except that the first worker to render batch 1
+hangs (once per marker file named by PIXPOOL_TEST_STUCK_MARKER), as a wedged worker would."""
+
+from __future__ import annotations
+
+import os
+import time
+
+from pixpool.server.route import batch_size_of, max_targets, num_batches  # noqa: F401  (the route's interface)
+from pixpool.server.route import render as _render
+
+
+def render(source, settings, epoch, batch, images_out):
+    marker = os.environ.get("PIXPOOL_TEST_STUCK_MARKER")
+    if batch == 1 and marker:
+        try:
+            os.close(os.open(marker, os.O_CREAT | os.O_EXCL))
+        except FileExistsError:
+            pass
+        else:
+            time.sleep(600)  # wedged: only the daemon's job timeout gets this batch done
+    return _render(source, settings, epoch, batch, images_out)
