@@ -21,6 +21,7 @@ same way, so credit-based backpressure is identical.
 
 from __future__ import annotations
 
+import fcntl
 import itertools
 import logging
 import multiprocessing as mp
@@ -123,6 +124,7 @@ class Daemon:
         self._fatal: str | None = None
         self.endpoint: str | None = None
         self._socket_path: str | None = None
+        self._lock_fd: int | None = None
         self._remote: zmq.Socket | None = None
 
     # -- public -------------------------------------------------------------------------
@@ -178,6 +180,16 @@ class Daemon:
     # -- setup --------------------------------------------------------------------------
     def _bind_local(self, sock: zmq.Socket) -> None:
         path = ep.socket_path(self.socket_dir, create=True)
+        # One daemon per socket directory, decided by a lock the kernel drops when the
+        # holder dies: two daemons starting at once cannot both bind (libzmq's ipc bind
+        # would replace the other's socket file).
+        lock_fd = os.open(path.parent / "daemon.lock", os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            fcntl.flock(lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(lock_fd)
+            raise ConfigError(f"another pixpool daemon already serves {path.parent}; stop it or use another --socket-dir") from None
+        self._lock_fd = lock_fd
         if path.exists():
             if _daemon_answers(self._ctx, f"ipc://{path}"):
                 raise ConfigError(f"another pixpool daemon already serves {path}; stop it or use another --socket-dir")
@@ -445,6 +457,8 @@ class Daemon:
             except FileNotFoundError:
                 pass
         stop_workers(self.workers, timeout_s=5.0)
+        if self._lock_fd is not None:
+            os.close(self._lock_fd)  # released last: no new daemon binds while workers still run
         log.info("daemon %d stopped (%s)", self.pid, reason)
 
 

@@ -214,3 +214,18 @@ def test_wedged_worker_is_killed_and_its_batch_rerun(synthetic_data, dataset, tm
         assert (tmp_path / "stuck-once").exists(), "the wedge really happened"
         assert got == expected
         assert ask_status(d)["daemon"]["worker_restarts"] == 1
+
+
+def test_second_daemon_on_the_same_socket_dir_is_refused(synthetic_data):
+    import pytest
+
+    from pixpool.server.run import run_daemon
+    from pixpool.shared.errors import ConfigError
+
+    with real_daemon(synthetic_data.coco_json, imgsz=IMGSZ, workers=1) as (proc, d):
+        with pytest.raises(ConfigError, match="another pixpool daemon already serves"):
+            run_daemon(str(synthetic_data.coco_json), imgsz=IMGSZ, workers=1, socket_dir=d, processes=1)
+        st = ask_status(d)
+        assert st["daemon"]["pid"] == proc.pid, "the first daemon still owns its socket"
+        # The refused one re-attached the snapshot the first one created, and left it alone.
+        assert set(st["snapshot"]["segments"]) <= set(list_segments())
