@@ -87,6 +87,6 @@ def test_tcp_bad_address_is_a_clear_error(tmp_path):
     try:
         with pytest.raises(ConfigError, match="cannot listen on tcp://"):
             Daemon(_Source(), workers=1, socket_dir=d, tcp="256.1.1.1:1", keys_dir=tmp_path / "k").serve()
-        assert not os.listdir(d)  # the ipc socket file went too
+        assert os.listdir(d) == ["daemon.lock"]  # the ipc socket file went too (the lock file stays, unlocked)
     finally:
         shutil.rmtree(d, ignore_errors=True)

@@ -174,7 +174,7 @@ def test_serve_command_ctrl_c_exits_cleanly(synthetic_data):
         if proc.poll() is None:
             proc.kill()
             proc.communicate(timeout=WAIT_S)
-        os.rmdir(d) if os.path.isdir(d) and not os.listdir(d) else None
+        shutil.rmtree(d, ignore_errors=True)
 
 
 def test_serve_sigterm_while_preparing_leaves_nothing(coco128):
@@ -201,7 +201,7 @@ def test_serve_sigterm_while_preparing_leaves_nothing(coco128):
         if proc.poll() is None:
             proc.kill()
             proc.communicate(timeout=WAIT_S)
-        os.rmdir(d) if os.path.isdir(d) and not os.listdir(d) else None
+        shutil.rmtree(d, ignore_errors=True)
 
 
 def test_wedged_worker_is_killed_and_its_batch_rerun(synthetic_data, dataset, tmp_path, monkeypatch):
