@@ -229,3 +229,23 @@ def test_second_daemon_on_the_same_socket_dir_is_refused(synthetic_data):
         assert st["daemon"]["pid"] == proc.pid, "the first daemon still owns its socket"
         # The refused one re-attached the snapshot the first one created, and left it alone.
         assert set(st["snapshot"]["segments"]) <= set(list_segments())
+
+
+def test_creator_daemon_leaves_a_snapshot_another_process_maps(synthetic_data):
+    """The daemon that prepared a snapshot does not pull it from under another user of it."""
+    from pixpool.server.snapshot import Snapshot
+    from pixpool.shared.shm import unlink_segment
+
+    with real_daemon(synthetic_data.coco_json, imgsz=176, workers=1) as (proc, d):
+        st = ask_status(d)
+        assert not st["snapshot"]["reused"], "this test needs the daemon to be the creator"
+        other = Snapshot.attach(st["snapshot"]["name"])  # e.g. a second daemon re-attached it
+    try:
+        assert proc.exitcode == 0
+        assert set(other.segment_names) <= set(list_segments()), "kept: another process maps it"
+        assert other.checksum()  # still readable
+    finally:
+        other.close()
+        for name in other.segment_names:  # the test is the last user: it removes the snapshot
+            unlink_segment(name)
+    assert not set(other.segment_names) & set(list_segments())
