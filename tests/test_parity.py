@@ -30,28 +30,25 @@ def _prepared(dataset, imgsz: int):
     return result
 
 
-@pytest.fixture(scope="module")
-def synthetic(synthetic_data):
-    dataset = load_dataset(synthetic_data.coco_json)
-    result = _prepared(dataset, 128)
+def _both_paths(dataset, imgsz: int):
+    """(snapshot, reference) over ``dataset``; the snapshot is removed after if this made it."""
+    result = _prepared(dataset, imgsz)
     try:
-        yield result.snapshot, ReferenceSource(dataset, 128)
+        yield result.snapshot, ReferenceSource(dataset, imgsz)
     finally:
         result.snapshot.close()
         if not result.reused:
             result.snapshot.unlink()
+
+
+@pytest.fixture(scope="module")
+def synthetic(synthetic_data):
+    yield from _both_paths(load_dataset(synthetic_data.coco_json), 128)
 
 
 @pytest.fixture(scope="module")
 def coco(coco128):
-    dataset = load_dataset(coco128 / "annotations" / "instances_train2017.json")
-    result = _prepared(dataset, 288)
-    try:
-        yield result.snapshot, ReferenceSource(dataset, 288)
-    finally:
-        result.snapshot.close()
-        if not result.reused:
-            result.snapshot.unlink()
+    yield from _both_paths(load_dataset(coco128 / "annotations" / "instances_train2017.json"), 288)
 
 
 def _assert_same_sample(snap, ref, index: int, st: StreamSettings, epoch: int) -> None:
