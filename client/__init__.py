@@ -1,4 +1,10 @@
-"""The trainer side: iterator over the daemon's batches, device HSV, training step and loop.
+"""The trainer side: the client of the daemon, device HSV, training step and loop, and the
+trainer's and operator's commands.
+
+It imports ``pixpool.shared``, never ``pixpool.server``: a trainer process loads neither
+OpenCV nor the augmentation route.
+torch is the ``train`` extra (``pip install 'pixpool[train]'``); the ``Client`` itself
+works without it, yielding numpy views.
 
 Names are imported on first use, so importing the package costs nothing (``TrainStep``
 and ``train_on_daemon`` pull in torch).

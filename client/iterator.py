@@ -34,8 +34,9 @@ import zmq
 from ..shared import endpoint as ep
 from ..shared import protocol as proto
 from ..shared.config import StreamSettings
-from ..shared.errors import DaemonStopped, DaemonTimeout, PixpoolError, ProtocolError
-from ..shared.ring import Ring, RingLayout
+from ..shared.errors import ConfigError, DaemonStopped, DaemonTimeout, PixpoolError, ProtocolError
+from ._torch import require_torch
+from .delivery import delivery_for, open_reader
 
 log = logging.getLogger(__name__)
 
@@ -78,9 +79,10 @@ class Client:
             raise TypeError(f"settings must be a StreamSettings, got {type(settings).__name__}")
         self.settings = settings
         self.endpoint = endpoint or ep.ipc_endpoint(socket_dir)
-        self.remote = self.endpoint.startswith("tcp://")
+        self.delivery = delivery_for(self.endpoint)
+        self.remote = self.delivery == proto.DELIVERY_FRAMES
         if self.remote and keys_dir is None:
-            raise PixpoolError(f"{self.endpoint}: TCP needs CURVE keys; pass keys_dir (made by `pixpool keys DIR`)")
+            raise ConfigError(f"{self.endpoint}: TCP needs CURVE keys; pass keys_dir (made by `pixpool keys DIR`)", field="keys_dir")
         self.keys_dir = keys_dir
         self.timeout_s = float(timeout_s)
         self.slots = slots
@@ -96,7 +98,7 @@ class Client:
         self.reattaches = 0
         self._ctx = zmq.Context()
         self._sock: zmq.Socket | None = None
-        self._ring: Ring | None = None
+        self._reader = None  # delivery.SlotReader or FrameReader, from the attach reply
         self._ident: tuple[int, int] | None = None  # (trainer_id, token); read by the heartbeat thread
         self._held: int | None = None
         self._generation = 0  # bumped by each epoch() call
@@ -133,7 +135,7 @@ class Client:
                         raise _Lost()
                     if msg.get("code") == "unknown_trainer":
                         continue  # about an identity this client no longer uses
-                    raise PixpoolError(f"pixpool daemon error: {proto.as_error(msg)}")
+                    raise proto.error_from(msg)  # the daemon's error class and message
                 return msg, frames[1:]
             if self._ident is not None and self._daemon_gone():
                 raise _Lost()
@@ -152,19 +154,16 @@ class Client:
             self._sock.close(linger=0)
         self._sock = self._socket()
         self._daemon_pid = 0
-        self._sock.send(proto.encode("attach", settings=self.settings.to_dict(), pid=os.getpid(), host=_socket.gethostname(), slots=self.slots, delivery="frames" if self.remote else "shm"))
+        self._sock.send(proto.encode("attach", settings=self.settings.to_dict(), pid=os.getpid(), host=_socket.gethostname(), slots=self.slots, delivery=self.delivery))
         deadline = time.monotonic() + self.timeout_s
         while True:
             msg, _ = self._recv(deadline, "reply to attach")
             if msg["op"] == "attached":
                 break
-        if self._ring is not None:
-            self._ring.close()
-            self._ring = None
-        layout = RingLayout.from_dict(msg["layout"])
-        if not self.remote:
-            self._ring = Ring.attach(msg["ring"])
-        self.layout = layout
+        if self._reader is not None:
+            self._reader.close()
+        self._reader = open_reader(msg, self.delivery)
+        self.layout = self._reader.layout
         self.num_records = msg["num_records"]
         self._daemon_pid = msg["daemon_pid"]
         self._held = None
@@ -279,28 +278,19 @@ class Client:
             if msg["epoch"] == epoch and msg["batch"] > batch:
                 raise ProtocolError(f"daemon announced batch {msg['batch']} while batch {batch} of epoch {epoch} was due")
 
+    @property
+    def _ring(self):
+        """The mapped ring of a local trainer (None over TCP, where bytes come as frames)."""
+        return self._reader.ring if self._reader is not None else None
+
     def _wrap(self, msg: dict, frames: list) -> TrainerBatch:
-        size, n_t, slot = msg["size"], msg["n_targets"], msg["slot"]
-        s = self.layout.imgsz
-        if self.remote:
-            if len(frames) != 3:
-                raise ProtocolError(f"a TCP batch needs 3 data frames after 'ready', got {len(frames)}")
-            images = np.frombuffer(frames[0].buffer, np.uint8).reshape(size, 3, s, s)
-            targets = np.frombuffer(frames[1].buffer, np.float32).reshape(n_t, 6)
-            samples = np.frombuffer(frames[2].buffer, np.int64)
-        else:
-            header = self._ring.read_header(slot)
-            if header[:4] != (msg["epoch"], msg["batch"], size, n_t):
-                raise ProtocolError(f"slot {slot} holds epoch/batch/size/targets {header[:4]}, announced {(msg['epoch'], msg['batch'], size, n_t)}")
-            images = self._ring.images(slot, size)
-            targets = self._ring.targets(slot, n_t)
-            samples = self._ring.samples(slot, size)
+        images, targets, samples = self._reader.arrays(msg, frames)
         if self.as_torch:
             images, targets = self._to_torch(images, targets, samples, msg["epoch"])
         return TrainerBatch(images=images, targets=targets, samples=samples, epoch=msg["epoch"], batch=msg["batch"])
 
     def _to_torch(self, images: np.ndarray, targets: np.ndarray, samples: np.ndarray, epoch: int):
-        import torch
+        torch = require_torch("a Client that yields torch tensors (as_torch, device or hsv_on_device)")
 
         timg = torch.from_numpy(images) if images.flags.writeable else torch.from_numpy(images.copy())
         ttgt = torch.from_numpy(targets) if targets.flags.writeable else torch.from_numpy(targets.copy())
@@ -337,9 +327,9 @@ class Client:
         if self._sock is not None:
             self._sock.close(linger=0)
             self._sock = None
-        if self._ring is not None:
-            self._ring.close()
-            self._ring = None
+        if self._reader is not None:
+            self._reader.close()
+            self._reader = None
         self._ctx.term()
 
     def __enter__(self) -> "Client":

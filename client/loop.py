@@ -43,8 +43,9 @@ def train_on_daemon(settings: StreamSettings, *, epochs: int, num_classes: int, 
     """Train the small detector on ``epochs`` epochs of this stream; return what happened."""
     import os
 
-    import torch
+    from ._torch import require_torch
 
+    torch = require_torch("training on the daemon's stream")
     from .train import TrainStep
 
     if device is None:

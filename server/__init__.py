@@ -1,4 +1,9 @@
-"""The producer side: readers, preparation, snapshot, augmentation workers, daemon.
+"""The producer side: readers, snapshot preparation, the augmentation engine, the daemon.
+
+Sub-packages follow the data path: ``readers`` (COCO, YOLO -> records), ``snapshot``
+(decode once into shared memory), ``augment`` (the training route over any image source),
+``daemon`` (sockets, sessions, workers, scheduler), ``commands`` (the producer's CLI
+sub-commands). It imports ``pixpool.shared``, never ``pixpool.client``.
 
 Names are imported on first use, so ``pixpool --help`` and the workers pay only for what
 they touch.
@@ -9,8 +14,8 @@ from importlib import import_module
 __all__ = ["load_dataset", "write_synthetic", "prepare_snapshot", "Snapshot", "ReferenceSource", "render_batch", "run_daemon", "Daemon"]
 
 _WHERE = {
-    "load_dataset": "readers", "write_synthetic": "synthetic", "prepare_snapshot": "prepare", "Snapshot": "snapshot",
-    "ReferenceSource": "reference", "render_batch": "augment.batch", "run_daemon": "run", "Daemon": "daemon",
+    "load_dataset": "readers", "write_synthetic": "synthetic", "prepare_snapshot": "snapshot.prepare", "Snapshot": "snapshot.handle",
+    "ReferenceSource": "snapshot.reference", "render_batch": "augment.batch", "run_daemon": "daemon.run", "Daemon": "daemon.service",
 }
 
 

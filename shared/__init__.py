@@ -1,6 +1,10 @@
-"""Code both sides import: errors, records, configuration, shared-memory layout, protocol."""
+"""Code both sides import: the stream contract (configuration, RNG derivation, epoch order
+and shards, HSV tables), the wire protocol, shared-memory names, segments and rings, errors.
 
-from .config import FILL_VALUE, AugmentConfig, StreamSettings
+It imports neither ``pixpool.server`` nor ``pixpool.client`` (a test walks the imports).
+"""
+
+from .config import FILL_VALUE, AugmentConfig, DaemonConfig, StreamSettings
 from .errors import (
     CapacityError,
     ConfigError,
@@ -8,9 +12,11 @@ from .errors import (
     DaemonTimeout,
     DatasetError,
     ImageDecodeError,
+    MissingExtraError,
     MissingFileError,
     PixpoolError,
     ProtocolError,
+    RenderError,
     SnapshotError,
 )
 from .records import Dataset, Record, Targets
@@ -18,7 +24,7 @@ from .records import Dataset, Record, Targets
 __version__ = "0.1.0"
 
 __all__ = [
-    "FILL_VALUE", "AugmentConfig", "StreamSettings", "Dataset", "Record", "Targets",
-    "PixpoolError", "DatasetError", "MissingFileError", "ImageDecodeError", "CapacityError",
-    "SnapshotError", "ConfigError", "ProtocolError", "DaemonStopped", "DaemonTimeout",
+    "FILL_VALUE", "AugmentConfig", "DaemonConfig", "StreamSettings", "Dataset", "Record", "Targets",
+    "PixpoolError", "DatasetError", "MissingFileError", "ImageDecodeError", "CapacityError", "SnapshotError",
+    "ConfigError", "ProtocolError", "RenderError", "MissingExtraError", "DaemonStopped", "DaemonTimeout",
 ]

@@ -1,7 +1,16 @@
-"""Configuration objects: augmentation settings and a trainer's stream settings.
+"""Configuration, one frozen dataclass per process role, validated once where it is made.
 
-Both are frozen dataclasses that travel as plain dicts (msgpack) between trainer and
-daemon; ``from_dict`` validates every field and names the bad one.
+Code both sides import.
+
+- ``AugmentConfig``: the YOLO training route's settings.
+- ``StreamSettings``: one trainer's stream (seed, batch, shard, augmentation); travels as a
+  plain dict (msgpack) from trainer to daemon, where ``from_dict`` validates it again.
+- ``DaemonConfig``: everything ``pixpool serve`` (or ``run_daemon``) needs.
+
+Each field's help text and, where it differs from ``--field-name``, its flag live in the
+field's metadata: the command lines are generated from the fields (``shared/flags.py``), so
+every setting is reachable from the CLI with its default in ``--help``. Range checks live
+in one table (``_RANGES``); a bad value raises ``ConfigError`` naming the field.
 """
 
 from __future__ import annotations
@@ -15,29 +24,34 @@ from .errors import ConfigError
 FILL_VALUE = 114.0
 
 
+def _opt(default: Any, help: str, **extra: Any) -> Any:
+    """A dataclass field with its command-line help (and flag name, positional) as metadata."""
+    return field(default=default, metadata={"help": help, **extra})
+
+
 @dataclass(frozen=True)
 class AugmentConfig:
     """The YOLO training route's settings; defaults are the customary YOLO ones."""
 
-    imgsz: int = 640
-    mosaic: float = 1.0
-    degrees: float = 0.0
-    translate: float = 0.1
-    scale: float = 0.5
-    shear: float = 0.0
-    perspective: float = 0.0
-    copy_paste: float = 0.0
-    mixup: float = 0.0
-    fliplr: float = 0.5
-    flipud: float = 0.0
-    hsv_h: float = 0.015
-    hsv_s: float = 0.7
-    hsv_v: float = 0.4
+    imgsz: int = _opt(640, "training image size in pixels (square)")
+    mosaic: float = _opt(1.0, "probability of a 4-image mosaic")
+    degrees: float = _opt(0.0, "rotation range, +/- degrees")
+    translate: float = _opt(0.1, "translation range, fraction of imgsz")
+    scale: float = _opt(0.5, "scale range, +/- fraction")
+    shear: float = _opt(0.0, "shear range, +/- degrees")
+    perspective: float = _opt(0.0, "perspective range")
+    copy_paste: float = _opt(0.0, "fraction of instances copy-pasted (mirrored)")
+    mixup: float = _opt(0.0, "probability of mixup with a random partner")
+    fliplr: float = _opt(0.5, "probability of a left-right flip")
+    flipud: float = _opt(0.0, "probability of an up-down flip")
+    hsv_h: float = _opt(0.015, "hue gain range")
+    hsv_s: float = _opt(0.7, "saturation gain range")
+    hsv_v: float = _opt(0.4, "value gain range")
     # The last `close_mosaic` epochs of `epochs` run without mosaic, copy-paste and mixup.
-    close_mosaic: int = 0
-    epochs: int = 0
+    close_mosaic: int = _opt(0, "the last N epochs of --epochs run without mosaic, copy-paste and mixup")
+    epochs: int = _opt(0, "epochs of the whole run (for --close-mosaic)")
     # False: validation route (letterbox only, no randomness).
-    augment: bool = True
+    augment: bool = _opt(True, "false: the validation route (letterbox only, no randomness)")
 
     def __post_init__(self) -> None:
         _validate(self)
@@ -58,20 +72,20 @@ class AugmentConfig:
 class StreamSettings:
     """One trainer's stream: which samples, in which order, with which augmentation."""
 
-    seed: int = 0
-    batch_size: int = 16
-    rank: int = 0
-    world_size: int = 1
-    shuffle: bool = True
-    drop_last: bool = False
-    start_epoch: int = 0
-    hsv_on_device: bool = False
+    seed: int = _opt(0, "seed of the stream (order and augmentation)")
+    batch_size: int = _opt(16, "images per batch")
+    rank: int = _opt(0, "this trainer's shard (DDP rank)")
+    world_size: int = _opt(1, "number of shards (DDP world size)")
+    shuffle: bool = _opt(True, "false keeps dataset order")
+    drop_last: bool = _opt(False, "drop the last, short batch (and the shard's uneven tail)")
+    start_epoch: int = _opt(0, "first epoch of the stream")
+    hsv_on_device: bool = _opt(False, "leave HSV to the trainer's device instead of the workers")
     augment: AugmentConfig = field(default_factory=AugmentConfig)
 
     def __post_init__(self) -> None:
         _validate(self)
         if not 0 <= self.rank < self.world_size:
-            raise ConfigError(f"rank {self.rank} is outside world_size {self.world_size}; use 0 <= rank < world_size")
+            raise ConfigError.for_field("rank", self.rank, f"is outside world_size {self.world_size}; use 0 <= {{rank}} < {{world_size}}")
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -87,6 +101,40 @@ class StreamSettings:
         elif not isinstance(aug, AugmentConfig):
             raise ConfigError(f"field 'augment' must be a mapping, got {type(aug).__name__}")
         return _from_dict(cls, {**data, "augment": aug})
+
+
+@dataclass(frozen=True)
+class DaemonConfig:
+    """What the producer daemon serves and how (``pixpool serve``, ``run_daemon``).
+
+    Field checks run here; ``pixpool.server.daemon.preflight`` checks what needs the file
+    system (socket directory, keys, address) before any image is decoded.
+    """
+
+    data: str = _opt("", "COCO json, YOLO data.yaml, or YOLO images folder", positional=True, metavar="DATA")
+    images: str | None = _opt(None, "image folder for a COCO json (default: beside the json)", metavar="DIR")
+    imgsz: int = _opt(640, "long side of the prepared images in pixels")
+    processes: int = _opt(2, "decoder processes when preparing")
+    workers: int = _opt(2, "augmentation worker processes")
+    socket_dir: str | None = _opt(None, "ipc socket directory, mode 0700 (default $XDG_RUNTIME_DIR/pixpool or <tmp>/pixpool-<uid>)", metavar="DIR")
+    tcp: str | None = _opt(None, "also serve remote trainers over TCP (requires --keys)", metavar="HOST:PORT")
+    keys_dir: str | None = _opt(None, "CURVE key directory made by `pixpool keys DIR`", flag="--keys", metavar="DIR")
+    keep_snapshot: bool = _opt(False, "leave the snapshot in /dev/shm on exit")
+    heartbeat_timeout_s: float = _opt(10.0, "detach a trainer silent this long")
+    job_timeout_s: float = _opt(300.0, "kill a worker stuck this long in one batch (the batch is re-run)")
+    max_ring_nbytes: int = _opt(2 << 30, "largest batch ring one trainer may ask for, in bytes")
+    max_total_ring_nbytes: int | None = _opt(None, "all trainers' rings together, in bytes (default: half of /dev/shm free at start)")
+    max_trainers: int = _opt(64, "trainers attached at once")
+
+    def __post_init__(self) -> None:
+        _validate(self)
+        if not self.data:
+            raise ConfigError.for_field("data", self.data, "is empty; name a COCO json, a YOLO data.yaml or a YOLO images folder")
+        if self.tcp is not None and self.keys_dir is None:
+            raise ConfigError.for_field("tcp", self.tcp, "requires CURVE keys: make them with `pixpool keys DIR` and set {keys_dir}")
+
+    def replace(self, **changes: Any) -> "DaemonConfig":
+        return dataclasses.replace(self, **changes)
 
 
 _RANGES: dict[str, tuple[float, float]] = {
@@ -111,24 +159,48 @@ _RANGES: dict[str, tuple[float, float]] = {
     "rank": (0, 1 << 20),
     "world_size": (1, 1 << 20),
     "start_epoch": (0, 1 << 30),
+    "processes": (1, 256),
+    "workers": (1, 256),
+    "heartbeat_timeout_s": (1e-3, 1e9),
+    "job_timeout_s": (1e-3, 1e9),
+    "max_ring_nbytes": (1, 1 << 50),
+    "max_total_ring_nbytes": (1, 1 << 50),
+    "max_trainers": (1, 1 << 16),
 }
+
+
+def field_kind(f: dataclasses.Field) -> tuple[str, bool]:
+    """(base type name, optional) of a field: ``int | None`` -> ("int", True)."""
+    text = f.type if isinstance(f.type, str) else getattr(f.type, "__name__", str(f.type))
+    optional = text.endswith(" | None")
+    return (text[: -len(" | None")] if optional else text), optional
+
+
+def check_value(name: str, kind: str, value: Any) -> None:
+    """Raise ConfigError unless ``value`` is a valid ``kind`` for setting ``name`` (its range)."""
+    if kind == "bool":
+        if not isinstance(value, bool):
+            raise ConfigError.for_field(name, value, "must be true or false")
+    elif kind in ("int", "float"):
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise ConfigError.for_field(name, value, "must be a number")
+        if kind == "int" and not float(value).is_integer():
+            raise ConfigError.for_field(name, value, "must be a whole number")
+        lo, hi = _RANGES.get(name, (float("-inf"), float("inf")))
+        if not lo <= value <= hi:
+            raise ConfigError.for_field(name, value, f"is out of range; use {lo} to {hi}")
+    elif kind == "str":
+        if not isinstance(value, str):
+            raise ConfigError.for_field(name, value, "must be a string")
 
 
 def _validate(obj: Any) -> None:
     for f in dataclasses.fields(obj):
+        kind, optional = field_kind(f)
         value = getattr(obj, f.name)
-        kind = f.type if isinstance(f.type, str) else f.type.__name__
-        if kind == "bool":
-            if not isinstance(value, bool):
-                raise ConfigError(f"field {f.name!r} must be true or false, got {value!r}")
-        elif kind in ("int", "float"):
-            if isinstance(value, bool) or not isinstance(value, (int, float)):
-                raise ConfigError(f"field {f.name!r} must be a number, got {value!r}")
-            if kind == "int" and not float(value).is_integer():
-                raise ConfigError(f"field {f.name!r} must be a whole number, got {value!r}")
-            lo, hi = _RANGES.get(f.name, (float("-inf"), float("inf")))
-            if not lo <= value <= hi:
-                raise ConfigError(f"field {f.name!r} = {value!r} is out of range; use {lo} to {hi}")
+        if optional and value is None:
+            continue
+        check_value(f.name, kind, value)
 
 
 def _from_dict(cls: type, data: dict[str, Any]) -> Any:
@@ -142,7 +214,7 @@ def _from_dict(cls: type, data: dict[str, Any]) -> Any:
     for f in dataclasses.fields(cls):
         if f.name in data:
             value = data[f.name]
-            kind = f.type if isinstance(f.type, str) else getattr(f.type, "__name__", "")
+            kind, _ = field_kind(f)
             if kind == "int" and isinstance(value, float) and value.is_integer():
                 value = int(value)
             if kind == "float" and isinstance(value, int) and not isinstance(value, bool):

@@ -126,13 +126,24 @@ def configure_client(sock: zmq.Socket, keys_dir: str | os.PathLike) -> None:
     sock.curve_serverkey = server_public
 
 
+def check_server_keys(keys_dir: str | os.PathLike) -> None:
+    """ConfigError unless ``keys_dir`` holds a usable server key pair and authorized client keys.
+
+    The daemon calls this before it decodes anything, so a bad ``--keys`` fails at once."""
+    if not zmq.has("curve"):
+        raise ConfigError(f"this libzmq {zmq.zmq_version()} was built without CURVE; install a pyzmq wheel with libsodium")
+    _load(Path(keys_dir) / "server.key_secret", secret=True)
+    authorized = Path(keys_dir) / "authorized"
+    if not authorized.is_dir() or not any(authorized.glob("*.key")):
+        raise ConfigError(f"no authorized client keys in {authorized}; run `pixpool keys {keys_dir}` and give trainers its client key pair")
+
+
 def start_authenticator(ctx: zmq.Context, keys_dir: str | os.PathLike):
     """ZAP handler admitting only the public keys in ``keys_dir/authorized``."""
     from zmq.auth.thread import ThreadAuthenticator
 
+    check_server_keys(keys_dir)
     authorized = Path(keys_dir) / "authorized"
-    if not authorized.is_dir() or not any(authorized.glob("*.key")):
-        raise ConfigError(f"no authorized client keys in {authorized}; run `pixpool keys {keys_dir}` and give trainers its client key pair")
     auth = ThreadAuthenticator(ctx)
     auth.start()
     auth.configure_curve(domain="*", location=str(authorized))

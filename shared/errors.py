@@ -44,11 +44,58 @@ class SnapshotError(PixpoolError, RuntimeError):
 
 
 class ConfigError(PixpoolError, ValueError):
-    """A setting is out of range or of the wrong type (message names the field)."""
+    """A setting is out of range or of the wrong type (message names the field).
+
+    Made with ``for_field`` where one field is at fault: the message then speaks Python
+    (``field 'mosaic' = 2.0 is out of range ...``) and ``cli_message`` says the same with
+    the command-line flag, which is what the CLI prints.
+    """
+
+    def __init__(self, message: str, *, field: str | None = None, value: object = None, problem: str | None = None):
+        super().__init__(message)
+        self.field = field
+        self.value = value
+        self.problem = problem
+
+    @classmethod
+    def for_field(cls, field: str, value: object, problem: str) -> "ConfigError":
+        """``problem`` completes "field 'x' = v ...", e.g. "is out of range; use 0 to 1".
+
+        It may name other settings as ``{name}``: Python messages show the field name,
+        the CLI the flag (``cli_message``)."""
+        text = problem.format_map(_Names())
+        return cls(f"field {field!r} = {value!r} {text}", field=field, value=value, problem=problem)
+
+    def cli_message(self, flags: dict[str, str]) -> str:
+        """The message in flags (``flags``: field -> flag), keeping the field's name."""
+        if self.field is None or self.problem is None or self.field not in flags:
+            return str(self)
+        text = self.problem.format_map(_Names(flags))
+        return f"{flags[self.field]} {self.value!r} {text} (field {self.field!r})"
+
+
+class _Names(dict):
+    """Formats ``{name}`` in a problem text as the name itself, or as its flag where known."""
+
+    def __init__(self, flags: dict[str, str] | None = None):
+        super().__init__()
+        self.flags = flags or {}
+
+    def __missing__(self, key: str) -> str:
+        return self.flags.get(key, key)
 
 
 class ProtocolError(PixpoolError, ValueError):
     """A message does not follow the wire protocol (version, shape, size, order)."""
+
+
+class RenderError(PixpoolError, RuntimeError):
+    """A batch failed in an augmentation worker (the message carries the worker's error)."""
+
+
+class MissingExtraError(PixpoolError, ImportError):
+    """A command or module needs an optional dependency that is not installed; the message
+    names the extra to install (e.g. ``pip install 'pixpool[train]'`` for torch)."""
 
 
 class DaemonStopped(PixpoolError, ConnectionError):

@@ -18,8 +18,19 @@ Operations (-> daemon, <- trainer):
 - ``heartbeat`` -> {trainer_id, token}; reply ``heartbeat`` <- {trainer_id}.
 - ``detach`` -> {trainer_id, token}; reply ``detached`` <- {trainer_id}.
 - ``status`` -> {}; reply ``status`` <- {daemon, snapshot, workers, trainers}.
-- ``error`` <- {code, message, trainer_id (may be nil)}.
+- ``error`` <- {code, message, trainer_id (may be nil), field (may be nil)}: ``code`` is one
+  of ``ERROR_CODES``, each the name of a class of the error tree; the client raises that
+  class with the daemon's message (``error_from``), so ``except CapacityError`` works
+  across the wire.
 - ``stopped`` <- {reason}: the daemon is shutting down.
+
+The daemon and its augmentation workers speak the same way over their pipes (msgpack
+maps, validated by ``decode_pipe``; nothing unpickled after start-up):
+
+- daemon -> worker: ``job`` {job, ring, slot, settings, epoch, batch, size}: render that
+  batch into that slot; ``forget`` {ring}: close that ring (its trainer left); ``stop``.
+- worker -> daemon: ``hello`` {pid, index} once ready; ``done`` {job, size, n_targets,
+  seconds}; ``failed`` {job, error}.
 
 Every request is at most ``MAX_FRAME_BYTES``: a control message is a few hundred bytes, so a
 larger one is refused before msgpack sees it. Replies may be up to ``MAX_REPLY_BYTES``: a
@@ -32,9 +43,23 @@ from typing import Any
 
 import msgpack
 
-from .errors import ProtocolError
+from .errors import (
+    CapacityError,
+    ConfigError,
+    DaemonStopped,
+    DatasetError,
+    PixpoolError,
+    ProtocolError,
+    RenderError,
+    SnapshotError,
+)
 
 PROTOCOL_VERSION = 1
+# How a trainer receives batch bytes (``attach``'s ``delivery``): in place from its ring's
+# slots (same machine), or as zero-copy frames after ``ready`` (TCP).
+DELIVERY_SHM = "shm"
+DELIVERY_FRAMES = "frames"
+DELIVERIES = (DELIVERY_SHM, DELIVERY_FRAMES)
 MAX_FRAME_BYTES = 64 * 1024
 # Requests between MAX_FRAME_BYTES and this get an error reply; larger ones make libzmq
 # drop the peer before allocating the frame (the daemon's sockets set ZMQ_MAXMSGSIZE).
@@ -77,13 +102,55 @@ REQUEST_OPS = frozenset({"attach", "start", "release", "heartbeat", "detach", "s
 _INT_LIMIT = 1 << 62
 
 
+# code -> the class the client raises. Order matters for ``code_for``: the first class an
+# exception is an instance of names its code (subclasses before their parents).
+ERROR_CODES: dict[str, type[PixpoolError]] = {
+    "order": ProtocolError,  # a release or start out of order (``code_for`` never picks it)
+    "protocol": ProtocolError,
+    "config": ConfigError,
+    "capacity": CapacityError,
+    "dataset": DatasetError,
+    "snapshot": SnapshotError,
+    "render": RenderError,
+    "unknown_trainer": DaemonStopped,  # the daemon does not know this trainer (any more)
+    "internal": PixpoolError,
+}
+_CODE_OF_CLASS = [(cls, code) for code, cls in ERROR_CODES.items() if code not in ("order", "unknown_trainer")]
+
+
+def code_for(exc: BaseException) -> str:
+    """The declared code of an error the daemon raised; ``internal`` for anything else."""
+    for cls, code in _CODE_OF_CLASS:
+        if isinstance(exc, cls):
+            return code
+    return "internal"
+
+
+def error_from(msg: dict[str, Any]) -> PixpoolError:
+    """The exception an ``error`` reply stands for: its code's class with the daemon's message.
+
+    A code this side does not know (a newer daemon) falls back to ``PixpoolError``."""
+    cls = ERROR_CODES.get(msg.get("code"), PixpoolError)
+    message = str(msg.get("message", ""))
+    if cls is ConfigError:
+        return ConfigError(message, field=msg.get("field"))
+    return cls(message)
+
+
 def encode(op: str, **fields: Any) -> bytes:
     """One frame: ``{v, op, **fields}`` packed with msgpack (no extension types)."""
     return msgpack.packb({"v": PROTOCOL_VERSION, "op": op, **fields}, use_bin_type=True)
 
 
-def error_frame(code: str, message: str, *, trainer_id: int | None = None) -> bytes:
-    return encode("error", code=code, message=message, trainer_id=trainer_id)
+def error_frame(code: str, message: str, *, trainer_id: int | None = None, field: str | None = None) -> bytes:
+    if code not in ERROR_CODES:
+        raise ValueError(f"undeclared error code {code!r}; declare it in ERROR_CODES")
+    return encode("error", code=code, message=message, trainer_id=trainer_id, field=field)
+
+
+def error_frame_for(exc: BaseException, *, trainer_id: int | None = None) -> bytes:
+    """The ``error`` reply for an exception the daemon raised while handling a request."""
+    return error_frame(code_for(exc), str(exc), trainer_id=trainer_id, field=getattr(exc, "field", None))
 
 
 def decode(frame: bytes | memoryview, *, reply: bool = False) -> dict[str, Any]:
@@ -111,7 +178,11 @@ def decode(frame: bytes | memoryview, *, reply: bool = False) -> dict[str, Any]:
         raise ProtocolError(f"unknown op {op!r}; expected one of {sorted(_SCHEMA)}")
     if not reply and op not in REQUEST_OPS:
         raise ProtocolError(f"op {op!r} is not a request a trainer may send; expected one of {sorted(REQUEST_OPS)}")
-    schema = _REPLY_SCHEMA.get(op, _SCHEMA[op]) if reply else _SCHEMA[op]
+    _check_fields(op, msg, _REPLY_SCHEMA.get(op, _SCHEMA[op]) if reply else _SCHEMA[op])
+    return msg
+
+
+def _check_fields(op: str, msg: dict[str, Any], schema: dict[str, tuple[type, ...]]) -> None:
     for name, types in schema.items():
         if name not in msg:
             raise ProtocolError(f"op {op!r} lacks field {name!r}")
@@ -122,9 +193,37 @@ def decode(frame: bytes | memoryview, *, reply: bool = False) -> dict[str, Any]:
             raise ProtocolError(f"op {op!r}: field {name!r} must be {types[0].__name__}, got {type(value).__name__}")
         if isinstance(value, int) and not isinstance(value, bool) and not -_INT_LIMIT < value < _INT_LIMIT:
             raise ProtocolError(f"op {op!r}: field {name!r} = {value} is out of range")
-    return msg
 
 
 def as_error(msg: dict[str, Any]) -> str:
-    """Human text of an ``error`` reply."""
+    """Human text of an ``error`` reply (for logs; callers raise ``error_from``)."""
     return f"{msg.get('code', 'error')}: {msg.get('message', '')}"
+
+
+# -- the daemon <-> worker pipes ------------------------------------------------------------
+_PIPE_SCHEMA: dict[str, dict[str, tuple[type, ...]]] = {
+    "job": {"job": _INT, "ring": _STR, "slot": _INT, "settings": _MAP, "epoch": _INT, "batch": _INT, "size": _INT},
+    "forget": {"ring": _STR},
+    "stop": {},
+    "hello": {"pid": _INT, "index": _INT},
+    "done": {"job": _INT, "size": _INT, "n_targets": _INT, "seconds": (float, int)},
+    "failed": {"job": _INT, "error": _STR},
+}
+
+
+def pipe_frame(op: str, **fields: Any) -> bytes:
+    """One pipe message (no version: both ends are the same installation)."""
+    return msgpack.packb({"op": op, **fields}, use_bin_type=True)
+
+
+def decode_pipe(frame: bytes) -> dict[str, Any]:
+    """Parse and validate one pipe message; ProtocolError names what is wrong."""
+    try:
+        msg = msgpack.unpackb(frame, raw=False, strict_map_key=True)
+    except (ValueError, TypeError, msgpack.ExtraData, msgpack.FormatError, msgpack.StackError) as exc:
+        raise ProtocolError(f"pipe message of {len(frame)} bytes is not valid msgpack ({exc})") from None
+    op = msg.get("op") if isinstance(msg, dict) else None
+    if op not in _PIPE_SCHEMA:
+        raise ProtocolError(f"unknown pipe op {op!r}; expected one of {sorted(_PIPE_SCHEMA)}")
+    _check_fields(op, msg, _PIPE_SCHEMA[op])
+    return msg

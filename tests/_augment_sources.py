@@ -6,7 +6,7 @@ import math
 
 import numpy as np
 
-from pixpool.server.decode import centre
+from pixpool.server.snapshot.decode import centre
 from pixpool.shared.records import Targets
 
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 import os
 import time
 
-from pixpool.server.route import batch_size_of, max_targets, num_batches  # noqa: F401  (the route's interface)
-from pixpool.server.route import render as _render
+from pixpool.server.daemon.renderer import batch_size_of, max_targets, num_batches  # noqa: F401  (the route's interface)
+from pixpool.server.daemon.renderer import render as _render
 
 
 def render(source, settings, epoch, batch, images_out):

@@ -33,7 +33,7 @@ def _is_resource_tracker(proc: psutil.Process) -> bool:
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
-    from pixpool.server.accountant import segment_users
+    from pixpool.shared.procmem import segment_users
 
     me = psutil.Process(os.getpid())
     children = [p for p in me.children(recursive=True) if p.is_running() and p.status() != psutil.STATUS_ZOMBIE and not _is_resource_tracker(p)]

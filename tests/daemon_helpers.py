@@ -14,11 +14,11 @@ import time
 from contextlib import contextmanager
 
 import numpy as np
-import zmq
 
-from pixpool.server.run import stop_process
-from pixpool.shared import protocol as proto
-from pixpool.shared.names import PREFIX, list_segments
+from pixpool.server.daemon.run import run_daemon, stop_process
+from pixpool.shared.config import DaemonConfig
+from pixpool.shared.control import request_status
+from pixpool.shared.names import list_segments, ring_prefix
 
 WAIT_S = 60.0
 
@@ -30,17 +30,7 @@ def short_socket_dir() -> str:
 
 
 def ask_status(socket_dir: str, timeout_s: float = 2.0) -> dict | None:
-    ctx = zmq.Context.instance()
-    s = ctx.socket(zmq.DEALER)
-    s.setsockopt(zmq.LINGER, 0)
-    try:
-        s.connect(f"ipc://{socket_dir}/daemon.sock")
-        s.send(proto.encode("status"))
-        if s.poll(int(timeout_s * 1000)):
-            return proto.decode(s.recv(), reply=True)
-        return None
-    finally:
-        s.close(linger=0)
+    return request_status(f"ipc://{socket_dir}/daemon.sock", timeout_s=timeout_s)
 
 
 def wait_ready(proc, socket_dir: str, timeout_s: float = WAIT_S, workers: int | None = None) -> dict:
@@ -79,7 +69,7 @@ def kill_children_of(pid: int) -> None:
 
 
 def remove_rings_of(pid: int) -> list[str]:
-    left = [n for n in list_segments() if n.startswith(f"{PREFIX}-ring-{pid}-")]
+    left = [n for n in list_segments() if n.startswith(ring_prefix(pid))]
     for n in left:
         try:
             os.unlink(f"/dev/shm/{n}")
@@ -89,16 +79,16 @@ def remove_rings_of(pid: int) -> list[str]:
 
 
 @contextmanager
-def daemon_process(target, kwargs: dict, *, workers: int, socket_dir: str | None = None, wait: bool = True):
-    """Start ``target(**kwargs)`` (a daemon entry) in a spawned process; always reaped."""
+def daemon_process(config: DaemonConfig, *, socket_dir: str | None = None, wait: bool = True):
+    """Start ``run_daemon(config)`` in a spawned process; always reaped."""
     own_dir = socket_dir is None
     socket_dir = socket_dir or short_socket_dir()
     ctx = mp.get_context("spawn")
-    proc = ctx.Process(target=target, kwargs={**kwargs, "socket_dir": socket_dir}, daemon=False)
+    proc = ctx.Process(target=run_daemon, args=(config.replace(socket_dir=socket_dir),), daemon=False)
     proc.start()
     try:
         if wait:
-            wait_ready(proc, socket_dir, workers=workers)
+            wait_ready(proc, socket_dir, workers=config.workers)
         yield proc, socket_dir
     finally:
         if proc.pid is not None and proc.is_alive():
@@ -119,18 +109,17 @@ def daemon_process(target, kwargs: dict, *, workers: int, socket_dir: str | None
 # -- the real route -------------------------------------------------------------------------
 @contextmanager
 def real_daemon(data, *, imgsz: int = 160, workers: int = 2, heartbeat_timeout_s: float = 10.0, socket_dir: str | None = None, wait: bool = True, **extra):
-    from pixpool.server.daemon import run_daemon
-
-    kwargs = dict(data=str(data), imgsz=imgsz, workers=workers, heartbeat_timeout_s=heartbeat_timeout_s, processes=1, **extra)
-    with daemon_process(run_daemon, kwargs, workers=workers, socket_dir=socket_dir, wait=wait) as (proc, d):
+    config = DaemonConfig(data=str(data), imgsz=imgsz, workers=workers, heartbeat_timeout_s=heartbeat_timeout_s, processes=1, **extra)
+    with daemon_process(config, socket_dir=socket_dir, wait=wait) as (proc, d):
         yield proc, d
 
 
 def reference_stream(dataset, settings, epoch: int) -> tuple[list[str], list[list[int]]]:
     """Digests and sample indices of one epoch from the in-process reference pipeline."""
-    from pixpool.server.augment import sampler
-    from pixpool.server.augment.batch import batch_digest, render_batch
-    from pixpool.server.reference import ReferenceSource
+    from pixpool.shared import sampler
+    from pixpool.server.augment.batch import render_batch
+    from pixpool.shared.digest import batch_digest
+    from pixpool.server.snapshot.reference import ReferenceSource
 
     source = ReferenceSource(dataset, settings.augment.imgsz)
     digests, samples = [], []
@@ -142,10 +131,10 @@ def reference_stream(dataset, settings, epoch: int) -> tuple[list[str], list[lis
 
 
 def digest_of(batch) -> str:
-    from pixpool.server.augment.batch import batch_digest
+    from pixpool.shared.digest import batch_digest
 
     return batch_digest(np.asarray(batch.images), np.asarray(batch.targets))
 
 
 def segments_of(pid: int) -> list[str]:
-    return [n for n in list_segments() if n.startswith(f"{PREFIX}-ring-{pid}-")]
+    return [n for n in list_segments() if n.startswith(ring_prefix(pid))]

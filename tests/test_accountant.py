@@ -8,6 +8,7 @@ import uuid
 import numpy as np
 
 from pixpool.server import accountant
+from pixpool.shared import procmem, text
 from pixpool.shared.shm import SharedSegment, unlink_segment
 
 SMAPS = """\
@@ -34,21 +35,21 @@ Pss:                   2 kB
 
 
 def test_parse_smaps_sums_per_path_and_skips_anonymous():
-    parsed = accountant.parse_smaps(SMAPS)
+    parsed = procmem.parse_smaps(SMAPS)
     img = "/dev/shm/pixpool-snap-0123456789abcdef-img"
     assert parsed[img]["Rss"] == (512 + 8) * 1024
     assert parsed[img]["Pss"] == (256 + 4) * 1024
     assert parsed[img]["Size"] == 2048 * 1024
     assert "/dev/shm/pixpool-ring-99-1" in parsed  # " (deleted)" stripped
     assert None not in parsed and all(p for p in parsed)
-    seg = accountant.pixpool_resident(parsed)
+    seg = procmem.pixpool_resident(parsed)
     assert set(seg) == {"pixpool-snap-0123456789abcdef-img", "pixpool-ring-99-1"}
     assert seg["pixpool-snap-0123456789abcdef-img"] == {"rss": 520 * 1024, "pss": 260 * 1024}
 
 
 def test_parse_maps_line():
-    assert accountant.parse_maps_line("55d0-55d1 rw-p 00000000 00:00 0 ") is None
-    assert accountant.parse_maps_line("7f-80 r--s 0 00:1a 1   /dev/shm/pixpool-x (deleted)\n") == "/dev/shm/pixpool-x"
+    assert procmem.parse_maps_line("55d0-55d1 rw-p 00000000 00:00 0 ") is None
+    assert procmem.parse_maps_line("7f-80 r--s 0 00:1a 1   /dev/shm/pixpool-x (deleted)\n") == "/dev/shm/pixpool-x"
 
 
 def test_live_process_sees_its_own_mapping_and_residency():
@@ -58,9 +59,9 @@ def test_live_process_sees_its_own_mapping_and_residency():
     try:
         arr = np.frombuffer(seg.buf, dtype=np.uint8)
         arr[::4096] = 1  # touch every page
-        users = accountant.segment_users()
+        users = procmem.segment_users()
         assert os.getpid() in users.get(name, set())
-        (me,) = accountant.process_memory([os.getpid()])
+        (me,) = procmem.process_memory([os.getpid()])
         assert me.rss > 0 and me.uss > 0 and me.pss > 0
         assert me.segments[name]["rss"] == nbytes  # every page resident, measured by the kernel
         text = accountant.format_process_report([me])
@@ -69,11 +70,11 @@ def test_live_process_sees_its_own_mapping_and_residency():
     finally:
         seg.close()
         unlink_segment(name)
-    assert name not in accountant.segment_users()
+    assert name not in procmem.segment_users()
 
 
 def test_format_table_aligns():
-    out = accountant.format_table([["a", 1], ["bbb", 22]], ["name", "n"])
+    out = text.format_table([["a", 1], ["bbb", 22]], ["name", "n"])
     lines = out.splitlines()
     assert lines[0].startswith("name") and set(lines[1]) <= {"-", " "}
     assert lines[2].endswith(" 1") and lines[3].endswith("22")

@@ -9,10 +9,12 @@ import pytest
 from _augment_sources import ArraySource
 
 from pixpool.server.augment import affine, canvas, hsv
-from pixpool.server.augment import batch_digest, epoch_indices, max_targets, num_batches, render_batch, render_sample
-from pixpool.server.augment.sampler import batch_samples
+from pixpool.server.augment import max_targets, render_batch, render_sample
+from pixpool.shared.digest import batch_digest
+from pixpool.shared.sampler import epoch_indices, num_batches
+from pixpool.shared.sampler import batch_samples
 from pixpool.server.augment.mosaic import mosaic_tiles
-from pixpool.server.augment.rng import hsv_gains, sample_generator
+from pixpool.shared.rng import hsv_gains, sample_generator
 from pixpool.shared.config import AugmentConfig, StreamSettings
 from pixpool.shared.errors import ConfigError
 
@@ -296,7 +298,7 @@ def test_fused_quantisation_rounds_like_the_float_image_on_ties(offset: float, f
     # 125.5: the fused pass must round the float32 sum (half to even), not a float64 one.
     from pixpool.server.augment.batch import write_image
     from pixpool.server.augment.labels import Labels
-    from pixpool.server.augment.route import Pending
+    from pixpool.server.augment.sample import Pending
 
     rng = np.random.default_rng(0)
     image = (rng.integers(-130 * 1024, 150 * 1024, (S, S, 3)) / 1024).astype(np.float32)

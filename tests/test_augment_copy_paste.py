@@ -7,7 +7,9 @@ import numpy as np
 import pytest
 from _augment_sources import ArraySource
 
-from pixpool.server.augment import batch_digest, copy_paste as cp_mod, num_batches, render_batch, render_sample
+from pixpool.server.augment import copy_paste as cp_mod, render_batch, render_sample
+from pixpool.shared.digest import batch_digest
+from pixpool.shared.sampler import num_batches
 from pixpool.shared.config import AugmentConfig, StreamSettings
 
 S = 64

@@ -11,7 +11,7 @@ torch = pytest.importorskip("torch")
 from pixpool.client.hsv_torch import apply_hsv  # noqa: E402
 from pixpool.server.augment import render_batch  # noqa: E402
 from pixpool.server.augment.hsv import apply_hsv_bgr  # noqa: E402
-from pixpool.server.augment.rng import hsv_gains  # noqa: E402
+from pixpool.shared.rng import hsv_gains  # noqa: E402
 from pixpool.shared.config import AugmentConfig, StreamSettings  # noqa: E402
 
 S = 64
@@ -66,7 +66,7 @@ def test_pair_lookups_equal_three_lookups() -> None:
     # 3-channel or padded 4-channel input, odd or even plane sizes, into ``out`` or new.
     import cv2
 
-    from pixpool.server.augment.hsv import luts
+    from pixpool.shared.hsv_tables import luts
 
     rng = np.random.default_rng(1)
     for shape in ((50, 70), (33, 45), (1, 1), (7, 1)):

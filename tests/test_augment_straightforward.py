@@ -16,11 +16,12 @@ import numpy as np
 import pytest
 from _augment_sources import ArraySource
 
-from pixpool.server.augment import affine, copy_paste as cp_mod, num_batches, render_batch
-from pixpool.server.augment.hsv import luts
+from pixpool.server.augment import affine, copy_paste as cp_mod, render_batch
+from pixpool.shared.sampler import num_batches
+from pixpool.shared.hsv_tables import luts
 from pixpool.server.augment.labels import Labels, pack, transform_labels
 from pixpool.server.augment.mosaic import draw_mosaic, letterbox_tile, mosaic_tiles
-from pixpool.server.augment.rng import hsv_gains, sample_generator
+from pixpool.shared.rng import hsv_gains, sample_generator
 from pixpool.shared.config import AugmentConfig, StreamSettings
 
 S = 64

@@ -76,7 +76,7 @@ def test_workers_are_light_and_never_import_torch(daemon):
 
 
 def test_status_and_monitor_commands(daemon, capsys):
-    from pixpool.server.cli import main
+    from pixpool.shared.cli import main
 
     _, d = daemon
     with Client(settings(3), socket_dir=d, timeout_s=WAIT_S) as c:
@@ -167,7 +167,7 @@ def test_silent_trainer_is_detached_after_heartbeat_timeout(daemon):
 
 
 def test_daemon_digests_running_and_temporary_daemon(daemon, dataset, synthetic_data):
-    from pixpool.server.daemon_digest import daemon_digests
+    from pixpool.client.commands.digest import daemon_digests
 
     _, d = daemon
     s = settings(9)
@@ -236,7 +236,7 @@ def test_hsv_on_device_stream_as_torch(daemon, dataset):
 
     from pixpool.client.hsv_torch import apply_hsv
     from pixpool.server.augment.batch import render_batch
-    from pixpool.server.reference import ReferenceSource
+    from pixpool.server.snapshot.reference import ReferenceSource
 
     _, d = daemon
     s = settings(8, hsv_on_device=True)
@@ -272,7 +272,7 @@ def test_new_epoch_iterator_replaces_the_old_one(daemon, dataset):
 
 def test_train_command_trains_on_the_daemons_stream(daemon, capsys):
     """``pixpool train``: a trainer from the command line, attached to the running daemon."""
-    from pixpool.server.cli import main
+    from pixpool.shared.cli import main
 
     _, d = daemon
     argv = ["train", "--socket-dir", d, "--num-classes", "8", "--imgsz", str(IMGSZ), "--batch-size", "4", "--max-steps", "3", "--seed", "5", "--json"]
@@ -299,7 +299,7 @@ def test_validation_stream_gets_no_device_hsv(daemon, dataset):
     import torch
 
     from pixpool.server.augment.batch import render_batch
-    from pixpool.server.reference import ReferenceSource
+    from pixpool.server.snapshot.reference import ReferenceSource
 
     s = StreamSettings(seed=4, batch_size=4, hsv_on_device=True, augment=AugmentConfig(imgsz=IMGSZ, augment=False))
     with Client(s, socket_dir=daemon[1], timeout_s=WAIT_S) as c:

@@ -39,7 +39,7 @@ def _anonymous_bytes(pid: int) -> int:
 
 
 def _measure(socket_dir: str) -> dict:
-    from pixpool.server.accountant import process_memory
+    from pixpool.shared.procmem import process_memory
 
     st = ask_status(socket_dir)
     pid = st["daemon"]["pid"]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from pixpool.server.scheduler import Scheduler
+from pixpool.server.daemon.scheduler import Scheduler
 from pixpool.shared.config import StreamSettings
 from pixpool.shared.errors import ProtocolError
 

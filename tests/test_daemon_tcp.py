@@ -28,14 +28,14 @@ def _free_port() -> int:
 
 
 def test_tcp_requires_keys():
-    from pixpool.server.daemon import Daemon
+    from pixpool.shared.config import DaemonConfig
 
     with pytest.raises(ConfigError, match="CURVE"):
-        Daemon(object(), tcp="127.0.0.1:5555")
+        DaemonConfig(data="x.json", tcp="127.0.0.1:5555")
 
 
 def test_tcp_stream_equals_local_and_refuses_strangers(synthetic_data, tmp_path):
-    from pixpool.server.cli import main
+    from pixpool.shared.cli import main
     from pixpool.server.readers import load_dataset
     from pixpool.shared.endpoint import write_keys
 
@@ -71,7 +71,8 @@ def test_tcp_stream_equals_local_and_refuses_strangers(synthetic_data, tmp_path)
 
 
 def test_tcp_bad_address_is_a_clear_error(tmp_path):
-    from pixpool.server.daemon import Daemon
+    from pixpool.server.daemon.service import Daemon
+    from pixpool.shared.config import DaemonConfig
     from pixpool.shared.endpoint import write_keys
 
     from daemon_helpers import short_socket_dir
@@ -86,7 +87,7 @@ def test_tcp_bad_address_is_a_clear_error(tmp_path):
     d = short_socket_dir()
     try:
         with pytest.raises(ConfigError, match="cannot listen on tcp://"):
-            Daemon(_Source(), workers=1, socket_dir=d, tcp="256.1.1.1:1", keys_dir=tmp_path / "k").serve()
+            Daemon(_Source(), DaemonConfig(data="x.json", workers=1, socket_dir=d, tcp="256.1.1.1:1", keys_dir=str(tmp_path / "k"))).serve()
         assert os.listdir(d) == ["daemon.lock"]  # the ipc socket file went too (the lock file stays, unlocked)
     finally:
         shutil.rmtree(d, ignore_errors=True)

@@ -11,7 +11,7 @@ from pixpool.shared.names import list_segments
 def test_demo_runs_two_trainers_and_leaves_nothing(tmp_path):
     before = set(list_segments())
     proc = subprocess.run(
-        [sys.executable, "-m", "pixpool.server.cli", "demo", "--workdir", str(tmp_path), "--num-images", "16", "--imgsz", "128",
+        [sys.executable, "-m", "pixpool.shared.cli", "demo", "--workdir", str(tmp_path), "--num-images", "16", "--imgsz", "128",
          "--epochs", "1", "--batch-size", "4", "--trainers", "2", "--workers", "1", "--timeout-s", "240"],
         capture_output=True, text=True, timeout=300,
     )

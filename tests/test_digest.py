@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import os
 
-from pixpool.server.cli import main
+from pixpool.shared.cli import main
 from pixpool.shared.names import list_segments
 
 

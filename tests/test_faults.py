@@ -14,6 +14,7 @@ import pytest
 
 from daemon_helpers import WAIT_S, ask_status, digest_of, real_daemon, reference_stream, segments_of, short_socket_dir, wait_for
 from pixpool.client.iterator import Client
+from pixpool.server.daemon.renderer import RENDERER_ENV
 from pixpool.shared.config import AugmentConfig, StreamSettings
 from pixpool.shared.errors import DaemonStopped, DaemonTimeout
 from pixpool.shared.names import list_segments
@@ -108,7 +109,7 @@ def test_no_daemon_times_out_with_clear_message():
 
 
 def test_daemon_sigkill_restart_reattaches_then_clean_removes_all(synthetic_data, dataset):
-    from pixpool.server.cli import main
+    from pixpool.shared.cli import main
 
     s = settings(13, batch_size=2)
     d = short_socket_dir()
@@ -157,7 +158,7 @@ def test_serve_command_ctrl_c_exits_cleanly(synthetic_data):
     import sys
 
     d = short_socket_dir()
-    cmd = [sys.executable, "-m", "pixpool.server.cli", "serve", str(synthetic_data.coco_json), "--imgsz", str(IMGSZ), "--workers", "1", "--socket-dir", d, "--processes", "1"]
+    cmd = [sys.executable, "-m", "pixpool.shared.cli", "serve", str(synthetic_data.coco_json), "--imgsz", str(IMGSZ), "--workers", "1", "--socket-dir", d, "--processes", "1"]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
         st = wait_for(lambda: proc.poll() is None and os.path.exists(f"{d}/daemon.sock") and ask_status(d, 1.0), 60, "pixpool serve up")
@@ -185,7 +186,7 @@ def test_serve_sigterm_while_preparing_leaves_nothing(coco128):
     d = short_socket_dir()
     before = set(list_segments())
     # imgsz 608 keeps this snapshot apart from any other test's coco128 snapshot.
-    cmd = [sys.executable, "-m", "pixpool.server.cli", "serve", str(coco128 / "annotations" / "instances_train2017.json"),
+    cmd = [sys.executable, "-m", "pixpool.shared.cli", "serve", str(coco128 / "annotations" / "instances_train2017.json"),
            "--imgsz", "608", "--workers", "1", "--socket-dir", d, "--processes", "1"]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
@@ -208,7 +209,8 @@ def test_wedged_worker_is_killed_and_its_batch_rerun(synthetic_data, dataset, tm
     monkeypatch.setenv("PIXPOOL_TEST_STUCK_MARKER", str(tmp_path / "stuck-once"))
     s = settings(17)
     expected, _ = reference_stream(dataset, s, 0)
-    with real_daemon(synthetic_data.coco_json, imgsz=IMGSZ, workers=1, route="_stuck_route", job_timeout_s=2.0) as (proc, d):
+    monkeypatch.setenv(RENDERER_ENV, "_stuck_route")
+    with real_daemon(synthetic_data.coco_json, imgsz=IMGSZ, workers=1, job_timeout_s=2.0) as (proc, d):
         with Client(s, socket_dir=d, timeout_s=WAIT_S) as c:
             got = [digest_of(b) for b in c.epoch(0)]
         assert (tmp_path / "stuck-once").exists(), "the wedge really happened"
@@ -219,12 +221,13 @@ def test_wedged_worker_is_killed_and_its_batch_rerun(synthetic_data, dataset, tm
 def test_second_daemon_on_the_same_socket_dir_is_refused(synthetic_data):
     import pytest
 
-    from pixpool.server.run import run_daemon
+    from pixpool.server.daemon.run import run_daemon
+    from pixpool.shared.config import DaemonConfig
     from pixpool.shared.errors import ConfigError
 
     with real_daemon(synthetic_data.coco_json, imgsz=IMGSZ, workers=1) as (proc, d):
         with pytest.raises(ConfigError, match="another pixpool daemon already serves"):
-            run_daemon(str(synthetic_data.coco_json), imgsz=IMGSZ, workers=1, socket_dir=d, processes=1)
+            run_daemon(DaemonConfig(data=str(synthetic_data.coco_json), imgsz=IMGSZ, workers=1, socket_dir=d, processes=1))
         st = ask_status(d)
         assert st["daemon"]["pid"] == proc.pid, "the first daemon still owns its socket"
         # The refused one re-attached the snapshot the first one created, and left it alone.
@@ -233,7 +236,7 @@ def test_second_daemon_on_the_same_socket_dir_is_refused(synthetic_data):
 
 def test_creator_daemon_leaves_a_snapshot_another_process_maps(synthetic_data):
     """The daemon that prepared a snapshot does not pull it from under another user of it."""
-    from pixpool.server.snapshot import Snapshot
+    from pixpool.server.snapshot.handle import Snapshot
     from pixpool.shared.shm import unlink_segment
 
     with real_daemon(synthetic_data.coco_json, imgsz=176, workers=1) as (proc, d):

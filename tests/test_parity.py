@@ -10,11 +10,13 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from pixpool.server.augment import batch_digest, num_batches, render_batch, render_sample
+from pixpool.server.augment import render_batch, render_sample
+from pixpool.shared.digest import batch_digest
+from pixpool.shared.sampler import num_batches
 from pixpool.server.augment.labels import pack
-from pixpool.server.prepare import prepare_snapshot
+from pixpool.server.snapshot.prepare import prepare_snapshot
 from pixpool.server.readers import load_dataset
-from pixpool.server.reference import ReferenceSource
+from pixpool.server.snapshot.reference import ReferenceSource
 from pixpool.shared.config import AugmentConfig, StreamSettings
 
 ROUTES = {
@@ -108,7 +110,8 @@ def test_coco128_snapshot_unchanged_by_an_epoch(coco) -> None:
 
 
 def _digest_in_child(snapshot, settings_dict: dict, epoch: int, batch: int) -> str:
-    from pixpool.server.augment import batch_digest as digest, render_batch as render
+    from pixpool.server.augment import render_batch as render
+    from pixpool.shared.digest import batch_digest as digest
     from pixpool.shared.config import StreamSettings as Settings
 
     r = render(snapshot, Settings.from_dict(settings_dict), epoch, batch)

@@ -12,9 +12,11 @@ import pytest
 from _snapshot_helpers import created_by_me, dataset_of, remove_snapshot, write_jpegs
 from PIL import Image
 
-from pixpool.server import accountant, decode, prepare
-from pixpool.server.fingerprint import base_name, fingerprint
-from pixpool.server.prepare import PreparationTerminated, prepare_snapshot
+from pixpool.server import accountant
+from pixpool.server.snapshot import decode, prepare
+from pixpool.server.snapshot.fingerprint import base_name, fingerprint
+from pixpool.server.snapshot.decode_worker import FAIL_AT_ENV
+from pixpool.server.snapshot.prepare import PreparationTerminated, prepare_snapshot
 from pixpool.server.readers import load_dataset
 from pixpool.shared.errors import CapacityError, ImageDecodeError
 from pixpool.shared.names import list_segments
@@ -111,11 +113,12 @@ def test_any_input_change_gives_another_name(tmp_path):
 
 
 @pytest.mark.parametrize("processes", [1, 2])
-def test_failure_at_record_k_leaves_no_segment(synthetic_data, processes):
+def test_failure_at_record_k_leaves_no_segment(synthetic_data, processes, monkeypatch):
     dataset = load_dataset(synthetic_data.coco_json)
     before = set(list_segments())
+    monkeypatch.setenv(FAIL_AT_ENV, "7")  # the decoder that claims record 7 fails (spawned ones too)
     with pytest.raises(ImageDecodeError, match="injected failure at record 7") as info:
-        prepare_snapshot(dataset, imgsz=160, processes=processes, fail_at=7)
+        prepare_snapshot(dataset, imgsz=160, processes=processes)
     assert dataset.records[7].image_path in str(info.value)
     assert created_by_me(before) == []
     assert not any(s.startswith(base_name(fingerprint(dataset, imgsz=160))) for s in list_segments())

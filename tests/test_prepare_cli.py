@@ -13,11 +13,12 @@ from pathlib import Path
 import pytest
 from _snapshot_helpers import created_by_me, remove_snapshot
 
-from pixpool.server.accountant import segment_users
-from pixpool.server.cli import main
-from pixpool.server.fingerprint import base_name, fingerprint, parts_of_base
+from pixpool.shared.procmem import segment_users
+from pixpool.shared.cli import main
+from pixpool.server.snapshot.fingerprint import base_name, fingerprint
+from pixpool.shared.names import snapshot_parts as parts_of_base
 from pixpool.server.readers import load_dataset
-from pixpool.server.snapshot import read_header
+from pixpool.server.snapshot.handle import read_header
 from pixpool.shared.names import list_segments, shm_path
 
 
@@ -151,7 +152,7 @@ def test_sigkill_during_prepare_then_clean_removes_everything(coco128, tmp_path)
     base = base_name(fingerprint(load_dataset(ann, img_dir), imgsz=640))
     parts = parts_of_base(base)
     proc = subprocess.Popen(
-        [sys.executable, "-m", "pixpool.server.cli", "prepare", str(ann), "--images", str(img_dir), "--processes", "2", "--json"],
+        [sys.executable, "-m", "pixpool.shared.cli", "prepare", str(ann), "--images", str(img_dir), "--processes", "2", "--json"],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE,
     )  # fmt: skip
     try:
@@ -195,7 +196,7 @@ def test_clean_decisions():
 
 def test_clean_keep_complete_removes_stale_rings_but_keeps_snapshots(synthetic_data, capsys):
     """What a service manager runs after the daemon stops: the prepared snapshot stays for the restart."""
-    from pixpool.server.prepare import prepare_snapshot
+    from pixpool.server.snapshot.prepare import prepare_snapshot
     from pixpool.shared.names import ring_segment
     from pixpool.shared.shm import SharedSegment
 

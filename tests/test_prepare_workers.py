@@ -13,10 +13,10 @@ import psutil
 import pytest
 from _snapshot_helpers import created_by_me, remove_snapshot
 
-from pixpool.server import prepare, prepare_worker
-from pixpool.server.fingerprint import base_name, fingerprint
-from pixpool.server.prepare import prepare_snapshot
-from pixpool.server.prepare_worker import WorkShare
+from pixpool.server.snapshot import prepare, decode_worker as prepare_worker
+from pixpool.server.snapshot.fingerprint import base_name, fingerprint
+from pixpool.server.snapshot.prepare import prepare_snapshot
+from pixpool.server.snapshot.decode_worker import WorkShare
 from pixpool.server.readers import load_dataset
 from pixpool.shared.errors import CapacityError, ImageDecodeError
 from pixpool.shared.names import list_segments
@@ -90,8 +90,9 @@ def test_failure_in_a_worker_at_record_k_leaves_no_segment(synthetic_data, monke
     dataset = load_dataset(synthetic_data.coco_json)
     before = set(list_segments())
     _hold_parent_until_workers_claimed(monkeypatch, 7)  # record 7 is a worker's
+    monkeypatch.setenv(prepare_worker.FAIL_AT_ENV, "7")  # the decoder that claims record 7 fails
     with pytest.raises(ImageDecodeError, match="injected failure at record 7") as info:
-        prepare_snapshot(dataset, imgsz=IMGSZ, processes=2, fail_at=7)
+        prepare_snapshot(dataset, imgsz=IMGSZ, processes=2)
     assert dataset.records[7].image_path in str(info.value)
     assert created_by_me(before) == []
     assert not any(s.startswith(base_name(fingerprint(dataset, imgsz=IMGSZ))) for s in list_segments())

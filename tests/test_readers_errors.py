@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from pixpool.server.cli import main
+from pixpool.shared.cli import main
 from pixpool.server.readers import load_dataset, read_dataset
 from pixpool.shared.errors import DatasetError, MissingFileError
 

@@ -8,7 +8,7 @@ import uuid
 import numpy as np
 import pytest
 
-from pixpool.shared import layout
+from pixpool.server.snapshot import layout
 from pixpool.shared.names import shm_path
 from pixpool.shared.records import Record
 from pixpool.shared.shm import SharedSegment, unlink_segment

@@ -8,9 +8,9 @@ import pickle
 import pytest
 from _snapshot_helpers import remove_snapshot
 
-from pixpool.server.prepare import prepare_snapshot
+from pixpool.server.snapshot.prepare import prepare_snapshot
 from pixpool.server.readers import load_dataset
-from pixpool.server.snapshot import Snapshot, list_snapshots
+from pixpool.server.snapshot.handle import Snapshot, list_snapshots
 from pixpool.shared.errors import SnapshotError
 
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import cv2
 import numpy as np
 
-from pixpool.server.cli import main
+from pixpool.shared.cli import main
 from pixpool.server.readers import load_dataset
 from pixpool.server.synthetic import CATEGORY_IDS, CLASS_NAMES, write_synthetic
 

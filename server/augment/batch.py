@@ -23,7 +23,6 @@ planes.
 
 from __future__ import annotations
 
-import hashlib
 from dataclasses import dataclass
 
 import cv2
@@ -31,12 +30,12 @@ import numpy as np
 
 from ...shared.config import StreamSettings
 from ...shared.errors import ConfigError
+from ...shared.rng import hsv_gains
+from ...shared.sampler import batch_samples
 from ...shared.source import ImageSource
 from . import hsv, scratch
 from .labels import pack
-from .route import Pending, _Clock, render
-from .rng import hsv_gains
-from .sampler import batch_samples
+from .sample import Pending, _Clock, render
 
 
 @dataclass
@@ -64,16 +63,6 @@ def max_targets(max_instances: int, settings: StreamSettings) -> int:
         if cfg.mixup > 0:
             per *= 2
     return per * settings.batch_size
-
-
-def batch_digest(images: np.ndarray, targets: np.ndarray) -> str:
-    """SHA-256 hex over the images' and the packed targets' shapes and bytes."""
-    h = hashlib.sha256()
-    for array, dtype in ((images, np.uint8), (targets, np.float32)):
-        array = np.ascontiguousarray(array, dtype=dtype)
-        h.update(repr(array.shape).encode())
-        h.update(memoryview(array).cast("B"))
-    return h.hexdigest()
 
 
 def render_batch(

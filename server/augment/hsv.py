@@ -2,15 +2,10 @@
 
 Runs in the augmentation workers (when the trainer did not ask for it on the device).
 
-Per sample the gains ``g = (gh, gs, gv)`` come from ``rng.hsv_gains`` (the sample's own
-HSV stream, so the trainer's torch version draws the same ones). On OpenCV's 8-bit HSV
-(hue 0..179, saturation and value 0..255):
-
-    hue' = floor(hue * gh) mod 180
-    sat' = floor(clip(sat * gs, 0, 255))
-    val' = floor(clip(val * gv, 0, 255))
-
-then back to colour. Gains of exactly 1 leave the image unchanged and skip the work.
+Per sample the gains come from ``pixpool.shared.rng.hsv_gains`` (the sample's own HSV
+stream, so the trainer's torch version draws the same ones) and the tables from
+``pixpool.shared.hsv_tables`` (the same ones on both sides), then back to colour.
+Gains of exactly 1 leave the image unchanged and skip the work.
 
 How the tables are applied (the bytes are those of split / three 8-bit ``cv2.LUT`` /
 merge, which ``tests/test_augment_straightforward.py`` checks): each HSV plane is looked
@@ -27,25 +22,10 @@ from __future__ import annotations
 import cv2
 import numpy as np
 
+from ...shared.hsv_tables import tables
 from . import scratch
 
-_LEVELS = np.arange(256, dtype=np.float64)
 PAIR_ENTRIES = 1 << 16
-
-
-def luts(gains: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """The three uint8 (256,) tables for ``gains``."""
-    hue, sat, val = tables(gains)
-    return hue, sat, val
-
-
-def tables(gains: np.ndarray) -> np.ndarray:
-    """uint8 (3, 256): the hue, saturation and value tables for ``gains`` (one pass each)."""
-    scaled = _LEVELS[None, :] * np.asarray(gains, dtype=np.float64)[:3, None]
-    out = np.empty((3, 256), dtype=np.uint8)
-    out[0] = np.floor(scaled[0]) % 180
-    out[1:] = np.floor(np.clip(scaled[1:], 0, 255))
-    return out
 
 
 def pair_table(table: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:

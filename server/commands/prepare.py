@@ -2,7 +2,7 @@
 
 Runs in the user's shell process, which creates (and owns) the snapshot's segments and
 leaves them in /dev/shm on success: the snapshot persists until ``pixpool clean``. On any
-failure nothing is left behind (see ``server/prepare.py``).
+failure nothing is left behind (see ``server/snapshot/prepare.py``).
 """
 
 from __future__ import annotations
@@ -12,26 +12,22 @@ import json
 import os
 import sys
 
+from ...shared.config import DaemonConfig
+from ...shared.flags import add_fields
+
 
 def configure(parser: argparse.ArgumentParser, name: str) -> None:
-    parser.add_argument("data", metavar="DATA", help="a COCO instances json, a YOLO data.yaml, or a YOLO images folder")
-    parser.add_argument("--images", metavar="DIR", default=None, help="COCO images folder (default: beside the json as images/NAME)")
-    parser.add_argument("--imgsz", type=int, default=640, help="long side of the prepared images in pixels (default 640)")
-    parser.add_argument("--processes", type=int, default=2, help="decode processes (default 2; 1 decodes in this process)")
+    add_fields(parser, DaemonConfig, only=("data", "images", "imgsz", "processes"))
     parser.add_argument("--json", action="store_true", help="print one JSON object instead of the table")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
 
 
 def run(args: argparse.Namespace) -> int:
-    from ...shared.errors import ConfigError
+    from ...shared import procmem
     from .. import accountant
-    from ..prepare import PreparationTerminated, prepare_snapshot
     from ..readers import load_dataset
+    from ..snapshot.prepare import PreparationTerminated, prepare_snapshot
 
-    if args.imgsz < 32:
-        raise ConfigError(f"--imgsz must be >= 32, got {args.imgsz}")
-    if args.processes < 1:
-        raise ConfigError(f"--processes must be >= 1, got {args.processes}")
     dataset = load_dataset(args.data, args.images)
     try:
         result = prepare_snapshot(dataset, imgsz=args.imgsz, processes=args.processes, progress=not (args.json or args.no_progress) and sys.stderr.isatty())
@@ -47,7 +43,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"snapshot {snap.name}: {result.records} records at imgsz {snap.imgsz}, {state}")
         print(accountant.format_snapshot_report(accountant.snapshot_bytes(snap), records=result.records))
         print()
-        print(accountant.format_process_report(accountant.process_memory([os.getpid()])))
+        print(accountant.format_process_report(procmem.process_memory([os.getpid()])))
         return 0
     finally:
         snap.close()

@@ -28,14 +28,15 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _ls(args: argparse.Namespace) -> int:
-    from ..accountant import format_table, human_bytes, segment_users
-    from ..fingerprint import parts_of_base
-    from ..snapshot import list_snapshots
+    from ...shared.names import snapshot_parts
+    from ...shared.procmem import segment_users
+    from ...shared.text import format_table, human_bytes
+    from ..snapshot.handle import list_snapshots
 
     users = segment_users()
     rows = []
     for info in list_snapshots():
-        pids = sorted({p for seg in parts_of_base(info.name).values() for p in users.get(seg, ())})
+        pids = sorted({p for seg in snapshot_parts(info.name).values() for p in users.get(seg, ())})
         h = info.header
         rows.append({
             "name": info.name, "records": h.records if h else None, "imgsz": h.imgsz if h else None,
@@ -60,48 +61,40 @@ def removable(segments: list[str], users: dict[str, set[int]], *, everything: bo
     ``pixpool-ring-<pid>-<id>`` when its pid is dead and nobody maps it; any other
     pixpool segment when nobody maps it. ``everything`` removes all.
     """
-    import psutil
-
-    from ...shared.names import PREFIX
+    from ...shared.names import group_of, parse
+    from ...shared.procmem import alive
 
     if everything:
         return list(segments)
-    snap_prefix, ring_prefix = f"{PREFIX}-snap-", f"{PREFIX}-ring-"
     groups: dict[str, list[str]] = {}
     for seg in segments:
-        key = seg.rpartition("-")[0] if seg.startswith(snap_prefix) else seg
-        groups.setdefault(key, []).append(seg)
+        groups.setdefault(group_of(seg), []).append(seg)
     out = []
     for key, segs in groups.items():
         if any(users.get(s) for s in segs):
             continue
-        if key.startswith(ring_prefix):
-            pid_text = key[len(ring_prefix) :].split("-", 1)[0]
-            if pid_text.isdigit() and psutil.pid_exists(int(pid_text)):
-                try:
-                    if psutil.Process(int(pid_text)).status() != psutil.STATUS_ZOMBIE:
-                        continue
-                except psutil.Error:
-                    pass
+        parsed = parse(key)
+        if parsed is not None and parsed.kind == "ring" and alive(parsed.daemon_pid):
+            continue
         out.extend(segs)
     return sorted(out)
 
 
 def _clean(args: argparse.Namespace) -> int:
-    from ...shared.names import list_segments
+    from ...shared.names import group_of, list_segments
+    from ...shared.procmem import segment_users
     from ...shared.shm import unlink_segment
-    from ..accountant import segment_users
 
     segments = list_segments()
     if args.names:
         wanted = set(args.names)
-        segments = [s for s in segments if s in wanted or s.rpartition("-")[0] in wanted]
+        segments = [s for s in segments if s in wanted or group_of(s) in wanted]
     targets = removable(segments, segment_users(), everything=args.all)
     if args.keep_complete:
-        from ..snapshot import list_snapshots
+        from ..snapshot.handle import list_snapshots
 
         complete = {info.name for info in list_snapshots() if info.complete}
-        targets = [t for t in targets if t.rpartition("-")[0] not in complete]
+        targets = [t for t in targets if group_of(t) not in complete]
     kept = sorted(set(segments) - set(targets))
     verb = "would remove" if args.dry_run else "removed"
     for seg in targets:

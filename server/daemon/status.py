@@ -1,23 +1,24 @@
 """The daemon's ``status`` reply, built from its live state.
 
 Runs in the daemon process (inside its loop, on a ``status`` request). Read-only: it only
-looks at the daemon, its scheduler and its workers.
+looks at the daemon, its sessions, scheduler and supervisor.
 """
 
 from __future__ import annotations
 
 import time
 
-from ..shared import __version__
-from ..shared import protocol as proto
+from ...shared import __version__
+from ...shared import protocol as proto
 
 
 def build_status(d) -> dict:
     """The ``status`` reply: daemon, snapshot, workers and trainers (plain msgpack types)."""
     now = time.monotonic()
-    workers = [{"index": w.index, "pid": w.pid, "state": "starting" if not w.ready else ("busy" if w.job else "idle"), "batches_done": w.batches_done, "busy_s": round(w.busy_s, 3), "ready_s": round(w.ready_s, 3)} for w in d.workers]
+    workers = [{"index": w.index, "pid": w.pid, "state": w.state, "batches_done": w.batches_done, "busy_s": round(w.busy_s, 3), "ready_s": round(w.ready_s, 3)}
+               for w in d.supervisor.workers]
     trainers = []
-    for t in d.trainers.values():
+    for t in d.sessions.trainers.values():
         s = d.scheduler.streams[t.trainer_id]
         trainers.append({
             "trainer_id": t.trainer_id, "pid": t.pid, "host": t.host, "delivery": t.delivery, "settings": t.settings_dict,
@@ -26,6 +27,8 @@ def build_status(d) -> dict:
             "slots": s.slots, "slots_in_use": s.slots - len(s.free), "ring": t.ring.name, "ring_nbytes": t.ring.layout.nbytes,
             "last_seen_s": round(now - t.last_seen, 3),
         })
-    daemon = {"pid": d.pid, "host": d.host, "version": __version__, "protocol": proto.PROTOCOL_VERSION, "endpoint": d.endpoint or "", "tcp": d.tcp or "", "uptime_s": round(now - d._started, 3), "worker_restarts": d.worker_restarts, "heartbeat_timeout_s": d.heartbeat_timeout_s}
+    cfg = d.config
+    daemon = {"pid": d.pid, "host": d.host, "version": __version__, "protocol": proto.PROTOCOL_VERSION, "endpoint": d.endpoint or "", "tcp": cfg.tcp or "",
+              "uptime_s": round(now - d.started, 3), "worker_restarts": d.supervisor.restarts, "heartbeat_timeout_s": cfg.heartbeat_timeout_s}
     snap = {"records": len(d.source), "imgsz": d.source.imgsz, "max_instances": d.source.max_instances, **d.snapshot_info}
     return {"daemon": daemon, "snapshot": snap, "workers": workers, "trainers": trainers}

@@ -19,12 +19,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..shared import layout
-from ..shared.errors import SnapshotError
-from ..shared.names import PREFIX, SNAPSHOT_PARTS, list_segments, shm_path
-from ..shared.records import Targets
-from ..shared.shm import SharedSegment
-from .fingerprint import parts_of_base
+from ...shared.errors import SnapshotError
+from ...shared.names import SNAPSHOT_PARTS, list_segments, parse, shm_path, snapshot_parts
+from ...shared.records import Targets
+from ...shared.shm import SharedSegment
+from . import layout
 
 log = logging.getLogger(__name__)
 
@@ -67,7 +66,7 @@ class Snapshot:
 
     def __init__(self, name: str, *, owner: bool = False, _lazy: bool = False):
         self.name = name
-        self._parts = parts_of_base(name)
+        self._parts = snapshot_parts(name)
         self.owner = owner
         self._segments: dict[str, SharedSegment] | None = None
         if not _lazy:
@@ -175,6 +174,12 @@ class Snapshot:
         self._ensure()
         return {p: self._segments[p].nbytes for p in PARTS}
 
+    @property
+    def decoded_nbytes(self) -> int:
+        """What the same resized images take as a decoded uint8 cache: sum of h * w * 3."""
+        index = self.index
+        return int((index["height"].astype("i8") * index["width"].astype("i8") * 3).sum())
+
     def checksum(self) -> str:
         """sha256 hex over the bytes of meta, img and tgt, in that order."""
         self._ensure()
@@ -202,6 +207,28 @@ class Snapshot:
                 os.unlink(shm_path(self._parts[part]))
             except FileNotFoundError:
                 pass
+
+    def release(self, *, keep: bool = False) -> str:
+        """Close this handle; the creator's handle also removes the snapshot unless ``keep``.
+
+        The one rule for "may I unlink what I prepared": only the creator (``owner``), only
+        when not asked to keep it, and only while no other process maps it (another
+        daemon may have re-attached it; ``pixpool clean`` removes it once nobody does).
+        Returns "removed", "kept" (attached handle, or ``keep``) or "in use" (others map it).
+        """
+        self.close()
+        if not self.owner or keep:
+            return "kept"
+        from ...shared.procmem import segment_users
+
+        users = segment_users()
+        others = {pid for seg in self.segment_names for pid in users.get(seg, ())} - {os.getpid()}
+        if others:
+            log.warning("snapshot %s kept: processes %s still map it", self.name, sorted(others))
+            return "in use"
+        self.unlink()
+        log.debug("snapshot %s removed", self.name)
+        return "removed"
 
     def __enter__(self) -> "Snapshot":
         return self
@@ -234,24 +261,21 @@ class SnapshotInfo:
 def list_snapshots() -> list[SnapshotInfo]:
     """Every snapshot (complete or not) whose segments are in /dev/shm, by base name."""
     bases: dict[str, dict[str, int]] = {}
-    prefix = f"{PREFIX}-snap-"
     for seg in list_segments():
-        if not seg.startswith(prefix):
-            continue
-        base, _, part = seg.rpartition("-")
-        if part not in PARTS:
+        parsed = parse(seg)
+        if parsed is None or parsed.kind != "snapshot":
             continue
         try:
             size = os.stat(shm_path(seg)).st_size
         except FileNotFoundError:
             continue
-        bases.setdefault(base, {})[part] = size
+        bases.setdefault(parsed.group, {})[parsed.part] = size
     infos = []
     for base, parts in sorted(bases.items()):
         header = None
         if "meta" in parts:
             try:
-                header = read_header(parts_of_base(base)["meta"])
+                header = read_header(snapshot_parts(base)["meta"])
             except SnapshotError:
                 header = None
         complete = header is not None and header.magic == layout.MAGIC and header.is_complete and len(parts) == len(PARTS)

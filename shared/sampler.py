@@ -1,6 +1,8 @@
 """Which record indices a trainer's stream delivers, in which order, in which batches.
 
-Runs in the daemon's scheduler (and anywhere a stream is replayed: digest, tests).
+Part of the stream contract both sides share: the daemon sizes and fills batches with it,
+a trainer knows from it how many batches its shard has (and anywhere a stream is replayed:
+digest, tests).
 
 Epoch order: ``arange(N)`` permuted by the epoch's shuffle generator (``rng.py``,
 derived from ``(seed, epoch)`` alone) when ``settings.shuffle``, else in order.
@@ -21,8 +23,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ...shared.config import StreamSettings
-from ...shared.errors import ConfigError
+from .config import StreamSettings
+from .errors import ConfigError
 from .rng import shuffle_generator
 
 

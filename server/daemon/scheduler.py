@@ -24,8 +24,8 @@ import time
 from collections import deque
 from dataclasses import dataclass, field
 
-from ..shared.config import StreamSettings
-from ..shared.errors import ProtocolError
+from ...shared.config import StreamSettings
+from ...shared.errors import ProtocolError
 
 
 @dataclass(frozen=True)

@@ -3,7 +3,7 @@
 Runs in the preparing process (``pixpool prepare``, the daemon at start-up), which owns
 every segment it creates and is itself one of the decoders, plus ``processes - 1``
 spawned decode workers that open the image arena by name and write their records into
-it (``server/prepare_worker.py``: the decode side, work sharing, the write path).
+it (``decode_worker.py``: the decode side, work sharing, the write path).
 
 Order of work, and why:
 1. Fingerprint the inputs (stat every image, hash annotation files and arrays). If a
@@ -54,16 +54,16 @@ from dataclasses import dataclass
 import numpy as np
 import psutil
 
-from ..shared import layout
-from ..shared.config import FILL_VALUE
-from ..shared.errors import CapacityError, DatasetError, ImageDecodeError, MissingFileError, SnapshotError
-from ..shared.names import SHM_DIR, shm_path
-from ..shared.records import Dataset
-from ..shared.shm import SharedSegment, unlink_segment
-from . import decode
+from ...shared.config import FILL_VALUE, check_value
+from ...shared.errors import CapacityError, DatasetError, ImageDecodeError, MissingFileError, SnapshotError
+from ...shared.names import SHM_DIR, shm_path
+from ...shared.records import Dataset
+from ...shared.shm import SharedSegment, unlink_segment
+from ...shared.procmem import segment_users
+from . import decode, layout
+from .decode_worker import WorkShare, decode_shared, worker_decode, worker_init, worker_started
 from .fingerprint import base_name, fingerprint, segment_names
-from .prepare_worker import WorkShare, decode_shared, worker_decode, worker_init, worker_started
-from .snapshot import Snapshot, check_header, read_header
+from .handle import Snapshot, check_header, read_header
 
 log = logging.getLogger(__name__)
 
@@ -157,8 +157,6 @@ def _existing(base: str, names: dict[str, str]) -> Snapshot | None:
     if header is not None and header.is_complete and len(present) == 3:
         check_header(base, header)
         return Snapshot.attach(base)
-    from .accountant import segment_users
-
     users = segment_users()
     pids = sorted({p for n in present for p in users.get(n, ())} - {os.getpid()})
     if pids:
@@ -203,14 +201,11 @@ def prepare_snapshot(
     imgsz: int = 640,
     processes: int = 2,
     progress: bool = False,
-    fail_at: int | None = None,
 ) -> PrepareResult:
     """Decode ``dataset`` into a snapshot (or re-attach an identical one); see module docstring."""
     t0 = time.perf_counter()
-    if not isinstance(imgsz, int) or imgsz < 1:
-        raise ValueError(f"imgsz must be a positive integer, got {imgsz!r}")
-    if not isinstance(processes, int) or processes < 1:
-        raise ValueError(f"processes must be a positive integer, got {processes!r}")
+    check_value("imgsz", "int", imgsz)
+    check_value("processes", "int", processes)
     records = dataset.records
     if not records:
         raise SnapshotError("the dataset has no records; nothing to prepare")
@@ -270,13 +265,13 @@ def prepare_snapshot(
                   int(index[i]["orig_height"]), int(index[i]["orig_width"])) for i, rec in enumerate(records)]  # fmt: skip
         bar = _progress_bar(n, progress)
         try:
-            futures = [pool.submit(worker_decode, names["img"], tasks, imgsz, fail_at) for _ in range(workers)] if pool else []
+            futures = [pool.submit(worker_decode, names["img"], tasks, imgsz) for _ in range(workers)] if pool else []
 
             def after_each() -> None:
                 _raise_worker_failure(futures, names["img"])
                 bar.update(share.done - bar.n)
 
-            decode_shared(share, names["img"], tasks, imgsz, fail_at, after_each)
+            decode_shared(share, names["img"], tasks, imgsz, after_each)
             _wait_for_workers(share, futures, bar, names["img"])
         finally:
             bar.close()
@@ -392,8 +387,7 @@ def _progress_bar(total: int, enabled: bool):
 
 
 def _result(snap: Snapshot, *, reused: bool, seconds: float, processes: int) -> PrepareResult:
-    index = snap.index
-    decoded = int((index["height"].astype("i8") * index["width"].astype("i8") * 3).sum())
+    decoded = snap.decoded_nbytes
     nb = snap.nbytes
     return PrepareResult(
         snapshot=snap, reused=reused, seconds=seconds, records=len(snap), image_bytes=nb["img"],

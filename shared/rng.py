@@ -1,7 +1,8 @@
 """Where every random draw comes from: generators derived from (seed, epoch, index) alone.
 
-Runs wherever a sample is rendered (augmentation workers, the reference pipeline, the
-digest command) and, for the HSV gains, in the trainer process.
+Part of the stream contract both sides share: runs wherever a sample is rendered
+(augmentation workers, the reference pipeline, the digest command) and, for the HSV gains,
+in the trainer process.
 
 Derivation (documented because trainers and tests rely on it)::
 

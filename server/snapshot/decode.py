@@ -18,8 +18,8 @@ import os
 import cv2
 import numpy as np
 
-from ..shared.config import FILL_VALUE
-from ..shared.errors import ImageDecodeError, MissingFileError
+from ...shared.config import FILL_VALUE
+from ...shared.errors import ImageDecodeError, MissingFileError
 
 # Decoding runs one image per process; OpenCV's own thread pool would only oversubscribe
 # the cores the preparation pool already uses.

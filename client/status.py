@@ -1,57 +1,35 @@
-"""``pixpool status`` and ``pixpool monitor``: what the running daemon serves, and its memory.
+"""What the running daemon serves and what it costs: the status request and the memory figures.
 
-Runs in the user's shell process. Asks the daemon for its status over the local ipc socket
-(a ``status`` request; the reply is plain msgpack) and prints tables, or the JSON reply with
-``--json``. ``monitor`` repeats that every second and adds measured memory: the batch rings
-and snapshot segments from /dev/shm and RSS/USS/PSS of the daemon and its workers from the
-kernel (``server/accountant.py``); ``--once`` prints one frame (tests, scripts).
+Runs in an operator's or trainer's process (``pixpool status``/``monitor``, the demo, the
+serve benchmark). Asks the daemon for its status over the local ipc socket (the plain
+msgpack ``status`` reply) and measures memory itself: the batch rings and snapshot segments
+from /dev/shm, RSS/USS/PSS of the daemon, its workers and local trainers from the kernel
+(``pixpool.shared.procmem``).
 """
 
 from __future__ import annotations
 
-import argparse
-import json
 import os
-import time
 
-from ...shared.errors import DaemonTimeout
-
-
-def configure(parser: argparse.ArgumentParser, name: str) -> None:
-    parser.add_argument("--socket-dir", metavar="DIR", default=None, help="the daemon's socket directory")
-    parser.add_argument("--timeout-s", type=float, default=3.0, help="how long to wait for the daemon (default 3)")
-    parser.add_argument("--json", action="store_true", help="print the raw status as JSON")
-    if name == "monitor":
-        parser.add_argument("--once", action="store_true", help="print one frame and exit")
-        parser.add_argument("--interval-s", type=float, default=1.0, help="refresh interval (default 1)")
-
+from ..shared import endpoint as ep
+from ..shared.control import request_status
+from ..shared.errors import DaemonTimeout
+from ..shared import protocol as proto
+from ..shared.names import kind_of, list_segments, shm_path
+from ..shared.procmem import process_memory
+from ..shared.text import format_table, human_bytes
 
 def query_status(socket_dir: str | None = None, *, timeout_s: float = 3.0) -> dict:
-    import zmq
-
-    from ...shared import endpoint as ep
-    from ...shared import protocol as proto
-
+    """The status reply of the daemon at ``socket_dir``; DaemonTimeout names where it looked."""
     endpoint = ep.ipc_endpoint(socket_dir)
-    ctx = zmq.Context()
-    sock = ctx.socket(zmq.DEALER)
-    sock.setsockopt(zmq.LINGER, 0)
-    try:
-        sock.connect(endpoint)
-        sock.send(proto.encode("status"))
-        if not sock.poll(int(timeout_s * 1000)):
-            raise DaemonTimeout(f"no pixpool daemon answered at {endpoint} within {timeout_s} s; start one with `pixpool serve DATA` or pass --socket-dir")
-        return proto.decode(sock.recv(), reply=True)
-    finally:
-        sock.close(linger=0)
-        ctx.term()
+    status = request_status(endpoint, timeout_s=timeout_s)
+    if status is None:
+        raise DaemonTimeout(f"no pixpool daemon answered at {endpoint} within {timeout_s} s; start one with `pixpool serve DATA` or pass --socket-dir")
+    return status
 
 
 def memory(status: dict) -> dict:
     """Measured bytes: segments in /dev/shm by kind, and the daemon's and workers' memory."""
-    from ...shared.names import list_segments, shm_path
-    from .. import accountant
-
     segs = {}
     for name in list_segments():
         try:
@@ -61,10 +39,10 @@ def memory(status: dict) -> dict:
     roles = {status["daemon"]["pid"]: "daemon"}
     roles.update({w["pid"]: f"worker {w['index']}" for w in status["workers"] if w["pid"]})
     # Local trainers each map their own ring on this machine; remote ones are not ours to measure.
-    roles.update({t["pid"]: f"trainer {t['trainer_id']}" for t in status["trainers"] if t["delivery"] == "shm" and t["pid"]})
-    procs = accountant.process_memory(list(roles))
+    roles.update({t["pid"]: f"trainer {t['trainer_id']}" for t in status["trainers"] if t["delivery"] == proto.DELIVERY_SHM and t["pid"]})
+    procs = process_memory(list(roles))
     return {
-        "ring_bytes": sum(n for k, n in segs.items() if k.startswith("pixpool-ring-")),
+        "ring_bytes": sum(n for k, n in segs.items() if kind_of(k) == "ring"),
         "snapshot_bytes": sum(n for k, n in segs.items() if k in set(status["snapshot"].get("segments", []))),
         "decoded_bytes": int(status["snapshot"].get("decoded_bytes", 0)),
         "trainers": len(status["trainers"]),
@@ -74,8 +52,6 @@ def memory(status: dict) -> dict:
 
 
 def format_status(st: dict) -> str:
-    from ..accountant import format_table, human_bytes
-
     d, s = st["daemon"], st["snapshot"]
     lines = [
         f"daemon pid {d['pid']} on {d['endpoint']}{' and tcp ' + d['tcp'] if d['tcp'] else ''}, up {d['uptime_s']:.0f} s, protocol {d['protocol']}, {d['worker_restarts']} worker restarts",
@@ -94,8 +70,6 @@ def format_status(st: dict) -> str:
 
 
 def format_memory(mem: dict) -> str:
-    from ..accountant import format_table, human_bytes
-
     rows = [[p["pid"], p["name"], human_bytes(p["rss"]), human_bytes(p["uss"]), human_bytes(p["pss"])] for p in mem["processes"]]
     rows.append(["", "total", human_bytes(sum(p["rss"] for p in mem["processes"])), human_bytes(sum(p["uss"] for p in mem["processes"])),
                  human_bytes(sum(p["pss"] for p in mem["processes"]))])
@@ -108,22 +82,3 @@ def format_memory(mem: dict) -> str:
             head += f" once, {human_bytes(n * decoded)} if each of the {n} trainer(s) kept its own"
         head += " (pss of a process counts its share of every segment it maps)"
     return head + "\n" + text
-
-
-def run(args: argparse.Namespace) -> int:
-    if args.command == "status":
-        st = query_status(args.socket_dir, timeout_s=args.timeout_s)
-        print(json.dumps(st, indent=2) if args.json else format_status(st))
-        return 0
-    while True:
-        st = query_status(args.socket_dir, timeout_s=args.timeout_s)
-        mem = memory(st)
-        if args.json:
-            print(json.dumps({**st, "memory": mem}), flush=True)
-        else:
-            if not args.once:
-                print("\x1b[2J\x1b[H", end="")
-            print(format_status(st) + "\n\n" + format_memory(mem), flush=True)
-        if args.once:
-            return 0
-        time.sleep(args.interval_s)  # refresh period of a live display

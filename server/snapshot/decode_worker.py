@@ -1,7 +1,7 @@
 """The decode side of preparation: claim the next record, decode, resize, centre it into the arena.
 
 Runs in the preparing process, which is always one of the decoders, and in the decode
-workers that ``server/prepare.py`` spawns (``processes - 1`` of them). The preparing
+workers that ``prepare.py`` spawns (``processes - 1`` of them). The preparing
 process creates and owns the image arena; a worker opens it by name to write its claimed
 records and never unlinks it.
 
@@ -20,7 +20,7 @@ mapping and 294 ms for ``pwrite`` of whole images (medians of 7 alternating runs
 kernel's allocation of the tmpfs pages is most of it whichever way they are written). It
 also means a write into a full /dev/shm fails with ``ENOSPC`` (raised as CapacityError,
 then rolled back), never with the SIGBUS a store through a mapping gets, which is why the
-arena needs no up-front page reservation (see ``server/prepare.py``).
+arena needs no up-front page reservation (see ``prepare.py``).
 
 Import cost matters here: a spawned worker imports this module first (to unpickle its
 initializer), so only the standard library is imported at the top; the initializer limits
@@ -40,6 +40,11 @@ from contextlib import contextmanager
 # Centred rows are written in bands of about this size: small enough that the band is still
 # in the CPU cache when pwrite copies it (about 10% faster than whole images on coco128).
 _BAND_NBYTES = 256 * 1024
+
+# Fault injection for the rollback tests: the decoder that claims this record index fails as
+# a corrupt image would. An environment variable, so that spawned decoders see it too and
+# no public signature carries a test hook.
+FAIL_AT_ENV = "PIXPOOL_TEST_FAIL_AT"
 
 # In a worker: set by ``worker_init``.
 _share: "WorkShare | None" = None
@@ -118,7 +123,7 @@ class ArenaWriter:
     """Writes centred images into the arena file at their offsets (one per decoder)."""
 
     def __init__(self, arena_name: str, imgsz: int):
-        from ..shared.names import shm_path
+        from ...shared.names import shm_path
 
         import numpy as np
 
@@ -126,7 +131,7 @@ class ArenaWriter:
         try:
             self.fd = os.open(shm_path(arena_name), os.O_WRONLY | os.O_CLOEXEC)
         except FileNotFoundError:
-            from ..shared.errors import SnapshotError
+            from ...shared.errors import SnapshotError
 
             raise SnapshotError(
                 f"segment {arena_name!r} vanished while being prepared: another process removed it "
@@ -156,8 +161,8 @@ class ArenaWriter:
                 pos += os.pwrite(self.fd, view[pos:], offset + pos)
         except OSError as exc:
             if exc.errno in (errno.ENOSPC, errno.ENOMEM):
-                from ..shared.errors import CapacityError
-                from ..shared.names import SHM_DIR
+                from ...shared.errors import CapacityError
+                from ...shared.names import SHM_DIR
 
                 raise CapacityError(
                     f"{SHM_DIR} ran out of space while writing the image of {path} ({exc.strerror}): "
@@ -173,9 +178,9 @@ class ArenaWriter:
             self.fd = -1
 
 
-def decode_into(writer: ArenaWriter, task: tuple, imgsz: int, fail_at: int | None) -> int:
+def decode_into(writer: ArenaWriter, task: tuple, imgsz: int, fail_at: int | None = None) -> int:
     """Decode record ``task`` and write it into the arena; ImageDecodeError names the file."""
-    from ..shared.errors import ImageDecodeError
+    from ...shared.errors import ImageDecodeError
     from . import decode
 
     i, path, offset, h, w, oh, ow = task
@@ -196,7 +201,7 @@ def decode_into(writer: ArenaWriter, task: tuple, imgsz: int, fail_at: int | Non
     return i
 
 
-def decode_shared(share: WorkShare, arena_name: str, tasks: list, imgsz: int, fail_at: int | None, after_each=None) -> int:
+def decode_shared(share: WorkShare, arena_name: str, tasks: list, imgsz: int, after_each=None) -> int:
     """Claim, decode and write records until none is left; the number this process wrote.
 
     On any failure every other decoder is told to stop (``share.abort``) before re-raising.
@@ -205,6 +210,7 @@ def decode_shared(share: WorkShare, arena_name: str, tasks: list, imgsz: int, fa
     """
     writer = None
     count = 0
+    fail_at = int(os.environ[FAIL_AT_ENV]) if os.environ.get(FAIL_AT_ENV) else None
     try:
         writer = ArenaWriter(arena_name, imgsz)
         share.bind(writer.fd)
@@ -274,8 +280,8 @@ def worker_started() -> None:
     return None
 
 
-def worker_decode(arena_name: str, tasks: list, imgsz: int, fail_at: int | None) -> int:
+def worker_decode(arena_name: str, tasks: list, imgsz: int) -> int:
     """The one task each worker runs: share the records with the other decoders."""
     if _share is None:  # pragma: no cover - worker_init always runs first
         raise RuntimeError("worker_decode ran in a process that worker_init did not set up")
-    return decode_shared(_share, arena_name, tasks, imgsz, fail_at)
+    return decode_shared(_share, arena_name, tasks, imgsz)

@@ -1,12 +1,14 @@
-"""The augmentation route as the daemon and its workers call it, behind one module name.
+"""The batch renderer as the daemon and its workers call it, behind one module name.
 
 Runs in the daemon (batch counts, slot sizing) and in every worker (rendering). The daemon
-and its workers receive the route as a module *name* (a string, so it crosses the spawn
+and its workers receive the renderer as a module *name* (a string, so it crosses the spawn
 boundary without pickling code); the default is this module, which forwards to the
-augmentation package (``pixpool.server.augment``). Tests may name another module with the
-same four functions to drive the daemon with a stand-in renderer.
+augmentation package (``pixpool.server.augment``) and the stream contract
+(``pixpool.shared.sampler``). Tests name a stand-in module with the same four functions
+in the environment variable ``RENDERER_ENV`` (a wedged renderer, say); it is read when the
+daemon starts, so no public signature carries the hook.
 
-A route module provides:
+A renderer module provides:
 
 - ``num_batches(num_records, settings, epoch) -> int``
 - ``batch_size_of(num_records, settings, epoch, batch) -> int``
@@ -18,37 +20,42 @@ A route module provides:
 from __future__ import annotations
 
 import importlib
+import os
 from types import ModuleType
 
 import numpy as np
 
-DEFAULT_ROUTE = __name__
+from ...shared import sampler
+
+DEFAULT_RENDERER = __name__
+RENDERER_ENV = "PIXPOOL_TEST_RENDERER"
 
 
-def load(name: str | None) -> ModuleType:
-    return importlib.import_module(name or DEFAULT_ROUTE)
+def configured() -> str:
+    """The renderer module's name: the environment's stand-in, else this module."""
+    return os.environ.get(RENDERER_ENV) or DEFAULT_RENDERER
+
+
+def load(name: str) -> ModuleType:
+    return importlib.import_module(name)
 
 
 def num_batches(num_records: int, settings, epoch: int) -> int:
-    from .augment import sampler
-
     return int(sampler.num_batches(num_records, settings, epoch))
 
 
 def batch_size_of(num_records: int, settings, epoch: int, batch: int) -> int:
-    from .augment import sampler
-
     return int(len(sampler.batch_samples(num_records, settings, epoch, batch)))
 
 
 def max_targets(max_instances: int, settings) -> int:
-    from .augment.batch import max_targets as _max_targets
+    from ..augment.batch import max_targets as _max_targets
 
     return int(_max_targets(max_instances, settings))
 
 
 def render(source, settings, epoch: int, batch: int, images_out: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    from .augment.batch import render_batch
+    from ..augment.batch import render_batch
 
     out = render_batch(source, settings, epoch, batch, images_out=images_out)
     if not np.shares_memory(out.images, images_out):

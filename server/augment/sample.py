@@ -3,7 +3,7 @@
 Runs in the augmentation workers (on the snapshot), in the reference pipeline and in the
 digest command; the code cannot tell the sources apart, which is what byte parity shows.
 
-Training (``augment=True``), every draw from the sample's generator (``rng.py``):
+Training (``augment=True``), every draw from the sample's generator (``pixpool.shared.rng``):
 
 1. mosaic with probability ``mosaic`` (not in the closed epochs): the record and three
    random partners around a random centre on a 2·imgsz zero canvas; otherwise the
@@ -45,7 +45,7 @@ from . import affine, copy_paste as _cp
 from .labels import Labels, transform_labels
 from .letterbox import letterbox
 from .mosaic import draw_mosaic, letterbox_tile, mosaic_tiles
-from .rng import sample_generator
+from ...shared.rng import sample_generator
 
 MIXUP_BETA = 32.0
 

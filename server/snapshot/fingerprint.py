@@ -16,11 +16,11 @@ from __future__ import annotations
 import hashlib
 import os
 
-from ..shared import layout
-from ..shared.config import FILL_VALUE
-from ..shared.errors import MissingFileError
-from ..shared.names import PREFIX, SNAPSHOT_PARTS, snapshot_segment
-from ..shared.records import Dataset
+from ...shared.config import FILL_VALUE
+from ...shared.errors import MissingFileError
+from ...shared.names import snapshot_base, snapshot_parts
+from ...shared.records import Dataset
+from . import layout
 
 NAME_HEX_DIGITS = 16
 
@@ -61,17 +61,9 @@ def fingerprint(dataset: Dataset, *, imgsz: int, fill: float = FILL_VALUE, dtype
 
 def base_name(fp: str) -> str:
     """``pixpool-snap-<first 16 hex digits>``: the snapshot's base name."""
-    return f"{PREFIX}-snap-{fp[:NAME_HEX_DIGITS]}"
+    return snapshot_base(fp[:NAME_HEX_DIGITS])
 
 
 def segment_names(fp: str) -> dict[str, str]:
     """part -> segment name for parts meta/img/tgt."""
-    return {part: snapshot_segment(fp[:NAME_HEX_DIGITS], part) for part in SNAPSHOT_PARTS}
-
-
-def parts_of_base(base: str) -> dict[str, str]:
-    """part -> segment name, from a base name ``pixpool-snap-<fp16>``."""
-    prefix = f"{PREFIX}-snap-"
-    if not base.startswith(prefix):
-        raise ValueError(f"not a snapshot base name: {base!r} (expected {prefix}<fingerprint>)")
-    return {part: snapshot_segment(base[len(prefix) :], part) for part in SNAPSHOT_PARTS}
+    return snapshot_parts(base_name(fp))

@@ -1,0 +1,80 @@
+"""A producer daemon as a child process, started through the ``pixpool`` CLI.
+
+Runs in the operator's process (``pixpool demo``, ``pixpool digest`` without
+``--socket-dir``). The trainer side never imports the producer's code: it runs
+``pixpool serve`` (``python -m pixpool.shared.cli serve ...``) like a user would, waits
+until the daemon answers a status request, and on the way out stops it with SIGTERM (its
+clean shutdown removes its rings and the snapshot it created), escalating to SIGKILL
+after ``stop_timeout_s``; the child is always reaped.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from contextlib import contextmanager
+from typing import Iterator
+
+from ..shared import endpoint as ep
+from ..shared.control import request_status
+from ..shared.errors import DaemonStopped, DaemonTimeout
+
+_POLL_S = 0.1
+
+
+def cli_command(*args: str) -> list[str]:
+    """argv that runs ``pixpool ARGS`` with this interpreter (no PATH lookup)."""
+    return [sys.executable, "-m", "pixpool.shared.cli", *args]
+
+
+@contextmanager
+def serve_child(serve_args: list[str], *, socket_dir: str | None = None, timeout_s: float = 300.0,
+                stop_timeout_s: float = 60.0) -> Iterator[tuple[subprocess.Popen, str, dict]]:
+    """Run ``pixpool serve SERVE_ARGS --socket-dir DIR``; yield (process, DIR, first status).
+
+    Without ``socket_dir`` a private temporary directory is used and removed afterwards.
+    """
+    own_dir = socket_dir is None
+    sdir = tempfile.mkdtemp(prefix="pxsv-") if own_dir else str(socket_dir)
+    proc = subprocess.Popen(cli_command("serve", *serve_args, "--socket-dir", sdir))
+    try:
+        status = wait_serving(proc, sdir, timeout_s=timeout_s, what=" ".join(serve_args[:1]))
+        yield proc, sdir, status
+    finally:
+        stop_child(proc, timeout_s=stop_timeout_s)
+        if own_dir:
+            shutil.rmtree(sdir, ignore_errors=True)
+
+
+def wait_serving(proc: subprocess.Popen, socket_dir: str, *, timeout_s: float, what: str = "") -> dict:
+    """The daemon's first status reply, once it answers; DaemonStopped if it exits first."""
+    endpoint = ep.ipc_endpoint(socket_dir)
+    deadline = time.monotonic() + timeout_s
+    while True:
+        code = proc.poll()
+        if code is not None:
+            raise DaemonStopped(f"`pixpool serve {what}` exited with code {code} before serving; its error is above")
+        if os.path.exists(ep.socket_path(socket_dir)):
+            status = request_status(endpoint, timeout_s=_POLL_S * 5)
+            if status is not None:
+                return status
+        if time.monotonic() > deadline:
+            raise DaemonTimeout(f"`pixpool serve {what}` did not start serving within {timeout_s} s")
+        time.sleep(_POLL_S)  # polling interval of a bounded wait for start-up
+
+
+def stop_child(proc: subprocess.Popen, *, timeout_s: float = 60.0) -> int | None:
+    """SIGTERM, wait, then SIGKILL; always reaps. The exit code (negative: killed by signal)."""
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout_s)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(10.0)
+    return proc.returncode

@@ -1,0 +1,74 @@
+"""Where a trainer finds an announced batch's bytes: the trainer's side of delivery, in one place.
+
+Runs in the trainer process, inside ``Client``. The daemon's side is
+``pixpool.server.daemon.delivery``; the choice is made once, at attach, from the endpoint:
+
+- ``SlotReader`` (ipc, ``DELIVERY_SHM``): the trainer maps its ring (read-write, as the
+  daemon created it) and reads each slot in place, after checking that the slot header
+  says what the ``ready`` message announced;
+- ``FrameReader`` (TCP, ``DELIVERY_FRAMES``): the three frames after ``ready`` are the
+  slot's images, targets and samples, wrapped without a copy.
+
+Either way the arrays are views: valid until the slot is released.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..shared import protocol as proto
+from ..shared.errors import ProtocolError
+from ..shared.ring import Ring, RingLayout
+
+
+class SlotReader:
+    delivery = proto.DELIVERY_SHM
+
+    def __init__(self, ring_name: str, layout: RingLayout):
+        self.layout = layout
+        self.ring: Ring | None = Ring.attach(ring_name)
+
+    def arrays(self, msg: dict, frames: list) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        size, n_t, slot = msg["size"], msg["n_targets"], msg["slot"]
+        header = self.ring.read_header(slot)
+        if header[:4] != (msg["epoch"], msg["batch"], size, n_t):
+            raise ProtocolError(f"slot {slot} holds epoch/batch/size/targets {header[:4]}, announced {(msg['epoch'], msg['batch'], size, n_t)}")
+        return self.ring.images(slot, size), self.ring.targets(slot, n_t), self.ring.samples(slot, size)
+
+    def close(self) -> None:
+        if self.ring is not None:
+            self.ring.close()
+            self.ring = None
+
+
+class FrameReader:
+    delivery = proto.DELIVERY_FRAMES
+    ring = None
+
+    def __init__(self, layout: RingLayout):
+        self.layout = layout
+
+    def arrays(self, msg: dict, frames: list) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        size, n_t, s = msg["size"], msg["n_targets"], self.layout.imgsz
+        if len(frames) != 3:
+            raise ProtocolError(f"a TCP batch needs 3 data frames after 'ready', got {len(frames)}")
+        images = np.frombuffer(frames[0].buffer, np.uint8).reshape(size, 3, s, s)
+        targets = np.frombuffer(frames[1].buffer, np.float32).reshape(n_t, 6)
+        samples = np.frombuffer(frames[2].buffer, np.int64)
+        return images, targets, samples
+
+    def close(self) -> None:
+        pass
+
+
+def delivery_for(endpoint: str) -> str:
+    """How batches reach a trainer attached at ``endpoint``."""
+    return proto.DELIVERY_FRAMES if endpoint.startswith("tcp://") else proto.DELIVERY_SHM
+
+
+def open_reader(attached: dict, delivery: str) -> SlotReader | FrameReader:
+    """The reader for an ``attached`` reply."""
+    layout = RingLayout.from_dict(attached["layout"])
+    if delivery == proto.DELIVERY_FRAMES:
+        return FrameReader(layout)
+    return SlotReader(attached["ring"], layout)

@@ -1,0 +1,161 @@
+"""Sockets and admission: where the daemon listens, who may talk to it, what a trainer may ask.
+
+Runs in the daemon process.
+
+- ``preflight`` checks every path, key and address of a ``DaemonConfig`` before anything
+  is decoded or allocated: a bad socket directory or missing keys fail in a second, not
+  after the whole dataset was prepared.
+- ``Listener`` owns the daemon's ROUTER sockets: the local ipc one (one daemon per socket
+  directory, decided by an ``flock`` the kernel drops when the holder dies; a socket file
+  left by a killed daemon is replaced) and, when asked, a TCP one behind CURVE with a ZAP
+  authenticator admitting only ``keys/authorized``. Frames over ``MAX_WIRE_BYTES`` make
+  libzmq drop the peer before allocating them.
+- ``ring_for`` decides an ``attach``: the trainer's settings against the snapshot, the
+  delivery against the socket it came in on, and the ring's bytes against the budgets.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import logging
+import os
+
+import zmq
+
+from ...shared import endpoint as ep
+from ...shared import protocol as proto
+from ...shared.config import DaemonConfig, StreamSettings
+from ...shared.control import request_status
+from ...shared.errors import CapacityError, ConfigError
+from ...shared.ring import MAX_SLOTS, MIN_SLOTS, RingLayout
+
+log = logging.getLogger(__name__)
+
+
+def preflight(config: DaemonConfig) -> None:
+    """ConfigError for a socket directory others can enter, an over-long ipc path, a bad
+    TCP address or unusable CURVE keys; creates the socket directory (mode 0700)."""
+    ep.socket_path(config.socket_dir, create=True)
+    if config.tcp is not None:
+        ep.parse_tcp(config.tcp)
+        ep.check_server_keys(config.keys_dir)
+
+
+class Listener:
+    """The daemon's sockets (see module docstring). ``close`` the sockets first, ``release``
+    the directory lock last, once the workers are gone."""
+
+    def __init__(self, ctx: zmq.Context, config: DaemonConfig):
+        self._ctx = ctx
+        self.config = config
+        self.sockets: list[zmq.Socket] = []
+        self.remote: zmq.Socket | None = None
+        self.endpoint: str | None = None
+        self._socket_path: str | None = None
+        self._lock_fd: int | None = None
+        self._auth = None
+
+    def open(self) -> list[zmq.Socket]:
+        local = self._router()
+        local.setsockopt(zmq.ROUTER_MANDATORY, 0)
+        self._bind_local(local)
+        if self.config.tcp is not None:
+            host, port = ep.parse_tcp(self.config.tcp)
+            self._auth = ep.start_authenticator(self._ctx, self.config.keys_dir)
+            remote = self._router()
+            ep.configure_server(remote, self.config.keys_dir)
+            _bind(remote, f"tcp://{host}:{port}")
+            self.remote = remote
+        return self.sockets
+
+    def _router(self) -> zmq.Socket:
+        sock = self._ctx.socket(zmq.ROUTER)
+        self.sockets.append(sock)  # closed in close() even if binding fails (ctx.term waits for it)
+        sock.setsockopt(zmq.LINGER, 0)
+        # A frame over MAX_WIRE_BYTES makes libzmq drop the peer before allocating it;
+        # smaller oversized frames reach decode(), which answers with an error.
+        sock.setsockopt(zmq.MAXMSGSIZE, proto.MAX_WIRE_BYTES)
+        return sock
+
+    def _bind_local(self, sock: zmq.Socket) -> None:
+        path = ep.socket_path(self.config.socket_dir, create=True)
+        # One daemon per socket directory, decided by a lock the kernel drops when the
+        # holder dies: two daemons starting at once cannot both bind (libzmq's ipc bind
+        # would replace the other's socket file).
+        lock_fd = os.open(path.parent / "daemon.lock", os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            fcntl.flock(lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(lock_fd)
+            raise ConfigError(f"another pixpool daemon already serves {path.parent}; stop it or use another --socket-dir") from None
+        self._lock_fd = lock_fd
+        if path.exists():
+            if request_status(f"ipc://{path}", timeout_s=0.5, ctx=self._ctx) is not None:
+                raise ConfigError(f"another pixpool daemon already serves {path}; stop it or use another --socket-dir")
+            path.unlink()  # left by a killed daemon
+        self.endpoint = f"ipc://{path}"
+        _bind(sock, self.endpoint)
+        os.chmod(path, 0o600)
+        self._socket_path = str(path)
+
+    def is_remote(self, sock: zmq.Socket) -> bool:
+        return sock is self.remote
+
+    def close(self) -> None:
+        """Close the sockets and remove the socket file."""
+        for s in self.sockets:
+            s.close(linger=0)
+        if self._socket_path:
+            try:
+                os.unlink(self._socket_path)
+            except FileNotFoundError:
+                pass
+
+    def release(self) -> None:
+        """Stop the authenticator and drop the directory lock (no new daemon binds before)."""
+        if self._auth is not None:
+            self._auth.stop()
+            self._auth = None
+        if self._lock_fd is not None:
+            os.close(self._lock_fd)
+            self._lock_fd = None
+
+
+def ring_for(msg: dict, settings: StreamSettings, *, source, renderer, remote: bool, config: DaemonConfig,
+             rings_nbytes: int, ring_budget_nbytes: int, trainers: int) -> RingLayout:
+    """The ring an ``attach`` gets, or ConfigError/CapacityError saying what to change."""
+    if settings.augment.imgsz != source.imgsz:
+        raise ConfigError(f"trainer asks for imgsz {settings.augment.imgsz} but the daemon's snapshot is prepared at {source.imgsz}; "
+                          f"set augment.imgsz={source.imgsz} or serve another snapshot", field="imgsz")
+    slots = msg["slots"]
+    if not MIN_SLOTS <= slots <= MAX_SLOTS:
+        raise ConfigError(f"slots {slots} is out of range; use {MIN_SLOTS} to {MAX_SLOTS}", field="slots")
+    if msg["delivery"] not in proto.DELIVERIES:
+        raise ConfigError(f"delivery {msg['delivery']!r}: use {proto.DELIVERY_SHM!r} (same machine) or {proto.DELIVERY_FRAMES!r} (TCP)")
+    if msg["delivery"] == proto.DELIVERY_SHM and remote:
+        raise ConfigError(f"delivery {proto.DELIVERY_SHM!r} is for trainers on the daemon's machine; over TCP use delivery {proto.DELIVERY_FRAMES!r}")
+    max_t = max(1, renderer.max_targets(source.max_instances, settings))
+    layout = RingLayout(slots=slots, batch_size=settings.batch_size, imgsz=source.imgsz, max_targets=max_t)
+    if layout.nbytes > config.max_ring_nbytes:
+        raise CapacityError(f"a ring of {slots} slots for batch {settings.batch_size} at imgsz {source.imgsz} needs {layout.nbytes} bytes, "
+                            f"over the daemon's limit of {config.max_ring_nbytes}; use fewer slots or a smaller batch, or raise max_ring_nbytes")
+    if rings_nbytes + layout.nbytes > ring_budget_nbytes:
+        raise CapacityError(f"a ring of {layout.nbytes} bytes on top of the {rings_nbytes} bytes of attached trainers' rings exceeds the daemon's "
+                            f"budget of {ring_budget_nbytes} bytes; use fewer slots or a smaller batch, or raise max_total_ring_nbytes")
+    if trainers >= config.max_trainers:
+        raise CapacityError(f"{trainers} trainers are attached, the daemon's limit; detach one or raise max_trainers")
+    return layout
+
+
+def default_ring_budget() -> int:
+    """Rings live in /dev/shm beside the snapshot: by default all of them together may take
+    at most half of what /dev/shm has free when the daemon starts."""
+    st = os.statvfs("/dev/shm")
+    return st.f_bavail * st.f_frsize // 2
+
+
+def _bind(sock: zmq.Socket, endpoint: str) -> None:
+    try:
+        sock.bind(endpoint)
+    except zmq.ZMQError as exc:
+        raise ConfigError(f"cannot listen on {endpoint}: {exc}; choose another address or --socket-dir") from None

@@ -1,0 +1,227 @@
+"""The producer daemon: one control loop over trainer sockets and worker pipes.
+
+Runs in the daemon process (``pixpool serve``, or ``run_daemon`` in a spawned process). It
+wires four parts together and owns none of their details:
+
+- ``admission.Listener``: the ROUTER sockets (ipc, and TCP with CURVE when asked);
+  ``admission.ring_for`` decides what an ``attach`` gets;
+- ``sessions.Sessions``: attached trainers and their rings (the daemon unlinks each ring);
+- ``supervisor.Supervisor``: the augmentation worker processes;
+- ``scheduler.Scheduler``: which batch goes to which worker and slot, announced in order;
+  ``delivery`` sends each announced batch the trainer's way.
+
+The loop is single-threaded: one ``zmq.Poller`` watches the sockets and every worker's
+pipe. Each turn it 1. handles trainer messages (``shared.protocol``; anything malformed
+gets an ``error`` reply with a declared code and the loop goes on), 2. collects finished
+jobs and announces batches in order, 3. every ``_LIVENESS_EVERY_S`` kills stuck workers,
+replaces dead ones and detaches trainers that are gone or silent, 4. hands free workers
+jobs. SIGTERM/SIGINT set a flag; shutdown then tells every trainer ``stopped``, unlinks
+the rings, closes the sockets, stops the workers and releases the socket directory.
+The snapshot is not the daemon's to unlink: ``run.py`` decides that.
+"""
+
+from __future__ import annotations
+
+import logging
+import multiprocessing as mp
+import os
+import signal
+import socket as _socket
+import threading
+import time
+from typing import Any
+
+import zmq
+
+from ...shared import protocol as proto
+from ...shared.config import DaemonConfig, StreamSettings
+from ...shared.errors import DaemonStopped, PixpoolError, ProtocolError
+from . import admission, delivery
+from . import renderer as _renderer
+from .scheduler import Job, Scheduler
+from .sessions import Sessions, UnknownTrainer
+from .supervisor import Supervisor
+
+log = logging.getLogger(__name__)
+
+_POLL_MS = 100
+_LIVENESS_EVERY_S = 0.25
+
+
+class Daemon:
+    """Serve ``source`` (an ImageSource picklable by name, e.g. a Snapshot) to trainers."""
+
+    def __init__(self, source: Any, config: DaemonConfig, *, snapshot_info: dict | None = None):
+        if not isinstance(config, DaemonConfig):
+            raise TypeError(f"config must be a DaemonConfig, got {type(config).__name__}")
+        self.source = source
+        self.config = config
+        self.renderer_name = _renderer.configured()
+        self.renderer = _renderer.load(self.renderer_name)
+        self.snapshot_info = dict(snapshot_info or {})
+        self.ring_budget_nbytes = config.max_total_ring_nbytes or admission.default_ring_budget()
+        self.pid = os.getpid()
+        self.host = _socket.gethostname()
+        self.started = time.monotonic()
+        self.scheduler = Scheduler()
+        self.sessions = Sessions(self.pid, self.scheduler, heartbeat_timeout_s=config.heartbeat_timeout_s, on_detach=self._forget_ring)
+        self.supervisor: Supervisor | None = None
+        self.listener: admission.Listener | None = None
+        self._stop_reason: str | None = None
+
+    # -- public -------------------------------------------------------------------------
+    @property
+    def endpoint(self) -> str | None:
+        return self.listener.endpoint if self.listener else None
+
+    def request_stop(self, reason: str) -> None:
+        """Safe from a signal handler: the loop notices within one poll interval."""
+        if self._stop_reason is None:
+            self._stop_reason = reason
+        if self.supervisor is not None:
+            self.supervisor.stopping = True
+
+    def serve(self) -> None:
+        """Run until ``request_stop`` (or SIGTERM/SIGINT when on the main thread)."""
+        previous = {}
+        if threading.current_thread() is threading.main_thread():
+            for sig in (signal.SIGTERM, signal.SIGINT):
+                previous[sig] = signal.signal(sig, lambda signum, _frame: self.request_stop(f"signal {signal.Signals(signum).name}"))
+        ctx = zmq.Context()
+        poller = zmq.Poller()
+        self.listener = admission.Listener(ctx, self.config)
+        self.supervisor = Supervisor(mp.get_context("spawn"), self.source, self.renderer_name, self.scheduler, job_timeout_s=self.config.job_timeout_s,
+                                     describe=self._describe, on_done=self._done, on_failed=self._failed)
+        try:
+            socks = self.listener.open()
+            for s in socks:
+                poller.register(s, zmq.POLLIN)
+            self.supervisor.start(self.config.workers, poller)
+            log.info("daemon %d serving %s on %s with %d workers", self.pid, self.snapshot_info.get("name", "source"), self.endpoint, self.config.workers)
+            self._loop(poller, socks)
+        finally:
+            self._shutdown()
+            ctx.term()
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+        if self.supervisor.fatal is not None:
+            raise DaemonStopped(self.supervisor.fatal)
+
+    # -- loop ---------------------------------------------------------------------------
+    def _loop(self, poller: zmq.Poller, socks: list[zmq.Socket]) -> None:
+        last_liveness = 0.0
+        while self._stop_reason is None:
+            try:
+                events = dict(poller.poll(_POLL_MS))
+            except zmq.error.InterruptedSystemCall:  # a signal arrived; the flag is checked above
+                continue
+            for s in socks:
+                if s in events:
+                    self._drain(s)
+            self.supervisor.on_events(events, poller)
+            now = time.monotonic()
+            if now - last_liveness >= _LIVENESS_EVERY_S:
+                last_liveness = now
+                self.supervisor.check(now, poller)
+                self.sessions.check(now)
+            if self.supervisor.fatal is not None:
+                self.request_stop("workers cannot start")
+                return
+            self.supervisor.dispatch()
+
+    def _drain(self, sock: zmq.Socket) -> None:
+        for _ in range(1000):  # bounded so workers get attention under a flood
+            try:
+                frames = sock.recv_multipart(zmq.NOBLOCK, copy=True)
+            except zmq.Again:
+                return
+            identity, body = frames[0], frames[1:]
+            try:
+                if len(body) != 1:
+                    raise ProtocolError(f"expected one message frame, got {len(body)}")
+                self._handle(sock, identity, proto.decode(body[0]))
+            except PixpoolError as exc:
+                delivery.send(sock, identity, proto.error_frame_for(exc))
+            except Exception as exc:  # a bug must not take the service down for everyone
+                log.exception("request %r failed", body[:1])
+                delivery.send(sock, identity, proto.error_frame("internal", f"{type(exc).__name__}: {exc}"))
+
+    def _handle(self, sock: zmq.Socket, identity: bytes, msg: dict) -> None:
+        op = msg["op"]
+        if op == "status":
+            delivery.send(sock, identity, proto.encode("status", **self.status()))
+            return
+        if op == "attach":
+            self._attach(sock, identity, msg)
+            return
+        try:
+            t = self.sessions.get(msg)
+        except UnknownTrainer as exc:
+            delivery.send(sock, identity, proto.error_frame("unknown_trainer", f"trainer {exc.trainer_id} is not attached to daemon {self.pid} "
+                                                           "(detached, or the daemon restarted); attach again", trainer_id=exc.trainer_id))
+            return
+        if op == "heartbeat":
+            delivery.send(sock, identity, proto.encode("heartbeat", trainer_id=t.trainer_id))
+        elif op == "start":
+            if msg["epoch"] < 0 or msg["batch"] < 0:
+                raise ProtocolError(f"start at epoch {msg['epoch']} batch {msg['batch']}: both must be >= 0")
+            t.sock, t.identity = sock, identity
+            n = self.renderer.num_batches(len(self.source), t.settings, msg["epoch"])
+            self.scheduler.start(t.trainer_id, epoch=msg["epoch"], batch=msg["batch"], num_batches=n)
+            delivery.send(sock, identity, proto.encode("started", trainer_id=t.trainer_id, epoch=msg["epoch"], batch=msg["batch"], num_batches=n))
+        elif op == "release":
+            try:
+                self.scheduler.release(t.trainer_id, msg["slot"])
+            except ProtocolError as exc:
+                delivery.send(sock, identity, proto.error_frame("order", str(exc), trainer_id=t.trainer_id))
+        elif op == "detach":
+            self.sessions.detach(t.trainer_id, "trainer detached")
+            delivery.send(sock, identity, proto.encode("detached", trainer_id=t.trainer_id))
+
+    def _attach(self, sock: zmq.Socket, identity: bytes, msg: dict) -> None:
+        settings = StreamSettings.from_dict(msg["settings"])
+        remote = self.listener.is_remote(sock)
+        layout = admission.ring_for(msg, settings, source=self.source, renderer=self.renderer, remote=remote, config=self.config,
+                                    rings_nbytes=self.sessions.rings_nbytes, ring_budget_nbytes=self.ring_budget_nbytes, trainers=len(self.sessions))
+        t = self.sessions.attach(msg, settings, layout, sock=sock, identity=identity, local=not remote and msg["host"] == self.host)
+        delivery.send(sock, identity, proto.encode("attached", trainer_id=t.trainer_id, token=t.token, ring=t.ring.name, layout=layout.to_dict(),
+                                                   num_records=len(self.source), daemon_pid=self.pid, host=self.host))
+
+    # -- supervisor callbacks ----------------------------------------------------------------
+    def _describe(self, job: Job) -> dict:
+        t = self.sessions.trainers[job.trainer_id]
+        size = self.renderer.batch_size_of(len(self.source), t.settings, job.epoch, job.batch)
+        return {"ring": t.ring.name, "settings": t.settings_dict, "size": size}
+
+    def _done(self, job: Job, size: int, n_targets: int) -> None:
+        for a in self.scheduler.complete(job, size=size, n_targets=n_targets):
+            delivery.announce(self.sessions.trainers[a.trainer_id], a)
+
+    def _failed(self, job: Job, worker_pid: int, error: str) -> None:
+        t = self.sessions.trainers.get(job.trainer_id)
+        if t is not None:
+            delivery.tell(t, proto.error_frame("render", f"batch {job.batch} of epoch {job.epoch} failed in worker {worker_pid}: {error}", trainer_id=t.trainer_id))
+
+    def _forget_ring(self, ring_name: str) -> None:
+        if self.supervisor is not None:
+            self.supervisor.forget_ring(ring_name)
+
+    # -- status and shutdown -------------------------------------------------------------
+    def status(self) -> dict:
+        from .status import build_status
+
+        return build_status(self)
+
+    def _shutdown(self) -> None:
+        reason = self._stop_reason or "daemon error"
+        frame = proto.encode("stopped", reason=f"daemon {self.pid} stopped ({reason})")
+        for t in self.sessions.trainers.values():
+            delivery.tell(t, frame)
+        # Rings and the socket go first: a service manager's SIGKILL after its stop timeout
+        # must not find them still there. A worker still writing into an unlinked ring
+        # only writes into memory that goes away with its mapping.
+        self.sessions.detach_all("daemon stopping")
+        self.listener.close()
+        self.supervisor.stop(timeout_s=5.0)
+        self.listener.release()  # the lock goes last: no new daemon binds while workers still run
+        log.info("daemon %d stopped (%s)", self.pid, reason)

@@ -1,0 +1,115 @@
+"""Trainer sessions: who is attached, with which ring, and whether they are still alive.
+
+Runs in the daemon process, inside its single-threaded loop. The daemon owns every ring it
+creates here and unlinks each one itself when the trainer detaches, dies, goes silent past
+``heartbeat_timeout_s``, or the daemon stops.
+
+A session is identified by ``trainer_id`` and a random ``token`` that every later request
+must carry, so a trainer id guessed or left over from before a restart is refused
+(``UnknownTrainer``, which the client answers by attaching again).
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import secrets
+import time
+from dataclasses import dataclass, field
+from typing import Callable
+
+import psutil
+import zmq
+
+from ...shared.config import StreamSettings
+from ...shared.names import ring_segment
+from ...shared.ring import Ring, RingLayout
+from ...shared.shm import unlink_segment
+from .scheduler import Scheduler
+
+log = logging.getLogger(__name__)
+
+
+class UnknownTrainer(Exception):
+    def __init__(self, trainer_id: int):
+        super().__init__(trainer_id)
+        self.trainer_id = trainer_id
+
+
+@dataclass
+class TrainerSession:
+    trainer_id: int
+    token: int
+    settings: StreamSettings
+    settings_dict: dict
+    pid: int
+    host: str
+    delivery: str
+    sock: zmq.Socket
+    identity: bytes
+    ring: Ring
+    local: bool  # on this machine: its pid can be watched
+    attached_at: float = field(default_factory=time.monotonic)
+    last_seen: float = field(default_factory=time.monotonic)
+
+
+class Sessions:
+    """The attached trainers of one daemon. ``on_detach(ring_name)`` runs before a ring goes."""
+
+    def __init__(self, daemon_pid: int, scheduler: Scheduler, *, heartbeat_timeout_s: float, on_detach: Callable[[str], None]):
+        self.daemon_pid = daemon_pid
+        self.scheduler = scheduler
+        self.heartbeat_timeout_s = heartbeat_timeout_s
+        self._on_detach = on_detach
+        self.trainers: dict[int, TrainerSession] = {}
+        self._ids = itertools.count(1)
+
+    def __len__(self) -> int:
+        return len(self.trainers)
+
+    @property
+    def rings_nbytes(self) -> int:
+        return sum(t.ring.layout.nbytes for t in self.trainers.values())
+
+    def attach(self, msg: dict, settings: StreamSettings, layout: RingLayout, *, sock: zmq.Socket, identity: bytes, local: bool) -> TrainerSession:
+        tid = next(self._ids)
+        name = ring_segment(self.daemon_pid, tid)
+        # A ring with this daemon's pid can only be a leftover of a killed daemon whose pid
+        # was reused: nobody live owns it.
+        unlink_segment(name)
+        ring = Ring.create(name, layout)
+        t = TrainerSession(tid, secrets.randbits(62), settings, settings.to_dict(), msg["pid"], msg["host"], msg["delivery"], sock, identity, ring, local)
+        self.trainers[tid] = t
+        self.scheduler.add(tid, settings, layout.slots)
+        log.info("trainer %d attached (pid %d, seed %d, batch %d, ring %s of %d bytes)", tid, t.pid, settings.seed, settings.batch_size, ring.name, layout.nbytes)
+        return t
+
+    def get(self, msg: dict) -> TrainerSession:
+        """The session a request names, with a matching token; marks it seen."""
+        t = self.trainers.get(msg["trainer_id"])
+        if t is None or t.token != msg["token"]:
+            raise UnknownTrainer(msg["trainer_id"])
+        t.last_seen = time.monotonic()
+        return t
+
+    def detach(self, trainer_id: int, reason: str) -> None:
+        t = self.trainers.pop(trainer_id, None)
+        if t is None:
+            return
+        self.scheduler.remove(trainer_id)
+        self._on_detach(t.ring.name)
+        t.ring.close()
+        t.ring.unlink()
+        log.info("trainer %d detached: %s; ring %s removed", trainer_id, reason, t.ring.name)
+
+    def detach_all(self, reason: str) -> None:
+        for tid in list(self.trainers):
+            self.detach(tid, reason)
+
+    def check(self, now: float) -> None:
+        """Detach trainers whose process is gone or whose heartbeat is too old."""
+        for t in list(self.trainers.values()):
+            if t.local and t.pid > 0 and not psutil.pid_exists(t.pid):
+                self.detach(t.trainer_id, f"process {t.pid} is gone")
+            elif now - t.last_seen > self.heartbeat_timeout_s:
+                self.detach(t.trainer_id, f"no heartbeat for {now - t.last_seen:.1f} s (timeout {self.heartbeat_timeout_s} s)")

@@ -1,0 +1,95 @@
+"""Command-line flags generated from the configuration dataclasses' fields.
+
+Runs in the CLI process (both sides' commands). A field ``job_timeout_s`` becomes
+``--job-timeout-s`` (or the ``flag`` in its metadata), typed by its annotation, with its
+help text and its default in ``--help``; a field marked ``positional`` becomes a positional
+argument. ``from_args`` builds the dataclass back from the parsed namespace, so validation
+happens once, in the dataclass. Each parser remembers field -> flag so that a
+``ConfigError`` about a field can be printed with the flag the user typed
+(``flag_names``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+from typing import Any, Iterable
+
+from .config import field_kind
+
+_FLAGS_ATTR = "_pixpool_flags"
+
+
+def parse_bool(text: str) -> bool:
+    value = text.strip().lower()
+    if value in ("1", "true", "yes", "on"):
+        return True
+    if value in ("0", "false", "no", "off"):
+        return False
+    raise argparse.ArgumentTypeError(f"expected 0/1 or true/false, got {text!r}")
+
+
+def flag_of(f: dataclasses.Field) -> str:
+    return f.metadata.get("flag") or "--" + f.name.replace("_", "-")
+
+
+def add_fields(parser: argparse.ArgumentParser, cls: type, *, group: str | None = None, prefix: str = "",
+               only: Iterable[str] | None = None, exclude: Iterable[str] = (), defaults: dict[str, Any] | None = None) -> None:
+    """Add one argument per field of ``cls`` (dest ``prefix + name``), to a titled group if given.
+
+    ``only``/``exclude`` choose the fields; ``defaults`` overrides a field's default for
+    this command (shown in ``--help`` too).
+    """
+    target = parser.add_argument_group(group) if group else parser
+    keep, skip, defaults = (set(only) if only is not None else None), set(exclude), defaults or {}
+    known = _flag_table(parser)
+    for f in dataclasses.fields(cls):
+        if f.name in skip or (keep is not None and f.name not in keep) or "help" not in f.metadata:
+            continue
+        kind, optional = field_kind(f)
+        default = defaults.get(f.name, f.default)
+        conv = {"bool": parse_bool, "int": int, "float": float, "str": str}[kind]
+        text = f.metadata["help"]
+        dest = prefix + f.name
+        if f.metadata.get("positional"):
+            target.add_argument(dest, metavar=f.metadata.get("metavar", f.name.upper()), type=conv, help=text)
+            known[f.name] = f.metadata.get("metavar", f.name.upper())
+            continue
+        flag = flag_of(f)
+        extra: dict[str, Any] = {}
+        if kind == "bool":
+            # `--keep-snapshot` alone means true; `--shuffle 0` sets false.
+            extra = dict(nargs="?", const=True, metavar="BOOL")
+        else:
+            extra = dict(metavar=f.metadata.get("metavar", kind.upper()))
+        shown = "none" if default is None and optional else default
+        target.add_argument(flag, dest=dest, type=conv, default=default, help=f"{text} (default {shown})", **extra)
+        known[f.name] = flag
+
+
+def from_args(cls: type, args: argparse.Namespace, *, prefix: str = "", **overrides: Any) -> Any:
+    """``cls(**fields from args)``: every field that ``add_fields`` added, plus ``overrides``."""
+    values = {}
+    for f in dataclasses.fields(cls):
+        if hasattr(args, prefix + f.name):
+            values[f.name] = getattr(args, prefix + f.name)
+    values.update(overrides)
+    return cls(**values)
+
+
+def add_flag_name(parser: argparse.ArgumentParser, field_name: str, flag: str) -> None:
+    """Record that ``flag`` (added by hand) sets the field ``field_name``."""
+    _flag_table(parser)[field_name] = flag
+
+
+def flag_names(parser: argparse.ArgumentParser) -> dict[str, str]:
+    """field name -> flag, for every field the parser's flags set."""
+    return dict(getattr(parser, _FLAGS_ATTR, {}))
+
+
+def _flag_table(parser: argparse.ArgumentParser) -> dict[str, str]:
+    table = getattr(parser, _FLAGS_ATTR, None)
+    if table is None:
+        table = {}
+        setattr(parser, _FLAGS_ATTR, table)
+    return table

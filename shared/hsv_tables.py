@@ -1,0 +1,35 @@
+"""The HSV jitter's lookup tables: numpy only, so both sides build the very same ones.
+
+Code both sides import: the augmentation workers apply the tables on the CPU
+(``pixpool.server.augment.hsv``), a trainer with ``hsv_on_device`` applies them on its
+device (``pixpool.client.hsv_torch``). The gains of a sample come from
+``pixpool.shared.rng.hsv_gains``.
+
+On OpenCV's 8-bit HSV (hue 0..179, saturation and value 0..255), for gains
+``g = (gh, gs, gv)``::
+
+    hue' = floor(hue * gh) mod 180
+    sat' = floor(clip(sat * gs, 0, 255))
+    val' = floor(clip(val * gv, 0, 255))
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+_LEVELS = np.arange(256, dtype=np.float64)
+
+
+def tables(gains: np.ndarray) -> np.ndarray:
+    """uint8 (3, 256): the hue, saturation and value tables for ``gains`` (one pass each)."""
+    scaled = _LEVELS[None, :] * np.asarray(gains, dtype=np.float64)[:3, None]
+    out = np.empty((3, 256), dtype=np.uint8)
+    out[0] = np.floor(scaled[0]) % 180
+    out[1:] = np.floor(np.clip(scaled[1:], 0, 255))
+    return out
+
+
+def luts(gains: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The three uint8 (256,) tables for ``gains``."""
+    hue, sat, val = tables(gains)
+    return hue, sat, val

@@ -1,0 +1,24 @@
+"""Plain-text tables and byte counts for the command line (both sides' commands print them)."""
+
+from __future__ import annotations
+
+
+def human_bytes(n: float) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if abs(n) < 1024 or unit == "GiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n:.1f} GiB"  # pragma: no cover
+
+
+def format_table(rows: list[list], headers: list[str]) -> str:
+    """Plain-text table, columns left-aligned, numbers right-aligned."""
+    cells = [[str(h) for h in headers]] + [[str(c) for c in r] for r in rows]
+    widths = [max(len(r[i]) for r in cells) for i in range(len(headers))]
+    numeric = [all(isinstance(r[i], (int, float)) for r in rows) and rows for i in range(len(headers))]
+    lines = []
+    for k, r in enumerate(cells):
+        parts = [c.rjust(w) if numeric[i] and k else c.ljust(w) for i, (c, w) in enumerate(zip(r, widths))]
+        lines.append("  ".join(parts).rstrip())
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    return "\n".join(lines)
