@@ -12,12 +12,13 @@ from __future__ import annotations
 import os
 
 from ..shared import endpoint as ep
+from ..shared import protocol as proto
 from ..shared.control import request_status
 from ..shared.errors import DaemonTimeout
-from ..shared import protocol as proto
 from ..shared.names import kind_of, list_segments, shm_path
 from ..shared.procmem import process_memory
 from ..shared.text import format_table, human_bytes
+
 
 def query_status(socket_dir: str | None = None, *, timeout_s: float = 3.0) -> dict:
     """The status reply of the daemon at ``socket_dir``; DaemonTimeout names where it looked."""

@@ -1,18 +1,25 @@
-"""Suite-wide guards: no shared-memory segment and no child process outlives the run.
+"""Suite-wide guards and the fixtures every test shares.
 
-Segments that already existed when the run started (a user's own prepared snapshots) are
-left alone and not counted.
+Layout: ``unit/`` starts no process; ``integration/`` spawns daemons, workers, decoders
+and CLI children; ``helpers/`` holds what several tests use. The guards: no shared-memory
+segment and no child process outlives the run (segments that already existed when the run
+started, a user's own prepared snapshots, are left alone and not counted). The fixtures:
+``dealer`` makes ZeroMQ sockets (linger 0, closed after the test), ``shm_name`` hands out
+segment names and unlinks whatever exists under them after the test.
 """
 
 from __future__ import annotations
 
 import os
+import uuid
 from pathlib import Path
 
 import psutil
 import pytest
+import zmq
 
 from pixpool.shared.names import list_segments
+from pixpool.shared.shm import unlink_segment
 
 SHARED_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 COCO128 = SHARED_DATA / "coco128"
@@ -86,3 +93,38 @@ def synthetic_copy(synthetic_data, tmp_path) -> Path:
     shutil.copytree(synthetic_data.coco_json.parent, root / "annotations")
     shutil.copy(synthetic_data.data_yaml, root / "data.yaml")
     return root
+
+
+@pytest.fixture
+def dealer():
+    """``dealer(endpoint, **sockopts)``: a connected DEALER socket, linger 0, closed after the test."""
+    made: list[zmq.Socket] = []
+
+    def make(endpoint: str, **options: int) -> zmq.Socket:
+        sock = zmq.Context.instance().socket(zmq.DEALER)
+        made.append(sock)
+        sock.setsockopt(zmq.LINGER, 0)
+        for name, value in options.items():
+            sock.setsockopt(getattr(zmq, name), value)
+        sock.connect(endpoint)
+        return sock
+
+    yield make
+    for sock in made:
+        sock.close(linger=0)
+
+
+@pytest.fixture
+def shm_name():
+    """``shm_name(tag)``: a fresh ``pixpool-test-...`` segment name; whatever the test made
+    under any name it was handed is unlinked afterwards, passed or failed."""
+    names: list[str] = []
+
+    def new(tag: str = "seg") -> str:
+        names.append(f"pixpool-test-{os.getpid()}-{uuid.uuid4().hex[:8]}-{tag}")
+        return names[-1]
+
+    new.own = names.append  # a name the test chose itself (a ring name, a snapshot part)
+    yield new
+    for name in names:
+        unlink_segment(name)

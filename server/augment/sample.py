@@ -40,12 +40,13 @@ import cv2
 import numpy as np
 
 from ...shared.config import FILL_VALUE, StreamSettings
+from ...shared.rng import sample_generator
 from ...shared.source import ImageSource
-from . import affine, copy_paste as _cp
+from . import affine
+from . import copy_paste as _cp
 from .labels import Labels, transform_labels
 from .letterbox import letterbox
 from .mosaic import draw_mosaic, letterbox_tile, mosaic_tiles
-from ...shared.rng import sample_generator
 
 MIXUP_BETA = 32.0
 

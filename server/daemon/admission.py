@@ -31,14 +31,27 @@ from ...shared.ring import MAX_SLOTS, MIN_SLOTS, RingLayout
 
 log = logging.getLogger(__name__)
 
+_LOCK_NAME = "daemon.lock"
+
 
 def preflight(config: DaemonConfig) -> None:
-    """ConfigError for a socket directory others can enter, an over-long ipc path, a bad
-    TCP address or unusable CURVE keys; creates the socket directory (mode 0700)."""
-    ep.socket_path(config.socket_dir, create=True)
+    """ConfigError for a socket directory others can enter or another daemon serves, an
+    over-long ipc path, a bad TCP address or unusable CURVE keys; creates the socket
+    directory (mode 0700). ``Listener.open`` decides again at bind time (another daemon may
+    start in between); this only makes the common mistakes fail before any decoding."""
+    path = ep.socket_path(config.socket_dir, create=True)
     if config.tcp is not None:
         ep.parse_tcp(config.tcp)
         ep.check_server_keys(config.keys_dir)
+    lock_path = path.parent / _LOCK_NAME
+    if lock_path.exists():
+        fd = os.open(lock_path, os.O_RDONLY)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise ConfigError(f"another pixpool daemon already serves {path.parent}; stop it or use another --socket-dir") from None
+        finally:
+            os.close(fd)  # closing drops the probe's lock
 
 
 class Listener:
@@ -82,7 +95,7 @@ class Listener:
         # One daemon per socket directory, decided by a lock the kernel drops when the
         # holder dies: two daemons starting at once cannot both bind (libzmq's ipc bind
         # would replace the other's socket file).
-        lock_fd = os.open(path.parent / "daemon.lock", os.O_RDWR | os.O_CREAT, 0o600)
+        lock_fd = os.open(path.parent / _LOCK_NAME, os.O_RDWR | os.O_CREAT, 0o600)
         try:
             fcntl.flock(lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:

@@ -123,9 +123,9 @@ class ArenaWriter:
     """Writes centred images into the arena file at their offsets (one per decoder)."""
 
     def __init__(self, arena_name: str, imgsz: int):
-        from ...shared.names import shm_path
-
         import numpy as np
+
+        from ...shared.names import shm_path
 
         self.name = arena_name
         try:

@@ -43,12 +43,12 @@ from __future__ import annotations
 
 import logging
 import multiprocessing
-from concurrent.futures import FIRST_EXCEPTION, ProcessPoolExecutor, wait
-from concurrent.futures.process import BrokenProcessPool
 import os
 import signal
 import threading
 import time
+from concurrent.futures import FIRST_EXCEPTION, ProcessPoolExecutor, wait
+from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
 
 import numpy as np
@@ -57,9 +57,9 @@ import psutil
 from ...shared.config import FILL_VALUE, check_value
 from ...shared.errors import CapacityError, DatasetError, ImageDecodeError, MissingFileError, SnapshotError
 from ...shared.names import SHM_DIR, shm_path
+from ...shared.procmem import segment_users
 from ...shared.records import Dataset
 from ...shared.shm import SharedSegment, unlink_segment
-from ...shared.procmem import segment_users
 from . import decode, layout
 from .decode_worker import WorkShare, decode_shared, worker_decode, worker_init, worker_started
 from .fingerprint import base_name, fingerprint, segment_names

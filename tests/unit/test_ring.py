@@ -77,14 +77,12 @@ def test_close_with_live_views_does_not_raise(ring):
     del view
 
 
-def test_attach_missing_or_foreign_segment():
+def test_attach_missing_or_foreign_segment(shm_name):
     with pytest.raises(SnapshotError, match="does not exist"):
         Ring.attach(ring_segment(os.getpid(), 900002))
     name = ring_segment(os.getpid(), 900003)
+    shm_name.own(name)
     with open(shm_path(name), "wb") as f:
         f.write(b"x" * 8192)
-    try:
-        with pytest.raises(SnapshotError, match="not a pixpool batch ring"):
-            Ring.attach(name)
-    finally:
-        os.unlink(shm_path(name))
+    with pytest.raises(SnapshotError, match="not a pixpool batch ring"):
+        Ring.attach(name)

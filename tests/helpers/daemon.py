@@ -116,10 +116,10 @@ def real_daemon(data, *, imgsz: int = 160, workers: int = 2, heartbeat_timeout_s
 
 def reference_stream(dataset, settings, epoch: int) -> tuple[list[str], list[list[int]]]:
     """Digests and sample indices of one epoch from the in-process reference pipeline."""
-    from pixpool.shared import sampler
     from pixpool.server.augment.batch import render_batch
-    from pixpool.shared.digest import batch_digest
     from pixpool.server.snapshot.reference import ReferenceSource
+    from pixpool.shared import sampler
+    from pixpool.shared.digest import batch_digest
 
     source = ReferenceSource(dataset, settings.augment.imgsz)
     digests, samples = [], []

@@ -5,12 +5,13 @@ from __future__ import annotations
 import cv2
 import numpy as np
 import pytest
-from _augment_sources import ArraySource
 
-from pixpool.server.augment import copy_paste as cp_mod, render_batch, render_sample
+from helpers.sources import ArraySource
+from pixpool.server.augment import copy_paste as cp_mod
+from pixpool.server.augment import render_batch, render_sample
+from pixpool.shared.config import AugmentConfig, StreamSettings
 from pixpool.shared.digest import batch_digest
 from pixpool.shared.sampler import num_batches
-from pixpool.shared.config import AugmentConfig, StreamSettings
 
 S = 64
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import uuid
 
 import numpy as np
 import pytest
@@ -11,16 +10,12 @@ import pytest
 from pixpool.server.snapshot import layout
 from pixpool.shared.names import shm_path
 from pixpool.shared.records import Record
-from pixpool.shared.shm import SharedSegment, unlink_segment
+from pixpool.shared.shm import SharedSegment
 
 
 @pytest.fixture
-def seg_name():
-    name = f"pixpool-test-{os.getpid()}-{uuid.uuid4().hex[:8]}"
-    try:
-        yield name
-    finally:
-        unlink_segment(name)
+def seg_name(shm_name):
+    return shm_name()
 
 
 def test_create_attach_read_only_and_owner_unlink(seg_name):

@@ -14,15 +14,16 @@ from __future__ import annotations
 import cv2
 import numpy as np
 import pytest
-from _augment_sources import ArraySource
 
-from pixpool.server.augment import affine, copy_paste as cp_mod, render_batch
-from pixpool.shared.sampler import num_batches
-from pixpool.shared.hsv_tables import luts
+from helpers.sources import ArraySource
+from pixpool.server.augment import affine, render_batch
+from pixpool.server.augment import copy_paste as cp_mod
 from pixpool.server.augment.labels import Labels, pack, transform_labels
 from pixpool.server.augment.mosaic import draw_mosaic, letterbox_tile, mosaic_tiles
-from pixpool.shared.rng import hsv_gains, sample_generator
 from pixpool.shared.config import AugmentConfig, StreamSettings
+from pixpool.shared.hsv_tables import luts
+from pixpool.shared.rng import hsv_gains, sample_generator
+from pixpool.shared.sampler import num_batches
 
 S = 64
 FILL = np.float32(114.0)

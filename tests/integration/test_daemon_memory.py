@@ -19,11 +19,10 @@ from __future__ import annotations
 
 import os
 
-
-from daemon_helpers import WAIT_S, ask_status, real_daemon, wait_for
+from helpers.daemon import WAIT_S, ask_status, real_daemon, wait_for
 from pixpool.client.iterator import Client
 from pixpool.shared.config import AugmentConfig, StreamSettings
-from pixpool.shared.names import list_segments, shm_path
+from pixpool.shared.names import list_segments, ring_prefix, shm_path
 
 IMGSZ = 320
 BATCH = 16
@@ -46,7 +45,7 @@ def _measure(socket_dir: str) -> dict:
     pids = [pid] + [w["pid"] for w in st["workers"]]
     procs = process_memory(pids)
     assert sorted(p.pid for p in procs) == sorted(pids)
-    ours = {n for n in list_segments() if n.startswith(f"pixpool-ring-{pid}-")} | set(st["snapshot"]["segments"])
+    ours = {n for n in list_segments() if n.startswith(ring_prefix(pid))} | set(st["snapshot"]["segments"])
     mapped = set().union(*(p.segments for p in procs))
     heap = sum(_anonymous_bytes(p) for p in pids)
     return {"heap": heap, "shm": sum(os.stat(shm_path(n)).st_size for n in ours), "status": st, "mapped": mapped, "ours": ours}
@@ -89,4 +88,4 @@ def test_total_ring_budget_refuses_an_attach_and_the_daemon_keeps_serving(synthe
             Client(s, socket_dir=d, timeout_s=WAIT_S)
         st = ask_status(d)
         assert st["trainers"] == [] and proc.is_alive()
-        assert not [n for n in list_segments() if n.startswith(f"pixpool-ring-{st['daemon']['pid']}-")]
+        assert not [n for n in list_segments() if n.startswith(ring_prefix(st["daemon"]["pid"]))]

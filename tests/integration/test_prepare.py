@@ -9,15 +9,15 @@ from types import SimpleNamespace
 import cv2
 import numpy as np
 import pytest
-from _snapshot_helpers import created_by_me, dataset_of, remove_snapshot, write_jpegs
 from PIL import Image
 
+from helpers.snapshot import created_by_me, dataset_of, remove_snapshot, write_jpegs
 from pixpool.server import accountant
-from pixpool.server.snapshot import decode, prepare
-from pixpool.server.snapshot.fingerprint import base_name, fingerprint
-from pixpool.server.snapshot.decode_worker import FAIL_AT_ENV
-from pixpool.server.snapshot.prepare import PreparationTerminated, prepare_snapshot
 from pixpool.server.readers import load_dataset
+from pixpool.server.snapshot import decode, prepare
+from pixpool.server.snapshot.decode_worker import FAIL_AT_ENV
+from pixpool.server.snapshot.fingerprint import base_name, fingerprint
+from pixpool.server.snapshot.prepare import PreparationTerminated, prepare_snapshot
 from pixpool.shared.errors import CapacityError, ImageDecodeError
 from pixpool.shared.names import list_segments
 from pixpool.shared.records import Dataset

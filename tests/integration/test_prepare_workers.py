@@ -11,13 +11,14 @@ import time
 import numpy as np
 import psutil
 import pytest
-from _snapshot_helpers import created_by_me, remove_snapshot
 
-from pixpool.server.snapshot import prepare, decode_worker as prepare_worker
+from helpers.snapshot import created_by_me, remove_snapshot
+from pixpool.server.readers import load_dataset
+from pixpool.server.snapshot import decode_worker as prepare_worker
+from pixpool.server.snapshot import prepare
+from pixpool.server.snapshot.decode_worker import WorkShare
 from pixpool.server.snapshot.fingerprint import base_name, fingerprint
 from pixpool.server.snapshot.prepare import prepare_snapshot
-from pixpool.server.snapshot.decode_worker import WorkShare
-from pixpool.server.readers import load_dataset
 from pixpool.shared.errors import CapacityError, ImageDecodeError
 from pixpool.shared.names import list_segments
 

@@ -10,9 +10,8 @@ import shutil
 import socket
 
 import pytest
-import zmq
 
-from daemon_helpers import WAIT_S, digest_of, real_daemon, reference_stream
+from helpers.daemon import WAIT_S, digest_of, real_daemon, reference_stream
 from pixpool.client.iterator import Client
 from pixpool.shared import protocol as proto
 from pixpool.shared.config import AugmentConfig, StreamSettings
@@ -34,9 +33,9 @@ def test_tcp_requires_keys():
         DaemonConfig(data="x.json", tcp="127.0.0.1:5555")
 
 
-def test_tcp_stream_equals_local_and_refuses_strangers(synthetic_data, tmp_path):
-    from pixpool.shared.cli import main
+def test_tcp_stream_equals_local_and_refuses_strangers(synthetic_data, tmp_path, dealer):
     from pixpool.server.readers import load_dataset
+    from pixpool.shared.cli import main
     from pixpool.shared.endpoint import write_keys
 
     keys = tmp_path / "keys"
@@ -58,24 +57,17 @@ def test_tcp_stream_equals_local_and_refuses_strangers(synthetic_data, tmp_path)
             got_local = [digest_of(b) for b in local.epoch(0)]
         with pytest.raises(DaemonTimeout):
             Client(s, endpoint=endpoint, keys_dir=stranger, timeout_s=2.0)
-        ctx = zmq.Context.instance()
-        plain = ctx.socket(zmq.DEALER)
-        plain.setsockopt(zmq.LINGER, 0)
-        try:
-            plain.connect(endpoint)
-            plain.send(proto.encode("status"))
-            assert not plain.poll(2000), "a peer without CURVE keys got an answer"
-        finally:
-            plain.close(linger=0)
+        plain = dealer(endpoint)
+        plain.send(proto.encode("status"))
+        assert not plain.poll(2000), "a peer without CURVE keys got an answer"
     assert got_remote == got_local == reference_stream(load_dataset(synthetic_data.coco_json), s, 0)[0]
 
 
 def test_tcp_bad_address_is_a_clear_error(tmp_path):
+    from helpers.daemon import short_socket_dir
     from pixpool.server.daemon.service import Daemon
     from pixpool.shared.config import DaemonConfig
     from pixpool.shared.endpoint import write_keys
-
-    from daemon_helpers import short_socket_dir
 
     class _Source:
         imgsz, max_instances = 64, 1

@@ -4,15 +4,16 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from _augment_sources import ArraySource
+
+from helpers.sources import ArraySource
 
 torch = pytest.importorskip("torch")
 
 from pixpool.client.hsv_torch import apply_hsv  # noqa: E402
 from pixpool.server.augment import render_batch  # noqa: E402
 from pixpool.server.augment.hsv import apply_hsv_bgr  # noqa: E402
-from pixpool.shared.rng import hsv_gains  # noqa: E402
 from pixpool.shared.config import AugmentConfig, StreamSettings  # noqa: E402
+from pixpool.shared.rng import hsv_gains  # noqa: E402
 
 S = 64
 

@@ -13,9 +13,8 @@ import random
 import time
 
 import msgpack
-import zmq
 
-from daemon_helpers import WAIT_S, ask_status, digest_of, real_daemon, reference_stream
+from helpers.daemon import WAIT_S, ask_status, digest_of, real_daemon, reference_stream
 from pixpool.client.iterator import Client
 from pixpool.shared import protocol as proto
 from pixpool.shared.config import AugmentConfig, StreamSettings
@@ -109,34 +108,28 @@ def _count_error_replies(sock) -> int:
     return errors
 
 
-def test_daemon_survives_fuzz_and_serves_correct_stream(synthetic_data, tmp_path):
+def test_daemon_survives_fuzz_and_serves_correct_stream(synthetic_data, tmp_path, dealer):
     from pixpool.server.readers import load_dataset
 
     rng = random.Random(1234)
     with real_daemon(synthetic_data.coco_json, imgsz=IMGSZ, workers=1, heartbeat_timeout_s=3.0, max_ring_nbytes=64 << 20) as (proc, d):
-        ctx = zmq.Context.instance()
-        sock = ctx.socket(zmq.DEALER)
-        sock.setsockopt(zmq.LINGER, 0)
-        sock.setsockopt(zmq.RCVHWM, 100000)
-        try:
-            sock.connect(f"ipc://{d}/daemon.sock")
-            sock.send(proto.encode("attach", settings=_settings(6).to_dict(), pid=os.getpid(), host="fuzz", slots=2, delivery="shm"))
-            assert sock.poll(WAIT_S * 1000)
-            att = proto.decode(sock.recv(), reply=True)
-            tid, token = att["trainer_id"], att["token"]
-            sent, errors = 0, 0
-            deadline = time.monotonic() + 60
-            for frames in _frames(rng, tid, token):
-                sock.send_multipart(frames)
-                sent += 1
-                errors += _count_error_replies(sock)
-                assert time.monotonic() < deadline, "fuzzing took too long"
-            # Every frame gets at most one reply; each malformed one an error. Collect the rest.
-            end = time.monotonic() + 20
-            while time.monotonic() < end and sock.poll(500):
-                errors += _count_error_replies(sock)
-        finally:
-            sock.close(linger=0)
+        sock = dealer(f"ipc://{d}/daemon.sock", RCVHWM=100000)
+        sock.send(proto.encode("attach", settings=_settings(6).to_dict(), pid=os.getpid(), host="fuzz", slots=2, delivery="shm"))
+        assert sock.poll(WAIT_S * 1000)
+        att = proto.decode(sock.recv(), reply=True)
+        tid, token = att["trainer_id"], att["token"]
+        sent, errors = 0, 0
+        deadline = time.monotonic() + 60
+        for frames in _frames(rng, tid, token):
+            sock.send_multipart(frames)
+            sent += 1
+            errors += _count_error_replies(sock)
+            assert time.monotonic() < deadline, "fuzzing took too long"
+        # Every frame gets at most one reply; each malformed one an error. Collect the rest.
+        end = time.monotonic() + 20
+        while time.monotonic() < end and sock.poll(500):
+            errors += _count_error_replies(sock)
+        sock.close(linger=0)
         assert sent == FRAMES
         assert errors > FRAMES // 2, f"only {errors} error replies to {FRAMES} mostly malformed frames"
         assert proc.is_alive()
@@ -148,19 +141,13 @@ def test_daemon_survives_fuzz_and_serves_correct_stream(synthetic_data, tmp_path
         assert got == reference_stream(load_dataset(synthetic_data.coco_json), s, 0)[0]
 
 
-def test_huge_frame_drops_only_that_peer(synthetic_data):
+def test_huge_frame_drops_only_that_peer(synthetic_data, dealer):
     """A frame over MAX_WIRE_BYTES is refused by libzmq before it is allocated; others are served."""
 
     with real_daemon(synthetic_data.coco_json, imgsz=IMGSZ, workers=1) as (proc, d):
-        ctx = zmq.Context.instance()
-        sock = ctx.socket(zmq.DEALER)
-        sock.setsockopt(zmq.LINGER, 0)
-        try:
-            sock.connect(f"ipc://{d}/daemon.sock")
-            sock.send(b"\x00" * (proto.MAX_WIRE_BYTES + 1))
-            assert not sock.poll(500), "no reply: the daemon never reads such a frame"
-        finally:
-            sock.close(linger=0)
+        sock = dealer(f"ipc://{d}/daemon.sock")
+        sock.send(b"\x00" * (proto.MAX_WIRE_BYTES + 1))
+        assert not sock.poll(500), "no reply: the daemon never reads such a frame"
         assert ask_status(d)["daemon"]["pid"] and proc.is_alive()
         with Client(_settings(2), socket_dir=d, timeout_s=WAIT_S) as c:
             it = c.epoch(0)

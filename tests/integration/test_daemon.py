@@ -14,13 +14,20 @@ import signal
 import time
 
 import pytest
-import zmq
 
-from daemon_helpers import WAIT_S, ask_status, digest_of, real_daemon, reference_stream, segments_of, wait_for
+from helpers.daemon import (
+    WAIT_S,
+    ask_status,
+    digest_of,
+    real_daemon,
+    reference_stream,
+    segments_of,
+    wait_for,
+)
 from pixpool.client.iterator import Client
 from pixpool.shared import protocol as proto
 from pixpool.shared.config import AugmentConfig, StreamSettings
-from pixpool.shared.names import shm_path
+from pixpool.shared.names import ring_segment, shm_path
 
 IMGSZ = 160
 
@@ -124,7 +131,7 @@ def test_killed_trainer_is_detached_and_others_continue(daemon, dataset):
             got = [digest_of(next(it))]
             assert parent.poll(WAIT_S), "the victim trainer got no batch"
             tid = parent.recv()
-            ring = f"pixpool-ring-{proc_d.pid}-{tid}"
+            ring = ring_segment(proc_d.pid, tid)
             assert os.path.exists(shm_path(ring))
             os.kill(victim.pid, signal.SIGKILL)
             victim.join(WAIT_S)
@@ -139,29 +146,23 @@ def test_killed_trainer_is_detached_and_others_continue(daemon, dataset):
         victim.join(WAIT_S)
 
 
-def test_silent_trainer_is_detached_after_heartbeat_timeout(daemon):
+def test_silent_trainer_is_detached_after_heartbeat_timeout(daemon, dealer):
     proc_d, d = daemon
-    ctx = zmq.Context.instance()
-    sock = ctx.socket(zmq.DEALER)
-    sock.setsockopt(zmq.LINGER, 0)
-    try:
-        sock.connect(f"ipc://{d}/daemon.sock")
-        # Our own (live) pid: only the missing heartbeat can get it detached.
-        sock.send(proto.encode("attach", settings=settings(5).to_dict(), pid=os.getpid(), host=os.uname().nodename, slots=2, delivery="shm"))
-        assert sock.poll(WAIT_S * 1000)
-        reply = proto.decode(sock.recv(), reply=True)
-        assert reply["op"] == "attached"
-        ring = reply["ring"]
-        assert os.path.exists(shm_path(ring))
-        t0 = time.monotonic()
-        wait_for(lambda: not os.path.exists(shm_path(ring)), 20, "silent trainer's ring unlinked")
-        assert time.monotonic() - t0 >= 1.0  # not before the 2 s timeout (minus the attach time)
-        sock.send(proto.encode("heartbeat", trainer_id=reply["trainer_id"], token=reply["token"]))
-        assert sock.poll(WAIT_S * 1000)
-        late = proto.decode(sock.recv(), reply=True)
-        assert late["op"] == "error" and late["code"] == "unknown_trainer"
-    finally:
-        sock.close(linger=0)
+    sock = dealer(f"ipc://{d}/daemon.sock")
+    # Our own (live) pid: only the missing heartbeat can get it detached.
+    sock.send(proto.encode("attach", settings=settings(5).to_dict(), pid=os.getpid(), host=os.uname().nodename, slots=2, delivery="shm"))
+    assert sock.poll(WAIT_S * 1000)
+    reply = proto.decode(sock.recv(), reply=True)
+    assert reply["op"] == "attached"
+    ring = reply["ring"]
+    assert os.path.exists(shm_path(ring))
+    t0 = time.monotonic()
+    wait_for(lambda: not os.path.exists(shm_path(ring)), 20, "silent trainer's ring unlinked")
+    assert time.monotonic() - t0 >= 1.0  # not before the 2 s timeout (minus the attach time)
+    sock.send(proto.encode("heartbeat", trainer_id=reply["trainer_id"], token=reply["token"]))
+    assert sock.poll(WAIT_S * 1000)
+    late = proto.decode(sock.recv(), reply=True)
+    assert late["op"] == "error" and late["code"] == "unknown_trainer"
     assert all(t["trainer_id"] != reply["trainer_id"] for t in ask_status(d)["trainers"])
     assert ring not in segments_of(proc_d.pid)
 
@@ -177,44 +178,34 @@ def test_daemon_digests_running_and_temporary_daemon(daemon, dataset, synthetic_
     assert daemon_digests(s, 1, None, workers=1, data=synthetic_data.coco_json, timeout_s=WAIT_S) == ref
 
 
-def _raw(d: str):
-    sock = zmq.Context.instance().socket(zmq.DEALER)
-    sock.setsockopt(zmq.LINGER, 0)
-    sock.connect(f"ipc://{d}/daemon.sock")
-    return sock
-
-
 def _ask(sock, frame: bytes) -> dict:
     sock.send(frame)
     assert sock.poll(WAIT_S * 1000), "no reply"
     return proto.decode(sock.recv(), reply=True)
 
 
-def test_bad_requests_get_clear_errors_and_daemon_keeps_serving(daemon):
+def test_bad_requests_get_clear_errors_and_daemon_keeps_serving(daemon, dealer):
     import msgpack
 
     _, d = daemon
-    sock = _raw(d)
-    try:
-        r = _ask(sock, msgpack.packb({"v": 99, "op": "status"}))
-        assert r["op"] == "error" and "version 99" in r["message"] and f"version {proto.PROTOCOL_VERSION}" in r["message"]
-        r = _ask(sock, proto.encode("attach", settings={**settings(1).to_dict(), "batch_size": 0}, pid=os.getpid(), host="x", slots=2, delivery="shm"))
-        assert r["op"] == "error" and "batch_size" in r["message"]
-        r = _ask(sock, proto.encode("attach", settings=StreamSettings(augment=AugmentConfig(imgsz=320)).to_dict(), pid=os.getpid(), host="x", slots=2, delivery="shm"))
-        assert r["op"] == "error" and "imgsz 320" in r["message"] and "160" in r["message"]
-        att = _ask(sock, proto.encode("attach", settings=settings(1).to_dict(), pid=os.getpid(), host="x", slots=2, delivery="shm"))
-        assert att["op"] == "attached"
-        tid, token = att["trainer_id"], att["token"]
-        r = _ask(sock, proto.encode("release", trainer_id=tid, token=token, slot=0))  # nothing announced yet
-        assert (r["op"], r["code"]) == ("error", "order") and "does not hold" in r["message"]
-        r = _ask(sock, proto.encode("release", trainer_id=tid, token=token + 1, slot=0))
-        assert (r["op"], r["code"]) == ("error", "unknown_trainer")
-        r = _ask(sock, proto.encode("start", trainer_id=tid, token=token, epoch=0, batch=99))
-        assert r["op"] == "error" and "99" in r["message"]
-        assert _ask(sock, proto.encode("detach", trainer_id=tid, token=token))["op"] == "detached"
-        assert not os.path.exists(shm_path(att["ring"]))
-    finally:
-        sock.close(linger=0)
+    sock = dealer(f"ipc://{d}/daemon.sock")
+    r = _ask(sock, msgpack.packb({"v": 99, "op": "status"}))
+    assert r["op"] == "error" and "version 99" in r["message"] and f"version {proto.PROTOCOL_VERSION}" in r["message"]
+    r = _ask(sock, proto.encode("attach", settings={**settings(1).to_dict(), "batch_size": 0}, pid=os.getpid(), host="x", slots=2, delivery="shm"))
+    assert r["op"] == "error" and "batch_size" in r["message"]
+    r = _ask(sock, proto.encode("attach", settings=StreamSettings(augment=AugmentConfig(imgsz=320)).to_dict(), pid=os.getpid(), host="x", slots=2, delivery="shm"))
+    assert r["op"] == "error" and "imgsz 320" in r["message"] and "160" in r["message"]
+    att = _ask(sock, proto.encode("attach", settings=settings(1).to_dict(), pid=os.getpid(), host="x", slots=2, delivery="shm"))
+    assert att["op"] == "attached"
+    tid, token = att["trainer_id"], att["token"]
+    r = _ask(sock, proto.encode("release", trainer_id=tid, token=token, slot=0))  # nothing announced yet
+    assert (r["op"], r["code"]) == ("error", "order") and "does not hold" in r["message"]
+    r = _ask(sock, proto.encode("release", trainer_id=tid, token=token + 1, slot=0))
+    assert (r["op"], r["code"]) == ("error", "unknown_trainer")
+    r = _ask(sock, proto.encode("start", trainer_id=tid, token=token, epoch=0, batch=99))
+    assert r["op"] == "error" and "99" in r["message"]
+    assert _ask(sock, proto.encode("detach", trainer_id=tid, token=token))["op"] == "detached"
+    assert not os.path.exists(shm_path(att["ring"]))
     assert ask_status(d) is not None
 
 

@@ -12,7 +12,16 @@ import signal
 import psutil
 import pytest
 
-from daemon_helpers import WAIT_S, ask_status, digest_of, real_daemon, reference_stream, segments_of, short_socket_dir, wait_for
+from helpers.daemon import (
+    WAIT_S,
+    ask_status,
+    digest_of,
+    real_daemon,
+    reference_stream,
+    segments_of,
+    short_socket_dir,
+    wait_for,
+)
 from pixpool.client.iterator import Client
 from pixpool.server.daemon.renderer import RENDERER_ENV
 from pixpool.shared.config import AugmentConfig, StreamSettings
@@ -209,7 +218,7 @@ def test_wedged_worker_is_killed_and_its_batch_rerun(synthetic_data, dataset, tm
     monkeypatch.setenv("PIXPOOL_TEST_STUCK_MARKER", str(tmp_path / "stuck-once"))
     s = settings(17)
     expected, _ = reference_stream(dataset, s, 0)
-    monkeypatch.setenv(RENDERER_ENV, "_stuck_route")
+    monkeypatch.setenv(RENDERER_ENV, "helpers.stuck_renderer")
     with real_daemon(synthetic_data.coco_json, imgsz=IMGSZ, workers=1, job_timeout_s=2.0) as (proc, d):
         with Client(s, socket_dir=d, timeout_s=WAIT_S) as c:
             got = [digest_of(b) for b in c.epoch(0)]

@@ -67,3 +67,36 @@ def test_replies_use_reply_schema():
         proto.decode(frame)  # as a request a heartbeat needs its token
     err = proto.decode(proto.error_frame("order", "release of slot 9", trainer_id=2), reply=True)
     assert proto.as_error(err) == "order: release of slot 9"
+
+
+def test_every_declared_error_code_comes_back_as_its_class():
+    from pixpool.shared import errors
+
+    for code, cls in proto.ERROR_CODES.items():
+        exc = proto.error_from(proto.decode(proto.error_frame(code, f"{code} happened"), reply=True))
+        assert type(exc) is cls and str(exc) == f"{code} happened"
+    # The daemon picks the code from the class it raised; the client raises that class again.
+    cases = [
+        (errors.CapacityError("full"), errors.CapacityError),
+        (errors.ConfigError.for_field("slots", 99, "is out of range"), errors.ConfigError),
+        (errors.SnapshotError("gone"), errors.SnapshotError),
+        (errors.MissingFileError("no file", path="/x.jpg"), errors.DatasetError),  # the nearest declared class
+        (errors.RenderError("worker failed"), errors.RenderError),
+        (errors.DaemonTimeout("slow"), errors.PixpoolError),  # undeclared: "internal"
+    ]
+    for raised, expected in cases:
+        back = proto.error_from(proto.decode(proto.error_frame_for(raised), reply=True))
+        assert type(back) is expected and str(back) == str(raised)
+    assert proto.error_from(proto.decode(proto.error_frame_for(errors.ConfigError.for_field("slots", 99, "x")), reply=True)).field == "slots"
+    assert type(proto.error_from({"op": "error", "code": "from-a-newer-daemon", "message": "m"})) is errors.PixpoolError
+    with pytest.raises(ValueError, match="undeclared error code"):
+        proto.error_frame("made-up", "m")
+
+
+def test_pipe_messages_are_validated():
+    frame = proto.pipe_frame("done", job=3, size=4, n_targets=7, seconds=0.5)
+    assert proto.decode_pipe(frame)["n_targets"] == 7
+    with pytest.raises(ProtocolError, match="lacks field 'n_targets'"):
+        proto.decode_pipe(proto.pipe_frame("done", job=3, size=4, seconds=0.5))
+    with pytest.raises(ProtocolError, match="unknown pipe op"):
+        proto.decode_pipe(proto.pipe_frame("exec", code="rm -rf /"))

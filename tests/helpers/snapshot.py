@@ -8,10 +8,10 @@ from pathlib import Path
 import cv2
 import numpy as np
 
-from pixpool.shared.names import snapshot_parts as parts_of_base
 from pixpool.server.snapshot.handle import read_header
 from pixpool.shared.errors import SnapshotError
 from pixpool.shared.names import list_segments
+from pixpool.shared.names import snapshot_parts as parts_of_base
 from pixpool.shared.records import Dataset, Record
 from pixpool.shared.shm import unlink_segment
 

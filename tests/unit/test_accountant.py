@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import uuid
 
 import numpy as np
 
@@ -52,8 +51,8 @@ def test_parse_maps_line():
     assert procmem.parse_maps_line("7f-80 r--s 0 00:1a 1   /dev/shm/pixpool-x (deleted)\n") == "/dev/shm/pixpool-x"
 
 
-def test_live_process_sees_its_own_mapping_and_residency():
-    name = f"pixpool-test-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+def test_live_process_sees_its_own_mapping_and_residency(shm_name):
+    name = shm_name()
     nbytes = 4 << 20
     seg = SharedSegment.create(name, nbytes)
     try:

@@ -6,11 +6,11 @@ import multiprocessing
 import pickle
 
 import pytest
-from _snapshot_helpers import remove_snapshot
 
-from pixpool.server.snapshot.prepare import prepare_snapshot
+from helpers.snapshot import remove_snapshot
 from pixpool.server.readers import load_dataset
 from pixpool.server.snapshot.handle import Snapshot, list_snapshots
+from pixpool.server.snapshot.prepare import prepare_snapshot
 from pixpool.shared.errors import SnapshotError
 
 

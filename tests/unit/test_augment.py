@@ -6,17 +6,22 @@ import hashlib
 
 import numpy as np
 import pytest
-from _augment_sources import ArraySource
 
-from pixpool.server.augment import affine, canvas, hsv
-from pixpool.server.augment import max_targets, render_batch, render_sample
-from pixpool.shared.digest import batch_digest
-from pixpool.shared.sampler import epoch_indices, num_batches
-from pixpool.shared.sampler import batch_samples
+from helpers.sources import ArraySource
+from pixpool.server.augment import (
+    affine,
+    canvas,
+    hsv,
+    max_targets,
+    render_batch,
+    render_sample,
+)
 from pixpool.server.augment.mosaic import mosaic_tiles
-from pixpool.shared.rng import hsv_gains, sample_generator
 from pixpool.shared.config import AugmentConfig, StreamSettings
+from pixpool.shared.digest import batch_digest
 from pixpool.shared.errors import ConfigError
+from pixpool.shared.rng import hsv_gains, sample_generator
+from pixpool.shared.sampler import batch_samples, epoch_indices, num_batches
 
 S = 64
 SHAPES = [(64, 48), (40, 64), (64, 64), (1, 64), (64, 3), (20, 64), (64, 1), (33, 64)]

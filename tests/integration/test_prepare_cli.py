@@ -11,15 +11,15 @@ import time
 from pathlib import Path
 
 import pytest
-from _snapshot_helpers import created_by_me, remove_snapshot
 
-from pixpool.shared.procmem import segment_users
-from pixpool.shared.cli import main
-from pixpool.server.snapshot.fingerprint import base_name, fingerprint
-from pixpool.shared.names import snapshot_parts as parts_of_base
+from helpers.snapshot import created_by_me, remove_snapshot
 from pixpool.server.readers import load_dataset
+from pixpool.server.snapshot.fingerprint import base_name, fingerprint
 from pixpool.server.snapshot.handle import read_header
+from pixpool.shared.cli import main
 from pixpool.shared.names import list_segments, shm_path
+from pixpool.shared.names import snapshot_parts as parts_of_base
+from pixpool.shared.procmem import segment_users
 
 
 @pytest.fixture

@@ -1,0 +1,83 @@
+"""Configuration reaches the command line whole, and errors speak the caller's language.
+
+Unit tests: argparse and the dataclasses only; no process is started (the commands below
+fail while their settings are built, before anything is read or decoded).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+
+import pytest
+
+from pixpool.shared import digest
+from pixpool.shared.cli import COMMANDS, main
+from pixpool.shared.config import AugmentConfig, DaemonConfig, StreamSettings
+from pixpool.shared.errors import ConfigError
+from pixpool.shared.flags import flag_of
+
+
+def _help(capsys, *argv: str) -> str:
+    with pytest.raises(SystemExit) as exit_:
+        main([*argv, "--help"])
+    assert exit_.value.code == 0
+    return capsys.readouterr().out
+
+
+@pytest.mark.parametrize("command, classes, skip", [
+    ("serve", (DaemonConfig,), {"data"}),
+    ("train", (StreamSettings, AugmentConfig), {"augment", "epochs"}),  # AugmentConfig.epochs is --start-epoch + --epochs
+    ("digest", (StreamSettings, AugmentConfig), {"augment"}),
+])
+def test_every_setting_is_a_flag_with_its_default(capsys, command, classes, skip):
+    text = " ".join(_help(capsys, command).split())  # argparse wraps help lines
+    for cls in classes:
+        for f in dataclasses.fields(cls):
+            if f.name in skip:
+                continue
+            assert flag_of(f) in text, f"{cls.__name__}.{f.name} has no flag in `pixpool {command} --help`"
+    if command == "serve":
+        for name in ("job-timeout-s", "max-ring-nbytes", "max-total-ring-nbytes", "heartbeat-timeout-s"):
+            assert f"--{name}" in text
+        assert "(default 300.0)" in text and f"(default {2 << 30})" in text
+
+
+def test_python_names_the_field_and_the_cli_names_the_flag(capsys, tmp_path):
+    with pytest.raises(ConfigError, match=r"field 'workers' = 0 is out of range"):
+        DaemonConfig(data="x.json", workers=0)
+    assert main(["serve", str(tmp_path / "x.json"), "--workers", "0"]) == 1
+    err = capsys.readouterr().err
+    assert "--workers 0 is out of range" in err and "(field 'workers')" in err
+    # A message about one field that names another: each side shows its own spelling.
+    with pytest.raises(ConfigError, match="set keys_dir"):
+        DaemonConfig(data="x.json", tcp="127.0.0.1:5555")
+    assert main(["serve", str(tmp_path / "x.json"), "--tcp", "127.0.0.1:5555"]) == 1
+    err = capsys.readouterr().err
+    assert "--tcp '127.0.0.1:5555' requires CURVE keys" in err and "set --keys" in err
+
+
+def test_bool_flags_alone_or_with_a_value(capsys):
+    parser = argparse.ArgumentParser()
+    digest.configure(parser)
+    args = parser.parse_args(["data.json", "--shuffle", "0", "--hsv-on-device"])
+    settings = digest.settings_from(args)
+    assert settings.shuffle is False and settings.hsv_on_device is True
+    with pytest.raises(SystemExit):
+        parser.parse_args(["data.json", "--shuffle", "maybe"])
+    assert "expected 0/1 or true/false" in capsys.readouterr().err
+
+
+def test_one_range_check_for_imgsz(capsys):
+    from pixpool.server.snapshot.prepare import prepare_snapshot
+
+    for make in (lambda: AugmentConfig(imgsz=16), lambda: DaemonConfig(data="x", imgsz=16), lambda: prepare_snapshot(None, imgsz=16)):
+        with pytest.raises(ConfigError, match=r"field 'imgsz' = 16 is out of range; use 32 to 8192"):
+            make()
+
+
+def test_dispatcher_sides():
+    # Producer commands live on the server side, trainer and operator commands on the client side.
+    assert {n for n, c in COMMANDS.items() if c.module.startswith("server.")} == {"synth", "prepare", "ls", "clean", "serve", "keys"}
+    assert {n for n, c in COMMANDS.items() if c.module.startswith("client.")} == {"digest", "status", "monitor", "train", "demo"}
+    assert COMMANDS["digest"].module_for(["x", "--reference"]) == COMMANDS["digest"].module_for(["--in-process"]) == "server.commands.digest"
