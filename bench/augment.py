@@ -35,11 +35,12 @@ from pathlib import Path
 import cv2
 import numpy as np
 
-from pixpool.server.augment import num_batches, render_batch
-from pixpool.server.decode import centre, decode_bgr, resize_long_side
+from pixpool.server.augment import render_batch
+from pixpool.server.snapshot.decode import centre, decode_bgr, resize_long_side
 from pixpool.server.readers import load_dataset
 from pixpool.shared.config import AugmentConfig, StreamSettings
 from pixpool.shared.records import Targets
+from pixpool.shared.sampler import num_batches
 
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_DATA = ROOT.parent / "shared" / "data" / "coco128" / "annotations" / "instances_train2017.json"
@@ -110,7 +111,7 @@ def main(argv: list[str] | None = None) -> int:
         a.flags.writeable = False
     prepared = None
     if args.shm:
-        from pixpool.server.prepare import prepare_snapshot
+        from pixpool.server.snapshot.prepare import prepare_snapshot
 
         prepared = prepare_snapshot(dataset, imgsz=args.imgsz, processes=1)
         snap_source = prepared.snapshot

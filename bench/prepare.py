@@ -28,7 +28,7 @@ DEFAULT = Path(__file__).resolve().parents[2] / "shared" / "data" / "coco128"
 def plain_loop(paths: list[str], imgsz: int) -> float:
     import cv2
 
-    from pixpool.server.decode import resize_long_side
+    from pixpool.server.snapshot.decode import resize_long_side
 
     t0 = time.perf_counter()
     for p in paths:
@@ -38,7 +38,7 @@ def plain_loop(paths: list[str], imgsz: int) -> float:
 
 
 def prepare_once(dataset, imgsz: int, processes: int) -> float:
-    from pixpool.server.prepare import prepare_snapshot
+    from pixpool.server.snapshot.prepare import prepare_snapshot
 
     t0 = time.perf_counter()
     result = prepare_snapshot(dataset, imgsz=imgsz, processes=processes)

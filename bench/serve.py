@@ -41,7 +41,7 @@ class Uint8CacheSource:
     """ImageSource over a uint8 decoded cache: centre (float32 - 114) on every use."""
 
     def __init__(self, dataset, imgsz: int):
-        from pixpool.server.decode import decode_bgr, resize_long_side
+        from pixpool.server.snapshot.decode import decode_bgr, resize_long_side
 
         self.dataset, self.imgsz = dataset, imgsz
         self.cache = [resize_long_side(decode_bgr(r.image_path), imgsz) for r in dataset.records]
@@ -50,7 +50,7 @@ class Uint8CacheSource:
         return len(self.cache)
 
     def image(self, index: int) -> np.ndarray:
-        from pixpool.server.decode import centre
+        from pixpool.server.snapshot.decode import centre
 
         return centre(self.cache[index])
 
@@ -64,7 +64,7 @@ class BatchDataset:
     """torch map-style dataset of whole batches (DataLoader batch_size=None)."""
 
     def __init__(self, source, settings, epoch: int):
-        from pixpool.server.augment import sampler
+        from pixpool.shared import sampler
 
         self.source, self.settings, self.epoch = source, settings, epoch
         self.n = sampler.num_batches(len(source), settings, epoch)
@@ -133,16 +133,18 @@ def run_loader_arm(loader, settings) -> tuple[float, int]:
 
 
 def _start_daemon(data: str, imgsz: int, workers: int) -> tuple[mp.Process, str]:
-    from pixpool.server.daemon import run_daemon
+    from pixpool.server.daemon.run import run_daemon
+    from pixpool.shared.config import DaemonConfig
 
     d = tempfile.mkdtemp(prefix="pxb-")
-    proc = mp.get_context("spawn").Process(target=run_daemon, kwargs=dict(data=data, imgsz=imgsz, workers=workers, socket_dir=d, keep_snapshot=True))
+    config = DaemonConfig(data=data, imgsz=imgsz, workers=workers, socket_dir=d, keep_snapshot=True)
+    proc = mp.get_context("spawn").Process(target=run_daemon, args=(config,))
     proc.start()
     return proc, d
 
 
 def _wait(socket_dir: str, workers: int, timeout_s: float = 300) -> dict:
-    from pixpool.server.commands.status import query_status
+    from pixpool.client.status import query_status
     from pixpool.shared.errors import DaemonTimeout
 
     deadline = time.monotonic() + timeout_s
@@ -171,10 +173,10 @@ def main(argv=None) -> int:
         parser.error(f"--hsv {args.hsv!r}: use cpu, device or cpu,device")
 
     _one_thread()
-    from pixpool.server.run import stop_process
+    from pixpool.server.daemon.run import stop_process
 
-    from pixpool.server.commands.status import query_status
-    from pixpool.server.prepare import prepare_snapshot
+    from pixpool.client.status import query_status
+    from pixpool.server.snapshot.prepare import prepare_snapshot
     from pixpool.server.readers import load_dataset
     from pixpool.shared.config import AugmentConfig, StreamSettings
 
