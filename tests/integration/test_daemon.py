@@ -15,15 +15,7 @@ import time
 
 import pytest
 
-from helpers.daemon import (
-    WAIT_S,
-    ask_status,
-    digest_of,
-    real_daemon,
-    reference_stream,
-    segments_of,
-    wait_for,
-)
+from helpers.daemon import WAIT_S, ask_status, digest_of, real_daemon, reference_stream, segments_of, wait_for
 from pixpool.client.iterator import Client
 from pixpool.shared import protocol as proto
 from pixpool.shared.config import AugmentConfig, StreamSettings

@@ -12,16 +12,7 @@ import signal
 import psutil
 import pytest
 
-from helpers.daemon import (
-    WAIT_S,
-    ask_status,
-    digest_of,
-    real_daemon,
-    reference_stream,
-    segments_of,
-    short_socket_dir,
-    wait_for,
-)
+from helpers.daemon import WAIT_S, ask_status, digest_of, real_daemon, reference_stream, segments_of, short_socket_dir, wait_for
 from pixpool.client.iterator import Client
 from pixpool.server.daemon.renderer import RENDERER_ENV
 from pixpool.shared.config import AugmentConfig, StreamSettings

@@ -8,14 +8,7 @@ import numpy as np
 import pytest
 
 from helpers.sources import ArraySource
-from pixpool.server.augment import (
-    affine,
-    canvas,
-    hsv,
-    max_targets,
-    render_batch,
-    render_sample,
-)
+from pixpool.server.augment import affine, canvas, hsv, max_targets, render_batch, render_sample
 from pixpool.server.augment.mosaic import mosaic_tiles
 from pixpool.shared.config import AugmentConfig, StreamSettings
 from pixpool.shared.digest import batch_digest
