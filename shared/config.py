@@ -133,9 +133,6 @@ class DaemonConfig:
         if self.tcp is not None and self.keys_dir is None:
             raise ConfigError.for_field("tcp", self.tcp, "requires CURVE keys: make them with `pixpool keys DIR` and set {keys_dir}")
 
-    def replace(self, **changes: Any) -> "DaemonConfig":
-        return dataclasses.replace(self, **changes)
-
 
 _RANGES: dict[str, tuple[float, float]] = {
     "imgsz": (32, 8192),

@@ -6,6 +6,7 @@ daemon that could not clean up are unlinked in ``finally``.
 
 from __future__ import annotations
 
+import dataclasses
 import multiprocessing as mp
 import os
 import shutil
@@ -84,7 +85,7 @@ def daemon_process(config: DaemonConfig, *, socket_dir: str | None = None, wait:
     own_dir = socket_dir is None
     socket_dir = socket_dir or short_socket_dir()
     ctx = mp.get_context("spawn")
-    proc = ctx.Process(target=run_daemon, args=(config.replace(socket_dir=socket_dir),), daemon=False)
+    proc = ctx.Process(target=run_daemon, args=(dataclasses.replace(config, socket_dir=socket_dir),), daemon=False)
     proc.start()
     try:
         if wait:
