@@ -96,6 +96,8 @@ class Client:
         self.timings = timings
         self.position: tuple[int, int] = (settings.start_epoch, 0)
         self.reattaches = 0
+        # Seconds this trainer spent waiting for the daemon's batches (the heartbeat reports it).
+        self.data_wait_s = 0.0
         self._ctx = zmq.Context()
         self._sock: zmq.Socket | None = None
         self._reader = None  # delivery.SlotReader or FrameReader, from the attach reply
@@ -196,7 +198,7 @@ class Client:
                 if ident is None:
                     continue
                 try:
-                    s.send(proto.encode("heartbeat", trainer_id=ident[0], token=ident[1]), zmq.NOBLOCK)
+                    s.send(proto.encode("heartbeat", trainer_id=ident[0], token=ident[1], data_wait_s=self.data_wait_s), zmq.NOBLOCK)
                 except zmq.Again:
                     pass
                 while s.poll(0):
@@ -242,8 +244,10 @@ class Client:
                 try:
                     n = self._start(epoch, b)
                     while b < n:
+                        t_wait = time.perf_counter()
                         msg, frames = self._next_ready(epoch, b)
                         t0 = time.perf_counter()
+                        self.data_wait_s += t0 - t_wait
                         out = self._wrap(msg, frames)
                         if self.timings is not None:
                             self.timings["deliver_s"] = self.timings.get("deliver_s", 0.0) + time.perf_counter() - t0

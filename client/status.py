@@ -1,22 +1,15 @@
-"""What the running daemon serves and what it costs: the status request and the memory figures.
+"""What the running daemon serves: the status request and its plain-text table.
 
-Runs in an operator's or trainer's process (``pixpool status``/``monitor``, the demo, the
-serve benchmark). Asks the daemon for its status over the local ipc socket (the plain
-msgpack ``status`` reply) and measures memory itself: the batch rings and snapshot segments
-from /dev/shm, RSS/USS/PSS of the daemon, its workers and local trainers from the kernel
-(``pixpool.shared.procmem``).
+Runs in an operator's or trainer's process (``pixpool status``, ``memory``, ``monitor``, the
+demo, the benchmarks). Asks the daemon for its status over the local ipc socket (the plain
+msgpack ``status`` reply). What it costs is ``memory.py``'s.
 """
 
 from __future__ import annotations
 
-import os
-
 from ..shared import endpoint as ep
-from ..shared import protocol as proto
 from ..shared.control import request_status
 from ..shared.errors import DaemonTimeout
-from ..shared.names import kind_of, list_segments, shm_path
-from ..shared.procmem import process_memory
 from ..shared.text import format_table, human_bytes
 
 
@@ -27,29 +20,6 @@ def query_status(socket_dir: str | None = None, *, timeout_s: float = 3.0) -> di
     if status is None:
         raise DaemonTimeout(f"no pixpool daemon answered at {endpoint} within {timeout_s} s; start one with `pixpool serve DATA` or pass --socket-dir")
     return status
-
-
-def memory(status: dict) -> dict:
-    """Measured bytes: segments in /dev/shm by kind, and the daemon's and workers' memory."""
-    segs = {}
-    for name in list_segments():
-        try:
-            segs[name] = os.stat(shm_path(name)).st_size
-        except FileNotFoundError:
-            continue
-    roles = {status["daemon"]["pid"]: "daemon"}
-    roles.update({w["pid"]: f"worker {w['index']}" for w in status["workers"] if w["pid"]})
-    # Local trainers each map their own ring on this machine; remote ones are not ours to measure.
-    roles.update({t["pid"]: f"trainer {t['trainer_id']}" for t in status["trainers"] if t["delivery"] == proto.DELIVERY_SHM and t["pid"]})
-    procs = process_memory(list(roles))
-    return {
-        "ring_bytes": sum(n for k, n in segs.items() if kind_of(k) == "ring"),
-        "snapshot_bytes": sum(n for k, n in segs.items() if k in set(status["snapshot"].get("segments", []))),
-        "decoded_bytes": int(status["snapshot"].get("decoded_bytes", 0)),
-        "trainers": len(status["trainers"]),
-        "segments": segs,
-        "processes": [{"pid": p.pid, "name": roles.get(p.pid, p.name), "rss": p.rss, "uss": p.uss, "pss": p.pss} for p in procs],
-    }
 
 
 def format_status(st: dict) -> str:
@@ -68,18 +38,3 @@ def format_status(st: dict) -> str:
     else:
         lines.append("no trainers attached")
     return "\n".join(lines)
-
-
-def format_memory(mem: dict) -> str:
-    rows = [[p["pid"], p["name"], human_bytes(p["rss"]), human_bytes(p["uss"]), human_bytes(p["pss"])] for p in mem["processes"]]
-    rows.append(["", "total", human_bytes(sum(p["rss"] for p in mem["processes"])), human_bytes(sum(p["uss"] for p in mem["processes"])),
-                 human_bytes(sum(p["pss"] for p in mem["processes"]))])
-    text = format_table(rows, ["pid", "process", "rss", "uss", "pss"])
-    head = f"shared memory: snapshot {human_bytes(mem['snapshot_bytes'])}, batch rings {human_bytes(mem['ring_bytes'])}"
-    decoded, n = mem.get("decoded_bytes", 0), mem.get("trainers", 0)
-    if decoded:
-        head += f"\ndecoded uint8 cache of the same images: {human_bytes(decoded)}"
-        if n:
-            head += f" once, {human_bytes(n * decoded)} if each of the {n} trainer(s) kept its own"
-        head += " (pss of a process counts its share of every segment it maps)"
-    return head + "\n" + text

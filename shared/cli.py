@@ -48,7 +48,9 @@ COMMANDS: dict[str, Command] = {
     "serve": Command("server.commands.serve", "run the producer daemon in the foreground"),
     "status": Command("client.commands.status", "show the daemon's snapshot, workers and trainers"),
     "keys": Command("server.commands.keys", "make a CURVE key pair for TCP delivery"),
-    "monitor": Command("client.commands.status", "watch the memory footprint live"),
+    "memory": Command("client.commands.memory", "what the service and its trainers retain, measured, against uint8 caches"),
+    "monitor": Command("client.commands.monitor", "watch the memory footprint and the streams live"),
+    "plot": Command("client.commands.plot", "draw a `monitor --record` file as a PNG"),
     "train": Command("client.commands.train", "attach to a running daemon and train the small detector on its stream"),
     "demo": Command("client.commands.demo", "the main job: synthetic data -> snapshot -> daemon -> training steps"),
 }

@@ -125,6 +125,12 @@ class DaemonConfig:
     max_ring_nbytes: int = _opt(2 << 30, "largest batch ring one trainer may ask for, in bytes")
     max_total_ring_nbytes: int | None = _opt(None, "all trainers' rings together, in bytes (default: half of /dev/shm free at start)")
     max_trainers: int = _opt(64, "trainers attached at once")
+    memory_budget_nbytes: int | None = _opt(None, "most bytes the snapshot and all rings together may take in /dev/shm; a preparation or a new "
+                                            "trainer's ring past it is refused (e.g. 8G)", flag="--memory-budget", size=True, metavar="SIZE")
+    shm_warn_free_nbytes: int | None = _opt(None, "warn when /dev/shm has less free than this (default: a tenth of its size)",
+                                            flag="--shm-warn-free", size=True, metavar="SIZE")
+    metrics_port: int | None = _opt(None, "serve Prometheus metrics over HTTP on this port (off by default)", metavar="PORT")
+    metrics_host: str = _opt("127.0.0.1", "address of the metrics endpoint (0.0.0.0 to let a scraper on another host in)")
 
     def __post_init__(self) -> None:
         _validate(self)
@@ -163,6 +169,9 @@ _RANGES: dict[str, tuple[float, float]] = {
     "max_ring_nbytes": (1, 1 << 50),
     "max_total_ring_nbytes": (1, 1 << 50),
     "max_trainers": (1, 1 << 16),
+    "memory_budget_nbytes": (1, 1 << 60),
+    "shm_warn_free_nbytes": (0, 1 << 60),
+    "metrics_port": (1, 65535),
 }
 
 

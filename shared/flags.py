@@ -29,6 +29,20 @@ def parse_bool(text: str) -> bool:
     raise argparse.ArgumentTypeError(f"expected 0/1 or true/false, got {text!r}")
 
 
+_UNITS = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
+
+
+def parse_size(text: str) -> int:
+    """Bytes from ``123``, ``512M``, ``8G``, ``1.5GiB`` (binary units: K = 1024)."""
+    value = text.strip().lower().removesuffix("ib").removesuffix("b")
+    unit = value[-1:] if value[-1:] in _UNITS and not value[-1:].isdigit() else ""
+    number = value[: len(value) - len(unit)]
+    try:
+        return int(float(number) * _UNITS[unit])
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a size such as 8G, 512M or 1000000 (bytes), got {text!r}") from None
+
+
 def flag_of(f: dataclasses.Field) -> str:
     return f.metadata.get("flag") or "--" + f.name.replace("_", "-")
 
@@ -48,7 +62,7 @@ def add_fields(parser: argparse.ArgumentParser, cls: type, *, group: str | None 
             continue
         kind, optional = field_kind(f)
         default = defaults.get(f.name, f.default)
-        conv = {"bool": parse_bool, "int": int, "float": float, "str": str}[kind]
+        conv = parse_size if f.metadata.get("size") else {"bool": parse_bool, "int": int, "float": float, "str": str}[kind]
         text = f.metadata["help"]
         dest = prefix + f.name
         if f.metadata.get("positional"):

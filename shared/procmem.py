@@ -2,8 +2,9 @@
 
 Code both sides import: ``pixpool clean``/``ls`` and the daemon ask who maps a segment; the
 monitor and the memory reports measure processes. Nothing is estimated where it can be
-measured: per-process RSS/USS/PSS come from the kernel via psutil (``memory_full_info``),
-and how much of each pid's mapping of pixpool segments is resident from ``/proc/PID/smaps``.
+measured: per-process RSS/USS/PSS come from the kernel's ``/proc/PID/smaps_rollup``, and
+how much of each pid's mapping of pixpool segments is resident (and its PSS share) from
+``/proc/PID/smaps``.
 
 Note on USS: a shared-memory page mapped by exactly one process counts as that process's
 *private* memory in smaps (its map count is 1), so the USS of a lone reader includes the
@@ -132,17 +133,36 @@ class ProcessMemory:
     segments: dict = field(default_factory=dict)  # pixpool segment -> {rss, pss}
 
 
+def parse_rollup(text: str) -> dict[str, int]:
+    """``/proc/PID/smaps_rollup`` fields in bytes (``Rss``, ``Pss``, ``Private_Dirty``, ...)."""
+    out: dict[str, int] = {}
+    for line in text.splitlines():
+        parts = line.split()
+        if len(parts) == 3 and parts[0].endswith(":") and parts[2] == "kB":
+            out[parts[0][:-1]] = int(parts[1]) * 1024
+    return out
+
+
+def rollup_figures(fields: dict[str, int]) -> tuple[int, int, int]:
+    """(rss, uss, pss) from parsed smaps_rollup; USS is the private pages (clean, dirty, hugetlb)."""
+    uss = fields.get("Private_Clean", 0) + fields.get("Private_Dirty", 0) + fields.get("Private_Hugetlb", 0)
+    return fields.get("Rss", 0), uss, fields.get("Pss", 0)
+
+
 def process_memory(pids) -> list[ProcessMemory]:
-    """RSS/USS/PSS (kernel, via psutil) and resident pixpool bytes for each readable pid."""
+    """RSS/USS/PSS from the kernel's ``/proc/PID/smaps_rollup`` and each pid's resident
+    pixpool segments (``/proc/PID/smaps``), for every pid that can be read."""
     out = []
     for pid in pids:
+        rollup = _read_text(f"/proc/{pid}/smaps_rollup")
+        if rollup is None:
+            continue
         try:
-            proc = psutil.Process(pid)
-            info = proc.memory_full_info()
-            name = proc.name()
+            name = psutil.Process(pid).name()
         except psutil.Error:
             continue
         text = _read_text(f"/proc/{pid}/smaps")
         segments = pixpool_resident(parse_smaps(text)) if text else {}
-        out.append(ProcessMemory(pid, name, info.rss, info.uss, getattr(info, "pss", 0), segments))
+        rss, uss, pss = rollup_figures(parse_rollup(rollup))
+        out.append(ProcessMemory(pid, name, rss, uss, pss, segments))
     return out

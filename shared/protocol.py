@@ -15,7 +15,8 @@ Operations (-> daemon, <- trainer):
 - ``ready`` <- {trainer_id, slot, epoch, batch, size, n_targets}: a batch is in ``slot``
   (over TCP three more frames follow: images, targets, samples bytes).
 - ``release`` -> {trainer_id, token, slot}: the trainer is done with ``slot``.
-- ``heartbeat`` -> {trainer_id, token}; reply ``heartbeat`` <- {trainer_id}.
+- ``heartbeat`` -> {trainer_id, token, data_wait_s (optional: seconds this trainer spent
+  waiting for batches so far)}; reply ``heartbeat`` <- {trainer_id}.
 - ``detach`` -> {trainer_id, token}; reply ``detached`` <- {trainer_id}.
 - ``status`` -> {}; reply ``status`` <- {daemon, snapshot, workers, trainers}.
 - ``error`` <- {code, message, trainer_id (may be nil), field (may be nil)}: ``code`` is one

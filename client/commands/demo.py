@@ -49,7 +49,8 @@ def _demo(workdir: Path, args: argparse.Namespace) -> int:
     from .._torch import require_torch
     from ..child import cli_command, serve_child
     from ..loop import trainer_process
-    from ..status import format_memory, memory, query_status
+    from ..memory import memory_report
+    from ..status import query_status
 
     require_torch("pixpool demo (its trainers)")
     data_dir = workdir / "data"
@@ -93,7 +94,7 @@ def _demo(workdir: Path, args: argparse.Namespace) -> int:
                 if not shown and len(attached) == len(trainers):
                     shown = True
                     print(f"[3/5] {len(trainers)} trainers attached; memory while they train:", flush=True)
-                    print(format_memory(memory(query_status(sock, timeout_s=10.0))), flush=True)
+                    _print_memory(memory_report(query_status(sock, timeout_s=10.0)))
             print("[4/5] training finished:", flush=True)
             for pid, r in sorted(reports.items()):
                 first, last = (r["losses"][0], r["losses"][-1]) if r["losses"] else (float("nan"), float("nan"))
@@ -117,3 +118,14 @@ def _demo(workdir: Path, args: argparse.Namespace) -> int:
         return 1
     print(f"[5/5] daemon stopped (exit code {daemon.returncode}); no pixpool segment left in /dev/shm", flush=True)
     return 0 if ok and daemon.returncode == 0 else 1
+
+
+def _print_memory(report: dict) -> None:
+    from rich.console import Console
+
+    from ..view import memory_lines, processes_table
+
+    console = Console(width=80)
+    console.print(memory_lines(report))
+    console.print(processes_table(report))
+    sys.stdout.flush()

@@ -17,7 +17,7 @@ from ...shared.flags import add_fields
 
 
 def configure(parser: argparse.ArgumentParser, name: str) -> None:
-    add_fields(parser, DaemonConfig, only=("data", "images", "imgsz", "processes"))
+    add_fields(parser, DaemonConfig, only=("data", "images", "imgsz", "processes", "memory_budget_nbytes"))
     parser.add_argument("--json", action="store_true", help="print one JSON object instead of the table")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
 
@@ -30,7 +30,8 @@ def run(args: argparse.Namespace) -> int:
 
     dataset = load_dataset(args.data, args.images)
     try:
-        result = prepare_snapshot(dataset, imgsz=args.imgsz, processes=args.processes, progress=not (args.json or args.no_progress) and sys.stderr.isatty())
+        result = prepare_snapshot(dataset, imgsz=args.imgsz, processes=args.processes, budget_nbytes=args.memory_budget_nbytes,
+                                  progress=not (args.json or args.no_progress) and sys.stderr.isatty())
     except PreparationTerminated:
         print("pixpool prepare: terminated (SIGTERM); no snapshot was left behind", file=sys.stderr)
         return 143

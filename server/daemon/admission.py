@@ -11,7 +11,9 @@ Runs in the daemon process.
   authenticator admitting only ``keys/authorized``. Frames over ``MAX_WIRE_BYTES`` make
   libzmq drop the peer before allocating them.
 - ``ring_for`` decides an ``attach``: the trainer's settings against the snapshot, the
-  delivery against the socket it came in on, and the ring's bytes against the budgets.
+  delivery against the socket it came in on, and the ring's bytes against the budgets
+  (per ring, all rings, and the memory budget of snapshot plus rings). A refusal is an
+  ``error`` reply to that trainer only; the others are served on.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from ...shared import protocol as proto
 from ...shared.config import DaemonConfig, StreamSettings
 from ...shared.control import request_status
 from ...shared.errors import CapacityError, ConfigError
+from ...shared.names import SHM_DIR
 from ...shared.ring import MAX_SLOTS, MIN_SLOTS, RingLayout
 
 log = logging.getLogger(__name__)
@@ -43,6 +46,8 @@ def preflight(config: DaemonConfig) -> None:
     if config.tcp is not None:
         ep.parse_tcp(config.tcp)
         ep.check_server_keys(config.keys_dir)
+    if config.metrics_port is not None:
+        _check_port_free(config.metrics_host, config.metrics_port)
     lock_path = path.parent / _LOCK_NAME
     if lock_path.exists():
         fd = os.open(lock_path, os.O_RDONLY)
@@ -135,7 +140,7 @@ class Listener:
 
 
 def ring_for(msg: dict, settings: StreamSettings, *, source, renderer, remote: bool, config: DaemonConfig,
-             rings_nbytes: int, ring_budget_nbytes: int, trainers: int) -> RingLayout:
+             rings_nbytes: int, ring_budget_nbytes: int, trainers: int, snapshot_nbytes: int) -> RingLayout:
     """The ring an ``attach`` gets, or ConfigError/CapacityError saying what to change."""
     if settings.augment.imgsz != source.imgsz:
         raise ConfigError(f"trainer asks for imgsz {settings.augment.imgsz} but the daemon's snapshot is prepared at {source.imgsz}; "
@@ -155,16 +160,58 @@ def ring_for(msg: dict, settings: StreamSettings, *, source, renderer, remote: b
     if rings_nbytes + layout.nbytes > ring_budget_nbytes:
         raise CapacityError(f"a ring of {layout.nbytes} bytes on top of the {rings_nbytes} bytes of attached trainers' rings exceeds the daemon's "
                             f"budget of {ring_budget_nbytes} bytes; use fewer slots or a smaller batch, or raise max_total_ring_nbytes")
+    budget = config.memory_budget_nbytes
+    if budget is not None and snapshot_nbytes + rings_nbytes + layout.nbytes > budget:
+        raise CapacityError(f"a ring of {layout.nbytes} bytes on top of the snapshot's {snapshot_nbytes} and the attached trainers' {rings_nbytes} bytes "
+                            f"exceeds the daemon's memory budget of {budget} bytes (in use {snapshot_nbytes + rings_nbytes}); "
+                            "use fewer slots or a smaller batch, detach a trainer, or raise the budget (--memory-budget)")
     if trainers >= config.max_trainers:
         raise CapacityError(f"{trainers} trainers are attached, the daemon's limit; detach one or raise max_trainers")
     return layout
 
 
+class ShmWatch:
+    """Warns once when /dev/shm's free space falls under a threshold, and once when it recovers.
+
+    The default threshold is a tenth of /dev/shm's size: below it, the next preparation or
+    ring may be refused and other programs using /dev/shm may fail."""
+
+    def __init__(self, warn_free_nbytes: int | None):
+        st = os.statvfs(SHM_DIR)
+        self.size_nbytes = st.f_blocks * st.f_frsize
+        self.warn_free_nbytes = self.size_nbytes // 10 if warn_free_nbytes is None else warn_free_nbytes
+        self.low = False
+
+    def check(self) -> bool:
+        """True while free space is under the threshold."""
+        st = os.statvfs(SHM_DIR)
+        free = st.f_bavail * st.f_frsize
+        low = free < self.warn_free_nbytes
+        if low and not self.low:
+            log.warning("/dev/shm has %d bytes free of %d, under the warning threshold of %d; remove old snapshots (`pixpool clean`), "
+                        "detach trainers, or enlarge /dev/shm", free, self.size_nbytes, self.warn_free_nbytes)
+        elif self.low and not low:
+            log.info("/dev/shm has %d bytes free again (threshold %d)", free, self.warn_free_nbytes)
+        self.low = low
+        return low
+
+
 def default_ring_budget() -> int:
     """Rings live in /dev/shm beside the snapshot: by default all of them together may take
     at most half of what /dev/shm has free when the daemon starts."""
-    st = os.statvfs("/dev/shm")
+    st = os.statvfs(SHM_DIR)
     return st.f_bavail * st.f_frsize // 2
+
+
+def _check_port_free(host: str, port: int) -> None:
+    import socket
+
+    try:
+        with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as s:
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            s.bind((host, port))
+    except OSError as exc:
+        raise ConfigError.for_field("metrics_port", port, f"cannot be bound on {host} ({exc.strerror}); choose another {{metrics_port}} or {{metrics_host}}") from None
 
 
 def _bind(sock: zmq.Socket, endpoint: str) -> None:

@@ -50,10 +50,11 @@ def run_daemon(config: DaemonConfig) -> None:
     snap = None
     try:
         dataset = load_dataset(config.data, config.images)
-        result = prepare_snapshot(dataset, imgsz=config.imgsz, processes=config.processes)
+        result = prepare_snapshot(dataset, imgsz=config.imgsz, processes=config.processes, budget_nbytes=config.memory_budget_nbytes)
         snap = result.snapshot
         info = {"name": snap.name, "reused": bool(result.reused), "prepare_s": round(float(result.seconds), 3), "segments": list(snap.segment_names),
-                "image_bytes": int(result.image_bytes), "decoded_bytes": int(result.decoded_bytes)}
+                "dtype": snap.dtype, "image_bytes": int(result.image_bytes), "index_bytes": int(result.index_bytes),
+                "target_bytes": int(result.target_bytes), "decoded_bytes": int(result.decoded_bytes)}
         log.info("snapshot %s %s (%d records, %.1f s)", snap.name, "re-attached" if result.reused else "prepared", len(snap), result.seconds)
         Daemon(snap, config, snapshot_info=info).serve()
     finally:

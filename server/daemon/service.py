@@ -7,6 +7,8 @@ wires four parts together and owns none of their details:
   ``admission.ring_for`` decides what an ``attach`` gets;
 - ``sessions.Sessions``: attached trainers and their rings (the daemon unlinks each ring);
 - ``supervisor.Supervisor``: the augmentation worker processes;
+- ``metrics.Metrics`` (with ``metrics_port``): the Prometheus endpoint, fed the status reply
+  every liveness tick; ``admission.ShmWatch`` warns when /dev/shm runs low;
 - ``scheduler.Scheduler``: which batch goes to which worker and slot, announced in order;
   ``delivery`` sends each announced batch the trainer's way.
 
@@ -60,6 +62,9 @@ class Daemon:
         self.renderer = _renderer.load(self.renderer_name)
         self.snapshot_info = dict(snapshot_info or {})
         self.ring_budget_nbytes = config.max_total_ring_nbytes or admission.default_ring_budget()
+        parts = getattr(source, "nbytes", None)  # a Snapshot: part -> bytes
+        self.snapshot_nbytes = sum(parts.values()) if isinstance(parts, dict) else 0
+        self.shm_watch = admission.ShmWatch(config.shm_warn_free_nbytes)
         self.pid = os.getpid()
         self.host = _socket.gethostname()
         self.started = time.monotonic()
@@ -67,6 +72,7 @@ class Daemon:
         self.sessions = Sessions(self.pid, self.scheduler, heartbeat_timeout_s=config.heartbeat_timeout_s, on_detach=self._forget_ring)
         self.supervisor: Supervisor | None = None
         self.listener: admission.Listener | None = None
+        self.metrics = None  # metrics.Metrics while serving with metrics_port
         self._stop_reason: str | None = None
 
     # -- public -------------------------------------------------------------------------
@@ -97,6 +103,11 @@ class Daemon:
             for s in socks:
                 poller.register(s, zmq.POLLIN)
             self.supervisor.start(self.config.workers, poller)
+            if self.config.metrics_port is not None:
+                from .metrics import Metrics
+
+                self.metrics = Metrics(self.config.metrics_host, self.config.metrics_port).start()
+                self.metrics.publish(self.status())
             log.info("daemon %d serving %s on %s with %d workers", self.pid, self.snapshot_info.get("name", "source"), self.endpoint, self.config.workers)
             self._loop(poller, socks)
         finally:
@@ -124,6 +135,9 @@ class Daemon:
                 last_liveness = now
                 self.supervisor.check(now, poller)
                 self.sessions.check(now)
+                self.shm_watch.check()
+                if self.metrics is not None:
+                    self.metrics.publish(self.status())
             if self.supervisor.fatal is not None:
                 self.request_stop("workers cannot start")
                 return
@@ -161,6 +175,9 @@ class Daemon:
                                                            "(detached, or the daemon restarted); attach again", trainer_id=exc.trainer_id))
             return
         if op == "heartbeat":
+            wait = msg.get("data_wait_s")
+            if isinstance(wait, (int, float)) and not isinstance(wait, bool) and 0 <= wait < 1e12:
+                t.data_wait_s = float(wait)
             delivery.send(sock, identity, proto.encode("heartbeat", trainer_id=t.trainer_id))
         elif op == "start":
             if msg["epoch"] < 0 or msg["batch"] < 0:
@@ -182,7 +199,8 @@ class Daemon:
         settings = StreamSettings.from_dict(msg["settings"])
         remote = self.listener.is_remote(sock)
         layout = admission.ring_for(msg, settings, source=self.source, renderer=self.renderer, remote=remote, config=self.config,
-                                    rings_nbytes=self.sessions.rings_nbytes, ring_budget_nbytes=self.ring_budget_nbytes, trainers=len(self.sessions))
+                                    rings_nbytes=self.sessions.rings_nbytes, ring_budget_nbytes=self.ring_budget_nbytes, trainers=len(self.sessions),
+                                    snapshot_nbytes=self.snapshot_nbytes)
         t = self.sessions.attach(msg, settings, layout, sock=sock, identity=identity, local=not remote and msg["host"] == self.host)
         delivery.send(sock, identity, proto.encode("attached", trainer_id=t.trainer_id, token=t.token, ring=t.ring.name, layout=layout.to_dict(),
                                                    num_records=len(self.source), daemon_pid=self.pid, host=self.host))
@@ -221,6 +239,8 @@ class Daemon:
         # must not find them still there. A worker still writing into an unlinked ring
         # only writes into memory that goes away with its mapping.
         self.sessions.detach_all("daemon stopping")
+        if self.metrics is not None:
+            self.metrics.stop()
         self.listener.close()
         self.supervisor.stop(timeout_s=5.0)
         self.listener.release()  # the lock goes last: no new daemon binds while workers still run

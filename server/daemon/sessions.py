@@ -51,6 +51,7 @@ class TrainerSession:
     local: bool  # on this machine: its pid can be watched
     attached_at: float = field(default_factory=time.monotonic)
     last_seen: float = field(default_factory=time.monotonic)
+    data_wait_s: float = 0.0  # the trainer's own count of seconds spent waiting for batches (heartbeats)
 
 
 class Sessions:

@@ -25,10 +25,12 @@ def build_status(d) -> dict:
             "epoch": s.epoch, "next_batch": s.next_announce, "num_batches": s.num_batches,
             "batches_delivered": s.batches_delivered, "images_delivered": s.images_delivered, "img_per_s": round(s.images_per_s(), 2),
             "slots": s.slots, "slots_in_use": s.slots - len(s.free), "ring": t.ring.name, "ring_nbytes": t.ring.layout.nbytes,
-            "last_seen_s": round(now - t.last_seen, 3),
+            "last_seen_s": round(now - t.last_seen, 3), "attached_s": round(now - t.attached_at, 3), "data_wait_s": round(t.data_wait_s, 3),
         })
     cfg = d.config
     daemon = {"pid": d.pid, "host": d.host, "version": __version__, "protocol": proto.PROTOCOL_VERSION, "endpoint": d.endpoint or "", "tcp": cfg.tcp or "",
-              "uptime_s": round(now - d.started, 3), "worker_restarts": d.supervisor.restarts, "heartbeat_timeout_s": cfg.heartbeat_timeout_s}
+              "uptime_s": round(now - d.started, 3), "worker_restarts": d.supervisor.restarts, "heartbeat_timeout_s": cfg.heartbeat_timeout_s,
+              "memory_budget_nbytes": cfg.memory_budget_nbytes, "shm_warn_free_nbytes": d.shm_watch.warn_free_nbytes, "shm_low": d.shm_watch.low,
+              "metrics": f"http://{cfg.metrics_host}:{cfg.metrics_port}/metrics" if cfg.metrics_port else ""}
     snap = {"records": len(d.source), "imgsz": d.source.imgsz, "max_instances": d.source.max_instances, **d.snapshot_info}
     return {"daemon": daemon, "snapshot": snap, "workers": workers, "trainers": trainers}

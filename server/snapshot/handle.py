@@ -175,6 +175,12 @@ class Snapshot:
         return {p: self._segments[p].nbytes for p in PARTS}
 
     @property
+    def dtype(self) -> str:
+        """The pixel type of the image arena (``float32``)."""
+        self._ensure()
+        return layout.DTYPE_CODES[self.header.dtype_code].name
+
+    @property
     def decoded_nbytes(self) -> int:
         """What the same resized images take as a decoded uint8 cache: sum of h * w * 3."""
         index = self.index

@@ -124,6 +124,15 @@ def header_size_hw(path: str) -> tuple[int, int]:
 
 
 # -- capacity ---------------------------------------------------------------------------------
+def check_budget(total_nbytes: int, budget_nbytes: int | None, *, what: str, imgsz: int) -> None:
+    """CapacityError if a snapshot of ``total_nbytes`` exceeds the memory budget."""
+    if budget_nbytes is not None and total_nbytes > budget_nbytes:
+        raise CapacityError(
+            f"{what} takes {total_nbytes} bytes, over the memory budget of {budget_nbytes} bytes; "
+            f"raise the budget (--memory-budget, memory_budget_nbytes) or use a smaller --imgsz (now {imgsz})"
+        )
+
+
 def check_capacity(total_nbytes: int, *, imgsz: int) -> None:
     """CapacityError unless /dev/shm and available memory can both hold ``total_nbytes``."""
     st = os.statvfs(SHM_DIR)
@@ -201,8 +210,13 @@ def prepare_snapshot(
     imgsz: int = 640,
     processes: int = 2,
     progress: bool = False,
+    budget_nbytes: int | None = None,
 ) -> PrepareResult:
-    """Decode ``dataset`` into a snapshot (or re-attach an identical one); see module docstring."""
+    """Decode ``dataset`` into a snapshot (or re-attach an identical one); see module docstring.
+
+    ``budget_nbytes``: the most the snapshot may take (``DaemonConfig.memory_budget_nbytes``);
+    a larger one is refused before anything is allocated, or not re-attached.
+    """
     t0 = time.perf_counter()
     check_value("imgsz", "int", imgsz)
     check_value("processes", "int", processes)
@@ -214,6 +228,11 @@ def prepare_snapshot(
     names = segment_names(fp)
     existing = _existing(base, names)
     if existing is not None:
+        try:
+            check_budget(sum(existing.nbytes.values()), budget_nbytes, what=f"the existing snapshot {base}", imgsz=imgsz)
+        except CapacityError:
+            existing.close()
+            raise
         return _result(existing, reused=True, seconds=time.perf_counter() - t0, processes=0)
 
     n = len(records)
@@ -236,6 +255,7 @@ def prepare_snapshot(
             share = WorkShare(n)
         # Exact sizes from image headers, before decoding or allocating anything.
         index, sections, sizes, max_inst = _plan(records, imgsz)
+        check_budget(sum(sizes.values()), budget_nbytes, what=f"the snapshot of {n} records", imgsz=imgsz)
         check_capacity(sum(sizes.values()), imgsz=imgsz)
         try:
             for part in ("meta", "tgt", "img"):

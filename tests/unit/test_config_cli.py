@@ -79,5 +79,5 @@ def test_one_range_check_for_imgsz(capsys):
 def test_dispatcher_sides():
     # Producer commands live on the server side, trainer and operator commands on the client side.
     assert {n for n, c in COMMANDS.items() if c.module.startswith("server.")} == {"synth", "prepare", "ls", "clean", "serve", "keys"}
-    assert {n for n, c in COMMANDS.items() if c.module.startswith("client.")} == {"digest", "status", "monitor", "train", "demo"}
+    assert {n for n, c in COMMANDS.items() if c.module.startswith("client.")} == {"digest", "status", "memory", "monitor", "plot", "train", "demo"}
     assert COMMANDS["digest"].module_for(["x", "--reference"]) == COMMANDS["digest"].module_for(["--in-process"]) == "server.commands.digest"

@@ -1,0 +1,34 @@
+"""``pixpool memory``: what the service and its trainers retain, once, measured.
+
+Runs in the user's shell process: asks the daemon who is who (``status``), then measures
+the segments in /dev/shm and each local process in /proc (``client/memory.py``). ``--json``
+prints the figures with the field names documented in ``docs/memory.md``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+from .status import add_daemon_flags
+
+
+def configure(parser: argparse.ArgumentParser, name: str) -> None:
+    add_daemon_flags(parser)
+
+
+def run(args: argparse.Namespace) -> int:
+    from rich.console import Console
+
+    from ..memory import memory_report
+    from ..status import query_status
+    from ..view import memory_lines, processes_table
+
+    report = memory_report(query_status(args.socket_dir, timeout_s=args.timeout_s))
+    if args.json:
+        print(json.dumps(report))
+    else:
+        console = Console(width=80)
+        console.print(memory_lines(report))
+        console.print(processes_table(report))
+    return 0

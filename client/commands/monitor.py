@@ -1,0 +1,70 @@
+"""``pixpool monitor``: the memory footprint and the streams, live.
+
+Runs in the user's shell process. Once a second it asks the daemon for its status,
+measures memory (``client/memory.py``) and redraws one full-screen frame (rich, 80 columns:
+``client/view.py``). ``--once`` prints a single frame (scripts, tests); ``--json`` prints
+status and figures as one JSON line per sample instead; ``--record FILE`` appends each
+sample as a JSON line to FILE (``pixpool plot FILE`` draws it).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+
+from .status import add_daemon_flags
+
+
+def configure(parser: argparse.ArgumentParser, name: str) -> None:
+    add_daemon_flags(parser)
+    parser.add_argument("--once", action="store_true", help="print one frame and exit")
+    parser.add_argument("--interval-s", type=float, default=1.0, help="refresh interval (default 1)")
+    parser.add_argument("--record", metavar="FILE", default=None, help="append one JSON line per sample to FILE (for `pixpool plot`)")
+    parser.add_argument("--samples", type=int, default=None, help="stop after this many samples (default: until Ctrl-C)")
+
+
+def sample(args: argparse.Namespace) -> dict:
+    from ..memory import memory_report
+    from ..status import query_status
+
+    st = query_status(args.socket_dir, timeout_s=args.timeout_s)
+    return {"time_unix": time.time(), **st, "memory": memory_report(st)}
+
+
+def _record(path: str | None, s: dict) -> None:
+    if path is not None:
+        with open(path, "a") as f:
+            f.write(json.dumps(s) + "\n")
+
+
+def _samples(args: argparse.Namespace, limit: int | None):
+    n = 0
+    while limit is None or n < limit:
+        if n:
+            time.sleep(args.interval_s)  # refresh period of a periodic display
+        yield sample(args)
+        n += 1
+
+
+def run(args: argparse.Namespace) -> int:
+    from rich.console import Console
+    from rich.live import Live
+
+    from ..view import frame
+
+    console = Console(width=80)
+    limit = 1 if args.once else args.samples
+    if args.once or args.json or not console.is_terminal:
+        for s in _samples(args, limit):
+            _record(args.record, s)
+            if args.json:
+                print(json.dumps(s), flush=True)
+            else:
+                console.print(frame(s, s["memory"]))
+        return 0
+    with Live(console=console, screen=True, auto_refresh=False) as view:
+        for s in _samples(args, limit):
+            _record(args.record, s)
+            view.update(frame(s, s["memory"]), refresh=True)
+    return 0

@@ -1,0 +1,18 @@
+"""``pixpool plot FILE -o mem.png``: draw a ``pixpool monitor --record`` file (``client/plot.py``)."""
+
+from __future__ import annotations
+
+import argparse
+
+
+def configure(parser: argparse.ArgumentParser, name: str) -> None:
+    parser.add_argument("file", metavar="FILE", help="JSON lines written by `pixpool monitor --record FILE`")
+    parser.add_argument("-o", "--out", default="memory.png", help="PNG to write (default memory.png)")
+
+
+def run(args: argparse.Namespace) -> int:
+    from ..plot import plot, read_record
+
+    out = plot(read_record(args.file), args.out)
+    print(f"wrote {out}")
+    return 0

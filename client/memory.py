@@ -1,0 +1,120 @@
+"""``memory_report``: what the service and its trainers retain, measured, against uint8 caches.
+
+Runs in an operator's process (``pixpool memory``, ``monitor``, ``demo``, the memory
+benchmark). Inputs: the daemon's ``status`` reply (who is who: daemon, workers, trainers,
+which segments are the snapshot and the rings), the segment files in /dev/shm (sizes and
+resident pages), and the kernel's accounting of each local process (``smaps_rollup`` for
+RSS/USS/PSS, ``smaps`` for each process's share of each segment). Nothing is estimated
+where it can be measured. The fields are documented in ``docs/memory.md``.
+
+How a segment is counted, so that nothing is counted twice or not at all: PSS divides a
+shared page among the processes that map it, and a tmpfs page nobody maps is in no PSS.
+The service (daemon + workers) is charged its own PSS plus every page of its segments
+(snapshot, rings) that it does not hold itself (the trainers' shares of the rings and pages
+no process maps), so each segment counts once, whole, in ``service_pss_bytes``; a trainer
+is charged its PSS less its share of the service's segments.
+
+Break-even: with pixpool, N trainers cost F + N x r (F the service's measured cost without
+rings, r the mean measured ring); with a decoded uint8 cache each, N x d (d the decoded
+bytes of the resized images). ``break_even_trainers`` is the smallest N with N x d >= F + N x r
+(None while no trainer is attached, or when a ring costs more than a uint8 cache).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+
+from ..shared import protocol as proto
+from ..shared.names import list_segments, parse, shm_path
+from ..shared.procmem import process_memory
+
+SHM_DIR = "/dev/shm"
+
+
+def _segments() -> dict[str, dict[str, int]]:
+    out = {}
+    for name in list_segments():
+        try:
+            st = os.stat(shm_path(name))
+        except FileNotFoundError:
+            continue
+        out[name] = {"bytes": st.st_size, "resident_bytes": st.st_blocks * 512}
+    return out
+
+
+def _roles(status: dict) -> dict[int, tuple[str, int | None]]:
+    roles: dict[int, tuple[str, int | None]] = {status["daemon"]["pid"]: ("daemon", None)}
+    roles.update({w["pid"]: ("worker", w["index"]) for w in status["workers"] if w["pid"]})
+    # Local trainers map their rings on this machine; remote ones are not ours to measure.
+    roles.update({t["pid"]: ("trainer", t["trainer_id"]) for t in status["trainers"] if t["delivery"] == proto.DELIVERY_SHM and t["pid"]})
+    return roles
+
+
+def shm_figures() -> dict[str, int]:
+    st = os.statvfs(SHM_DIR)
+    return {"size_bytes": st.f_blocks * st.f_frsize, "free_bytes": st.f_bavail * st.f_frsize}
+
+
+def memory_report(status: dict) -> dict:
+    """The measured figures (see module docstring and ``docs/memory.md``)."""
+    snap = status["snapshot"]
+    segs = _segments()
+    snapshot_segs = [s for s in snap.get("segments", []) if s in segs]
+    ring_of = {t["ring"]: t for t in status["trainers"]}
+    ring_segs = [r for r in ring_of if r in segs]
+    service_segs = set(snapshot_segs) | set(ring_segs)
+    part = {parse(s).part: segs[s]["bytes"] for s in snapshot_segs}
+
+    roles = _roles(status)
+    procs = []
+    held_by_service = dict.fromkeys(service_segs, 0)
+    service_own = trainers_own = 0
+    for p in process_memory(list(roles)):
+        role, index = roles[p.pid]
+        in_service_segs = sum(v["pss"] for name, v in p.segments.items() if name in service_segs)
+        procs.append({"pid": p.pid, "role": role, "index": index, "name": p.name, "rss_bytes": p.rss, "uss_bytes": p.uss, "pss_bytes": p.pss,
+                      "segments_pss_bytes": in_service_segs})
+        if role == "trainer":
+            trainers_own += p.pss - in_service_segs
+        else:
+            service_own += p.pss
+            for name, v in p.segments.items():
+                if name in held_by_service:
+                    held_by_service[name] += v["pss"]
+    # Pages of the service's segments it does not hold itself: trainers' shares, pages no one maps.
+    not_held = sum(max(0, segs[s]["resident_bytes"] - held_by_service[s]) for s in service_segs)
+    service = service_own + not_held
+    rings = [{"trainer_id": t["trainer_id"], "pid": t["pid"], "host": t["host"], "local": t["delivery"] == proto.DELIVERY_SHM,
+              "ring": name, "bytes": segs[name]["bytes"] if name in segs else 0} for name, t in ring_of.items()]
+    ring_bytes = sum(segs[r]["resident_bytes"] for r in ring_segs)
+    decoded = int(snap.get("decoded_bytes", 0))
+    n = len(status["trainers"])
+    return {
+        "snapshot": snap.get("name", ""),
+        "dtype": snap.get("dtype", "float32"),
+        "records": snap.get("records", 0),
+        "image_bytes": part.get("img", 0),
+        "index_bytes": part.get("meta", 0),
+        "target_bytes": part.get("tgt", 0),
+        "snapshot_bytes": sum(segs[s]["bytes"] for s in snapshot_segs),
+        "decoded_bytes": decoded,
+        "rings": rings,
+        "ring_bytes": ring_bytes,
+        "processes": procs,
+        "service_pss_bytes": service,
+        "trainers_pss_bytes": trainers_own,
+        "total_pss_bytes": service + trainers_own,
+        "trainers": n,
+        "uint8_caches_bytes": n * decoded,
+        "break_even_trainers": break_even(service - ring_bytes, ring_bytes / n if n else None, decoded),
+        "shm": shm_figures(),
+        "segments": segs,
+    }
+
+
+def break_even(fixed_bytes: float, ring_bytes: float | None, decoded_bytes: float) -> int | None:
+    """Smallest N with N x decoded >= fixed + N x ring; None if it never comes (or ring unknown)."""
+    if ring_bytes is None or decoded_bytes <= ring_bytes:
+        return None
+    return max(1, math.ceil(fixed_bytes / (decoded_bytes - ring_bytes)))

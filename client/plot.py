@@ -1,0 +1,78 @@
+"""Draw a ``pixpool monitor --record`` file: memory over time, and retained against decoded.
+
+Runs in the operator's process (``pixpool plot``); needs matplotlib (the ``plot`` extra),
+drawn off-screen (Agg). Left: the service's memory over time by component (snapshot, batch
+rings, the daemon's and workers' own pages) with the trainers' own PSS on top. Right, from
+the last sample: what the service retains against one decoded uint8 cache and against one
+uint8 cache per attached trainer.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from ..shared.errors import ConfigError, MissingExtraError
+
+_MIB = 1 << 20
+
+
+def read_record(path: str | Path) -> list[dict]:
+    """The samples of a record file; ConfigError names the file and line of a bad one."""
+    samples = []
+    with open(path) as f:
+        for line_no, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            try:
+                s = json.loads(line)
+                s["memory"]["service_pss_bytes"]
+            except (ValueError, KeyError, TypeError) as exc:
+                raise ConfigError(f"{path}:{line_no}: not a `pixpool monitor --record` sample ({type(exc).__name__}: {exc})") from None
+            samples.append(s)
+    if not samples:
+        raise ConfigError(f"{path}: no samples; record some with `pixpool monitor --record {path}`")
+    return samples
+
+
+def components(mem: dict) -> dict[str, float]:
+    """MiB per component of one sample (they add up to total_pss_bytes)."""
+    snapshot = sum(v["resident_bytes"] for k, v in mem["segments"].items() if k.startswith(mem["snapshot"] + "-")) if mem["snapshot"] else 0
+    rings = mem["ring_bytes"]
+    own = max(0, mem["service_pss_bytes"] - snapshot - rings)
+    return {"snapshot": snapshot / _MIB, "batch rings": rings / _MIB, "daemon + workers": own / _MIB, "trainers": mem["trainers_pss_bytes"] / _MIB}
+
+
+def plot(samples: list[dict], out: str | Path, *, width_px: int = 1200, height_px: int = 500) -> Path:
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        raise MissingExtraError("pixpool plot needs matplotlib: pip install 'pixpool[plot]'") from None
+    t0 = samples[0]["time_unix"]
+    xs = [s["time_unix"] - t0 for s in samples]
+    parts = [components(s["memory"]) for s in samples]
+    names = list(parts[0])
+    dpi = 100
+    fig, (ax, bar) = plt.subplots(1, 2, figsize=(width_px / dpi, height_px / dpi), dpi=dpi, gridspec_kw={"width_ratios": [2.2, 1]})
+    ax.stackplot(xs, *[[p[n] for p in parts] for n in names], labels=names, alpha=0.85)
+    ax.set_xlabel("seconds")
+    ax.set_ylabel("MiB (PSS; each segment once)")
+    ax.set_title("pixpool memory over time")
+    ax.legend(loc="upper left", fontsize="small")
+    last = samples[-1]["memory"]
+    n = last["trainers"]
+    labels = ["pixpool service", "one uint8 cache", f"uint8 cache x {n} trainer(s)"]
+    values = [last["service_pss_bytes"] / _MIB, last["decoded_bytes"] / _MIB, last["uint8_caches_bytes"] / _MIB]
+    bar.bar(labels, values, color=["tab:blue", "tab:gray", "tab:orange"])
+    bar.set_ylabel("MiB")
+    k = last["break_even_trainers"]
+    bar.set_title(f"retained vs decoded (break-even: {'trainer ' + str(k) if k else 'n/a'})", fontsize="medium")
+    bar.tick_params(axis="x", labelsize="small", rotation=15)
+    fig.tight_layout()
+    out = Path(out)
+    fig.savefig(out, dpi=dpi)
+    plt.close(fig)
+    return out

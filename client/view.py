@@ -1,0 +1,79 @@
+"""One frame of ``pixpool monitor`` (and ``pixpool memory``'s text form), drawn with rich.
+
+Runs in the operator's process. Pure presentation: it takes the daemon's ``status`` reply
+and ``memory_report``'s figures and returns rich renderables, at most 80 columns wide;
+``pixpool monitor`` refreshes them once a second (``rich.live``), ``--once`` prints one.
+"""
+
+from __future__ import annotations
+
+from rich import box
+from rich.console import Group
+from rich.table import Table
+from rich.text import Text
+
+from ..shared.text import human_bytes
+
+
+def _table(*headers: str) -> Table:
+    t = Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, header_style="bold")
+    for h in headers:
+        t.add_column(h, overflow="fold")
+    return t
+
+
+def memory_lines(mem: dict) -> Text:
+    """Retained against decoded, the break-even line, /dev/shm."""
+    decoded, n = mem["decoded_bytes"], mem["trainers"]
+    out = Text()
+    out.append(f"snapshot retained {human_bytes(mem['snapshot_bytes'])} ({mem['dtype']}), batch rings {human_bytes(mem['ring_bytes'])}\n")
+    out.append(f"decoded uint8 cache of the same images: {human_bytes(decoded)} once")
+    if n:
+        out.append(f", {human_bytes(mem['uint8_caches_bytes'])} if each of the {n} trainer(s) kept its own")
+    out.append("\n")
+    k = mem["break_even_trainers"]
+    if k is None:
+        out.append("break-even: attach a trainer to measure its ring" if not n else "break-even: never (a ring costs more than a uint8 cache)", style="yellow")
+    else:
+        verdict = "pays off now" if n >= k else f"costs more than {n} uint8 cache(s) until trainer {k}"
+        out.append(f"break-even: the service pays for itself from trainer {k} on; with {n}, it {verdict}", style="green" if n >= k else "yellow")
+    out.append(f"\nPSS: service {human_bytes(mem['service_pss_bytes'])} (daemon, workers, their segments), "
+               f"trainers {human_bytes(mem['trainers_pss_bytes'])}, total {human_bytes(mem['total_pss_bytes'])}\n")
+    shm = mem["shm"]
+    out.append(f"/dev/shm: {human_bytes(shm['free_bytes'])} free of {human_bytes(shm['size_bytes'])}")
+    return out
+
+
+def processes_table(mem: dict) -> Table:
+    t = _table("pid", "process", "rss", "uss", "pss")
+    for p in mem["processes"]:
+        who = p["role"] if p["index"] is None else f"{p['role']} {p['index']}"
+        t.add_row(str(p["pid"]), who, human_bytes(p["rss_bytes"]), human_bytes(p["uss_bytes"]), human_bytes(p["pss_bytes"]))
+    return t
+
+
+def trainers_table(st: dict) -> Table | Text:
+    if not st["trainers"]:
+        return Text("no trainers attached")
+    t = _table("trainer", "pid", "seed/batch", "epoch:batch", "img/s", "wait", "ring")
+    for tr in st["trainers"]:
+        s = tr["settings"]
+        wait = tr.get("data_wait_s", 0.0) / tr["attached_s"] if tr.get("attached_s") else 0.0
+        t.add_row(str(tr["trainer_id"]), str(tr["pid"]), f"{s['seed']}/{s['batch_size']} r{s['rank']}/{s['world_size']}",
+                  f"{tr['epoch']}:{tr['next_batch']}/{tr['num_batches']}", f"{tr['img_per_s']:.1f}", f"{100 * wait:.0f}%", human_bytes(tr["ring_nbytes"]))
+    return t
+
+
+def workers_table(st: dict) -> Table:
+    up = max(st["daemon"]["uptime_s"], 1e-9)
+    t = _table("worker", "pid", "state", "batches", "busy")
+    for w in st["workers"]:
+        t.add_row(str(w["index"]), str(w["pid"]), w["state"], str(w["batches_done"]), f"{100 * w['busy_s'] / up:.0f}%")
+    return t
+
+
+def frame(st: dict, mem: dict) -> Group:
+    d, s = st["daemon"], st["snapshot"]
+    head = Text(f"pixpool daemon {d['pid']} on {d['endpoint']}, up {d['uptime_s']:.0f} s; snapshot {s.get('name', '?')}: "
+                f"{s['records']} records at {s['imgsz']}", style="bold")
+    return Group(head, memory_lines(mem), Text(""), trainers_table(st), Text(""), workers_table(st), Text(""), processes_table(mem))

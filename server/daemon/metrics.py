@@ -1,0 +1,106 @@
+"""The daemon's Prometheus endpoint (``pixpool serve --metrics-port P``).
+
+Runs in the daemon process: prometheus-client's HTTP server answers scrapes in a thread of
+its own. The loop never shares live state with that thread: every liveness tick it
+``publish``es its ``status`` reply (plain dicts, replaced whole, never mutated), and a
+scrape reads the last one plus what it measures itself at that moment (segment sizes in
+/dev/shm, each process's PSS from ``/proc/PID/smaps_rollup``). Names and labels are
+documented in ``docs/memory.md``; a Grafana dashboard for them is ``deploy/grafana-dashboard.json``.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+
+from ...shared import protocol as proto
+from ...shared.names import SHM_DIR, shm_path
+from ...shared.procmem import process_memory
+
+log = logging.getLogger(__name__)
+
+
+class Metrics:
+    """Publish the daemon's figures on ``http://host:port/metrics`` (see module docstring)."""
+
+    def __init__(self, host: str, port: int):
+        self.host, self.port = host, port
+        self._status: dict | None = None
+        self._lock = threading.Lock()
+        self._server = None
+        self._thread = None
+
+    def start(self) -> "Metrics":
+        from prometheus_client import CollectorRegistry, start_http_server
+
+        registry = CollectorRegistry(auto_describe=False)
+        registry.register(_Collector(self))
+        self._server, self._thread = start_http_server(self.port, addr=self.host, registry=registry)
+        log.info("metrics on http://%s:%d/metrics", self.host, self.port)
+        return self
+
+    def publish(self, status: dict) -> None:
+        with self._lock:
+            self._status = status
+
+    def latest(self) -> dict | None:
+        with self._lock:
+            return self._status
+
+    def stop(self) -> None:
+        if self._server is not None:
+            self._server.shutdown()
+            self._server.server_close()
+            self._thread.join(5.0)
+            self._server = self._thread = None
+
+
+class _Collector:
+    def __init__(self, metrics: Metrics):
+        self._metrics = metrics
+
+    def collect(self):
+        from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
+        st = self._metrics.latest()
+        if st is None:
+            return
+        snap = st["snapshot"]
+        seg = GaugeMetricFamily("pixpool_snapshot_bytes", "Bytes of each segment of the served snapshot, measured in /dev/shm", labels=["segment"])
+        for name in snap.get("segments", []):
+            try:
+                seg.add_metric([name], os.stat(shm_path(name)).st_size)
+            except FileNotFoundError:
+                continue
+        yield seg
+        yield GaugeMetricFamily("pixpool_decoded_equivalent_bytes", "What the same resized images take as a decoded uint8 cache", value=snap.get("decoded_bytes", 0))
+        roles = {st["daemon"]["pid"]: "daemon"}
+        roles.update({w["pid"]: "worker" for w in st["workers"] if w["pid"]})
+        roles.update({t["pid"]: "trainer" for t in st["trainers"] if t["delivery"] == proto.DELIVERY_SHM and t["pid"]})
+        pss = GaugeMetricFamily("pixpool_process_pss_bytes", "PSS of each local process of the service and its trainers (smaps_rollup)", labels=["role", "pid"])
+        for p in process_memory(list(roles)):
+            pss.add_metric([roles[p.pid], str(p.pid)], p.pss)
+        yield pss
+        ring = GaugeMetricFamily("pixpool_ring_bytes", "Bytes of each trainer's batch ring", labels=["trainer"])
+        batches = CounterMetricFamily("pixpool_trainer_batches", "Batches delivered to each trainer", labels=["trainer"])
+        images = CounterMetricFamily("pixpool_trainer_images", "Images delivered to each trainer", labels=["trainer"])
+        wait = CounterMetricFamily("pixpool_trainer_data_wait_seconds", "Seconds each trainer waited for batches (its own count)", labels=["trainer"])
+        for t in st["trainers"]:
+            tid = str(t["trainer_id"])
+            ring.add_metric([tid], t["ring_nbytes"])
+            batches.add_metric([tid], t["batches_delivered"])
+            images.add_metric([tid], t["images_delivered"])
+            wait.add_metric([tid], t.get("data_wait_s", 0.0))
+        yield from (ring, batches, images, wait)
+        busy = CounterMetricFamily("pixpool_worker_busy_seconds", "Seconds each augmentation worker spent rendering", labels=["worker"])
+        done = CounterMetricFamily("pixpool_worker_batches", "Batches each augmentation worker rendered", labels=["worker"])
+        for w in st["workers"]:
+            busy.add_metric([str(w["index"])], w["busy_s"])
+            done.add_metric([str(w["index"])], w["batches_done"])
+        yield from (busy, done)
+        vfs = os.statvfs(SHM_DIR)
+        yield GaugeMetricFamily("pixpool_shm_free_bytes", "Free bytes in /dev/shm", value=vfs.f_bavail * vfs.f_frsize)
+        yield GaugeMetricFamily("pixpool_shm_size_bytes", "Size of /dev/shm", value=vfs.f_blocks * vfs.f_frsize)
+        yield GaugeMetricFamily("pixpool_trainers", "Trainers attached", value=len(st["trainers"]))
+        yield CounterMetricFamily("pixpool_worker_restarts", "Augmentation workers replaced after dying", value=st["daemon"]["worker_restarts"])

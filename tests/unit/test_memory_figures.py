@@ -1,0 +1,77 @@
+"""The memory figures' arithmetic and parsers, on fixed input (no daemon, no process)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from pixpool.client.memory import break_even
+from pixpool.shared.flags import parse_size
+from pixpool.shared.procmem import parse_rollup, rollup_figures
+
+ROLLUP = """\
+55d0c0a00000-7ffd6b1e3000 ---p 00000000 00:00 0                          [rollup]
+Rss:              102400 kB
+Pss:               51200 kB
+Pss_Anon:          20480 kB
+Shared_Clean:      40960 kB
+Private_Clean:     10240 kB
+Private_Dirty:     20480 kB
+Private_Hugetlb:       0 kB
+"""
+
+
+def test_rollup_is_read_in_bytes():
+    fields = parse_rollup(ROLLUP)
+    assert fields["Pss"] == 51200 * 1024 and fields["Pss_Anon"] == 20480 * 1024
+    assert rollup_figures(fields) == (102400 * 1024, 30720 * 1024, 51200 * 1024)  # rss, uss (private pages), pss
+
+
+def test_break_even():
+    mib = 1 << 20
+    # coco128 at 640: fixed 455 MiB snapshot + 250 MiB of processes, 79 MiB rings, 114 MiB uint8 caches
+    assert break_even(705 * mib, 79 * mib, 114 * mib) == 21
+    assert break_even(705 * mib, 79 * mib, 114 * mib) * 114 >= 705 + 21 * 79
+    assert (21 - 1) * 114 < 705 + (21 - 1) * 79  # and not one trainer earlier
+    assert break_even(10 * mib, 5 * mib, 4 * mib) is None  # a ring dearer than a cache: never
+    assert break_even(10 * mib, None, 4 * mib) is None  # no trainer: no ring measured yet
+    assert break_even(0, 1, 4) == 1
+
+
+def test_sizes():
+    assert parse_size("8G") == 8 << 30 and parse_size("512M") == 512 << 20 and parse_size("1.5GiB") == 3 << 29
+    assert parse_size("4096") == 4096 and parse_size("10MB") == 10 << 20
+    with pytest.raises(Exception, match="expected a size"):
+        parse_size("lots")
+
+
+def _sample(t: float, trainers: int) -> dict:
+    ring = 79 << 20
+    return {"time_unix": t, "memory": {
+        "snapshot": "pixpool-snap-x", "segments": {"pixpool-snap-x-img": {"bytes": 455 << 20, "resident_bytes": 455 << 20}},
+        "ring_bytes": trainers * ring, "service_pss_bytes": (705 << 20) + trainers * ring, "trainers_pss_bytes": trainers * (300 << 20),
+        "trainers": trainers, "decoded_bytes": 114 << 20, "uint8_caches_bytes": trainers * (114 << 20), "break_even_trainers": 21}}
+
+
+def test_plot_draws_a_record(tmp_path):
+    pytest.importorskip("matplotlib", reason="pixpool plot needs the plot extra")
+    from PIL import Image
+
+    from pixpool.client.plot import plot, read_record
+
+    record = tmp_path / "rec.jsonl"
+    record.write_text("".join(json.dumps(_sample(100.0 + i, min(i, 4))) + "\n" for i in range(8)))
+    out = plot(read_record(record), tmp_path / "mem.png")
+    with Image.open(out) as im:
+        assert im.size == (1200, 500) and len(im.convert("L").getcolors(256)) > 16
+
+
+def test_plot_names_a_bad_line(tmp_path):
+    from pixpool.client.plot import read_record
+    from pixpool.shared.errors import ConfigError
+
+    record = tmp_path / "rec.jsonl"
+    record.write_text(json.dumps(_sample(1.0, 1)) + "\n{not json\n")
+    with pytest.raises(ConfigError, match=rf"{record}:2: not a `pixpool monitor --record` sample"):
+        read_record(record)
