@@ -35,8 +35,8 @@ def memory_lines(mem: dict) -> Text:
     if k is None:
         out.append("break-even: attach a trainer to measure its ring" if not n else "break-even: never (a ring costs more than a uint8 cache)", style="yellow")
     else:
-        verdict = "pays off now" if n >= k else f"costs more than {n} uint8 cache(s) until trainer {k}"
-        out.append(f"break-even: the service pays for itself from trainer {k} on; with {n}, it {verdict}", style="green" if n >= k else "yellow")
+        now = "reached" if n >= k else "not yet"
+        out.append(f"break-even: from trainer {k} on, less than a uint8 cache each ({n} now: {now})", style="green" if n >= k else "yellow")
     out.append(f"\nPSS: service {human_bytes(mem['service_pss_bytes'])} (daemon, workers, their segments), "
                f"trainers {human_bytes(mem['trainers_pss_bytes'])}, total {human_bytes(mem['total_pss_bytes'])}\n")
     shm = mem["shm"]
