@@ -36,8 +36,8 @@ import cv2
 import numpy as np
 
 from pixpool.server.augment import render_batch
-from pixpool.server.snapshot.decode import centre, decode_bgr, resize_long_side
 from pixpool.server.readers import load_dataset
+from pixpool.server.snapshot.decode import centre, decode_bgr, resize_long_side
 from pixpool.shared.config import AugmentConfig, StreamSettings
 from pixpool.shared.records import Targets
 from pixpool.shared.sampler import num_batches

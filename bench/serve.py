@@ -173,11 +173,10 @@ def main(argv=None) -> int:
         parser.error(f"--hsv {args.hsv!r}: use cpu, device or cpu,device")
 
     _one_thread()
-    from pixpool.server.daemon.run import stop_process
-
     from pixpool.client.status import query_status
-    from pixpool.server.snapshot.prepare import prepare_snapshot
+    from pixpool.server.daemon.run import stop_process
     from pixpool.server.readers import load_dataset
+    from pixpool.server.snapshot.prepare import prepare_snapshot
     from pixpool.shared.config import AugmentConfig, StreamSettings
 
     dataset = load_dataset(args.data, args.images)

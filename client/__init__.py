@@ -12,9 +12,10 @@ and ``train_on_daemon`` pull in torch).
 
 from importlib import import_module
 
-__all__ = ["Client", "TrainerBatch", "TrainStep", "train_on_daemon", "apply_hsv"]
+__all__ = ["attach", "Loader", "Client", "TrainerBatch", "TrainStep", "train_on_daemon", "apply_hsv"]
 
-_WHERE = {"Client": "iterator", "TrainerBatch": "iterator", "TrainStep": "train", "train_on_daemon": "loop", "apply_hsv": "hsv_torch"}
+_WHERE = {"attach": "loader", "Loader": "loader", "Client": "iterator", "TrainerBatch": "iterator", "TrainStep": "train", "train_on_daemon": "loop",
+          "apply_hsv": "hsv_torch"}
 
 
 def __getattr__(name: str):

@@ -74,6 +74,7 @@ class Client:
         device: Any = None,
         heartbeat_interval_s: float = 1.0,
         timings: dict | None = None,
+        fetch_files: bool = False,
     ):
         if not isinstance(settings, StreamSettings):
             raise TypeError(f"settings must be a StreamSettings, got {type(settings).__name__}")
@@ -94,6 +95,11 @@ class Client:
         # Optional: accumulates "deliver_s" (ready message received -> batch built, tensors
         # included) and "batches", for bench/serve.py.
         self.timings = timings
+        # The daemon's class names (from attach) and, with ``fetch_files``, every record's
+        # image file name (``records`` requests right after attach, before any batch flows).
+        self.fetch_files = fetch_files
+        self.names: list[str] = []
+        self.files: list[str] = []
         self.position: tuple[int, int] = (settings.start_epoch, 0)
         self.reattaches = 0
         # Seconds this trainer spent waiting for the daemon's batches (the heartbeat reports it).
@@ -167,10 +173,26 @@ class Client:
         self._reader = open_reader(msg, self.delivery)
         self.layout = self._reader.layout
         self.num_records = msg["num_records"]
+        self.names = list(msg.get("names") or [])
         self._daemon_pid = msg["daemon_pid"]
         self._held = None
         self._last_ack = time.monotonic()
         self._ident = (msg["trainer_id"], msg["token"])
+        if self.fetch_files:
+            self.files = self._records()
+
+    def _records(self) -> list[str]:
+        files: list[str] = []
+        deadline = time.monotonic() + self.timeout_s
+        while True:
+            self._sock.send(proto.encode("records", start=len(files)))
+            while True:
+                msg, _ = self._recv(deadline, "reply to records")
+                if msg["op"] == "records" and msg["start"] == len(files):
+                    break
+            files.extend(msg["files"])
+            if len(files) >= msg["total"] or not msg["files"]:
+                return files
 
     def _reattach(self) -> None:
         log.warning("pixpool daemon at %s went away; attaching again (position epoch %d batch %d)", self.endpoint, *self.position)

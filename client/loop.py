@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..shared.config import StreamSettings
+from ..shared.errors import ConfigError
 from .iterator import Client
 
 log = logging.getLogger(__name__)
@@ -37,10 +38,14 @@ class TrainReport:
         return self.images / self.seconds if self.seconds else 0.0
 
 
-def train_on_daemon(settings: StreamSettings, *, epochs: int, num_classes: int, socket_dir=None, endpoint=None,
+def train_on_daemon(settings: StreamSettings, *, epochs: int, num_classes: int | None = None, socket_dir=None, endpoint=None,
                     keys_dir=None, device: str | None = None, max_steps: int | None = None, timeout_s: float = 120.0,
                     on_attached=None) -> TrainReport:
-    """Train the small detector on ``epochs`` epochs of this stream; return what happened."""
+    """Train the small detector on ``epochs`` epochs of this stream; return what happened.
+
+    ``num_classes`` defaults to the daemon's dataset; the model is seeded with the stream's
+    seed, so the same seed trains the same model on the same bytes.
+    """
     import os
 
     from ._torch import require_torch
@@ -50,12 +55,17 @@ def train_on_daemon(settings: StreamSettings, *, epochs: int, num_classes: int, 
 
     if device is None:
         device = "cuda" if torch.cuda.is_available() else "cpu"
-    step = TrainStep(num_classes=num_classes, batch_size=settings.batch_size, imgsz=settings.augment.imgsz, device=device)
-    report = TrainReport(pid=os.getpid(), seed=settings.seed, device=str(device), graph=step.use_graph)
     # Plain slot views go through the step's pinned staging; with HSV on the device the
     # client moves each batch to the device itself and applies HSV there.
     on_device = dict(as_torch=True, device=device) if settings.hsv_on_device else dict(as_torch=False)
     with Client(settings, socket_dir=socket_dir, endpoint=endpoint, keys_dir=keys_dir, timeout_s=timeout_s, **on_device) as client:
+        if num_classes is None:
+            num_classes = len(client.names)
+            if num_classes < 1:
+                raise ConfigError("the daemon did not say how many classes its dataset has; pass num_classes (--num-classes)", field="num_classes")
+        torch.manual_seed(settings.seed)
+        step = TrainStep(num_classes=num_classes, batch_size=settings.batch_size, imgsz=settings.augment.imgsz, device=device)
+        report = TrainReport(pid=os.getpid(), seed=settings.seed, device=str(device), graph=step.use_graph)
         if on_attached is not None:
             on_attached()
         t0 = time.perf_counter()
@@ -66,7 +76,11 @@ def train_on_daemon(settings: StreamSettings, *, epochs: int, num_classes: int, 
                     # step has a static batch size, so it is counted but not trained on.
                     report.samples_per_epoch[epoch] = report.samples_per_epoch.get(epoch, 0) + len(batch.samples)
                     continue
-                loss = step.step(batch.images, np.asarray(batch.targets))
+                labels = np.asarray(batch.targets)
+                if len(labels) and labels[:, 1].max() >= num_classes:
+                    raise ConfigError(f"batch {batch.batch} of epoch {epoch} has class {int(labels[:, 1].max())}, but the detector predicts "
+                                      f"{num_classes} classes; pass num_classes (--num-classes) of at least {int(labels[:, 1].max()) + 1}", field="num_classes")
+                loss = step.step(batch.images, labels)
                 report.losses.append(loss)
                 report.steps += 1
                 report.images += len(batch.samples)

@@ -91,11 +91,6 @@ def from_args(cls: type, args: argparse.Namespace, *, prefix: str = "", **overri
     return cls(**values)
 
 
-def add_flag_name(parser: argparse.ArgumentParser, field_name: str, flag: str) -> None:
-    """Record that ``flag`` (added by hand) sets the field ``field_name``."""
-    _flag_table(parser)[field_name] = flag
-
-
 def flag_names(parser: argparse.ArgumentParser) -> dict[str, str]:
     """field name -> flag, for every field the parser's flags set."""
     return dict(getattr(parser, _FLAGS_ATTR, {}))

@@ -9,7 +9,7 @@ wrong; the daemon turns that into an ``error`` reply and keeps serving.
 Operations (-> daemon, <- trainer):
 
 - ``attach`` -> {settings, pid, host, slots, delivery}; reply ``attached``
-  <- {trainer_id, token, ring, layout, num_records, daemon_pid, host}.
+  <- {trainer_id, token, ring, layout, num_records, daemon_pid, host, names (class names)}.
 - ``start`` -> {trainer_id, token, epoch, batch}: produce ``epoch`` from ``batch`` on;
   reply ``started`` <- {epoch, batch, num_batches}.
 - ``ready`` <- {trainer_id, slot, epoch, batch, size, n_targets}: a batch is in ``slot``
@@ -19,6 +19,9 @@ Operations (-> daemon, <- trainer):
   waiting for batches so far)}; reply ``heartbeat`` <- {trainer_id}.
 - ``detach`` -> {trainer_id, token}; reply ``detached`` <- {trainer_id}.
 - ``status`` -> {}; reply ``status`` <- {daemon, snapshot, workers, trainers}.
+- ``records`` -> {start}; reply ``records`` <- {start, total, files, names}: the image file
+  names of records ``start`` .. ``start + len(files)`` (at most ``RECORDS_PAGE``), the
+  dataset's record count and its class names, so a trainer can name its samples.
 - ``error`` <- {code, message, trainer_id (may be nil), field (may be nil)}: ``code`` is one
   of ``ERROR_CODES``, each the name of a class of the error tree; the client raises that
   class with the daemon's message (``error_from``), so ``except CapacityError`` works
@@ -91,6 +94,7 @@ _SCHEMA: dict[str, dict[str, tuple[type, ...]]] = {
     "detach": {"trainer_id": _INT, "token": _INT},
     "detached": {"trainer_id": _INT},
     "status": {},
+    "records": {"start": _INT},
     "error": {"code": _STR, "message": _STR},
     "stopped": {"reason": _STR},
 }
@@ -98,8 +102,11 @@ _SCHEMA: dict[str, dict[str, tuple[type, ...]]] = {
 _REPLY_SCHEMA: dict[str, dict[str, tuple[type, ...]]] = {
     "heartbeat": {"trainer_id": _INT},
     "status": {"daemon": _MAP, "snapshot": _MAP, "workers": (list,), "trainers": (list,)},
+    "records": {"start": _INT, "total": _INT, "files": (list,), "names": (list,)},
 }
-REQUEST_OPS = frozenset({"attach", "start", "release", "heartbeat", "detach", "status"})
+REQUEST_OPS = frozenset({"attach", "start", "release", "heartbeat", "detach", "status", "records"})
+# A ``records`` reply carries at most this many file names (it stays far below MAX_REPLY_BYTES).
+RECORDS_PAGE = 2000
 _INT_LIMIT = 1 << 62
 
 

@@ -21,7 +21,7 @@ def configure(parser: argparse.ArgumentParser, name: str) -> None:
     parser.add_argument("--socket-dir", metavar="DIR", default=None, help="the daemon's socket directory")
     parser.add_argument("--endpoint", default=None, help="tcp://HOST:PORT of a remote daemon (needs --keys)")
     parser.add_argument("--keys", metavar="DIR", default=None, help="CURVE key directory for TCP")
-    parser.add_argument("--num-classes", type=int, default=80, help="classes the detector predicts (default 80)")
+    parser.add_argument("--num-classes", type=int, default=None, help="classes the detector predicts (default: the daemon's dataset's)")
     parser.add_argument("--epochs", type=int, default=1, help="epochs to train (default 1)")
     parser.add_argument("--max-steps", type=int, default=None, help="stop after this many steps")
     parser.add_argument("--device", default=None, help="torch device (default: cuda if available, else cpu)")

@@ -54,9 +54,10 @@ def run_daemon(config: DaemonConfig) -> None:
         snap = result.snapshot
         info = {"name": snap.name, "reused": bool(result.reused), "prepare_s": round(float(result.seconds), 3), "segments": list(snap.segment_names),
                 "dtype": snap.dtype, "image_bytes": int(result.image_bytes), "index_bytes": int(result.index_bytes),
-                "target_bytes": int(result.target_bytes), "decoded_bytes": int(result.decoded_bytes)}
+                "target_bytes": int(result.target_bytes), "decoded_bytes": int(result.decoded_bytes), "classes": len(dataset.names)}
         log.info("snapshot %s %s (%d records, %.1f s)", snap.name, "re-attached" if result.reused else "prepared", len(snap), result.seconds)
-        Daemon(snap, config, snapshot_info=info).serve()
+        files = tuple(r.image_path for r in dataset.records)
+        Daemon(snap, config, snapshot_info=info, files=files, names=tuple(dataset.names)).serve()
     finally:
         if snap is not None and snap.release(keep=config.keep_snapshot) == "removed":
             log.info("snapshot %s removed", snap.name)

@@ -53,7 +53,7 @@ _LIVENESS_EVERY_S = 0.25
 class Daemon:
     """Serve ``source`` (an ImageSource picklable by name, e.g. a Snapshot) to trainers."""
 
-    def __init__(self, source: Any, config: DaemonConfig, *, snapshot_info: dict | None = None):
+    def __init__(self, source: Any, config: DaemonConfig, *, snapshot_info: dict | None = None, files: tuple[str, ...] = (), names: tuple[str, ...] = ()):
         if not isinstance(config, DaemonConfig):
             raise TypeError(f"config must be a DaemonConfig, got {type(config).__name__}")
         self.source = source
@@ -61,6 +61,7 @@ class Daemon:
         self.renderer_name = _renderer.configured()
         self.renderer = _renderer.load(self.renderer_name)
         self.snapshot_info = dict(snapshot_info or {})
+        self.files, self.names = list(files), list(names)  # per record, per class: what trainers call their samples
         self.ring_budget_nbytes = config.max_total_ring_nbytes or admission.default_ring_budget()
         parts = getattr(source, "nbytes", None)  # a Snapshot: part -> bytes
         self.snapshot_nbytes = sum(parts.values()) if isinstance(parts, dict) else 0
@@ -168,6 +169,13 @@ class Daemon:
         if op == "attach":
             self._attach(sock, identity, msg)
             return
+        if op == "records":
+            start = msg["start"]
+            if not 0 <= start <= len(self.files):
+                raise ProtocolError(f"records from {start}: the dataset has {len(self.files)} records")
+            page = self.files[start : start + proto.RECORDS_PAGE]
+            delivery.send(sock, identity, proto.encode("records", start=start, total=len(self.files), files=page, names=self.names))
+            return
         try:
             t = self.sessions.get(msg)
         except UnknownTrainer as exc:
@@ -203,7 +211,7 @@ class Daemon:
                                     snapshot_nbytes=self.snapshot_nbytes)
         t = self.sessions.attach(msg, settings, layout, sock=sock, identity=identity, local=not remote and msg["host"] == self.host)
         delivery.send(sock, identity, proto.encode("attached", trainer_id=t.trainer_id, token=t.token, ring=t.ring.name, layout=layout.to_dict(),
-                                                   num_records=len(self.source), daemon_pid=self.pid, host=self.host))
+                                                   num_records=len(self.source), daemon_pid=self.pid, host=self.host, names=self.names))
 
     # -- supervisor callbacks ----------------------------------------------------------------
     def _describe(self, job: Job) -> dict:

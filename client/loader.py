@@ -1,0 +1,148 @@
+"""``attach()``: the daemon's stream as a drop-in for a ``torch.utils.data.DataLoader``.
+
+Runs in the trainer process. Code written against a DataLoader and a ``DistributedSampler``
+keeps working::
+
+    loader = pixpool.client.attach(batch_size=16, seed=0, imgsz=640, mosaic=1.0)
+    for epoch in range(epochs):
+        loader.set_epoch(epoch)
+        for images, targets in loader:     # uint8 (B, 3, S, S) RGB; float32 (n, 6)
+            ...
+    loader.close()                          # or use it as a context manager
+
+- ``len(loader)`` is the number of batches of this rank's shard in the current epoch.
+- Rank and world size default to the initialised ``torch.distributed`` group, else the
+  ``RANK``/``WORLD_SIZE`` environment variables (``torchrun`` sets them), else 0/1; each rank
+  gets a disjoint shard and together they cover the epoch once (``shared/sampler.py``).
+- ``set_epoch(e)`` chooses the epoch the next iteration delivers; without it each new
+  iteration moves on to the next epoch, so shuffling and augmentation differ per epoch as
+  a ``DataLoader(shuffle=True)`` user expects.
+- Each batch unpacks as ``images, targets`` and carries ``indices`` (record indices),
+  ``files`` (their image files), ``epoch`` and ``batch``. ``names`` and ``num_classes`` come
+  from the daemon. The batch is a view of a ring slot, valid until the next one is asked
+  for (copy what must outlive it; the training step's staging copy does).
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any, Iterator
+
+from ..shared.config import AugmentConfig, StreamSettings
+from ..shared.errors import ConfigError
+from ..shared.sampler import num_batches
+from ._torch import require_torch
+from .iterator import Client
+
+
+class Batch(tuple):
+    """``(images, targets)`` with the batch's ``indices``, ``files``, ``epoch`` and ``batch``."""
+
+    indices: Any
+    files: list[str]
+    epoch: int
+    batch: int
+
+    def __new__(cls, images, targets, *, indices, files, epoch: int, batch: int):
+        self = super().__new__(cls, (images, targets))
+        self.indices, self.files, self.epoch, self.batch = indices, files, epoch, batch
+        return self
+
+    @property
+    def images(self):
+        return self[0]
+
+    @property
+    def targets(self):
+        return self[1]
+
+
+def distributed_rank() -> tuple[int, int]:
+    """(rank, world_size): the initialised torch.distributed group, else RANK/WORLD_SIZE, else (0, 1)."""
+    try:
+        import torch.distributed as dist
+
+        if dist.is_available() and dist.is_initialized():
+            return dist.get_rank(), dist.get_world_size()
+    except ImportError:
+        pass
+    try:
+        return int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1))
+    except ValueError:
+        raise ConfigError(f"RANK={os.environ.get('RANK')!r} / WORLD_SIZE={os.environ.get('WORLD_SIZE')!r} must be whole numbers") from None
+
+
+class Loader:
+    """The iterable ``attach()`` returns (see module docstring)."""
+
+    def __init__(self, settings: StreamSettings, **client_options: Any):
+        require_torch("pixpool.client.attach (it yields torch tensors)")
+        self.settings = settings
+        self.client = Client(settings, as_torch=True, fetch_files=True, **client_options)
+        self.epoch = settings.start_epoch
+        self._pinned: int | None = None  # set_epoch's choice for the next iteration
+        self._started = False
+
+    @property
+    def names(self) -> list[str]:
+        return self.client.names
+
+    @property
+    def num_classes(self) -> int:
+        return len(self.client.names)
+
+    @property
+    def rank(self) -> int:
+        return self.settings.rank
+
+    @property
+    def world_size(self) -> int:
+        return self.settings.world_size
+
+    def set_epoch(self, epoch: int) -> None:
+        if isinstance(epoch, bool) or not isinstance(epoch, int) or epoch < 0:
+            raise ConfigError(f"set_epoch({epoch!r}): the epoch must be a whole number >= 0")
+        self._pinned = epoch
+        self.epoch = epoch
+
+    def __len__(self) -> int:
+        return num_batches(self.client.num_records, self.settings, self.epoch)
+
+    def __iter__(self) -> Iterator[Batch]:
+        if self._pinned is not None:
+            self.epoch, self._pinned = self._pinned, None
+        elif self._started:
+            self.epoch += 1
+        self._started = True
+        files = self.client.files
+        for b in self.client.epoch(self.epoch):
+            indices = b.samples
+            yield Batch(b.images, b.targets, indices=indices, files=[files[i] for i in indices.tolist()] if files else [], epoch=b.epoch, batch=b.batch)
+
+    def close(self) -> None:
+        self.client.close()
+
+    def __enter__(self) -> "Loader":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def attach(socket_dir: str | os.PathLike | None = None, *, batch_size: int = 16, seed: int = 0, imgsz: int = 640,
+           rank: int | None = None, world_size: int | None = None, shuffle: bool = True, drop_last: bool = False,
+           start_epoch: int = 0, hsv_on_device: bool = False, endpoint: str | None = None, keys_dir: str | os.PathLike | None = None,
+           device: Any = None, timeout_s: float = 60.0, slots: int = 4, **augment: Any) -> Loader:
+    """A DataLoader-like view of the daemon's stream (see module docstring).
+
+    ``augment`` takes every ``AugmentConfig`` field (``mosaic``, ``degrees``, ``copy_paste``,
+    ``close_mosaic``, ``epochs``, ...); an unknown one is a ConfigError naming it.
+    """
+    if rank is None or world_size is None:
+        env_rank, env_world = distributed_rank()
+        rank = env_rank if rank is None else rank
+        world_size = env_world if world_size is None else world_size
+    aug = AugmentConfig.from_dict({"imgsz": imgsz, **augment})
+    settings = StreamSettings(seed=seed, batch_size=batch_size, rank=rank, world_size=world_size, shuffle=shuffle, drop_last=drop_last,
+                              start_epoch=start_epoch, hsv_on_device=hsv_on_device, augment=aug)
+    return Loader(settings, socket_dir=socket_dir, endpoint=endpoint, keys_dir=keys_dir, device=device, timeout_s=timeout_s, slots=slots)

@@ -1,0 +1,118 @@
+"""``attach()``: code written against a DataLoader runs unchanged; ranks get disjoint shards.
+
+Integration tests: a spawned daemon over the synthetic set; the two-rank test runs each rank
+in a spawned process with ``RANK``/``WORLD_SIZE`` set, as ``torchrun`` would.
+"""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+
+import pytest
+import torch
+from torch.utils.data import DataLoader, Dataset
+from torch.utils.data.distributed import DistributedSampler
+
+from helpers.daemon import WAIT_S, real_daemon, reference_stream
+from pixpool.client import attach
+from pixpool.client.loader import distributed_rank
+from pixpool.server.readers import load_dataset
+from pixpool.shared.config import AugmentConfig, StreamSettings
+from pixpool.shared.digest import batch_digest
+from pixpool.shared.errors import ConfigError
+
+IMGSZ = 96
+
+
+def fit(loader, sampler, epochs: int) -> list[tuple[int, int, int]]:
+    """A plain loop as written against torch's DataLoader: len, set_epoch, tuple unpacking."""
+    seen = []
+    for epoch in range(epochs):
+        sampler.set_epoch(epoch)
+        n = 0
+        for images, targets in loader:
+            assert images.dtype == torch.uint8 and images.dim() == 4 and images.shape[1] == 3
+            assert targets.dtype == torch.float32 and targets.shape[1] == 6
+            n += 1
+        assert n == len(loader)
+        seen.append((epoch, n, images.shape[0]))
+    return seen
+
+
+class _Tiny(Dataset):
+    def __len__(self):
+        return 24
+
+    def __getitem__(self, i):
+        return torch.zeros(3, IMGSZ, IMGSZ, dtype=torch.uint8), torch.zeros(1, 6)
+
+
+def _collate(items):
+    return torch.stack([a for a, _ in items]), torch.cat([b for _, b in items])
+
+
+def test_a_dataloader_loop_runs_unchanged(synthetic_data):
+    sampler = DistributedSampler(_Tiny(), num_replicas=1, rank=0)
+    torch_seen = fit(DataLoader(_Tiny(), batch_size=8, sampler=sampler, collate_fn=_collate), sampler, 2)
+    dataset = load_dataset(synthetic_data.coco_json)
+    with real_daemon(synthetic_data.coco_json, imgsz=IMGSZ, workers=1) as (_, d):
+        with attach(d, batch_size=8, seed=3, imgsz=IMGSZ, mosaic=0.5, timeout_s=WAIT_S) as loader:
+            assert loader.names == list(dataset.names) and loader.num_classes == len(dataset.names)
+            assert (loader.rank, loader.world_size) == (0, 1)
+            assert fit(loader, loader, 2) == torch_seen  # same loop, same counts and shapes
+            loader.set_epoch(1)
+            batches = list(loader)
+            files = [r.image_path for r in dataset.records]
+            assert all(b.files == [files[i] for i in b.indices.tolist()] and b.epoch == 1 for b in batches)
+            digests = [batch_digest(b.images.numpy(), b.targets.numpy()) for b in batches]
+            again = [batch_digest(b.images.numpy(), b.targets.numpy()) for b in loader]  # no set_epoch: the next epoch
+    s = StreamSettings(seed=3, batch_size=8, augment=AugmentConfig(imgsz=IMGSZ, mosaic=0.5))
+    assert digests == reference_stream(dataset, s, 1)[0]
+    assert again == reference_stream(dataset, s, 2)[0]
+
+
+def _rank(rank: int, socket_dir: str, queue) -> None:
+    import os
+
+    os.environ["RANK"], os.environ["WORLD_SIZE"] = str(rank), "2"
+    try:
+        with attach(socket_dir, batch_size=5, seed=11, imgsz=IMGSZ, timeout_s=WAIT_S) as loader:
+            loader.set_epoch(0)
+            queue.put((rank, loader.rank, loader.world_size, len(loader), [i for b in loader for i in b.indices.tolist()]))
+    except Exception as exc:  # reported to the test
+        queue.put((rank, "error", f"{type(exc).__name__}: {exc}", 0, []))
+
+
+def test_two_ranks_from_the_environment_get_disjoint_shards_covering_the_epoch(synthetic_data):
+    ctx = mp.get_context("spawn")
+    queue = ctx.Queue()
+    with real_daemon(synthetic_data.coco_json, imgsz=IMGSZ, workers=2) as (_, d):
+        procs = [ctx.Process(target=_rank, args=(r, d, queue)) for r in (0, 1)]
+        for p in procs:
+            p.start()
+        try:
+            got = sorted(queue.get(timeout=WAIT_S) for _ in procs)
+        finally:
+            for p in procs:
+                p.join(WAIT_S)
+    assert [g[1:3] for g in got] == [(0, 2), (1, 2)], got
+    shards = [set(g[4]) for g in got]
+    assert all(len(g[4]) == 12 and g[3] == 3 for g in got)  # 24 records, 2 ranks: 12 each in batches of 5
+    assert not shards[0] & shards[1] and shards[0] | shards[1] == set(range(24))
+
+
+def test_rank_comes_from_the_environment(monkeypatch):
+    monkeypatch.setenv("RANK", "3")
+    monkeypatch.setenv("WORLD_SIZE", "4")
+    assert distributed_rank() == (3, 4)
+    monkeypatch.setenv("RANK", "x")
+    with pytest.raises(ConfigError, match="RANK='x'"):
+        distributed_rank()
+    monkeypatch.delenv("RANK")
+    monkeypatch.delenv("WORLD_SIZE")
+    assert distributed_rank() == (0, 1)
+
+
+def test_an_unknown_augmentation_setting_is_named(synthetic_data):
+    with pytest.raises(ConfigError, match="unknown field.*'mosiac'"):
+        attach("/nonexistent", imgsz=IMGSZ, mosiac=1.0)
