@@ -51,6 +51,12 @@ def _roles(status: dict) -> dict[int, tuple[str, int | None]]:
     return roles
 
 
+def snapshot_segments(status: dict) -> list[str]:
+    """The segments of every snapshot the daemon serves (training and validation), each once."""
+    splits = status.get("splits") or {"train": status["snapshot"]}
+    return sorted({name for info in splits.values() for name in info.get("segments", [])})
+
+
 def shm_figures() -> dict[str, int]:
     st = os.statvfs(SHM_DIR)
     return {"size_bytes": st.f_blocks * st.f_frsize, "free_bytes": st.f_bavail * st.f_frsize}
@@ -60,11 +66,14 @@ def memory_report(status: dict) -> dict:
     """The measured figures (see module docstring and ``docs/memory.md``)."""
     snap = status["snapshot"]
     segs = _segments()
-    snapshot_segs = [s for s in snap.get("segments", []) if s in segs]
+    served = snapshot_segments(status)
+    snapshot_segs = [s for s in served if s in segs]
     ring_of = {t["ring"]: t for t in status["trainers"]}
     ring_segs = [r for r in ring_of if r in segs]
     service_segs = set(snapshot_segs) | set(ring_segs)
-    part = {parse(s).part: segs[s]["bytes"] for s in snapshot_segs}
+    part: dict[str, int] = {}
+    for name in snapshot_segs:
+        part[parse(name).part] = part.get(parse(name).part, 0) + segs[name]["bytes"]
 
     roles = _roles(status)
     procs = []
@@ -92,6 +101,7 @@ def memory_report(status: dict) -> dict:
     n = len(status["trainers"])
     return {
         "snapshot": snap.get("name", ""),
+        "snapshots": sorted({info.get("name", "") for info in (status.get("splits") or {"train": snap}).values()}),
         "dtype": snap.get("dtype", "float32"),
         "records": snap.get("records", 0),
         "image_bytes": part.get("img", 0),

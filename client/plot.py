@@ -37,7 +37,8 @@ def read_record(path: str | Path) -> list[dict]:
 
 def components(mem: dict) -> dict[str, float]:
     """MiB per component of one sample (they add up to total_pss_bytes)."""
-    snapshot = sum(v["resident_bytes"] for k, v in mem["segments"].items() if k.startswith(mem["snapshot"] + "-")) if mem["snapshot"] else 0
+    bases = tuple(b + "-" for b in mem.get("snapshots") or [mem["snapshot"]] if b)
+    snapshot = sum(v["resident_bytes"] for k, v in mem["segments"].items() if bases and k.startswith(bases))
     rings = mem["ring_bytes"]
     own = max(0, mem["service_pss_bytes"] - snapshot - rings)
     return {"snapshot": snapshot / _MIB, "batch rings": rings / _MIB, "daemon + workers": own / _MIB, "trainers": mem["trainers_pss_bytes"] / _MIB}

@@ -22,6 +22,8 @@ from typing import Any
 from .errors import ConfigError
 
 FILL_VALUE = 114.0
+# The datasets a daemon serves: its training set and, when it has one, a validation set.
+SPLITS = ("train", "val")
 
 
 def _opt(default: Any, help: str, **extra: Any) -> Any:
@@ -80,10 +82,13 @@ class StreamSettings:
     drop_last: bool = _opt(False, "drop the last, short batch (and the shard's uneven tail)")
     start_epoch: int = _opt(0, "first epoch of the stream")
     hsv_on_device: bool = _opt(False, "leave HSV to the trainer's device instead of the workers")
+    split: str = _opt("train", "which of the daemon's datasets: train, or val (its validation split)")
     augment: AugmentConfig = field(default_factory=AugmentConfig)
 
     def __post_init__(self) -> None:
         _validate(self)
+        if self.split not in SPLITS:
+            raise ConfigError.for_field("split", self.split, f"is not a split; use one of {list(SPLITS)}")
         if not 0 <= self.rank < self.world_size:
             raise ConfigError.for_field("rank", self.rank, f"is outside world_size {self.world_size}; use 0 <= {{rank}} < {{world_size}}")
 
@@ -113,6 +118,10 @@ class DaemonConfig:
 
     data: str = _opt("", "COCO json, YOLO data.yaml, or YOLO images folder", positional=True, metavar="DATA")
     images: str | None = _opt(None, "image folder for a COCO json (default: beside the json)", metavar="DIR")
+    val: str | None = _opt(None, "validation set to serve too (COCO json or YOLO images folder); a data.yaml's own val: is served "
+                                 "without it", metavar="DATA")
+    val_images: str | None = _opt(None, "image folder for a COCO json given as --val", metavar="DIR")
+    no_val: bool = _opt(False, "serve no validation set, not even a data.yaml's val:")
     imgsz: int = _opt(640, "long side of the prepared images in pixels")
     processes: int = _opt(2, "decoder processes when preparing")
     workers: int = _opt(2, "augmentation worker processes")

@@ -19,9 +19,10 @@ Operations (-> daemon, <- trainer):
   waiting for batches so far)}; reply ``heartbeat`` <- {trainer_id}.
 - ``detach`` -> {trainer_id, token}; reply ``detached`` <- {trainer_id}.
 - ``status`` -> {}; reply ``status`` <- {daemon, snapshot, workers, trainers}.
-- ``records`` -> {start}; reply ``records`` <- {start, total, files, names}: the image file
-  names of records ``start`` .. ``start + len(files)`` (at most ``RECORDS_PAGE``), the
-  dataset's record count and its class names, so a trainer can name its samples.
+- ``records`` -> {start, split (optional, default "train")}; reply ``records`` <- {start,
+  total, files, names}: the image file names of that split's records ``start`` ..
+  ``start + len(files)`` (at most ``RECORDS_PAGE``), its record count and the class names,
+  so a trainer can name its samples.
 - ``error`` <- {code, message, trainer_id (may be nil), field (may be nil)}: ``code`` is one
   of ``ERROR_CODES``, each the name of a class of the error tree; the client raises that
   class with the daemon's message (``error_from``), so ``except CapacityError`` works
@@ -31,8 +32,8 @@ Operations (-> daemon, <- trainer):
 The daemon and its augmentation workers speak the same way over their pipes (msgpack
 maps, validated by ``decode_pipe``; nothing unpickled after start-up):
 
-- daemon -> worker: ``job`` {job, ring, slot, settings, epoch, batch, size}: render that
-  batch into that slot; ``forget`` {ring}: close that ring (its trainer left); ``stop``.
+- daemon -> worker: ``job`` {job, ring, split, slot, settings, epoch, batch, size}: render
+  that batch of that split's source into that slot; ``forget`` {ring}: close that ring (its trainer left); ``stop``.
 - worker -> daemon: ``hello`` {pid, index} once ready; ``done`` {job, size, n_targets,
   seconds}; ``failed`` {job, error}.
 
@@ -210,7 +211,7 @@ def as_error(msg: dict[str, Any]) -> str:
 
 # -- the daemon <-> worker pipes ------------------------------------------------------------
 _PIPE_SCHEMA: dict[str, dict[str, tuple[type, ...]]] = {
-    "job": {"job": _INT, "ring": _STR, "slot": _INT, "settings": _MAP, "epoch": _INT, "batch": _INT, "size": _INT},
+    "job": {"job": _INT, "ring": _STR, "split": _STR, "slot": _INT, "settings": _MAP, "epoch": _INT, "batch": _INT, "size": _INT},
     "forget": {"ring": _STR},
     "stop": {},
     "hello": {"pid": _INT, "index": _INT},

@@ -68,7 +68,7 @@ class _Collector:
             return
         snap = st["snapshot"]
         seg = GaugeMetricFamily("pixpool_snapshot_bytes", "Bytes of each segment of the served snapshot, measured in /dev/shm", labels=["segment"])
-        for name in snap.get("segments", []):
+        for name in sorted({n for info in st.get("splits", {"train": snap}).values() for n in info.get("segments", [])}):
             try:
                 seg.add_metric([name], os.stat(shm_path(name)).st_size)
             except FileNotFoundError:

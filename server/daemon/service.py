@@ -37,7 +37,7 @@ import zmq
 
 from ...shared import protocol as proto
 from ...shared.config import DaemonConfig, StreamSettings
-from ...shared.errors import DaemonStopped, PixpoolError, ProtocolError
+from ...shared.errors import ConfigError, DaemonStopped, PixpoolError, ProtocolError
 from . import admission, delivery
 from . import renderer as _renderer
 from .scheduler import Job, Scheduler
@@ -51,20 +51,30 @@ _LIVENESS_EVERY_S = 0.25
 
 
 class Daemon:
-    """Serve ``source`` (an ImageSource picklable by name, e.g. a Snapshot) to trainers."""
+    """Serve image sources (ImageSources picklable by name, e.g. Snapshots) to trainers.
 
-    def __init__(self, source: Any, config: DaemonConfig, *, snapshot_info: dict | None = None, files: tuple[str, ...] = (), names: tuple[str, ...] = ()):
+    ``source`` is the training source, or a mapping split -> source (``train`` and, when a
+    validation set is served, ``val``); ``snapshot_info`` and ``files`` likewise per split.
+    """
+
+    def __init__(self, source: Any, config: DaemonConfig, *, snapshot_info: dict | None = None, files=(), names: tuple[str, ...] = ()):
         if not isinstance(config, DaemonConfig):
             raise TypeError(f"config must be a DaemonConfig, got {type(config).__name__}")
-        self.source = source
+        per_split = isinstance(source, dict)
+        self.sources = dict(source) if per_split else {"train": source}
+        self.source = self.sources["train"]
         self.config = config
         self.renderer_name = _renderer.configured()
         self.renderer = _renderer.load(self.renderer_name)
-        self.snapshot_info = dict(snapshot_info or {})
-        self.files, self.names = list(files), list(names)  # per record, per class: what trainers call their samples
+        self.split_info = dict(snapshot_info or {}) if per_split else {"train": dict(snapshot_info or {})}
+        self.snapshot_info = self.split_info.get("train", {})
+        self.files = {k: list(v) for k, v in dict(files).items()} if per_split else {"train": list(files)}
+        self.names = list(names)  # what trainers call their classes; files: their samples, per split
         self.ring_budget_nbytes = config.max_total_ring_nbytes or admission.default_ring_budget()
-        parts = getattr(source, "nbytes", None)  # a Snapshot: part -> bytes
-        self.snapshot_nbytes = sum(parts.values()) if isinstance(parts, dict) else 0
+        # Snapshots' bytes (a source that is no Snapshot counts 0); one snapshot serving both
+        # splits (same images) counts once.
+        by_name = {getattr(src, "name", id(src)): getattr(src, "nbytes", None) for src in self.sources.values()}
+        self.snapshot_nbytes = sum(sum(parts.values()) for parts in by_name.values() if isinstance(parts, dict))
         self.shm_watch = admission.ShmWatch(config.shm_warn_free_nbytes)
         self.pid = os.getpid()
         self.host = _socket.gethostname()
@@ -97,7 +107,7 @@ class Daemon:
         ctx = zmq.Context()
         poller = zmq.Poller()
         self.listener = admission.Listener(ctx, self.config)
-        self.supervisor = Supervisor(mp.get_context("spawn"), self.source, self.renderer_name, self.scheduler, job_timeout_s=self.config.job_timeout_s,
+        self.supervisor = Supervisor(mp.get_context("spawn"), self.sources, self.renderer_name, self.scheduler, job_timeout_s=self.config.job_timeout_s,
                                      describe=self._describe, on_done=self._done, on_failed=self._failed)
         try:
             socks = self.listener.open()
@@ -170,11 +180,12 @@ class Daemon:
             self._attach(sock, identity, msg)
             return
         if op == "records":
+            files = self.files.get(msg.get("split", "train"))
             start = msg["start"]
-            if not 0 <= start <= len(self.files):
-                raise ProtocolError(f"records from {start}: the dataset has {len(self.files)} records")
-            page = self.files[start : start + proto.RECORDS_PAGE]
-            delivery.send(sock, identity, proto.encode("records", start=start, total=len(self.files), files=page, names=self.names))
+            if files is None or not 0 <= start <= len(files):
+                raise ProtocolError(f"records from {start} of split {msg.get('split', 'train')!r}: the daemon serves {sorted(self.files)}")
+            page = files[start : start + proto.RECORDS_PAGE]
+            delivery.send(sock, identity, proto.encode("records", start=start, total=len(files), files=page, names=self.names))
             return
         try:
             t = self.sessions.get(msg)
@@ -191,7 +202,7 @@ class Daemon:
             if msg["epoch"] < 0 or msg["batch"] < 0:
                 raise ProtocolError(f"start at epoch {msg['epoch']} batch {msg['batch']}: both must be >= 0")
             t.sock, t.identity = sock, identity
-            n = self.renderer.num_batches(len(self.source), t.settings, msg["epoch"])
+            n = self.renderer.num_batches(len(self.sources[t.settings.split]), t.settings, msg["epoch"])
             self.scheduler.start(t.trainer_id, epoch=msg["epoch"], batch=msg["batch"], num_batches=n)
             delivery.send(sock, identity, proto.encode("started", trainer_id=t.trainer_id, epoch=msg["epoch"], batch=msg["batch"], num_batches=n))
         elif op == "release":
@@ -205,19 +216,24 @@ class Daemon:
 
     def _attach(self, sock: zmq.Socket, identity: bytes, msg: dict) -> None:
         settings = StreamSettings.from_dict(msg["settings"])
+        source = self.sources.get(settings.split)
+        if source is None:
+            raise ConfigError(f"this daemon serves no {settings.split!r} split (it serves {sorted(self.sources)}); serve a validation set with "
+                              "--val DATA, or a data.yaml that names val:", field="split")
         remote = self.listener.is_remote(sock)
-        layout = admission.ring_for(msg, settings, source=self.source, renderer=self.renderer, remote=remote, config=self.config,
+        layout = admission.ring_for(msg, settings, source=source, renderer=self.renderer, remote=remote, config=self.config,
                                     rings_nbytes=self.sessions.rings_nbytes, ring_budget_nbytes=self.ring_budget_nbytes, trainers=len(self.sessions),
                                     snapshot_nbytes=self.snapshot_nbytes)
         t = self.sessions.attach(msg, settings, layout, sock=sock, identity=identity, local=not remote and msg["host"] == self.host)
         delivery.send(sock, identity, proto.encode("attached", trainer_id=t.trainer_id, token=t.token, ring=t.ring.name, layout=layout.to_dict(),
-                                                   num_records=len(self.source), daemon_pid=self.pid, host=self.host, names=self.names))
+                                                   num_records=len(source), daemon_pid=self.pid, host=self.host, names=self.names))
 
     # -- supervisor callbacks ----------------------------------------------------------------
     def _describe(self, job: Job) -> dict:
         t = self.sessions.trainers[job.trainer_id]
-        size = self.renderer.batch_size_of(len(self.source), t.settings, job.epoch, job.batch)
-        return {"ring": t.ring.name, "settings": t.settings_dict, "size": size}
+        split = t.settings.split
+        size = self.renderer.batch_size_of(len(self.sources[split]), t.settings, job.epoch, job.batch)
+        return {"ring": t.ring.name, "split": split, "settings": t.settings_dict, "size": size}
 
     def _done(self, job: Job, size: int, n_targets: int) -> None:
         for a in self.scheduler.complete(job, size=size, n_targets=n_targets):

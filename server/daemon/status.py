@@ -21,7 +21,7 @@ def build_status(d) -> dict:
     for t in d.sessions.trainers.values():
         s = d.scheduler.streams[t.trainer_id]
         trainers.append({
-            "trainer_id": t.trainer_id, "pid": t.pid, "host": t.host, "delivery": t.delivery, "settings": t.settings_dict,
+            "trainer_id": t.trainer_id, "pid": t.pid, "host": t.host, "delivery": t.delivery, "settings": t.settings_dict, "split": t.settings.split,
             "epoch": s.epoch, "next_batch": s.next_announce, "num_batches": s.num_batches,
             "batches_delivered": s.batches_delivered, "images_delivered": s.images_delivered, "img_per_s": round(s.images_per_s(), 2),
             "slots": s.slots, "slots_in_use": s.slots - len(s.free), "ring": t.ring.name, "ring_nbytes": t.ring.layout.nbytes,
@@ -32,5 +32,6 @@ def build_status(d) -> dict:
               "uptime_s": round(now - d.started, 3), "worker_restarts": d.supervisor.restarts, "heartbeat_timeout_s": cfg.heartbeat_timeout_s,
               "memory_budget_nbytes": cfg.memory_budget_nbytes, "shm_warn_free_nbytes": d.shm_watch.warn_free_nbytes, "shm_low": d.shm_watch.low,
               "metrics": f"http://{cfg.metrics_host}:{cfg.metrics_port}/metrics" if cfg.metrics_port else ""}
-    snap = {"records": len(d.source), "imgsz": d.source.imgsz, "max_instances": d.source.max_instances, **d.snapshot_info}
-    return {"daemon": daemon, "snapshot": snap, "workers": workers, "trainers": trainers}
+    splits = {split: {"records": len(src), "imgsz": src.imgsz, "max_instances": src.max_instances, **d.split_info.get(split, {})}
+              for split, src in d.sources.items()}
+    return {"daemon": daemon, "snapshot": splits["train"], "splits": splits, "workers": workers, "trainers": trainers}

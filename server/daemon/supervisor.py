@@ -59,10 +59,10 @@ class WorkerHandle:
         self.conn.send_bytes(proto.pipe_frame(op, **fields))
 
 
-def spawn_worker(ctx, index: int, source: Any, renderer_name: str) -> WorkerHandle:
+def spawn_worker(ctx, index: int, sources: dict[str, Any], renderer_name: str) -> WorkerHandle:
     """Start one worker with the spawn context; it says hello when ready."""
     parent_conn, child_conn = ctx.Pipe(duplex=True)
-    proc = ctx.Process(target=worker_main, args=(index, child_conn, source, renderer_name, os.getpid()), name=f"pixpool-worker-{index}", daemon=True)
+    proc = ctx.Process(target=worker_main, args=(index, child_conn, sources, renderer_name, os.getpid()), name=f"pixpool-worker-{index}", daemon=True)
     proc.start()
     child_conn.close()
     return WorkerHandle(index=index, process=proc, conn=parent_conn, spawned_at=time.monotonic())
@@ -100,10 +100,10 @@ class Supervisor:
     daemon's; ``describe(job)`` gives a job's ring, settings and batch size for the pipe.
     """
 
-    def __init__(self, mp_ctx, source: Any, renderer_name: str, scheduler: Scheduler, *, job_timeout_s: float,
+    def __init__(self, mp_ctx, sources: dict[str, Any], renderer_name: str, scheduler: Scheduler, *, job_timeout_s: float,
                  describe: Callable[[Job], dict], on_done: Callable[[Job, int, int], None], on_failed: Callable[[Job, int, str], None]):
         self._mp = mp_ctx
-        self.source = source
+        self.sources = sources
         self.renderer_name = renderer_name
         self.scheduler = scheduler
         self.job_timeout_s = job_timeout_s
@@ -118,7 +118,7 @@ class Supervisor:
     # -- lifetime -------------------------------------------------------------------------
     def start(self, count: int, poller) -> None:
         for i in range(count):  # appended one by one: stop() reaps those started if a spawn fails
-            self._add(spawn_worker(self._mp, i, self.source, self.renderer_name), poller)
+            self._add(spawn_worker(self._mp, i, self.sources, self.renderer_name), poller)
 
     def _add(self, handle: WorkerHandle, poller) -> None:
         if handle.index < len(self.workers):
@@ -195,7 +195,7 @@ class Supervisor:
                     f", re-running batch {job.batch} of trainer {job.trainer_id}" if job else "")
         if job is not None:
             self.scheduler.retry(job)
-        new = spawn_worker(self._mp, w.index, self.source, self.renderer_name)
+        new = spawn_worker(self._mp, w.index, self.sources, self.renderer_name)
         new.batches_done, new.busy_s = w.batches_done, w.busy_s
         self._add(new, poller)
         self.restarts += 1

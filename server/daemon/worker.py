@@ -4,8 +4,8 @@ Runs in a worker process started by the daemon's supervisor (``supervisor.py``) 
 spawn method. A worker imports numpy, OpenCV and pixpool's own modules, never torch (a
 test checks ``sys.modules``).
 
-- It receives the image source (the snapshot handle pickles as its name and re-attaches
-  read-only) and talks to the daemon over one duplex ``multiprocessing`` pipe, using
+- It receives the image sources by split (``train``, ``val``: snapshot handles pickle as
+  their names and re-attach read-only) and talks to the daemon over one duplex ``multiprocessing`` pipe, using
   ``send_bytes``/``recv_bytes`` with the pipe messages of ``shared/protocol.py`` (msgpack;
   nothing is unpickled after start-up).
 - It attaches a trainer's ring on first use and writes the slot in place: images by the
@@ -29,7 +29,7 @@ log = logging.getLogger(__name__)
 _POLL_S = 1.0
 
 
-def worker_main(index: int, conn: Connection, source: Any, renderer_name: str, parent_pid: int) -> None:
+def worker_main(index: int, conn: Connection, sources: dict[str, Any], renderer_name: str, parent_pid: int) -> None:
     """Entry point of a spawned worker process."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     # cv2 threads would fight the other workers for the same cores: one thread each.
@@ -80,7 +80,7 @@ def worker_main(index: int, conn: Connection, source: Any, renderer_name: str, p
                 ring = rings.get(msg["ring"])
                 if ring is None:
                     ring = rings[msg["ring"]] = Ring.attach(msg["ring"])
-                n_targets = _render_into(ring, renderer, source, settings, msg)
+                n_targets = _render_into(ring, renderer, sources[msg["split"]], settings, msg)
                 reply = proto.pipe_frame("done", job=msg["job"], size=msg["size"], n_targets=n_targets, seconds=time.perf_counter() - t0)
             except Exception as exc:  # report any failure of one job; the worker stays up
                 log.exception("worker %d: job %s failed", index, msg.get("job"))

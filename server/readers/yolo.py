@@ -91,14 +91,14 @@ def _names(raw, yaml_path: Path) -> tuple[str, ...]:
     raise DatasetError("'names' must be a list of class names or a {id: name} mapping", path=str(yaml_path))
 
 
-def _train_entries(raw, yaml_path: Path) -> list[str]:
+def _split_entries(raw, yaml_path: Path, split: str) -> list[str]:
     entries = raw if isinstance(raw, list) else [raw]
     if not entries or not all(isinstance(e, str) and e for e in entries):
-        raise DatasetError("'train' must be a folder, a .txt image list, or a list of those (strings)", path=str(yaml_path))
+        raise DatasetError(f"'{split}' must be a folder, a .txt image list, or a list of those (strings)", path=str(yaml_path))
     return entries
 
 
-def _resolve_entry(entry: str, root: Path, yaml_path: Path) -> Path:
+def _resolve_entry(entry: str, root: Path, yaml_path: Path, split: str = "train") -> Path:
     path = Path(entry)
     if not path.is_absolute():
         path = root / path
@@ -106,7 +106,7 @@ def _resolve_entry(entry: str, root: Path, yaml_path: Path) -> Path:
             path = root / entry[3:]
     path = Path(os.path.abspath(path))
     if not path.exists():
-        raise MissingFileError(f"train entry {entry!r} -> {path} does not exist (relative entries resolve against 'path' or the yaml's folder)", path=str(yaml_path))
+        raise MissingFileError(f"{split} entry {entry!r} -> {path} does not exist (relative entries resolve against 'path' or the yaml's folder)", path=str(yaml_path))
     return path
 
 
@@ -136,8 +136,17 @@ def _finish(records: list[Record], names: tuple[str, ...], source_files: list[st
     return Dataset(records=tuple(records), names=names, source_files=files), stats
 
 
-def read_yolo_yaml(yaml_path: str | os.PathLike) -> tuple[Dataset, ReaderStats]:
-    """Read a YOLO ``data.yaml`` (its ``train`` split); see the module docstring for the rules."""
+def yaml_has_split(yaml_path: str | os.PathLike, split: str) -> bool:
+    """Whether a readable ``data.yaml`` names a ``split`` (``val``) entry."""
+    try:
+        data = yaml.safe_load(Path(yaml_path).read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, yaml.YAMLError):
+        return False
+    return isinstance(data, dict) and data.get(split) not in (None, "", [], {})
+
+
+def read_yolo_yaml(yaml_path: str | os.PathLike, split: str = "train") -> tuple[Dataset, ReaderStats]:
+    """Read a YOLO ``data.yaml``'s ``split`` (``train`` or ``val``); see the module docstring for the rules."""
     yaml_path = Path(os.path.abspath(yaml_path))
     try:
         data = yaml.safe_load(yaml_path.read_text(encoding="utf-8"))
@@ -147,9 +156,9 @@ def read_yolo_yaml(yaml_path: str | os.PathLike) -> tuple[Dataset, ReaderStats]:
         raise DatasetError(f"cannot read the yaml ({exc})", path=str(yaml_path)) from None
     if not isinstance(data, dict):
         raise DatasetError("expected a mapping with at least 'train' and 'names'", path=str(yaml_path))
-    for key in ("train", "names"):
+    for key in (split, "names"):
         if data.get(key) in (None, "", [], {}):
-            raise DatasetError(f"missing '{key}'; a YOLO data.yaml needs 'train' (images folder or list) and 'names' (class names)", path=str(yaml_path))
+            raise DatasetError(f"missing '{key}'; a YOLO data.yaml needs '{split}' (images folder or list) and 'names' (class names)", path=str(yaml_path))
     names = _names(data["names"], yaml_path)
     if "nc" in data and data["nc"] != len(names):
         raise DatasetError(f"'nc' is {data['nc']} but 'names' lists {len(names)} classes; make them agree", path=str(yaml_path))
@@ -159,17 +168,17 @@ def read_yolo_yaml(yaml_path: str | os.PathLike) -> tuple[Dataset, ReaderStats]:
         root = Path(os.path.abspath(root / str(data["path"])))  # an absolute 'path' replaces root
     source_files = [str(yaml_path)]
     images: list[Path] = []
-    for entry in _train_entries(data["train"], yaml_path):
-        path = _resolve_entry(entry, root, yaml_path)
+    for entry in _split_entries(data[split], yaml_path, split):
+        path = _resolve_entry(entry, root, yaml_path, split)
         if path.is_dir():
             found = _images_in(path)
         elif path.suffix.lower() == ".txt":
             found = _images_from_list(path)
             source_files.append(str(path))
         else:
-            raise DatasetError(f"train entry {entry!r} is neither a folder nor a .txt list of image paths", path=str(yaml_path))
+            raise DatasetError(f"{split} entry {entry!r} is neither a folder nor a .txt list of image paths", path=str(yaml_path))
         if not found:
-            raise DatasetError(f"train entry {entry!r} ({path}) holds no images ({' '.join(sorted(IMAGE_SUFFIXES))})", path=str(yaml_path))
+            raise DatasetError(f"{split} entry {entry!r} ({path}) holds no images ({' '.join(sorted(IMAGE_SUFFIXES))})", path=str(yaml_path))
         images.extend(found)
     records, dropped = _read_images(images, names, source_files)
     return _finish(records, names, source_files, dropped, yaml_path)

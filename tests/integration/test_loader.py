@@ -13,7 +13,7 @@ import torch
 from torch.utils.data import DataLoader, Dataset
 from torch.utils.data.distributed import DistributedSampler
 
-from helpers.daemon import WAIT_S, real_daemon, reference_stream
+from helpers.daemon import WAIT_S, ask_status, real_daemon, reference_stream
 from pixpool.client import attach
 from pixpool.client.loader import distributed_rank
 from pixpool.server.readers import load_dataset
@@ -116,3 +116,28 @@ def test_rank_comes_from_the_environment(monkeypatch):
 def test_an_unknown_augmentation_setting_is_named(synthetic_data):
     with pytest.raises(ConfigError, match="unknown field.*'mosiac'"):
         attach("/nonexistent", imgsz=IMGSZ, mosiac=1.0)
+
+
+def test_a_data_yaml_daemon_serves_its_val_split(synthetic_data):
+    # The synthetic data.yaml names val: (the same images): one snapshot serves both splits.
+    dataset = load_dataset(synthetic_data.data_yaml, split="val")
+    with real_daemon(synthetic_data.data_yaml, imgsz=IMGSZ, workers=1) as (_, d):
+        st = ask_status(d)
+        assert set(st["splits"]) == {"train", "val"} and st["splits"]["val"]["name"] == st["splits"]["train"]["name"]
+        with attach(d, batch_size=8, imgsz=IMGSZ, split="val", timeout_s=WAIT_S) as val:
+            assert len(val) == 3
+            got = [batch_digest(b.images.numpy(), b.targets.numpy()) for b in val]
+            order = [i for b in val for i in b.indices.tolist()]
+    s = StreamSettings(batch_size=8, shuffle=False, split="val", augment=AugmentConfig(imgsz=IMGSZ, augment=False))
+    assert got == reference_stream(dataset, s, 0)[0]  # the letterboxed validation route, in dataset order
+    assert order == list(range(24))
+
+
+def test_a_val_split_must_be_served_to_be_asked_for(synthetic_data):
+    with real_daemon(synthetic_data.coco_json, imgsz=IMGSZ, workers=1) as (_, d):
+        assert set(ask_status(d)["splits"]) == {"train"}
+        with pytest.raises(ConfigError, match="serves no 'val' split.*--val"):
+            attach(d, imgsz=IMGSZ, split="val", timeout_s=WAIT_S)
+    with real_daemon(synthetic_data.coco_json, imgsz=IMGSZ, workers=1, val=str(synthetic_data.coco_json)) as (_, d):
+        with attach(d, batch_size=12, imgsz=IMGSZ, split="val", timeout_s=WAIT_S) as val:
+            assert sum(len(b.indices) for b in val) == 24
