@@ -92,7 +92,7 @@ def dfl_distances(distribution: torch.Tensor, reg_max: int) -> torch.Tensor:
     grid units (bins 0 .. reg_max - 1)."""
     probs = distribution.reshape(*distribution.shape[:-1], 4, reg_max).softmax(-1)
     bins = torch.arange(reg_max, device=distribution.device, dtype=probs.dtype)
-    return probs @ bins
+    return (probs * bins).sum(-1)  # elementwise, not a matmul: autocast would run a matmul in bf16
 
 
 def distances_to_boxes(anchor_points: torch.Tensor, distances: torch.Tensor) -> torch.Tensor:
