@@ -57,6 +57,7 @@ class FitConfig:
     iou_thres: float = 0.7
     max_det: int = 300
     max_steps: int | None = None
+    hsv_on_device: bool = False
     log_every: int = 10
     progress: bool = True
     augment: AugmentConfig = field(default_factory=AugmentConfig)
@@ -78,8 +79,11 @@ def fit(config: FitConfig, *, socket_dir=None, endpoint=None, keys_dir=None, tim
     project.mkdir(parents=True, exist_ok=True)
     aug = dataclasses.replace(config.augment, epochs=config.epochs)
     start_epoch = ckpt["next_epoch"] if ckpt else 0
+    # With HSV on the device the client moves each batch there and applies it; else the step's
+    # pinned staging copies the slot view.
+    on_device = dict(hsv_on_device=True, device=device) if config.hsv_on_device else {}
     with attach(socket_dir, endpoint=endpoint, keys_dir=keys_dir, batch_size=config.batch_size, seed=config.seed, drop_last=True,
-                start_epoch=start_epoch, timeout_s=timeout_s, **dataclasses.asdict(aug)) as train:
+                start_epoch=start_epoch, timeout_s=timeout_s, **on_device, **dataclasses.asdict(aug)) as train:
         if train.num_classes < 1:
             raise ConfigError("the daemon did not say how many classes its dataset has; serve a COCO json or a data.yaml with names")
         steps_per_epoch = len(train)
@@ -89,11 +93,11 @@ def fit(config: FitConfig, *, socket_dir=None, endpoint=None, keys_dir=None, tim
         step = DetectorStep(num_classes=train.num_classes, batch_size=config.batch_size, imgsz=aug.imgsz, max_targets=per_image,
                             total_steps=config.epochs * steps_per_epoch, device=device, scale=config.scale, optimizer=config.optimizer,
                             lr=config.lr, warmup_steps=max(1, round(config.warmup_epochs * steps_per_epoch)), schedule=config.schedule, seed=config.seed)
-        best = -1.0
+        best = float("-inf")  # mAP50-95 with validation, else minus the loss
         if ckpt is not None:
             step.load_state_dict(ckpt["step"])
             _set_rng(ckpt["rng"], torch)
-            best = ckpt.get("best", -1.0)
+            best = ckpt["best"]
         val = _val_loader(train, socket_dir, endpoint, keys_dir, config, aug, timeout_s) if config.validate else None
         if on_attached is not None:
             on_attached()
@@ -173,8 +177,8 @@ def _train_epoch(train, step, epoch: int, config: FitConfig, report: dict) -> di
     report["images"] += images
     report["train_s"] += elapsed
     report["wait_s"] += wait
-    return {"epoch": epoch, "loss": float(np.mean(losses)) if losses else float("nan"), **{k: parts[k] for k in ("box", "cls", "dfl")} if parts else {},
-            "lr": step.current_lr, "images_per_s": images / elapsed if elapsed else 0.0, "data_wait_fraction": wait / elapsed if elapsed else 0.0,
+    terms = {k: parts[k] for k in ("box", "cls", "dfl")} if parts else {}
+    return {"epoch": epoch, "loss": float(np.mean(losses)) if losses else float("nan"), **terms, "lr": step.current_lr, "images_per_s": images / elapsed if elapsed else 0.0, "data_wait_fraction": wait / elapsed if elapsed else 0.0,
             "time_s": elapsed}
 
 

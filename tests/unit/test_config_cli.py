@@ -27,7 +27,7 @@ def _help(capsys, *argv: str) -> str:
 
 @pytest.mark.parametrize("command, classes, skip", [
     ("serve", (DaemonConfig,), {"data"}),
-    ("train", (StreamSettings, AugmentConfig), {"augment", "epochs"}),  # AugmentConfig.epochs is --start-epoch + --epochs
+    ("train", (AugmentConfig,), {"epochs"}),  # AugmentConfig.epochs is the run's --epochs
     ("digest", (StreamSettings, AugmentConfig), {"augment"}),
 ])
 def test_every_setting_is_a_flag_with_its_default(capsys, command, classes, skip):
@@ -37,6 +37,9 @@ def test_every_setting_is_a_flag_with_its_default(capsys, command, classes, skip
             if f.name in skip:
                 continue
             assert flag_of(f) in text, f"{cls.__name__}.{f.name} has no flag in `pixpool {command} --help`"
+    if command == "train":
+        for flag in ("--epochs", "--batch-size", "--seed", "--lr", "--optimizer", "--project", "--resume", "--device", "--val", "--hsv-on-device"):
+            assert flag in text
     if command == "serve":
         for name in ("job-timeout-s", "max-ring-nbytes", "max-total-ring-nbytes", "heartbeat-timeout-s"):
             assert f"--{name}" in text

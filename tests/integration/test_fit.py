@@ -1,0 +1,48 @@
+"""``fit``: the reference detector trains on the daemon's stream, validates, checkpoints and
+resumes exactly.
+
+Integration tests: a spawned daemon over the synthetic set; training runs in this process on
+the CPU with the "tiny" scale (a few seconds).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+
+import pytest
+
+from helpers.daemon import WAIT_S, real_daemon
+from pixpool.client.fit import FitConfig, fit
+from pixpool.shared.config import AugmentConfig
+from pixpool.shared.errors import ConfigError
+
+IMGSZ = 64
+
+
+def _config(tmp_path, name: str, epochs: int, **extra) -> FitConfig:
+    return FitConfig(epochs=epochs, batch_size=8, seed=5, scale="tiny", optimizer="AdamW", lr=0.002, project=str(tmp_path / name),
+                     progress=False, validate=False, log_every=1, augment=AugmentConfig(imgsz=IMGSZ, mosaic=0.5), **extra)
+
+
+def test_resume_continues_the_exact_run(synthetic_data, tmp_path):
+    with real_daemon(synthetic_data.coco_json, imgsz=IMGSZ, workers=1) as (_, d):
+        straight = fit(_config(tmp_path, "straight", 2), socket_dir=d, timeout_s=WAIT_S)
+        first = fit(_config(tmp_path, "parts", 1), socket_dir=d, timeout_s=WAIT_S)
+        resumed = fit(_config(tmp_path, "parts", 2, resume=str(tmp_path / "parts" / "last.pt")), socket_dir=d, timeout_s=WAIT_S)
+        with pytest.raises(ConfigError, match="other settings.*seed=5"):
+            fit(dataclasses.replace(_config(tmp_path, "parts", 3, resume=str(tmp_path / "parts" / "last.pt")), seed=6), socket_dir=d, timeout_s=WAIT_S)
+    assert [r["epoch"] for r in straight["history"]] == [0, 1] and resumed["start_epoch"] == 1
+    assert first["history"][0]["loss"] == straight["history"][0]["loss"]  # the warm-up epoch does not depend on the total
+    assert resumed["history"][0]["loss"] == straight["history"][1]["loss"]  # same bytes, same state: the same loss, exactly
+    lines = (tmp_path / "parts" / "results.jsonl").read_text().splitlines()
+    assert [json.loads(line)["epoch"] for line in lines] == [0, 1]
+    assert (tmp_path / "parts" / "best.pt").is_file() and resumed["checkpoint"].endswith("last.pt")
+
+
+def test_validation_reports_coco_map(synthetic_data, tmp_path):
+    with real_daemon(synthetic_data.data_yaml, imgsz=IMGSZ, workers=1) as (_, d):  # the data.yaml serves its val: split
+        report = fit(dataclasses.replace(_config(tmp_path, "val", 1), validate=True), socket_dir=d, timeout_s=WAIT_S)
+    row = report["history"][0]
+    assert 0.0 <= row["mAP50_95"] <= row["mAP50"] <= 1.0 and row["images"] == 24
+    assert set(report) >= {"epochs", "final_loss", "metrics", "checkpoint", "images_per_s", "data_wait_fraction"}
