@@ -1,4 +1,5 @@
-"""``pixpool plot FILE -o mem.png``: draw a ``pixpool monitor --record`` file (``client/plot.py``)."""
+"""``pixpool plot FILE -o out.png``: draw a ``pixpool monitor --record`` file or a training
+run's ``results.jsonl`` (``client/plot.py``)."""
 
 from __future__ import annotations
 
@@ -6,13 +7,13 @@ import argparse
 
 
 def configure(parser: argparse.ArgumentParser, name: str) -> None:
-    parser.add_argument("file", metavar="FILE", help="JSON lines written by `pixpool monitor --record FILE`")
+    parser.add_argument("file", metavar="FILE", help="JSON lines written by `pixpool monitor --record FILE`, or a run's results.jsonl")
     parser.add_argument("-o", "--out", default="memory.png", help="PNG to write (default memory.png)")
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..plot import plot, read_record
+    from ..plot import plot_any, read_record
 
-    out = plot(read_record(args.file), args.out)
+    out = plot_any(read_record(args.file), args.out)
     print(f"wrote {out}")
     return 0

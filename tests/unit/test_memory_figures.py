@@ -75,3 +75,18 @@ def test_plot_names_a_bad_line(tmp_path):
     record.write_text(json.dumps(_sample(1.0, 1)) + "\n{not json\n")
     with pytest.raises(ConfigError, match=rf"{record}:2: not a `pixpool monitor --record` sample"):
         read_record(record)
+
+
+def test_plot_draws_training_results(tmp_path):
+    pytest.importorskip("matplotlib", reason="pixpool plot needs the plot extra")
+    from PIL import Image
+
+    from pixpool.client.plot import plot_any, read_record
+
+    rows = [{"epoch": e, "loss": 100 - 5 * e, "box": 3.0, "cls": 2.0, "dfl": 1.5, "lr": 0.01 / (e + 1), "data_wait_fraction": 0.05,
+             "mAP50": 0.02 * e, "mAP50_95": 0.01 * e} for e in range(6)]
+    record = tmp_path / "results.jsonl"
+    record.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    out = plot_any(read_record(record), tmp_path / "results.png")
+    with Image.open(out) as im:
+        assert im.size == (1200, 800) and len(im.convert("L").getcolors(256)) > 16
