@@ -1,4 +1,5 @@
-"""The trainer side: the client of the daemon, device HSV, training step and loop, and the
+"""The trainer side: the client of the daemon (``attach``, ``Client``), the reference
+detector (``detect``), its training step and loop (``step``, ``fit``), device HSV, and the
 trainer's and operator's commands.
 
 It imports ``pixpool.shared``, never ``pixpool.server``: a trainer process loads neither
@@ -6,16 +7,16 @@ OpenCV nor the augmentation route.
 torch is the ``train`` extra (``pip install 'pixpool[train]'``); the ``Client`` itself
 works without it, yielding numpy views.
 
-Names are imported on first use, so importing the package costs nothing (``TrainStep``
-and ``train_on_daemon`` pull in torch).
+Names are imported on first use, so importing the package costs nothing (``DetectorStep``
+and ``fit`` pull in torch).
 """
 
 from importlib import import_module
 
-__all__ = ["attach", "Loader", "Client", "TrainerBatch", "TrainStep", "train_on_daemon", "apply_hsv"]
+__all__ = ["attach", "Loader", "Client", "TrainerBatch", "DetectorStep", "fit", "FitConfig", "apply_hsv"]
 
-_WHERE = {"attach": "loader", "Loader": "loader", "Client": "iterator", "TrainerBatch": "iterator", "TrainStep": "train", "train_on_daemon": "loop",
-          "apply_hsv": "hsv_torch"}
+_WHERE = {"attach": "loader", "Loader": "loader", "Client": "iterator", "TrainerBatch": "iterator", "DetectorStep": "step", "fit": "fit",
+          "FitConfig": "fit", "apply_hsv": "hsv_torch"}
 
 
 def __getattr__(name: str):

@@ -58,6 +58,7 @@ class FitConfig:
     max_det: int = 300
     max_steps: int | None = None
     hsv_on_device: bool = False
+    threads: int | None = None  # torch CPU threads (the demo gives each of its trainers its share of the cores)
     log_every: int = 10
     progress: bool = True
     augment: AugmentConfig = field(default_factory=AugmentConfig)
@@ -70,6 +71,8 @@ def fit(config: FitConfig, *, socket_dir=None, endpoint=None, keys_dir=None, tim
     from .step import DetectorStep
 
     device = config.device or ("cuda" if torch.cuda.is_available() else "cpu")
+    if config.threads is not None:
+        torch.set_num_threads(config.threads)
     if device == "cpu":
         torch.use_deterministic_algorithms(True, warn_only=True)
     ckpt = _load_checkpoint(config.resume, torch) if config.resume else None
@@ -208,7 +211,7 @@ def _validate(model, val, config: FitConfig, imgsz: int, device, torch) -> dict:
 # -- checkpoints ---------------------------------------------------------------------------
 def _settings(config: FitConfig) -> dict:
     d = dataclasses.asdict(config)
-    for transient in ("resume", "device", "progress", "max_steps", "project"):
+    for transient in ("resume", "device", "progress", "max_steps", "project", "threads"):
         d.pop(transient)
     return d
 
@@ -250,3 +253,19 @@ def _set_rng(rng: dict, torch) -> None:
     torch.set_rng_state(rng["torch"])
     np.random.set_state(rng["numpy"])
     random.setstate(rng["python"])
+
+
+def fit_process(config_dict: dict, socket_dir: str, queue) -> None:
+    """Entry point of a spawned trainer process (the demo's): fit, reporting to ``queue``.
+
+    Puts ("attached", pid, None), ("epoch", pid, row) per epoch, then ("done", pid, report)
+    or ("error", pid, text)."""
+    pid = os.getpid()
+    try:
+        augment = AugmentConfig.from_dict(config_dict.pop("augment"))
+        config = FitConfig(**config_dict, augment=augment)
+        report = fit(config, socket_dir=socket_dir, on_attached=lambda: queue.put(("attached", pid, None)),
+                     on_epoch=lambda row: queue.put(("epoch", pid, row)))
+        queue.put(("done", pid, {k: v for k, v in report.items() if k != "history"}))
+    except Exception as exc:  # reported to the parent, which owns the exit status
+        queue.put(("error", pid, f"{type(exc).__name__}: {exc}"))

@@ -2,16 +2,19 @@
 
 Runs in the user's shell process, which plays the operator and uses the producer only
 through the command line: ``pixpool synth`` writes the synthetic dataset and ``pixpool
-serve`` runs as a child process (the daemon owns every segment). Several trainer
-processes (spawn) attach with different seeds and run the training step; the demo prints
-the memory the service retains against what per-trainer decoded uint8 caches would cost,
+serve`` runs as a child process (the daemon owns every segment) serving the set's
+``data.yaml``, training and validation split. Several trainer processes (spawn) attach
+with different seeds and train the reference detector (``--model tiny`` by default, a CPU
+size) with ``fit``; the demo prints each trainer's validation mAP per epoch and the memory
+the service retains against per-trainer uint8 caches, draws each run's results as a PNG,
 then stops the daemon with SIGTERM and checks that no segment of the project is left
-behind. The exit status is non-zero if any of that fails. Needs the trainer extra (torch).
+behind. The exit status is non-zero if any of that fails. Needs the trainer extra.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import queue as queue_mod
 import subprocess
 import sys
@@ -22,12 +25,14 @@ from pathlib import Path
 
 def configure(parser: argparse.ArgumentParser, name: str) -> None:
     parser.add_argument("--workdir", metavar="DIR", default=None, help="where the dataset and sockets go (default: a temporary folder, removed after)")
+    parser.add_argument("--project", metavar="DIR", default="pixpool-demo-runs", help="where each trainer's results and checkpoints go (default ./pixpool-demo-runs)")
     parser.add_argument("--num-images", type=int, default=48, help="synthetic images (default 48)")
-    parser.add_argument("--imgsz", type=int, default=320, help="training image size (default 320)")
+    parser.add_argument("--imgsz", type=int, default=128, help="training image size (default 128)")
     parser.add_argument("--workers", type=int, default=2, help="augmentation workers (default 2)")
     parser.add_argument("--trainers", type=int, default=2, help="trainer processes attached at once (default 2)")
-    parser.add_argument("--epochs", type=int, default=2, help="epochs per trainer (default 2)")
+    parser.add_argument("--epochs", type=int, default=30, help="epochs per trainer (default 30)")
     parser.add_argument("--batch-size", type=int, default=8, help="batch size (default 8)")
+    parser.add_argument("--model", default="tiny", help="detector scale (default tiny)")
     parser.add_argument("--timeout-s", type=float, default=600.0, help="give up after this long (default 600)")
 
 
@@ -39,16 +44,17 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _demo(workdir: Path, args: argparse.Namespace) -> int:
+    import dataclasses
     import multiprocessing as mp
 
     import yaml
 
-    from ...shared.config import AugmentConfig, StreamSettings
+    from ...shared.config import AugmentConfig
     from ...shared.errors import DaemonStopped, DaemonTimeout
     from ...shared.names import list_segments, ring_prefix
     from .._torch import require_torch
     from ..child import cli_command, serve_child
-    from ..loop import trainer_process
+    from ..fit import FitConfig, fit_process
     from ..memory import memory_report
     from ..status import query_status
 
@@ -56,23 +62,27 @@ def _demo(workdir: Path, args: argparse.Namespace) -> int:
     data_dir = workdir / "data"
     subprocess.run(cli_command("synth", str(data_dir), "--num-images", str(args.num_images), "--seed", "0"), check=True, stdout=subprocess.DEVNULL)
     names = yaml.safe_load((data_dir / "data.yaml").read_text())["names"]
-    coco_json = data_dir / "annotations" / "instances_train.json"
-    print(f"[1/5] synthetic dataset: {args.num_images} images, {len(names)} classes -> {coco_json}", flush=True)
+    print(f"[1/5] synthetic dataset: {args.num_images} images, {len(names)} classes -> {data_dir / 'data.yaml'}", flush=True)
     before = set(list_segments())
-    serve = [str(coco_json), "--imgsz", str(args.imgsz), "--workers", str(args.workers)]
+    serve = [str(data_dir / "data.yaml"), "--imgsz", str(args.imgsz), "--workers", str(args.workers)]
     ok = True
+    projects = {}
     with serve_child(serve, socket_dir=str(workdir / "sock"), timeout_s=args.timeout_s) as (daemon, sock, status):
-        snapshot_name = status["snapshot"]["name"]
-        print(f"[2/5] daemon pid {daemon.pid} serving on {sock} with {args.workers} workers", flush=True)
+        snapshot_names = {info["name"] for info in status["splits"].values()}
+        print(f"[2/5] daemon pid {daemon.pid} serving on {sock} with {args.workers} workers (train and val)", flush=True)
         ctx = mp.get_context("spawn")
         results = ctx.Queue()
         trainers = []
         try:
             for i in range(args.trainers):
-                settings = StreamSettings(seed=i, batch_size=args.batch_size, augment=AugmentConfig(imgsz=args.imgsz, epochs=args.epochs))
-                p = ctx.Process(target=trainer_process, args=(settings.to_dict(), sock, args.epochs, len(names), results), name=f"pixpool-trainer-{i}")
+                project = Path(args.project) / f"trainer-{i}"
+                config = FitConfig(epochs=args.epochs, batch_size=args.batch_size, seed=i, scale=args.model, optimizer="AdamW", lr=0.002,
+                                   device="cpu", project=str(project), progress=False, log_every=1000, augment=AugmentConfig(imgsz=args.imgsz),
+                                   threads=max(1, (os.cpu_count() or 1) // args.trainers))
+                p = ctx.Process(target=fit_process, args=(dataclasses.asdict(config), sock, results), name=f"pixpool-trainer-{i}")
                 p.start()
                 trainers.append(p)
+                projects[p.pid] = (i, project)
             deadline = time.monotonic() + args.timeout_s
             attached, reports, errors = set(), {}, {}
             shown = False
@@ -87,6 +97,10 @@ def _demo(workdir: Path, args: argparse.Namespace) -> int:
                     continue
                 if kind == "attached":
                     attached.add(pid)
+                elif kind == "epoch":
+                    r = payload
+                    print(f"  trainer {projects[pid][0]} (seed {projects[pid][0]}): epoch {r['epoch'] + 1}/{args.epochs} loss {r['loss']:.2f} "
+                          f"mAP50 {r.get('mAP50', float('nan')):.3f} mAP50-95 {r.get('mAP50_95', float('nan')):.3f}", flush=True)
                 elif kind == "done":
                     reports[pid] = payload
                 else:
@@ -97,12 +111,14 @@ def _demo(workdir: Path, args: argparse.Namespace) -> int:
                     _print_memory(memory_report(query_status(sock, timeout_s=10.0)))
             print("[4/5] training finished:", flush=True)
             for pid, r in sorted(reports.items()):
-                first, last = (r["losses"][0], r["losses"][-1]) if r["losses"] else (float("nan"), float("nan"))
-                print(f"  trainer pid {pid} seed {r['seed']} on {r['device']}{' (CUDA graph)' if r['graph'] else ''}: "
-                      f"{r['steps']} steps, {r['images_per_s']:.1f} img/s, loss {first:.3f} -> {last:.3f}, "
-                      f"samples per epoch {r['samples_per_epoch']}")
+                index, project = projects[pid]
+                png = _plot(project / "results.jsonl")
+                m = r["metrics"]
+                print(f"  trainer {index} (seed {index}) on {r['device']}: {r['epochs']} epochs, {r['images_per_s']:.1f} img/s, "
+                      f"final loss {r['final_loss']:.3f}, mAP50 {m.get('mAP50', float('nan')):.3f}, mAP50-95 {m.get('mAP50_95', float('nan')):.3f}, "
+                      f"data wait {100 * r['data_wait_fraction']:.0f}%; results {png}; checkpoint {r['checkpoint']}", flush=True)
             for pid, text in sorted(errors.items()):
-                print(f"  trainer pid {pid} failed: {text}", file=sys.stderr)
+                print(f"  trainer {projects[pid][0]} failed: {text}", file=sys.stderr)
                 ok = False
         finally:
             for p in trainers:
@@ -111,13 +127,23 @@ def _demo(workdir: Path, args: argparse.Namespace) -> int:
                     p.kill()
                     p.join(5.0)
     # Only what this demo's daemon made: its snapshot (unless it existed already) and its rings.
-    mine = (ring_prefix(daemon.pid), snapshot_name)
+    mine = (ring_prefix(daemon.pid), *snapshot_names)
     left = sorted(n for n in set(list_segments()) - before if n.startswith(mine))
     if left:
         print(f"[5/5] daemon stopped, but segments remain: {left} (run `pixpool clean`)", file=sys.stderr)
         return 1
     print(f"[5/5] daemon stopped (exit code {daemon.returncode}); no pixpool segment left in /dev/shm", flush=True)
     return 0 if ok and daemon.returncode == 0 else 1
+
+
+def _plot(results: Path) -> str:
+    from ...shared.errors import MissingExtraError
+    from ..plot import plot_any, read_record
+
+    try:
+        return str(plot_any(read_record(results), results.with_suffix(".png")))
+    except MissingExtraError as exc:
+        return f"{results} (no PNG: {exc})"
 
 
 def _print_memory(report: dict) -> None:

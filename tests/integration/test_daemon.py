@@ -266,17 +266,18 @@ def test_train_command_trains_on_the_daemons_stream(daemon, capsys, tmp_path):
     assert report["final_loss"] > 0 and (tmp_path / "run" / "last.pt").is_file()
 
 
-def test_train_with_hsv_on_device_applies_it(daemon, monkeypatch):
+def test_train_with_hsv_on_device_applies_it(daemon, monkeypatch, tmp_path):
     """The training loop's batches get HSV on the device when the workers skip it."""
     import pixpool.client.hsv_torch as hsv_torch
-    from pixpool.client.loop import train_on_daemon
+    from pixpool.client.fit import FitConfig, fit
 
     calls = []
     real = hsv_torch.apply_hsv
     monkeypatch.setattr(hsv_torch, "apply_hsv", lambda images, *a, **k: calls.append(images.shape) or real(images, *a, **k))
-    s = settings(9, batch_size=4, hsv_on_device=True)
-    report = train_on_daemon(s, epochs=1, num_classes=8, socket_dir=daemon[1], device="cpu", max_steps=2, timeout_s=WAIT_S)
-    assert report.steps == 2 and len(calls) >= 2 and calls[0][0] == 4
+    config = FitConfig(epochs=1, batch_size=4, seed=9, scale="tiny", device="cpu", project=str(tmp_path), progress=False, validate=False,
+                       max_steps=2, hsv_on_device=True, augment=AugmentConfig(imgsz=IMGSZ))
+    report = fit(config, socket_dir=daemon[1], timeout_s=WAIT_S)
+    assert report["steps"] == 2 and len(calls) >= 2 and calls[0][0] == 4
 
 
 def test_validation_stream_gets_no_device_hsv(daemon, dataset):

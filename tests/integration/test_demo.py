@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import re
 import subprocess
 import sys
 
@@ -10,15 +12,22 @@ from pixpool.shared.names import list_segments
 
 def test_demo_runs_two_trainers_and_leaves_nothing(tmp_path):
     before = set(list_segments())
+    runs = tmp_path / "runs"
     proc = subprocess.run(
-        [sys.executable, "-m", "pixpool.shared.cli", "demo", "--workdir", str(tmp_path), "--num-images", "16", "--imgsz", "128",
-         "--epochs", "1", "--batch-size", "4", "--trainers", "2", "--workers", "1", "--timeout-s", "240"],
+        [sys.executable, "-m", "pixpool.shared.cli", "demo", "--workdir", str(tmp_path), "--project", str(runs), "--num-images", "16",
+         "--imgsz", "64", "--epochs", "2", "--batch-size", "4", "--trainers", "2", "--workers", "1", "--timeout-s", "240"],
         capture_output=True, text=True, timeout=300,
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     out = proc.stdout
-    assert "2 trainers attached" in out
-    # Each trainer saw every one of the 16 samples once in its epoch.
-    assert out.count("samples per epoch {0: 16}") == 2, out
+    assert "2 trainers attached" in out and "decoded uint8 cache of the same images" in out
+    # Each trainer validated after each of its epochs, on its own stream, and drew its results.
+    assert len(re.findall(r"trainer [01] \(seed [01]\): epoch [12]/2 loss [\d.]+ mAP50 [\d.]+", out)) == 4, out
+    for i in (0, 1):
+        rows = [json.loads(line) for line in (runs / f"trainer-{i}" / "results.jsonl").read_text().splitlines()]
+        assert [r["epoch"] for r in rows] == [0, 1] and all("mAP50" in r for r in rows)
+        assert (runs / f"trainer-{i}" / "results.png").stat().st_size > 10_000 and (runs / f"trainer-{i}" / "last.pt").is_file()
+    losses = [json.loads((runs / f"trainer-{i}" / "results.jsonl").read_text().splitlines()[0])["loss"] for i in (0, 1)]
+    assert losses[0] != losses[1]  # different seeds: different models on different streams
     assert "no pixpool segment left" in out
     assert set(list_segments()) - before == set()

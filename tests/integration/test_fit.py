@@ -46,3 +46,21 @@ def test_validation_reports_coco_map(synthetic_data, tmp_path):
     row = report["history"][0]
     assert 0.0 <= row["mAP50_95"] <= row["mAP50"] <= 1.0 and row["images"] == 24
     assert set(report) >= {"epochs", "final_loss", "metrics", "checkpoint", "images_per_s", "data_wait_fraction"}
+
+
+def test_the_detector_learns_the_synthetic_shapes(tmp_path):
+    """Validation mAP@.5 after the demo's 30 epochs (48 images, 128 px, tiny, AdamW 0.002).
+
+    Measured with the demo: 0.103 and 0.080 for seeds 0 and 1 (and 0.000 for every epoch
+    before the 19th: an untrained detector finds nothing). 0.03 is well above that chance
+    level and well under what training reaches, so the test fails only if learning breaks.
+    """
+    from pixpool.server.synthetic import write_synthetic
+
+    data = write_synthetic(tmp_path / "data", num_images=48, seed=0)
+    with real_daemon(data.data_yaml, imgsz=128, workers=1) as (_, d):
+        config = FitConfig(epochs=30, batch_size=8, seed=0, scale="tiny", optimizer="AdamW", lr=0.002, project=str(tmp_path / "run"),
+                           progress=False, augment=AugmentConfig(imgsz=128))
+        report = fit(config, socket_dir=d, timeout_s=WAIT_S)
+    maps = [r["mAP50"] for r in report["history"]]
+    assert maps[0] < 0.005 and report["metrics"]["mAP50"] > 0.03, maps
