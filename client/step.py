@@ -4,8 +4,9 @@ eager on the CPU.
 Runs in the trainer process. Every tensor the step touches keeps its address and shape:
 images (B, 3, S, S) uint8, targets padded to ``max_targets`` per image with a mask
 (``detect.targets.pad_targets``), the learning rate and the EMA decay as device tensors the
-step reads. So on CUDA, after a few warm-up steps on a side stream (PyTorch's CUDA-graph
-rules), forward, loss, backward, optimizer and EMA are captured once and replayed; losses
+step reads. Batches arrive through ``feeder.Feeder`` (on CUDA the copy of batch n+1
+overlaps step n). So on CUDA, after a few warm-up steps on a side stream (PyTorch's
+CUDA-graph rules), forward, loss, backward, optimizer and EMA are captured once and replayed; losses
 add up in a device tensor that ``losses()`` reads (one host synchronisation per read, not per
 step). bf16 autocast on CUDA. On the CPU the same code runs eagerly, deterministically.
 
@@ -27,6 +28,7 @@ import torch
 from .detect.loss import DetectionLoss
 from .detect.model import Detector
 from .detect.targets import pad_targets
+from .feeder import Feeder
 
 log = logging.getLogger(__name__)
 
@@ -81,10 +83,8 @@ class DetectorStep:
         else:
             self.optimizer = torch.optim.AdamW(groups, lr=self.lr, betas=(momentum, 0.999), capturable=cuda)
         self.ema_weight = torch.zeros((), device=self.device)  # 1 - decay of the coming update
-        self.static_images = torch.zeros((batch_size, 3, imgsz, imgsz), dtype=torch.uint8, device=self.device)
-        self.static_targets = torch.zeros((batch_size, max_targets, 5), dtype=torch.float32, device=self.device)
-        self.static_mask = torch.zeros((batch_size, max_targets), dtype=torch.bool, device=self.device)
-        self._stage = torch.empty(self.static_images.shape, dtype=torch.uint8, pin_memory=cuda)
+        self.feeder = Feeder(batch_size=batch_size, imgsz=imgsz, max_targets=max_targets, device=self.device)
+        self.static_images, self.static_targets, self.static_mask = (self.feeder.static[k] for k in ("images", "targets", "mask"))
         self.loss_sum = torch.zeros(4, device=self.device)  # total, box, cls, dfl since the last read
         self._summed = 0
         self.use_graph = cuda if use_graph is None else (use_graph and cuda)
@@ -111,6 +111,11 @@ class DetectorStep:
             self.loss_sum.add_(torch.cat((total.detach().reshape(1), parts.detach())))
 
     def _capture(self) -> None:
+        # The warm-up steps (which allocate gradients and optimizer state before capture, as
+        # PyTorch's CUDA-graph rules require) really train: keep what they change, and put it
+        # back once captured (in place: the graph holds these addresses), so the first replay
+        # is the run's first step and graph and eager runs stay step for step the same.
+        saved = [t.detach().clone() for t in self._state_tensors()]
         side = torch.cuda.Stream()
         side.wait_stream(torch.cuda.current_stream())
         with torch.cuda.stream(side):
@@ -120,25 +125,36 @@ class DetectorStep:
         self.graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(self.graph):
             self._compute()
+        with torch.no_grad():
+            for t, value in zip(self._state_tensors(), saved):
+                t.copy_(value)
+            # Optimizer state did not exist before the warm-up; zeros are what a first step
+            # starts from (SGD's momentum buffer: mu * 0 + grad = grad; Adam's moments, step 0).
+            for state in self.optimizer.state.values():
+                for value in state.values():
+                    if isinstance(value, torch.Tensor):
+                        value.zero_()
+            self.loss_sum.zero_()
         log.info("captured the training step as a CUDA graph after %d warm-up steps", self.graph_warmup_steps)
 
+    def _state_tensors(self) -> list[torch.Tensor]:
+        return [*self.model.parameters(), *self.model.buffers(), *self.ema.parameters(), *self.ema.buffers()]
+
     def load(self, images, rows: np.ndarray, files=None) -> None:
-        """Copy one batch into the static buffers (images through pinned staging)."""
+        """Hand one batch to the feeder (targets padded per image); the ring slot may be
+        released once this returns."""
         src = images if isinstance(images, torch.Tensor) else torch.from_numpy(np.asarray(images))
         if tuple(src.shape) != tuple(self.static_images.shape):
             raise ValueError(f"batch of shape {tuple(src.shape)} does not fit the step's static shape {tuple(self.static_images.shape)}")
         targets, mask = pad_targets(np.asarray(rows, np.float32).reshape(-1, 6), self.batch_size, self.max_targets, files=files)
-        nb = self.device.type == "cuda"
-        if src.device.type == "cpu" and nb:
-            self._stage.copy_(src)
-            src = self._stage
-        self.static_images.copy_(src, non_blocking=nb)
-        self.static_targets.copy_(torch.from_numpy(targets), non_blocking=nb)
-        self.static_mask.copy_(torch.from_numpy(mask), non_blocking=nb)
+        self.feeder.put(src, targets, mask)
 
-    def step(self, images, rows: np.ndarray, files=None) -> None:
-        """Train on one batch; the loss adds up on the device (read it with ``losses``)."""
-        self.load(images, rows, files)
+    def step(self, images=None, rows: np.ndarray | None = None, files=None) -> None:
+        """Train on one batch (given here, or handed over before with ``load``); the loss
+        adds up on the device (read it with ``losses``). On CUDA this only enqueues work."""
+        if images is not None:
+            self.load(images, rows, files)
+        self.feeder.take()
         lr = lr_at(self.steps, **self.schedule)
         if isinstance(self.lr, torch.Tensor):
             self.lr.fill_(lr)
