@@ -17,6 +17,7 @@ uninterrupted run would, and on the CPU computes the same losses.
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
 import logging
 import os
@@ -28,6 +29,7 @@ from pathlib import Path
 import numpy as np
 
 from ..shared.config import AugmentConfig
+from ..shared.digest import batch_digest
 from ..shared.errors import ConfigError
 from ._torch import require_torch
 
@@ -59,6 +61,7 @@ class FitConfig:
     max_steps: int | None = None
     hsv_on_device: bool = False
     threads: int | None = None  # torch CPU threads (the demo gives each of its trainers its share of the cores)
+    record_digests: bool = False  # a sha256 over each epoch's batch digests in results.jsonl (costs a hash per batch)
     log_every: int = 10
     progress: bool = True
     augment: AugmentConfig = field(default_factory=AugmentConfig)
@@ -155,10 +158,13 @@ def _train_epoch(train, step, epoch: int, config: FitConfig, report: dict) -> di
     t0 = last = time.perf_counter()
     wait = 0.0
     losses, parts = [], None
+    digests = hashlib.sha256() if config.record_digests else None
     for batch in train:
         now = time.perf_counter()
         wait += now - last
         images_t, targets = batch
+        if digests is not None:
+            digests.update(batch_digest(images_t.numpy(), targets.numpy()).encode())
         step.step(images_t, targets.numpy(), files=batch.files)
         images += len(batch.indices)
         report["steps"] += 1
@@ -181,6 +187,8 @@ def _train_epoch(train, step, epoch: int, config: FitConfig, report: dict) -> di
     report["train_s"] += elapsed
     report["wait_s"] += wait
     terms = {k: parts[k] for k in ("box", "cls", "dfl")} if parts else {}
+    if digests is not None:
+        terms["data_sha256"] = digests.hexdigest()
     return {"epoch": epoch, "loss": float(np.mean(losses)) if losses else float("nan"), **terms, "lr": step.current_lr, "images_per_s": images / elapsed if elapsed else 0.0, "data_wait_fraction": wait / elapsed if elapsed else 0.0,
             "time_s": elapsed}
 
@@ -211,7 +219,7 @@ def _validate(model, val, config: FitConfig, imgsz: int, device, torch) -> dict:
 # -- checkpoints ---------------------------------------------------------------------------
 def _settings(config: FitConfig) -> dict:
     d = dataclasses.asdict(config)
-    for transient in ("resume", "device", "progress", "max_steps", "project", "threads"):
+    for transient in ("resume", "device", "progress", "max_steps", "project", "threads", "record_digests"):
         d.pop(transient)
     return d
 

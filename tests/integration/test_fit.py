@@ -22,7 +22,7 @@ IMGSZ = 64
 
 def _config(tmp_path, name: str, epochs: int, **extra) -> FitConfig:
     return FitConfig(epochs=epochs, batch_size=8, seed=5, scale="tiny", optimizer="AdamW", lr=0.002, project=str(tmp_path / name),
-                     progress=False, validate=False, log_every=1, augment=AugmentConfig(imgsz=IMGSZ, mosaic=0.5), **extra)
+                     progress=False, validate=False, log_every=1, record_digests=True, augment=AugmentConfig(imgsz=IMGSZ, mosaic=0.5), **extra)
 
 
 def test_resume_continues_the_exact_run(synthetic_data, tmp_path):
@@ -34,7 +34,9 @@ def test_resume_continues_the_exact_run(synthetic_data, tmp_path):
             fit(dataclasses.replace(_config(tmp_path, "parts", 3, resume=str(tmp_path / "parts" / "last.pt")), seed=6), socket_dir=d, timeout_s=WAIT_S)
     assert [r["epoch"] for r in straight["history"]] == [0, 1] and resumed["start_epoch"] == 1
     assert first["history"][0]["loss"] == straight["history"][0]["loss"]  # the warm-up epoch does not depend on the total
-    assert resumed["history"][0]["loss"] == straight["history"][1]["loss"]  # same bytes, same state: the same loss, exactly
+    assert resumed["history"][0]["data_sha256"] == straight["history"][1]["data_sha256"]  # the same batches...
+    assert resumed["history"][0]["data_sha256"] != straight["history"][0]["data_sha256"]  # (each epoch its own)
+    assert resumed["history"][0]["loss"] == straight["history"][1]["loss"]  # ...and the same state: the same loss, exactly
     lines = (tmp_path / "parts" / "results.jsonl").read_text().splitlines()
     assert [json.loads(line)["epoch"] for line in lines] == [0, 1]
     assert (tmp_path / "parts" / "best.pt").is_file() and resumed["checkpoint"].endswith("last.pt")
