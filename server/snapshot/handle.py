@@ -22,7 +22,7 @@ import numpy as np
 from ...shared.errors import SnapshotError
 from ...shared.names import SNAPSHOT_PARTS, list_segments, parse, shm_path, snapshot_parts
 from ...shared.records import Targets
-from ...shared.shm import SharedSegment
+from ...shared.shm import SharedSegment, read_prefix
 from . import layout
 
 log = logging.getLogger(__name__)
@@ -33,8 +33,7 @@ PARTS = SNAPSHOT_PARTS
 def read_header(meta_name: str) -> layout.Header:
     """Header of a ``meta`` segment read with a plain file read (no mapping); SnapshotError if unreadable."""
     try:
-        with open(shm_path(meta_name), "rb") as f:
-            data = f.read(layout.HEADER_NBYTES)
+        data = read_prefix(meta_name, layout.HEADER_NBYTES)  # refuses a file pixpool cannot trust
     except FileNotFoundError:
         raise SnapshotError(f"snapshot segment {meta_name!r} not found in /dev/shm; run `pixpool prepare` first") from None
     try:
@@ -83,16 +82,14 @@ class Snapshot:
         header = read_header(self._parts["meta"])
         check_header(self.name, header)
         segments: dict[str, SharedSegment] = {}
+        expected = {"meta": header.meta_nbytes, "img": header.image_nbytes, "tgt": header.target_nbytes}
         try:
             for part in PARTS:
                 try:
-                    segments[part] = SharedSegment.attach(self._parts[part])
+                    # Owner, mode and size are checked on the opened file (shared.shm).
+                    segments[part] = SharedSegment.attach(self._parts[part], expected_nbytes=expected[part])
                 except FileNotFoundError:
                     raise SnapshotError(f"snapshot {self.name!r}: segment {self._parts[part]!r} is missing; remove the rest with `pixpool clean` and prepare again") from None
-            expected = {"meta": header.meta_nbytes, "img": header.image_nbytes, "tgt": header.target_nbytes}
-            for part, seg in segments.items():
-                if seg.nbytes != expected[part]:
-                    raise SnapshotError(f"snapshot {self.name!r}: segment {seg.name!r} has {seg.nbytes} bytes, header says {expected[part]}")
         except BaseException:
             for seg in segments.values():
                 seg.close()
@@ -167,6 +164,12 @@ class Snapshot:
     @property
     def segment_names(self) -> tuple[str, ...]:
         return tuple(self._parts[p] for p in PARTS)
+
+    def missing_segments(self) -> list[str]:
+        """Segments of this attached snapshot that /dev/shm no longer holds as the files
+        this handle maps (removed, or replaced by another file)."""
+        self._ensure()
+        return [seg.name for seg in self._segments.values() if not seg.present()]
 
     @property
     def nbytes(self) -> dict[str, int]:
@@ -258,12 +261,17 @@ class SnapshotInfo:
         return sum(self.parts.values())
 
 
-def list_snapshots() -> list[SnapshotInfo]:
-    """Every snapshot (complete or not) whose segments are in /dev/shm, by base name."""
+def list_snapshots(*, uid: int | None = None) -> list[SnapshotInfo]:
+    """Every snapshot (complete or not) of user ``uid`` (default: this process's) whose
+    segments are in /dev/shm, by base name. Files under that user's names that belong to
+    someone else are left out: they are no snapshot of this user's."""
+    from ...shared.shm import owner_of
+
+    uid = os.geteuid() if uid is None else uid
     bases: dict[str, dict[str, int]] = {}
     for seg in list_segments():
         parsed = parse(seg)
-        if parsed is None or parsed.kind != "snapshot":
+        if parsed is None or parsed.kind != "snapshot" or parsed.uid != uid or owner_of(seg) != uid:
             continue
         try:
             size = os.stat(shm_path(seg)).st_size

@@ -55,11 +55,11 @@ import numpy as np
 import psutil
 
 from ...shared.config import FILL_VALUE, check_value
-from ...shared.errors import CapacityError, DatasetError, ImageDecodeError, MissingFileError, SnapshotError
+from ...shared.errors import CapacityError, DatasetError, ImageDecodeError, MissingFileError, SnapshotError, UntrustedSegmentError
 from ...shared.names import SHM_DIR, shm_path
 from ...shared.procmem import segment_users
 from ...shared.records import Dataset
-from ...shared.shm import SharedSegment, unlink_segment
+from ...shared.shm import SharedSegment, check_trusted, unlink_segment
 from . import decode, layout
 from .decode_worker import WorkShare, decode_shared, worker_decode, worker_init, worker_started
 from .fingerprint import base_name, fingerprint, segment_names
@@ -145,13 +145,19 @@ def check_capacity(total_nbytes: int, *, imgsz: int) -> None:
 # -- reuse -------------------------------------------------------------------------------------
 def _existing(base: str, names: dict[str, str]) -> Snapshot | None:
     """Attach a complete snapshot of this name; remove a stale incomplete one; raise if in progress."""
-    present = [n for n in names.values() if os.path.exists(shm_path(n))]
+    present = [n for n in names.values() if os.path.lexists(shm_path(n))]
     if not present:
         return None
+    for n in present:
+        # A file under this user's name that another user made (or made writable to
+        # others) is neither attached nor removed: UntrustedSegmentError says whose it is.
+        check_trusted(n, os.lstat(shm_path(n)))
     header = None
     if names["meta"] in present:
         try:
             header = read_header(names["meta"])
+        except UntrustedSegmentError:
+            raise
         except SnapshotError:
             header = None
     if header is not None and header.is_complete and len(present) == 3:

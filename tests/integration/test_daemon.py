@@ -19,7 +19,7 @@ from helpers.daemon import WAIT_S, ask_status, digest_of, real_daemon, reference
 from pixpool.client.iterator import Client
 from pixpool.shared import protocol as proto
 from pixpool.shared.config import AugmentConfig, StreamSettings
-from pixpool.shared.names import ring_segment, shm_path
+from pixpool.shared.names import shm_path, user_prefix
 
 IMGSZ = 160
 
@@ -86,7 +86,7 @@ def test_status_and_monitor_commands(daemon, capsys):
         (t,) = [t for t in st["trainers"] if t["pid"] == os.getpid()]
         assert t["batches_delivered"] >= 2 and t["slots_in_use"] >= 1 and t["settings"]["seed"] == 3
         assert len(st["workers"]) == 2 and all(w["pid"] > 0 and w["state"] in ("busy", "idle") for w in st["workers"])
-        assert st["snapshot"]["records"] == 24 and st["snapshot"]["name"].startswith("pixpool-snap-")
+        assert st["snapshot"]["records"] == 24 and st["snapshot"]["name"].startswith(user_prefix() + "snap-")
         assert main(["status", "--socket-dir", d]) == 0
         table = capsys.readouterr().out
         assert "seed=3" in table and "batches done" in table
@@ -106,7 +106,7 @@ def _doomed_trainer(socket_dir: str, conn) -> None:
     with Client(settings(7), socket_dir=socket_dir, timeout_s=WAIT_S) as c:
         it = c.epoch(0)
         next(it)
-        conn.send(c._ident[0])
+        conn.send(c._ring.name)
         conn.poll(WAIT_S)  # wait to be killed
 
 
@@ -122,8 +122,7 @@ def test_killed_trainer_is_detached_and_others_continue(daemon, dataset):
             it = c.epoch(0)
             got = [digest_of(next(it))]
             assert parent.poll(WAIT_S), "the victim trainer got no batch"
-            tid = parent.recv()
-            ring = ring_segment(proc_d.pid, tid)
+            ring = parent.recv()
             assert os.path.exists(shm_path(ring))
             os.kill(victim.pid, signal.SIGKILL)
             victim.join(WAIT_S)

@@ -109,7 +109,8 @@ def test_any_input_change_gives_another_name(tmp_path):
     st = os.stat(paths[0])
     os.utime(paths[0], ns=(st.st_atime_ns, st.st_mtime_ns + 10**9))
     assert fingerprint(ds, imgsz=160) != fp2
-    assert base_name(fp).startswith("pixpool-snap-") and len(base_name(fp)) == len("pixpool-snap-") + 16
+    head = f"pixpool-u{os.geteuid()}-snap-"
+    assert base_name(fp).startswith(head) and len(base_name(fp)) == len(head) + 16
 
 
 @pytest.mark.parametrize("processes", [1, 2])

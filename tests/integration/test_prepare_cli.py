@@ -17,7 +17,7 @@ from pixpool.server.readers import load_dataset
 from pixpool.server.snapshot.fingerprint import base_name, fingerprint
 from pixpool.server.snapshot.handle import read_header
 from pixpool.shared.cli import main
-from pixpool.shared.names import list_segments, shm_path
+from pixpool.shared.names import list_segments, shm_path, snapshot_base
 from pixpool.shared.names import snapshot_parts as parts_of_base
 from pixpool.shared.procmem import segment_users
 
@@ -178,20 +178,29 @@ def test_sigkill_during_prepare_then_clean_removes_everything(coco128, tmp_path)
 
 
 def test_clean_decisions():
-    from pixpool.server.commands.snapshots import removable
+    from pixpool.server.commands.snapshots import plan_clean
+    from pixpool.shared.names import ring_segment, snapshot_parts
 
     dead = subprocess.Popen([sys.executable, "-c", "pass"])
     dead.wait(timeout=30)
     me = os.getpid()
+    a, b = snapshot_parts(snapshot_base("aaaa")), snapshot_parts(snapshot_base("bbbb"))
     segs = [
-        "pixpool-snap-aaaa-meta", "pixpool-snap-aaaa-img", "pixpool-snap-aaaa-tgt",  # unused: goes
-        "pixpool-snap-bbbb-meta", "pixpool-snap-bbbb-img", "pixpool-snap-bbbb-tgt",  # one part mapped: stays whole
-        f"pixpool-ring-{dead.pid}-1",  # dead daemon, unmapped: goes
-        f"pixpool-ring-{me}-2",  # live daemon: stays
+        a["meta"], a["img"], a["tgt"],  # unused: goes
+        b["meta"], b["img"], b["tgt"],  # one part mapped: stays whole
+        ring_segment(dead.pid, "01"),  # dead daemon, unmapped: goes
+        ring_segment(me, "02"),  # live daemon: stays
+        "pixpool-snap-cccc-meta",  # an older release's name: only with unrecognised
     ]  # fmt: skip
-    users = {"pixpool-snap-bbbb-img": {me}}
-    assert removable(segs, users) == sorted(segs[:3] + [segs[6]])
-    assert removable(segs, users, everything=True) == segs
+    users = {b["img"]: {me}}
+    remove, kept = plan_clean(segs, users)
+    assert remove == sorted(segs[:3] + [segs[6]])
+    assert set(kept) == set(segs[3:6] + segs[7:])
+    assert f"in use by pid {me}" in kept[b["meta"]] and f"ring of live daemon pid {me}" in kept[segs[7]]
+    # No flag overrides liveness: --all (unrecognised) only adds the unknown unused name.
+    remove_all, kept_all = plan_clean(segs, users, unrecognised=True)
+    assert remove_all == sorted(segs[:3] + [segs[6], segs[8]])
+    assert set(kept_all) == set(segs[3:6] + [segs[7]])
 
 
 def test_clean_keep_complete_removes_stale_rings_but_keeps_snapshots(synthetic_data, capsys):
@@ -202,7 +211,7 @@ def test_clean_keep_complete_removes_stale_rings_but_keeps_snapshots(synthetic_d
 
     dead = subprocess.Popen([sys.executable, "-c", "pass"])
     dead.wait(30)
-    ring = ring_segment(dead.pid, 1)
+    ring = ring_segment(dead.pid, "01")
     SharedSegment.create(ring, 4096).close()
     result = prepare_snapshot(load_dataset(synthetic_data.coco_json), imgsz=64, processes=1)
     snap = result.snapshot
