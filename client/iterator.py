@@ -100,7 +100,7 @@ class Client:
         self._sock: zmq.Socket | None = None
         self._reader = None  # delivery.SlotReader or FrameReader, from the attach reply
         self._ident: tuple[int, int] | None = None  # (trainer_id, token); read by the heartbeat thread
-        self._held: int | None = None
+        self._held: dict | None = None  # the ``ready`` message of the batch being read
         self._generation = 0  # bumped by each epoch() call
         self._lost: tuple[int, int] | None = None
         self._last_ack = time.monotonic()
@@ -214,8 +214,12 @@ class Client:
     # -- iteration ----------------------------------------------------------------------
     def _release_held(self) -> None:
         if self._held is not None and self._ident is not None:
-            slot, self._held = self._held, None
-            self._send("release", slot=slot)
+            msg, self._held = self._held, None
+            self._release(msg)
+
+    def _release(self, ready: dict) -> None:
+        """Give back the batch a ``ready`` announced, naming it (not only its slot)."""
+        self._send("release", slot=ready["slot"], epoch=ready["epoch"], batch=ready["batch"], generation=ready["generation"])
 
     def _start(self, epoch: int, batch: int) -> int:
         self._release_held()
@@ -226,7 +230,7 @@ class Client:
             if msg["op"] == "started" and msg["epoch"] == epoch and msg["trainer_id"] == self._ident[0]:
                 return msg["num_batches"]
             if msg["op"] == "ready" and msg["trainer_id"] == self._ident[0]:
-                self._send("release", slot=msg["slot"])  # from before this start: give it back
+                self._release(msg)  # from before this start: give it back
 
     def epoch(self, epoch: int, *, start_batch: int = 0) -> Iterator[TrainerBatch]:
         """Yield the batches of ``epoch`` from ``start_batch`` on, in order.
@@ -248,7 +252,7 @@ class Client:
                         if self.timings is not None:
                             self.timings["deliver_s"] = self.timings.get("deliver_s", 0.0) + time.perf_counter() - t0
                             self.timings["batches"] = self.timings.get("batches", 0) + 1
-                        self._held = msg["slot"]
+                        self._held = msg
                         yield out
                         if self._generation != mine:
                             raise PixpoolError(f"this iterator over epoch {epoch} was replaced by a newer Client.epoch() call; use one at a time")
@@ -274,7 +278,7 @@ class Client:
                 continue
             if (msg["epoch"], msg["batch"]) == (epoch, batch):
                 return msg, frames
-            self._send("release", slot=msg["slot"])
+            self._release(msg)
             if msg["epoch"] == epoch and msg["batch"] > batch:
                 raise ProtocolError(f"daemon announced batch {msg['batch']} while batch {batch} of epoch {epoch} was due")
 

@@ -176,7 +176,7 @@ class Daemon:
             delivery.send(sock, identity, proto.encode("started", trainer_id=t.trainer_id, epoch=msg["epoch"], batch=msg["batch"], num_batches=n))
         elif op == "release":
             try:
-                self.scheduler.release(t.trainer_id, msg["slot"])
+                self.scheduler.release(t.trainer_id, msg["slot"], epoch=msg["epoch"], batch=msg["batch"], generation=msg["generation"])
             except ProtocolError as exc:
                 delivery.send(sock, identity, proto.error_frame("order", str(exc), trainer_id=t.trainer_id))
         elif op == "detach":
