@@ -5,7 +5,13 @@ same fingerprint would write the same bytes, so the second re-attaches the first
 snapshot; any change in what the bytes depend on yields another name.
 
 What goes in: the layout version, imgsz, fill value and dtype; every record's image path
-with its size and mtime (cheap: no image is read), in record order, duplicates included;
+with its size, mtime, inode and ctime (cheap: one ``stat``, no image is read), in record
+order, duplicates included. Size and mtime alone miss a file rewritten in place with its
+mtime set back (``touch -d``, ``cp -p``, ``rsync -t``); the ctime changes with every write
+or metadata change and cannot be set from user space, and the inode changes when a file
+is replaced (``mv``, most editors). What it does not catch: a file whose bytes are
+changed behind the file system (a raw block device write), or a copied dataset (new
+inodes and ctimes: prepared again, never served stale);
 the content of every file the dataset was read from (annotation json, label files,
 data.yaml); and the records' own arrays (classes, boxes, polygons), so a reader change
 that alters targets also changes the name.
@@ -38,7 +44,7 @@ def fingerprint(dataset: Dataset, *, imgsz: int, fill: float = FILL_VALUE, dtype
     """sha256 hex of everything the snapshot's bytes depend on (see module docstring)."""
     h = hashlib.sha256()
     h.update(f"pixpool-snapshot layout={layout.LAYOUT_VERSION} imgsz={int(imgsz)} fill={float(fill)!r} dtype={dtype}\n".encode())
-    stat_cache: dict[str, tuple[int, int]] = {}
+    stat_cache: dict[str, tuple[int, int, int, int]] = {}
     for rec in dataset.records:
         st = stat_cache.get(rec.image_path)
         if st is None:
@@ -46,8 +52,8 @@ def fingerprint(dataset: Dataset, *, imgsz: int, fill: float = FILL_VALUE, dtype
                 s = os.stat(rec.image_path)
             except FileNotFoundError:
                 raise MissingFileError("image file does not exist; check the images folder or the annotation's file_name", path=rec.image_path) from None
-            st = stat_cache[rec.image_path] = (s.st_size, s.st_mtime_ns)
-        h.update(f"img {rec.image_path}\0{st[0]}\0{st[1]}\n".encode())
+            st = stat_cache[rec.image_path] = (s.st_size, s.st_mtime_ns, s.st_ino, s.st_ctime_ns)
+        h.update(("img " + "\0".join(map(str, (rec.image_path, *st))) + "\n").encode())
         h.update(rec.classes.astype("<i4", copy=False).tobytes())
         h.update(rec.boxes.astype("<f4", copy=False).tobytes())
         for poly in rec.polygons:

@@ -113,6 +113,31 @@ def test_any_input_change_gives_another_name(tmp_path):
     assert base_name(fp).startswith(head) and len(base_name(fp)) == len(head) + 16
 
 
+def test_pixels_changed_with_size_and_mtime_kept_are_prepared_again(tmp_path, prepared):
+    """Rewrite an image in place to other pixels of the same byte count and set its mtime
+    back: the old snapshot must not be re-attached (stale pixels)."""
+    paths = write_jpegs(tmp_path / "img", [(40, 60), (50, 30)])
+    ds = dataset_of(paths, [])
+    first = prepare_snapshot(ds, imgsz=64, processes=1)
+    prepared.append(first)
+    data = bytearray(open(paths[0], "rb").read())
+    st = os.stat(paths[0])
+    other = cv2.imencode(".jpg", np.full((40, 60, 3), 200, np.uint8))[1].tobytes()
+    if len(other) > len(data):
+        pytest.skip("the stand-in image encodes larger than the original")
+    data[: len(other)] = other  # bytes past the JPEG end marker are ignored by decoders
+    with open(paths[0], "r+b") as f:  # in place: same inode, same size
+        f.write(data)
+    os.utime(paths[0], ns=(st.st_atime_ns, st.st_mtime_ns))
+    after = os.stat(paths[0])
+    assert (after.st_size, after.st_mtime_ns, after.st_ino) == (st.st_size, st.st_mtime_ns, st.st_ino)
+    second = prepare_snapshot(ds, imgsz=64, processes=1)
+    prepared.append(second)
+    assert not second.reused and second.snapshot.name != first.snapshot.name
+    assert not np.array_equal(second.snapshot.image(0), first.snapshot.image(0)), "the new snapshot holds the new pixels"
+    assert np.array_equal(second.snapshot.image(1), first.snapshot.image(1))
+
+
 @pytest.mark.parametrize("processes", [1, 2])
 def test_failure_at_record_k_leaves_no_segment(synthetic_data, processes, monkeypatch):
     dataset = load_dataset(synthetic_data.coco_json)
