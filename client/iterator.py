@@ -14,7 +14,10 @@ Faults, as the trainer sees them:
 - the daemon stops cleanly: ``DaemonStopped`` with the daemon's reason;
 - the daemon dies (pid gone, or the restarted one no longer knows this trainer): the client
   attaches again within ``timeout_s`` and resumes at its epoch and batch position;
-- a batch does not come within ``timeout_s``: ``DaemonTimeout``.
+- a batch does not come within ``timeout_s``: if the daemon still answers this trainer's
+  heartbeats it is slow, not gone (a stalled worker, a busy machine), and the client logs
+  a warning and keeps waiting; only a daemon that answers nothing is ``DaemonTimeout``
+  (or, once attached, lost and attached again).
 """
 
 from __future__ import annotations
@@ -139,7 +142,11 @@ class Client:
                 return msg, frames[1:]
             if self._ident is not None and self._daemon_gone():
                 raise _Lost()
-            if time.monotonic() > deadline:
+            if time.monotonic() > deadline and self._daemon_answers():
+                log.warning("no %s from the pixpool daemon at %s within %.1f s, but it answers heartbeats: it is slow, not gone; waiting on",
+                            what, self.endpoint, self.timeout_s)
+                deadline = time.monotonic() + self.timeout_s
+            elif time.monotonic() > deadline:
                 raise DaemonTimeout(f"no {what} from a pixpool daemon at {self.endpoint} within {self.timeout_s} s; start one with `pixpool serve DATA` (or check `pixpool status`)")
 
     def _daemon_gone(self) -> bool:
@@ -148,6 +155,10 @@ class Client:
         if not self.remote and self._daemon_pid and not psutil.pid_exists(self._daemon_pid):
             return True
         return time.monotonic() - self._last_ack > max(10.0, 10 * self.heartbeat_interval_s)
+
+    def _daemon_answers(self) -> bool:
+        """The daemon answered this trainer's heartbeat lately (its loop runs)."""
+        return self._ident is not None and time.monotonic() - self._last_ack < max(2.0, 3 * self.heartbeat_interval_s)
 
     def _attach(self) -> None:
         if self._sock is not None:

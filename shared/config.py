@@ -122,6 +122,8 @@ class DaemonConfig:
     keep_snapshot: bool = _opt(False, "leave the snapshot in /dev/shm on exit")
     heartbeat_timeout_s: float = _opt(10.0, "detach a trainer silent this long")
     job_timeout_s: float = _opt(300.0, "kill a worker stuck this long in one batch (the batch is re-run)")
+    straggler_factor: float = _opt(8.0, "a batch running this many times the median measured job time is also given to an idle worker (first result wins)")
+    straggler_min_s: float = _opt(5.0, "never re-dispatch a batch that has run less than this many seconds")
     max_ring_nbytes: int = _opt(2 << 30, "largest batch ring one trainer may ask for, in bytes")
     max_total_ring_nbytes: int | None = _opt(None, "all trainers' rings together, in bytes (default: half of /dev/shm free at start)")
     max_trainers: int = _opt(64, "trainers attached at once")
@@ -160,6 +162,8 @@ _RANGES: dict[str, tuple[float, float]] = {
     "workers": (1, 256),
     "heartbeat_timeout_s": (1e-3, 1e9),
     "job_timeout_s": (1e-3, 1e9),
+    "straggler_factor": (1.0, 1e6),
+    "straggler_min_s": (1e-3, 1e9),
     "max_ring_nbytes": (1, 1 << 50),
     "max_total_ring_nbytes": (1, 1 << 50),
     "max_trainers": (1, 1 << 16),

@@ -92,6 +92,7 @@ class Daemon:
         poller = zmq.Poller()
         self.listener = admission.Listener(ctx, self.config)
         self.supervisor = Supervisor(mp.get_context("spawn"), self.source, self.renderer_name, self.scheduler, job_timeout_s=self.config.job_timeout_s,
+                                     straggler_factor=self.config.straggler_factor, straggler_min_s=self.config.straggler_min_s,
                                      describe=self._describe, on_done=self._done, on_failed=self._failed)
         try:
             socks = self.listener.open()

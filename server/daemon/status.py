@@ -29,6 +29,6 @@ def build_status(d) -> dict:
         })
     cfg = d.config
     daemon = {"pid": d.pid, "host": d.host, "version": __version__, "protocol": proto.PROTOCOL_VERSION, "endpoint": d.endpoint or "", "tcp": cfg.tcp or "",
-              "uptime_s": round(now - d.started, 3), "worker_restarts": d.supervisor.restarts, "heartbeat_timeout_s": cfg.heartbeat_timeout_s}
+              "uptime_s": round(now - d.started, 3), "worker_restarts": d.supervisor.restarts, "redispatched_jobs": d.supervisor.redispatched, "heartbeat_timeout_s": cfg.heartbeat_timeout_s}
     snap = {"records": len(d.source), "imgsz": d.source.imgsz, "max_instances": d.source.max_instances, **d.snapshot_info}
     return {"daemon": daemon, "snapshot": snap, "workers": workers, "trainers": trainers}
