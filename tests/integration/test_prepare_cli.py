@@ -65,7 +65,33 @@ def _size_mismatch(ds):
     return [str(_json(ds))], data["images"][2]["file_name"]
 
 
-@pytest.mark.parametrize("breaker", [_missing_image, _corrupt_image, _bad_json, _bad_label_line, _class_out_of_range, _size_mismatch])
+def _truncated_jpeg(ds):
+    path = ds / "images" / "train" / "synth_0003.jpg"
+    data = path.read_bytes()
+    path.write_bytes(data[: len(data) * 2 // 3])  # the bottom of the image cut off
+    return [str(_json(ds))], "synth_0003.jpg: the JPEG ends without its end-of-image marker"
+
+
+def _png_bomb(ds):
+    import struct
+    import zlib
+
+    def chunk(kind, body):
+        return struct.pack(">I", len(body)) + kind + body + struct.pack(">I", zlib.crc32(kind + body))
+
+    # A 60000x60000 header over a few bytes of data: Pillow's bomb guard, named by file.
+    png = b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", 60000, 60000, 8, 2, 0, 0, 0)) + chunk(b"IDAT", zlib.compress(b"\0" * 16)) + chunk(b"IEND", b"")
+    (ds / "images" / "train" / "synth_0002.jpg").write_bytes(png)
+    return [str(_json(ds))], "synth_0002.jpg: the image header claims too many pixels"
+
+
+def _deep_json(ds):
+    _json(ds).write_text("[" * 100000 + "]" * 100000)
+    return [str(_json(ds))], "instances_train.json: nested deeper than the json parser's limit"
+
+
+@pytest.mark.parametrize("breaker", [_missing_image, _corrupt_image, _bad_json, _bad_label_line, _class_out_of_range, _size_mismatch,
+                                     _truncated_jpeg, _png_bomb, _deep_json])
 def test_bad_input_exits_non_zero_names_file_and_leaves_shm_alone(ds, breaker, capsys):
     argv, name = breaker(ds)
     before = set(list_segments())
