@@ -22,6 +22,8 @@ from typing import Any
 from .errors import ConfigError
 
 FILL_VALUE = 114.0
+# Instances one image may have: every ring slot is sized for the densest image.
+DEFAULT_MAX_INSTANCES = 1000
 
 
 def _opt(default: Any, help: str, **extra: Any) -> Any:
@@ -115,6 +117,7 @@ class DaemonConfig:
     images: str | None = _opt(None, "image folder for a COCO json (default: beside the json)", metavar="DIR")
     imgsz: int = _opt(640, "long side of the prepared images in pixels")
     processes: int = _opt(2, "decoder processes when preparing")
+    max_instances_per_image: int = _opt(DEFAULT_MAX_INSTANCES, "refuse a dataset with an image of more instances than this (ring slots are sized for the densest image)")
     workers: int = _opt(2, "augmentation worker processes")
     socket_dir: str | None = _opt(None, "ipc socket directory, mode 0700 (default $XDG_RUNTIME_DIR/pixpool or <tmp>/pixpool-<uid>)", metavar="DIR")
     tcp: str | None = _opt(None, "also serve remote trainers over TCP (requires --keys)", metavar="HOST:PORT")
@@ -159,6 +162,7 @@ _RANGES: dict[str, tuple[float, float]] = {
     "world_size": (1, 1 << 20),
     "start_epoch": (0, 1 << 30),
     "processes": (1, 256),
+    "max_instances_per_image": (1, 1 << 20),
     "workers": (1, 256),
     "heartbeat_timeout_s": (1e-3, 1e9),
     "job_timeout_s": (1e-3, 1e9),

@@ -17,7 +17,7 @@ from ...shared.flags import add_fields
 
 
 def configure(parser: argparse.ArgumentParser, name: str) -> None:
-    add_fields(parser, DaemonConfig, only=("data", "images", "imgsz", "processes"))
+    add_fields(parser, DaemonConfig, only=("data", "images", "imgsz", "processes", "max_instances_per_image"))
     parser.add_argument("--json", action="store_true", help="print one JSON object instead of the table")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
 
@@ -28,7 +28,7 @@ def run(args: argparse.Namespace) -> int:
     from ..readers import load_dataset
     from ..snapshot.prepare import PreparationTerminated, prepare_snapshot
 
-    dataset = load_dataset(args.data, args.images)
+    dataset = load_dataset(args.data, args.images, max_instances_per_image=args.max_instances_per_image)
     try:
         result = prepare_snapshot(dataset, imgsz=args.imgsz, processes=args.processes, progress=not (args.json or args.no_progress) and sys.stderr.isatty())
     except PreparationTerminated:

@@ -150,8 +150,9 @@ def ring_for(msg: dict, settings: StreamSettings, *, source, renderer, remote: b
     max_t = max(1, renderer.max_targets(source.max_instances, settings))
     layout = RingLayout(slots=slots, batch_size=settings.batch_size, imgsz=source.imgsz, max_targets=max_t)
     if layout.nbytes > config.max_ring_nbytes:
-        raise CapacityError(f"a ring of {slots} slots for batch {settings.batch_size} at imgsz {source.imgsz} needs {layout.nbytes} bytes, "
-                            f"over the daemon's limit of {config.max_ring_nbytes}; use fewer slots or a smaller batch, or raise max_ring_nbytes")
+        raise CapacityError(f"a ring of {slots} slots for batch {settings.batch_size} at imgsz {source.imgsz} needs {layout.nbytes} bytes "
+                            f"({max_t} target rows per slot: the snapshot's densest image has {source.max_instances} instances), "
+                            f"over the daemon's limit of {config.max_ring_nbytes}; use fewer slots or a smaller batch, fix that image's labels, or raise max_ring_nbytes")
     if rings_nbytes + layout.nbytes > ring_budget_nbytes:
         raise CapacityError(f"a ring of {layout.nbytes} bytes on top of the {rings_nbytes} bytes of attached trainers' rings exceeds the daemon's "
                             f"budget of {ring_budget_nbytes} bytes; use fewer slots or a smaller batch, or raise max_total_ring_nbytes")

@@ -90,8 +90,14 @@ def _deep_json(ds):
     return [str(_json(ds))], "instances_train.json: nested deeper than the json parser's limit"
 
 
+def _runaway_label_file(ds):
+    path = ds / "labels" / "train" / "synth_0004.txt"
+    path.write_text("0 0.5 0.5 0.1 0.1\n" * 5000)
+    return [str(ds / "data.yaml")], "synth_0004.txt: 5000 instances for one image, over the limit of 1000 per image"
+
+
 @pytest.mark.parametrize("breaker", [_missing_image, _corrupt_image, _bad_json, _bad_label_line, _class_out_of_range, _size_mismatch,
-                                     _truncated_jpeg, _png_bomb, _deep_json])
+                                     _truncated_jpeg, _png_bomb, _deep_json, _runaway_label_file])
 def test_bad_input_exits_non_zero_names_file_and_leaves_shm_alone(ds, breaker, capsys):
     argv, name = breaker(ds)
     before = set(list_segments())
@@ -100,6 +106,16 @@ def test_bad_input_exits_non_zero_names_file_and_leaves_shm_alone(ds, breaker, c
     assert code != 0
     assert name in err, err
     assert created_by_me(before) == []
+
+
+def test_instances_cap_is_settable(ds, capsys):
+    from pixpool.server.readers import load_dataset
+
+    _runaway_label_file(ds)
+    assert main(["prepare", str(ds / "data.yaml"), "--imgsz", "64", "--processes", "1", "--max-instances-per-image", "0"]) == 1
+    assert "--max-instances-per-image 0 is out of range" in capsys.readouterr().err
+    dataset = load_dataset(ds / "data.yaml", max_instances_per_image=5000)
+    assert max(r.num_instances for r in dataset.records) == 5000
 
 
 def test_decode_failure_in_worker_leaves_shm_alone(ds, capsys):
