@@ -118,6 +118,7 @@ class DaemonConfig:
     imgsz: int = _opt(640, "long side of the prepared images in pixels")
     processes: int = _opt(2, "decoder processes when preparing")
     max_instances_per_image: int = _opt(DEFAULT_MAX_INSTANCES, "refuse a dataset with an image of more instances than this (ring slots are sized for the densest image)")
+    allow_unlabelled: bool = _opt(False, "accept a YOLO dataset where no image has a label file (all background)")
     workers: int = _opt(2, "augmentation worker processes")
     socket_dir: str | None = _opt(None, "ipc socket directory, mode 0700 (default $XDG_RUNTIME_DIR/pixpool or <tmp>/pixpool-<uid>)", metavar="DIR")
     tcp: str | None = _opt(None, "also serve remote trainers over TCP (requires --keys)", metavar="HOST:PORT")

@@ -17,7 +17,7 @@ from ...shared.flags import add_fields
 
 
 def configure(parser: argparse.ArgumentParser, name: str) -> None:
-    add_fields(parser, DaemonConfig, only=("data", "images", "imgsz", "processes", "max_instances_per_image"))
+    add_fields(parser, DaemonConfig, only=("data", "images", "imgsz", "processes", "max_instances_per_image", "allow_unlabelled"))
     parser.add_argument("--json", action="store_true", help="print one JSON object instead of the table")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
 
@@ -25,10 +25,10 @@ def configure(parser: argparse.ArgumentParser, name: str) -> None:
 def run(args: argparse.Namespace) -> int:
     from ...shared import procmem
     from .. import accountant
-    from ..readers import load_dataset
+    from ..readers import read_dataset
     from ..snapshot.prepare import PreparationTerminated, prepare_snapshot
 
-    dataset = load_dataset(args.data, args.images, max_instances_per_image=args.max_instances_per_image)
+    dataset, stats = read_dataset(args.data, args.images, max_instances_per_image=args.max_instances_per_image, allow_unlabelled=args.allow_unlabelled)
     try:
         result = prepare_snapshot(dataset, imgsz=args.imgsz, processes=args.processes, progress=not (args.json or args.no_progress) and sys.stderr.isatty())
     except PreparationTerminated:
@@ -37,10 +37,11 @@ def run(args: argparse.Namespace) -> int:
     snap = result.snapshot
     try:
         if args.json:
-            print(json.dumps(result.as_dict()))
+            print(json.dumps({**result.as_dict(), "dataset": stats.as_dict()}))
             return 0
         state = "re-attached existing" if result.reused else f"prepared in {result.seconds:.2f} s with {result.processes} process(es)"
         print(f"snapshot {snap.name}: {result.records} records at imgsz {snap.imgsz}, {state}")
+        print(f"dataset: {stats.instances} instances, {stats.background} background images, {stats.labels_missing} without a label file")
         print(accountant.format_snapshot_report(accountant.snapshot_bytes(snap), records=result.records))
         print()
         print(accountant.format_process_report(procmem.process_memory([os.getpid()])))

@@ -49,7 +49,7 @@ def run_daemon(config: DaemonConfig) -> None:
     old_term = signal.signal(signal.SIGTERM, _raise_terminated) if in_main else None
     snap = None
     try:
-        dataset = load_dataset(config.data, config.images, max_instances_per_image=config.max_instances_per_image)
+        dataset = load_dataset(config.data, config.images, max_instances_per_image=config.max_instances_per_image, allow_unlabelled=config.allow_unlabelled)
         result = prepare_snapshot(dataset, imgsz=config.imgsz, processes=config.processes)
         snap = result.snapshot
         info = {"name": snap.name, "reused": bool(result.reused), "prepare_s": round(float(result.seconds), 3), "segments": list(snap.segment_names),

@@ -26,9 +26,10 @@ logger = logging.getLogger(__name__)
 
 
 def read_dataset(data: str | os.PathLike, images: str | os.PathLike | None = None, *,
-                 max_instances_per_image: int = DEFAULT_MAX_INSTANCES) -> tuple[Dataset, ReaderStats]:
-    """Like ``load_dataset``, also returning what the reader left out (crowd, degenerate boxes)."""
+                 max_instances_per_image: int = DEFAULT_MAX_INSTANCES, allow_unlabelled: bool = False) -> tuple[Dataset, ReaderStats]:
+    """Like ``load_dataset``, also returning what the reader found and left out."""
     check_value("max_instances_per_image", "int", max_instances_per_image)
+    check_value("allow_unlabelled", "bool", allow_unlabelled)
     path = Path(data)
     suffix = path.suffix.lower()
     if suffix == ".json":
@@ -36,12 +37,31 @@ def read_dataset(data: str | os.PathLike, images: str | os.PathLike | None = Non
     if images is not None:
         raise DatasetError("--images (images=) applies to a COCO json only; a YOLO dataset finds its images itself", path=str(path))
     if suffix in (".yaml", ".yml"):
-        return _capped(read_yolo_yaml(path), max_instances_per_image, lambda rec: str(label_path_for(rec.image_path)))
-    if path.is_dir():
-        return _capped(read_yolo_folder(path), max_instances_per_image, lambda rec: str(label_path_for(rec.image_path)))
+        result = read_yolo_yaml(path)
+    elif path.is_dir():
+        result = read_yolo_folder(path)
+    else:
+        result = None
+    if result is not None:
+        _check_labels(result[1], path, allow_unlabelled)
+        return _capped(result, max_instances_per_image, lambda rec: str(label_path_for(rec.image_path)))
     if not path.exists():
         raise MissingFileError("dataset does not exist; pass a COCO json, a YOLO data.yaml or a YOLO images folder", path=str(path))
     raise DatasetError("unknown dataset kind; pass a COCO json (.json), a YOLO data.yaml (.yaml/.yml) or a YOLO images folder", path=str(path))
+
+
+def _check_labels(stats: ReaderStats, origin: Path, allow_unlabelled: bool) -> None:
+    """A YOLO image without a label file is background, by the format's rule; say so.
+    None of them with a label is most often a wrong layout (no ``labels/`` beside
+    ``images/``): refused unless ``allow_unlabelled``."""
+    if not stats.labels_missing:
+        return
+    if stats.labels_missing == stats.records and not allow_unlabelled:
+        raise DatasetError(f"none of the {stats.records} images has a label file (looked for e.g. {stats.missing_label_example}): every image "
+                           "would be background. Put the labels in a labels/ folder beside images/, or pass --allow-unlabelled if they really have none",
+                           path=str(origin))
+    logger.warning("%s: %d of %d images have no label file (e.g. %s) and are prepared as background", origin, stats.labels_missing, stats.records,
+                   stats.missing_label_example)
 
 
 def _capped(result: tuple[Dataset, ReaderStats], cap: int, source_of) -> tuple[Dataset, ReaderStats]:
@@ -57,15 +77,17 @@ def _capped(result: tuple[Dataset, ReaderStats], cap: int, source_of) -> tuple[D
     return result
 
 
-def load_dataset(data: str | os.PathLike, images: str | os.PathLike | None = None, *, max_instances_per_image: int = DEFAULT_MAX_INSTANCES) -> Dataset:
+def load_dataset(data: str | os.PathLike, images: str | os.PathLike | None = None, *, max_instances_per_image: int = DEFAULT_MAX_INSTANCES,
+                 allow_unlabelled: bool = False) -> Dataset:
     """Read a dataset: ``data`` is a COCO json, a YOLO data.yaml, or a YOLO images folder.
 
     ``images`` is the COCO images folder (default: root/images/NAME for
     root/annotations/instances_NAME.json). Raises DatasetError (or MissingFileError)
     naming the offending file, and the line for YOLO label lines, also for an image with
-    more than ``max_instances_per_image`` instances.
+    more than ``max_instances_per_image`` instances, and for a YOLO dataset where no image
+    has a label file unless ``allow_unlabelled`` (some missing: a warning).
     """
-    dataset, stats = read_dataset(data, images, max_instances_per_image=max_instances_per_image)
+    dataset, stats = read_dataset(data, images, max_instances_per_image=max_instances_per_image, allow_unlabelled=allow_unlabelled)
     if stats.crowd_skipped or stats.degenerate_skipped:
         logger.debug("%s: left out %d crowd annotations and %d degenerate boxes", data, stats.crowd_skipped, stats.degenerate_skipped)
     return dataset

@@ -37,12 +37,16 @@ def prepared():
 
 
 def _private(dataset: Dataset, tmp_path) -> Dataset:
-    """The same records under a fingerprint of their own (one extra source file), so a
-    benchmark or another test run preparing coco128 at the same time is neither reused
-    nor reported as "being prepared" here."""
-    marker = tmp_path / "private-fingerprint.txt"
-    marker.write_text(f"{__name__} pid {os.getpid()}\n")
-    return Dataset(dataset.records, dataset.names, (*dataset.source_files, str(marker)))
+    """The same images and targets under a fingerprint of their own (reached through a
+    symlinked folder: other paths, the same files), so a benchmark or another test run
+    preparing coco128 at the same time is neither reused nor reported as "being prepared"."""
+    import dataclasses
+
+    folder = os.path.dirname(dataset.records[0].image_path)
+    alias = tmp_path / "private-images"
+    alias.symlink_to(folder, target_is_directory=True)
+    records = tuple(dataclasses.replace(r, image_path=str(alias / os.path.relpath(r.image_path, folder))) for r in dataset.records)
+    return Dataset(records, dataset.names, dataset.source_files)
 
 
 def test_coco128_float32_is_exactly_four_times_uint8(coco128, prepared, tmp_path):
@@ -104,8 +108,13 @@ def test_any_input_change_gives_another_name(tmp_path):
     assert fingerprint(dataset_of(paths, [ann]), imgsz=160) == fp  # deterministic
     assert fingerprint(ds, imgsz=192) != fp
     ann.write_text('{"x": 1}')
-    fp2 = fingerprint(ds, imgsz=160)
-    assert fp2 != fp
+    assert fingerprint(ds, imgsz=160) == fp, "the records did not change: a file's spelling must not matter"
+    import dataclasses
+
+    moved = dataclasses.replace(ds.records[0], boxes=ds.records[0].boxes + 0.01)
+    assert fingerprint(Dataset((moved, *ds.records[1:]), ds.names, ds.source_files), imgsz=160) != fp
+    assert fingerprint(Dataset(ds.records, ("a", "b", "z"), ds.source_files), imgsz=160) != fp
+    fp2 = fp
     st = os.stat(paths[0])
     os.utime(paths[0], ns=(st.st_atime_ns, st.st_mtime_ns + 10**9))
     assert fingerprint(ds, imgsz=160) != fp2

@@ -118,6 +118,57 @@ def test_instances_cap_is_settable(ds, capsys):
     assert max(r.num_instances for r in dataset.records) == 5000
 
 
+def test_yolo_without_labels_is_refused_unless_allowed_and_counts_are_reported(ds, capsys):
+    import shutil
+
+    shutil.rmtree(ds / "labels")
+    before = set(list_segments())
+    assert main(["prepare", str(ds / "data.yaml"), "--imgsz", "64", "--processes", "1", "--json"]) == 1
+    err = capsys.readouterr().err
+    assert "data.yaml: none of the 24 images has a label file (looked for e.g. " in err and str(ds / "labels" / "train") in err
+    assert "--allow-unlabelled" in err and created_by_me(before) == []
+    assert main(["prepare", str(ds / "data.yaml"), "--imgsz", "64", "--processes", "1", "--json", "--allow-unlabelled"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    try:
+        assert out["dataset"]["labels_missing"] == 24 and out["dataset"]["background"] == 24
+    finally:
+        if not out["reused"]:
+            remove_snapshot(out["snapshot"])
+
+
+def test_yolo_images_without_labels_are_warned_about_by_count(ds, capsys, caplog):
+    labels = ds / "labels" / "train"
+    already = 24 - len(list(labels.glob("*.txt")))  # the synthetic set has background images without one
+    for i in (1, 2, 3):
+        (labels / f"synth_{i:04d}.txt").unlink()
+    assert main(["prepare", str(ds / "data.yaml"), "--imgsz", "64", "--processes", "1", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    try:
+        assert out["dataset"]["labels_missing"] == already + 3
+        assert any(f"{already + 3} of 24 images have no label file" in r.getMessage() and "synth_0001.txt" in r.getMessage() for r in caplog.records)
+    finally:
+        if not out["reused"]:
+            remove_snapshot(out["snapshot"])
+
+
+def test_two_spellings_of_one_data_yaml_share_a_snapshot(ds, capsys):
+    import yaml
+
+    data = yaml.safe_load((ds / "data.yaml").read_text())
+    names = data["names"]
+    as_list = names if isinstance(names, list) else [names[i] for i in sorted(names)]
+    (ds / "list.yaml").write_text(yaml.safe_dump({**data, "names": as_list}))
+    (ds / "dict.yaml").write_text(yaml.safe_dump({**data, "names": dict(enumerate(as_list))}))
+    assert main(["prepare", str(ds / "list.yaml"), "--imgsz", "64", "--processes", "1", "--json"]) == 0
+    first = json.loads(capsys.readouterr().out)
+    try:
+        assert main(["prepare", str(ds / "dict.yaml"), "--imgsz", "64", "--processes", "1", "--json"]) == 0
+        second = json.loads(capsys.readouterr().out)
+        assert second["snapshot"] == first["snapshot"] and second["reused"] is True
+    finally:
+        remove_snapshot(first["snapshot"])
+
+
 def test_decode_failure_in_worker_leaves_shm_alone(ds, capsys):
     # Valid header (Pillow reads the size) but the pixel data is not a JPEG scan: cv2 fails
     # in a decode worker, after the segments exist.
