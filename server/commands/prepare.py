@@ -26,11 +26,14 @@ def run(args: argparse.Namespace) -> int:
     from ...shared import procmem
     from .. import accountant
     from ..readers import read_dataset
+    from ..snapshot.fingerprint import lineage_of
     from ..snapshot.prepare import PreparationTerminated, prepare_snapshot
 
     dataset, stats = read_dataset(args.data, args.images, max_instances_per_image=args.max_instances_per_image, allow_unlabelled=args.allow_unlabelled)
     try:
-        result = prepare_snapshot(dataset, imgsz=args.imgsz, processes=args.processes, progress=not (args.json or args.no_progress) and sys.stderr.isatty())
+        # What `pixpool prepare` makes stays until `pixpool clean` (persist): that is its purpose.
+        result = prepare_snapshot(dataset, imgsz=args.imgsz, processes=args.processes, progress=not (args.json or args.no_progress) and sys.stderr.isatty(),
+                                  persist=True, lineage=lineage_of(args.data, args.images, args.imgsz))
     except PreparationTerminated:
         print("pixpool prepare: terminated (SIGTERM); no snapshot was left behind", file=sys.stderr)
         return 143

@@ -6,8 +6,9 @@ Runs in the daemon process.
   is decoded or allocated: a bad socket directory or missing keys fail in a second, not
   after the whole dataset was prepared.
 - ``Listener`` owns the daemon's ROUTER sockets: the local ipc one (one daemon per socket
-  directory, decided by an ``flock`` the kernel drops when the holder dies; a socket file
-  left by a killed daemon is replaced) and, when asked, a TCP one behind CURVE with a ZAP
+  directory, decided by an ``flock`` the kernel drops when the holder dies; the lock file
+  holds the daemon's pid, so a successor knows a killed predecessor and removes the rings
+  it left; a socket file left by a killed daemon is replaced) and, when asked, a TCP one behind CURVE with a ZAP
   authenticator admitting only ``keys/authorized``. Frames over ``MAX_WIRE_BYTES`` make
   libzmq drop the peer before allocating them.
 - ``ring_for`` decides an ``attach``: the trainer's settings against the snapshot, the
@@ -102,6 +103,9 @@ class Listener:
             os.close(lock_fd)
             raise ConfigError(f"another pixpool daemon already serves {path.parent}; stop it or use another --socket-dir") from None
         self._lock_fd = lock_fd
+        previous = _take_over_lock(lock_fd)
+        if previous is not None:
+            sweep_predecessor(previous)
         if path.exists():
             if request_status(f"ipc://{path}", timeout_s=0.5, ctx=self._ctx) is not None:
                 raise ConfigError(f"another pixpool daemon already serves {path}; stop it or use another --socket-dir")
@@ -132,6 +136,37 @@ class Listener:
         if self._lock_fd is not None:
             os.close(self._lock_fd)
             self._lock_fd = None
+
+
+def _take_over_lock(lock_fd: int) -> int | None:
+    """Write this daemon's pid into the held lock file; return the pid written there by
+    the previous daemon of this socket directory if that one is dead (killed, so it could
+    not clean up), else None."""
+    from ...shared.procmem import alive
+
+    text = os.pread(lock_fd, 64, 0).decode("ascii", "replace").strip()
+    os.ftruncate(lock_fd, 0)
+    os.pwrite(lock_fd, f"{os.getpid()}\n".encode(), 0)
+    if text.isdigit() and int(text) != os.getpid() and not alive(int(text)):
+        return int(text)
+    return None
+
+
+def sweep_predecessor(pid: int) -> list[str]:
+    """Remove the rings a dead daemon ``pid`` of this socket directory left (this user's,
+    mapped by nobody): a SIGKILLed daemon cannot unlink them itself, and its successor is
+    the one process that knows they are its directory's. Returns the names removed."""
+    from ...shared.names import list_segments, ring_prefix
+    from ...shared.procmem import segment_users
+    from ...shared.shm import owner_of, unlink_segment
+
+    users = segment_users()
+    gone = [n for n in list_segments() if n.startswith(ring_prefix(pid)) and owner_of(n) == os.geteuid() and not users.get(n)]
+    for name in gone:
+        unlink_segment(name)
+    if gone:
+        log.warning("removed %d batch ring(s) left by daemon %d, which died without cleaning up: %s", len(gone), pid, ", ".join(gone))
+    return gone
 
 
 def ring_for(msg: dict, settings: StreamSettings, *, source, renderer, remote: bool, config: DaemonConfig,

@@ -4,8 +4,9 @@ serve, clean up.
 Runs in the daemon process: ``pixpool serve`` calls it in the foreground, tests and
 benchmarks use it as a spawn ``Process`` target (``stop_process`` stops one). Order:
 ``preflight`` (paths, keys, address) before the dataset is read, reading before decoding.
-On exit the snapshot goes by the one rule of ``Snapshot.release``: only when this call
-created it, was not asked to keep it, and no other process maps it. The daemon unlinks its
+On exit the snapshot goes by the one rule of ``Snapshot.release``: the last daemon out
+removes it (whether it prepared it or re-attached it), unless asked to keep it or it was
+prepared to persist, and only once no other process maps it. The daemon unlinks its
 rings itself.
 """
 
@@ -36,6 +37,7 @@ def stop_process(proc, *, sig: int = signal.SIGTERM, timeout_s: float = 30.0) ->
 def run_daemon(config: DaemonConfig) -> None:
     """Serve ``config.data`` until stopped (see module docstring)."""
     from ..readers import load_dataset
+    from ..snapshot.fingerprint import lineage_of
     from ..snapshot.prepare import prepare_snapshot
     from .admission import preflight
     from .service import Daemon
@@ -50,7 +52,8 @@ def run_daemon(config: DaemonConfig) -> None:
     snap = None
     try:
         dataset = load_dataset(config.data, config.images, max_instances_per_image=config.max_instances_per_image, allow_unlabelled=config.allow_unlabelled)
-        result = prepare_snapshot(dataset, imgsz=config.imgsz, processes=config.processes)
+        result = prepare_snapshot(dataset, imgsz=config.imgsz, processes=config.processes, persist=config.keep_snapshot,
+                                  lineage=lineage_of(config.data, config.images, config.imgsz))
         snap = result.snapshot
         info = {"name": snap.name, "reused": bool(result.reused), "prepare_s": round(float(result.seconds), 3), "segments": list(snap.segment_names),
                 "image_bytes": int(result.image_bytes), "decoded_bytes": int(result.decoded_bytes)}

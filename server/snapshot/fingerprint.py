@@ -59,6 +59,13 @@ def fingerprint(dataset: Dataset, *, imgsz: int, fill: float = FILL_VALUE, dtype
     return h.hexdigest()
 
 
+def lineage_of(data: str | os.PathLike, images: str | os.PathLike | None, imgsz: int) -> str:
+    """Which dataset (its path as given to prepare or serve) and imgsz a snapshot comes from:
+    a newer snapshot of the same lineage supersedes an older one (its inputs changed)."""
+    key = "\0".join((os.path.abspath(data), os.path.abspath(images) if images is not None else "", str(int(imgsz))))
+    return hashlib.sha256(key.encode()).hexdigest()[:32]
+
+
 def base_name(fp: str) -> str:
     """``pixpool-snap-<first 16 hex digits>``: the snapshot's base name."""
     return snapshot_base(fp[:NAME_HEX_DIGITS])

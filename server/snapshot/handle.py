@@ -2,7 +2,9 @@
 
 Runs in every process that reads a snapshot: the daemon, spawned augmentation workers,
 ``pixpool ls``. The process that prepared the snapshot holds a handle with
-``owner=True`` and is the only one that calls ``unlink()``; every other handle attaches
+``owner=True`` and is the only one that calls ``unlink()``; when done, every process that
+served it calls ``release()``, which passes ownership to the last user out (see there).
+Every other handle attaches
 read-only (``PROT_READ``), so the arrays it hands out are read-only views into the
 mapping (zero-copy; writing through one raises ValueError).
 
@@ -204,7 +206,10 @@ class Snapshot:
     def unlink(self) -> None:
         """Remove every segment name; only the handle that created the snapshot may."""
         if not self.owner:
-            raise PermissionError(f"snapshot {self.name!r} was attached, not prepared, by this handle; only its creator unlinks it")
+            raise PermissionError(f"snapshot {self.name!r} was attached, not prepared, by this handle; only its creator unlinks it (or `release` as its last user)")
+        self._unlink_parts()
+
+    def _unlink_parts(self) -> None:
         for part in PARTS:
             try:
                 os.unlink(shm_path(self._parts[part]))
@@ -212,24 +217,33 @@ class Snapshot:
                 pass
 
     def release(self, *, keep: bool = False) -> str:
-        """Close this handle; the creator's handle also removes the snapshot unless ``keep``.
+        """Close this handle and, as the last user out, remove the snapshot.
 
-        The one rule for "may I unlink what I prepared": only the creator (``owner``), only
-        when not asked to keep it, and only while no other process maps it (another
-        daemon may have re-attached it; ``pixpool clean`` removes it once nobody does).
-        Returns "removed", "kept" (attached handle, or ``keep``) or "in use" (others map it).
+        The one rule for removing a snapshot when done with it: whoever served it (the
+        process that prepared it, or one that re-attached it: ownership passes to the last
+        user) removes it, unless asked to ``keep`` it or it was prepared to persist
+        (``pixpool prepare``, ``--keep-snapshot``: header ``persist``), and only once no
+        other process maps it. Returns "removed", "kept" or "in use" (others map it).
         """
+        persist = False
+        if self._segments is not None:
+            persist = bool(self.header.persist)
+        else:
+            try:
+                persist = bool(read_header(self._parts["meta"]).persist)
+            except SnapshotError:
+                persist = False
         self.close()
-        if not self.owner or keep:
+        if keep or persist:
             return "kept"
         from ...shared.procmem import segment_users
 
         users = segment_users()
         others = {pid for seg in self.segment_names for pid in users.get(seg, ())} - {os.getpid()}
         if others:
-            log.warning("snapshot %s kept: processes %s still map it", self.name, sorted(others))
+            log.info("snapshot %s kept: processes %s still map it (the last of them removes it)", self.name, sorted(others))
             return "in use"
-        self.unlink()
+        self._unlink_parts()
         log.debug("snapshot %s removed", self.name)
         return "removed"
 

@@ -228,8 +228,15 @@ def prepare_snapshot(
     imgsz: int = 640,
     processes: int = 2,
     progress: bool = False,
+    persist: bool = False,
+    lineage: str | None = None,
 ) -> PrepareResult:
-    """Decode ``dataset`` into a snapshot (or re-attach an identical one); see module docstring."""
+    """Decode ``dataset`` into a snapshot (or re-attach an identical one); see module docstring.
+
+    ``persist`` marks a new snapshot to stay in /dev/shm until ``pixpool clean`` (no
+    process removes it on exit). ``lineage`` (``fingerprint.lineage_of``) names where the
+    dataset came from: once a new snapshot of that lineage is complete, older ones of the
+    same lineage that nobody maps are removed, since their inputs have changed since."""
     t0 = time.perf_counter()
     check_value("imgsz", "int", imgsz)
     check_value("processes", "int", processes)
@@ -282,7 +289,7 @@ def prepare_snapshot(
             magic=layout.MAGIC, layout_version=layout.LAYOUT_VERSION, complete=0, records=n, instances=sections.instances,
             points=sections.points, max_instances=max_inst, imgsz=imgsz, dtype_code=layout.FLOAT32_CODE, fill=float(FILL_VALUE),
             meta_nbytes=sizes["meta"], image_nbytes=sizes["img"], target_nbytes=sizes["tgt"],
-            creator_pid=os.getpid(), created_unix=time.time(), fingerprint=fp,
+            creator_pid=os.getpid(), created_unix=time.time(), fingerprint=fp, persist=int(bool(persist)), lineage=lineage or "",
         )  # fmt: skip
         meta.buf[: layout.HEADER_NBYTES] = layout.pack_header(header)
         layout.index_view(meta.buf, n)[:] = index
@@ -335,7 +342,28 @@ def prepare_snapshot(
     snap = Snapshot(base, owner=True)
     for seg in created:
         seg.close()
+    if lineage:
+        remove_superseded(lineage, keep=base)
     return _result(snap, reused=False, seconds=time.perf_counter() - t0, processes=processes)
+
+
+def remove_superseded(lineage: str, *, keep: str) -> list[str]:
+    """Remove this user's complete snapshots of ``lineage`` other than ``keep`` that no
+    process maps: a newer one of the same dataset replaced them. Returns their names."""
+    from .handle import list_snapshots
+
+    users = segment_users()
+    removed = []
+    for info in list_snapshots():
+        if info.name == keep or not info.complete or info.header.lineage != lineage:
+            continue
+        if any(users.get(seg) for seg in Snapshot(info.name, _lazy=True).segment_names):
+            continue
+        for seg in Snapshot(info.name, _lazy=True).segment_names:
+            unlink_segment(seg)
+        log.info("removed snapshot %s: superseded by %s (same dataset and imgsz, changed inputs)", info.name, keep)
+        removed.append(info.name)
+    return removed
 
 
 def _start_pool(ctx, workers: int, share: WorkShare) -> ProcessPoolExecutor:
