@@ -125,8 +125,11 @@ class Client:
         s.connect(self.endpoint)
         return s
 
-    def _recv(self, deadline: float, what: str) -> tuple[dict, list]:
-        """Next message on the main socket; raises _Lost, DaemonStopped, DaemonTimeout."""
+    def _recv(self, deadline: float, what: str, *, patient: bool = False) -> tuple[dict, list]:
+        """Next message on the main socket; raises _Lost, DaemonStopped, DaemonTimeout.
+
+        ``patient`` (waiting for a batch): past the deadline, keep waiting while the daemon
+        answers heartbeats; a batch can be slow where a control reply never is."""
         while True:
             if self._sock.poll(_STEP_MS):
                 frames = self._sock.recv_multipart(copy=False)
@@ -142,7 +145,7 @@ class Client:
                 return msg, frames[1:]
             if self._ident is not None and self._daemon_gone():
                 raise _Lost()
-            if time.monotonic() > deadline and self._daemon_answers():
+            if time.monotonic() > deadline and patient and self._daemon_answers():
                 log.warning("no %s from the pixpool daemon at %s within %.1f s, but it answers heartbeats: it is slow, not gone; waiting on",
                             what, self.endpoint, self.timeout_s)
                 deadline = time.monotonic() + self.timeout_s
@@ -284,7 +287,7 @@ class Client:
     def _next_ready(self, epoch: int, batch: int) -> tuple[dict, list]:
         deadline = time.monotonic() + self.timeout_s
         while True:
-            msg, frames = self._recv(deadline, f"batch {batch} of epoch {epoch}")
+            msg, frames = self._recv(deadline, f"batch {batch} of epoch {epoch}", patient=True)
             if msg["op"] != "ready" or msg["trainer_id"] != self._ident[0]:
                 continue
             if (msg["epoch"], msg["batch"]) == (epoch, batch):
