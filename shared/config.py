@@ -119,6 +119,7 @@ class DaemonConfig:
     processes: int = _opt(2, "decoder processes when preparing")
     max_instances_per_image: int = _opt(DEFAULT_MAX_INSTANCES, "refuse a dataset with an image of more instances than this (ring slots are sized for the densest image)")
     allow_unlabelled: bool = _opt(False, "accept a YOLO dataset where no image has a label file (all background)")
+    prepare_wait_s: float = _opt(600.0, "wait this long for another process preparing the same snapshot, then attach it")
     workers: int = _opt(2, "augmentation worker processes")
     socket_dir: str | None = _opt(None, "ipc socket directory, mode 0700 (default $XDG_RUNTIME_DIR/pixpool or <tmp>/pixpool-<uid>)", metavar="DIR")
     tcp: str | None = _opt(None, "also serve remote trainers over TCP (requires --keys)", metavar="HOST:PORT")
@@ -168,6 +169,7 @@ _RANGES: dict[str, tuple[float, float]] = {
     "heartbeat_timeout_s": (1e-3, 1e9),
     "job_timeout_s": (1e-3, 1e9),
     "straggler_factor": (1.0, 1e6),
+    "prepare_wait_s": (0.0, 1e9),
     "straggler_min_s": (1e-3, 1e9),
     "max_ring_nbytes": (1, 1 << 50),
     "max_total_ring_nbytes": (1, 1 << 50),

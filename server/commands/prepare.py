@@ -17,7 +17,7 @@ from ...shared.flags import add_fields
 
 
 def configure(parser: argparse.ArgumentParser, name: str) -> None:
-    add_fields(parser, DaemonConfig, only=("data", "images", "imgsz", "processes", "max_instances_per_image", "allow_unlabelled"))
+    add_fields(parser, DaemonConfig, only=("data", "images", "imgsz", "processes", "max_instances_per_image", "allow_unlabelled", "prepare_wait_s"))
     parser.add_argument("--json", action="store_true", help="print one JSON object instead of the table")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
 
@@ -33,7 +33,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         # What `pixpool prepare` makes stays until `pixpool clean` (persist): that is its purpose.
         result = prepare_snapshot(dataset, imgsz=args.imgsz, processes=args.processes, progress=not (args.json or args.no_progress) and sys.stderr.isatty(),
-                                  persist=True, lineage=lineage_of(args.data, args.images, args.imgsz))
+                                  persist=True, lineage=lineage_of(args.data, args.images, args.imgsz), wait_s=args.prepare_wait_s)
     except PreparationTerminated:
         print("pixpool prepare: terminated (SIGTERM); no snapshot was left behind", file=sys.stderr)
         return 143

@@ -53,7 +53,7 @@ def run_daemon(config: DaemonConfig) -> None:
     try:
         dataset = load_dataset(config.data, config.images, max_instances_per_image=config.max_instances_per_image, allow_unlabelled=config.allow_unlabelled)
         result = prepare_snapshot(dataset, imgsz=config.imgsz, processes=config.processes, persist=config.keep_snapshot,
-                                  lineage=lineage_of(config.data, config.images, config.imgsz))
+                                  lineage=lineage_of(config.data, config.images, config.imgsz), wait_s=config.prepare_wait_s)
         snap = result.snapshot
         info = {"name": snap.name, "reused": bool(result.reused), "prepare_s": round(float(result.seconds), 3), "segments": list(snap.segment_names),
                 "image_bytes": int(result.image_bytes), "decoded_bytes": int(result.decoded_bytes)}

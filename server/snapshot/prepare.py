@@ -55,19 +55,22 @@ import numpy as np
 import psutil
 
 from ...shared.config import FILL_VALUE, check_value
-from ...shared.errors import CapacityError, DatasetError, ImageDecodeError, MissingFileError, SnapshotError, UntrustedSegmentError
-from ...shared.names import SHM_DIR, shm_path
-from ...shared.procmem import segment_users
+from ...shared.errors import CapacityError, DatasetError, ImageDecodeError, MissingFileError, SnapshotError
+from ...shared.names import SHM_DIR
 from ...shared.records import Dataset
-from ...shared.shm import SharedSegment, check_trusted, unlink_segment
+from ...shared.shm import SharedSegment
 from . import decode, layout
 from .decode_worker import WorkShare, decode_shared, worker_decode, worker_init, worker_started
 from .fingerprint import base_name, fingerprint, segment_names
-from .handle import Snapshot, check_header, read_header
+from .handle import Snapshot
+from .reuse import BeingPrepared, existing_snapshot, remove_superseded
 
 log = logging.getLogger(__name__)
 
 _POLL_S = 0.01  # waiting for the workers' last records: how often to look at the shared count
+
+
+_WAIT_POLL_S = 0.1  # waiting for another process's preparation: how often to look again
 
 
 class PreparationTerminated(BaseException):
@@ -163,38 +166,6 @@ def check_capacity(total_nbytes: int, *, imgsz: int) -> None:
         )
 
 
-# -- reuse -------------------------------------------------------------------------------------
-def _existing(base: str, names: dict[str, str]) -> Snapshot | None:
-    """Attach a complete snapshot of this name; remove a stale incomplete one; raise if in progress."""
-    present = [n for n in names.values() if os.path.lexists(shm_path(n))]
-    if not present:
-        return None
-    for n in present:
-        # A file under this user's name that another user made (or made writable to
-        # others) is neither attached nor removed: UntrustedSegmentError says whose it is.
-        check_trusted(n, os.lstat(shm_path(n)))
-    header = None
-    if names["meta"] in present:
-        try:
-            header = read_header(names["meta"])
-        except UntrustedSegmentError:
-            raise
-        except SnapshotError:
-            header = None
-    if header is not None and header.is_complete and len(present) == 3:
-        check_header(base, header)
-        return Snapshot.attach(base)
-    users = segment_users()
-    pids = sorted({p for n in present for p in users.get(n, ())} - {os.getpid()})
-    if pids:
-        creator = f" (creator pid {header.creator_pid})" if header is not None else ""
-        raise SnapshotError(f"snapshot {base!r} is being prepared by live process(es) {pids}{creator}; wait for it to finish or stop it")
-    log.warning("removing stale incomplete snapshot %s (segments %s)", base, present)
-    for n in present:
-        unlink_segment(n)
-    return None
-
-
 # -- the whole preparation ---------------------------------------------------------------------
 def _plan(records, imgsz: int):
     """Index rows, instance/point totals and segment sizes, from image headers only."""
@@ -230,26 +201,50 @@ def prepare_snapshot(
     progress: bool = False,
     persist: bool = False,
     lineage: str | None = None,
+    wait_s: float = 600.0,
 ) -> PrepareResult:
     """Decode ``dataset`` into a snapshot (or re-attach an identical one); see module docstring.
 
     ``persist`` marks a new snapshot to stay in /dev/shm until ``pixpool clean`` (no
     process removes it on exit). ``lineage`` (``fingerprint.lineage_of``) names where the
     dataset came from: once a new snapshot of that lineage is complete, older ones of the
-    same lineage that nobody maps are removed, since their inputs have changed since."""
+    same lineage that nobody maps are removed, since their inputs have changed since.
+    While another live process prepares the same snapshot, this one waits up to ``wait_s``
+    for it and attaches the result."""
     t0 = time.perf_counter()
     check_value("imgsz", "int", imgsz)
     check_value("processes", "int", processes)
     records = dataset.records
     if not records:
         raise SnapshotError("the dataset has no records; nothing to prepare")
+    check_value("prepare_wait_s", "float", wait_s)
     fp = fingerprint(dataset, imgsz=imgsz)
     base = base_name(fp)
     names = segment_names(fp)
-    existing = _existing(base, names)
-    if existing is not None:
-        return _result(existing, reused=True, seconds=time.perf_counter() - t0, processes=0)
+    deadline = time.monotonic() + wait_s
+    told = False
+    while True:
+        try:
+            existing = existing_snapshot(base, names)
+            if existing is not None:
+                return _result(existing, reused=True, seconds=time.perf_counter() - t0, processes=0)
+            return _build(dataset, imgsz=imgsz, processes=processes, progress=progress, persist=persist, lineage=lineage,
+                          fp=fp, base=base, names=names, t0=t0)
+        except BeingPrepared as exc:
+            # Another process prepares the same snapshot: wait for it and attach its
+            # result rather than fail (or decode everything a second time).
+            if time.monotonic() >= deadline:
+                raise SnapshotError(f"{exc}; waited {wait_s} s for it to finish (raise prepare_wait_s, or stop that process)") from None
+            if not told:
+                log.info("%s; waiting for it (up to %.0f s) to attach its snapshot", exc, wait_s)
+                told = True
+            time.sleep(_WAIT_POLL_S)  # polling interval of a bounded wait for the other preparation
 
+
+def _build(dataset: Dataset, *, imgsz: int, processes: int, progress: bool, persist: bool, lineage: str | None,
+           fp: str, base: str, names: dict[str, str], t0: float) -> PrepareResult:
+    """Prepare a new snapshot under ``base`` (module docstring, steps 2-7)."""
+    records = dataset.records
     n = len(records)
     workers = min(processes, n) - 1  # the preparing process is one of the decoders
     created: list[SharedSegment] = []
@@ -279,7 +274,7 @@ def prepare_snapshot(
                 # (module docstring).
                 created.append(SharedSegment.create(names[part], sizes[part], reserve=(part != "img")))
         except FileExistsError as exc:
-            raise SnapshotError(f"snapshot {base!r} appeared while preparing ({exc.filename}): another process is preparing it") from None
+            raise BeingPrepared(f"snapshot {base!r} appeared while preparing ({exc.filename}): another process is preparing it") from None
         except OSError as exc:
             if exc.errno in (28, 12):  # ENOSPC, ENOMEM
                 raise CapacityError(f"{SHM_DIR} could not reserve {sum(sizes.values())} bytes for snapshot {base!r} ({exc.strerror}); use a smaller --imgsz or enlarge {SHM_DIR}") from None
@@ -345,25 +340,6 @@ def prepare_snapshot(
     if lineage:
         remove_superseded(lineage, keep=base)
     return _result(snap, reused=False, seconds=time.perf_counter() - t0, processes=processes)
-
-
-def remove_superseded(lineage: str, *, keep: str) -> list[str]:
-    """Remove this user's complete snapshots of ``lineage`` other than ``keep`` that no
-    process maps: a newer one of the same dataset replaced them. Returns their names."""
-    from .handle import list_snapshots
-
-    users = segment_users()
-    removed = []
-    for info in list_snapshots():
-        if info.name == keep or not info.complete or info.header.lineage != lineage:
-            continue
-        if any(users.get(seg) for seg in Snapshot(info.name, _lazy=True).segment_names):
-            continue
-        for seg in Snapshot(info.name, _lazy=True).segment_names:
-            unlink_segment(seg)
-        log.info("removed snapshot %s: superseded by %s (same dataset and imgsz, changed inputs)", info.name, keep)
-        removed.append(info.name)
-    return removed
 
 
 def _start_pool(ctx, workers: int, share: WorkShare) -> ProcessPoolExecutor:

@@ -267,7 +267,7 @@ def test_odd_image_kinds_become_3_channel_8_bit(tmp_path, prepared):
     assert snap.image(4).shape[:2] == (64, 26)
 
 
-def test_snapshot_being_prepared_by_live_process_is_refused(synthetic_data):
+def test_snapshot_being_prepared_by_live_process_is_waited_for_then_refused(synthetic_data):
     import subprocess
     import sys
 
@@ -284,8 +284,8 @@ def test_snapshot_being_prepared_by_live_process_is_refused(synthetic_data):
     )  # fmt: skip
     try:
         assert holder.stdout.readline().strip() == "mapped"  # returns when the child has mapped it (or died)
-        with pytest.raises(SnapshotError, match=str(holder.pid)):
-            prepare_snapshot(dataset, imgsz=160, processes=1)
+        with pytest.raises(SnapshotError, match=rf"being prepared by live process\(es\) \[{holder.pid}\].*; waited 0.3 s"):
+            prepare_snapshot(dataset, imgsz=160, processes=1, wait_s=0.3)
     finally:
         holder.stdin.close()
         holder.wait(timeout=30)
