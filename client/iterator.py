@@ -14,7 +14,10 @@ Faults, as the trainer sees them:
 - the daemon stops cleanly: ``DaemonStopped`` with the daemon's reason;
 - the daemon dies (pid gone, or the restarted one no longer knows this trainer): the client
   attaches again within ``timeout_s`` and resumes at its epoch and batch position;
-- a batch does not come within ``timeout_s``: ``DaemonTimeout``.
+- a batch does not come within ``timeout_s``: if the daemon still answers this trainer's
+  heartbeats it is slow, not gone (a stalled worker, a busy machine), and the client logs
+  a warning and keeps waiting; only a daemon that answers nothing is ``DaemonTimeout``
+  (or, once attached, lost and attached again).
 """
 
 from __future__ import annotations
@@ -108,7 +111,7 @@ class Client:
         self._sock: zmq.Socket | None = None
         self._reader = None  # delivery.SlotReader or FrameReader, from the attach reply
         self._ident: tuple[int, int] | None = None  # (trainer_id, token); read by the heartbeat thread
-        self._held: int | None = None
+        self._held: dict | None = None  # the ``ready`` message of the batch being read
         self._generation = 0  # bumped by each epoch() call
         self._lost: tuple[int, int] | None = None
         self._last_ack = time.monotonic()
@@ -130,8 +133,11 @@ class Client:
         s.connect(self.endpoint)
         return s
 
-    def _recv(self, deadline: float, what: str) -> tuple[dict, list]:
-        """Next message on the main socket; raises _Lost, DaemonStopped, DaemonTimeout."""
+    def _recv(self, deadline: float, what: str, *, patient: bool = False) -> tuple[dict, list]:
+        """Next message on the main socket; raises _Lost, DaemonStopped, DaemonTimeout.
+
+        ``patient`` (waiting for a batch): past the deadline, keep waiting while the daemon
+        answers heartbeats; a batch can be slow where a control reply never is."""
         while True:
             if self._sock.poll(_STEP_MS):
                 frames = self._sock.recv_multipart(copy=False)
@@ -147,7 +153,11 @@ class Client:
                 return msg, frames[1:]
             if self._ident is not None and self._daemon_gone():
                 raise _Lost()
-            if time.monotonic() > deadline:
+            if time.monotonic() > deadline and patient and self._daemon_answers():
+                log.warning("no %s from the pixpool daemon at %s within %.1f s, but it answers heartbeats: it is slow, not gone; waiting on",
+                            what, self.endpoint, self.timeout_s)
+                deadline = time.monotonic() + self.timeout_s
+            elif time.monotonic() > deadline:
                 raise DaemonTimeout(f"no {what} from a pixpool daemon at {self.endpoint} within {self.timeout_s} s; start one with `pixpool serve DATA` (or check `pixpool status`)")
 
     def _daemon_gone(self) -> bool:
@@ -156,6 +166,10 @@ class Client:
         if not self.remote and self._daemon_pid and not psutil.pid_exists(self._daemon_pid):
             return True
         return time.monotonic() - self._last_ack > max(10.0, 10 * self.heartbeat_interval_s)
+
+    def _daemon_answers(self) -> bool:
+        """The daemon answered this trainer's heartbeat lately (its loop runs)."""
+        return self._ident is not None and time.monotonic() - self._last_ack < max(2.0, 3 * self.heartbeat_interval_s)
 
     def _attach(self) -> None:
         if self._sock is not None:
@@ -238,8 +252,12 @@ class Client:
     # -- iteration ----------------------------------------------------------------------
     def _release_held(self) -> None:
         if self._held is not None and self._ident is not None:
-            slot, self._held = self._held, None
-            self._send("release", slot=slot)
+            msg, self._held = self._held, None
+            self._release(msg)
+
+    def _release(self, ready: dict) -> None:
+        """Give back the batch a ``ready`` announced, naming it (not only its slot)."""
+        self._send("release", slot=ready["slot"], epoch=ready["epoch"], batch=ready["batch"], generation=ready["generation"])
 
     def _start(self, epoch: int, batch: int) -> int:
         self._release_held()
@@ -250,7 +268,7 @@ class Client:
             if msg["op"] == "started" and msg["epoch"] == epoch and msg["trainer_id"] == self._ident[0]:
                 return msg["num_batches"]
             if msg["op"] == "ready" and msg["trainer_id"] == self._ident[0]:
-                self._send("release", slot=msg["slot"])  # from before this start: give it back
+                self._release(msg)  # from before this start: give it back
 
     def epoch(self, epoch: int, *, start_batch: int = 0) -> Iterator[TrainerBatch]:
         """Yield the batches of ``epoch`` from ``start_batch`` on, in order.
@@ -274,7 +292,7 @@ class Client:
                         if self.timings is not None:
                             self.timings["deliver_s"] = self.timings.get("deliver_s", 0.0) + time.perf_counter() - t0
                             self.timings["batches"] = self.timings.get("batches", 0) + 1
-                        self._held = msg["slot"]
+                        self._held = msg
                         yield out
                         if self._generation != mine:
                             raise PixpoolError(f"this iterator over epoch {epoch} was replaced by a newer Client.epoch() call; use one at a time")
@@ -295,12 +313,12 @@ class Client:
     def _next_ready(self, epoch: int, batch: int) -> tuple[dict, list]:
         deadline = time.monotonic() + self.timeout_s
         while True:
-            msg, frames = self._recv(deadline, f"batch {batch} of epoch {epoch}")
+            msg, frames = self._recv(deadline, f"batch {batch} of epoch {epoch}", patient=True)
             if msg["op"] != "ready" or msg["trainer_id"] != self._ident[0]:
                 continue
             if (msg["epoch"], msg["batch"]) == (epoch, batch):
                 return msg, frames
-            self._send("release", slot=msg["slot"])
+            self._release(msg)
             if msg["epoch"] == epoch and msg["batch"] > batch:
                 raise ProtocolError(f"daemon announced batch {msg['batch']} while batch {batch} of epoch {epoch} was due")
 

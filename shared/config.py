@@ -24,6 +24,8 @@ from .errors import ConfigError
 FILL_VALUE = 114.0
 # The datasets a daemon serves: its training set and, when it has one, a validation set.
 SPLITS = ("train", "val")
+# Instances one image may have: every ring slot is sized for the densest image.
+DEFAULT_MAX_INSTANCES = 1000
 
 
 def _opt(default: Any, help: str, **extra: Any) -> Any:
@@ -124,6 +126,9 @@ class DaemonConfig:
     no_val: bool = _opt(False, "serve no validation set, not even a data.yaml's val:")
     imgsz: int = _opt(640, "long side of the prepared images in pixels")
     processes: int = _opt(2, "decoder processes when preparing")
+    max_instances_per_image: int = _opt(DEFAULT_MAX_INSTANCES, "refuse a dataset with an image of more instances than this (ring slots are sized for the densest image)")
+    allow_unlabelled: bool = _opt(False, "accept a YOLO dataset where no image has a label file (all background)")
+    prepare_wait_s: float = _opt(600.0, "wait this long for another process preparing the same snapshot, then attach it")
     workers: int = _opt(2, "augmentation worker processes")
     socket_dir: str | None = _opt(None, "ipc socket directory, mode 0700 (default $XDG_RUNTIME_DIR/pixpool or <tmp>/pixpool-<uid>)", metavar="DIR")
     tcp: str | None = _opt(None, "also serve remote trainers over TCP (requires --keys)", metavar="HOST:PORT")
@@ -131,6 +136,8 @@ class DaemonConfig:
     keep_snapshot: bool = _opt(False, "leave the snapshot in /dev/shm on exit")
     heartbeat_timeout_s: float = _opt(10.0, "detach a trainer silent this long")
     job_timeout_s: float = _opt(300.0, "kill a worker stuck this long in one batch (the batch is re-run)")
+    straggler_factor: float = _opt(8.0, "a batch running this many times the median measured job time is also given to an idle worker (first result wins)")
+    straggler_min_s: float = _opt(5.0, "never re-dispatch a batch that has run less than this many seconds")
     max_ring_nbytes: int = _opt(2 << 30, "largest batch ring one trainer may ask for, in bytes")
     max_total_ring_nbytes: int | None = _opt(None, "all trainers' rings together, in bytes (default: half of /dev/shm free at start)")
     max_trainers: int = _opt(64, "trainers attached at once")
@@ -172,9 +179,13 @@ _RANGES: dict[str, tuple[float, float]] = {
     "world_size": (1, 1 << 20),
     "start_epoch": (0, 1 << 30),
     "processes": (1, 256),
+    "max_instances_per_image": (1, 1 << 20),
     "workers": (1, 256),
     "heartbeat_timeout_s": (1e-3, 1e9),
     "job_timeout_s": (1e-3, 1e9),
+    "straggler_factor": (1.0, 1e6),
+    "straggler_min_s": (1e-3, 1e9),
+    "prepare_wait_s": (0.0, 1e9),
     "max_ring_nbytes": (1, 1 << 50),
     "max_total_ring_nbytes": (1, 1 << 50),
     "max_trainers": (1, 1 << 16),

@@ -10,6 +10,9 @@ Runs in the daemon (bind side) and in trainers and CLI commands (connect side).
   ``client.key``/``client.key_secret`` (ZeroMQ certificate files) and copies the client's
   public key into ``DIR/authorized/``; the daemon admits exactly the public keys found
   there (a ZAP authenticator thread), everyone else is refused during the handshake.
+  Both sides refuse keys others could change (``check_keys_dir``): the directory, its
+  ``authorized/`` folder and the key files must be the caller's and writable by nobody
+  else, the secret key 0600, the same rule as the socket directory.
 """
 
 from __future__ import annotations
@@ -37,16 +40,56 @@ def default_socket_dir() -> Path:
 def socket_dir(path: str | os.PathLike | None, *, create: bool) -> Path:
     """The socket directory, created 0700 when asked; refuses one others can enter."""
     d = Path(path) if path is not None else default_socket_dir()
+    if d.is_symlink():
+        target = os.readlink(d)
+        state = "" if d.exists() else ", which does not exist"
+        raise ConfigError(f"socket directory {d} is a symbolic link (to {target}{state}); name a real directory with --socket-dir")
     if create:
         d.mkdir(mode=0o700, parents=True, exist_ok=True)
     if not d.exists():
         return d
-    st = d.stat()
-    if st.st_uid != os.getuid():
-        raise ConfigError(f"socket directory {d} belongs to uid {st.st_uid}, not to you (uid {os.getuid()}); choose another with --socket-dir")
-    if st.st_mode & stat.S_IRWXO:
-        raise ConfigError(f"socket directory {d} is open to other users (mode {stat.S_IMODE(st.st_mode):o}); run `chmod 700 {d}` or choose another with --socket-dir")
+    check_private(d, "socket directory", forbidden=stat.S_IRWXO, problem="is open to other users", fix=f"run `chmod 700 {d}` or choose another with --socket-dir",
+                  not_yours="choose another with --socket-dir")
     return d
+
+
+def check_private(path: Path, what: str, *, forbidden: int, problem: str, fix: str, not_yours: str) -> None:
+    """ConfigError unless ``path`` is the caller's own (not a link) and has none of the
+    ``forbidden`` mode bits: the one rule for the socket directory and the key files, since
+    whoever can write either decides who talks to the daemon."""
+    st = path.lstat()
+    if stat.S_ISLNK(st.st_mode):
+        raise ConfigError(f"{what} {path} is a symbolic link; name the real path ({not_yours})")
+    if st.st_uid != os.geteuid():
+        raise ConfigError(f"{what} {path} belongs to uid {st.st_uid}, not to you (uid {os.geteuid()}); {not_yours}")
+    mode = stat.S_IMODE(st.st_mode)
+    if mode & forbidden:
+        raise ConfigError(f"{what} {path} {problem} (mode {mode:04o}); {fix}")
+
+
+_GROUP_OTHER_WRITE = stat.S_IWGRP | stat.S_IWOTH
+
+
+def check_keys_dir(keys_dir: str | os.PathLike, *, secret: str) -> None:
+    """ConfigError unless the CURVE key directory, its ``authorized/`` folder and every key
+    in it are the caller's and writable by nobody else, and ``secret`` (the secret key file
+    this side loads) is readable by nobody else (0600): a key dropped into a writable
+    folder would be admitted over TCP, a readable secret key lets anyone pose as this side."""
+    d = Path(keys_dir)
+    redo = f"`pixpool keys {d} --force` makes a fresh set"
+    for path in [d, *(p for p in (d / "authorized",) if p.exists())]:
+        check_private(path, "key directory", forbidden=_GROUP_OTHER_WRITE, problem="is writable by group or others, who could add keys",
+                      fix=f"run `chmod go-w {path}` and check what is in it, or {redo}", not_yours=redo)
+    authorized = d / "authorized"
+    keys = sorted(authorized.glob("*.key")) if authorized.is_dir() else []
+    for path in [d / "server.key", d / "client.key", *keys]:
+        if path.exists():
+            check_private(path, "key file", forbidden=_GROUP_OTHER_WRITE, problem="is writable by group or others",
+                          fix=f"run `chmod 644 {path}` after checking it, or {redo}", not_yours=redo)
+    path = d / secret
+    if path.exists():
+        check_private(path, "secret key file", forbidden=stat.S_IRWXG | stat.S_IRWXO, problem="is readable or writable by others",
+                      fix=f"run `chmod 600 {path}`, or {redo}", not_yours=redo)
 
 
 # sockaddr_un.sun_path holds 108 bytes including the terminating NUL.
@@ -90,11 +133,14 @@ def write_keys(directory: str | os.PathLike, *, force: bool = False) -> dict[str
     for who in ("server", "client"):
         public, secret = zmq.auth.create_certificates(str(d), who)
         os.chmod(secret, 0o600)
+        os.chmod(public, 0o644)  # whatever the umask: check_keys_dir refuses group-writable keys
         out[who] = Path(public)
         out[who + "_secret"] = Path(secret)
     authorized = d / "authorized"
     authorized.mkdir(mode=0o700, exist_ok=True)
+    os.chmod(authorized, 0o700)
     shutil.copy(out["client"], authorized / "client.key")
+    os.chmod(authorized / "client.key", 0o644)
     out["authorized"] = authorized
     return out
 
@@ -119,6 +165,7 @@ def configure_server(sock: zmq.Socket, keys_dir: str | os.PathLike) -> None:
 
 def configure_client(sock: zmq.Socket, keys_dir: str | os.PathLike) -> None:
     d = Path(keys_dir)
+    check_keys_dir(d, secret="client.key_secret")
     public, secret = _load(d / "client.key_secret", secret=True)
     server_public, _ = _load(d / "server.key", secret=False)
     sock.curve_secretkey = secret
@@ -132,6 +179,7 @@ def check_server_keys(keys_dir: str | os.PathLike) -> None:
     The daemon calls this before it decodes anything, so a bad ``--keys`` fails at once."""
     if not zmq.has("curve"):
         raise ConfigError(f"this libzmq {zmq.zmq_version()} was built without CURVE; install a pyzmq wheel with libsodium")
+    check_keys_dir(keys_dir, secret="server.key_secret")
     _load(Path(keys_dir) / "server.key_secret", secret=True)
     authorized = Path(keys_dir) / "authorized"
     if not authorized.is_dir() or not any(authorized.glob("*.key")):

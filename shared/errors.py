@@ -43,6 +43,15 @@ class SnapshotError(PixpoolError, RuntimeError):
     """A snapshot segment is missing, incomplete or of another format version."""
 
 
+class UntrustedSegmentError(SnapshotError, PermissionError):
+    """A file in /dev/shm under a pixpool name that pixpool must not map: another user's,
+    writable by others, a link, or of the wrong size. ``path`` names it."""
+
+    def __init__(self, message: str, *, path: str | None = None):
+        super().__init__(message)
+        self.path = path
+
+
 class ConfigError(PixpoolError, ValueError):
     """A setting is out of range or of the wrong type (message names the field).
 

@@ -4,15 +4,24 @@ Code both sides import. A cleanup command can sweep ``/dev/shm/pixpool*`` after 
 without guessing, and no other module takes a name apart by hand: ``parse`` says what a
 segment is.
 
-- A snapshot is three segments ``pixpool-snap-<fp16>-<part>`` (part meta, img, tgt) that
-  share the base name ``pixpool-snap-<fp16>``, derived from the input fingerprint.
-- A batch ring is ``pixpool-ring-<daemon pid>-<trainer id>``: the pid tells a stale ring
-  (its daemon is dead) from a live one.
+Every name carries the uid of the user whose processes made it (``pixpool-u<uid>-...``):
+/dev/shm is shared by every user of the machine, so two users never collide on a name,
+and ``ls``/``clean`` look at the caller's own names only. The uid in a name is a claim,
+not a proof (anyone may create any name in /dev/shm): ``shared.shm`` checks the file's
+real owner and mode before mapping anything.
+
+- A snapshot is three segments ``pixpool-u<uid>-snap-<fp16>-<part>`` (part meta, img,
+  tgt) that share the base name ``pixpool-u<uid>-snap-<fp16>``, derived from the input
+  fingerprint (computable by anyone who can read the dataset: hence the owner check).
+- A batch ring is ``pixpool-u<uid>-ring-<daemon pid>-<random hex>``: the pid tells a stale
+  ring (its daemon is dead) from a live one; the random part makes the name unguessable,
+  so nobody can squat the next ring name before the daemon creates it.
 """
 
 from __future__ import annotations
 
 import os
+import secrets
 from dataclasses import dataclass
 
 PREFIX = "pixpool"
@@ -20,33 +29,49 @@ SHM_DIR = "/dev/shm"
 
 # Snapshot segments: one header+index segment, one image arena, one target segment.
 SNAPSHOT_PARTS = ("meta", "img", "tgt")
-SNAPSHOT_PREFIX = f"{PREFIX}-snap-"
-RING_PREFIX = f"{PREFIX}-ring-"
+# Random hex digits in a ring name: 64 bits, far beyond guessing.
+RING_TOKEN_HEX_DIGITS = 16
 
 
-def snapshot_base(key: str) -> str:
-    """Base name ``pixpool-snap-<key>`` of the snapshot whose fingerprint starts with ``key``."""
-    if not key or "-" in key or "/" in key:
-        raise ValueError(f"invalid snapshot key {key!r}: hex digits, no '-' or '/'")
-    return SNAPSHOT_PREFIX + key
+def user_prefix(uid: int | None = None) -> str:
+    """What every segment of user ``uid`` (default: this process's effective uid) starts with."""
+    return f"{PREFIX}-u{os.geteuid() if uid is None else int(uid)}-"
+
+
+def snapshot_base(key: str, *, uid: int | None = None) -> str:
+    """Base name ``pixpool-u<uid>-snap-<key>`` of the snapshot whose fingerprint starts with ``key``."""
+    if not key or not _is_hex(key):
+        raise ValueError(f"invalid snapshot key {key!r}: hex digits only")
+    return f"{user_prefix(uid)}snap-{key}"
 
 
 def snapshot_parts(base: str) -> dict[str, str]:
-    """part -> segment name, for a base name ``pixpool-snap-<key>``."""
+    """part -> segment name, for a base name ``pixpool-u<uid>-snap-<key>``."""
     parsed = parse(base + "-meta")
     if parsed is None or parsed.kind != "snapshot":
-        raise ValueError(f"not a snapshot base name: {base!r} (expected {SNAPSHOT_PREFIX}<fingerprint>)")
+        raise ValueError(f"not a snapshot base name: {base!r} (expected {PREFIX}-u<uid>-snap-<fingerprint>)")
     return {part: f"{base}-{part}" for part in SNAPSHOT_PARTS}
 
 
-def ring_segment(daemon_pid: int, trainer_id: int) -> str:
-    """Name of the batch ring the daemon with ``daemon_pid`` keeps for one trainer."""
-    return f"{ring_prefix(daemon_pid)}{trainer_id}"
+def ring_segment(daemon_pid: int, token: str, *, uid: int | None = None) -> str:
+    """Name of one batch ring of the daemon with ``daemon_pid``; ``token`` is random hex
+    (``new_ring_token``) so the name cannot be predicted."""
+    if not token or not _is_hex(token):
+        raise ValueError(f"invalid ring token {token!r}: hex digits only")
+    return f"{ring_prefix(daemon_pid, uid=uid)}{token}"
 
 
-def ring_prefix(daemon_pid: int) -> str:
+def ring_prefix(daemon_pid: int, *, uid: int | None = None) -> str:
     """What every ring of the daemon with ``daemon_pid`` starts with."""
-    return f"{RING_PREFIX}{int(daemon_pid)}-"
+    return f"{user_prefix(uid)}ring-{int(daemon_pid)}-"
+
+
+def new_ring_token() -> str:
+    return secrets.token_hex(RING_TOKEN_HEX_DIGITS // 2)
+
+
+def _is_hex(text: str) -> bool:
+    return all(c in "0123456789abcdef" for c in text)
 
 
 @dataclass(frozen=True)
@@ -57,23 +82,30 @@ class SegmentName:
     name: str
     kind: str  # "snapshot" or "ring"
     group: str
+    uid: int  # the user the name claims (shm.py checks the file's real owner)
     part: str | None = None  # snapshot part
     daemon_pid: int | None = None  # ring owner
-    trainer_id: int | None = None
+    token: str | None = None  # a ring's random part
 
 
 def parse(name: str) -> SegmentName | None:
-    """What ``name`` is, or None where it is no well-formed pixpool snapshot or ring name."""
-    if name.startswith(SNAPSHOT_PREFIX):
-        base, _, part = name.rpartition("-")
-        key = base[len(SNAPSHOT_PREFIX) :]
-        if part in SNAPSHOT_PARTS and key and "-" not in key:
-            return SegmentName(name, "snapshot", base, part=part)
+    """What ``name`` is, or None where it is no well-formed pixpool snapshot or ring name
+    (names of older releases, ``pixpool-snap-...`` without a uid, are None too)."""
+    head = f"{PREFIX}-u"
+    if not name.startswith(head):
         return None
-    if name.startswith(RING_PREFIX):
-        pid, _, tid = name[len(RING_PREFIX) :].partition("-")
-        if pid.isdigit() and tid.isdigit():
-            return SegmentName(name, "ring", name, daemon_pid=int(pid), trainer_id=int(tid))
+    uid, _, rest = name[len(head) :].partition("-")
+    if not uid.isdigit():
+        return None
+    kind, _, rest = rest.partition("-")
+    if kind == "snap":
+        key, _, part = rest.partition("-")
+        if part in SNAPSHOT_PARTS and key and _is_hex(key):
+            return SegmentName(name, "snapshot", name[: -len(part) - 1], int(uid), part=part)
+    elif kind == "ring":
+        pid, _, token = rest.partition("-")
+        if pid.isdigit() and token and _is_hex(token):
+            return SegmentName(name, "ring", name, int(uid), daemon_pid=int(pid), token=token)
     return None
 
 
@@ -100,3 +132,10 @@ def list_segments() -> list[str]:
     except FileNotFoundError:
         return []
     return sorted(n for n in names if n.startswith(PREFIX))
+
+
+def expected_owner(name: str) -> int:
+    """The uid a segment called ``name`` must belong to: the one its name carries, else
+    (a name without one, e.g. a test's) this process's effective uid."""
+    parsed = parse(name)
+    return parsed.uid if parsed is not None else os.geteuid()

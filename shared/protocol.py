@@ -12,9 +12,12 @@ Operations (-> daemon, <- trainer):
   <- {trainer_id, token, ring, layout, num_records, daemon_pid, host, names (class names)}.
 - ``start`` -> {trainer_id, token, epoch, batch}: produce ``epoch`` from ``batch`` on;
   reply ``started`` <- {epoch, batch, num_batches}.
-- ``ready`` <- {trainer_id, slot, epoch, batch, size, n_targets}: a batch is in ``slot``
-  (over TCP three more frames follow: images, targets, samples bytes).
-- ``release`` -> {trainer_id, token, slot}: the trainer is done with ``slot``.
+- ``ready`` <- {trainer_id, slot, epoch, batch, generation, size, n_targets}: a batch is in
+  ``slot`` (over TCP three more frames follow: images, targets, samples bytes);
+  ``generation`` counts the trainer's ``start``s.
+- ``release`` -> {trainer_id, token, slot, epoch, batch, generation}: the trainer is done
+  with the batch announced so; a release naming anything but what the slot holds now
+  (a duplicate, or one from before the slot was re-announced) gets an ``order`` error.
 - ``heartbeat`` -> {trainer_id, token, data_wait_s (optional: seconds this trainer spent
   waiting for batches so far)}; reply ``heartbeat`` <- {trainer_id}.
 - ``detach`` -> {trainer_id, token}; reply ``detached`` <- {trainer_id}.
@@ -59,7 +62,7 @@ from .errors import (
     SnapshotError,
 )
 
-PROTOCOL_VERSION = 1
+PROTOCOL_VERSION = 2  # 2: ready and release name the batch (epoch, batch, generation)
 # How a trainer receives batch bytes (``attach``'s ``delivery``): in place from its ring's
 # slots (same machine), or as zero-copy frames after ``ready`` (TCP).
 DELIVERY_SHM = "shm"
@@ -89,8 +92,8 @@ _SCHEMA: dict[str, dict[str, tuple[type, ...]]] = {
     },
     "start": {"trainer_id": _INT, "token": _INT, "epoch": _INT, "batch": _INT},
     "started": {"trainer_id": _INT, "epoch": _INT, "batch": _INT, "num_batches": _INT},
-    "ready": {"trainer_id": _INT, "slot": _INT, "epoch": _INT, "batch": _INT, "size": _INT, "n_targets": _INT},
-    "release": {"trainer_id": _INT, "token": _INT, "slot": _INT},
+    "ready": {"trainer_id": _INT, "slot": _INT, "epoch": _INT, "batch": _INT, "generation": _INT, "size": _INT, "n_targets": _INT},
+    "release": {"trainer_id": _INT, "token": _INT, "slot": _INT, "epoch": _INT, "batch": _INT, "generation": _INT},
     "heartbeat": {"trainer_id": _INT, "token": _INT},
     "detach": {"trainer_id": _INT, "token": _INT},
     "detached": {"trainer_id": _INT},

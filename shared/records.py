@@ -62,8 +62,8 @@ class Dataset:
     """What a reader returns: the records, the class names, and the files that define it.
 
     ``source_files`` lists every file the dataset was read from (annotation json, label
-    files, data.yaml); the snapshot fingerprint hashes their content and the images'
-    sizes and mtimes.
+    files, data.yaml), for the record; the snapshot fingerprint hashes the resolved
+    records and names instead of these files' text (``server/snapshot/fingerprint.py``).
     """
 
     records: tuple[Record, ...]

@@ -205,6 +205,10 @@ class Ring:
     def closed(self) -> bool:
         return self._segment is None
 
+    def present(self) -> bool:
+        """True while /dev/shm still holds this ring's file (``SharedSegment.present``)."""
+        return self._segment is not None and self._segment.present()
+
     def __enter__(self) -> "Ring":
         return self
 

@@ -18,6 +18,16 @@ The contract:
   already mapping it keep their mapping.
 - A ``weakref.finalize`` closes a forgotten segment at garbage collection; it never
   unlinks (a prepared snapshot outlives the process that made it on purpose).
+
+Trust: /dev/shm is writable by every user of the machine (sticky, mode 1777), and every
+pixpool name is predictable or told over a socket, so anyone could create a file under a
+name pixpool is about to map. Every open here therefore goes through one check on the
+opened descriptor (``fstat``, no window between check and use): a regular file, not a
+symlink (``O_NOFOLLOW``), owned by the uid the name carries (``names.expected_owner``),
+writable by nobody else (no group/other write bit), and, where the caller knows it, of
+the expected size. Anything else is ``UntrustedSegmentError`` naming the file, its owner
+and mode, and what to do. ``create`` is ``O_EXCL`` with mode 0600: it never adopts an
+existing file.
 """
 
 from __future__ import annotations
@@ -25,9 +35,11 @@ from __future__ import annotations
 import errno
 import mmap
 import os
+import stat
 import weakref
 
-from .names import SHM_DIR
+from .errors import UntrustedSegmentError
+from .names import SHM_DIR, expected_owner
 
 _MODE = 0o600
 
@@ -36,6 +48,77 @@ def _segment_path(name: str) -> str:
     if not name or "/" in name or name in (".", ".."):
         raise ValueError(f"invalid shared-memory name {name!r}: one path component, no '/'")
     return os.path.join(SHM_DIR, name)
+
+
+def _user(uid: int) -> str:
+    import pwd
+
+    try:
+        return f"uid {uid} ({pwd.getpwuid(uid).pw_name})"
+    except KeyError:
+        return f"uid {uid}"
+
+
+def check_trusted(name: str, st: os.stat_result, *, expected_nbytes: int | None = None) -> None:
+    """UntrustedSegmentError unless ``st`` (of segment ``name``) is what pixpool may map:
+    a regular file of the expected owner that nobody else can write, of the expected size."""
+    path = _segment_path(name)
+    mode = stat.S_IMODE(st.st_mode)
+    owner = expected_owner(name)
+    if not stat.S_ISREG(st.st_mode):
+        raise UntrustedSegmentError(f"{path} is not a regular file (mode {st.st_mode:o}); pixpool maps only its own segment files. "
+                                    "Remove it (as its owner, or as root) and start again", path=path)
+    if st.st_uid != owner:
+        raise UntrustedSegmentError(
+            f"{path} belongs to {_user(st.st_uid)} (mode {mode:04o}), but its name is {_user(owner)}'s: another user created it, "
+            f"and pixpool does not map data it cannot trust. Ask that user (or root) to remove it (`rm {path}`), then start again", path=path)
+    if mode & (stat.S_IWGRP | stat.S_IWOTH):
+        raise UntrustedSegmentError(
+            f"{path} (owner {_user(st.st_uid)}) has mode {mode:04o}: group or others may write it, so its bytes cannot be trusted; "
+            f"remove it with `pixpool clean {name}` (or `rm {path}`) and prepare again", path=path)
+    if expected_nbytes is not None and st.st_size != expected_nbytes:
+        raise UntrustedSegmentError(f"{path} has {st.st_size} bytes, expected {expected_nbytes}; it is not the segment pixpool made. "
+                                    f"Remove it with `pixpool clean {name}` and start again", path=path)
+
+
+def open_trusted(name: str, *, writable: bool = False, expected_nbytes: int | None = None) -> int:
+    """A descriptor of segment ``name`` that passed ``check_trusted``; the caller closes it."""
+    path = _segment_path(name)
+    try:
+        fd = os.open(path, (os.O_RDWR if writable else os.O_RDONLY) | os.O_CLOEXEC | os.O_NOFOLLOW)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:  # O_NOFOLLOW on a symlink
+            raise UntrustedSegmentError(f"{path} is a symbolic link; pixpool maps only its own segment files. Remove it and start again", path=path) from None
+        if isinstance(exc, PermissionError):
+            # Not readable by us: someone else's file under our name. Say whose.
+            try:
+                check_trusted(name, os.lstat(path), expected_nbytes=None)
+            except FileNotFoundError:
+                raise exc from None
+        raise
+    try:
+        check_trusted(name, os.fstat(fd), expected_nbytes=expected_nbytes)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def read_prefix(name: str, nbytes: int) -> bytes:
+    """The first ``nbytes`` of a trusted segment, by a plain read (no mapping)."""
+    fd = open_trusted(name)
+    try:
+        return os.pread(fd, nbytes, 0)
+    finally:
+        os.close(fd)
+
+
+def owner_of(name: str) -> int | None:
+    """uid of the file behind segment ``name`` (not followed if a link), None if it is gone."""
+    try:
+        return os.lstat(_segment_path(name)).st_uid
+    except FileNotFoundError:
+        return None
 
 
 def _close_mapping(mm: mmap.mmap) -> None:
@@ -49,11 +132,12 @@ def _close_mapping(mm: mmap.mmap) -> None:
 class SharedSegment:
     """A named shared-memory segment mapped into this process (see module docstring)."""
 
-    def __init__(self, name: str, mm: mmap.mmap, nbytes: int, *, owner: bool, writable: bool):
+    def __init__(self, name: str, mm: mmap.mmap, nbytes: int, *, owner: bool, writable: bool, inode: int = 0):
         self.name = name
         self.nbytes = nbytes
         self.owner = owner
         self.writable = writable
+        self.inode = inode  # which file this mapping is: ``present`` compares it
         self._mm: mmap.mmap | None = mm
         self._finalizer = weakref.finalize(self, _close_mapping, mm)
 
@@ -75,30 +159,33 @@ class SharedSegment:
             if reserve:
                 os.posix_fallocate(fd, 0, nbytes)
             mm = mmap.mmap(fd, nbytes, flags=mmap.MAP_SHARED, prot=mmap.PROT_READ | mmap.PROT_WRITE)
+            inode = os.fstat(fd).st_ino
         except BaseException:
             os.close(fd)
             os.unlink(path)
             raise
         os.close(fd)  # the mapping keeps the memory; the descriptor is no longer needed
-        return cls(name, mm, nbytes, owner=True, writable=True)
+        return cls(name, mm, nbytes, owner=True, writable=True, inode=inode)
 
     @classmethod
-    def attach(cls, name: str, *, writable: bool = False) -> "SharedSegment":
-        """Map an existing segment; read-only (``PROT_READ``) unless ``writable``.
+    def attach(cls, name: str, *, writable: bool = False, expected_nbytes: int | None = None) -> "SharedSegment":
+        """Map an existing, trusted segment (module docstring); read-only (``PROT_READ``)
+        unless ``writable``.
 
         Arrays over a read-only segment's ``buf`` are read-only: writing raises ValueError.
         """
         path = _segment_path(name)
-        fd = os.open(path, (os.O_RDWR if writable else os.O_RDONLY) | os.O_CLOEXEC)
+        fd = open_trusted(name, writable=writable, expected_nbytes=expected_nbytes)
         try:
-            nbytes = os.fstat(fd).st_size
+            st = os.fstat(fd)
+            nbytes = st.st_size
             if nbytes == 0:
                 raise OSError(errno.EINVAL, f"shared-memory segment {name!r} is empty", path)
             prot = mmap.PROT_READ | (mmap.PROT_WRITE if writable else 0)
             mm = mmap.mmap(fd, nbytes, flags=mmap.MAP_SHARED, prot=prot)
         finally:
             os.close(fd)
-        return cls(name, mm, nbytes, owner=False, writable=writable)
+        return cls(name, mm, nbytes, owner=False, writable=writable, inode=st.st_ino)
 
     # -- use --------------------------------------------------------------------------
     @property
@@ -111,6 +198,14 @@ class SharedSegment:
     @property
     def closed(self) -> bool:
         return self._mm is None
+
+    def present(self) -> bool:
+        """True while /dev/shm still holds this very file under this name (not removed,
+        not replaced by another file)."""
+        try:
+            return os.lstat(_segment_path(self.name)).st_ino == self.inode
+        except FileNotFoundError:
+            return False
 
     def flush(self) -> None:
         if self._mm is not None and self.writable:

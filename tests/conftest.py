@@ -95,6 +95,40 @@ def synthetic_copy(synthetic_data, tmp_path) -> Path:
     return root
 
 
+OTHER_USER = "pxother9"
+
+
+@pytest.fixture(scope="session")
+def other_user():
+    """A second Unix user (``helpers.users.User``), made with ``useradd`` for this run and
+    removed after it; multi-user tests skip where the run is not root."""
+    import pwd
+    import subprocess
+
+    from helpers.users import User
+
+    if os.geteuid() != 0:
+        pytest.skip("needs root: the test creates a second Unix user (useradd) and acts as that user")
+    try:
+        pwd.getpwnam(OTHER_USER)
+        made = False
+    except KeyError:
+        subprocess.run(["useradd", "--no-create-home", "--shell", "/usr/sbin/nologin", OTHER_USER], check=True, capture_output=True, timeout=60)
+        made = True
+    entry = pwd.getpwnam(OTHER_USER)
+    yield User(OTHER_USER, entry.pw_uid, entry.pw_gid)
+    # Whatever that user left in /dev/shm goes with it (this run made the user).
+    for name in os.listdir("/dev/shm"):
+        path = os.path.join("/dev/shm", name)
+        try:
+            if os.lstat(path).st_uid == entry.pw_uid:
+                os.unlink(path)
+        except FileNotFoundError:
+            pass
+    if made:
+        subprocess.run(["userdel", OTHER_USER], check=False, capture_output=True, timeout=60)
+
+
 @pytest.fixture
 def dealer():
     """``dealer(endpoint, **sockopts)``: a connected DEALER socket, linger 0, closed after the test."""

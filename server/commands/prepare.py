@@ -17,7 +17,7 @@ from ...shared.flags import add_fields
 
 
 def configure(parser: argparse.ArgumentParser, name: str) -> None:
-    add_fields(parser, DaemonConfig, only=("data", "images", "imgsz", "processes", "memory_budget_nbytes"))
+    add_fields(parser, DaemonConfig, only=("data", "images", "imgsz", "processes", "memory_budget_nbytes", "max_instances_per_image", "allow_unlabelled", "prepare_wait_s"))
     parser.add_argument("--json", action="store_true", help="print one JSON object instead of the table")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
 
@@ -25,23 +25,27 @@ def configure(parser: argparse.ArgumentParser, name: str) -> None:
 def run(args: argparse.Namespace) -> int:
     from ...shared import procmem
     from .. import accountant
-    from ..readers import load_dataset
+    from ..readers import read_dataset
+    from ..snapshot.fingerprint import lineage_of
     from ..snapshot.prepare import PreparationTerminated, prepare_snapshot
 
-    dataset = load_dataset(args.data, args.images)
+    dataset, stats = read_dataset(args.data, args.images, max_instances_per_image=args.max_instances_per_image, allow_unlabelled=args.allow_unlabelled)
     try:
+        # What `pixpool prepare` makes stays until `pixpool clean` (persist): that is its purpose.
         result = prepare_snapshot(dataset, imgsz=args.imgsz, processes=args.processes, budget_nbytes=args.memory_budget_nbytes,
-                                  progress=not (args.json or args.no_progress) and sys.stderr.isatty())
+                                  progress=not (args.json or args.no_progress) and sys.stderr.isatty(),
+                                  persist=True, lineage=lineage_of(args.data, args.images, args.imgsz), wait_s=args.prepare_wait_s)
     except PreparationTerminated:
         print("pixpool prepare: terminated (SIGTERM); no snapshot was left behind", file=sys.stderr)
         return 143
     snap = result.snapshot
     try:
         if args.json:
-            print(json.dumps(result.as_dict()))
+            print(json.dumps({**result.as_dict(), "dataset": stats.as_dict()}))
             return 0
         state = "re-attached existing" if result.reused else f"prepared in {result.seconds:.2f} s with {result.processes} process(es)"
         print(f"snapshot {snap.name}: {result.records} records at imgsz {snap.imgsz}, {state}")
+        print(f"dataset: {stats.instances} instances, {stats.background} background images, {stats.labels_missing} without a label file")
         print(accountant.format_snapshot_report(accountant.snapshot_bytes(snap), records=result.records))
         print()
         print(accountant.format_process_report(procmem.process_memory([os.getpid()])))

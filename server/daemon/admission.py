@@ -6,8 +6,9 @@ Runs in the daemon process.
   is decoded or allocated: a bad socket directory or missing keys fail in a second, not
   after the whole dataset was prepared.
 - ``Listener`` owns the daemon's ROUTER sockets: the local ipc one (one daemon per socket
-  directory, decided by an ``flock`` the kernel drops when the holder dies; a socket file
-  left by a killed daemon is replaced) and, when asked, a TCP one behind CURVE with a ZAP
+  directory, decided by an ``flock`` the kernel drops when the holder dies; the lock file
+  holds the daemon's pid, so a successor knows a killed predecessor and removes the rings
+  it left; a socket file left by a killed daemon is replaced) and, when asked, a TCP one behind CURVE with a ZAP
   authenticator admitting only ``keys/authorized``. Frames over ``MAX_WIRE_BYTES`` make
   libzmq drop the peer before allocating them.
 - ``ring_for`` decides an ``attach``: the trainer's settings against the snapshot, the
@@ -107,6 +108,9 @@ class Listener:
             os.close(lock_fd)
             raise ConfigError(f"another pixpool daemon already serves {path.parent}; stop it or use another --socket-dir") from None
         self._lock_fd = lock_fd
+        previous = _take_over_lock(lock_fd)
+        if previous is not None:
+            sweep_predecessor(previous)
         if path.exists():
             if request_status(f"ipc://{path}", timeout_s=0.5, ctx=self._ctx) is not None:
                 raise ConfigError(f"another pixpool daemon already serves {path}; stop it or use another --socket-dir")
@@ -139,6 +143,37 @@ class Listener:
             self._lock_fd = None
 
 
+def _take_over_lock(lock_fd: int) -> int | None:
+    """Write this daemon's pid into the held lock file; return the pid written there by
+    the previous daemon of this socket directory if that one is dead (killed, so it could
+    not clean up), else None."""
+    from ...shared.procmem import alive
+
+    text = os.pread(lock_fd, 64, 0).decode("ascii", "replace").strip()
+    os.ftruncate(lock_fd, 0)
+    os.pwrite(lock_fd, f"{os.getpid()}\n".encode(), 0)
+    if text.isdigit() and int(text) != os.getpid() and not alive(int(text)):
+        return int(text)
+    return None
+
+
+def sweep_predecessor(pid: int) -> list[str]:
+    """Remove the rings a dead daemon ``pid`` of this socket directory left (this user's,
+    mapped by nobody): a SIGKILLed daemon cannot unlink them itself, and its successor is
+    the one process that knows they are its directory's. Returns the names removed."""
+    from ...shared.names import list_segments, ring_prefix
+    from ...shared.procmem import segment_users
+    from ...shared.shm import owner_of, unlink_segment
+
+    users = segment_users()
+    gone = [n for n in list_segments() if n.startswith(ring_prefix(pid)) and owner_of(n) == os.geteuid() and not users.get(n)]
+    for name in gone:
+        unlink_segment(name)
+    if gone:
+        log.warning("removed %d batch ring(s) left by daemon %d, which died without cleaning up: %s", len(gone), pid, ", ".join(gone))
+    return gone
+
+
 def ring_for(msg: dict, settings: StreamSettings, *, source, renderer, remote: bool, config: DaemonConfig,
              rings_nbytes: int, ring_budget_nbytes: int, trainers: int, snapshot_nbytes: int) -> RingLayout:
     """The ring an ``attach`` gets, or ConfigError/CapacityError saying what to change."""
@@ -155,8 +190,9 @@ def ring_for(msg: dict, settings: StreamSettings, *, source, renderer, remote: b
     max_t = max(1, renderer.max_targets(source.max_instances, settings))
     layout = RingLayout(slots=slots, batch_size=settings.batch_size, imgsz=source.imgsz, max_targets=max_t)
     if layout.nbytes > config.max_ring_nbytes:
-        raise CapacityError(f"a ring of {slots} slots for batch {settings.batch_size} at imgsz {source.imgsz} needs {layout.nbytes} bytes, "
-                            f"over the daemon's limit of {config.max_ring_nbytes}; use fewer slots or a smaller batch, or raise max_ring_nbytes")
+        raise CapacityError(f"a ring of {slots} slots for batch {settings.batch_size} at imgsz {source.imgsz} needs {layout.nbytes} bytes "
+                            f"({max_t} target rows per slot: the snapshot's densest image has {source.max_instances} instances), "
+                            f"over the daemon's limit of {config.max_ring_nbytes}; use fewer slots or a smaller batch, fix that image's labels, or raise max_ring_nbytes")
     if rings_nbytes + layout.nbytes > ring_budget_nbytes:
         raise CapacityError(f"a ring of {layout.nbytes} bytes on top of the {rings_nbytes} bytes of attached trainers' rings exceeds the daemon's "
                             f"budget of {ring_budget_nbytes} bytes; use fewer slots or a smaller batch, or raise max_total_ring_nbytes")

@@ -4,8 +4,9 @@ serve, clean up.
 Runs in the daemon process: ``pixpool serve`` calls it in the foreground, tests and
 benchmarks use it as a spawn ``Process`` target (``stop_process`` stops one). Order:
 ``preflight`` (paths, keys, address) before the dataset is read, reading before decoding.
-On exit the snapshot goes by the one rule of ``Snapshot.release``: only when this call
-created it, was not asked to keep it, and no other process maps it. The daemon unlinks its
+On exit the snapshot goes by the one rule of ``Snapshot.release``: the last daemon out
+removes it (whether it prepared it or re-attached it), unless asked to keep it or it was
+prepared to persist, and only once no other process maps it. The daemon unlinks its
 rings itself.
 """
 
@@ -51,12 +52,12 @@ def run_daemon(config: DaemonConfig) -> None:
         datasets = _datasets(config)
         info, files = {}, {}
         budget = config.memory_budget_nbytes
-        for split, dataset in datasets.items():
-            snaps[split], info[split] = _prepare(dataset, config, budget)
+        for split, (dataset, lineage) in datasets.items():
+            snaps[split], info[split] = _prepare(dataset, config, budget, lineage)
             if budget is not None and split == "train":
                 budget -= sum(snaps[split].nbytes.values())  # the validation snapshot gets what is left
             files[split] = tuple(r.image_path for r in dataset.records)
-        Daemon(snaps, config, snapshot_info=info, files=files, names=tuple(datasets["train"].names)).serve()
+        Daemon(snaps, config, snapshot_info=info, files=files, names=tuple(datasets["train"][0].names)).serve()
     finally:
         # The validation handle first: where both splits are one snapshot, the training
         # handle (its creator, if any) is then the last one that maps it.
@@ -69,27 +70,35 @@ def run_daemon(config: DaemonConfig) -> None:
 
 
 def _datasets(config: DaemonConfig) -> dict:
-    """split -> Dataset: the training set and, unless ``no_val``, the validation set
-    (``val``, else a data.yaml's own ``val:``); their class names must agree."""
+    """split -> (Dataset, lineage): the training set and, unless ``no_val``, the validation
+    set (``val``, else a data.yaml's own ``val:``); their class names must agree. A split's
+    lineage (``fingerprint.lineage_of``) is where its data comes from, so that a newer
+    snapshot of a split supersedes only older ones of the same split."""
     from ..readers import load_dataset, yaml_has_split
+    from ..snapshot.fingerprint import lineage_of
 
-    out = {"train": load_dataset(config.data, config.images)}
+    def read(data, images, split):
+        dataset = load_dataset(data, images, max_instances_per_image=config.max_instances_per_image, allow_unlabelled=config.allow_unlabelled, split=split)
+        return dataset, lineage_of(f"{data}#{split}" if split != "train" else data, images, config.imgsz)
+
+    out = {"train": read(config.data, config.images, "train")}
     if config.no_val:
         return out
     if config.val is not None:
-        out["val"] = load_dataset(config.val, config.val_images, split="val")
+        out["val"] = read(config.val, config.val_images, "val")
     elif str(config.data).lower().endswith((".yaml", ".yml")) and yaml_has_split(config.data, "val"):
-        out["val"] = load_dataset(config.data, split="val")
-    if "val" in out and out["val"].names != out["train"].names:
-        raise ConfigError(f"the validation set {config.val or config.data} has classes {list(out['val'].names)[:5]}..., the training set "
-                          f"{config.data} {list(out['train'].names)[:5]}...; they must be the same classes in the same order", field="val")
+        out["val"] = read(config.data, None, "val")
+    if "val" in out and out["val"][0].names != out["train"][0].names:
+        raise ConfigError(f"the validation set {config.val or config.data} has classes {list(out['val'][0].names)[:5]}..., the training set "
+                          f"{config.data} {list(out['train'][0].names)[:5]}...; they must be the same classes in the same order", field="val")
     return out
 
 
-def _prepare(dataset, config: DaemonConfig, budget_nbytes: int | None):
+def _prepare(dataset, config: DaemonConfig, budget_nbytes: int | None, lineage: str):
     from ..snapshot.prepare import prepare_snapshot
 
-    result = prepare_snapshot(dataset, imgsz=config.imgsz, processes=config.processes, budget_nbytes=budget_nbytes)
+    result = prepare_snapshot(dataset, imgsz=config.imgsz, processes=config.processes, budget_nbytes=budget_nbytes, persist=config.keep_snapshot,
+                              lineage=lineage, wait_s=config.prepare_wait_s)
     snap = result.snapshot
     log.info("snapshot %s %s (%d records, %.1f s)", snap.name, "re-attached" if result.reused else "prepared", len(snap), result.seconds)
     info = {"name": snap.name, "reused": bool(result.reused), "prepare_s": round(float(result.seconds), 3), "segments": list(snap.segment_names),

@@ -15,6 +15,10 @@ starts no process and touches no socket, so it is tested on its own.
   earlier batch of the stream is announced.
 - A job carries the stream's ``generation``; a ``start`` (new epoch or resume position)
   bumps it, so results of abandoned jobs are dropped and their slots freed.
+- A release names the batch it gives back (epoch, batch, generation, as announced), not
+  only the slot: a duplicate or late release of a slot number that has been re-announced
+  with a newer batch since is refused, so a worker never overwrites a slot the trainer
+  still reads.
 """
 
 from __future__ import annotations
@@ -46,6 +50,7 @@ class Announcement:
     batch: int
     size: int
     n_targets: int
+    generation: int
 
 
 @dataclass
@@ -60,7 +65,7 @@ class Stream:
     generation: int = 0
     free: deque = field(default_factory=deque)
     busy: set = field(default_factory=set)
-    held: set = field(default_factory=set)
+    held: dict = field(default_factory=dict)  # slot -> (epoch, batch, generation) announced in it
     finished: dict = field(default_factory=dict)  # batch -> (slot, size, n_targets)
     batches_delivered: int = 0
     images_delivered: int = 0
@@ -119,11 +124,17 @@ class Scheduler:
         self._retry = deque(j for j in self._retry if j.trainer_id != trainer_id)
         s.epoch, s.num_batches, s.next_dispatch, s.next_announce = epoch, num_batches, batch, batch
 
-    def release(self, trainer_id: int, slot: int) -> None:
+    def release(self, trainer_id: int, slot: int, *, epoch: int, batch: int, generation: int) -> None:
+        """The trainer is done with the batch announced as (epoch, batch, generation) in ``slot``."""
         s = self.streams[trainer_id]
-        if slot not in s.held:
-            raise ProtocolError(f"release of slot {slot}, which trainer {trainer_id} does not hold (held: {sorted(s.held)}); release each announced slot once")
-        s.held.discard(slot)
+        held = s.held.get(slot)
+        if held is None:
+            raise ProtocolError(f"release of slot {slot} (epoch {epoch} batch {batch} generation {generation}), which trainer {trainer_id} does not hold "
+                                f"(held: {sorted(s.held)}); release each announced batch once")
+        if held != (epoch, batch, generation):
+            raise ProtocolError(f"release of slot {slot} names epoch {epoch} batch {batch} generation {generation}, but the slot now holds "
+                                f"epoch {held[0]} batch {held[1]} generation {held[2]}; a stale or duplicate release is refused")
+        del s.held[slot]
         s.free.append(slot)
 
     # -- jobs ---------------------------------------------------------------------------
@@ -175,8 +186,8 @@ class Scheduler:
         while s.next_announce in s.finished:
             slot, size_, n_t = s.finished.pop(s.next_announce)
             s.busy.discard(slot)
-            s.held.add(slot)
-            out.append(Announcement(job.trainer_id, slot, s.epoch, s.next_announce, size_, n_t))
+            s.held[slot] = (s.epoch, s.next_announce, s.generation)
+            out.append(Announcement(job.trainer_id, slot, s.epoch, s.next_announce, size_, n_t, s.generation))
             s.next_announce += 1
             s.batches_delivered += 1
             s.images_delivered += size_

@@ -85,6 +85,7 @@ class Daemon:
         self.listener: admission.Listener | None = None
         self.metrics = None  # metrics.Metrics while serving with metrics_port
         self._stop_reason: str | None = None
+        self.fatal: str | None = None  # why the daemon stopped on its own (a lost segment)
 
     # -- public -------------------------------------------------------------------------
     @property
@@ -108,6 +109,7 @@ class Daemon:
         poller = zmq.Poller()
         self.listener = admission.Listener(ctx, self.config)
         self.supervisor = Supervisor(mp.get_context("spawn"), self.sources, self.renderer_name, self.scheduler, job_timeout_s=self.config.job_timeout_s,
+                                     straggler_factor=self.config.straggler_factor, straggler_min_s=self.config.straggler_min_s,
                                      describe=self._describe, on_done=self._done, on_failed=self._failed)
         try:
             socks = self.listener.open()
@@ -126,8 +128,9 @@ class Daemon:
             ctx.term()
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
-        if self.supervisor.fatal is not None:
-            raise DaemonStopped(self.supervisor.fatal)
+        fatal = self.fatal or self.supervisor.fatal
+        if fatal is not None:
+            raise DaemonStopped(fatal)
 
     # -- loop ---------------------------------------------------------------------------
     def _loop(self, poller: zmq.Poller, socks: list[zmq.Socket]) -> None:
@@ -144,6 +147,9 @@ class Daemon:
             now = time.monotonic()
             if now - last_liveness >= _LIVENESS_EVERY_S:
                 last_liveness = now
+                self._check_segments()
+                if self._stop_reason is not None:
+                    return
                 self.supervisor.check(now, poller)
                 self.sessions.check(now)
                 self.shm_watch.check()
@@ -207,7 +213,7 @@ class Daemon:
             delivery.send(sock, identity, proto.encode("started", trainer_id=t.trainer_id, epoch=msg["epoch"], batch=msg["batch"], num_batches=n))
         elif op == "release":
             try:
-                self.scheduler.release(t.trainer_id, msg["slot"])
+                self.scheduler.release(t.trainer_id, msg["slot"], epoch=msg["epoch"], batch=msg["batch"], generation=msg["generation"])
             except ProtocolError as exc:
                 delivery.send(sock, identity, proto.error_frame("order", str(exc), trainer_id=t.trainer_id))
         elif op == "detach":
@@ -243,6 +249,25 @@ class Daemon:
         t = self.sessions.trainers.get(job.trainer_id)
         if t is not None:
             delivery.tell(t, proto.error_frame("render", f"batch {job.batch} of epoch {job.epoch} failed in worker {worker_pid}: {error}", trainer_id=t.trainer_id))
+
+    def _check_segments(self) -> None:
+        """Notice segments removed from /dev/shm under the daemon (``rm``, a sweep by
+        another tool): never serve half. A lost ring costs its trainer a re-attach (it is
+        told it is unknown, attaches again, gets a new ring and resumes at its position);
+        a lost snapshot segment stops the daemon, since a worker restarted later could not
+        attach it."""
+        gone = sorted({name for src in self.sources.values() for name in (src.missing_segments() if hasattr(src, "missing_segments") else [])})
+        if gone:
+            self.fatal = (f"snapshot segment(s) {', '.join(gone)} were removed from /dev/shm while daemon {self.pid} served them; "
+                          "stopping rather than serving half. Start the daemon again (it prepares the snapshot anew)")
+            log.error("%s", self.fatal)
+            self.request_stop("snapshot removed from /dev/shm")
+            return
+        for t in list(self.sessions.trainers.values()):
+            if not t.ring.present():
+                log.error("trainer %d: its ring %s was removed from /dev/shm; detaching it so that it attaches again to a new ring", t.trainer_id, t.ring.name)
+                delivery.tell(t, proto.error_frame("unknown_trainer", f"ring {t.ring.name} was removed from /dev/shm; attach again", trainer_id=t.trainer_id))
+                self.sessions.detach(t.trainer_id, f"ring {t.ring.name} removed from /dev/shm")
 
     def _forget_ring(self, ring_name: str) -> None:
         if self.supervisor is not None:

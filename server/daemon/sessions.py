@@ -22,12 +22,15 @@ import psutil
 import zmq
 
 from ...shared.config import StreamSettings
-from ...shared.names import ring_segment
+from ...shared.errors import CapacityError
+from ...shared.names import new_ring_token, ring_segment
 from ...shared.ring import Ring, RingLayout
-from ...shared.shm import unlink_segment
 from .scheduler import Scheduler
 
 log = logging.getLogger(__name__)
+
+# 64 random bits per name: a collision is someone else's doing, not chance.
+_RING_NAME_TRIES = 8
 
 
 class UnknownTrainer(Exception):
@@ -73,17 +76,26 @@ class Sessions:
         return sum(t.ring.layout.nbytes for t in self.trainers.values())
 
     def attach(self, msg: dict, settings: StreamSettings, layout: RingLayout, *, sock: zmq.Socket, identity: bytes, local: bool) -> TrainerSession:
+        ring = self._create_ring(layout)
+        # The trainer id is taken only once the ring exists: a failed attach uses up nothing.
         tid = next(self._ids)
-        name = ring_segment(self.daemon_pid, tid)
-        # A ring with this daemon's pid can only be a leftover of a killed daemon whose pid
-        # was reused: nobody live owns it.
-        unlink_segment(name)
-        ring = Ring.create(name, layout)
         t = TrainerSession(tid, secrets.randbits(62), settings, settings.to_dict(), msg["pid"], msg["host"], msg["delivery"], sock, identity, ring, local)
         self.trainers[tid] = t
         self.scheduler.add(tid, settings, layout.slots)
         log.info("trainer %d attached (pid %d, seed %d, batch %d, ring %s of %d bytes)", tid, t.pid, settings.seed, settings.batch_size, ring.name, layout.nbytes)
         return t
+
+    def _create_ring(self, layout: RingLayout) -> Ring:
+        """A ring under a fresh unguessable name, created exclusively (``O_EXCL``): a file
+        someone put under a name first is never adopted; a collision draws another name."""
+        for _ in range(_RING_NAME_TRIES):
+            name = ring_segment(self.daemon_pid, new_ring_token())
+            try:
+                return Ring.create(name, layout)
+            except FileExistsError:
+                log.warning("ring name %s already exists in /dev/shm (not made by this daemon); drawing another", name)
+        raise CapacityError(f"could not create a batch ring under {_RING_NAME_TRIES} fresh random names in /dev/shm: every one existed already; "
+                            "someone is filling /dev/shm with pixpool names, see `ls -l /dev/shm`")
 
     def get(self, msg: dict) -> TrainerSession:
         """The session a request names, with a matching token; marks it seen."""

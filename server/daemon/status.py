@@ -29,7 +29,7 @@ def build_status(d) -> dict:
         })
     cfg = d.config
     daemon = {"pid": d.pid, "host": d.host, "version": __version__, "protocol": proto.PROTOCOL_VERSION, "endpoint": d.endpoint or "", "tcp": cfg.tcp or "",
-              "uptime_s": round(now - d.started, 3), "worker_restarts": d.supervisor.restarts, "heartbeat_timeout_s": cfg.heartbeat_timeout_s,
+              "uptime_s": round(now - d.started, 3), "worker_restarts": d.supervisor.restarts, "redispatched_jobs": d.supervisor.redispatched, "heartbeat_timeout_s": cfg.heartbeat_timeout_s,
               "memory_budget_nbytes": cfg.memory_budget_nbytes, "shm_warn_free_nbytes": d.shm_watch.warn_free_nbytes, "shm_low": d.shm_watch.low,
               "metrics": f"http://{cfg.metrics_host}:{cfg.metrics_port}/metrics" if cfg.metrics_port else ""}
     splits = {split: {"records": len(src), "imgsz": src.imgsz, "max_instances": src.max_instances, **d.split_info.get(split, {})}

@@ -7,10 +7,22 @@ worker processes and the daemon's end of their pipes; the workers run ``worker.p
   failure half-way still leaves every started one to ``stop``.
 - A free, ready worker takes the scheduler's next job; its result comes back over the pipe
   (``done``/``failed``, see ``shared/protocol.py``) and goes to the daemon's callbacks.
+- Stragglers: a job that has run longer than ``straggler_factor`` times the median of
+  the recently measured job times (and at least ``straggler_min_s``) is given to an idle
+  worker as well, into the same slot (bytes depend only on the job, so both write the
+  same bytes). The first result wins; the other worker is killed and replaced at once,
+  because a late write of its into a slot that has been released and reused since would
+  land under the trainer. One stalled worker (SIGSTOP, swapping) so costs one job time
+  past the deadline, not ``job_timeout_s``.
 - A worker stuck in one batch past ``job_timeout_s`` is killed; a dead worker's job is
-  re-queued first (bytes depend only on the job, so the re-run is identical) and a new
-  worker takes its place. Workers that die before they are ready three times in a row
-  would die again: that is fatal (``fatal`` says why), not a respawn loop.
+  re-queued first (unless another worker still runs it) and a new worker takes its place.
+- Start failures are counted per worker slot (``index``), and only for a worker that
+  dies on its own before it is ready: one killed from outside (SIGKILL, SIGTERM, SIGINT:
+  an operator, a test, the OOM killer) or one that was ready says nothing about whether
+  the next start works. A slot whose worker keeps dying before it is ready is restarted
+  after a back-off that doubles each time (``_BACKOFF_FIRST_S`` up to ``_BACKOFF_MAX_S``),
+  so nothing loops hot; ``_START_FAILURES_FATAL`` failures of its own in a row on one
+  slot would fail again: that is fatal (``fatal`` says why).
 - ``stop``: stop -> join (one shared deadline) -> terminate -> kill, always reaping.
 """
 
@@ -18,7 +30,10 @@ from __future__ import annotations
 
 import logging
 import os
+import signal
+import statistics
 import time
+from collections import deque
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from typing import Any, Callable
@@ -33,6 +48,12 @@ from .worker import worker_main
 log = logging.getLogger(__name__)
 
 _START_FAILURES_FATAL = 3
+_BACKOFF_FIRST_S = 0.5
+_BACKOFF_MAX_S = 30.0
+# Job times a straggler deadline is derived from: the last this many, and at least this few.
+_DURATIONS_KEPT, _DURATIONS_NEEDED = 64, 4
+# Deaths by these signals come from outside the worker: not a failure of its start.
+_EXTERNAL_SIGNALS = {signal.SIGKILL, signal.SIGTERM, signal.SIGINT}
 
 
 @dataclass
@@ -50,9 +71,12 @@ class WorkerHandle:
     job_started: float = 0.0
     spawned_at: float = 0.0
     ready_s: float = 0.0  # spawn -> hello: how long a new worker takes to be usable
+    dead: bool = False  # gone; its slot waits for a back-off before a new worker starts
 
     @property
     def state(self) -> str:
+        if self.dead:
+            return "restarting"
         return "starting" if not self.ready else ("busy" if self.job else "idle")
 
     def send(self, op: str, **fields: Any) -> None:
@@ -101,18 +125,24 @@ class Supervisor:
     """
 
     def __init__(self, mp_ctx, sources: dict[str, Any], renderer_name: str, scheduler: Scheduler, *, job_timeout_s: float,
-                 describe: Callable[[Job], dict], on_done: Callable[[Job, int, int], None], on_failed: Callable[[Job, int, str], None]):
+                 describe: Callable[[Job], dict], on_done: Callable[[Job, int, int], None], on_failed: Callable[[Job, int, str], None],
+                 straggler_factor: float = 8.0, straggler_min_s: float = 5.0):
         self._mp = mp_ctx
         self.sources = sources
         self.renderer_name = renderer_name
         self.scheduler = scheduler
         self.job_timeout_s = job_timeout_s
+        self.straggler_factor, self.straggler_min_s = straggler_factor, straggler_min_s
+        self._durations: deque[float] = deque(maxlen=_DURATIONS_KEPT)
+        self.redispatched = 0
         self._describe, self._on_done, self._on_failed = describe, on_done, on_failed
         self.workers: list[WorkerHandle] = []
         self.restarts = 0
         self.fatal: str | None = None
         self.stopping = False  # set by the daemon once it stops: dead workers are not replaced
-        self._start_failures = 0
+        self._start_failures: dict[int, int] = {}  # slot -> its workers' own deaths before ready, in a row
+        self._early_deaths: dict[int, int] = {}  # slot -> deaths before ready of any cause, in a row (back-off)
+        self._respawn_at: dict[int, float] = {}  # slot -> when its next worker starts
         self._by_fd: dict[int, WorkerHandle] = {}
 
     # -- lifetime -------------------------------------------------------------------------
@@ -155,8 +185,10 @@ class Supervisor:
                     continue  # not the job this worker holds: keep waiting for that one
                 w.job = None
                 w.busy_s += time.monotonic() - w.job_started
+                self._cancel_others(job, w, poller)
                 if reply["op"] == "done":
                     w.batches_done += 1
+                    self._durations.append(float(reply["seconds"]))
                     self._on_done(job, reply["size"], reply["n_targets"])
                 else:
                     self.scheduler.fail(job)
@@ -164,8 +196,50 @@ class Supervisor:
         except (EOFError, OSError):
             self._died(w, poller)
 
+    def straggler_after_s(self) -> float | None:
+        """How long a job may run before an idle worker runs it too; None before enough
+        jobs were measured to know what is slow."""
+        if len(self._durations) < _DURATIONS_NEEDED:
+            return None
+        return max(self.straggler_min_s, self.straggler_factor * statistics.median(self._durations))
+
+    def _cancel_others(self, job: Job, winner: WorkerHandle, poller) -> None:
+        """The job's result is in: kill every other worker still running it (see module docstring)."""
+        for other in list(self._by_fd.values()):
+            if other is not winner and other.job is not None and other.job.job_id == job.job_id:
+                log.warning("worker %d (pid %s) lost the race for batch %d of trainer %d to worker %d; replacing it",
+                            other.index, other.pid, job.batch, job.trainer_id, winner.index)
+                other.job = None  # not to be re-run: its result is in
+                other.process.kill()
+                other.process.join(5.0)
+                self._died(other, poller)
+
+    def _redispatch_stragglers(self, now: float) -> None:
+        after = self.straggler_after_s()
+        if after is None:
+            return
+        running: dict[int, list[WorkerHandle]] = {}
+        for w in self._by_fd.values():
+            if w.job is not None:
+                running.setdefault(w.job.job_id, []).append(w)
+        idle = [w for w in self._by_fd.values() if w.ready and not w.dead and w.job is None]
+        for holders in running.values():
+            if not idle:
+                return
+            w = holders[0]
+            stream = self.scheduler.streams.get(w.job.trainer_id)
+            if stream is None or stream.generation != w.job.generation:
+                continue  # abandoned work: its result is dropped anyway
+            if len(holders) == 1 and now - w.job_started > after:
+                spare = idle.pop(0)
+                log.warning("batch %d of trainer %d has run %.1f s in worker %d (pid %s), over %.1f s (%.0fx the median job); giving it to worker %d too",
+                            w.job.batch, w.job.trainer_id, now - w.job_started, w.index, w.pid, after, self.straggler_factor, spare.index)
+                self._send_job(spare, w.job)
+                self.redispatched += 1
+
     def check(self, now: float, poller) -> None:
-        """Kill workers stuck past the job timeout; replace dead ones."""
+        """Re-dispatch stragglers; kill workers stuck past the job timeout; replace dead ones."""
+        self._redispatch_stragglers(now)
         for w in list(self._by_fd.values()):
             if w.process.exitcode is None and w.job is not None and now - w.job_started > self.job_timeout_s:
                 # A worker stuck in one batch holds its slot forever: kill it; the dead-worker
@@ -175,6 +249,10 @@ class Supervisor:
                 w.process.join(5.0)
             if w.process.exitcode is not None:
                 self._died(w, poller)
+        for index, due in list(self._respawn_at.items()):
+            if now >= due and not self.stopping and self.fatal is None:
+                del self._respawn_at[index]
+                self._respawn(self.workers[index], poller)
 
     def _died(self, w: WorkerHandle, poller) -> None:
         fd = w.conn.fileno()
@@ -185,18 +263,36 @@ class Supervisor:
         code = w.process.exitcode
         job = w.job
         stop_workers([w], timeout_s=1.0)
+        w.dead = True
+        if job is not None:
+            w.job = None
+            if not any(o.job is not None and o.job.job_id == job.job_id for o in self._by_fd.values()):
+                self.scheduler.retry(job)  # unless another worker runs it still
         if self.stopping or self.fatal is not None:
             return
-        self._start_failures = 0 if w.ready else self._start_failures + 1
-        if self._start_failures >= _START_FAILURES_FATAL:
-            self.fatal = f"augmentation workers die before they are ready (last exit code {code}); run `pixpool serve -v` and check the worker's error above"
-            return
-        log.warning("worker %d (pid %s) died with exit code %s%s; starting a new one", w.index, w.pid, code,
-                    f", re-running batch {job.batch} of trainer {job.trainer_id}" if job else "")
-        if job is not None:
-            self.scheduler.retry(job)
-        new = spawn_worker(self._mp, w.index, self.sources, self.renderer_name)
-        new.batches_done, new.busy_s = w.batches_done, w.busy_s
+        i = w.index
+        if w.ready:
+            self._start_failures[i] = self._early_deaths[i] = 0
+        else:
+            self._early_deaths[i] = self._early_deaths.get(i, 0) + 1
+            external = code is not None and code < 0 and -code in _EXTERNAL_SIGNALS
+            if not external:
+                self._start_failures[i] = self._start_failures.get(i, 0) + 1
+            if self._start_failures.get(i, 0) >= _START_FAILURES_FATAL:
+                self.fatal = (f"augmentation worker {i} died before it was ready {self._start_failures[i]} times in a row (last exit code {code}); "
+                              "run `pixpool serve -v` and check the worker's error above")
+                return
+        delay = 0.0 if w.ready else min(_BACKOFF_MAX_S, _BACKOFF_FIRST_S * 2 ** (self._early_deaths[i] - 1))
+        log.warning("worker %d (pid %s) died with exit code %s%s; starting a new one%s", i, w.pid, code,
+                    f", re-running batch {job.batch} of trainer {job.trainer_id}" if job else "", f" in {delay:.1f} s" if delay else "")
+        if delay:
+            self._respawn_at[i] = time.monotonic() + delay
+        else:
+            self._respawn(w, poller)
+
+    def _respawn(self, old: WorkerHandle, poller) -> None:
+        new = spawn_worker(self._mp, old.index, self.sources, self.renderer_name)
+        new.batches_done, new.busy_s = old.batches_done, old.busy_s
         self._add(new, poller)
         self.restarts += 1
 
@@ -204,16 +300,19 @@ class Supervisor:
     def dispatch(self) -> None:
         """Give every free, ready worker the scheduler's next job."""
         for w in self.workers:
-            if not w.ready or w.job is not None:
+            if not w.ready or w.dead or w.job is not None:
                 continue
             job = self.scheduler.next_job()
             if job is None:
                 return
-            w.job, w.job_started = job, time.monotonic()
-            try:
-                w.send("job", job=job.job_id, slot=job.slot, epoch=job.epoch, batch=job.batch, **self._describe(job))
-            except (OSError, ValueError):
-                pass  # the worker died; the liveness check re-queues its job
+            self._send_job(w, job)
+
+    def _send_job(self, w: WorkerHandle, job: Job) -> None:
+        w.job, w.job_started = job, time.monotonic()
+        try:
+            w.send("job", job=job.job_id, slot=job.slot, epoch=job.epoch, batch=job.batch, **self._describe(job))
+        except (OSError, ValueError):
+            pass  # the worker died; the liveness check re-queues its job
 
     def forget_ring(self, ring_name: str) -> None:
         """Tell every worker to close a ring whose trainer left."""

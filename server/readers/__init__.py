@@ -13,6 +13,7 @@ import logging
 import os
 from pathlib import Path
 
+from ...shared.config import DEFAULT_MAX_INSTANCES, check_value
 from ...shared.errors import DatasetError, MissingFileError
 from ...shared.records import Dataset
 from ._common import ReaderStats
@@ -24,31 +25,69 @@ __all__ = ["load_dataset", "read_dataset", "read_coco", "read_yolo_yaml", "read_
 logger = logging.getLogger(__name__)
 
 
-def read_dataset(data: str | os.PathLike, images: str | os.PathLike | None = None, *, split: str = "train") -> tuple[Dataset, ReaderStats]:
-    """Like ``load_dataset``, also returning what the reader left out (crowd, degenerate boxes)."""
+def read_dataset(data: str | os.PathLike, images: str | os.PathLike | None = None, *,
+                 max_instances_per_image: int = DEFAULT_MAX_INSTANCES, allow_unlabelled: bool = False, split: str = "train") -> tuple[Dataset, ReaderStats]:
+    """Like ``load_dataset``, also returning what the reader found and left out."""
+    check_value("max_instances_per_image", "int", max_instances_per_image)
+    check_value("allow_unlabelled", "bool", allow_unlabelled)
     path = Path(data)
     suffix = path.suffix.lower()
     if suffix == ".json":
-        return read_coco(path, images)
+        return _capped(read_coco(path, images), max_instances_per_image, lambda rec: f"{path} (image {rec.image_path})")
     if images is not None:
         raise DatasetError("--images (images=) applies to a COCO json only; a YOLO dataset finds its images itself", path=str(path))
     if suffix in (".yaml", ".yml"):
-        return read_yolo_yaml(path, split)
-    if path.is_dir():
-        return read_yolo_folder(path)
+        result = read_yolo_yaml(path, split)
+    elif path.is_dir():
+        result = read_yolo_folder(path)
+    else:
+        result = None
+    if result is not None:
+        _check_labels(result[1], path, allow_unlabelled)
+        return _capped(result, max_instances_per_image, lambda rec: str(label_path_for(rec.image_path)))
     if not path.exists():
         raise MissingFileError("dataset does not exist; pass a COCO json, a YOLO data.yaml or a YOLO images folder", path=str(path))
     raise DatasetError("unknown dataset kind; pass a COCO json (.json), a YOLO data.yaml (.yaml/.yml) or a YOLO images folder", path=str(path))
 
 
-def load_dataset(data: str | os.PathLike, images: str | os.PathLike | None = None, *, split: str = "train") -> Dataset:
+def _check_labels(stats: ReaderStats, origin: Path, allow_unlabelled: bool) -> None:
+    """A YOLO image without a label file is background, by the format's rule; say so.
+    None of them with a label is most often a wrong layout (no ``labels/`` beside
+    ``images/``): refused unless ``allow_unlabelled``."""
+    if not stats.labels_missing:
+        return
+    if stats.labels_missing == stats.records and not allow_unlabelled:
+        raise DatasetError(f"none of the {stats.records} images has a label file (looked for e.g. {stats.missing_label_example}): every image "
+                           "would be background. Put the labels in a labels/ folder beside images/, or pass --allow-unlabelled if they really have none",
+                           path=str(origin))
+    logger.warning("%s: %d of %d images have no label file (e.g. %s) and are prepared as background", origin, stats.labels_missing, stats.records,
+                   stats.missing_label_example)
+
+
+def _capped(result: tuple[Dataset, ReaderStats], cap: int, source_of) -> tuple[Dataset, ReaderStats]:
+    """DatasetError naming the file of the first image with more than ``cap`` instances:
+    every ring slot is sized for the densest image, so one runaway label file (a million
+    lines) would make every trainer's ring huge."""
+    dataset, _ = result
+    for rec in dataset.records:
+        if rec.num_instances > cap:
+            raise DatasetError(f"{rec.num_instances} instances for one image, over the limit of {cap} per image "
+                               "(every batch slot is sized for the densest image); fix the labels, or raise --max-instances-per-image",
+                               path=source_of(rec))
+    return result
+
+
+def load_dataset(data: str | os.PathLike, images: str | os.PathLike | None = None, *, max_instances_per_image: int = DEFAULT_MAX_INSTANCES,
+                 allow_unlabelled: bool = False, split: str = "train") -> Dataset:
     """Read a dataset: ``data`` is a COCO json, a YOLO data.yaml (its ``split``), or a YOLO images folder.
 
     ``images`` is the COCO images folder (default: root/images/NAME for
     root/annotations/instances_NAME.json). Raises DatasetError (or MissingFileError)
-    naming the offending file, and the line for YOLO label lines.
+    naming the offending file, and the line for YOLO label lines, also for an image with
+    more than ``max_instances_per_image`` instances, and for a YOLO dataset where no image
+    has a label file unless ``allow_unlabelled`` (some missing: a warning).
     """
-    dataset, stats = read_dataset(data, images, split=split)
+    dataset, stats = read_dataset(data, images, max_instances_per_image=max_instances_per_image, allow_unlabelled=allow_unlabelled, split=split)
     if stats.crowd_skipped or stats.degenerate_skipped:
         logger.debug("%s: left out %d crowd annotations and %d degenerate boxes", data, stats.crowd_skipped, stats.degenerate_skipped)
     return dataset

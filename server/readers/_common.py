@@ -26,6 +26,9 @@ class ReaderStats:
     - ``crowd_skipped``: COCO ``iscrowd=1`` annotations left out (they never become boxes).
     - ``degenerate_skipped``: boxes left out because their width or height is not positive
       (after clipping to the image).
+    - ``labels_missing``: YOLO images without a label file (background by the format's
+      rule; all of them missing is most often a wrong layout, see ``read_dataset``).
+    - ``missing_label_example``: one such label path, for the warning.
     """
 
     records: int = 0
@@ -33,6 +36,12 @@ class ReaderStats:
     background: int = 0
     crowd_skipped: int = 0
     degenerate_skipped: int = 0
+    labels_missing: int = 0
+    missing_label_example: str | None = None
+
+    def as_dict(self) -> dict:
+        return {"records": self.records, "instances": self.instances, "background": self.background, "labels_missing": self.labels_missing,
+                "crowd_skipped": self.crowd_skipped, "degenerate_skipped": self.degenerate_skipped}
 
 
 def polygon_area(points: np.ndarray) -> float:

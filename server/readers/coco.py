@@ -31,6 +31,7 @@ import io
 import json
 import logging
 import os
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -75,6 +76,10 @@ def _load_json(json_path: Path) -> dict:
         data = json.loads(text)
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise DatasetError(f"not a valid json file ({exc}); pass a COCO instances json", path=str(json_path)) from None
+    except RecursionError:
+        # The json parser recurses once per level; a COCO file is 4 levels deep.
+        raise DatasetError(f"nested deeper than the json parser's limit (about {sys.getrecursionlimit()} levels); "
+                           "a COCO instances json is a few levels deep: pass a COCO instances json", path=str(json_path)) from None
     if not isinstance(data, dict):
         raise DatasetError(f"top level is a {type(data).__name__}, expected an object with keys {list(_REQUIRED_TOP)}", path=str(json_path))
     missing = [k for k in _REQUIRED_TOP if not isinstance(data.get(k), list)]
@@ -101,6 +106,7 @@ def _validate(data: dict, json_path: Path) -> None:
             raise DatasetError(f"images[{i}] (id {img['id']}): width/height must be positive integers, got {w!r}/{h!r}", path=where)
         if img["id"] in image_ids:
             raise DatasetError(f"images[{i}]: duplicate image id {img['id']}", path=where)
+        _check_file_name(img["file_name"], i, img["id"], where)
         image_ids.add(img["id"])
     known_cats = set(cat_ids)
     for i, ann in enumerate(data["annotations"]):
@@ -113,6 +119,18 @@ def _validate(data: dict, json_path: Path) -> None:
         bbox = ann["bbox"]
         if not (isinstance(bbox, list) and len(bbox) == 4 and all(isinstance(v, (int, float)) for v in bbox)):
             raise DatasetError(f"annotations[{i}] (id {ann['id']}): bbox must be 4 numbers [x, y, w, h], got {bbox!r}", path=where)
+
+
+def _check_file_name(name, i: int, image_id, where: str) -> None:
+    """A ``file_name`` must stay inside the images folder: relative, without ``..``. An
+    annotation file is data, and data must not make the preparing process read (and serve)
+    any file it can open (``../../home/x/.ssh/...``, ``/etc/...``)."""
+    if not isinstance(name, str) or not name:
+        raise DatasetError(f"images[{i}] (id {image_id}): field 'file_name' must be a non-empty string, got {name!r}", path=where)
+    parts = name.replace("\\", "/").split("/")
+    if name.startswith("/") or os.path.isabs(name) or ".." in parts or "\0" in name:
+        raise DatasetError(f"images[{i}] (id {image_id}): field 'file_name' {name!r} points outside the images folder; "
+                           "file names must be relative to it, without '..' (move the image into the folder, or pass --images)", path=where)
 
 
 def _index(data: dict):

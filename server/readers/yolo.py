@@ -110,26 +110,31 @@ def _resolve_entry(entry: str, root: Path, yaml_path: Path, split: str = "train"
     return path
 
 
-def _read_images(images: list[Path], names: tuple[str, ...] | None, source_files: list[str]) -> tuple[list[Record], int]:
+def _read_images(images: list[Path], names: tuple[str, ...] | None, source_files: list[str]) -> tuple[list[Record], int, list[Path]]:
     records = []
     dropped = 0
+    missing = []
     num_classes = len(names) if names is not None else None
     for image in sorted(images, key=str):
         label = label_path_for(image)
         classes, boxes, polygons, n_dropped = parse_label_file(label, num_classes)
         if label.is_file():
             source_files.append(str(label))
+        else:
+            missing.append(label)
         dropped += n_dropped
         records.append(make_record(str(image), None, classes, boxes, polygons))
-    return records, dropped
+    return records, dropped, missing
 
 
-def _finish(records: list[Record], names: tuple[str, ...], source_files: list[str], dropped: int, origin: Path) -> tuple[Dataset, ReaderStats]:
+def _finish(records: list[Record], names: tuple[str, ...], source_files: list[str], dropped: int, missing: list[Path], origin: Path) -> tuple[Dataset, ReaderStats]:
     stats = ReaderStats(
         records=len(records),
         instances=sum(r.num_instances for r in records),
         background=sum(1 for r in records if r.num_instances == 0),
         degenerate_skipped=dropped,
+        labels_missing=len(missing),
+        missing_label_example=str(missing[0]) if missing else None,
     )
     logger.debug("%s: %s", origin, stats)
     files = tuple(sorted(set(source_files)))
@@ -180,8 +185,8 @@ def read_yolo_yaml(yaml_path: str | os.PathLike, split: str = "train") -> tuple[
         if not found:
             raise DatasetError(f"{split} entry {entry!r} ({path}) holds no images ({' '.join(sorted(IMAGE_SUFFIXES))})", path=str(yaml_path))
         images.extend(found)
-    records, dropped = _read_images(images, names, source_files)
-    return _finish(records, names, source_files, dropped, yaml_path)
+    records, dropped, missing = _read_images(images, names, source_files)
+    return _finish(records, names, source_files, dropped, missing, yaml_path)
 
 
 def read_yolo_folder(folder: str | os.PathLike) -> tuple[Dataset, ReaderStats]:
@@ -194,7 +199,7 @@ def read_yolo_folder(folder: str | os.PathLike) -> tuple[Dataset, ReaderStats]:
         raise DatasetError(f"no images ({' '.join(sorted(IMAGE_SUFFIXES))}) in the folder", path=str(folder))
     label_path_for(images[0])  # fails early, naming the folder's layout problem
     source_files: list[str] = []
-    records, dropped = _read_images(images, None, source_files)
+    records, dropped, missing = _read_images(images, None, source_files)
     top = max((int(r.classes.max()) for r in records if r.num_instances), default=-1)
     names = tuple(str(i) for i in range(top + 1))
-    return _finish(records, names, source_files, dropped, folder)
+    return _finish(records, names, source_files, dropped, missing, folder)

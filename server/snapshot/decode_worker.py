@@ -125,17 +125,17 @@ class ArenaWriter:
     def __init__(self, arena_name: str, imgsz: int):
         import numpy as np
 
-        from ...shared.names import shm_path
+        from ...shared.shm import open_trusted
 
         self.name = arena_name
         try:
-            self.fd = os.open(shm_path(arena_name), os.O_WRONLY | os.O_CLOEXEC)
+            self.fd = open_trusted(arena_name, writable=True)
         except FileNotFoundError:
             from ...shared.errors import SnapshotError
 
             raise SnapshotError(
                 f"segment {arena_name!r} vanished while being prepared: another process removed it "
-                "(`pixpool clean --all`, or a test sweeping /dev/shm); prepare again"
+                "(`rm`, or a test sweeping /dev/shm); prepare again"
             ) from None
         # one band: whole rows, about _BAND_NBYTES (at least one row of the widest image)
         self._buf = np.empty(max(_BAND_NBYTES // 4, imgsz * 3), dtype=np.float32)

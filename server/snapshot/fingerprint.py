@@ -4,11 +4,21 @@ Runs in the preparing process, before anything is allocated. Two preparations wi
 same fingerprint would write the same bytes, so the second re-attaches the first's
 snapshot; any change in what the bytes depend on yields another name.
 
-What goes in: the layout version, imgsz, fill value and dtype; every record's image path
-with its size and mtime (cheap: no image is read), in record order, duplicates included;
-the content of every file the dataset was read from (annotation json, label files,
-data.yaml); and the records' own arrays (classes, boxes, polygons), so a reader change
-that alters targets also changes the name.
+What goes in is what the snapshot's bytes depend on, resolved, never a file's spelling:
+the layout version, imgsz, fill value and dtype; the class names; and for every record,
+in record order (duplicates included), its image path with the file's size, mtime, inode
+and ctime (cheap: one ``stat``, no image is read), the size the annotation states, and the
+record's own arrays (classes, boxes, polygons) as the reader resolved them. So two
+spellings of one dataset (a data.yaml with ``names`` as a list or as a dict, a json
+reformatted) share a snapshot, and any change a reader turns into other targets gives
+another name.
+
+Size and mtime alone miss a file rewritten in place with its mtime set back (``touch
+-d``, ``cp -p``, ``rsync -t``); the ctime changes with every write or metadata change and
+cannot be set from user space, and the inode changes when a file is replaced (``mv``, most
+editors). What it does not catch: bytes changed behind the file system (a raw block device
+write). A copied dataset has new inodes and ctimes: it is prepared again, never served
+stale.
 """
 
 from __future__ import annotations
@@ -25,20 +35,12 @@ from . import layout
 NAME_HEX_DIGITS = 16
 
 
-def _hash_file(h: "hashlib._Hash", path: str) -> None:
-    try:
-        with open(path, "rb") as f:
-            for chunk in iter(lambda: f.read(1 << 20), b""):
-                h.update(chunk)
-    except FileNotFoundError:
-        raise MissingFileError("dataset source file disappeared while fingerprinting; re-run", path=path) from None
-
-
 def fingerprint(dataset: Dataset, *, imgsz: int, fill: float = FILL_VALUE, dtype: str = "<f4") -> str:
     """sha256 hex of everything the snapshot's bytes depend on (see module docstring)."""
     h = hashlib.sha256()
     h.update(f"pixpool-snapshot layout={layout.LAYOUT_VERSION} imgsz={int(imgsz)} fill={float(fill)!r} dtype={dtype}\n".encode())
-    stat_cache: dict[str, tuple[int, int]] = {}
+    h.update(("names " + "\0".join(dataset.names) + "\n").encode())
+    stat_cache: dict[str, tuple[int, int, int, int]] = {}
     for rec in dataset.records:
         st = stat_cache.get(rec.image_path)
         if st is None:
@@ -46,17 +48,22 @@ def fingerprint(dataset: Dataset, *, imgsz: int, fill: float = FILL_VALUE, dtype
                 s = os.stat(rec.image_path)
             except FileNotFoundError:
                 raise MissingFileError("image file does not exist; check the images folder or the annotation's file_name", path=rec.image_path) from None
-            st = stat_cache[rec.image_path] = (s.st_size, s.st_mtime_ns)
-        h.update(f"img {rec.image_path}\0{st[0]}\0{st[1]}\n".encode())
+            st = stat_cache[rec.image_path] = (s.st_size, s.st_mtime_ns, s.st_ino, s.st_ctime_ns)
+        size_hw = "-" if rec.size_hw is None else f"{int(rec.size_hw[0])}x{int(rec.size_hw[1])}"
+        h.update(("img " + "\0".join(map(str, (rec.image_path, *st, size_hw))) + "\n").encode())
         h.update(rec.classes.astype("<i4", copy=False).tobytes())
         h.update(rec.boxes.astype("<f4", copy=False).tobytes())
         for poly in rec.polygons:
             h.update(len(poly).to_bytes(8, "little"))
             h.update(poly.astype("<f4", copy=False).tobytes())
-    for path in sorted(dataset.source_files):
-        h.update(f"src {path}\n".encode())
-        _hash_file(h, path)
     return h.hexdigest()
+
+
+def lineage_of(data: str | os.PathLike, images: str | os.PathLike | None, imgsz: int) -> str:
+    """Which dataset (its path as given to prepare or serve) and imgsz a snapshot comes from:
+    a newer snapshot of the same lineage supersedes an older one (its inputs changed)."""
+    key = "\0".join((os.path.abspath(data), os.path.abspath(images) if images is not None else "", str(int(imgsz))))
+    return hashlib.sha256(key.encode()).hexdigest()[:32]
 
 
 def base_name(fp: str) -> str:

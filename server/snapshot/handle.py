@@ -2,7 +2,9 @@
 
 Runs in every process that reads a snapshot: the daemon, spawned augmentation workers,
 ``pixpool ls``. The process that prepared the snapshot holds a handle with
-``owner=True`` and is the only one that calls ``unlink()``; every other handle attaches
+``owner=True`` and is the only one that calls ``unlink()``; when done, every process that
+served it calls ``release()``, which passes ownership to the last user out (see there).
+Every other handle attaches
 read-only (``PROT_READ``), so the arrays it hands out are read-only views into the
 mapping (zero-copy; writing through one raises ValueError).
 
@@ -22,7 +24,7 @@ import numpy as np
 from ...shared.errors import SnapshotError
 from ...shared.names import SNAPSHOT_PARTS, list_segments, parse, shm_path, snapshot_parts
 from ...shared.records import Targets
-from ...shared.shm import SharedSegment
+from ...shared.shm import SharedSegment, read_prefix
 from . import layout
 
 log = logging.getLogger(__name__)
@@ -33,8 +35,7 @@ PARTS = SNAPSHOT_PARTS
 def read_header(meta_name: str) -> layout.Header:
     """Header of a ``meta`` segment read with a plain file read (no mapping); SnapshotError if unreadable."""
     try:
-        with open(shm_path(meta_name), "rb") as f:
-            data = f.read(layout.HEADER_NBYTES)
+        data = read_prefix(meta_name, layout.HEADER_NBYTES)  # refuses a file pixpool cannot trust
     except FileNotFoundError:
         raise SnapshotError(f"snapshot segment {meta_name!r} not found in /dev/shm; run `pixpool prepare` first") from None
     try:
@@ -83,16 +84,14 @@ class Snapshot:
         header = read_header(self._parts["meta"])
         check_header(self.name, header)
         segments: dict[str, SharedSegment] = {}
+        expected = {"meta": header.meta_nbytes, "img": header.image_nbytes, "tgt": header.target_nbytes}
         try:
             for part in PARTS:
                 try:
-                    segments[part] = SharedSegment.attach(self._parts[part])
+                    # Owner, mode and size are checked on the opened file (shared.shm).
+                    segments[part] = SharedSegment.attach(self._parts[part], expected_nbytes=expected[part])
                 except FileNotFoundError:
                     raise SnapshotError(f"snapshot {self.name!r}: segment {self._parts[part]!r} is missing; remove the rest with `pixpool clean` and prepare again") from None
-            expected = {"meta": header.meta_nbytes, "img": header.image_nbytes, "tgt": header.target_nbytes}
-            for part, seg in segments.items():
-                if seg.nbytes != expected[part]:
-                    raise SnapshotError(f"snapshot {self.name!r}: segment {seg.name!r} has {seg.nbytes} bytes, header says {expected[part]}")
         except BaseException:
             for seg in segments.values():
                 seg.close()
@@ -168,6 +167,12 @@ class Snapshot:
     def segment_names(self) -> tuple[str, ...]:
         return tuple(self._parts[p] for p in PARTS)
 
+    def missing_segments(self) -> list[str]:
+        """Segments of this attached snapshot that /dev/shm no longer holds as the files
+        this handle maps (removed, or replaced by another file)."""
+        self._ensure()
+        return [seg.name for seg in self._segments.values() if not seg.present()]
+
     @property
     def nbytes(self) -> dict[str, int]:
         """part -> bytes of that segment."""
@@ -207,7 +212,10 @@ class Snapshot:
     def unlink(self) -> None:
         """Remove every segment name; only the handle that created the snapshot may."""
         if not self.owner:
-            raise PermissionError(f"snapshot {self.name!r} was attached, not prepared, by this handle; only its creator unlinks it")
+            raise PermissionError(f"snapshot {self.name!r} was attached, not prepared, by this handle; only its creator unlinks it (or `release` as its last user)")
+        self._unlink_parts()
+
+    def _unlink_parts(self) -> None:
         for part in PARTS:
             try:
                 os.unlink(shm_path(self._parts[part]))
@@ -215,24 +223,33 @@ class Snapshot:
                 pass
 
     def release(self, *, keep: bool = False) -> str:
-        """Close this handle; the creator's handle also removes the snapshot unless ``keep``.
+        """Close this handle and, as the last user out, remove the snapshot.
 
-        The one rule for "may I unlink what I prepared": only the creator (``owner``), only
-        when not asked to keep it, and only while no other process maps it (another
-        daemon may have re-attached it; ``pixpool clean`` removes it once nobody does).
-        Returns "removed", "kept" (attached handle, or ``keep``) or "in use" (others map it).
+        The one rule for removing a snapshot when done with it: whoever served it (the
+        process that prepared it, or one that re-attached it: ownership passes to the last
+        user) removes it, unless asked to ``keep`` it or it was prepared to persist
+        (``pixpool prepare``, ``--keep-snapshot``: header ``persist``), and only once no
+        other process maps it. Returns "removed", "kept" or "in use" (others map it).
         """
+        persist = False
+        if self._segments is not None:
+            persist = bool(self.header.persist)
+        else:
+            try:
+                persist = bool(read_header(self._parts["meta"]).persist)
+            except SnapshotError:
+                persist = False
         self.close()
-        if not self.owner or keep:
+        if keep or persist:
             return "kept"
         from ...shared.procmem import segment_users
 
         users = segment_users()
         others = {pid for seg in self.segment_names for pid in users.get(seg, ())} - {os.getpid()}
         if others:
-            log.warning("snapshot %s kept: processes %s still map it", self.name, sorted(others))
+            log.info("snapshot %s kept: processes %s still map it (the last of them removes it)", self.name, sorted(others))
             return "in use"
-        self.unlink()
+        self._unlink_parts()
         log.debug("snapshot %s removed", self.name)
         return "removed"
 
@@ -264,12 +281,17 @@ class SnapshotInfo:
         return sum(self.parts.values())
 
 
-def list_snapshots() -> list[SnapshotInfo]:
-    """Every snapshot (complete or not) whose segments are in /dev/shm, by base name."""
+def list_snapshots(*, uid: int | None = None) -> list[SnapshotInfo]:
+    """Every snapshot (complete or not) of user ``uid`` (default: this process's) whose
+    segments are in /dev/shm, by base name. Files under that user's names that belong to
+    someone else are left out: they are no snapshot of this user's."""
+    from ...shared.shm import owner_of
+
+    uid = os.geteuid() if uid is None else uid
     bases: dict[str, dict[str, int]] = {}
     for seg in list_segments():
         parsed = parse(seg)
-        if parsed is None or parsed.kind != "snapshot":
+        if parsed is None or parsed.kind != "snapshot" or parsed.uid != uid or owner_of(seg) != uid:
             continue
         try:
             size = os.stat(shm_path(seg)).st_size

@@ -56,6 +56,10 @@ _HEADER_FIELDS = (
     ("creator_pid", "Q"),
     ("created_unix", "d"),
     ("fingerprint", "64s"),
+    # Added in what was zero padding (a snapshot written before reads 0 and ""): no byte
+    # position above moved, so the layout version stays.
+    ("persist", "I"),  # 1: prepared to stay (`pixpool prepare`, --keep-snapshot); only `clean` removes it
+    ("lineage", "32s"),  # which dataset and settings it was prepared from (fingerprint.lineage_of)
 )
 _HEADER_STRUCT = struct.Struct("<" + "".join(code for _, code in _HEADER_FIELDS))
 COMPLETE_OFFSET = 12  # after magic (8) and layout_version (4)
@@ -94,6 +98,8 @@ class Header:
     creator_pid: int
     created_unix: float
     fingerprint: str
+    persist: int = 0
+    lineage: str = ""
 
     @property
     def is_complete(self) -> bool:
@@ -111,7 +117,7 @@ def pack_header(header: Header) -> bytes:
     values = []
     for name, _ in _HEADER_FIELDS:
         v = getattr(header, name)
-        if name == "fingerprint":
+        if name in ("fingerprint", "lineage"):
             v = v.encode("ascii")
         values.append(v)
     return _HEADER_STRUCT.pack(*values).ljust(HEADER_NBYTES, b"\0")
@@ -122,7 +128,8 @@ def unpack_header(data: bytes | memoryview) -> Header:
     if len(data) < _HEADER_STRUCT.size:
         raise ValueError(f"snapshot header needs {_HEADER_STRUCT.size} bytes, have {len(data)}")
     values = dict(zip((n for n, _ in _HEADER_FIELDS), _HEADER_STRUCT.unpack_from(data, 0)))
-    values["fingerprint"] = values["fingerprint"].rstrip(b"\0").decode("ascii", "replace")
+    for name in ("fingerprint", "lineage"):
+        values[name] = values[name].rstrip(b"\0").decode("ascii", "replace")
     return Header(**values)
 
 

@@ -56,18 +56,21 @@ import psutil
 
 from ...shared.config import FILL_VALUE, check_value
 from ...shared.errors import CapacityError, DatasetError, ImageDecodeError, MissingFileError, SnapshotError
-from ...shared.names import SHM_DIR, shm_path
-from ...shared.procmem import segment_users
+from ...shared.names import SHM_DIR
 from ...shared.records import Dataset
-from ...shared.shm import SharedSegment, unlink_segment
+from ...shared.shm import SharedSegment
 from . import decode, layout
 from .decode_worker import WorkShare, decode_shared, worker_decode, worker_init, worker_started
 from .fingerprint import base_name, fingerprint, segment_names
-from .handle import Snapshot, check_header, read_header
+from .handle import Snapshot
+from .reuse import BeingPrepared, existing_snapshot, remove_superseded
 
 log = logging.getLogger(__name__)
 
 _POLL_S = 0.01  # waiting for the workers' last records: how often to look at the shared count
+
+
+_WAIT_POLL_S = 0.1  # waiting for another process's preparation: how often to look again
 
 
 class PreparationTerminated(BaseException):
@@ -104,23 +107,44 @@ class PrepareResult:
 _SWAP_ORIENTATIONS = {5, 6, 7, 8}  # transposes: width and height trade places
 
 
+_JPEG_EOI = b"\xff\xd9"
+
+
 def header_size_hw(path: str) -> tuple[int, int]:
-    """(height, width) after EXIF orientation, from the file's header only (no decode)."""
+    """(height, width) after EXIF orientation, from the file's header only (no decode).
+
+    Also refuses, before anything is allocated, what a decoder would accept silently: a
+    JPEG without its end-of-image marker (cut off: OpenCV pads the missing rows with grey
+    and says nothing), and a header claiming more pixels than Pillow's decompression-bomb
+    limit (``Image.MAX_IMAGE_PIXELS`` x 2)."""
     from PIL import Image, UnidentifiedImageError
 
     try:
         with Image.open(path) as im:
             w, h = im.size
+            fmt = im.format
             # cv2's IMREAD_COLOR applies an EXIF orientation wherever the file carries one
             # (JPEG, PNG eXIf, WebP); a disagreement is caught after decoding, naming the file.
             orientation = im.getexif().get(0x0112, 1)
+            if fmt == "JPEG":
+                _check_jpeg_end(im.fp, path)
     except FileNotFoundError:
         raise MissingFileError("image file does not exist; check the images folder or the annotation's file_name", path=path) from None
+    except Image.DecompressionBombError as exc:
+        raise ImageDecodeError(f"the image header claims too many pixels ({exc}); pixpool refuses images over {2 * Image.MAX_IMAGE_PIXELS} pixels "
+                               "(a decompression bomb, or a header that lies); replace or remove the file", path=path) from None
     except (UnidentifiedImageError, OSError, SyntaxError, ValueError) as exc:
         raise ImageDecodeError(f"cannot read the image header ({exc}); replace or remove the file", path=path) from None
     if orientation in _SWAP_ORIENTATIONS:
         w, h = h, w
     return h, w
+
+
+def _check_jpeg_end(fp, path: str) -> None:
+    fp.seek(-2, os.SEEK_END)
+    if fp.read(2) != _JPEG_EOI:
+        raise ImageDecodeError("the JPEG ends without its end-of-image marker (FFD9): the file is truncated (its bottom is cut off) "
+                               "and would be trained on padded with grey; re-download or re-encode it, or remove it", path=path)
 
 
 # -- capacity ---------------------------------------------------------------------------------
@@ -149,32 +173,6 @@ def check_capacity(total_nbytes: int, *, imgsz: int) -> None:
             f"the snapshot needs {total_nbytes} bytes but only {mem_free} bytes of memory are available; "
             f"use a smaller --imgsz (now {imgsz}) or free memory"
         )
-
-
-# -- reuse -------------------------------------------------------------------------------------
-def _existing(base: str, names: dict[str, str]) -> Snapshot | None:
-    """Attach a complete snapshot of this name; remove a stale incomplete one; raise if in progress."""
-    present = [n for n in names.values() if os.path.exists(shm_path(n))]
-    if not present:
-        return None
-    header = None
-    if names["meta"] in present:
-        try:
-            header = read_header(names["meta"])
-        except SnapshotError:
-            header = None
-    if header is not None and header.is_complete and len(present) == 3:
-        check_header(base, header)
-        return Snapshot.attach(base)
-    users = segment_users()
-    pids = sorted({p for n in present for p in users.get(n, ())} - {os.getpid()})
-    if pids:
-        creator = f" (creator pid {header.creator_pid})" if header is not None else ""
-        raise SnapshotError(f"snapshot {base!r} is being prepared by live process(es) {pids}{creator}; wait for it to finish or stop it")
-    log.warning("removing stale incomplete snapshot %s (segments %s)", base, present)
-    for n in present:
-        unlink_segment(n)
-    return None
 
 
 # -- the whole preparation ---------------------------------------------------------------------
@@ -211,30 +209,59 @@ def prepare_snapshot(
     processes: int = 2,
     progress: bool = False,
     budget_nbytes: int | None = None,
+    persist: bool = False,
+    lineage: str | None = None,
+    wait_s: float = 600.0,
 ) -> PrepareResult:
     """Decode ``dataset`` into a snapshot (or re-attach an identical one); see module docstring.
 
-    ``budget_nbytes``: the most the snapshot may take (``DaemonConfig.memory_budget_nbytes``);
-    a larger one is refused before anything is allocated, or not re-attached.
-    """
+    ``persist`` marks a new snapshot to stay in /dev/shm until ``pixpool clean`` (no
+    process removes it on exit). ``lineage`` (``fingerprint.lineage_of``) names where the
+    dataset came from: once a new snapshot of that lineage is complete, older ones of the
+    same lineage that nobody maps are removed, since their inputs have changed since.
+    While another live process prepares the same snapshot, this one waits up to ``wait_s``
+    for it and attaches the result. ``budget_nbytes`` (``DaemonConfig.memory_budget_nbytes``) is
+    the most the snapshot may take: a larger one is refused before anything is allocated,
+    or not re-attached."""
     t0 = time.perf_counter()
     check_value("imgsz", "int", imgsz)
     check_value("processes", "int", processes)
     records = dataset.records
     if not records:
         raise SnapshotError("the dataset has no records; nothing to prepare")
+    check_value("prepare_wait_s", "float", wait_s)
     fp = fingerprint(dataset, imgsz=imgsz)
     base = base_name(fp)
     names = segment_names(fp)
-    existing = _existing(base, names)
-    if existing is not None:
+    deadline = time.monotonic() + wait_s
+    told = False
+    while True:
         try:
-            check_budget(sum(existing.nbytes.values()), budget_nbytes, what=f"the existing snapshot {base}", imgsz=imgsz)
-        except CapacityError:
-            existing.close()
-            raise
-        return _result(existing, reused=True, seconds=time.perf_counter() - t0, processes=0)
+            existing = existing_snapshot(base, names)
+            if existing is not None:
+                try:
+                    check_budget(sum(existing.nbytes.values()), budget_nbytes, what=f"the existing snapshot {base}", imgsz=imgsz)
+                except CapacityError:
+                    existing.close()
+                    raise
+                return _result(existing, reused=True, seconds=time.perf_counter() - t0, processes=0)
+            return _build(dataset, imgsz=imgsz, processes=processes, progress=progress, persist=persist, lineage=lineage,
+                          fp=fp, base=base, names=names, t0=t0, budget_nbytes=budget_nbytes)
+        except BeingPrepared as exc:
+            # Another process prepares the same snapshot: wait for it and attach its
+            # result rather than fail (or decode everything a second time).
+            if time.monotonic() >= deadline:
+                raise SnapshotError(f"{exc}; waited {wait_s} s for it to finish (raise prepare_wait_s, or stop that process)") from None
+            if not told:
+                log.info("%s; waiting for it (up to %.0f s) to attach its snapshot", exc, wait_s)
+                told = True
+            time.sleep(_WAIT_POLL_S)  # polling interval of a bounded wait for the other preparation
 
+
+def _build(dataset: Dataset, *, imgsz: int, processes: int, progress: bool, persist: bool, lineage: str | None,
+           fp: str, base: str, names: dict[str, str], t0: float, budget_nbytes: int | None = None) -> PrepareResult:
+    """Prepare a new snapshot under ``base`` (module docstring, steps 2-7)."""
+    records = dataset.records
     n = len(records)
     workers = min(processes, n) - 1  # the preparing process is one of the decoders
     created: list[SharedSegment] = []
@@ -265,7 +292,7 @@ def prepare_snapshot(
                 # (module docstring).
                 created.append(SharedSegment.create(names[part], sizes[part], reserve=(part != "img")))
         except FileExistsError as exc:
-            raise SnapshotError(f"snapshot {base!r} appeared while preparing ({exc.filename}): another process is preparing it") from None
+            raise BeingPrepared(f"snapshot {base!r} appeared while preparing ({exc.filename}): another process is preparing it") from None
         except OSError as exc:
             if exc.errno in (28, 12):  # ENOSPC, ENOMEM
                 raise CapacityError(f"{SHM_DIR} could not reserve {sum(sizes.values())} bytes for snapshot {base!r} ({exc.strerror}); use a smaller --imgsz or enlarge {SHM_DIR}") from None
@@ -275,7 +302,7 @@ def prepare_snapshot(
             magic=layout.MAGIC, layout_version=layout.LAYOUT_VERSION, complete=0, records=n, instances=sections.instances,
             points=sections.points, max_instances=max_inst, imgsz=imgsz, dtype_code=layout.FLOAT32_CODE, fill=float(FILL_VALUE),
             meta_nbytes=sizes["meta"], image_nbytes=sizes["img"], target_nbytes=sizes["tgt"],
-            creator_pid=os.getpid(), created_unix=time.time(), fingerprint=fp,
+            creator_pid=os.getpid(), created_unix=time.time(), fingerprint=fp, persist=int(bool(persist)), lineage=lineage or "",
         )  # fmt: skip
         meta.buf[: layout.HEADER_NBYTES] = layout.pack_header(header)
         layout.index_view(meta.buf, n)[:] = index
@@ -328,6 +355,8 @@ def prepare_snapshot(
     snap = Snapshot(base, owner=True)
     for seg in created:
         seg.close()
+    if lineage:
+        remove_superseded(lineage, keep=base)
     return _result(snap, reused=False, seconds=time.perf_counter() - t0, processes=processes)
 
 

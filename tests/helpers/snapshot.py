@@ -10,7 +10,7 @@ import numpy as np
 
 from pixpool.server.snapshot.handle import read_header
 from pixpool.shared.errors import SnapshotError
-from pixpool.shared.names import list_segments
+from pixpool.shared.names import kind_of, list_segments, ring_prefix
 from pixpool.shared.names import snapshot_parts as parts_of_base
 from pixpool.shared.records import Dataset, Record
 from pixpool.shared.shm import unlink_segment
@@ -49,14 +49,15 @@ def created_by_me(before: set[str]) -> list[str]:
     """
     mine = []
     for seg in sorted(set(list_segments()) - before):
-        if seg.startswith("pixpool-snap-"):
+        kind = kind_of(seg)
+        if kind == "snapshot":
             try:
                 header = read_header(parts_of_base(seg.rpartition("-")[0])["meta"])
                 if header.creator_pid != os.getpid():
                     continue
             except SnapshotError:
                 pass
-        elif seg.startswith("pixpool-ring-") and not seg.startswith(f"pixpool-ring-{os.getpid()}-"):
+        elif kind == "ring" and not seg.startswith(ring_prefix(os.getpid())):
             continue
         mine.append(seg)
     return mine

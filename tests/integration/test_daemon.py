@@ -13,13 +13,14 @@ import os
 import signal
 import time
 
+import numpy as np
 import pytest
 
 from helpers.daemon import WAIT_S, ask_status, digest_of, real_daemon, reference_stream, segments_of, wait_for
 from pixpool.client.iterator import Client
 from pixpool.shared import protocol as proto
 from pixpool.shared.config import AugmentConfig, StreamSettings
-from pixpool.shared.names import ring_segment, shm_path
+from pixpool.shared.names import shm_path, user_prefix
 
 IMGSZ = 160
 
@@ -86,7 +87,7 @@ def test_status_and_monitor_commands(daemon, capsys):
         (t,) = [t for t in st["trainers"] if t["pid"] == os.getpid()]
         assert t["batches_delivered"] >= 2 and t["slots_in_use"] >= 1 and t["settings"]["seed"] == 3
         assert len(st["workers"]) == 2 and all(w["pid"] > 0 and w["state"] in ("busy", "idle") for w in st["workers"])
-        assert st["snapshot"]["records"] == 24 and st["snapshot"]["name"].startswith("pixpool-snap-")
+        assert st["snapshot"]["records"] == 24 and st["snapshot"]["name"].startswith(user_prefix() + "snap-")
         assert main(["status", "--socket-dir", d]) == 0
         table = capsys.readouterr().out
         assert "seed=3" in table and "batches done" in table
@@ -106,7 +107,7 @@ def _doomed_trainer(socket_dir: str, conn) -> None:
     with Client(settings(7), socket_dir=socket_dir, timeout_s=WAIT_S) as c:
         it = c.epoch(0)
         next(it)
-        conn.send(c._ident[0])
+        conn.send(c._ring.name)
         conn.poll(WAIT_S)  # wait to be killed
 
 
@@ -122,8 +123,7 @@ def test_killed_trainer_is_detached_and_others_continue(daemon, dataset):
             it = c.epoch(0)
             got = [digest_of(next(it))]
             assert parent.poll(WAIT_S), "the victim trainer got no batch"
-            tid = parent.recv()
-            ring = ring_segment(proc_d.pid, tid)
+            ring = parent.recv()
             assert os.path.exists(shm_path(ring))
             os.kill(victim.pid, signal.SIGKILL)
             victim.join(WAIT_S)
@@ -190,9 +190,9 @@ def test_bad_requests_get_clear_errors_and_daemon_keeps_serving(daemon, dealer):
     att = _ask(sock, proto.encode("attach", settings=settings(1).to_dict(), pid=os.getpid(), host="x", slots=2, delivery="shm"))
     assert att["op"] == "attached"
     tid, token = att["trainer_id"], att["token"]
-    r = _ask(sock, proto.encode("release", trainer_id=tid, token=token, slot=0))  # nothing announced yet
+    r = _ask(sock, proto.encode("release", trainer_id=tid, token=token, slot=0, epoch=0, batch=0, generation=1))  # nothing announced yet
     assert (r["op"], r["code"]) == ("error", "order") and "does not hold" in r["message"]
-    r = _ask(sock, proto.encode("release", trainer_id=tid, token=token + 1, slot=0))
+    r = _ask(sock, proto.encode("release", trainer_id=tid, token=token + 1, slot=0, epoch=0, batch=0, generation=1))
     assert (r["op"], r["code"]) == ("error", "unknown_trainer")
     r = _ask(sock, proto.encode("start", trainer_id=tid, token=token, epoch=0, batch=99))
     assert r["op"] == "error" and "99" in r["message"]
@@ -293,3 +293,53 @@ def test_validation_stream_gets_no_device_hsv(daemon, dataset):
         r = render_batch(ReferenceSource(dataset, IMGSZ), s, 0, 0)
         assert torch.equal(b.images, torch.from_numpy(r.images))  # letterboxed, unjittered, on both sides
         it.close()
+
+
+def _next_ready(sock) -> dict:
+    while True:
+        assert sock.poll(WAIT_S * 1000), "no ready"
+        msg = proto.decode(sock.recv(), reply=True)
+        if msg["op"] == "ready":
+            return msg
+
+
+def test_a_duplicate_release_is_refused_and_the_slot_keeps_its_batch(daemon, dealer, dataset):
+    """Release batch 0, let its slot carry batch 2, release batch 0 again: refused, and
+    the bytes of batch 2 stay in that slot while the stream goes on."""
+    from pixpool.shared.ring import Ring
+
+    _, d = daemon
+    sock = dealer(f"ipc://{d}/daemon.sock")
+    s = settings(3, batch_size=4)
+    att = _ask(sock, proto.encode("attach", settings=s.to_dict(), pid=os.getpid(), host="elsewhere", slots=2, delivery="shm"))
+    tid, token = att["trainer_id"], att["token"]
+    ring = Ring.attach(att["ring"])
+    try:
+        assert _ask(sock, proto.encode("start", trainer_id=tid, token=token, epoch=0, batch=0))["op"] == "started"
+        ready = {}
+        ready[0] = _next_ready(sock)
+        ready[1] = _next_ready(sock)
+
+        def release(m):
+            sock.send(proto.encode("release", trainer_id=tid, token=token, slot=m["slot"], epoch=m["epoch"], batch=m["batch"], generation=m["generation"]))
+
+        release(ready[0])
+        ready[2] = _next_ready(sock)
+        assert ready[2]["slot"] == ready[0]["slot"]
+        before = ring.images(ready[2]["slot"], ready[2]["size"]).copy()
+        r = _ask(sock, proto.encode("release", trainer_id=tid, token=token, slot=ready[0]["slot"], epoch=0, batch=0, generation=ready[0]["generation"]))
+        assert (r["op"], r["code"]) == ("error", "order") and "now holds epoch 0 batch 2" in r["message"]
+        release(ready[1])
+        ready[3] = _next_ready(sock)
+        assert ready[3]["slot"] == ready[1]["slot"], "the refused release handed out the slot of batch 2"
+        assert ring.read_header(ready[2]["slot"])[:2] == (0, 2)
+        assert np.array_equal(ring.images(ready[2]["slot"], ready[2]["size"]), before)
+        ref = reference_stream(dataset, s, 0)[0]
+        from pixpool.shared.digest import batch_digest
+
+        for b in (2, 3):
+            m = ready[b]
+            assert batch_digest(ring.images(m["slot"], m["size"]), ring.targets(m["slot"], m["n_targets"])) == ref[b]
+    finally:
+        ring.close()
+        _ask(sock, proto.encode("detach", trainer_id=tid, token=token))

@@ -17,7 +17,7 @@ from pixpool.client.iterator import Client
 from pixpool.server.daemon.renderer import RENDERER_ENV
 from pixpool.shared.config import AugmentConfig, StreamSettings
 from pixpool.shared.errors import DaemonStopped, DaemonTimeout
-from pixpool.shared.names import list_segments
+from pixpool.shared.names import list_segments, user_prefix
 
 IMGSZ = 160
 
@@ -146,7 +146,7 @@ def test_daemon_sigkill_restart_reattaches_then_clean_removes_all(synthetic_data
         ref, ref_samples = reference_stream(dataset, s, 0)
         assert got == ref and samples == ref_samples
         leftovers = segments_of(proc_a.pid) + segments_of(proc_b.pid) + [n for n in st_a["snapshot"]["segments"] if n in list_segments()]
-        assert main(["clean"]) == 0
+        assert main(["clean", *leftovers]) == 0  # named: other runs on this machine keep theirs
         remaining = set(list_segments())
         assert not remaining & set(leftovers), f"pixpool clean left {sorted(remaining & set(leftovers))}"
     finally:
@@ -190,7 +190,7 @@ def test_serve_sigterm_while_preparing_leaves_nothing(coco128):
            "--imgsz", "608", "--workers", "1", "--socket-dir", d, "--processes", "1"]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
-        wait_for(lambda: proc.poll() is None and any(n.startswith("pixpool-snap-") for n in set(list_segments()) - before), 60, "preparation under way")
+        wait_for(lambda: proc.poll() is None and any(n.startswith(user_prefix() + "snap-") for n in set(list_segments()) - before), 60, "preparation under way")
         proc.send_signal(signal.SIGTERM)
         out, _ = proc.communicate(timeout=WAIT_S)
         # Almost always mid-preparation (143); a slow signal may land once it serves (0).

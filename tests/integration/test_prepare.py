@@ -37,12 +37,16 @@ def prepared():
 
 
 def _private(dataset: Dataset, tmp_path) -> Dataset:
-    """The same records under a fingerprint of their own (one extra source file), so a
-    benchmark or another test run preparing coco128 at the same time is neither reused
-    nor reported as "being prepared" here."""
-    marker = tmp_path / "private-fingerprint.txt"
-    marker.write_text(f"{__name__} pid {os.getpid()}\n")
-    return Dataset(dataset.records, dataset.names, (*dataset.source_files, str(marker)))
+    """The same images and targets under a fingerprint of their own (reached through a
+    symlinked folder: other paths, the same files), so a benchmark or another test run
+    preparing coco128 at the same time is neither reused nor reported as "being prepared"."""
+    import dataclasses
+
+    folder = os.path.dirname(dataset.records[0].image_path)
+    alias = tmp_path / "private-images"
+    alias.symlink_to(folder, target_is_directory=True)
+    records = tuple(dataclasses.replace(r, image_path=str(alias / os.path.relpath(r.image_path, folder))) for r in dataset.records)
+    return Dataset(records, dataset.names, dataset.source_files)
 
 
 def test_coco128_float32_is_exactly_four_times_uint8(coco128, prepared, tmp_path):
@@ -104,12 +108,43 @@ def test_any_input_change_gives_another_name(tmp_path):
     assert fingerprint(dataset_of(paths, [ann]), imgsz=160) == fp  # deterministic
     assert fingerprint(ds, imgsz=192) != fp
     ann.write_text('{"x": 1}')
-    fp2 = fingerprint(ds, imgsz=160)
-    assert fp2 != fp
+    assert fingerprint(ds, imgsz=160) == fp, "the records did not change: a file's spelling must not matter"
+    import dataclasses
+
+    moved = dataclasses.replace(ds.records[0], boxes=ds.records[0].boxes + 0.01)
+    assert fingerprint(Dataset((moved, *ds.records[1:]), ds.names, ds.source_files), imgsz=160) != fp
+    assert fingerprint(Dataset(ds.records, ("a", "b", "z"), ds.source_files), imgsz=160) != fp
+    fp2 = fp
     st = os.stat(paths[0])
     os.utime(paths[0], ns=(st.st_atime_ns, st.st_mtime_ns + 10**9))
     assert fingerprint(ds, imgsz=160) != fp2
-    assert base_name(fp).startswith("pixpool-snap-") and len(base_name(fp)) == len("pixpool-snap-") + 16
+    head = f"pixpool-u{os.geteuid()}-snap-"
+    assert base_name(fp).startswith(head) and len(base_name(fp)) == len(head) + 16
+
+
+def test_pixels_changed_with_size_and_mtime_kept_are_prepared_again(tmp_path, prepared):
+    """Rewrite an image in place to other pixels of the same byte count and set its mtime
+    back: the old snapshot must not be re-attached (stale pixels)."""
+    paths = write_jpegs(tmp_path / "img", [(40, 60), (50, 30)])
+    ds = dataset_of(paths, [])
+    first = prepare_snapshot(ds, imgsz=64, processes=1)
+    prepared.append(first)
+    data = bytearray(open(paths[0], "rb").read())
+    st = os.stat(paths[0])
+    other = cv2.imencode(".jpg", np.full((40, 60, 3), 200, np.uint8))[1].tobytes()
+    if len(other) > len(data):
+        pytest.skip("the stand-in image encodes larger than the original")
+    data[: len(other)] = other  # bytes past the JPEG end marker are ignored by decoders
+    with open(paths[0], "r+b") as f:  # in place: same inode, same size
+        f.write(data)
+    os.utime(paths[0], ns=(st.st_atime_ns, st.st_mtime_ns))
+    after = os.stat(paths[0])
+    assert (after.st_size, after.st_mtime_ns, after.st_ino) == (st.st_size, st.st_mtime_ns, st.st_ino)
+    second = prepare_snapshot(ds, imgsz=64, processes=1)
+    prepared.append(second)
+    assert not second.reused and second.snapshot.name != first.snapshot.name
+    assert not np.array_equal(second.snapshot.image(0), first.snapshot.image(0)), "the new snapshot holds the new pixels"
+    assert np.array_equal(second.snapshot.image(1), first.snapshot.image(1))
 
 
 @pytest.mark.parametrize("processes", [1, 2])
@@ -232,7 +267,7 @@ def test_odd_image_kinds_become_3_channel_8_bit(tmp_path, prepared):
     assert snap.image(4).shape[:2] == (64, 26)
 
 
-def test_snapshot_being_prepared_by_live_process_is_refused(synthetic_data):
+def test_snapshot_being_prepared_by_live_process_is_waited_for_then_refused(synthetic_data):
     import subprocess
     import sys
 
@@ -249,8 +284,8 @@ def test_snapshot_being_prepared_by_live_process_is_refused(synthetic_data):
     )  # fmt: skip
     try:
         assert holder.stdout.readline().strip() == "mapped"  # returns when the child has mapped it (or died)
-        with pytest.raises(SnapshotError, match=str(holder.pid)):
-            prepare_snapshot(dataset, imgsz=160, processes=1)
+        with pytest.raises(SnapshotError, match=rf"being prepared by live process\(es\) \[{holder.pid}\].*; waited 0.3 s"):
+            prepare_snapshot(dataset, imgsz=160, processes=1, wait_s=0.3)
     finally:
         holder.stdin.close()
         holder.wait(timeout=30)

@@ -17,7 +17,7 @@ from pixpool.server.readers import load_dataset
 from pixpool.server.snapshot.fingerprint import base_name, fingerprint
 from pixpool.server.snapshot.handle import read_header
 from pixpool.shared.cli import main
-from pixpool.shared.names import list_segments, shm_path
+from pixpool.shared.names import list_segments, shm_path, snapshot_base
 from pixpool.shared.names import snapshot_parts as parts_of_base
 from pixpool.shared.procmem import segment_users
 
@@ -65,7 +65,39 @@ def _size_mismatch(ds):
     return [str(_json(ds))], data["images"][2]["file_name"]
 
 
-@pytest.mark.parametrize("breaker", [_missing_image, _corrupt_image, _bad_json, _bad_label_line, _class_out_of_range, _size_mismatch])
+def _truncated_jpeg(ds):
+    path = ds / "images" / "train" / "synth_0003.jpg"
+    data = path.read_bytes()
+    path.write_bytes(data[: len(data) * 2 // 3])  # the bottom of the image cut off
+    return [str(_json(ds))], "synth_0003.jpg: the JPEG ends without its end-of-image marker"
+
+
+def _png_bomb(ds):
+    import struct
+    import zlib
+
+    def chunk(kind, body):
+        return struct.pack(">I", len(body)) + kind + body + struct.pack(">I", zlib.crc32(kind + body))
+
+    # A 60000x60000 header over a few bytes of data: Pillow's bomb guard, named by file.
+    png = b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", 60000, 60000, 8, 2, 0, 0, 0)) + chunk(b"IDAT", zlib.compress(b"\0" * 16)) + chunk(b"IEND", b"")
+    (ds / "images" / "train" / "synth_0002.jpg").write_bytes(png)
+    return [str(_json(ds))], "synth_0002.jpg: the image header claims too many pixels"
+
+
+def _deep_json(ds):
+    _json(ds).write_text("[" * 100000 + "]" * 100000)
+    return [str(_json(ds))], "instances_train.json: nested deeper than the json parser's limit"
+
+
+def _runaway_label_file(ds):
+    path = ds / "labels" / "train" / "synth_0004.txt"
+    path.write_text("0 0.5 0.5 0.1 0.1\n" * 5000)
+    return [str(ds / "data.yaml")], "synth_0004.txt: 5000 instances for one image, over the limit of 1000 per image"
+
+
+@pytest.mark.parametrize("breaker", [_missing_image, _corrupt_image, _bad_json, _bad_label_line, _class_out_of_range, _size_mismatch,
+                                     _truncated_jpeg, _png_bomb, _deep_json, _runaway_label_file])
 def test_bad_input_exits_non_zero_names_file_and_leaves_shm_alone(ds, breaker, capsys):
     argv, name = breaker(ds)
     before = set(list_segments())
@@ -74,6 +106,67 @@ def test_bad_input_exits_non_zero_names_file_and_leaves_shm_alone(ds, breaker, c
     assert code != 0
     assert name in err, err
     assert created_by_me(before) == []
+
+
+def test_instances_cap_is_settable(ds, capsys):
+    from pixpool.server.readers import load_dataset
+
+    _runaway_label_file(ds)
+    assert main(["prepare", str(ds / "data.yaml"), "--imgsz", "64", "--processes", "1", "--max-instances-per-image", "0"]) == 1
+    assert "--max-instances-per-image 0 is out of range" in capsys.readouterr().err
+    dataset = load_dataset(ds / "data.yaml", max_instances_per_image=5000)
+    assert max(r.num_instances for r in dataset.records) == 5000
+
+
+def test_yolo_without_labels_is_refused_unless_allowed_and_counts_are_reported(ds, capsys):
+    import shutil
+
+    shutil.rmtree(ds / "labels")
+    before = set(list_segments())
+    assert main(["prepare", str(ds / "data.yaml"), "--imgsz", "64", "--processes", "1", "--json"]) == 1
+    err = capsys.readouterr().err
+    assert "data.yaml: none of the 24 images has a label file (looked for e.g. " in err and str(ds / "labels" / "train") in err
+    assert "--allow-unlabelled" in err and created_by_me(before) == []
+    assert main(["prepare", str(ds / "data.yaml"), "--imgsz", "64", "--processes", "1", "--json", "--allow-unlabelled"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    try:
+        assert out["dataset"]["labels_missing"] == 24 and out["dataset"]["background"] == 24
+    finally:
+        if not out["reused"]:
+            remove_snapshot(out["snapshot"])
+
+
+def test_yolo_images_without_labels_are_warned_about_by_count(ds, capsys, caplog):
+    labels = ds / "labels" / "train"
+    already = 24 - len(list(labels.glob("*.txt")))  # the synthetic set has background images without one
+    for i in (1, 2, 3):
+        (labels / f"synth_{i:04d}.txt").unlink()
+    assert main(["prepare", str(ds / "data.yaml"), "--imgsz", "64", "--processes", "1", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    try:
+        assert out["dataset"]["labels_missing"] == already + 3
+        assert any(f"{already + 3} of 24 images have no label file" in r.getMessage() and "synth_0001.txt" in r.getMessage() for r in caplog.records)
+    finally:
+        if not out["reused"]:
+            remove_snapshot(out["snapshot"])
+
+
+def test_two_spellings_of_one_data_yaml_share_a_snapshot(ds, capsys):
+    import yaml
+
+    data = yaml.safe_load((ds / "data.yaml").read_text())
+    names = data["names"]
+    as_list = names if isinstance(names, list) else [names[i] for i in sorted(names)]
+    (ds / "list.yaml").write_text(yaml.safe_dump({**data, "names": as_list}))
+    (ds / "dict.yaml").write_text(yaml.safe_dump({**data, "names": dict(enumerate(as_list))}))
+    assert main(["prepare", str(ds / "list.yaml"), "--imgsz", "64", "--processes", "1", "--json"]) == 0
+    first = json.loads(capsys.readouterr().out)
+    try:
+        assert main(["prepare", str(ds / "dict.yaml"), "--imgsz", "64", "--processes", "1", "--json"]) == 0
+        second = json.loads(capsys.readouterr().out)
+        assert second["snapshot"] == first["snapshot"] and second["reused"] is True
+    finally:
+        remove_snapshot(first["snapshot"])
 
 
 def test_decode_failure_in_worker_leaves_shm_alone(ds, capsys):
@@ -178,20 +271,29 @@ def test_sigkill_during_prepare_then_clean_removes_everything(coco128, tmp_path)
 
 
 def test_clean_decisions():
-    from pixpool.server.commands.snapshots import removable
+    from pixpool.server.commands.snapshots import plan_clean
+    from pixpool.shared.names import ring_segment, snapshot_parts
 
     dead = subprocess.Popen([sys.executable, "-c", "pass"])
     dead.wait(timeout=30)
     me = os.getpid()
+    a, b = snapshot_parts(snapshot_base("aaaa")), snapshot_parts(snapshot_base("bbbb"))
     segs = [
-        "pixpool-snap-aaaa-meta", "pixpool-snap-aaaa-img", "pixpool-snap-aaaa-tgt",  # unused: goes
-        "pixpool-snap-bbbb-meta", "pixpool-snap-bbbb-img", "pixpool-snap-bbbb-tgt",  # one part mapped: stays whole
-        f"pixpool-ring-{dead.pid}-1",  # dead daemon, unmapped: goes
-        f"pixpool-ring-{me}-2",  # live daemon: stays
+        a["meta"], a["img"], a["tgt"],  # unused: goes
+        b["meta"], b["img"], b["tgt"],  # one part mapped: stays whole
+        ring_segment(dead.pid, "01"),  # dead daemon, unmapped: goes
+        ring_segment(me, "02"),  # live daemon: stays
+        "pixpool-snap-cccc-meta",  # an older release's name: only with unrecognised
     ]  # fmt: skip
-    users = {"pixpool-snap-bbbb-img": {me}}
-    assert removable(segs, users) == sorted(segs[:3] + [segs[6]])
-    assert removable(segs, users, everything=True) == segs
+    users = {b["img"]: {me}}
+    remove, kept = plan_clean(segs, users)
+    assert remove == sorted(segs[:3] + [segs[6]])
+    assert set(kept) == set(segs[3:6] + segs[7:])
+    assert f"in use by pid {me}" in kept[b["meta"]] and f"ring of live daemon pid {me}" in kept[segs[7]]
+    # No flag overrides liveness: --all (unrecognised) only adds the unknown unused name.
+    remove_all, kept_all = plan_clean(segs, users, unrecognised=True)
+    assert remove_all == sorted(segs[:3] + [segs[6], segs[8]])
+    assert set(kept_all) == set(segs[3:6] + [segs[7]])
 
 
 def test_clean_keep_complete_removes_stale_rings_but_keeps_snapshots(synthetic_data, capsys):
@@ -202,7 +304,7 @@ def test_clean_keep_complete_removes_stale_rings_but_keeps_snapshots(synthetic_d
 
     dead = subprocess.Popen([sys.executable, "-c", "pass"])
     dead.wait(30)
-    ring = ring_segment(dead.pid, 1)
+    ring = ring_segment(dead.pid, "01")
     SharedSegment.create(ring, 4096).close()
     result = prepare_snapshot(load_dataset(synthetic_data.coco_json), imgsz=64, processes=1)
     snap = result.snapshot

@@ -66,7 +66,7 @@ def _frames(rng: random.Random, tid: int, token: int):
     ok_attach = proto.encode("attach", settings=_settings(5).to_dict(), pid=os.getpid(), host="fuzz", slots=2, delivery="shm")
     valid = [
         ok_attach,
-        proto.encode("release", trainer_id=tid, token=token, slot=0),
+        proto.encode("release", trainer_id=tid, token=token, slot=0, epoch=0, batch=0, generation=1),
         proto.encode("start", trainer_id=tid, token=token, epoch=0, batch=0),
         proto.encode("heartbeat", trainer_id=tid, token=token),
         proto.encode("status"),
@@ -82,13 +82,13 @@ def _frames(rng: random.Random, tid: int, token: int):
             yield [msgpack.packb(_random_obj(rng))]
         elif kind == 6:
             msg = {"v": proto.PROTOCOL_VERSION, "op": rng.choice(sorted(proto.REQUEST_OPS) + ["ready", "error", "zz"])}
-            msg.update({k: _random_obj(rng) for k in rng.sample(["trainer_id", "token", "slot", "epoch", "batch", "settings", "pid", "host", "slots", "delivery"], 4)})
+            msg.update({k: _random_obj(rng) for k in rng.sample(["trainer_id", "token", "slot", "epoch", "batch", "generation", "settings", "pid", "host", "slots", "delivery"], 4)})
             yield [msgpack.packb(msg)]
         elif kind == 7:  # out of order: releases of slots never announced, starts beyond the epoch
             yield [rng.choice([
-                proto.encode("release", trainer_id=tid, token=token, slot=rng.randrange(-3, 70)),
+                proto.encode("release", trainer_id=tid, token=token, slot=rng.randrange(-3, 70), epoch=0, batch=0, generation=1),
                 proto.encode("start", trainer_id=tid, token=token, epoch=rng.randrange(-2, 3), batch=rng.randrange(-2, 50)),
-                proto.encode("release", trainer_id=tid, token=token + 1, slot=0),
+                proto.encode("release", trainer_id=tid, token=token + 1, slot=0, epoch=0, batch=0, generation=1),
             ])]
         elif kind == 8:
             yield [rng.choice([msgpack.packb({"v": 99, "op": "status"}), b"\x00" * (proto.MAX_FRAME_BYTES + rng.randrange(1, 5000)), pickle.dumps({"op": "status"})])]

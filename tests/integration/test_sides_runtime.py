@@ -88,12 +88,14 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-@pytest.mark.parametrize("problem", ["tcp without keys", "keys without a server key", "socket dir others can enter", "socket dir in use"])
+@pytest.mark.parametrize("problem", ["tcp without keys", "keys without a server key", "socket dir others can enter", "socket dir in use",
+                                     "socket dir a dangling symlink"])
 def test_bad_serve_settings_fail_before_any_decoding(synthetic_data, tmp_path, problem):
     d = short_socket_dir()
     argv = [str(synthetic_data.coco_json), "--imgsz", str(IMGSZ), "--workers", "1", "--processes", "1", "--socket-dir", d]
     expect = {"tcp without keys": "requires CURVE keys", "keys without a server key": "server.key_secret is missing",
-              "socket dir others can enter": "open to other users", "socket dir in use": "already serves"}[problem]
+              "socket dir others can enter": "open to other users", "socket dir in use": "already serves",
+              "socket dir a dangling symlink": "is a symbolic link (to /nonexistent/pixpool-sock, which does not exist)"}[problem]
     other = None
     if problem == "tcp without keys":
         argv += ["--tcp", f"127.0.0.1:{_free_port()}"]
@@ -102,6 +104,9 @@ def test_bad_serve_settings_fail_before_any_decoding(synthetic_data, tmp_path, p
         argv += ["--tcp", f"127.0.0.1:{_free_port()}", "--keys", str(tmp_path / "keys")]
     elif problem == "socket dir others can enter":
         os.chmod(d, 0o755)
+    elif problem == "socket dir a dangling symlink":
+        os.symlink("/nonexistent/pixpool-sock", os.path.join(d, "link"))
+        argv[-1] = os.path.join(d, "link")
     else:
         other = serve_child(argv[:-2], socket_dir=d, timeout_s=WAIT_S)
         other.__enter__()

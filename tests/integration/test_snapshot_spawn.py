@@ -12,6 +12,7 @@ from pixpool.server.readers import load_dataset
 from pixpool.server.snapshot.handle import Snapshot, list_snapshots
 from pixpool.server.snapshot.prepare import prepare_snapshot
 from pixpool.shared.errors import SnapshotError
+from pixpool.shared.names import snapshot_base
 
 
 @pytest.fixture(scope="module")
@@ -109,4 +110,4 @@ def test_pickles_as_name_only_and_views_are_read_only(snapshot):
 
 def test_attach_refuses_missing_and_incomplete():
     with pytest.raises(SnapshotError, match="not found"):
-        Snapshot.attach("pixpool-snap-0000000000000000")
+        Snapshot.attach(snapshot_base("0000000000000000"))

@@ -38,14 +38,35 @@ def test_release_returns_credit_and_rejects_unheld_slots():
     s = _sched(1, slots=2)
     j0, j1 = s.next_job(), s.next_job()
     with pytest.raises(ProtocolError, match="does not hold"):
-        s.release(1, j0.slot)  # not announced yet
-    s.complete(j0, size=1, n_targets=0)
+        s.release(1, j0.slot, epoch=0, batch=0, generation=1)  # not announced yet
+    (a0,) = s.complete(j0, size=1, n_targets=0)
+    assert a0.generation == 1
     assert s.next_job() is None
-    s.release(1, j0.slot)
+    s.release(1, j0.slot, epoch=0, batch=0, generation=1)
     with pytest.raises(ProtocolError):
-        s.release(1, j0.slot)  # twice
+        s.release(1, j0.slot, epoch=0, batch=0, generation=1)  # twice
     j2 = s.next_job()
     assert (j2.batch, j2.slot) == (2, j0.slot)
+
+
+def test_a_duplicate_release_never_frees_a_reannounced_slot():
+    """Batch 0 is released, its slot carries batch 2 next; a second release of batch 0
+    must not free the slot under the trainer (a worker would overwrite batch 2)."""
+    s = _sched(1, slots=2)
+    j0, j1 = s.next_job(), s.next_job()
+    s.complete(j0, size=1, n_targets=0)
+    s.release(1, j0.slot, epoch=0, batch=0, generation=1)
+    j2 = s.next_job()
+    s.complete(j1, size=1, n_targets=0)
+    s.complete(j2, size=1, n_targets=0)  # batch 2 announced in batch 0's slot
+    with pytest.raises(ProtocolError, match=r"names epoch 0 batch 0 generation 1, but the slot now holds epoch 0 batch 2 generation 1"):
+        s.release(1, j0.slot, epoch=0, batch=0, generation=1)
+    assert s.streams[1].held[j0.slot] == (0, 2, 1) and j0.slot not in s.streams[1].free
+    assert s.next_job() is None, "the stale release gave a worker a slot the trainer still reads"
+    with pytest.raises(ProtocolError, match="generation 2, but the slot now holds epoch 0 batch 2 generation 1"):
+        s.release(1, j0.slot, epoch=0, batch=2, generation=2)
+    s.release(1, j0.slot, epoch=0, batch=2, generation=1)
+    assert s.next_job().slot == j0.slot
 
 
 def test_retry_runs_first_into_the_same_slot():

@@ -12,9 +12,9 @@ from pixpool.shared.errors import ProtocolError
 
 
 def test_round_trip_keeps_fields():
-    frame = proto.encode("release", trainer_id=3, token=99, slot=1)
+    frame = proto.encode("release", trainer_id=3, token=99, slot=1, epoch=0, batch=4, generation=2)
     msg = proto.decode(frame)
-    assert msg == {"v": proto.PROTOCOL_VERSION, "op": "release", "trainer_id": 3, "token": 99, "slot": 1}
+    assert msg == {"v": proto.PROTOCOL_VERSION, "op": "release", "trainer_id": 3, "token": 99, "slot": 1, "epoch": 0, "batch": 4, "generation": 2}
 
 
 def test_version_mismatch_names_both_versions():
@@ -28,7 +28,7 @@ def test_version_mismatch_names_both_versions():
     "frame, words",
     [
         (b"", "not one valid msgpack"),
-        (proto.encode("release", trainer_id=1, token=2, slot=3)[:-2], "not one valid msgpack"),
+        (proto.encode("release", trainer_id=1, token=2, slot=3, epoch=0, batch=0, generation=1)[:-2], "not one valid msgpack"),
         (proto.encode("status") + b"\x01", "not one valid msgpack"),
         (msgpack.packb([1, 2, 3]), "must be a msgpack map"),
         (msgpack.packb({"v": proto.PROTOCOL_VERSION, "op": "launch"}), "unknown op"),

@@ -93,6 +93,20 @@ def test_missing_image_file(ds):
     assert err.path.endswith("synth_0005.jpg")
 
 
+@pytest.mark.parametrize("file_name", ["../../../etc/passwd", "/etc/passwd", "sub/../../outside.jpg", "..\\..\\x.jpg"])
+def test_file_name_outside_the_images_folder_is_refused(ds, file_name):
+    (ds / "outside.jpg").write_bytes((ds / "images" / "train" / "synth_0000.jpg").read_bytes())
+    path = _edit_json(ds, lambda d: d["images"][2].update(file_name=file_name))
+    err = _raises(path, f"images[2] (id {json.loads(path.read_text())['images'][2]['id']}): field 'file_name' {file_name!r} points outside the images folder")
+    assert err.path == str(path)
+
+
+def test_deeply_nested_json_is_refused_by_name(ds):
+    _json(ds).write_text("[" * 100000 + "]" * 100000)
+    err = _raises(_json(ds), "nested deeper than the json parser's limit")
+    assert err.path == str(_json(ds))
+
+
 def test_images_folder_cannot_be_inferred(ds):
     moved = ds / "labels.json"  # not root/annotations/instances_NAME.json
     shutil.copy(_json(ds), moved)

@@ -15,7 +15,7 @@ from pixpool.shared.ring import RING_HEADER_NBYTES, Ring, RingLayout
 @pytest.fixture
 def ring():
     layout = RingLayout(slots=3, batch_size=2, imgsz=32, max_targets=7)
-    r = Ring.create(ring_segment(os.getpid(), 900001), layout)
+    r = Ring.create(ring_segment(os.getpid(), "900001"), layout)
     try:
         yield r
     finally:
@@ -79,8 +79,8 @@ def test_close_with_live_views_does_not_raise(ring):
 
 def test_attach_missing_or_foreign_segment(shm_name):
     with pytest.raises(SnapshotError, match="does not exist"):
-        Ring.attach(ring_segment(os.getpid(), 900002))
-    name = ring_segment(os.getpid(), 900003)
+        Ring.attach(ring_segment(os.getpid(), "900002"))
+    name = ring_segment(os.getpid(), "900003")
     shm_name.own(name)
     with open(shm_path(name), "wb") as f:
         f.write(b"x" * 8192)

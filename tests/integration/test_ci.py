@@ -1,0 +1,62 @@
+"""``.ci/run`` starts from nothing every run: a new empty venv, removed afterwards.
+
+The script runs for real (bash), in a copy of its folder layout, with stand-ins for
+``python3`` and for the serving check: the stand-in ``python3 -m venv DIR`` refuses a
+DIR that holds anything (what a reused venv would hold) and leaves a file in each venv it
+makes, so a run that reuses one fails the next run.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+
+_PYTHON3 = r"""#!/usr/bin/env bash
+# stand-in for python3: only `-m venv DIR` is expected
+[ "$1" = "-m" ] && [ "$2" = "venv" ] || { echo "unexpected python3 $*" >&2; exit 9; }
+dir="$3"
+if [ -n "$(ls -A "$dir" 2>/dev/null)" ]; then echo "venv directory $dir is not empty: $(ls -A "$dir")" >&2; exit 3; fi
+mkdir -p "$dir/bin"
+printf 'PATH="%s/bin:$PATH"\n' "$dir" > "$dir/bin/activate"
+printf '#!/usr/bin/env bash\necho "python $*" >> "$CI_LOG"\n' > "$dir/bin/python"
+chmod +x "$dir/bin/python"
+touch "$dir/installed-by-an-earlier-run"
+echo "venv $dir" >> "$CI_LOG"
+"""
+
+
+def _sandbox(tmp_path: Path) -> tuple[Path, dict]:
+    repo = tmp_path / "repo"
+    (repo / ".ci").mkdir(parents=True)
+    (repo / "tests").mkdir()
+    shutil.copy(REPO / ".ci" / "run", repo / ".ci" / "run")
+    (repo / ".ci" / "serve-without-torch").write_text('echo "serve-without-torch (stand-in)" >> "$CI_LOG"\n')
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "python3").write_text(_PYTHON3)
+    (bin_dir / "python3").chmod(0o755)
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "CI_LOG": str(tmp_path / "log"), "TMPDIR": str(tmp)}
+    return repo, env
+
+
+def test_ci_run_uses_a_new_empty_venv_each_time_and_removes_it(tmp_path):
+    repo, env = _sandbox(tmp_path)
+    venvs = []
+    for run in range(2):
+        Path(env["CI_LOG"]).write_text("")
+        proc = subprocess.run(["bash", str(repo / ".ci" / "run")], env=env, capture_output=True, text=True, timeout=60)
+        assert proc.returncode == 0, f"run {run}: {proc.stderr}"
+        log = Path(env["CI_LOG"]).read_text().splitlines()
+        assert log[0] == "serve-without-torch (stand-in)", log
+        assert log[-1].startswith("python -m pytest "), "pytest must run last"
+        venv = next(line.split(" ", 1)[1] for line in log if line.startswith("venv "))
+        assert not os.path.exists(venv), f"run {run} left its venv {venv} behind"
+        venvs.append(venv)
+    assert not os.listdir(env["TMPDIR"]), "a run left something in its temporary folder"
+
