@@ -141,3 +141,42 @@ def test_a_val_split_must_be_served_to_be_asked_for(synthetic_data):
     with real_daemon(synthetic_data.coco_json, imgsz=IMGSZ, workers=1, val=str(synthetic_data.coco_json)) as (_, d):
         with attach(d, batch_size=12, imgsz=IMGSZ, split="val", timeout_s=WAIT_S) as val:
             assert sum(len(b.indices) for b in val) == 24
+
+
+def _dist_rank(rank: int, port: int, socket_dir: str, queue) -> None:
+    import datetime
+    import os
+
+    import torch.distributed as dist
+
+    for name in ("RANK", "WORLD_SIZE"):  # only the initialised group may tell the rank here
+        os.environ.pop(name, None)
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2, timeout=datetime.timedelta(seconds=60))
+    try:
+        with attach(socket_dir, batch_size=6, seed=2, imgsz=IMGSZ, timeout_s=WAIT_S) as loader:
+            queue.put((loader.rank, loader.world_size, [i for b in loader for i in b.indices.tolist()]))
+    except Exception as exc:  # reported to the test
+        queue.put((rank, "error", f"{type(exc).__name__}: {exc}"))
+    finally:
+        dist.destroy_process_group()
+
+
+def test_ranks_from_an_initialised_torch_distributed_group(synthetic_data):
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    ctx = mp.get_context("spawn")
+    queue = ctx.Queue()
+    with real_daemon(synthetic_data.coco_json, imgsz=IMGSZ, workers=1) as (_, d):
+        procs = [ctx.Process(target=_dist_rank, args=(r, port, d, queue)) for r in (0, 1)]
+        for p in procs:
+            p.start()
+        try:
+            got = sorted(queue.get(timeout=WAIT_S) for _ in procs)
+        finally:
+            for p in procs:
+                p.join(WAIT_S)
+    assert [g[:2] for g in got] == [(0, 2), (1, 2)], got
+    assert not set(got[0][2]) & set(got[1][2]) and set(got[0][2]) | set(got[1][2]) == set(range(24))
