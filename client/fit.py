@@ -168,7 +168,7 @@ def _train_epoch(train, step, epoch: int, config: FitConfig, report: dict) -> di
         step.step(images_t, targets.numpy(), files=batch.files)
         images += len(batch.indices)
         report["steps"] += 1
-        if step._summed >= config.log_every:
+        if step.unread_steps >= config.log_every:
             parts = step.losses()
             losses.append(parts["loss"])
             elapsed = time.perf_counter() - t0

@@ -26,10 +26,8 @@ import math
 import os
 
 from ..shared import protocol as proto
-from ..shared.names import list_segments, parse, shm_path
+from ..shared.names import SHM_DIR, list_segments, parse, shm_path
 from ..shared.procmem import process_memory
-
-SHM_DIR = "/dev/shm"
 
 
 def _segments() -> dict[str, dict[str, int]]:

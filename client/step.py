@@ -181,6 +181,11 @@ class DetectorStep:
         return {"loss": total, "box": box, "cls": cls, "dfl": dfl}
 
     @property
+    def unread_steps(self) -> int:
+        """Steps whose losses are summed on the device but not read yet."""
+        return self._summed
+
+    @property
     def current_lr(self) -> float:
         return lr_at(max(0, self.steps - 1), **self.schedule)
 
