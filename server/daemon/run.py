@@ -59,11 +59,13 @@ def run_daemon(config: DaemonConfig) -> None:
             files[split] = tuple(r.image_path for r in dataset.records)
         Daemon(snaps, config, snapshot_info=info, files=files, names=tuple(datasets["train"][0].names)).serve()
     finally:
-        # The validation handle first: where both splits are one snapshot, the training
-        # handle (its creator, if any) is then the last one that maps it.
+        # The validation handle first; where both splits are one snapshot it only closes,
+        # and the training handle then releases the snapshot once.
         for split in sorted(snaps, key=lambda k: k == "train"):
             snap = snaps[split]
-            if snap.release(keep=config.keep_snapshot) == "removed":
+            if split != "train" and "train" in snaps and snaps["train"].name == snap.name:
+                snap.close()
+            elif snap.release(keep=config.keep_snapshot) == "removed":
                 log.info("snapshot %s removed", snap.name)
         if in_main:
             signal.signal(signal.SIGTERM, old_term if old_term is not None else signal.SIG_DFL)
