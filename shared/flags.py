@@ -48,20 +48,17 @@ def flag_of(f: dataclasses.Field) -> str:
 
 
 def add_fields(parser: argparse.ArgumentParser, cls: type, *, group: str | None = None, prefix: str = "",
-               only: Iterable[str] | None = None, exclude: Iterable[str] = (), defaults: dict[str, Any] | None = None) -> None:
-    """Add one argument per field of ``cls`` (dest ``prefix + name``), to a titled group if given.
-
-    ``only``/``exclude`` choose the fields; ``defaults`` overrides a field's default for
-    this command (shown in ``--help`` too).
-    """
+               only: Iterable[str] | None = None, exclude: Iterable[str] = ()) -> None:
+    """Add one argument per field of ``cls`` (dest ``prefix + name``), to a titled group if
+    given; ``only``/``exclude`` choose the fields."""
     target = parser.add_argument_group(group) if group else parser
-    keep, skip, defaults = (set(only) if only is not None else None), set(exclude), defaults or {}
+    keep, skip = (set(only) if only is not None else None), set(exclude)
     known = _flag_table(parser)
     for f in dataclasses.fields(cls):
         if f.name in skip or (keep is not None and f.name not in keep) or "help" not in f.metadata:
             continue
         kind, optional = field_kind(f)
-        default = defaults.get(f.name, f.default)
+        default = f.default
         conv = parse_size if f.metadata.get("size") else {"bool": parse_bool, "int": int, "float": float, "str": str}[kind]
         text = f.metadata["help"]
         dest = prefix + f.name
