@@ -83,18 +83,23 @@ def _rank(rank: int, socket_dir: str, queue) -> None:
         queue.put((rank, "error", f"{type(exc).__name__}: {exc}", 0, []))
 
 
-def test_two_ranks_from_the_environment_get_disjoint_shards_covering_the_epoch(synthetic_data):
+def _run_ranks(target, args_of) -> list:
+    """Run ``target(*args_of(rank), queue)`` for ranks 0 and 1 in spawned processes; their reports, sorted."""
     ctx = mp.get_context("spawn")
     queue = ctx.Queue()
-    with real_daemon(synthetic_data.coco_json, imgsz=IMGSZ, workers=2) as (_, d):
-        procs = [ctx.Process(target=_rank, args=(r, d, queue)) for r in (0, 1)]
+    procs = [ctx.Process(target=target, args=(*args_of(r), queue)) for r in (0, 1)]
+    for p in procs:
+        p.start()
+    try:
+        return sorted(queue.get(timeout=WAIT_S) for _ in procs)
+    finally:
         for p in procs:
-            p.start()
-        try:
-            got = sorted(queue.get(timeout=WAIT_S) for _ in procs)
-        finally:
-            for p in procs:
-                p.join(WAIT_S)
+            p.join(WAIT_S)
+
+
+def test_two_ranks_from_the_environment_get_disjoint_shards_covering_the_epoch(synthetic_data):
+    with real_daemon(synthetic_data.coco_json, imgsz=IMGSZ, workers=2) as (_, d):
+        got = _run_ranks(_rank, lambda r: (r, d))
     assert [g[1:3] for g in got] == [(0, 2), (1, 2)], got
     shards = [set(g[4]) for g in got]
     assert all(len(g[4]) == 12 and g[3] == 3 for g in got)  # 24 records, 2 ranks: 12 each in batches of 5
@@ -167,16 +172,7 @@ def test_ranks_from_an_initialised_torch_distributed_group(synthetic_data):
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    ctx = mp.get_context("spawn")
-    queue = ctx.Queue()
     with real_daemon(synthetic_data.coco_json, imgsz=IMGSZ, workers=1) as (_, d):
-        procs = [ctx.Process(target=_dist_rank, args=(r, port, d, queue)) for r in (0, 1)]
-        for p in procs:
-            p.start()
-        try:
-            got = sorted(queue.get(timeout=WAIT_S) for _ in procs)
-        finally:
-            for p in procs:
-                p.join(WAIT_S)
+        got = _run_ranks(_dist_rank, lambda r: (r, port, d))
     assert [g[:2] for g in got] == [(0, 2), (1, 2)], got
     assert not set(got[0][2]) & set(got[1][2]) and set(got[0][2]) | set(got[1][2]) == set(range(24))
