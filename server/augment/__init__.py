@@ -1,7 +1,7 @@
 """The augmentation engine: the YOLO training route over any ``ImageSource``.
 
 Runs in the augmentation workers (over the shared-memory snapshot), in the reference
-pipeline and in the digest command. Modules: ``mosaic``, ``canvas``, ``affine``,
+pipeline and in the digest command. Modules: ``mosaic``, ``affine``, ``kernel`` (the fused pixel pass),
 ``labels``, ``copy_paste``, ``hsv``, ``letterbox``, ``sample`` (one sample), ``batch``
 (one batch, quantised and packed). Where randomness comes from and which samples a batch
 holds is the stream contract both sides share: ``pixpool.shared.rng`` and

@@ -14,26 +14,23 @@ Output per batch:
 - ``samples``: int64 (B,) record indices; ``floats``: the float images before
   quantisation (``keep_float=True``) or None.
 
-Per image (``write_image``), all in this thread's scratch buffers (``scratch.py``):
-quantisation in one OpenCV pass (fill add in float32, round half to even, saturate to
-0..255; see ``quantise``), the flip as an 8-bit copy, HSV (lookup tables, ``hsv.py``)
-whose colour conversion also yields RGB, then one split straight into the three output
-planes.
+Per image (``write_image``): one pass of the fused kernel (``kernel.py``) from the source
+tiles straight into the output planes: resample, copy-paste, mixup, fill, quantisation,
+flips, HSV and the RGB CHW write, no intermediate image.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-import cv2
 import numpy as np
 
 from ...shared.config import StreamSettings
 from ...shared.errors import ConfigError
+from ...shared.hsv_tables import tables
 from ...shared.rng import hsv_gains
 from ...shared.sampler import batch_samples
 from ...shared.source import ImageSource
-from . import hsv, scratch
 from .labels import pack
 from .sample import Pending, _Clock, render
 
@@ -114,48 +111,11 @@ def render_batch(
 
 
 def write_image(pending: Pending, out_chw: np.ndarray, gains: np.ndarray | None, *, timings: dict[str, float] | None = None) -> None:
-    """Quantise ``pending``'s float image, flip, HSV, and write it as RGB planes into ``out_chw``.
-
-    Every intermediate lives in this thread's scratch buffers (``scratch.py``); only
-    ``out_chw`` is written outside them. A padding channel (``canvas.py``) is quantised
-    along (one pass either way) and dropped by the colour conversion or the final split.
-    """
+    """Render ``pending`` into ``out_chw`` (uint8 (3, S, S) C-contiguous RGB) in one kernel
+    pass, with HSV when ``gains`` are given (gains of exactly 1 change nothing and skip it)."""
     clock = _Clock(timings)
-    shape = pending.image.shape
-    u8 = quantise(pending.image, pending.offset, out=scratch.buffer("quantised", shape, np.uint8))
-    if pending.flip_code is not None:
-        u8 = cv2.flip(u8, pending.flip_code, dst=scratch.buffer("flipped", shape, np.uint8))
-    clock.lap("quantise")
-    if gains is not None:
-        rgb = hsv.apply_hsv_bgr(u8, gains, to_rgb=True, out=scratch.buffer("rgb", (*shape[:2], 3), np.uint8))
-        clock.lap("hsv")
-        cv2.split(rgb, [out_chw[0], out_chw[1], out_chw[2]])
-    elif shape[2] == 4:
-        cv2.split(u8, [out_chw[2], out_chw[1], out_chw[0], scratch.buffer("padding", shape[:2], np.uint8)])
-    else:
-        cv2.split(u8, [out_chw[2], out_chw[1], out_chw[0]])
-    clock.lap("pack")
-
-
-def quantise(image: np.ndarray, offset: float, *, out: np.ndarray) -> np.ndarray:
-    """``out`` (uint8, ``image``'s shape) := ``clip(rint(image + offset), 0, 255)``, the sum
-    taken in float32 and rounded half to even; returns ``out``.
-
-    With the fill: ``cv2.addWeighted(image, 1, image, 0, offset, dtype=CV_8U)`` works in
-    float32 for float32 inputs (``image * 1`` and ``image * 0`` are exact, so the sum is
-    the float image's own float32 sum), then rounds half to even and saturates, like
-    ``cv2.add`` of a fill array, but reads one array instead of two (~0.85 ms against
-    ~1 ms at 640). Only non-finite values, which no source holds (they come from 8-bit
-    pixels), would differ (``inf * 0`` is NaN). ``tests/test_augment.py`` checks the
-    float32 rounding on ties. (``cv2.convertScaleAbs`` is faster still but takes the
-    absolute value, wrong below -0.5, and checking the minimum costs what it saves.)
-    """
-    if offset:
-        # Not cv2.add with a scalar: that adds in float64, which rounds differently where
-        # the float32 sum lands on .5 but the exact one lies just below
-        # (tests/test_augment_straightforward.py caught it).
-        return cv2.addWeighted(image, 1.0, image, 0.0, float(offset), dst=out, dtype=cv2.CV_8U)
-    return cv2.add(image, (0.0, 0.0, 0.0, 0.0), dst=out, dtype=cv2.CV_8U)  # x + 0.0 is exact in any precision
+    pending.write(out_chw, None if gains is None or np.all(gains == 1.0) else tables(gains))
+    clock.lap("kernel")
 
 
 def _output(images_out: np.ndarray | None, count: int, size: int) -> np.ndarray:

@@ -1,6 +1,8 @@
 """Copy-paste (flip mode) with the union mask: each source coordinate is copied once.
 
-Runs wherever a sample is rendered, on the float image after the fill was restored.
+Runs wherever a sample is rendered: the draws, labels and union mask for the kernel
+(``kernel.py`` reads the mirrored pixel where the mask is set), and the standalone
+image form the tests use.
 
 Flip mode: the source is the sample mirrored left-right, and its instances mirrored with
 it. An instance is eligible when it has a polygon and its mirrored box overlaps every
@@ -86,25 +88,34 @@ def paste_union(dest: np.ndarray, source: np.ndarray, polygons: list[np.ndarray]
     return paste_masked(dest, window, mask, bbox)
 
 
+def copy_paste_labels(labels: Labels, size: int, fraction: float, rng: np.random.Generator) -> tuple[Labels, list[np.ndarray]]:
+    """(labels with the pasted instances appended, the pasted polygons in pixels): the
+    draws and the label step of copy-paste on an S x S image. The route hands the
+    polygons' ``union_mask`` to the kernel, which reads the mirrored pixel under it."""
+    if len(labels) == 0 or fraction <= 0:
+        return labels, []
+    flipped = labels.flipped(size, size, horizontal=True)
+    chosen = select(labels, flipped, fraction, rng)
+    if len(chosen) == 0:
+        return labels, []
+    pasted = flipped.select(chosen)
+    return Labels.concat([labels, pasted]), pasted.polygons
+
+
 def copy_paste(image: np.ndarray, labels: Labels, fraction: float, rng: np.random.Generator, *, in_place: bool = False) -> tuple[np.ndarray, Labels]:
-    """(new image, labels with the pasted instances appended); ``image`` is not written,
-    unless ``in_place``: then the pixels are pasted into ``image`` itself (the route does
-    so with its own fresh resample output, sparing a full-image copy) and it is returned.
+    """(new image, labels with the pasted instances appended) for a square float image;
+    ``image`` is not written, unless ``in_place``. The standalone form of what the route
+    does inside the kernel (same draws, same pixels).
 
     Only the part of the mirrored image under the mask's bounding box is built (nothing
     else of it is read), so mirroring costs the pasted area, not the whole image. That
     window is a copy taken before anything is pasted, so pasting in place reads no pixel
     it has already written.
     """
-    if len(labels) == 0 or fraction <= 0:
+    new_labels, polygons = copy_paste_labels(labels, image.shape[1], fraction, rng)
+    if not polygons:
         return image, labels
-    h, w = image.shape[:2]
-    flipped = labels.flipped(w, h, horizontal=True)
-    chosen = select(labels, flipped, fraction, rng)
-    if len(chosen) == 0:
-        return image, labels
-    pasted = flipped.select(chosen)
-    return paste_mirrored(image, pasted.polygons, in_place=in_place), Labels.concat([labels, pasted])
+    return paste_mirrored(image, polygons, in_place=in_place), new_labels
 
 
 def paste_mirrored(image: np.ndarray, polygons: list[np.ndarray], *, in_place: bool = False) -> np.ndarray:

@@ -1,4 +1,4 @@
-"""The training route for one sample, from a source's read-only views to its float image.
+"""The training route for one sample, from a source's read-only views to a ``Pending`` sample.
 
 Runs in the augmentation workers (on the snapshot), in the reference pipeline and in the
 digest command; the code cannot tell the sources apart, which is what byte parity shows.
@@ -17,16 +17,10 @@ Training (``augment=True``), every draw from the sample's generator (``pixpool.s
    steps 1-4 with the same generator, ratio Beta(32, 32);
 6. vertical flip (``flipud``), then horizontal flip (``fliplr``), both always drawn.
 
-That float image is what ``render_sample`` returns; ``batch.render_batch`` quantises it
-(round half to even, clip to 0..255), applies HSV and reorders to RGB CHW.
-
-Byte-neutral shortcuts (each covered by a test): the canvas is only built where the
-resample reads, with a padding fourth channel so that OpenCV's vectorised 4-channel
-resample serves (``canvas.py``; the padding rides along to the 8-bit image, where the
-colour conversion or the final split drops it; ``Pending.float_image`` returns B G R
-only); copy-paste and flips are pure copies, so they run before
-the fill is added back and the fill add is fused into quantisation (``Pending.offset``).
-Only mixup, which does arithmetic, needs the fill restored first.
+Here only the draws, the labels and the copy-paste mask are computed; the pixels of steps
+1-6, quantisation, HSV and the RGB CHW write are one pass of the fused kernel
+(``kernel.py``, which defines their arithmetic), run by ``Pending.write`` straight into
+the output slot. No canvas and no intermediate image exist.
 
 Validation (``augment=False``): ``letterbox.py``, no draws.
 """
@@ -36,14 +30,14 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
-import cv2
 import numpy as np
 
-from ...shared.config import FILL_VALUE, StreamSettings
+from ...shared.config import StreamSettings
 from ...shared.rng import sample_generator
 from ...shared.source import ImageSource
-from . import affine
+from . import affine, kernel
 from . import copy_paste as _cp
+from .kernel import Layer
 from .labels import Labels, transform_labels
 from .letterbox import letterbox
 from .mosaic import draw_mosaic, letterbox_tile, mosaic_tiles
@@ -53,25 +47,28 @@ MIXUP_BETA = 32.0
 
 @dataclass
 class Pending:
-    """A rendered sample whose float image is ``flip(image[..., :3] + offset)``, not yet
-    materialised.
+    """A sample whose pixels are drawn but not yet rendered: the kernel's inputs.
 
-    ``image`` is float32 (S, S, 3) B G R, or (S, S, 4) with a padding channel after
-    B G R (the resample's 4-channel form, ``canvas.py``; ignored from then on).
-    ``flip_code`` is OpenCV's (1 left-right, 0 up-down, -1 both) or None.
+    ``layers``: one, or two under mixup (``ratio`` is then the float32 mixup ratio).
     """
 
-    image: np.ndarray
-    offset: float
-    flip_code: int | None
+    size: int
+    layers: list[Layer]
+    ratio: float | None
+    flip_ud: bool
+    flip_lr: bool
     labels: Labels
     generator: np.random.Generator
 
+    def write(self, out_chw: np.ndarray, tables: np.ndarray | None) -> None:
+        """Render into ``out_chw`` (uint8 (3, S, S) C-contiguous) with the HSV ``tables`` or None."""
+        kernel.render(self.size, self.layers, flip_ud=self.flip_ud, flip_lr=self.flip_lr, ratio=self.ratio or 0.0, tables=tables, out=out_chw)
+
     def float_image(self) -> np.ndarray:
         """The float32 (S, S, 3) BGR image before quantisation (a new array)."""
-        bgr = self.image[:, :, :3]
-        out = bgr + np.float32(self.offset) if self.offset else bgr.copy()  # C-contiguous either way
-        return cv2.flip(out, self.flip_code) if self.flip_code is not None else out
+        out = np.empty((self.size, self.size, 3), dtype=np.float32)
+        kernel.render(self.size, self.layers, flip_ud=self.flip_ud, flip_lr=self.flip_lr, ratio=self.ratio or 0.0, floats=out)
+        return out
 
 
 class _Clock:
@@ -89,46 +86,37 @@ class _Clock:
 
 
 def render(source: ImageSource, index: int, settings: StreamSettings, epoch: int, *, timings: dict[str, float] | None = None) -> Pending:
-    """Render record ``index`` of ``epoch`` as a ``Pending`` sample."""
+    """Draw record ``index`` of ``epoch`` as a ``Pending`` sample (labels final, pixels not yet rendered)."""
     cfg = settings.augment
+    size = cfg.imgsz
     rng = sample_generator(settings.seed, epoch, index)
     clock = _Clock(timings)
     if not cfg.augment:
-        image, labels = letterbox(source, index, cfg.imgsz)
+        layer, labels = letterbox(source, index, size)
         clock.lap("letterbox")
-        return Pending(image, 0.0, None, labels, rng)
+        return Pending(size, [layer], None, False, False, labels, rng)
     closed = cfg.mosaic_closed(epoch)
-    image, labels = _pre_transform(source, index, settings, closed, rng, clock)
-    offset = FILL_VALUE
+    layer, labels = _pre_transform(source, index, settings, closed, rng, clock)
+    layers, ratio = [layer], None
     if not closed and cfg.mixup > 0 and rng.random() < cfg.mixup:
         partner = int(rng.integers(0, len(source)))
-        image2, labels2 = _pre_transform(source, partner, settings, closed, rng, clock)
-        ratio = np.float32(rng.beta(MIXUP_BETA, MIXUP_BETA))
-        fill = np.float32(FILL_VALUE)
-        # (image + fill) * ratio + (image2 + fill) * (1 - ratio), the same float32
-        # operations in the same order, in place: both are this sample's own fresh arrays.
-        image += fill
-        image *= ratio
-        image2 += fill
-        image2 *= np.float32(1.0) - ratio
-        image += image2
-        offset = 0.0
+        layer2, labels2 = _pre_transform(source, partner, settings, closed, rng, clock)
+        ratio = float(np.float32(rng.beta(MIXUP_BETA, MIXUP_BETA)))
+        layers.append(layer2)
         labels = Labels.concat([labels, labels2])
         clock.lap("mixup")
-    flip_ud = rng.random() < cfg.flipud
-    flip_lr = rng.random() < cfg.fliplr
-    size = cfg.imgsz
+    flip_ud = bool(rng.random() < cfg.flipud)
+    flip_lr = bool(rng.random() < cfg.fliplr)
     if flip_ud:
         labels = labels.flipped(size, size, horizontal=False)
     if flip_lr:
         labels = labels.flipped(size, size, horizontal=True)
-    code = -1 if flip_ud and flip_lr else 0 if flip_ud else 1 if flip_lr else None
     clock.lap("labels")
-    return Pending(image, offset, code, labels, rng)
+    return Pending(size, layers, ratio, flip_ud, flip_lr, labels, rng)
 
 
-def _pre_transform(source: ImageSource, index: int, settings: StreamSettings, closed: bool, rng: np.random.Generator, clock: _Clock) -> tuple[np.ndarray, Labels]:
-    """Steps 1, 2 and 4: (centred float32 S x S x 3 image, labels in pixels)."""
+def _pre_transform(source: ImageSource, index: int, settings: StreamSettings, closed: bool, rng: np.random.Generator, clock: _Clock) -> tuple[Layer, Labels]:
+    """Steps 1, 2 and 4 as a kernel layer and the labels in pixels."""
     cfg = settings.augment
     size = cfg.imgsz
     if not closed and cfg.mosaic > 0 and rng.random() < cfg.mosaic:
@@ -140,19 +128,37 @@ def _pre_transform(source: ImageSource, index: int, settings: StreamSettings, cl
         canvas_hw = (size, size)
     matrix, scale = affine.draw_matrix(rng, cfg, canvas_hw, size)
     clock.lap("source")
-    canvas = affine.build_canvas(tiles, canvas_hw, matrix, size)
-    clock.lap("canvas")
-    image = affine.warp(canvas, matrix, size)
-    clock.lap("warp")
     labels = transform_labels(labels, matrix, size, scale, perspective=affine.is_perspective(matrix))
     clock.lap("labels")
+    mask = None
     if not closed and cfg.copy_paste > 0:
-        # A pure copy: running it on centred values gives the same bytes as after the
-        # fill is restored, and lets the fill add stay fused into quantisation. In place:
-        # ``image`` is this sample's own fresh resample output, read by nothing else.
-        image, labels = _cp.copy_paste(image, labels, cfg.copy_paste, rng, in_place=True)
+        labels, polygons = _cp.copy_paste_labels(labels, size, cfg.copy_paste, rng)
+        if polygons:
+            mask, _ = _cp.union_mask((size, size), polygons)
         clock.lap("copy_paste")
-    return image, labels
+    return Layer(kernel.inverse(matrix), tiles, mask), labels
+
+
+def render_one(source: ImageSource, index: int, settings: StreamSettings, epoch: int, out_chw: np.ndarray, *, hsv: bool | None = None, timings: dict[str, float] | None = None) -> Labels:
+    """Render ONE sample (record ``index`` of ``epoch``) into ``out_chw`` (uint8 (3, S, S)
+    C-contiguous RGB) and return its labels in pixels: the per-sample entry point.
+
+    ``hsv``: apply HSV on the CPU; None means what the settings say (training and not
+    ``hsv_on_device``).
+    """
+    from ...shared.hsv_tables import tables
+    from ...shared.rng import hsv_gains
+
+    cfg = settings.augment
+    pending = render(source, index, settings, epoch, timings=timings)
+    if hsv is None:
+        hsv = cfg.augment and not settings.hsv_on_device
+    gains = hsv_gains(settings.seed, epoch, index, cfg.hsv_h, cfg.hsv_s, cfg.hsv_v) if hsv else None
+    t0 = time.perf_counter()
+    pending.write(out_chw, None if gains is None or np.all(gains == 1.0) else tables(gains))
+    if timings is not None:
+        timings["kernel"] = timings.get("kernel", 0.0) + time.perf_counter() - t0
+    return pending.labels
 
 
 def render_sample(source: ImageSource, index: int, settings: StreamSettings, epoch: int) -> tuple[np.ndarray, Labels, np.random.Generator]:

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from helpers.sources import ArraySource
-from pixpool.server.augment import affine, canvas, hsv, max_targets, render_batch, render_sample
+from pixpool.server.augment import affine, hsv, max_targets, render_batch, render_sample
 from pixpool.server.augment.mosaic import mosaic_tiles
 from pixpool.shared.config import AugmentConfig, StreamSettings
 from pixpool.shared.digest import batch_digest
@@ -234,43 +234,6 @@ def test_standalone_identity_bypasses_the_resample_within_float32_eps() -> None:
     assert np.array_equal(r.images[list(r.samples).index(0)], square.uint8[0][:, :, ::-1].transpose(2, 0, 1))
 
 
-# -- byte-neutral shortcuts -------------------------------------------------------------------
-@pytest.mark.parametrize("name", ["default", "no_mosaic", "everything", "perspective"])
-def test_partial_canvas_equals_full_canvas(source: ArraySource, name: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    st = settings(**ROUTES[name])
-    big = ArraySource([(64, 48), (40, 64), (64, 64), (64, 30)], S, seed=9)
-    fast = [render_batch(big, st, e, 0, keep_float=True) for e in range(4)]
-    real_build = affine.build_canvas
-
-    def full(tiles, canvas_hw, matrix, out_size, *, full_canvas=False):
-        return real_build(tiles, canvas_hw, matrix, out_size, full_canvas=True)
-
-    monkeypatch.setattr(affine, "build_canvas", full)
-    for e in range(4):
-        slow = render_batch(big, st, e, 0, keep_float=True)
-        assert batch_digest(slow.images, slow.targets) == batch_digest(fast[e].images, fast[e].targets)
-        for a, b in zip(slow.floats, fast[e].floats):
-            assert a.tobytes() == b.tobytes()
-
-
-@pytest.mark.parametrize("perspective", [0.0, 0.001])
-def test_partial_canvas_never_reads_outside_its_region(perspective: float) -> None:
-    # Poison the scratch canvas with NaN: a read outside the written region would show.
-    rng = np.random.default_rng(0)
-    src = ArraySource([(64, 64), (50, 64), (64, 40), (64, 64)], S, seed=3)
-    cfg = AugmentConfig(imgsz=S, degrees=45.0, shear=20.0, scale=0.9, translate=0.5, perspective=perspective)
-    for trial in range(30):
-        buf = canvas.scratch(2 * S, 2 * S)
-        buf[:] = np.nan
-        xc, yc = rng.integers(S // 2, 3 * S // 2, 2).tolist()
-        tiles, _ = mosaic_tiles(src, [0, 1, 2, 3], S, xc, yc)
-        matrix, _ = affine.draw_matrix(np.random.default_rng(trial), cfg, (2 * S, 2 * S), S)
-        fast = affine.place_and_warp(tiles, (2 * S, 2 * S), matrix, S)
-        full = affine.place_and_warp(tiles, (2 * S, 2 * S), matrix, S, full_canvas=True)
-        assert not np.isnan(fast).any()
-        assert fast.tobytes() == full.tobytes()
-
-
 def test_segments_follow_target_rows(source: ArraySource) -> None:
     st = settings(copy_paste=1.0, mixup=0.5)
     r = render_batch(source, st, 0, 0)
@@ -288,86 +251,6 @@ def test_short_last_batch_into_a_full_slot(source: ArraySource) -> None:
     r = render_batch(source, st, 0, 2, images_out=slot)
     assert r.images.shape == (2, 3, S, S) and len(r.samples) == 2
     assert np.all(slot[2] == 7), "rows past the batch are left alone"
-
-
-@pytest.mark.parametrize("offset,flip", [(114.0, None), (114.0, 1), (0.0, -1)])
-def test_fused_quantisation_rounds_like_the_float_image_on_ties(offset: float, flip) -> None:
-    # Exact halves, and values just below 11.5 whose float32 sum with the fill rounds up to
-    # 125.5: the fused pass must round the float32 sum (half to even), not a float64 one.
-    from pixpool.server.augment.batch import write_image
-    from pixpool.server.augment.labels import Labels
-    from pixpool.server.augment.sample import Pending
-
-    rng = np.random.default_rng(0)
-    image = (rng.integers(-130 * 1024, 150 * 1024, (S, S, 3)) / 1024).astype(np.float32)
-    image.reshape(-1)[::5] = np.nextafter(np.float32(11.5), np.float32(0))
-    pending = Pending(image, offset, flip, Labels.empty(), sample_generator(0, 0, 0))
-    out = np.empty((3, S, S), np.uint8)
-    write_image(pending, out, None)
-    expected = np.clip(np.rint(pending.float_image()), 0, 255).astype(np.uint8)
-    np.testing.assert_array_equal(out, expected[:, :, ::-1].transpose(2, 0, 1))
-
-
-# -- kernels behind the faster route (each must give the straightforward bytes) --------------
-@pytest.mark.parametrize("perspective", [0.0, 0.001])
-def test_padded_four_channel_resample_equals_three_channel(perspective: float) -> None:
-    # The route resamples a B G R + padding canvas because OpenCV's 4-channel float32
-    # kernel is vectorised; channels 0..2 must be the 3-channel resample's bytes.
-    import cv2
-
-    rng = np.random.default_rng(5)
-    cfg = AugmentConfig(imgsz=S, degrees=30.0, shear=10.0, scale=0.9, translate=0.3, perspective=perspective)
-    for trial in range(20):
-        bgr = (rng.integers(0, 256, (2 * S, 2 * S, 3)) - 114).astype(np.float32)
-        bgr[rng.random((2 * S, 2 * S)) < 0.2] = 0
-        padded = cv2.cvtColor(bgr, cv2.COLOR_BGR2BGRA)
-        matrix, _ = affine.draw_matrix(np.random.default_rng(trial), cfg, (2 * S, 2 * S), S)
-        three, four = affine.warp(bgr, matrix, S), affine.warp(padded, matrix, S)
-        assert four.shape == (S, S, 4)
-        assert np.ascontiguousarray(four[:, :, :3]).tobytes() == three.tobytes()
-
-
-def test_padded_canvas_fill_equals_three_channel_fill() -> None:
-    src = ArraySource([(64, 64), (50, 64), (64, 40), (64, 64)], S, seed=4)
-    rng = np.random.default_rng(1)
-    for _ in range(20):
-        xc, yc = rng.integers(S // 2, 3 * S // 2, 2).tolist()
-        tiles, _ = mosaic_tiles(src, [0, 1, 2, 3], S, xc, yc)  # read-only source views
-        x0, y0 = rng.integers(0, S, 2).tolist()
-        region = (x0, y0, x0 + int(rng.integers(1, S + 1)), y0 + int(rng.integers(1, S + 1)))
-        three = np.full((2 * S, 2 * S, 3), np.nan, np.float32)
-        padded = canvas.scratch(2 * S, 2 * S)
-        assert padded.shape == (2 * S, 2 * S, 4)
-        padded[:] = np.nan
-        canvas.fill(three, region, tiles)
-        canvas.fill(padded, region, tiles)
-        rx0, ry0, rx1, ry1 = region
-        assert padded[:, :, :3].tobytes() == three.tobytes()
-        assert np.isfinite(padded[ry0:ry1, rx0:rx1]).all(), "the padding the resample reads is finite"
-
-
-@pytest.mark.parametrize("channels", [3, 4])
-@pytest.mark.parametrize("offset", [114.0, 0.0])
-def test_quantise_rounds_the_float32_sum_half_to_even(channels: int, offset: float) -> None:
-    # Every half level of the output range, exact and a few float32 steps either side
-    # (where a float64 sum would round the other way), out-of-range values, -0.0.
-    from pixpool.server.augment.batch import quantise
-
-    halves = np.arange(-3, 260, dtype=np.float32) + np.float32(0.5) - np.float32(offset)
-    near = [halves]
-    for direction in (np.float32(np.inf), np.float32(-np.inf)):
-        x = halves
-        for _ in range(4):
-            x = np.nextafter(x, direction)
-            near.append(x)
-    rng = np.random.default_rng(2)
-    values = np.concatenate(near + [(rng.uniform(-140, 400, 4000)).astype(np.float32), np.float32([-0.0, -offset, 255 - offset])])
-    size = -(-len(values) // channels)
-    image = np.resize(values, size * channels).reshape(1, size, channels).astype(np.float32)
-    out = np.empty(image.shape, np.uint8)
-    assert quantise(image, offset, out=out) is out
-    expected = np.clip(np.rint(image + np.float32(offset)), 0, 255).astype(np.uint8)
-    np.testing.assert_array_equal(out, expected)
 
 
 def test_labels_from_placed_equal_concatenated_parts() -> None:
@@ -390,8 +273,16 @@ def test_labels_from_placed_equal_concatenated_parts() -> None:
 
     for trial in range(200):
         k = int(rng.integers(0, 5))
-        placed = [(record(int(rng.integers(0, 6)), str(rng.choice(["poly", "none", "mismatch"]))), int(rng.integers(1, 700)), int(rng.integers(1, 700)),
-                   int(rng.integers(-600, 700)), int(rng.integers(-600, 700))) for _ in range(k)]
+        placed = [
+            (
+                record(int(rng.integers(0, 6)), str(rng.choice(["poly", "none", "mismatch"]))),
+                int(rng.integers(1, 700)),
+                int(rng.integers(1, 700)),
+                int(rng.integers(-600, 700)),
+                int(rng.integers(-600, 700)),
+            )
+            for _ in range(k)
+        ]
         want = Labels.concat([Labels.from_targets(*p) for p in placed])
         got = Labels.from_placed(placed)
         for name in ("classes", "boxes", "points", "offsets"):

@@ -1,0 +1,130 @@
+"""The fused render kernel: the route's arithmetic, from source tiles to RGB CHW uint8, in one pass.
+
+Runs wherever a sample is rendered (workers, reference pipeline, digest). Reads the
+source's views (float32 centred or uint8 raw), writes only the caller's output arrays.
+The C implementation is ``_kernel.c`` (built at install by ``setup.py``, flags pinned:
+docs/kernel.md); ``tests/unit/test_augment_straightforward.py`` re-implements every step
+below in plain numpy and must agree byte for byte.
+
+**This docstring defines the route's bytes.** For an output pixel (x, y) of an S x S sample:
+
+1. *Flips.* The pixel is the pre-flip pixel (x', y') with x' = S-1-x under ``fliplr``,
+   y' = S-1-y under ``flipud`` (identity otherwise).
+2. *Layers.* One layer, or two under mixup. A layer is (inverse matrix m, tiles, mask).
+   With copy-paste the layer's mask (the union of the pasted polygons, rasterised by
+   ``copy_paste.union_mask``) sends x' to S-1-x' where set (the mirrored image's pixel).
+3. *Map.* In float64, each operation rounded once in this order (x, y the integer column
+   and row as doubles, m the row-major 3x3 inverse, canvas <- output)::
+
+       u = (m0*x + (m1*y + m2)) / (m6*x + (m7*y + m8))
+       v = (m3*x + (m4*y + m5)) / (m6*x + (m7*y + m8))
+
+   An affine map has (m6, m7, m8) = (0, 0, 1) exactly (``inverse`` builds it so) and the
+   division by 1 is skipped (exact). With m1 = m3 = 0 too (the default hyper-parameters:
+   mosaic placement, scale and translation only) u depends on x alone and v on y alone,
+   so the kernel caches them per column and per row; the values are the same.
+4. *Taps.* x0 = floor(u), y0 = floor(v); fx = float32(u - x0), fy = float32(v - y0) (the
+   subtraction is exact); the tap value T(cx, cy) of canvas pixel (cx, cy) is the covering
+   tile's pixel, as float32: a float32 source's value, or ``float32(p) - 114`` for a
+   uint8 pixel p (exact, so both give identical bytes), and 0 where no tile covers it
+   (mosaic gaps, outside the canvas). Coordinates that no tap of any tile can reach give 0.
+5. *Bilinear*, in float32, each operation rounded once in this order, per channel::
+
+       top = T(x0, y0) * (1 - fx) + T(x0 + 1, y0) * fx
+       bot = T(x0, y0 + 1) * (1 - fx) + T(x0 + 1, y0 + 1) * fx
+       s   = top * (1 - fy) + bot * fy          (1 - f computed in float32)
+
+6. *Fill and mixup.* f = s + 114 (one layer); with mixup and the float32 ratio r,
+   f = (s1 + 114) * r + (s2 + 114) * (1 - r). f is the float image (``floats``).
+7. *Quantise.* q = clip(rint(f), 0, 255), rint rounding half to even.
+8. *HSV* (when tables are given), on the integer R, G, B of q, with the hue, saturation
+   and value tables ``shared.hsv_tables.tables(gains)`` (TH, TS, TV)::
+
+       V = max(R, G, B); D = V - min(R, G, B)
+       S = (D * SDIV[V] + 2048) >> 12              SDIV[i] = round(255 * 4096 / i), SDIV[0] = 0
+       N = G - B (V == R), else B - R + 2D (V == G), else R - G + 4D
+       H = (N * HDIV[D] + 2048) >> 12 (floor)      HDIV[i] = round(30 * 4096 / i), HDIV[0] = 0
+       H += 180 if H < 0; H -= 180 if H >= 180     (OpenCV's hue units: 2 degrees, 0..179)
+       H', S', V' = TH[H], TS[S], TV[V]
+       channel c = (V' * (7650 - S' * W_c(H')) + 3825) // 7650
+
+   where round(a / b) is (2a + b) // (2b) and W_c(H') in 0..30 is, with sector k = H' // 30
+   and f = H' - 30k, the weight of channel c: 0 for the sector's maximum, 30 for its
+   minimum, f or 30 - f for the falling or rising one (R, G, B per sector k = 0..5:
+   (0, 30-f, 30), (f, 0, 30), (30, 0, 30-f), (30, f, 0), (30-f, 30, 0), (0, 30, f)).
+   This is the customary HSV hexcone in integers; it lies within a level or two of
+   OpenCV's 8-bit conversion and of the trainer's device version (``client/hsv_torch.py``).
+9. *Write* R, G, B into planes 0, 1, 2 of the output at (x, y).
+
+Nothing else is rounded, and no intermediate image exists: the C kernel keeps one float
+row per layer in cache.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from . import _kernel
+
+FILL = 114.0
+
+
+@dataclass
+class Layer:
+    """One resampled image of a sample: ``inverse`` (9 floats, canvas <- output), the
+    tiles (image, (xa0, ya0, xa1, ya1) on the canvas, (xb0, yb0) in the image) and the
+    copy-paste mask (uint8 S x S, or None)."""
+
+    inverse: tuple[float, ...]
+    tiles: list
+    mask: np.ndarray | None = None
+
+    def packed(self) -> tuple:
+        tiles = tuple((image, xa0 - xb0, ya0 - yb0, xa0, ya0, xa1, ya1) for image, (xa0, ya0, xa1, ya1), (xb0, yb0) in self.tiles)
+        return (self.inverse, tiles, self.mask)
+
+
+def inverse(matrix: np.ndarray) -> tuple[float, ...]:
+    """The inverse of the 3x3 ``matrix`` (output <- canvas) as 9 Python floats, computed in
+    IEEE double by explicit formulas (no LAPACK, so the same on every machine).
+
+    An affine matrix (last row 0 0 1) gets the affine inverse with (0, 0, 1) exactly.
+    """
+    m = [float(v) for v in np.asarray(matrix, dtype=np.float64).reshape(9)]
+    a, b, c, d, e, f, g, h, i = m
+    if g == 0.0 and h == 0.0 and i == 1.0:
+        det = a * e - b * d
+        ia, ib, id_, ie = e / det, -b / det, -d / det, a / det
+        return (ia, ib, -(ia * c + ib * f), id_, ie, -(id_ * c + ie * f), 0.0, 0.0, 1.0)
+    co = (e * i - f * h, -(d * i - f * g), d * h - e * g, -(b * i - c * h), a * i - c * g, -(a * h - b * g), b * f - c * e, -(a * f - c * d), a * e - b * d)
+    det = a * co[0] + b * co[1] + c * co[2]
+    adj = (co[0], co[3], co[6], co[1], co[4], co[7], co[2], co[5], co[8])
+    return tuple(v / det for v in adj)
+
+
+IDENTITY = (1.0, 0.0, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0, 1.0)
+
+
+def render(
+    size: int,
+    layers: list[Layer],
+    *,
+    flip_ud: bool = False,
+    flip_lr: bool = False,
+    ratio: float = 0.0,
+    tables: np.ndarray | None = None,
+    out: np.ndarray | None = None,
+    floats: np.ndarray | None = None,
+) -> None:
+    """Run the kernel: write the uint8 (3, S, S) RGB ``out`` and/or the float32 (S, S, 3)
+    B G R float image ``floats`` (step 6) of the sample made of ``layers``."""
+    tab = None if tables is None else np.ascontiguousarray(tables, dtype=np.uint8).tobytes()
+    _kernel.render(int(size), out, floats, tuple(layer.packed() for layer in layers), bool(flip_ud), bool(flip_lr), float(ratio), tab)
+
+
+def apply_hsv_rgb(image: np.ndarray, tables: np.ndarray) -> np.ndarray:
+    """Step 8 alone, in place on a C-contiguous uint8 (..., 3) RGB ``image``; returns it."""
+    _kernel.hsv(image, np.ascontiguousarray(tables, dtype=np.uint8).tobytes())
+    return image

@@ -1,0 +1,11 @@
+"""Builds the fused render kernel (a C extension) with the compiler pip finds; everything else is in pyproject.toml.
+
+The flags pin the arithmetic: no FMA contraction, no fast-math, no -march, so each float
+operation is one IEEE-754 operation in the written order on every x86-64 CPU (docs/kernel.md).
+"""
+
+from setuptools import Extension, setup
+
+KERNEL_FLAGS = ["-O2", "-std=c99", "-ffp-contract=off", "-fno-fast-math", "-fno-math-errno", "-fexcess-precision=standard"]
+
+setup(ext_modules=[Extension("pixpool.server.augment._kernel", ["server/augment/_kernel.c"], extra_compile_args=KERNEL_FLAGS)])
