@@ -9,7 +9,6 @@ import pytest
 
 from helpers.sources import ArraySource
 from pixpool.server.augment import affine, hsv, max_targets, render_batch, render_sample
-from pixpool.server.augment.mosaic import mosaic_tiles
 from pixpool.shared.config import AugmentConfig, StreamSettings
 from pixpool.shared.digest import batch_digest
 from pixpool.shared.errors import ConfigError
