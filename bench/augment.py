@@ -1,24 +1,29 @@
-"""Benchmark: the training route over the float32 snapshot vs. over a decoded uint8 cache.
+"""Benchmark: the fused-kernel route against the OpenCV route it replaced, and a uint8 cache.
 
 Runs in one process, one OpenCV thread (``cv2.setNumThreads(1)``), so img/s is per core.
 
-Arms, timed in the same run, alternating (A B, B A, ...), medians over runs:
+Arms, timed in the same run, alternating (A B C ..., then reversed), medians over runs:
 
-- ``snapshot``: the route reading centred float32 images (a prepared snapshot in shared
-  memory with ``--shm``, else the same arrays in process memory: the route reads both
-  the same way, through read-only views).
-- ``uint8 cache``: the same route over a decoded uint8 cache whose ``image(i)`` converts
-  and centres per call, what a loader without the prepared snapshot does.
-- ``snapshot, HSV on device``: the snapshot arm with ``hsv_on_device=True`` (the workers
-  skip HSV; the trainer's GPU does it), the configuration the service is built for.
-- ``floor``: one float32 ``warpAffine`` to imgsz x imgsz per image, the unavoidable
-  resample, for scale; and the same with a padding channel (4 channels), the form the
-  route resamples in because OpenCV's 4-channel float kernel is vectorised.
+- ``fused, float32``: this checkout's route (one kernel pass per sample) reading centred
+  float32 images (a prepared snapshot with ``--shm``, else the same arrays in memory).
+- ``fused, uint8``: the same route reading raw uint8 pixels (a uint8 snapshot's views:
+  the kernel converts per tap; same bytes as float32).
+- ``fused, HSV on device``: ``hsv_on_device=True`` (the workers skip HSV).
+- ``OpenCV route (BASE)``: the route of commit BASE (``--base``, default the last commit
+  before the kernel: canvas + ``warpAffine`` + quantise + OpenCV HSV), extracted with
+  ``git archive`` into a temporary package and run on the same float32 arrays; and the
+  same with HSV on the device. ``--base none`` skips them.
+- ``uint8 cache``: the fused route over a cache whose ``image(i)`` converts and centres
+  per call, what a loader without the prepared snapshot does.
+- ``floor``: one float32 ``warpAffine`` to imgsz x imgsz per image, for scale.
 
-Per-stage ms per image come from the route's own stage clock (``timings``).
+Per-stage ms per image come from each route's own stage clock (``timings``): for the
+fused route ``source`` (fetch + draws), ``labels``, ``copy_paste`` (draws + mask),
+``kernel`` (every pixel: resample, paste, mixup, fill, quantise, flips, HSV, write).
 
     python bench/augment.py [--data coco128.json] [--imgsz 640] [--runs 5] [--batches 4]
-        [--copy-paste 0.5] [--write docs/benchmarks.md]
+        [--copy-paste 0.5] [--mixup 0.5] [--degrees 10] [--perspective 0.0005]
+        [--base REF|none] [--write docs/benchmarks.md]
 """
 
 from __future__ import annotations
@@ -27,8 +32,12 @@ import argparse
 import dataclasses
 import os
 import re
+import importlib
 import statistics
+import subprocess
 import sys
+import tarfile
+import tempfile
 import time
 from pathlib import Path
 
@@ -44,7 +53,22 @@ from pixpool.shared.sampler import num_batches
 
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_DATA = ROOT.parent / "shared" / "data" / "coco128" / "annotations" / "instances_train2017.json"
-STAGES = ["source", "canvas", "warp", "labels", "copy_paste", "mixup", "quantise", "hsv", "pack"]
+STAGES = ["source", "labels", "copy_paste", "mixup", "kernel", "canvas", "warp", "quantise", "hsv", "pack"]
+BASE_REF = "bd80f8ab93ab3a131d743b221814265372b542fa"  # the last commit before the fused kernel
+
+
+def _old_route(ref: str, where: Path):
+    """``render_batch`` of commit ``ref``'s route, imported as a private package under ``where``."""
+    pkg = where / "pixpool_base"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    data = subprocess.run(["git", "-C", str(ROOT), "archive", ref, "server", "shared"], check=True, capture_output=True).stdout
+    tar_path = where / "base.tar"
+    tar_path.write_bytes(data)
+    with tarfile.open(tar_path) as tar:
+        tar.extractall(pkg, filter="data")
+    sys.path.insert(0, str(where))
+    return importlib.import_module("pixpool_base.server.augment.batch").render_batch
 
 
 class _Arrays:
@@ -63,7 +87,7 @@ class _Arrays:
         return self._targets[index]
 
 
-def _time_arm(source, st: StreamSettings, batches: int, epoch: int) -> tuple[float, int, dict[str, float]]:
+def _time_arm(source, st: StreamSettings, batches: int, epoch: int, render=render_batch) -> tuple[float, int, dict[str, float]]:
     timings: dict[str, float] = {}
     images = 0
     # Touched before the clock starts: a ring slot is reused memory, so first-touch page
@@ -72,7 +96,7 @@ def _time_arm(source, st: StreamSettings, batches: int, epoch: int) -> tuple[flo
     out.fill(1)
     t0 = time.perf_counter()
     for b in range(batches):
-        images += len(render_batch(source, st, epoch, b, images_out=out, timings=timings).samples)
+        images += len(render(source, st, epoch, b, images_out=out, timings=timings).samples)
     return time.perf_counter() - t0, images, timings
 
 
@@ -97,6 +121,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--batches", type=int, default=4, help="batches of 16 per arm per run")
     p.add_argument("--copy-paste", type=float, default=0.0)
     p.add_argument("--mixup", type=float, default=0.0)
+    p.add_argument("--degrees", type=float, default=0.0, help="rotation: the general-affine path")
+    p.add_argument("--perspective", type=float, default=0.0)
+    p.add_argument("--base", default=BASE_REF, help="git ref of the OpenCV route to compare, or none")
     p.add_argument("--shm", action="store_true", help="read from a real prepared snapshot in /dev/shm")
     p.add_argument("--write", default=None, help="markdown file whose augment section to replace")
     args = p.parse_args(argv)
@@ -106,7 +133,6 @@ def main(argv: list[str] | None = None) -> int:
     u8 = [resize_long_side(decode_bgr(r.image_path), args.imgsz) for r in dataset.records]
     targets = [Targets.from_record(r) for r in dataset.records]
     floats = [centre(x) for x in u8]
-    padded = [cv2.cvtColor(x, cv2.COLOR_BGR2BGRA) for x in floats]
     for a in (*u8, *floats):
         a.flags.writeable = False
     prepared = None
@@ -117,61 +143,83 @@ def main(argv: list[str] | None = None) -> int:
         snap_source = prepared.snapshot
     else:
         snap_source = _Arrays(floats, targets, args.imgsz, convert=False)
+    raw_source = _Arrays(u8, targets, args.imgsz, convert=False)
     base_source = _Arrays(u8, targets, args.imgsz, convert=True)
-    st = StreamSettings(seed=0, batch_size=16, augment=AugmentConfig(imgsz=args.imgsz, copy_paste=args.copy_paste, mixup=args.mixup))
+    aug = AugmentConfig(imgsz=args.imgsz, copy_paste=args.copy_paste, mixup=args.mixup, degrees=args.degrees, perspective=args.perspective)
+    st = StreamSettings(seed=0, batch_size=16, augment=aug)
     batches = min(args.batches, num_batches(len(dataset), st, 0))
+    tmp = tempfile.TemporaryDirectory(prefix="pixpool-bench-")
     try:
         dev = dataclasses.replace(st, hsv_on_device=True)
-        arms = {"snapshot": (snap_source, st), "uint8 cache": (base_source, st), "snapshot, HSV on device": (snap_source, dev)}
+        arms = {
+            "fused, float32": (snap_source, st, render_batch),
+            "fused, uint8": (raw_source, st, render_batch),
+            "fused, HSV on device": (snap_source, dev, render_batch),
+        }
+        if args.base != "none":
+            old = _old_route(args.base, Path(tmp.name))
+            arms[f"OpenCV route ({args.base[:7]})"] = (snap_source, st, old)
+            arms[f"OpenCV route ({args.base[:7]}), HSV on device"] = (snap_source, dev, old)
+        arms["uint8 cache (fused route)"] = (base_source, st, render_batch)
         results: dict[str, list[tuple[float, int, dict[str, float]]]] = {k: [] for k in arms}
         floor: list[float] = []
-        floor4: list[float] = []
-        _time_arm(snap_source, st, 1, 99)  # warm-up: page in, allocate scratch
+        for name in arms:  # warm-up: page in, first-call allocations
+            _time_arm(arms[name][0], arms[name][1], 1, 99, arms[name][2])
         for run in range(args.runs):
             order = list(arms) if run % 2 == 0 else list(reversed(arms))
             for name in order:
-                results[name].append(_time_arm(*arms[name], batches, epoch=run))
+                source, settings, render = arms[name]
+                results[name].append(_time_arm(source, settings, batches, run, render))
             floor.append(_time_floor(floats, args.imgsz, 16 * batches) / (16 * batches))
-            floor4.append(_time_floor(padded, args.imgsz, 16 * batches) / (16 * batches))
     finally:
+        tmp.cleanup()
         if prepared is not None:
             prepared.snapshot.close()
             if not prepared.reused:
                 prepared.snapshot.unlink()
 
-    table = _table(results, floor, floor4, args, batches)
+    load = os.getloadavg()
+    table = _table(results, floor, args, batches, load)
     print(table)
     if args.write:
-        _write_section(Path(args.write), table, f"copy-paste {args.copy_paste}, mixup {args.mixup}")
+        _write_section(Path(args.write), table, _variant(args))
     return 0
 
 
-def _table(results, floor: list[float], floor4: list[float], args, batches: int) -> str:
+def _variant(args) -> str:
+    return f"copy-paste {args.copy_paste}, mixup {args.mixup}, degrees {args.degrees}, perspective {args.perspective}"
+
+
+def _table(results, floor: list[float], args, batches: int, load) -> str:
+    flags = "".join(f" --{k} {getattr(args, k.replace('-', '_'))}" for k in ("copy-paste", "mixup", "degrees", "perspective") if getattr(args, k.replace("-", "_")))
     lines = [
-        f"Route on {Path(args.data).name} at {args.imgsz} px (mosaic 1.0, affine defaults, copy-paste {args.copy_paste}, "
-        f"mixup {args.mixup}, flips, HSV on CPU), batch 16, {batches} batches per arm per run, {args.runs} alternating runs, "
-        f"one process, cv2.setNumThreads(1); medians. Snapshot arm reads "
+        f"Route on {Path(args.data).name} at {args.imgsz} px (mosaic 1.0, {_variant(args)}, other hyper-parameters default, flips, "
+        f"HSV on CPU unless noted), batch 16, {batches} batches per arm per run, {args.runs} alternating runs, "
+        "one process, cv2.setNumThreads(1); medians. Float32 arms read "
         + ("a prepared snapshot in /dev/shm" if args.shm else "the centred float32 arrays in process memory")
-        + f". Machine: {os.cpu_count()} logical CPUs, shared. "
-        f"`python bench/augment.py --runs {args.runs} --batches {args.batches}" + (f" --copy-paste {args.copy_paste}" if args.copy_paste else "") + (" --shm" if args.shm else "") + "`",
+        + f". Machine: {os.cpu_count()} logical CPUs, shared; load average {load[0]:.2f} at the end. "
+        f"`python bench/augment.py --runs {args.runs} --batches {args.batches}{flags}" + (" --shm" if args.shm else "") + "`",
         "",
-        "| arm | img/s per core | ms/img total | " + " | ".join(STAGES) + " |",
-        "| --- | ---: | ---: | " + " | ".join("---:" for _ in STAGES) + " |",
     ]
-    rates = {}
+    stages = [s for s in STAGES if any(tm.get(s, 0.0) > 0 for runs in results.values() for _, _, tm in runs)]
+    lines += ["| arm | img/s per core | ms/img total | " + " | ".join(stages) + " |", "| --- | ---: | ---: | " + " | ".join("---:" for _ in stages) + " |"]
     for name, runs in results.items():
         rate = statistics.median(n / t for t, n, _ in runs)
-        rates[name] = rate
-        stage = [statistics.median(tm.get(s, 0.0) / n * 1e3 for _, n, tm in runs) for s in STAGES]
-        lines.append(f"| {name} | {rate:.1f} | {1e3 / rate:.2f} | " + " | ".join(f"{x:.2f}" for x in stage) + " |")
+        stage = [statistics.median(tm.get(s, 0.0) / n * 1e3 for _, n, tm in runs) for s in stages]
+        lines.append(f"| {name} | {rate:.1f} | {1e3 / rate:.2f} | " + " | ".join(f"{x:.2f}" if x else "" for x in stage) + " |")
     f = statistics.median(floor)
-    lines.append(f"| floor: one float32 warpAffine | {1 / f:.1f} | {f * 1e3:.2f} | " + " | ".join("" for _ in STAGES) + " |")
-    f4 = statistics.median(floor4)
-    lines.append(f"| floor, padded to 4 channels (the route's form) | {1 / f4:.1f} | {f4 * 1e3:.2f} | " + " | ".join("" for _ in STAGES) + " |")
-    paired = sorted((n1 / t1) / (n2 / t2) for (t1, n1, _), (t2, n2, _) in zip(results["snapshot"], results["uint8 cache"]))
-    lines += ["", f"snapshot / uint8-cache throughput, paired per run: median **{statistics.median(paired):.3f}x** "
-              f"(range {paired[0]:.3f}-{paired[-1]:.3f}); the snapshot route costs {1e3 / rates['snapshot'] / (f * 1e3):.2f}x "
-              f"the single resample ({1e3 / rates['snapshot, HSV on device'] / (f * 1e3):.2f}x with HSV on the device)."]
+    lines.append(f"| floor: one float32 warpAffine | {1 / f:.1f} | {f * 1e3:.2f} | " + " | ".join("" for _ in stages) + " |")
+
+    def paired(a: str, b: str) -> str:
+        r = sorted((n1 / t1) / (n2 / t2) for (t1, n1, _), (t2, n2, _) in zip(results[a], results[b]))
+        return f"**{statistics.median(r):.2f}x** (range {r[0]:.2f}-{r[-1]:.2f})"
+
+    lines.append("")
+    old = [k for k in results if k.startswith("OpenCV route") and "device" not in k]
+    if old:
+        lines.append(f"Throughput, paired per run: fused / OpenCV route {paired('fused, float32', old[0])} with HSV on the CPU, "
+                     f"{paired('fused, HSV on device', old[0] + ', HSV on device')} with HSV on the device; ")
+    lines.append(f"fused float32 / fused uint8 {paired('fused, float32', 'fused, uint8')}; fused / uint8 cache {paired('fused, float32', 'uint8 cache (fused route)')}.")
     return "\n".join(lines)
 
 
@@ -183,7 +231,7 @@ def _write_section(path: Path, table: str, variant: str) -> None:
     if start in text and end in text:
         text = re.sub(re.escape(start) + ".*?" + re.escape(end), lambda _: block, text, flags=re.S)
     else:
-        heading = "## Augmentation route (bench/augment.py)"
+        heading = "## Augmentation route: fused kernel (bench/augment.py)"
         if heading not in text:
             text = text.rstrip() + f"\n\n{heading}\n"
         head, _, tail = text.partition(heading)

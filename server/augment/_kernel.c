@@ -24,6 +24,76 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* Four float lanes: SSE2 (every x86-64 CPU has it) or a plain struct. Each lane operation
+ * is the same single IEEE-754 operation either way, so both give the same bytes. */
+#if defined(__SSE2__) && !defined(PIXPOOL_SCALAR)
+#include <emmintrin.h>
+typedef __m128 v4;
+#define V_LOAD(p) _mm_loadu_ps(p)
+#define V_STORE(p, a) _mm_storeu_ps(p, a)
+#define V_SET(x) _mm_set1_ps(x)
+#define V_ADD(a, b) _mm_add_ps(a, b)
+#define V_SUB(a, b) _mm_sub_ps(a, b)
+#define V_MUL(a, b) _mm_mul_ps(a, b)
+#define V_DIV(a, b) _mm_div_ps(a, b)
+#define V_MAX(a, b) _mm_max_ps(a, b)
+#define V_MIN(a, b) _mm_min_ps(a, b)
+#define V_EQ(a, b) _mm_cmpeq_ps(a, b)
+#define V_GE(a, b) _mm_cmpge_ps(a, b)
+#define V_SEL(m, a, b) _mm_or_ps(_mm_and_ps(m, a), _mm_andnot_ps(m, b))
+#define V_ANDNOT(m, a) _mm_andnot_ps(m, a) /* a where m is clear */
+#define V_AND(m, a) _mm_and_ps(m, a)
+#define V_TRUNC(a) _mm_cvtepi32_ps(_mm_cvttps_epi32(a)) /* positive values below 2^31 */
+static inline void v_store_i32(int32_t *p, v4 a) { _mm_storeu_si128((__m128i *)p, _mm_cvttps_epi32(a)); }
+static inline v4 v_load_u8(const uint8_t *p) { /* 4 bytes -> 4 floats */
+    int32_t w;
+    memcpy(&w, p, 4);
+    __m128i z = _mm_setzero_si128();
+    return _mm_cvtepi32_ps(_mm_unpacklo_epi16(_mm_unpacklo_epi8(_mm_cvtsi32_si128(w), z), z));
+}
+/* 16 floats -> 16 bytes, each rint (ties to even, the default mode) saturated to 0..255. */
+static inline void v_quant16(const float *src, uint8_t *dst) {
+    __m128i a = _mm_cvtps_epi32(_mm_loadu_ps(src)), b = _mm_cvtps_epi32(_mm_loadu_ps(src + 4));
+    __m128i c = _mm_cvtps_epi32(_mm_loadu_ps(src + 8)), d = _mm_cvtps_epi32(_mm_loadu_ps(src + 12));
+    _mm_storeu_si128((__m128i *)dst, _mm_packus_epi16(_mm_packs_epi32(a, b), _mm_packs_epi32(c, d)));
+}
+#else
+typedef struct { float f[4]; } v4;
+#define V_OP2(name, expr)                                   \
+    static inline v4 name(v4 a, v4 b) {                     \
+        v4 r;                                               \
+        for (int i = 0; i < 4; i++) r.f[i] = (expr);        \
+        return r;                                           \
+    }
+V_OP2(V_ADD, a.f[i] + b.f[i])
+V_OP2(V_SUB, a.f[i] - b.f[i])
+V_OP2(V_MUL, a.f[i] * b.f[i])
+V_OP2(V_DIV, a.f[i] / b.f[i])
+V_OP2(V_MAX, a.f[i] > b.f[i] ? a.f[i] : b.f[i])
+V_OP2(V_MIN, a.f[i] < b.f[i] ? a.f[i] : b.f[i])
+V_OP2(V_EQ, a.f[i] == b.f[i] ? 1.0f : 0.0f)
+V_OP2(V_GE, a.f[i] >= b.f[i] ? 1.0f : 0.0f)
+V_OP2(V_ANDNOT, a.f[i] != 0.0f ? 0.0f : b.f[i])
+V_OP2(V_AND, a.f[i] != 0.0f ? b.f[i] : 0.0f)
+static inline v4 V_SEL(v4 m, v4 a, v4 b) {
+    v4 r;
+    for (int i = 0; i < 4; i++) r.f[i] = m.f[i] != 0.0f ? a.f[i] : b.f[i];
+    return r;
+}
+static inline v4 V_LOAD(const float *p) { v4 r; memcpy(r.f, p, 16); return r; }
+static inline void V_STORE(float *p, v4 a) { memcpy(p, a.f, 16); }
+static inline v4 V_SET(float x) { v4 r = {{x, x, x, x}}; return r; }
+static inline v4 V_TRUNC(v4 a) { v4 r; for (int i = 0; i < 4; i++) r.f[i] = (float)(int32_t)a.f[i]; return r; }
+static inline void v_store_i32(int32_t *p, v4 a) { for (int i = 0; i < 4; i++) p[i] = (int32_t)a.f[i]; }
+static inline v4 v_load_u8(const uint8_t *p) { v4 r; for (int i = 0; i < 4; i++) r.f[i] = (float)p[i]; return r; }
+static inline void v_quant16(const float *src, uint8_t *dst) {
+    for (int i = 0; i < 16; i++) {
+        long q = lrintf(src[i]);
+        dst[i] = (uint8_t)(q < 0 ? 0 : q > 255 ? 255 : q);
+    }
+}
+#endif
+
 #define MAX_TILES 4
 #define FILL 114.0f
 #define CLS_ZERO (-1)
@@ -31,6 +101,7 @@
 
 typedef struct {
     const char *base; /* pixel (0, 0) */
+    const char *end;  /* one past the image's last byte: no vector load reaches beyond it */
     Py_ssize_t row;   /* bytes per row */
     int u8;           /* uint8 pixels (else float32) */
     int ox, oy;       /* canvas position of pixel (0, 0) */
@@ -83,6 +154,45 @@ static inline void sample_px(const Layer *L, double u, double v, float *dst) {
         dst[c] = top * ify + bot * fy;
     }
 }
+
+/* Bilinear from one tile that holds all four taps; writes dst[0..3] (dst[3] is scratch: the
+ * next pixel's slot or the row's padding, written again later). */
+static inline __attribute__((always_inline)) void bilerp_tile(const Tile *t, int x0, int y0, v4 fx, v4 ifx, v4 fy, v4 ify, float *dst) {
+    const char *r0 = t->base + (Py_ssize_t)(y0 - t->oy) * t->row;
+    Py_ssize_t o = (Py_ssize_t)(x0 - t->ox) * 3;
+    v4 p00, p01, p10, p11;
+    if (t->u8) {
+        const uint8_t *a = (const uint8_t *)r0 + o, *b = (const uint8_t *)(r0 + t->row) + o;
+        if ((const char *)(b + 7) > t->end) goto scalar;
+        const v4 fill = V_SET(FILL);
+        p00 = V_SUB(v_load_u8(a), fill), p01 = V_SUB(v_load_u8(a + 3), fill);
+        p10 = V_SUB(v_load_u8(b), fill), p11 = V_SUB(v_load_u8(b + 3), fill);
+    } else {
+        const float *a = (const float *)r0 + o, *b = (const float *)(r0 + t->row) + o;
+        if ((const char *)(b + 7) > t->end) goto scalar;
+        p00 = V_LOAD(a), p01 = V_LOAD(a + 3), p10 = V_LOAD(b), p11 = V_LOAD(b + 3);
+    }
+    {
+        v4 top = V_ADD(V_MUL(p00, ifx), V_MUL(p01, fx));
+        v4 bot = V_ADD(V_MUL(p10, ifx), V_MUL(p11, fx));
+        V_STORE(dst, V_ADD(V_MUL(top, ify), V_MUL(bot, fy)));
+    }
+    return;
+scalar : {
+    float sfx, sifx, sfy, sify, tmp[4];
+    V_STORE(tmp, fx), sfx = tmp[0];
+    V_STORE(tmp, ifx), sifx = tmp[0];
+    V_STORE(tmp, fy), sfy = tmp[0];
+    V_STORE(tmp, ify), sify = tmp[0];
+    for (int c = 0; c < 3; c++) {
+        float top = tap(t, x0, y0, c) * sifx + tap(t, x0 + 1, y0, c) * sfx;
+        float bot = tap(t, x0, y0 + 1, c) * sifx + tap(t, x0 + 1, y0 + 1, c) * sfx;
+        dst[c] = top * sify + bot * sfy;
+    }
+}
+}
+
+static inline int holds_taps(const Tile *t, int x0, int y0) { return x0 >= t->xa0 && x0 + 1 < t->xa1 && y0 >= t->ya0 && y0 + 1 < t->ya1; }
 
 /* Per-sample column tables of the axis-aligned map, and the run cache of its row pairs. */
 typedef struct {
@@ -151,25 +261,6 @@ static void axis_runs(Axis *A, const Layer *L, int size, int r0, int r1) {
     }
 }
 
-#define INTERIOR_LOOP(T, LOAD)                                                             \
-    do {                                                                                   \
-        const T *row0 = (const T *)(t->base + (Py_ssize_t)(r0 - t->oy) * t->row);          \
-        const T *row1 = (const T *)(t->base + (Py_ssize_t)(r0 + 1 - t->oy) * t->row);      \
-        for (int x = run[0]; x < run[1]; x++) {                                            \
-            Py_ssize_t o = (Py_ssize_t)(A->x0[x] - t->ox) * 3;                             \
-            float fx = A->fx[x], ifx = A->ifx[x];                                          \
-            const T *a = row0 + o, *b = row1 + o;                                          \
-            float *d = dst + 3 * x;                                                        \
-            for (int c = 0; c < 3; c++) {                                                  \
-                float top = LOAD(a[c]) * ifx + LOAD(a[c + 3]) * fx;                        \
-                float bot = LOAD(b[c]) * ifx + LOAD(b[c + 3]) * fx;                        \
-                d[c] = top * ify + bot * fy;                                               \
-            }                                                                              \
-        }                                                                                  \
-    } while (0)
-#define LOAD_F(v) (v)
-#define LOAD_U8(v) ((float)(v) - FILL)
-
 static void axis_row(Axis *A, const Layer *L, int size, int y, float *dst) {
     double v = L->m[4] * (double)y + L->m[5]; /* = d*x + (e*y + f) with d = 0 */
     if (!(v >= L->by0 - 1 && v < L->by1)) {
@@ -192,70 +283,82 @@ static void axis_row(Axis *A, const Layer *L, int size, int y, float *dst) {
             for (int x = run[0]; x < run[1]; x++) sample_px(L, L->m[0] * (double)x + L->m[2], v, dst + 3 * x);
         } else {
             const Tile *t = &L->tiles[run[2]];
-            if (t->u8) INTERIOR_LOOP(uint8_t, LOAD_U8);
-            else INTERIOR_LOOP(float, LOAD_F);
+            const v4 vfy = V_SET(fy), vify = V_SET(ify);
+            for (int x = run[0]; x < run[1]; x++) bilerp_tile(t, A->x0[x], r0, V_SET(A->fx[x]), V_SET(A->ifx[x]), vfy, vify, dst + 3 * x);
         }
     }
 }
 
-static void general_row(const Layer *L, int size, int y, float *dst) {
+/* One pixel of the general map (the definition's formula; the division is skipped for an
+ * affine map, where it is by 1). ``hint``: the tile the last pixel read. */
+static inline void general_px(const Layer *L, int persp, int x, int y, float *dst, int *hint) {
     const double *m = L->m;
-    double yd = (double)y;
-    double ub = m[1] * yd + m[2], vb = m[4] * yd + m[5], wb = m[7] * yd + m[8];
-    int persp = !(m[6] == 0.0 && m[7] == 0.0 && m[8] == 1.0);
-    for (int x = 0; x < size; x++) {
-        double xd = (double)x;
-        double u = m[0] * xd + ub, v = m[3] * xd + vb;
-        if (persp) {
-            double w = m[6] * xd + wb;
-            u = u / w, v = v / w;
+    double xd = (double)x, yd = (double)y;
+    double u = m[0] * xd + (m[1] * yd + m[2]), v = m[3] * xd + (m[4] * yd + m[5]);
+    if (persp) {
+        double w = m[6] * xd + (m[7] * yd + m[8]);
+        u = u / w, v = v / w;
+    }
+    if (u >= L->bx0 - 1 && u < L->bx1 && v >= L->by0 - 1 && v < L->by1 && L->ntiles) {
+        int x0 = (int)u, y0 = (int)v, k = -1; /* |u|, |v| < 2^31 here: floor by truncation */
+        x0 -= (double)x0 > u, y0 -= (double)y0 > v;
+        double xf = (double)x0, yf = (double)y0;
+        if (holds_taps(&L->tiles[*hint], x0, y0)) k = *hint;
+        else
+            for (int j = 0; j < L->ntiles; j++)
+                if (holds_taps(&L->tiles[j], x0, y0)) k = *hint = j;
+        if (k >= 0) {
+            float fx = (float)(u - xf), fy = (float)(v - yf);
+            bilerp_tile(&L->tiles[k], x0, y0, V_SET(fx), V_SET(1.0f - fx), V_SET(fy), V_SET(1.0f - fy), dst);
+            return;
         }
-        sample_px(L, u, v, dst + 3 * x);
+    }
+    sample_px(L, u, v, dst);
+}
+
+/* Rows y0 .. y0 + ny - 1 of the general map into buf (row stride ``stride`` floats), in
+ * blocks of BLOCK columns: a rotated map reads the source along slanted lines, and a block
+ * keeps what it reads in cache (row by row it would sweep a hundred source rows). The
+ * values do not depend on the order. */
+#define BLOCK 64
+static void general_strip(const Layer *L, int size, int y0, int ny, float *buf, Py_ssize_t stride) {
+    int persp = !(L->m[6] == 0.0 && L->m[7] == 0.0 && L->m[8] == 1.0), hint = 0;
+    for (int bx = 0; bx < size; bx += BLOCK) {
+        int bx1 = bx + BLOCK < size ? bx + BLOCK : size;
+        for (int k = 0; k < ny; k++)
+            for (int x = bx; x < bx1; x++) general_px(L, persp, x, y0 + k, buf + k * stride + 3 * x, &hint);
     }
 }
 
-/* ---- HSV: the integer formulation defined in kernel.py ---- */
-static int SDIV[256], HDIV[256];
-static uint8_t HWEIGHT[180][3]; /* per hue: the weight W (0..30) of R, G, B */
-
-static void hsv_init(void) {
-    SDIV[0] = HDIV[0] = 0;
-    for (int i = 1; i < 256; i++) {
-        SDIV[i] = (255 * 4096 * 2 + i) / (2 * i); /* round(255 * 4096 / i) */
-        HDIV[i] = (30 * 4096 * 2 + i) / (2 * i);  /* round(30 * 4096 / i) */
-    }
-    for (int h = 0; h < 180; h++) {
-        int s = h / 30, f = h - 30 * s;
-        int q = f, t = 30 - f; /* channel = V' * (7650 - S' * W) / 7650: W = 0 is V', 30 is p */
-        static const int perm[6][3] = {{0, 3, 1}, {2, 0, 1}, {1, 0, 3}, {1, 2, 0}, {3, 1, 0}, {0, 1, 2}};
-        /* index: 0 v (W 0), 1 p (W 30), 2 q (W f), 3 t (W 30 - f) */
-        int w[4] = {0, 30, q, t};
-        for (int c = 0; c < 3; c++) HWEIGHT[h][c] = (uint8_t)w[perm[s][c]];
-    }
+/* ---- HSV: the exact integer formulation defined in kernel.py, in float lanes ----
+ * Every value below is an integer (or an exact quotient rounded once) well inside float32's
+ * exact range, and each rounding to an integer is floor(q + 1/2) of a correctly rounded
+ * quotient q whose distance from a half-integer (>= 1/510, >= 1/15300 for the last step)
+ * exceeds float32's error, so the lanes give the integer definition's values exactly. */
+#if defined(__SSE2__) && !defined(PIXPOOL_SCALAR)
+static inline v4 v_load_i32(const int32_t *p) { return _mm_cvtepi32_ps(_mm_loadu_si128((const __m128i *)p)); }
+static inline void v_store_u8(uint8_t *p, v4 a) {
+    __m128i i = _mm_cvttps_epi32(a);
+    i = _mm_packus_epi16(_mm_packs_epi32(i, i), i);
+    int32_t w = _mm_cvtsi128_si32(i);
+    memcpy(p, &w, 4);
 }
+#else
+static inline v4 v_load_i32(const int32_t *p) { v4 r; for (int i = 0; i < 4; i++) r.f[i] = (float)p[i]; return r; }
+static inline void v_store_u8(uint8_t *p, v4 a) { for (int i = 0; i < 4; i++) p[i] = (uint8_t)a.f[i]; }
+#endif
 
-static inline void hsv_px(uint8_t *rgb, const uint8_t *tables) {
-    int r = rgb[0], g = rgb[1], b = rgb[2];
-    int v = r > g ? r : g;
-    v = v > b ? v : b;
-    int mn = r < g ? r : g;
-    mn = mn < b ? mn : b;
-    int d = v - mn;
-    int s = (d * SDIV[v] + 2048) >> 12;
-    int num = v == r ? g - b : v == g ? b - r + 2 * d : r - g + 4 * d;
-    int h = (num * HDIV[d] + 2048) >> 12; /* arithmetic shift: floor */
-    h += h < 0 ? 180 : 0;
-    h -= h >= 180 ? 180 : 0;
-    int h2 = tables[h], s2 = tables[256 + s], v2 = tables[512 + v];
-    if (h2 >= 180) h2 = 179; /* the hue table maps into 0..179 already */
-    const uint8_t *w = HWEIGHT[h2];
-    for (int c = 0; c < 3; c++) rgb[c] = (uint8_t)(((unsigned)(v2 * (7650 - s2 * w[c])) + 3825u) / 7650u);
-}
+/* hsv_rows_sse (4 lanes) and, on CPUs that have it, hsv_rows_avx2 (8 lanes): the same
+ * lane operations (_kernel_hsv.h), so the same bytes; chosen once at import. */
+#define HSV_FN hsv_rows_sse
+#define VL 4
+#include "_kernel_hsv.h"
+#undef HSV_FN
+#undef VL
 
-static inline uint8_t quant(float v) {
-    long q = lrintf(v); /* the default rounding mode: nearest, ties to even */
-    return (uint8_t)(q < 0 ? 0 : q > 255 ? 255 : q);
-}
+
+typedef void (*hsv_fn)(uint8_t *, uint8_t *, uint8_t *, int, const int32_t *, int32_t *, int32_t *, int32_t *);
+static hsv_fn hsv_rows = hsv_rows_sse;
 
 /* ---- argument parsing ---- */
 static int get_buffer(PyObject *obj, Py_buffer *view, int writable, const char *what) {
@@ -310,7 +413,7 @@ static int parse_layer(PyObject *obj, Layer *L, int size) {
             PyErr_SetString(PyExc_ValueError, "a tile rectangle reaches outside its image");
             return -1;
         }
-        t->base = (const char *)view->buf, t->row = view->strides[0], t->u8 = u8;
+        t->base = (const char *)view->buf, t->end = t->base + view->len, t->row = view->strides[0], t->u8 = u8;
         if (L->ntiles == 0) L->bx0 = t->xa0, L->by0 = t->ya0, L->bx1 = t->xa1, L->by1 = t->ya1;
         else {
             L->bx0 = t->xa0 < L->bx0 ? t->xa0 : L->bx0, L->by0 = t->ya0 < L->by0 ? t->ya0 : L->by0;
@@ -331,18 +434,24 @@ static int parse_layer(PyObject *obj, Layer *L, int size) {
     return 0;
 }
 
-static void layer_row(Layer *L, Axis *A, int size, int y, float *dst, float *tmp) {
-    if (A) axis_row(A, L, size, y, dst);
-    else general_row(L, size, y, dst);
-    if (L->mask) {
-        const uint8_t *mrow = L->mask + (Py_ssize_t)y * size;
-        int any = 0;
-        for (int x = 0; x < size && !any; x++) any = mrow[x];
-        if (!any) return;
-        memcpy(tmp, dst, sizeof(float) * 3 * size);
-        for (int x = 0; x < size; x++)
-            if (mrow[x]) memcpy(dst + 3 * x, tmp + 3 * (size - 1 - x), sizeof(float) * 3);
-    }
+/* Copy-paste: where the layer's mask is set, the pixel is the row's mirrored one. */
+static void apply_mask(const Layer *L, int size, int y, float *row, float *tmp) {
+    const uint8_t *mrow = L->mask + (Py_ssize_t)y * size;
+    int any = 0;
+    for (int x = 0; x < size && !any; x++) any = mrow[x];
+    if (!any) return;
+    memcpy(tmp, row, sizeof(float) * 3 * size);
+    for (int x = 0; x < size; x++)
+        if (mrow[x]) memcpy(row + 3 * x, tmp + 3 * (size - 1 - x), sizeof(float) * 3);
+}
+
+#define STRIP 16
+static void layer_strip(Layer *L, Axis *A, int size, int y0, int ny, float *buf, Py_ssize_t stride, float *tmp) {
+    if (A)
+        for (int k = 0; k < ny; k++) axis_row(A, L, size, y0 + k, buf + k * stride);
+    else general_strip(L, size, y0, ny, buf, stride);
+    if (L->mask)
+        for (int k = 0; k < ny; k++) apply_mask(L, size, y0 + k, buf + k * stride, tmp);
 }
 
 static int is_axis(const Layer *L) { return L->m[1] == 0.0 && L->m[3] == 0.0 && L->m[6] == 0.0 && L->m[7] == 0.0 && L->m[8] == 1.0; }
@@ -395,7 +504,10 @@ static PyObject *py_render(PyObject *self, PyObject *args) {
             goto done;
         }
     }
-    rows = malloc(sizeof(float) * 3 * size * 3);
+    /* Work rows: three float rows of 3 S (+16 padding, zeroed: vector tails read it), the
+     * quantised interleaved row, three planar byte rows and three int32 rows for HSV. */
+    const Py_ssize_t frow = 3 * (Py_ssize_t)size + 16, prow = (Py_ssize_t)size + 16;
+    rows = calloc(1, sizeof(float) * (2 * STRIP + 1) * frow + frow + 3 * prow + sizeof(int32_t) * 3 * prow);
     if (!rows) {
         PyErr_NoMemory();
         goto done;
@@ -413,29 +525,49 @@ static PyObject *py_render(PyObject *self, PyObject *args) {
     {
         const float ratio = (float)ratio_d, iratio = 1.0f - ratio;
         const uint8_t *tab = have_tables ? (const uint8_t *)tables.buf : NULL;
+        int32_t tab32[768];
+        if (tab)
+            for (int i = 0; i < 768; i++) tab32[i] = tab[i];
         uint8_t *planes = have_out ? (uint8_t *)out.buf : NULL;
         float *fl = have_floats ? (float *)floats.buf : NULL;
         Py_ssize_t plane = (Py_ssize_t)size * size;
-        float *ra = rows, *rb = rows + 3 * size, *tmp = rows + 6 * size;
+        float *sa = rows, *sb = rows + STRIP * frow, *tmp = rows + 2 * STRIP * frow;
+        uint8_t *q = (uint8_t *)(rows + (2 * STRIP + 1) * frow), *pr = q + frow, *pg = pr + prow, *pb = pg + prow;
+        int32_t *hi = (int32_t *)(pb + prow), *si = hi + prow, *vi = si + prow;
+        const int n3 = 3 * size;
         Py_BEGIN_ALLOW_THREADS;
         for (int y = 0; y < size; y++) {
-            layer_row(&layers[0], axis_ok[0] ? &axes[0] : NULL, size, y, ra, tmp);
-            if (nl == 2) layer_row(&layers[1], axis_ok[1] ? &axes[1] : NULL, size, y, rb, tmp);
+            const int k = y % STRIP;
+            if (k == 0) {
+                int ny = size - y < STRIP ? size - y : STRIP;
+                layer_strip(&layers[0], axis_ok[0] ? &axes[0] : NULL, size, y, ny, sa, frow, tmp);
+                if (nl == 2) layer_strip(&layers[1], axis_ok[1] ? &axes[1] : NULL, size, y, ny, sb, frow, tmp);
+            }
+            float *ra = sa + k * frow, *rb = sb + k * frow;
+            const v4 fill = V_SET(FILL);
+            if (nl == 2) {
+                const v4 vr = V_SET(ratio), vir = V_SET(iratio);
+                for (int i = 0; i < n3; i += 4) V_STORE(ra + i, V_ADD(V_MUL(V_ADD(V_LOAD(ra + i), fill), vr), V_MUL(V_ADD(V_LOAD(rb + i), fill), vir)));
+            } else {
+                for (int i = 0; i < n3; i += 4) V_STORE(ra + i, V_ADD(V_LOAD(ra + i), fill));
+            }
             int yo = flip_ud ? size - 1 - y : y;
-            for (int x = 0; x < size; x++) {
-                int xo = flip_lr ? size - 1 - x : x;
-                float val[3];
-                for (int c = 0; c < 3; c++) {
-                    if (nl == 2) val[c] = (ra[3 * x + c] + FILL) * ratio + (rb[3 * x + c] + FILL) * iratio;
-                    else val[c] = ra[3 * x + c] + FILL;
-                }
-                Py_ssize_t o = (Py_ssize_t)yo * size + xo;
-                if (fl) fl[3 * o] = val[0], fl[3 * o + 1] = val[1], fl[3 * o + 2] = val[2];
-                if (planes) {
-                    uint8_t rgb[3] = {quant(val[2]), quant(val[1]), quant(val[0])};
-                    if (tab) hsv_px(rgb, tab);
-                    planes[o] = rgb[0], planes[plane + o] = rgb[1], planes[2 * plane + o] = rgb[2];
-                }
+            if (fl) {
+                float *frow_out = fl + (Py_ssize_t)yo * n3;
+                if (!flip_lr) memcpy(frow_out, ra, sizeof(float) * n3);
+                else
+                    for (int x = 0; x < size; x++) memcpy(frow_out + 3 * (size - 1 - x), ra + 3 * x, sizeof(float) * 3);
+            }
+            if (!planes) continue;
+            for (int i = 0; i < n3; i += 16) v_quant16(ra + i, q + i);
+            for (int x = 0; x < size; x++) pb[x] = q[3 * x], pg[x] = q[3 * x + 1], pr[x] = q[3 * x + 2];
+            if (tab) hsv_rows(pr, pg, pb, size, tab32, hi, si, vi);
+            uint8_t *dst[3] = {planes + (Py_ssize_t)yo * size, planes + plane + (Py_ssize_t)yo * size, planes + 2 * plane + (Py_ssize_t)yo * size};
+            const uint8_t *srcp[3] = {pr, pg, pb};
+            for (int c = 0; c < 3; c++) {
+                if (!flip_lr) memcpy(dst[c], srcp[c], size);
+                else
+                    for (int x = 0; x < size; x++) dst[c][size - 1 - x] = srcp[c][x];
             }
         }
         Py_END_ALLOW_THREADS;
@@ -468,9 +600,21 @@ static PyObject *py_hsv(PyObject *self, PyObject *args) {
     } else {
         uint8_t *p = (uint8_t *)img.buf;
         const uint8_t *tab = (const uint8_t *)tables.buf;
+        int32_t tab32[768];
+        for (int i = 0; i < 768; i++) tab32[i] = tab[i];
         Py_ssize_t n = img.len / 3;
+        enum { CHUNK = 1024 };
+        uint8_t pr[CHUNK], pg[CHUNK], pb[CHUNK];
+        int32_t hi[CHUNK], si[CHUNK], vi[CHUNK];
         Py_BEGIN_ALLOW_THREADS;
-        for (Py_ssize_t i = 0; i < n; i++) hsv_px(p + 3 * i, tab);
+        for (Py_ssize_t start = 0; start < n; start += CHUNK) {
+            int m = (int)(n - start < CHUNK ? n - start : CHUNK);
+            uint8_t *px = p + 3 * start;
+            memset(pr, 0, sizeof pr), memset(pg, 0, sizeof pg), memset(pb, 0, sizeof pb);
+            for (int i = 0; i < m; i++) pr[i] = px[3 * i], pg[i] = px[3 * i + 1], pb[i] = px[3 * i + 2];
+            hsv_rows(pr, pg, pb, m, tab32, hi, si, vi);
+            for (int i = 0; i < m; i++) px[3 * i] = pr[i], px[3 * i + 1] = pg[i], px[3 * i + 2] = pb[i];
+        }
         Py_END_ALLOW_THREADS;
         result = Py_None;
         Py_INCREF(result);
@@ -480,8 +624,66 @@ static PyObject *py_hsv(PyObject *self, PyObject *args) {
     return result;
 }
 
+/* ---- the 8-lane HSV: last in the file, since it redefines the lane macros ---- */
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(PIXPOOL_SCALAR)
+#define HAVE_AVX2_PATH 1
+#pragma GCC push_options
+#pragma GCC target("avx2")
+#include <immintrin.h>
+#undef V_LOAD
+#undef V_STORE
+#undef V_SET
+#undef V_ADD
+#undef V_SUB
+#undef V_MUL
+#undef V_DIV
+#undef V_MAX
+#undef V_MIN
+#undef V_EQ
+#undef V_GE
+#undef V_SEL
+#undef V_AND
+#undef V_TRUNC
+#define v4 v8
+typedef __m256 v8;
+#define V_SET(x) _mm256_set1_ps(x)
+#define V_ADD(a, b) _mm256_add_ps(a, b)
+#define V_SUB(a, b) _mm256_sub_ps(a, b)
+#define V_MUL(a, b) _mm256_mul_ps(a, b)
+#define V_DIV(a, b) _mm256_div_ps(a, b)
+#define V_MAX(a, b) _mm256_max_ps(a, b)
+#define V_MIN(a, b) _mm256_min_ps(a, b)
+#define V_EQ(a, b) _mm256_cmp_ps(a, b, _CMP_EQ_OQ)
+#define V_GE(a, b) _mm256_cmp_ps(a, b, _CMP_GE_OQ)
+#define V_SEL(m, a, b) _mm256_or_ps(_mm256_and_ps(m, a), _mm256_andnot_ps(m, b))
+#define V_AND(m, a) _mm256_and_ps(m, a)
+#define V_TRUNC(a) _mm256_cvtepi32_ps(_mm256_cvttps_epi32(a))
+#define v_load_u8 v8_load_u8
+#define v_store_u8 v8_store_u8
+#define v_store_i32 v8_store_i32
+#define v_load_i32 v8_load_i32
+static inline v8 v8_load_u8(const uint8_t *p) { return _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)p))); }
+static inline void v8_store_u8(uint8_t *p, v8 a) {
+    __m256i i = _mm256_cvttps_epi32(a);
+    __m128i w = _mm_packs_epi32(_mm256_castsi256_si128(i), _mm256_extracti128_si256(i, 1));
+    _mm_storel_epi64((__m128i *)p, _mm_packus_epi16(w, w));
+}
+static inline void v8_store_i32(int32_t *p, v8 a) { _mm256_storeu_si256((__m256i *)p, _mm256_cvttps_epi32(a)); }
+static inline v8 v8_load_i32(const int32_t *p) { return _mm256_cvtepi32_ps(_mm256_loadu_si256((const __m256i *)p)); }
+#define V_GATHER(table, idx) _mm256_cvtepi32_ps(_mm256_i32gather_epi32(table, _mm256_cvttps_epi32(idx), 4))
+#define HSV_FN hsv_rows_avx2
+#define VL 8
+#include "_kernel_hsv.h"
+#undef HSV_FN
+#undef VL
+#pragma GCC pop_options
+#endif
+
+static PyObject *py_simd(PyObject *self, PyObject *unused) { return PyLong_FromLong(hsv_rows == hsv_rows_sse ? 4 : 8); }
+
 static PyMethodDef methods[] = {
     {"render", py_render, METH_VARARGS, "render(size, out, floats, layers, flip_ud, flip_lr, ratio, tables): one sample in one pass"},
+    {"simd", py_simd, METH_NOARGS, "simd(): the HSV lane width in use (4 or 8)"},
     {"hsv", py_hsv, METH_VARARGS, "hsv(image, tables): the integer HSV jitter, in place on uint8 (..., 3) RGB"},
     {NULL, NULL, 0, NULL},
 };
@@ -489,6 +691,12 @@ static PyMethodDef methods[] = {
 static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_kernel", "The fused render kernel (see kernel.py).", -1, methods};
 
 PyMODINIT_FUNC PyInit__kernel(void) {
-    hsv_init();
+#ifdef HAVE_AVX2_PATH
+    const char *force = getenv("PIXPOOL_KERNEL_SSE2"); /* tests: run the 4-lane path */
+    if (!(force && *force && *force != '0')) {
+        __builtin_cpu_init();
+        if (__builtin_cpu_supports("avx2")) hsv_rows = hsv_rows_avx2;
+    }
+#endif
     return PyModule_Create(&module);
 }

@@ -75,14 +75,11 @@ def _hsv(u8_bgr: np.ndarray, gains: np.ndarray) -> np.ndarray:
     """Kernel step 8 on a uint8 (S, S, 3) BGR image, returning RGB."""
     rgb = u8_bgr[:, :, ::-1].astype(np.int64)
     r, g, b = rgb[..., 0], rgb[..., 1], rgb[..., 2]
-    i = np.arange(256)
-    sdiv = np.where(i > 0, (255 * 4096 * 2 + i) // np.maximum(2 * i, 1), 0)
-    hdiv = np.where(i > 0, (30 * 4096 * 2 + i) // np.maximum(2 * i, 1), 0)
     v = rgb.max(axis=-1)
     d = v - rgb.min(axis=-1)
-    s = (d * sdiv[v] + 2048) >> 12
+    s = (510 * d + v) // np.maximum(2 * v, 1)  # floor(255 D / V + 1/2), 0 where V = 0
     n = np.where(v == r, g - b, np.where(v == g, b - r + 2 * d, r - g + 4 * d))
-    h = (n * hdiv[d] + 2048) >> 12
+    h = (60 * n + d) // np.maximum(2 * d, 1)  # floor(30 N / D + 1/2), floor division (N < 0 too)
     h = np.where(h < 0, h + 180, h)
     h = np.where(h >= 180, h - 180, h)
     th, ts, tv = tables(gains).astype(np.int64)
