@@ -8,4 +8,4 @@ from setuptools import Extension, setup
 
 KERNEL_FLAGS = ["-O2", "-std=c99", "-ffp-contract=off", "-fno-fast-math", "-fno-math-errno", "-fexcess-precision=standard"]
 
-setup(ext_modules=[Extension("pixpool.server.augment._kernel", ["server/augment/_kernel.c"], extra_compile_args=KERNEL_FLAGS)])
+setup(ext_modules=[Extension("pixpool.server.augment._kernel", ["server/augment/_kernel.c"], depends=["server/augment/_kernel_hsv.h"], extra_compile_args=KERNEL_FLAGS)])

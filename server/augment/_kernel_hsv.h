@@ -8,11 +8,7 @@ static void HSV_FN(uint8_t *R, uint8_t *G, uint8_t *B, int n, const int32_t *tab
     const v4 c7650 = V_SET(7650.0f), c15300 = V_SET(15300.0f), r15300 = V_SET(1.0f / 15300.0f);
     uint8_t *planes[3] = {R, G, B};
     const float shift[3] = {150.0f, 90.0f, 30.0f}; /* 30 n for R (n = 5), G (3), B (1) */
-#ifndef V_GATHER
     for (int i = 0; i < n; i += VL) {
-#else
-    for (int i = 0; i < n; i += VL) {
-#endif
         v4 r = v_load_u8(R + i), g = v_load_u8(G + i), b = v_load_u8(B + i);
         v4 v = V_MAX(r, V_MAX(g, b)), d = V_SUB(v, V_MIN(r, V_MIN(g, b)));
         v4 s = V_TRUNC(V_ADD(V_DIV(V_MUL(c255, d), V_MAX(v, one)), half));

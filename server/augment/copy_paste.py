@@ -21,12 +21,19 @@ instance-by-instance version to prove it.
 
 from __future__ import annotations
 
-import cv2
 import numpy as np
 
 from .labels import Labels
 
 IOA_MAX = 0.30
+
+
+def _cv2():
+    """OpenCV, imported on first use: on the route only copy-paste's polygon rasterisation
+    needs it, so a worker that renders without copy-paste never loads it."""
+    import cv2
+
+    return cv2
 
 
 def ioa(boxes1: np.ndarray, boxes2: np.ndarray) -> np.ndarray:
@@ -55,7 +62,7 @@ def select(labels: Labels, flipped: Labels, fraction: float, rng: np.random.Gene
 
 def rasterise(mask: np.ndarray, polygon: np.ndarray) -> None:
     """Set ``mask`` (uint8) to 1 inside ``polygon`` (pixel x, y), in place."""
-    cv2.fillPoly(mask, [np.round(polygon).astype(np.int32)], 1)
+    _cv2().fillPoly(mask, [np.round(polygon).astype(np.int32)], 1)
 
 
 def union_mask(shape_hw: tuple[int, int], polygons: list[np.ndarray]) -> tuple[np.ndarray, tuple[int, int, int, int] | None]:
@@ -66,7 +73,7 @@ def union_mask(shape_hw: tuple[int, int], polygons: list[np.ndarray]) -> tuple[n
         rasterise(mask, polygon)
     if not polygons:
         return mask, None
-    x, y, w, h = cv2.boundingRect(mask)
+    x, y, w, h = _cv2().boundingRect(mask)
     return mask, ((x, y, x + w, y + h) if w and h else None)
 
 
@@ -77,7 +84,7 @@ def paste_masked(dest: np.ndarray, window: np.ndarray | None, mask: np.ndarray, 
     if bbox is not None:
         x0, y0, x1, y1 = bbox
         # OpenCV writes through the ROI view of ``out`` (the tests check the result).
-        cv2.copyTo(window, mask[y0:y1, x0:x1], dst=out[y0:y1, x0:x1])
+        _cv2().copyTo(window, mask[y0:y1, x0:x1], dst=out[y0:y1, x0:x1])
     return out
 
 
@@ -129,5 +136,5 @@ def paste_mirrored(image: np.ndarray, polygons: list[np.ndarray], *, in_place: b
     if bbox is not None:
         x0, y0, x1, y1 = bbox
         # The mirrored image's pixels in the box are the box's mirror image, flipped.
-        window = cv2.flip(image[y0:y1, w - x1 : w - x0], 1)
+        window = _cv2().flip(image[y0:y1, w - x1 : w - x0], 1)
     return paste_masked(image, window, mask, bbox, in_place=in_place)

@@ -38,26 +38,30 @@ below in plain numpy and must agree byte for byte.
    f = (s1 + 114) * r + (s2 + 114) * (1 - r). f is the float image (``floats``).
 7. *Quantise.* q = clip(rint(f), 0, 255), rint rounding half to even.
 8. *HSV* (when tables are given), on the integer R, G, B of q, with the hue, saturation
-   and value tables ``shared.hsv_tables.tables(gains)`` (TH, TS, TV)::
+   and value tables ``shared.hsv_tables.tables(gains)`` (TH, TS, TV); all integers, ``//``
+   floor division, ``rnd(a / b)`` = (2a + b) // (2b) (round half up; floor for a < 0 too)::
 
        V = max(R, G, B); D = V - min(R, G, B)
-       S = (D * SDIV[V] + 2048) >> 12              SDIV[i] = round(255 * 4096 / i), SDIV[0] = 0
+       S = rnd(255 D / V)                          (0 where V = 0)
        N = G - B (V == R), else B - R + 2D (V == G), else R - G + 4D
-       H = (N * HDIV[D] + 2048) >> 12 (floor)      HDIV[i] = round(30 * 4096 / i), HDIV[0] = 0
+       H = rnd(30 N / D)                           (0 where D = 0)
        H += 180 if H < 0; H -= 180 if H >= 180     (OpenCV's hue units: 2 degrees, 0..179)
-       H', S', V' = TH[H], TS[S], TV[V]
-       channel c = (V' * (7650 - S' * W_c(H')) + 3825) // 7650
+       H', S', V' = min(TH[H], 179), TS[S], TV[V]
+       channel c = rnd(V' (7650 - S' W_c) / 7650)
 
-   where round(a / b) is (2a + b) // (2b) and W_c(H') in 0..30 is, with sector k = H' // 30
-   and f = H' - 30k, the weight of channel c: 0 for the sector's maximum, 30 for its
-   minimum, f or 30 - f for the falling or rising one (R, G, B per sector k = 0..5:
-   (0, 30-f, 30), (f, 0, 30), (30, 0, 30-f), (30, f, 0), (30-f, 30, 0), (0, 30, f)).
-   This is the customary HSV hexcone in integers; it lies within a level or two of
-   OpenCV's 8-bit conversion and of the trainer's device version (``client/hsv_torch.py``).
+   where W_c in 0..30 is, with K = (H' + 30 n_c) mod 180 and n = 5, 3, 1 for R, G, B,
+   min(max(min(K, 120 - K), 0), 30): 0 for the hexcone sector's maximum channel, 30 for
+   its minimum, H' mod 30 or 30 - that for the other one. This is the customary HSV
+   hexcone in exact integers; it lies within a level or two of OpenCV's 8-bit conversion
+   and of the trainer's device version (``client/hsv_torch.py``). The C kernel evaluates
+   each rnd in float32 lanes (the quotients are correctly rounded and never within
+   float32 error of a half; ``tests/unit/test_augment_straightforward.py`` checks every
+   input exhaustively), 4 lanes (SSE2) or 8 (AVX2, picked at import): the same bytes.
 9. *Write* R, G, B into planes 0, 1, 2 of the output at (x, y).
 
-Nothing else is rounded, and no intermediate image exists: the C kernel keeps one float
-row per layer in cache.
+Nothing else is rounded, and no intermediate image exists: the C kernel keeps a strip of
+16 float rows per layer in cache (the general map fills it in 64-column blocks, which
+keeps a rotated read in cache; the values do not depend on the order).
 """
 
 from __future__ import annotations

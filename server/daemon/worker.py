@@ -1,8 +1,8 @@
 """An augmentation worker: a spawned process that renders batches straight into ring slots.
 
 Runs in a worker process started by the daemon's supervisor (``supervisor.py``) with the
-spawn method. A worker imports numpy, OpenCV and pixpool's own modules, never torch (a
-test checks ``sys.modules``).
+spawn method. A worker imports numpy, the fused render kernel and pixpool's own modules;
+OpenCV only once copy-paste rasterises a polygon; never torch (a test checks ``sys.modules``).
 
 - It receives the image sources by split (``train``, ``val``: snapshot handles pickle as
   their names and re-attach read-only) and talks to the daemon over one duplex ``multiprocessing`` pipe, using
@@ -32,10 +32,8 @@ _POLL_S = 1.0
 def worker_main(index: int, conn: Connection, sources: dict[str, Any], renderer_name: str, parent_pid: int) -> None:
     """Entry point of a spawned worker process."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    # cv2 threads would fight the other workers for the same cores: one thread each.
-    import cv2
-
-    cv2.setNumThreads(1)
+    # No OpenCV here: the fused kernel renders every pixel; only copy-paste's polygon
+    # rasterisation imports it, on first use (single-threaded calls on small masks).
     import msgpack
 
     from ...shared import protocol as proto

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import cv2
 import numpy as np
 import pytest
 
@@ -27,14 +26,16 @@ def paste_instance_by_instance(dest: np.ndarray, source: np.ndarray, polygons: l
     return out
 
 
-def paste_mirrored_instance_by_instance(image: np.ndarray, polygons: list[np.ndarray], *, in_place: bool = False) -> np.ndarray:
-    """The route's pixel step done the straightforward way: mirror the whole image, paste each instance."""
+def union_mask_instance_by_instance(shape_hw: tuple[int, int], polygons: list[np.ndarray]):
+    """The route's mask step done the straightforward way: one mask per instance, then their union."""
     calls.append(len(polygons))
-    out = paste_instance_by_instance(image, cv2.flip(image, 1), polygons)
-    if in_place:
-        image[...] = out
-        return image
-    return out
+    mask = np.zeros(shape_hw, dtype=np.uint8)
+    for polygon in polygons:
+        own = np.zeros(shape_hw, dtype=np.uint8)
+        cp_mod.rasterise(own, polygon)
+        mask |= own
+    ys, xs = np.nonzero(mask)
+    return mask, ((int(xs.min()), int(ys.min()), int(xs.max()) + 1, int(ys.max()) + 1) if len(xs) else None)
 
 
 calls: list[int] = []
@@ -69,7 +70,7 @@ def test_route_union_equals_instance_by_instance(fraction: float, mosaic: float,
     for patched in (False, True):
         if patched:
             calls.clear()
-            monkeypatch.setattr(cp_mod, "paste_mirrored", paste_mirrored_instance_by_instance)
+            monkeypatch.setattr(cp_mod, "union_mask", union_mask_instance_by_instance)
         out = []
         for epoch in range(3):
             for b in range(num_batches(len(src), st, epoch)):
@@ -77,7 +78,9 @@ def test_route_union_equals_instance_by_instance(fraction: float, mosaic: float,
                 states = [render_sample(src, int(i), st, epoch)[2].bit_generator.state for i in r.samples]
                 out.append((batch_digest(r.images, r.targets), r.targets.tobytes(), [f.tobytes() for f in r.floats], states))
         runs.append(out)
-    # The swapped step really ran, with overlapping selections of several instances.
+    # The swapped step really ran, with overlapping selections of several instances. (The
+    # kernel's in-pass paste against pasting each instance from the mirrored image is
+    # test_augment_straightforward's copy-paste routes.)
     assert calls and max(calls) > 1
     assert runs[0] == runs[1]
 

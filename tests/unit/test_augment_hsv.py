@@ -62,43 +62,23 @@ def test_zero_gains_leave_images_unchanged() -> None:
     assert torch.equal(apply_hsv(images, st, 0, [0, 1]), images)
 
 
-def test_pair_lookups_equal_three_lookups() -> None:
-    # apply_hsv_bgr looks up two bytes at a time through 65536-entry pair tables, on
-    # 3-channel or padded 4-channel input, odd or even plane sizes, into ``out`` or new.
+def test_integer_hsv_is_near_opencv_hsv() -> None:
+    # The kernel's own integer HSV (kernel.py step 8) against OpenCV's 8-bit conversion with
+    # the same tables: a different, documented arithmetic, within a level or two.
     import cv2
 
     from pixpool.shared.hsv_tables import luts
 
-    rng = np.random.default_rng(1)
-    for shape in ((50, 70), (33, 45), (1, 1), (7, 1)):
-        image = rng.integers(0, 256, (*shape, 3), dtype=np.uint8)
-        padded = cv2.cvtColor(image, cv2.COLOR_BGR2BGRA)
-        padded[:, :, 3] = rng.integers(0, 256, shape, dtype=np.uint8)
-        for _ in range(10):
-            gains = rng.uniform(-1, 1, 3) * [0.015, 0.7, 0.4] + 1
-            h, s, v = cv2.split(cv2.cvtColor(image, cv2.COLOR_BGR2HSV))
-            th, ts, tv = luts(gains)
-            expected = cv2.cvtColor(cv2.merge((cv2.LUT(h, th), cv2.LUT(s, ts), cv2.LUT(v, tv))), cv2.COLOR_HSV2BGR)
-            assert np.array_equal(apply_hsv_bgr(image, gains), expected)
-            assert np.array_equal(apply_hsv_bgr(image, gains, to_rgb=True), expected[:, :, ::-1])
-            assert np.array_equal(apply_hsv_bgr(padded, gains, to_rgb=True), expected[:, :, ::-1])
-            out = np.empty((*shape, 3), np.uint8)
-            assert apply_hsv_bgr(padded, gains, out=out) is out and np.array_equal(out, expected)
-            same = image.copy()
-            apply_hsv_bgr(same, gains, to_rgb=True, out=same)
-            assert np.array_equal(same, expected[:, :, ::-1])
-        ones = np.ones(3)
-        assert np.array_equal(apply_hsv_bgr(padded, ones), image)
-        assert np.array_equal(apply_hsv_bgr(padded, ones, to_rgb=True), image[:, :, ::-1])
-
-
-def test_pair_table_applies_the_table_to_both_bytes() -> None:
-    from pixpool.server.augment.hsv import lut_pairs, pair_table
-
-    rng = np.random.default_rng(3)
-    table = rng.integers(0, 256, 256).astype(np.uint8)
-    for n in (0, 1, 2, 3, 1001):
-        plane = rng.integers(0, 256, n).astype(np.uint8)
-        expected = table[plane]
-        lut_pairs(plane, table, pair_table(table))
-        assert np.array_equal(plane, expected)
+    rgb = _smooth_images(6)
+    for k, im in enumerate(rgb):
+        gains = hsv_gains(1, 0, k, 0.015, 0.7, 0.4)
+        bgr = np.ascontiguousarray(im[:, :, ::-1])
+        th, ts, tv = luts(gains)
+        h, s, v = cv2.split(cv2.cvtColor(bgr, cv2.COLOR_BGR2HSV))
+        ocv = cv2.cvtColor(cv2.merge((cv2.LUT(h, th), cv2.LUT(s, ts), cv2.LUT(v, tv))), cv2.COLOR_HSV2RGB)
+        ours = apply_hsv_bgr(bgr, gains, to_rgb=True)
+        diff = np.abs(ours.astype(np.int16) - ocv.astype(np.int16))
+        assert (diff <= 2).mean() >= 0.99 and diff.mean() < 0.5, (diff.max(), diff.mean())
+        assert np.array_equal(apply_hsv_bgr(bgr, gains), ours[:, :, ::-1])
+    ones = np.ones(3)
+    assert np.array_equal(apply_hsv_bgr(bgr, ones), bgr), "gains of exactly 1 change nothing"

@@ -83,7 +83,7 @@ def _hsv(u8_bgr: np.ndarray, gains: np.ndarray) -> np.ndarray:
     h = np.where(h < 0, h + 180, h)
     h = np.where(h >= 180, h - 180, h)
     th, ts, tv = tables(gains).astype(np.int64)
-    h2, s2, v2 = th[h], ts[s], tv[v]
+    h2, s2, v2 = np.minimum(th[h], 179), ts[s], tv[v]
     k, f = h2 // 30, h2 % 30
     weights = {  # (R, G, B) weights per sector
         0: (0, 30 - f, 30),
@@ -218,3 +218,41 @@ def test_hsv_tables_of_identity_gains_round_trip_most_pixels() -> None:
     back = _hsv(u8, np.ones(3) + 1e-12)[:, :, ::-1].astype(np.int16)
     diff = np.abs(back - u8.astype(np.int16))
     assert diff.max() <= 4 and (diff == 0).mean() > 0.5
+
+
+def test_standalone_hsv_equals_the_numpy_integer_hsv() -> None:
+    # Every odd size (lane tails), greys, saturated colours, all hue sectors and random gains,
+    # including gains that push the tables to their clips.
+    from pixpool.server.augment.hsv import apply_hsv_bgr
+
+    rng = np.random.default_rng(7)
+    levels = np.array([0, 1, 2, 127, 128, 254, 255], np.uint8)
+    corners = np.stack(np.meshgrid(levels, levels, levels), -1).reshape(1, -1, 3)
+    for shape in ((1, 1), (3, 5), (17, 33), (64, 64), (1, 1029)):
+        image = rng.integers(0, 256, (*shape, 3), dtype=np.uint8)
+        for gains in (rng.uniform(-1, 1, 3) * [0.015, 0.7, 0.4] + 1, np.array([1.3, 2.0, 0.1]), np.array([0.5, 0.0, 3.0])):
+            for im in (image, corners):
+                assert np.array_equal(apply_hsv_bgr(im, gains, to_rgb=True), _hsv(im, gains)), (shape, gains)
+
+
+def test_float_lanes_compute_the_integer_hsv_exactly() -> None:
+    # The kernel evaluates step 8's rounded quotients in float32 lanes; this checks, for
+    # every input the step can meet, that those float32 operations (same IEEE operations in
+    # numpy) equal the integer definition.
+    f = np.float32
+    v = np.arange(256, dtype=f)[:, None, None]
+    s = np.arange(256, dtype=f)[None, :, None]
+    w = np.arange(31, dtype=f)[None, None, :]
+    t = (v + v) * (f(7650) - s * w) + f(7650)
+    q = np.trunc(t * f(1 / 15300.0))
+    q = q + (t >= (q + f(1)) * f(15300)).astype(f)
+    exact = (v.astype(np.int64) * (7650 - s.astype(np.int64) * w.astype(np.int64)) + 3825) // 7650
+    assert np.array_equal(q.astype(np.int64), np.broadcast_to(exact, q.shape))
+    big_v, d = np.arange(256, dtype=f)[:, None], np.arange(256, dtype=f)[None, :]
+    ok = d <= big_v
+    sat = np.trunc(f(255) * d / np.maximum(big_v, f(1)) + f(0.5))
+    assert np.array_equal(sat[ok].astype(np.int64), ((510 * d.astype(np.int64) + big_v.astype(np.int64)) // np.maximum(2 * big_v.astype(np.int64), 1))[ok])
+    dd, n = np.arange(256, dtype=f)[:, None], np.arange(-255, 5 * 255 + 1, dtype=f)[None, :]
+    ok = (n >= -dd) & (n <= 5 * dd)
+    hue = np.trunc(f(30) * n / np.maximum(dd, f(1)) + f(180.5)) - f(180)
+    assert np.array_equal(hue[ok].astype(np.int64), ((60 * n.astype(np.int64) + dd.astype(np.int64)) // np.maximum(2 * dd.astype(np.int64), 1))[ok])
