@@ -94,10 +94,13 @@ def _time_arm(source, st: StreamSettings, batches: int, epoch: int, render=rende
     # faults are no part of the route's cost (they used to land in ``pack``).
     out = np.zeros((st.batch_size, 3, st.augment.imgsz, st.augment.imgsz), np.uint8)
     out.fill(1)
-    t0 = time.perf_counter()
+    # CPU time of this process: the machine is shared, and wall time counts the intervals
+    # another process held the core (the stage clock below is wall time; see the table).
+    c0, t0 = time.process_time(), time.perf_counter()
     for b in range(batches):
         images += len(render(source, st, epoch, b, images_out=out, timings=timings).samples)
-    return time.perf_counter() - t0, images, timings
+    timings["_wall"] = time.perf_counter() - t0
+    return time.process_time() - c0, images, timings
 
 
 def _time_floor(float_images, imgsz: int, count: int) -> float:
@@ -197,18 +200,20 @@ def _table(results, floor: list[float], args, batches: int, load) -> str:
         f"HSV on CPU unless noted), batch 16, {batches} batches per arm per run, {args.runs} alternating runs, "
         "one process, cv2.setNumThreads(1); medians. Float32 arms read "
         + ("a prepared snapshot in /dev/shm" if args.shm else "the centred float32 arrays in process memory")
-        + f". Machine: {os.cpu_count()} logical CPUs, shared; load average {load[0]:.2f} at the end. "
+        + f". Machine: {os.cpu_count()} logical CPUs, shared; load average {load[0]:.2f} at the end. Totals in CPU time of the process, "
+        "stage columns in wall time (they add up to the wall total). "
         f"`python bench/augment.py --runs {args.runs} --batches {args.batches}{flags}" + (" --shm" if args.shm else "") + "`",
         "",
     ]
     stages = [s for s in STAGES if any(tm.get(s, 0.0) > 0 for runs in results.values() for _, _, tm in runs)]
-    lines += ["| arm | img/s per core | ms/img total | " + " | ".join(stages) + " |", "| --- | ---: | ---: | " + " | ".join("---:" for _ in stages) + " |"]
+    lines += ["| arm | img/s per core (CPU time) | ms/img (CPU time) | ms/img (wall) | " + " | ".join(stages) + " |", "| --- | ---: | ---: | ---: | " + " | ".join("---:" for _ in stages) + " |"]
     for name, runs in results.items():
         rate = statistics.median(n / t for t, n, _ in runs)
+        wall = statistics.median(tm["_wall"] / n for _, n, tm in runs)
         stage = [statistics.median(tm.get(s, 0.0) / n * 1e3 for _, n, tm in runs) for s in stages]
-        lines.append(f"| {name} | {rate:.1f} | {1e3 / rate:.2f} | " + " | ".join(f"{x:.2f}" if x else "" for x in stage) + " |")
+        lines.append(f"| {name} | {rate:.1f} | {1e3 / rate:.2f} | {wall * 1e3:.2f} | " + " | ".join(f"{x:.2f}" if x else "" for x in stage) + " |")
     f = statistics.median(floor)
-    lines.append(f"| floor: one float32 warpAffine | {1 / f:.1f} | {f * 1e3:.2f} | " + " | ".join("" for _ in stages) + " |")
+    lines.append(f"| floor: one float32 warpAffine (wall) | | | {f * 1e3:.2f} | " + " | ".join("" for _ in stages) + " |")
 
     def paired(a: str, b: str) -> str:
         r = sorted((n1 / t1) / (n2 / t2) for (t1, n1, _), (t2, n2, _) in zip(results[a], results[b]))
@@ -217,8 +222,10 @@ def _table(results, floor: list[float], args, batches: int, load) -> str:
     lines.append("")
     old = [k for k in results if k.startswith("OpenCV route") and "device" not in k]
     if old:
-        lines.append(f"Throughput, paired per run: fused / OpenCV route {paired('fused, float32', old[0])} with HSV on the CPU, "
-                     f"{paired('fused, HSV on device', old[0] + ', HSV on device')} with HSV on the device; ")
+        lines.append(
+            f"Throughput, paired per run: fused / OpenCV route {paired('fused, float32', old[0])} with HSV on the CPU, "
+            f"{paired('fused, HSV on device', old[0] + ', HSV on device')} with HSV on the device; "
+        )
     lines.append(f"fused float32 / fused uint8 {paired('fused, float32', 'fused, uint8')}; fused / uint8 cache {paired('fused, float32', 'uint8 cache (fused route)')}.")
     return "\n".join(lines)
 

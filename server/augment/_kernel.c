@@ -284,7 +284,33 @@ static void axis_row(Axis *A, const Layer *L, int size, int y, float *dst) {
         } else {
             const Tile *t = &L->tiles[run[2]];
             const v4 vfy = V_SET(fy), vify = V_SET(ify);
-            for (int x = run[0]; x < run[1]; x++) bilerp_tile(t, A->x0[x], r0, V_SET(A->fx[x]), V_SET(A->ifx[x]), vfy, vify, dst + 3 * x);
+            /* x0 is monotonic in x (floor of a linear map): if the vector reads of both ends
+             * stay inside the image, every pixel's do, and the loop needs no test. */
+            const char *r0p = t->base + (Py_ssize_t)(r0 - t->oy) * t->row;
+            Py_ssize_t last = (A->x0[run[0]] > A->x0[run[1] - 1] ? A->x0[run[0]] : A->x0[run[1] - 1]) - t->ox;
+            Py_ssize_t esz = t->u8 ? 1 : 4;
+            if (r0p + t->row + (last * 3 + 7) * esz > t->end) {
+                for (int x = run[0]; x < run[1]; x++) bilerp_tile(t, A->x0[x], r0, V_SET(A->fx[x]), V_SET(A->ifx[x]), vfy, vify, dst + 3 * x);
+            } else if (t->u8) {
+                const uint8_t *a0 = (const uint8_t *)r0p - (Py_ssize_t)t->ox * 3, *b0 = a0 + t->row;
+                const v4 fill = V_SET(FILL);
+                for (int x = run[0]; x < run[1]; x++) {
+                    const uint8_t *a = a0 + (Py_ssize_t)A->x0[x] * 3, *b = b0 + (Py_ssize_t)A->x0[x] * 3;
+                    v4 fx = V_SET(A->fx[x]), ifx = V_SET(A->ifx[x]);
+                    v4 top = V_ADD(V_MUL(V_SUB(v_load_u8(a), fill), ifx), V_MUL(V_SUB(v_load_u8(a + 3), fill), fx));
+                    v4 bot = V_ADD(V_MUL(V_SUB(v_load_u8(b), fill), ifx), V_MUL(V_SUB(v_load_u8(b + 3), fill), fx));
+                    V_STORE(dst + 3 * x, V_ADD(V_MUL(top, vify), V_MUL(bot, vfy)));
+                }
+            } else {
+                const float *a0 = (const float *)r0p - (Py_ssize_t)t->ox * 3, *b0 = (const float *)(r0p + t->row) - (Py_ssize_t)t->ox * 3;
+                for (int x = run[0]; x < run[1]; x++) {
+                    const float *a = a0 + (Py_ssize_t)A->x0[x] * 3, *b = b0 + (Py_ssize_t)A->x0[x] * 3;
+                    v4 fx = V_SET(A->fx[x]), ifx = V_SET(A->ifx[x]);
+                    v4 top = V_ADD(V_MUL(V_LOAD(a), ifx), V_MUL(V_LOAD(a + 3), fx));
+                    v4 bot = V_ADD(V_MUL(V_LOAD(b), ifx), V_MUL(V_LOAD(b + 3), fx));
+                    V_STORE(dst + 3 * x, V_ADD(V_MUL(top, vify), V_MUL(bot, vfy)));
+                }
+            }
         }
     }
 }
@@ -560,15 +586,14 @@ static PyObject *py_render(PyObject *self, PyObject *args) {
             }
             if (!planes) continue;
             for (int i = 0; i < n3; i += 16) v_quant16(ra + i, q + i);
-            for (int x = 0; x < size; x++) pb[x] = q[3 * x], pg[x] = q[3 * x + 1], pr[x] = q[3 * x + 2];
+            if (!flip_lr)
+                for (int x = 0; x < size; x++) pb[x] = q[3 * x], pg[x] = q[3 * x + 1], pr[x] = q[3 * x + 2];
+            else /* the left-right flip rides on the split into planes */
+                for (int x = 0, xo = size - 1; x < size; x++, xo--) pb[xo] = q[3 * x], pg[xo] = q[3 * x + 1], pr[xo] = q[3 * x + 2];
             if (tab) hsv_rows(pr, pg, pb, size, tab32, hi, si, vi);
             uint8_t *dst[3] = {planes + (Py_ssize_t)yo * size, planes + plane + (Py_ssize_t)yo * size, planes + 2 * plane + (Py_ssize_t)yo * size};
             const uint8_t *srcp[3] = {pr, pg, pb};
-            for (int c = 0; c < 3; c++) {
-                if (!flip_lr) memcpy(dst[c], srcp[c], size);
-                else
-                    for (int x = 0; x < size; x++) dst[c][size - 1 - x] = srcp[c][x];
-            }
+            for (int c = 0; c < 3; c++) memcpy(dst[c], srcp[c], size);
         }
         Py_END_ALLOW_THREADS;
     }
