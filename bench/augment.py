@@ -30,9 +30,9 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import importlib
 import os
 import re
-import importlib
 import statistics
 import subprocess
 import sys
