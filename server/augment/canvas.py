@@ -22,6 +22,10 @@ straightforward-route test, which warps a 3-channel canvas, check it). Tiles go 
 channels, so the padding is always finite where the resample reads; the route carries
 the padded image to its 8-bit form, where the colour conversion or the final split
 drops the padding (``batch.py``).
+
+A uint8 source (a ``--dtype uint8`` snapshot) is converted where it is read, tile by tile:
+``float32(pixel) - fill`` is exact, so the canvas holds the very values a float32 snapshot
+gives and every later step, hence every batch byte, is the same.
 """
 
 from __future__ import annotations
@@ -32,12 +36,15 @@ import threading
 import cv2
 import numpy as np
 
+from ...shared.config import FILL_VALUE
+
 # Bilinear reads floor(x) and floor(x) + 1; OpenCV's float32 coordinates can differ from
 # the float64 bounds computed here by far less than a pixel. Two pixels of margin cover both.
 _MARGIN_PX = 2
 
 _local = threading.local()
 CHANNELS = 4  # B, G, R, padding
+_FILL = np.float32(FILL_VALUE)
 
 
 def scratch(height: int, width: int) -> np.ndarray:
@@ -51,6 +58,16 @@ def scratch(height: int, width: int) -> np.ndarray:
             cache.clear()
         buf = cache[(height, width)] = np.empty((height, width, CHANNELS), dtype=np.float32)
     return buf
+
+
+def _centred_scratch(shape: tuple[int, ...]) -> np.ndarray:
+    """This thread's reusable float32 buffer, as an array of ``shape`` (a uint8 tile's
+    centred copy on its way into the 4-channel canvas; contents unspecified)."""
+    n = math.prod(shape)
+    flat = getattr(_local, "centred", None)
+    if flat is None or flat.size < n:
+        flat = _local.centred = np.empty(n, dtype=np.float32)
+    return flat[:n].reshape(shape)
 
 
 def read_region(inverse: np.ndarray, out_size: int, height: int, width: int, *, perspective: bool) -> tuple[int, int, int, int]:
@@ -82,7 +99,8 @@ def fill(canvas: np.ndarray, region: tuple[int, int, int, int], tiles: list[tupl
     """Inside ``region`` of ``canvas``: zero, then each tile's pixels.
 
     ``tiles``: (image, (x1a, y1a, x2a, y2a) its rectangle on the canvas, (x1b, y1b) the
-    matching top-left pixel of the image). Tiles must not overlap (mosaic's never do).
+    matching top-left pixel of the image: float32 centred, or uint8 pixels, which are
+    centred here). Tiles must not overlap (mosaic's never do).
     Only the uncovered bands are zeroed, so each canvas pixel in the region is written once.
     ``canvas`` has 3 channels (B, G, R) or 4 (B, G, R, padding; the tiles' padding is 1.0).
     """
@@ -98,6 +116,13 @@ def fill(canvas: np.ndarray, region: tuple[int, int, int, int], tiles: list[tupl
     for image, (cx0, cy0, cx1, cy1), (sx, sy) in clipped:
         src = image[sy : sy + cy1 - cy0, sx : sx + cx1 - cx0]
         dst = canvas[cy0:cy1, cx0:cx1]
+        if src.dtype == np.uint8:
+            # A uint8 snapshot holds the pixel itself: the route works on pixel - fill, which
+            # float32 holds exactly, so this is the float32 snapshot's value to the bit.
+            if canvas.shape[2] == 3:
+                np.subtract(src, _FILL, out=dst, dtype=np.float32)
+                continue
+            src = np.subtract(src, _FILL, out=_centred_scratch(src.shape), dtype=np.float32)
         if canvas.shape[2] == 3:
             dst[...] = src
         elif cv2.cvtColor(src, cv2.COLOR_BGR2BGRA, dst=dst) is not dst:

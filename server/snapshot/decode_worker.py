@@ -1,4 +1,4 @@
-"""The decode side of preparation: claim the next record, decode, resize, centre it into the arena.
+"""The decode side of preparation: claim the next record, decode, resize, write it into the arena.
 
 Runs in the preparing process, which is always one of the decoders, and in the decode
 workers that ``prepare.py`` spawns (``processes - 1`` of them). The preparing
@@ -120,9 +120,13 @@ class WorkShare:
 
 
 class ArenaWriter:
-    """Writes centred images into the arena file at their offsets (one per decoder)."""
+    """Writes prepared images into the arena file at their offsets (one per decoder).
 
-    def __init__(self, arena_name: str, imgsz: int):
+    ``dtype`` float32: each image is centred band by band into a reused buffer first;
+    uint8: the resized image's own bytes are written as they are (nothing to convert).
+    """
+
+    def __init__(self, arena_name: str, imgsz: int, dtype: str = "float32"):
         import numpy as np
 
         from ...shared.shm import open_trusted
@@ -137,13 +141,20 @@ class ArenaWriter:
                 f"segment {arena_name!r} vanished while being prepared: another process removed it "
                 "(`rm`, or a test sweeping /dev/shm); prepare again"
             ) from None
+        self.dtype = dtype
         # one band: whole rows, about _BAND_NBYTES (at least one row of the widest image)
-        self._buf = np.empty(max(_BAND_NBYTES // 4, imgsz * 3), dtype=np.float32)
+        self._buf = np.empty(max(_BAND_NBYTES // 4, imgsz * 3), dtype=np.float32) if dtype == "float32" else None
 
     def write(self, resized, offset: int, path: str) -> None:
-        """Centre ``resized`` (uint8 h, w, 3) into the arena at ``offset``, band by band."""
+        """Write ``resized`` (uint8 h, w, 3) into the arena at ``offset``: as it is (uint8),
+        or centred band by band (float32)."""
         from . import decode
 
+        if self._buf is None:
+            import numpy as np
+
+            self._pwrite_all(np.ascontiguousarray(resized), offset, path)
+            return
         h, w = resized.shape[:2]
         row_nbytes = w * 3 * 4
         rows = max(1, _BAND_NBYTES // row_nbytes)
@@ -201,7 +212,7 @@ def decode_into(writer: ArenaWriter, task: tuple, imgsz: int, fail_at: int | Non
     return i
 
 
-def decode_shared(share: WorkShare, arena_name: str, tasks: list, imgsz: int, after_each=None) -> int:
+def decode_shared(share: WorkShare, arena_name: str, tasks: list, imgsz: int, after_each=None, dtype: str = "float32") -> int:
     """Claim, decode and write records until none is left; the number this process wrote.
 
     On any failure every other decoder is told to stop (``share.abort``) before re-raising.
@@ -212,7 +223,7 @@ def decode_shared(share: WorkShare, arena_name: str, tasks: list, imgsz: int, af
     count = 0
     fail_at = int(os.environ[FAIL_AT_ENV]) if os.environ.get(FAIL_AT_ENV) else None
     try:
-        writer = ArenaWriter(arena_name, imgsz)
+        writer = ArenaWriter(arena_name, imgsz, dtype)
         share.bind(writer.fd)
         while (i := share.claim()) is not None:
             decode_into(writer, tasks[i], imgsz, fail_at)
@@ -280,8 +291,8 @@ def worker_started() -> None:
     return None
 
 
-def worker_decode(arena_name: str, tasks: list, imgsz: int) -> int:
+def worker_decode(arena_name: str, tasks: list, imgsz: int, dtype: str = "float32") -> int:
     """The one task each worker runs: share the records with the other decoders."""
     if _share is None:  # pragma: no cover - worker_init always runs first
         raise RuntimeError("worker_decode ran in a process that worker_init did not set up")
-    return decode_shared(_share, arena_name, tasks, imgsz)
+    return decode_shared(_share, arena_name, tasks, imgsz, dtype=dtype)

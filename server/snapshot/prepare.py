@@ -1,4 +1,4 @@
-"""Preparation: decode a dataset once into a float32 snapshot in shared memory.
+"""Preparation: decode a dataset once into a snapshot (float32 centred, or uint8) in shared memory.
 
 Runs in the preparing process (``pixpool prepare``, the daemon at start-up), which owns
 every segment it creates and is itself one of the decoders, plus ``processes - 1``
@@ -88,10 +88,12 @@ class PrepareResult:
     target_bytes: int
     index_bytes: int
     processes: int
+    dtype: str = "float32"
 
     def as_dict(self) -> dict:
         return {
             "snapshot": self.snapshot.name,
+            "dtype": self.dtype,
             "records": self.records,
             "image_bytes": self.image_bytes,
             "decoded_bytes": self.decoded_bytes,
@@ -176,7 +178,7 @@ def check_capacity(total_nbytes: int, *, imgsz: int) -> None:
 
 
 # -- the whole preparation ---------------------------------------------------------------------
-def _plan(records, imgsz: int):
+def _plan(records, imgsz: int, itemsize: int = 4):
     """Index rows, instance/point totals and segment sizes, from image headers only."""
     header_cache: dict[str, tuple[int, int]] = {}
     index = np.zeros(len(records), dtype=layout.INDEX_DTYPE)
@@ -193,7 +195,7 @@ def _plan(records, imgsz: int):
         rh, rw = decode.resized_hw(hw[0], hw[1], imgsz)
         k = len(rec.classes)
         index[i] = (offset, rh, rw, hw[0], hw[1], inst, k, pts)
-        offset += layout.image_nbytes(rh, rw)
+        offset += layout.image_nbytes(rh, rw, itemsize=itemsize)
         inst += k
         pts += sum(len(p) for p in rec.polygons)
         max_inst = max(max_inst, k)
@@ -207,6 +209,7 @@ def prepare_snapshot(
     *,
     imgsz: int = 640,
     processes: int = 2,
+    dtype: str = "float32",
     progress: bool = False,
     budget_nbytes: int | None = None,
     persist: bool = False,
@@ -222,15 +225,18 @@ def prepare_snapshot(
     While another live process prepares the same snapshot, this one waits up to ``wait_s``
     for it and attaches the result. ``budget_nbytes`` (``DaemonConfig.memory_budget_nbytes``) is
     the most the snapshot may take: a larger one is refused before anything is allocated,
-    or not re-attached."""
+    or not re-attached. ``dtype`` (``config.SNAPSHOT_DTYPES``) is the arena's pixel type:
+    ``float32`` centred, or ``uint8`` (the same integers + the fill, a quarter of the bytes);
+    it is part of the fingerprint, so only a snapshot of the same dtype is re-attached."""
     t0 = time.perf_counter()
     check_value("imgsz", "int", imgsz)
     check_value("processes", "int", processes)
+    check_value("dtype", "str", dtype)
     records = dataset.records
     if not records:
         raise SnapshotError("the dataset has no records; nothing to prepare")
     check_value("prepare_wait_s", "float", wait_s)
-    fp = fingerprint(dataset, imgsz=imgsz)
+    fp = fingerprint(dataset, imgsz=imgsz, dtype=dtype)
     base = base_name(fp)
     names = segment_names(fp)
     deadline = time.monotonic() + wait_s
@@ -245,7 +251,7 @@ def prepare_snapshot(
                     existing.close()
                     raise
                 return _result(existing, reused=True, seconds=time.perf_counter() - t0, processes=0)
-            return _build(dataset, imgsz=imgsz, processes=processes, progress=progress, persist=persist, lineage=lineage,
+            return _build(dataset, imgsz=imgsz, processes=processes, dtype=dtype, progress=progress, persist=persist, lineage=lineage,
                           fp=fp, base=base, names=names, t0=t0, budget_nbytes=budget_nbytes)
         except BeingPrepared as exc:
             # Another process prepares the same snapshot: wait for it and attach its
@@ -258,7 +264,7 @@ def prepare_snapshot(
             time.sleep(_WAIT_POLL_S)  # polling interval of a bounded wait for the other preparation
 
 
-def _build(dataset: Dataset, *, imgsz: int, processes: int, progress: bool, persist: bool, lineage: str | None,
+def _build(dataset: Dataset, *, imgsz: int, processes: int, dtype: str, progress: bool, persist: bool, lineage: str | None,
            fp: str, base: str, names: dict[str, str], t0: float, budget_nbytes: int | None = None) -> PrepareResult:
     """Prepare a new snapshot under ``base`` (module docstring, steps 2-7)."""
     records = dataset.records
@@ -281,7 +287,8 @@ def _build(dataset: Dataset, *, imgsz: int, processes: int, progress: bool, pers
         else:
             share = WorkShare(n)
         # Exact sizes from image headers, before decoding or allocating anything.
-        index, sections, sizes, max_inst = _plan(records, imgsz)
+        code = layout.CODE_OF[dtype]
+        index, sections, sizes, max_inst = _plan(records, imgsz, layout.DTYPE_CODES[code].itemsize)
         check_budget(sum(sizes.values()), budget_nbytes, what=f"the snapshot of {n} records", imgsz=imgsz)
         check_capacity(sum(sizes.values()), imgsz=imgsz)
         try:
@@ -300,7 +307,7 @@ def _build(dataset: Dataset, *, imgsz: int, processes: int, progress: bool, pers
         meta, tgt, img = created
         header = layout.Header(
             magic=layout.MAGIC, layout_version=layout.LAYOUT_VERSION, complete=0, records=n, instances=sections.instances,
-            points=sections.points, max_instances=max_inst, imgsz=imgsz, dtype_code=layout.FLOAT32_CODE, fill=float(FILL_VALUE),
+            points=sections.points, max_instances=max_inst, imgsz=imgsz, dtype_code=code, fill=float(FILL_VALUE),
             meta_nbytes=sizes["meta"], image_nbytes=sizes["img"], target_nbytes=sizes["tgt"],
             creator_pid=os.getpid(), created_unix=time.time(), fingerprint=fp, persist=int(bool(persist)), lineage=lineage or "",
         )  # fmt: skip
@@ -312,13 +319,13 @@ def _build(dataset: Dataset, *, imgsz: int, processes: int, progress: bool, pers
                   int(index[i]["orig_height"]), int(index[i]["orig_width"])) for i, rec in enumerate(records)]  # fmt: skip
         bar = _progress_bar(n, progress)
         try:
-            futures = [pool.submit(worker_decode, names["img"], tasks, imgsz) for _ in range(workers)] if pool else []
+            futures = [pool.submit(worker_decode, names["img"], tasks, imgsz, dtype) for _ in range(workers)] if pool else []
 
             def after_each() -> None:
                 _raise_worker_failure(futures, names["img"])
                 bar.update(share.done - bar.n)
 
-            decode_shared(share, names["img"], tasks, imgsz, after_each)
+            decode_shared(share, names["img"], tasks, imgsz, after_each, dtype=dtype)
             _wait_for_workers(share, futures, bar, names["img"])
         finally:
             bar.close()
@@ -440,5 +447,5 @@ def _result(snap: Snapshot, *, reused: bool, seconds: float, processes: int) -> 
     nb = snap.nbytes
     return PrepareResult(
         snapshot=snap, reused=reused, seconds=seconds, records=len(snap), image_bytes=nb["img"],
-        decoded_bytes=decoded, target_bytes=nb["tgt"], index_bytes=nb["meta"], processes=processes,
+        decoded_bytes=decoded, target_bytes=nb["tgt"], index_bytes=nb["meta"], processes=processes, dtype=snap.dtype,
     )  # fmt: skip
