@@ -131,8 +131,10 @@ def main(argv: list[str] | None = None) -> int:
     base = statistics.median(times[loop])
     n_img = len(paths)
     how = f"x{args.copies} copies" if args.copies > 1 else f"x{args.repeat}"
-    print(f"{n_img} records ({how}) at imgsz {args.imgsz}, medians of {args.rounds} alternating rounds; "
-          f"{os.cpu_count()} cores, load average (1/5/15 min) before {_load(load_before)}, after {_load(load_after)}")
+    print(
+        f"{n_img} records ({how}) at imgsz {args.imgsz}, medians of {args.rounds} alternating rounds; "
+        f"{os.cpu_count()} cores, load average (1/5/15 min) before {_load(load_before)}, after {_load(load_after)}"
+    )
     print(f"{'arm':36s} {'median s':>9s} {'images/s':>9s} {'vs loop':>8s} {'paired':>8s}   all runs (s)")
     for n in names:
         med = statistics.median(times[n])

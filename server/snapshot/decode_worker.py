@@ -12,7 +12,9 @@ interpreter importing numpy and cv2 takes 0.2-0.5 s), and a worker that starts l
 simply finds fewer records left. A second counter, bumped after a record's bytes are
 written, tells the preparing process when every record is in the arena.
 
-Writing: each decoder centres a band of rows at a time (about 256 KB) into one reusable
+Writing a uint8 snapshot: the resized image is written as it is, one ``pwrite`` per record
+(nothing to convert: the arena holds the pixel). Writing a float32 snapshot: each decoder
+centres a band of rows at a time (about 256 KB) into one reusable
 float32 buffer of its own, then copies the band into the arena file with ``pwrite``; the
 decoded and resized uint8 images are the only other transients it holds. On coco128
 (455 MB of float32) this took 265 ms against 324 ms for centring straight into the
@@ -21,6 +23,13 @@ kernel's allocation of the tmpfs pages is most of it whichever way they are writ
 also means a write into a full /dev/shm fails with ``ENOSPC`` (raised as CapacityError,
 then rolled back), never with the SIGBUS a store through a mapping gets, which is why the
 arena needs no up-front page reservation (see ``prepare.py``).
+
+Where a decoder's time goes (one 640x480 record, cv2.setNumThreads(1), on these 2-core
+machines): imread ~1.6 ms; the pwrite ~0.34 ms per MB, nearly all of it the kernel
+allocating tmpfs pages (1.2 ms for the 3.7 MB of a float32 record, 0.3 ms for the 0.9 MB
+of a uint8 one); centring 0.13 ms. A plain imread + resize loop pays only the first, so
+with two decoders a uint8 preparation can beat it by ~1.5x while a float32 one cannot
+(``docs/benchmarks.md``, Preparation).
 
 Import cost matters here: a spawned worker imports this module first (to unpickle its
 initializer), so only the standard library is imported at the top; the initializer limits
