@@ -6,7 +6,9 @@ an order that alternates between rounds; every prepare starts from nothing (its 
 unlinked right after), so none is a reuse. Reports medians over the rounds as ratios against
 the loop, and the load average before and after (another process busy on the same cores
 skews every arm, and the 2-process arms most: they need both cores). "vs loop" is the
-ratio of the medians; "paired" the median of the per-round ratios loop / arm.
+ratio of the medians; "paired" the median of the per-round ratios loop / arm; "cpu s" the
+CPU seconds (user + system, this process and its decode workers) an arm used, which a
+busy machine inflates far less than the wall time.
 
 ``--copies K`` copies every image file K times into a temporary folder (coco128 x 8 = 1024
 distinct files, as a 1024-image dataset has: each its own header read, page-cache entry and
@@ -22,6 +24,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import os
+import resource
 import shutil
 import statistics
 import sys
@@ -32,29 +35,35 @@ from pathlib import Path
 DEFAULT = Path(__file__).resolve().parents[2] / "shared" / "data" / "coco128"
 
 
-def plain_loop(paths: list[str], imgsz: int) -> float:
+def cpu_s() -> float:
+    """CPU seconds (user + system) of this process and its reaped children so far."""
+    own, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime
+
+
+def plain_loop(paths: list[str], imgsz: int) -> tuple[float, float]:
     import cv2
 
     from pixpool.server.snapshot.decode import resize_long_side
 
-    t0 = time.perf_counter()
+    c0, t0 = cpu_s(), time.perf_counter()
     for p in paths:
         img = cv2.imread(p, cv2.IMREAD_COLOR)
         resize_long_side(img, imgsz)
-    return time.perf_counter() - t0
+    return time.perf_counter() - t0, cpu_s() - c0
 
 
-def prepare_once(dataset, imgsz: int, processes: int, dtype: str) -> float:
+def prepare_once(dataset, imgsz: int, processes: int, dtype: str) -> tuple[float, float]:
     from pixpool.server.snapshot.prepare import prepare_snapshot
 
-    t0 = time.perf_counter()
+    c0, t0 = cpu_s(), time.perf_counter()
     result = prepare_snapshot(dataset, imgsz=imgsz, processes=processes, dtype=dtype)
-    seconds = time.perf_counter() - t0
+    seconds, cpu = time.perf_counter() - t0, cpu_s() - c0  # the decode workers are reaped by now
     result.snapshot.close()
     if result.reused:  # someone else's snapshot: never remove it
         raise RuntimeError(f"{result.snapshot.name} was reused, so nothing was timed; remove it (pixpool clean) and run again")
     result.snapshot.unlink()  # ours (result.snapshot owns what prepare created)
-    return seconds
+    return seconds, cpu
 
 
 def private_copy(dataset, marker_dir: str):
@@ -123,10 +132,13 @@ def main(argv: list[str] | None = None) -> int:
             f.read()
     load_before = os.getloadavg()
     times: dict[str, list[float]] = {n: [] for n in names}
+    cpus: dict[str, list[float]] = {n: [] for n in names}
     for r in range(args.rounds):
         order = names if r % 2 == 0 else names[::-1]
         for n in order:
-            times[n].append(arms[n]())
+            seconds, cpu = arms[n]()
+            times[n].append(seconds)
+            cpus[n].append(cpu)
     load_after = os.getloadavg()
     base = statistics.median(times[loop])
     n_img = len(paths)
@@ -135,12 +147,13 @@ def main(argv: list[str] | None = None) -> int:
         f"{n_img} records ({how}) at imgsz {args.imgsz}, medians of {args.rounds} alternating rounds; "
         f"{os.cpu_count()} cores, load average (1/5/15 min) before {_load(load_before)}, after {_load(load_after)}"
     )
-    print(f"{'arm':36s} {'median s':>9s} {'images/s':>9s} {'vs loop':>8s} {'paired':>8s}   all runs (s)")
+    print(f"{'arm':36s} {'median s':>9s} {'images/s':>9s} {'vs loop':>8s} {'paired':>8s} {'cpu s':>7s} {'ms cpu/img':>10s}   all runs (s)")
     for n in names:
         med = statistics.median(times[n])
         paired = statistics.median(a / b for a, b in zip(times[loop], times[n], strict=True))  # loop / arm, round by round
+        cpu = statistics.median(cpus[n])
         runs = " ".join(f"{t:.2f}" for t in times[n])
-        print(f"{n:36s} {med:9.3f} {n_img / med:9.1f} {base / med:7.2f}x {paired:7.2f}x   {runs}")
+        print(f"{n:36s} {med:9.3f} {n_img / med:9.1f} {base / med:7.2f}x {paired:7.2f}x {cpu:7.2f} {1e3 * cpu / n_img:10.3f}   {runs}")
     return 0
 
 

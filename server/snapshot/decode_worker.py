@@ -1,14 +1,15 @@
 """The decode side of preparation: claim the next record, decode, resize, write it into the arena.
 
 Runs in the preparing process, which is always one of the decoders, and in the decode
-workers that ``prepare.py`` spawns (``processes - 1`` of them). The preparing
+workers that ``prepare.py`` starts (``processes - 1`` of them). The preparing
 process creates and owns the image arena; a worker opens it by name to write its claimed
 records and never unlinks it.
 
 Work sharing: every decoder takes records one at a time from one shared counter
 (``WorkShare``), so whichever process is free takes the next record. The preparing
-process starts decoding at once while the workers are still starting (a fresh
-interpreter importing numpy and cv2 takes 0.2-0.5 s), and a worker that starts late
+process starts decoding at once while the workers are still starting (a forked one is
+ready in milliseconds; a spawned one, a fresh interpreter importing numpy and cv2, takes
+0.15-0.5 s), and a worker that starts late
 simply finds fewer records left. A second counter, bumped after a record's bytes are
 written, tells the preparing process when every record is in the arena.
 
@@ -31,7 +32,8 @@ of a uint8 one); centring 0.13 ms. A plain imread + resize loop pays only the fi
 with two decoders a uint8 preparation can beat it by ~1.5x while a float32 one cannot
 (``docs/benchmarks.md``, Preparation).
 
-Import cost matters here: a spawned worker imports this module first (to unpickle its
+Import cost matters for a spawned worker (``prepare.decode_context`` forks where it can,
+and a forked one has everything imported already): it imports this module first (to unpickle its
 initializer), so only the standard library is imported at the top; the initializer limits
 OpenBLAS to one thread before numpy is imported (numpy otherwise starts one BLAS thread per
 core at import, which on a busy machine doubles a worker's start-up; the workers never
@@ -253,7 +255,7 @@ def decode_shared(share: WorkShare, arena_name: str, tasks: list, imgsz: int, af
     return count
 
 
-# -- in a spawned worker -----------------------------------------------------------------------
+# -- in a worker (forked or spawned) -------------------------------------------------------------
 def _watch_parent(parent_pid: int) -> None:
     """Die with the preparing process: a SIGKILLed parent must not leave workers writing the arena."""
     import ctypes
@@ -287,6 +289,7 @@ def worker_init(parent_pid: int, share: WorkShare) -> None:
     import atexit
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent handles Ctrl-C and terminates us
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)  # a forked worker inherits the parent's raising handler; terminate() must kill
     _watch_parent(parent_pid)
     atexit.register(_exit_without_teardown)
     os.environ["OPENBLAS_NUM_THREADS"] = "1"  # before numpy's first import (module docstring)
