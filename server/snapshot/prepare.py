@@ -459,7 +459,13 @@ def _raise_terminated(signum, frame):
 def _progress_bar(total: int, enabled: bool):
     from tqdm import tqdm
 
-    return tqdm(total=total, disable=not enabled, unit="img", desc="prepare", leave=False)
+    class _Bar(tqdm):
+        # No monitor thread: tqdm would start one at the first bar and keep it for the life
+        # of the process, and a live thread makes every later preparation here spawn its
+        # decode workers instead of forking them (``decode_context``).
+        monitor_interval = 0
+
+    return _Bar(total=total, disable=not enabled, unit="img", desc="prepare", leave=False)
 
 
 def _result(snap: Snapshot, *, reused: bool, seconds: float, processes: int) -> PrepareResult:
