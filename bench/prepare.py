@@ -1,53 +1,69 @@
-"""Preparation speed on coco128: ``prepare_snapshot`` with 1 and 2 processes against a plain
-loop of cv2.imread + resize, in the same run.
+"""Preparation speed: ``prepare_snapshot`` (float32 and uint8, 1 and 2 processes) against a
+plain single-process loop of cv2.imread + resize over the same files, in the same run.
 
-Runs in one shell process (and the decode pool it spawns). Each round runs the three arms in
+Runs in one shell process (and the decode workers it starts). Each round runs every arm in
 an order that alternates between rounds; every prepare starts from nothing (its snapshot is
-unlinked right after), so none is a reuse. Reports medians over the rounds, and the load
-average before and after (another process busy on the same cores skews every arm).
+unlinked right after), so none is a reuse. Reports medians over the rounds as ratios against
+the loop, and the load average before and after (another process busy on the same cores
+skews every arm, and the 2-process arms most: they need both cores). "vs loop" is the
+ratio of the medians; "paired" the median of the per-round ratios loop / arm; "cpu s" the
+CPU seconds (user + system, this process and its decode workers) an arm used, which a
+busy machine inflates far less than the wall time.
 
-``--repeat K`` lists every record K times (coco128 x 4 = 512 records; duplicates are
-records too, each decoded again), so that scaling past the decode workers' start-up
-(0.2-0.5 s, overlapped with the preparing process's own decoding) shows.
+``--copies K`` copies every image file K times into a temporary folder (coco128 x 8 = 1024
+distinct files, as a 1024-image dataset has: each its own header read, page-cache entry and
+record). ``--repeat K`` instead lists every record K times (duplicates are records too,
+each decoded again, but their headers are read once).
 
-    python bench/prepare.py [--data JSON] [--images DIR] [--imgsz 640] [--rounds 5] [--repeat 1]
+    python bench/prepare.py [--data JSON] [--images DIR] [--imgsz 640] [--rounds 5] [--copies 8]
+                            [--dtypes float32,uint8] [--processes 1,2]
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
+import resource
+import shutil
 import statistics
 import sys
+import tempfile
 import time
 from pathlib import Path
 
 DEFAULT = Path(__file__).resolve().parents[2] / "shared" / "data" / "coco128"
 
 
-def plain_loop(paths: list[str], imgsz: int) -> float:
+def cpu_s() -> float:
+    """CPU seconds (user + system) of this process and its reaped children so far."""
+    own, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime
+
+
+def plain_loop(paths: list[str], imgsz: int) -> tuple[float, float]:
     import cv2
 
     from pixpool.server.snapshot.decode import resize_long_side
 
-    t0 = time.perf_counter()
+    c0, t0 = cpu_s(), time.perf_counter()
     for p in paths:
         img = cv2.imread(p, cv2.IMREAD_COLOR)
         resize_long_side(img, imgsz)
-    return time.perf_counter() - t0
+    return time.perf_counter() - t0, cpu_s() - c0
 
 
-def prepare_once(dataset, imgsz: int, processes: int) -> float:
+def prepare_once(dataset, imgsz: int, processes: int, dtype: str) -> tuple[float, float]:
     from pixpool.server.snapshot.prepare import prepare_snapshot
 
-    t0 = time.perf_counter()
-    result = prepare_snapshot(dataset, imgsz=imgsz, processes=processes)
-    seconds = time.perf_counter() - t0
+    c0, t0 = cpu_s(), time.perf_counter()
+    result = prepare_snapshot(dataset, imgsz=imgsz, processes=processes, dtype=dtype)
+    seconds, cpu = time.perf_counter() - t0, cpu_s() - c0  # the decode workers are reaped by now
     result.snapshot.close()
     if result.reused:  # someone else's snapshot: never remove it
         raise RuntimeError(f"{result.snapshot.name} was reused, so nothing was timed; remove it (pixpool clean) and run again")
     result.snapshot.unlink()  # ours (result.snapshot owns what prepare created)
-    return seconds
+    return seconds, cpu
 
 
 def private_copy(dataset, marker_dir: str):
@@ -62,6 +78,19 @@ def private_copy(dataset, marker_dir: str):
     return Dataset(dataset.records, dataset.names, (*dataset.source_files, marker))
 
 
+def copied(dataset, copies: int, folder: str):
+    """Every record ``copies`` times, each copy's image a file of its own in ``folder``."""
+    from pixpool.shared.records import Dataset
+
+    records = []
+    for k in range(copies):
+        for i, rec in enumerate(dataset.records):
+            path = os.path.join(folder, f"{k}_{i:06d}{Path(rec.image_path).suffix}")
+            shutil.copyfile(rec.image_path, path)
+            records.append(dataclasses.replace(rec, image_path=path))
+    return Dataset(tuple(records), dataset.names, dataset.source_files)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--data", default=str(DEFAULT / "annotations" / "instances_train2017.json"))
@@ -69,11 +98,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--imgsz", type=int, default=640)
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--repeat", type=int, default=1, help="list every record K times (default 1)")
+    parser.add_argument("--copies", type=int, default=1, help="copy every image file K times, each a record of its own (default 1)")
+    parser.add_argument("--dtypes", default="float32,uint8", help="snapshot dtypes to prepare (default float32,uint8)")
+    parser.add_argument("--processes", default="1,2", help="decoder process counts to prepare with (default 1,2)")
     args = parser.parse_args(argv)
-    if args.repeat < 1 or args.rounds < 1:
-        parser.error("--repeat and --rounds must be >= 1")
-
-    import tempfile
+    if args.repeat < 1 or args.rounds < 1 or args.copies < 1:
+        parser.error("--repeat, --copies and --rounds must be >= 1")
+    dtypes = [d for d in args.dtypes.split(",") if d]
+    procs = [int(p) for p in args.processes.split(",") if p]
 
     import cv2
 
@@ -82,35 +114,46 @@ def main(argv: list[str] | None = None) -> int:
 
     cv2.setNumThreads(1)
     dataset = load_dataset(args.data, args.images)
+    workdir = tempfile.TemporaryDirectory(prefix="pixpool-bench-")
+    if args.copies > 1:
+        dataset = copied(dataset, args.copies, workdir.name)
     if args.repeat > 1:
         dataset = Dataset(dataset.records * args.repeat, dataset.names, dataset.source_files)
-    marker_dir = tempfile.TemporaryDirectory(prefix="pixpool-bench-")
-    dataset = private_copy(dataset, marker_dir.name)
+    dataset = private_copy(dataset, workdir.name)
     paths = [r.image_path for r in dataset.records]
-    arms = {
-        "cv2.imread + resize loop (1 core)": lambda: plain_loop(paths, args.imgsz),
-        "prepare, 1 process": lambda: prepare_once(dataset, args.imgsz, 1),
-        "prepare, 2 processes": lambda: prepare_once(dataset, args.imgsz, 2),
-    }
+    loop = "cv2.imread + resize loop (1 core)"
+    arms = {loop: lambda: plain_loop(paths, args.imgsz)}
+    for dtype in dtypes:
+        for p in procs:
+            arms[f"prepare {dtype}, {p} process{'es' if p > 1 else ''}"] = lambda p=p, dtype=dtype: prepare_once(dataset, args.imgsz, p, dtype)
     names = list(arms)
+    for p in paths:  # the files into the page cache before anything is timed
+        with open(p, "rb") as f:
+            f.read()
     load_before = os.getloadavg()
     times: dict[str, list[float]] = {n: [] for n in names}
+    cpus: dict[str, list[float]] = {n: [] for n in names}
     for r in range(args.rounds):
         order = names if r % 2 == 0 else names[::-1]
         for n in order:
-            times[n].append(arms[n]())
-    base = statistics.median(times[names[0]])
-    n_img = len(paths)
+            seconds, cpu = arms[n]()
+            times[n].append(seconds)
+            cpus[n].append(cpu)
     load_after = os.getloadavg()
-    print(f"{n_img} records (x{args.repeat}) at imgsz {args.imgsz}, medians of {args.rounds} alternating rounds; "
-          f"{os.cpu_count()} cores, load average (1/5/15 min) before {_load(load_before)}, after {_load(load_after)}")
-    print(f"{'arm':36s} {'median s':>9s} {'images/s':>9s} {'vs loop':>8s}   all runs (s)")
+    base = statistics.median(times[loop])
+    n_img = len(paths)
+    how = f"x{args.copies} copies" if args.copies > 1 else f"x{args.repeat}"
+    print(
+        f"{n_img} records ({how}) at imgsz {args.imgsz}, medians of {args.rounds} alternating rounds; "
+        f"{os.cpu_count()} cores, load average (1/5/15 min) before {_load(load_before)}, after {_load(load_after)}"
+    )
+    print(f"{'arm':36s} {'median s':>9s} {'images/s':>9s} {'vs loop':>8s} {'paired':>8s} {'cpu s':>7s} {'ms cpu/img':>10s}   all runs (s)")
     for n in names:
         med = statistics.median(times[n])
+        paired = statistics.median(a / b for a, b in zip(times[loop], times[n], strict=True))  # loop / arm, round by round
+        cpu = statistics.median(cpus[n])
         runs = " ".join(f"{t:.2f}" for t in times[n])
-        print(f"{n:36s} {med:9.3f} {n_img / med:9.1f} {base / med:7.2f}x   {runs}")
-    one, two = (statistics.median(times[n]) for n in names[1:3])
-    print(f"2 processes vs 1: {one / two:.2f}x faster")
+        print(f"{n:36s} {med:9.3f} {n_img / med:9.1f} {base / med:7.2f}x {paired:7.2f}x {cpu:7.2f} {1e3 * cpu / n_img:10.3f}   {runs}")
     return 0
 
 

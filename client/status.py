@@ -26,7 +26,8 @@ def format_status(st: dict) -> str:
     d, s = st["daemon"], st["snapshot"]
     lines = [
         f"daemon pid {d['pid']} on {d['endpoint']}{' and tcp ' + d['tcp'] if d['tcp'] else ''}, up {d['uptime_s']:.0f} s, protocol {d['protocol']}, {d['worker_restarts']} worker restarts",
-        f"snapshot {s.get('name', '?')}: {s['records']} records at imgsz {s['imgsz']}" + (" (re-attached)" if s.get("reused") else ""),
+        f"snapshot {s.get('name', '?')}: {s['records']} records at imgsz {s['imgsz']}, {s.get('dtype', 'float32')} "
+        f"({human_bytes(s.get('image_bytes', 0))} of images)" + (" (re-attached)" if s.get("reused") else ""),
         *[f"validation: snapshot {v.get('name', '?')}: {v['records']} records" for k, v in st.get("splits", {}).items() if k == "val"],
         "",
         format_table([[w["index"], w["pid"], w["state"], w["batches_done"], w["busy_s"]] for w in st["workers"]], ["worker", "pid", "state", "batches done", "busy s"]),

@@ -22,7 +22,8 @@ def snapshot_bytes(snapshot) -> dict:
 
     Keys: ``segments`` (segment name -> bytes), ``image_bytes``, ``meta_bytes`` (header +
     index), ``target_bytes``, ``total_bytes``, ``decoded_bytes`` (same resized images as
-    uint8), ``ratio`` (image_bytes / decoded_bytes).
+    uint8), ``ratio`` (image_bytes / decoded_bytes: 4 for a float32 snapshot, 1 for uint8),
+    ``dtype`` (the arena's pixel type).
     """
     sizes = {}
     for name in snapshot.segment_names:
@@ -37,6 +38,7 @@ def snapshot_bytes(snapshot) -> dict:
         "total_bytes": sum(sizes.values()),
         "decoded_bytes": decoded,
         "ratio": part["img"] / decoded if decoded else float("nan"),
+        "dtype": snapshot.dtype,
     }
 
 
@@ -45,7 +47,7 @@ def format_snapshot_report(snap_bytes: dict, *, records: int | None = None) -> s
     rows.append(["total retained", snap_bytes["total_bytes"], human_bytes(snap_bytes["total_bytes"])])
     rows.append(["decoded uint8 equivalent", snap_bytes["decoded_bytes"], human_bytes(snap_bytes["decoded_bytes"])])
     text = format_table(rows, ["segment", "bytes", "size"])
-    extra = f"float32 images / uint8 equivalent = {snap_bytes['ratio']:.3f}"
+    extra = f"{snap_bytes.get('dtype', 'float32')} images / uint8 equivalent = {snap_bytes['ratio']:.3f}"
     if records is not None:
         extra = f"{records} records; " + extra
     return text + "\n" + extra

@@ -40,7 +40,7 @@ class Command:
 
 COMMANDS: dict[str, Command] = {
     "synth": Command("server.commands.synth", "write the embedded synthetic dataset (JPEG files + COCO json)"),
-    "prepare": Command("server.commands.prepare", "decode a dataset once into a float32 shared-memory snapshot"),
+    "prepare": Command("server.commands.prepare", "decode a dataset once into a shared-memory snapshot (float32 or uint8)"),
     "ls": Command("server.commands.snapshots", "list prepared snapshots in /dev/shm"),
     "clean": Command("server.commands.snapshots", "remove snapshots and rings no live process maps"),
     "digest": Command("client.commands.digest", "print one SHA-256 per batch of a training stream",

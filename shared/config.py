@@ -26,6 +26,10 @@ FILL_VALUE = 114.0
 SPLITS = ("train", "val")
 # Instances one image may have: every ring slot is sized for the densest image.
 DEFAULT_MAX_INSTANCES = 1000
+# Pixel types a snapshot's image arena may hold. float32: the pixel minus the fill, converted
+# and centred once at preparation. uint8: the pixel itself, a quarter of the bytes; the
+# route converts each value it reads to the same float32 (pixel - fill is exact in float32).
+SNAPSHOT_DTYPES = ("float32", "uint8")
 
 
 def _opt(default: Any, help: str, **extra: Any) -> Any:
@@ -126,6 +130,8 @@ class DaemonConfig:
     no_val: bool = _opt(False, "serve no validation set, not even a data.yaml's val:")
     imgsz: int = _opt(640, "long side of the prepared images in pixels")
     processes: int = _opt(2, "decoder processes when preparing")
+    dtype: str = _opt("float32", "pixel type of the snapshot: float32 (centred once) or uint8 (a quarter of the bytes, same batches)",
+                      choices=SNAPSHOT_DTYPES)
     max_instances_per_image: int = _opt(DEFAULT_MAX_INSTANCES, "refuse a dataset with an image of more instances than this (ring slots are sized for the densest image)")
     allow_unlabelled: bool = _opt(False, "accept a YOLO dataset where no image has a label file (all background)")
     prepare_wait_s: float = _opt(600.0, "wait this long for another process preparing the same snapshot, then attach it")
@@ -193,6 +199,10 @@ _RANGES: dict[str, tuple[float, float]] = {
     "shm_warn_free_nbytes": (0, 1 << 60),
     "metrics_port": (1, 65535),
 }
+# Settings that take one of a few words.
+_CHOICES: dict[str, tuple[str, ...]] = {
+    "dtype": SNAPSHOT_DTYPES,
+}
 
 
 def field_kind(f: dataclasses.Field) -> tuple[str, bool]:
@@ -218,6 +228,9 @@ def check_value(name: str, kind: str, value: Any) -> None:
     elif kind == "str":
         if not isinstance(value, str):
             raise ConfigError.for_field(name, value, "must be a string")
+        choices = _CHOICES.get(name)
+        if choices is not None and value not in choices:
+            raise ConfigError.for_field(name, value, f"is not one of the choices; use one of {list(choices)}")
 
 
 def _validate(obj: Any) -> None:

@@ -15,7 +15,7 @@ import json
 import numpy as np
 
 from . import flags
-from .config import AugmentConfig, StreamSettings
+from .config import AugmentConfig, DaemonConfig, StreamSettings, check_value
 from .errors import ConfigError
 from .sampler import num_batches
 
@@ -43,6 +43,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--in-process", action="store_true", help="render from the snapshot in this process, no daemon")
     parser.add_argument("--processes", type=int, default=2, help="decode processes when a snapshot must be prepared (default 2)")
     parser.add_argument("--keep-snapshot", action="store_true", help="keep a snapshot this command prepared (--in-process)")
+    flags.add_fields(parser, DaemonConfig, only=("dtype",))  # the snapshot a temporary daemon or --in-process prepares
     parser.add_argument("--json", action="store_true", help="print one JSON object instead of lines")
     flags.add_fields(parser, StreamSettings, group="stream (StreamSettings)")
     flags.add_fields(parser, AugmentConfig, group="augmentation (AugmentConfig; defaults are YOLO's)", prefix="aug_")
@@ -51,6 +52,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
 def settings_from(args: argparse.Namespace) -> StreamSettings:
     if args.epoch < 0:
         raise ConfigError(f"--epoch {args.epoch} must be >= 0")
+    check_value("dtype", "str", args.dtype)
     return flags.from_args(StreamSettings, args, augment=flags.from_args(AugmentConfig, args, prefix="aug_"))
 
 

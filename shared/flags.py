@@ -72,7 +72,9 @@ def add_fields(parser: argparse.ArgumentParser, cls: type, *, group: str | None 
             # `--keep-snapshot` alone means true; `--shuffle 0` sets false.
             extra = dict(nargs="?", const=True, metavar="BOOL")
         else:
-            extra = dict(metavar=f.metadata.get("metavar", kind.upper()))
+            choices = f.metadata.get("choices")
+            # Choices are checked by the dataclass (ConfigError names the field and the choices), not by argparse.
+            extra = dict(metavar=f.metadata.get("metavar", "|".join(choices) if choices else kind.upper()))
         shown = "none" if default is None and optional else default
         target.add_argument(flag, dest=dest, type=conv, default=default, help=f"{text} (default {shown})", **extra)
         known[f.name] = flag

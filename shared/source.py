@@ -21,7 +21,9 @@ class ImageSource(Protocol):
     def __len__(self) -> int: ...
 
     def image(self, index: int) -> np.ndarray:
-        """float32 (h, w, 3) BGR minus the fill value, long side ``imgsz``; never written."""
+        """(h, w, 3) BGR, long side ``imgsz``, never written: float32 minus the fill value,
+        or uint8 (the pixel itself; a ``uint8`` snapshot), which the route centres as it
+        reads it (``augment/canvas.py``), to the same float32 values."""
         ...
 
     def targets(self, index: int) -> Targets:

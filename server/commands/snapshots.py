@@ -113,6 +113,7 @@ def _ls(args: argparse.Namespace) -> int:
     from ...shared.names import snapshot_parts
     from ...shared.procmem import segment_users
     from ...shared.text import format_table, human_bytes
+    from ..snapshot import layout
     from ..snapshot.handle import list_snapshots
 
     _, others = _own_segments()
@@ -121,9 +122,10 @@ def _ls(args: argparse.Namespace) -> int:
     for info in list_snapshots():
         pids = sorted({p for seg in snapshot_parts(info.name).values() for p in users.get(seg, ())})
         h = info.header
+        dtype = layout.DTYPE_CODES[h.dtype_code].name if h is not None and h.dtype_code in layout.DTYPE_CODES else None
         rows.append({
-            "name": info.name, "records": h.records if h else None, "imgsz": h.imgsz if h else None,
-            "nbytes": info.nbytes, "complete": info.complete, "in_use_by": pids, "creator_pid": h.creator_pid if h else None,
+            "name": info.name, "records": h.records if h else None, "imgsz": h.imgsz if h else None, "dtype": dtype,
+            "image_nbytes": info.parts.get("img"), "nbytes": info.nbytes, "complete": info.complete, "in_use_by": pids, "creator_pid": h.creator_pid if h else None,
         })  # fmt: skip
     note = others_note(others)
     if note:
@@ -134,9 +136,9 @@ def _ls(args: argparse.Namespace) -> int:
     if not rows:
         print("no pixpool snapshots of yours in /dev/shm")
         return 0
-    table = [[r["name"], r["records"] if r["records"] is not None else "?", r["imgsz"] or "?", human_bytes(r["nbytes"]),
+    table = [[r["name"], r["records"] if r["records"] is not None else "?", r["imgsz"] or "?", r["dtype"] or "?", human_bytes(r["nbytes"]),
               "yes" if r["complete"] else "NO", ",".join(map(str, r["in_use_by"])) or "-"] for r in rows]  # fmt: skip
-    print(format_table(table, ["snapshot", "records", "imgsz", "size", "complete", "in use by"]))
+    print(format_table(table, ["snapshot", "records", "imgsz", "dtype", "size", "complete", "in use by"]))
     return 0
 
 

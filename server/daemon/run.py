@@ -81,7 +81,7 @@ def _datasets(config: DaemonConfig) -> dict:
 
     def read(data, images, split):
         dataset = load_dataset(data, images, max_instances_per_image=config.max_instances_per_image, allow_unlabelled=config.allow_unlabelled, split=split)
-        return dataset, lineage_of(f"{data}#{split}" if split != "train" else data, images, config.imgsz)
+        return dataset, lineage_of(f"{data}#{split}" if split != "train" else data, images, config.imgsz, config.dtype)
 
     out = {"train": read(config.data, config.images, "train")}
     if config.no_val:
@@ -99,7 +99,7 @@ def _datasets(config: DaemonConfig) -> dict:
 def _prepare(dataset, config: DaemonConfig, budget_nbytes: int | None, lineage: str):
     from ..snapshot.prepare import prepare_snapshot
 
-    result = prepare_snapshot(dataset, imgsz=config.imgsz, processes=config.processes, budget_nbytes=budget_nbytes, persist=config.keep_snapshot,
+    result = prepare_snapshot(dataset, imgsz=config.imgsz, processes=config.processes, dtype=config.dtype, budget_nbytes=budget_nbytes, persist=config.keep_snapshot,
                               lineage=lineage, wait_s=config.prepare_wait_s)
     snap = result.snapshot
     log.info("snapshot %s %s (%d records, %.1f s)", snap.name, "re-attached" if result.reused else "prepared", len(snap), result.seconds)

@@ -1,18 +1,21 @@
-"""The decode side of preparation: claim the next record, decode, resize, centre it into the arena.
+"""The decode side of preparation: claim the next record, decode, resize, write it into the arena.
 
 Runs in the preparing process, which is always one of the decoders, and in the decode
-workers that ``prepare.py`` spawns (``processes - 1`` of them). The preparing
+workers that ``prepare.py`` starts (``processes - 1`` of them). The preparing
 process creates and owns the image arena; a worker opens it by name to write its claimed
 records and never unlinks it.
 
 Work sharing: every decoder takes records one at a time from one shared counter
 (``WorkShare``), so whichever process is free takes the next record. The preparing
-process starts decoding at once while the workers are still starting (a fresh
-interpreter importing numpy and cv2 takes 0.2-0.5 s), and a worker that starts late
+process starts decoding at once while the workers are still starting (a forked one is
+ready in milliseconds; a spawned one, a fresh interpreter importing numpy and cv2, takes
+0.15-0.5 s), and a worker that starts late
 simply finds fewer records left. A second counter, bumped after a record's bytes are
 written, tells the preparing process when every record is in the arena.
 
-Writing: each decoder centres a band of rows at a time (about 256 KB) into one reusable
+Writing a uint8 snapshot: the resized image is written as it is, one ``pwrite`` per record
+(nothing to convert: the arena holds the pixel). Writing a float32 snapshot: each decoder
+centres a band of rows at a time (about 256 KB) into one reusable
 float32 buffer of its own, then copies the band into the arena file with ``pwrite``; the
 decoded and resized uint8 images are the only other transients it holds. On coco128
 (455 MB of float32) this took 265 ms against 324 ms for centring straight into the
@@ -22,7 +25,15 @@ also means a write into a full /dev/shm fails with ``ENOSPC`` (raised as Capacit
 then rolled back), never with the SIGBUS a store through a mapping gets, which is why the
 arena needs no up-front page reservation (see ``prepare.py``).
 
-Import cost matters here: a spawned worker imports this module first (to unpickle its
+Where a decoder's time goes (one 640x480 record, cv2.setNumThreads(1), on these 2-core
+machines): imread ~1.6 ms; the pwrite ~0.34 ms per MB, nearly all of it the kernel
+allocating tmpfs pages (1.2 ms for the 3.7 MB of a float32 record, 0.3 ms for the 0.9 MB
+of a uint8 one); centring 0.13 ms. A plain imread + resize loop pays only the first, so
+with two decoders a uint8 preparation can beat it by ~1.5x while a float32 one cannot
+(``docs/benchmarks.md``, Preparation).
+
+Import cost matters for a spawned worker (``prepare.decode_context`` forks where it can,
+and a forked one has everything imported already): it imports this module first (to unpickle its
 initializer), so only the standard library is imported at the top; the initializer limits
 OpenBLAS to one thread before numpy is imported (numpy otherwise starts one BLAS thread per
 core at import, which on a busy machine doubles a worker's start-up; the workers never
@@ -120,9 +131,13 @@ class WorkShare:
 
 
 class ArenaWriter:
-    """Writes centred images into the arena file at their offsets (one per decoder)."""
+    """Writes prepared images into the arena file at their offsets (one per decoder).
 
-    def __init__(self, arena_name: str, imgsz: int):
+    ``dtype`` float32: each image is centred band by band into a reused buffer first;
+    uint8: the resized image's own bytes are written as they are (nothing to convert).
+    """
+
+    def __init__(self, arena_name: str, imgsz: int, dtype: str = "float32"):
         import numpy as np
 
         from ...shared.shm import open_trusted
@@ -137,13 +152,20 @@ class ArenaWriter:
                 f"segment {arena_name!r} vanished while being prepared: another process removed it "
                 "(`rm`, or a test sweeping /dev/shm); prepare again"
             ) from None
+        self.dtype = dtype
         # one band: whole rows, about _BAND_NBYTES (at least one row of the widest image)
-        self._buf = np.empty(max(_BAND_NBYTES // 4, imgsz * 3), dtype=np.float32)
+        self._buf = np.empty(max(_BAND_NBYTES // 4, imgsz * 3), dtype=np.float32) if dtype == "float32" else None
 
     def write(self, resized, offset: int, path: str) -> None:
-        """Centre ``resized`` (uint8 h, w, 3) into the arena at ``offset``, band by band."""
+        """Write ``resized`` (uint8 h, w, 3) into the arena at ``offset``: as it is (uint8),
+        or centred band by band (float32)."""
         from . import decode
 
+        if self._buf is None:
+            import numpy as np
+
+            self._pwrite_all(np.ascontiguousarray(resized), offset, path)
+            return
         h, w = resized.shape[:2]
         row_nbytes = w * 3 * 4
         rows = max(1, _BAND_NBYTES // row_nbytes)
@@ -201,7 +223,7 @@ def decode_into(writer: ArenaWriter, task: tuple, imgsz: int, fail_at: int | Non
     return i
 
 
-def decode_shared(share: WorkShare, arena_name: str, tasks: list, imgsz: int, after_each=None) -> int:
+def decode_shared(share: WorkShare, arena_name: str, tasks: list, imgsz: int, after_each=None, dtype: str = "float32") -> int:
     """Claim, decode and write records until none is left; the number this process wrote.
 
     On any failure every other decoder is told to stop (``share.abort``) before re-raising.
@@ -212,7 +234,7 @@ def decode_shared(share: WorkShare, arena_name: str, tasks: list, imgsz: int, af
     count = 0
     fail_at = int(os.environ[FAIL_AT_ENV]) if os.environ.get(FAIL_AT_ENV) else None
     try:
-        writer = ArenaWriter(arena_name, imgsz)
+        writer = ArenaWriter(arena_name, imgsz, dtype)
         share.bind(writer.fd)
         while (i := share.claim()) is not None:
             decode_into(writer, tasks[i], imgsz, fail_at)
@@ -233,7 +255,7 @@ def decode_shared(share: WorkShare, arena_name: str, tasks: list, imgsz: int, af
     return count
 
 
-# -- in a spawned worker -----------------------------------------------------------------------
+# -- in a worker (forked or spawned) -------------------------------------------------------------
 def _watch_parent(parent_pid: int) -> None:
     """Die with the preparing process: a SIGKILLed parent must not leave workers writing the arena."""
     import ctypes
@@ -267,6 +289,7 @@ def worker_init(parent_pid: int, share: WorkShare) -> None:
     import atexit
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent handles Ctrl-C and terminates us
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)  # a forked worker inherits the parent's raising handler; terminate() must kill
     _watch_parent(parent_pid)
     atexit.register(_exit_without_teardown)
     os.environ["OPENBLAS_NUM_THREADS"] = "1"  # before numpy's first import (module docstring)
@@ -280,8 +303,8 @@ def worker_started() -> None:
     return None
 
 
-def worker_decode(arena_name: str, tasks: list, imgsz: int) -> int:
+def worker_decode(arena_name: str, tasks: list, imgsz: int, dtype: str = "float32") -> int:
     """The one task each worker runs: share the records with the other decoders."""
     if _share is None:  # pragma: no cover - worker_init always runs first
         raise RuntimeError("worker_decode ran in a process that worker_init did not set up")
-    return decode_shared(_share, arena_name, tasks, imgsz)
+    return decode_shared(_share, arena_name, tasks, imgsz, dtype=dtype)

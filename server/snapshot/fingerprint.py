@@ -5,7 +5,7 @@ same fingerprint would write the same bytes, so the second re-attaches the first
 snapshot; any change in what the bytes depend on yields another name.
 
 What goes in is what the snapshot's bytes depend on, resolved, never a file's spelling:
-the layout version, imgsz, fill value and dtype; the class names; and for every record,
+the layout version, imgsz, fill value and the arena's dtype; the class names; and for every record,
 in record order (duplicates included), its image path with the file's size, mtime, inode
 and ctime (cheap: one ``stat``, no image is read), the size the annotation states, and the
 record's own arrays (classes, boxes, polygons) as the reader resolved them. So two
@@ -35,10 +35,15 @@ from . import layout
 NAME_HEX_DIGITS = 16
 
 
-def fingerprint(dataset: Dataset, *, imgsz: int, fill: float = FILL_VALUE, dtype: str = "<f4") -> str:
-    """sha256 hex of everything the snapshot's bytes depend on (see module docstring)."""
+def fingerprint(dataset: Dataset, *, imgsz: int, fill: float = FILL_VALUE, dtype: str = "float32") -> str:
+    """sha256 hex of everything the snapshot's bytes depend on (see module docstring).
+
+    ``dtype`` is the arena's pixel type by name (``config.SNAPSHOT_DTYPES``); it enters as
+    numpy's type string (``<f4``, ``|u1``), so a float32 snapshot keeps the name it had
+    before uint8 snapshots existed, and a uint8 one of the same data has another."""
     h = hashlib.sha256()
-    h.update(f"pixpool-snapshot layout={layout.LAYOUT_VERSION} imgsz={int(imgsz)} fill={float(fill)!r} dtype={dtype}\n".encode())
+    code = layout.DTYPE_CODES[layout.CODE_OF[dtype]].str
+    h.update(f"pixpool-snapshot layout={layout.LAYOUT_VERSION} imgsz={int(imgsz)} fill={float(fill)!r} dtype={code}\n".encode())
     h.update(("names " + "\0".join(dataset.names) + "\n").encode())
     stat_cache: dict[str, tuple[int, int, int, int]] = {}
     for rec in dataset.records:
@@ -59,10 +64,15 @@ def fingerprint(dataset: Dataset, *, imgsz: int, fill: float = FILL_VALUE, dtype
     return h.hexdigest()
 
 
-def lineage_of(data: str | os.PathLike, images: str | os.PathLike | None, imgsz: int) -> str:
-    """Which dataset (its path as given to prepare or serve) and imgsz a snapshot comes from:
-    a newer snapshot of the same lineage supersedes an older one (its inputs changed)."""
-    key = "\0".join((os.path.abspath(data), os.path.abspath(images) if images is not None else "", str(int(imgsz))))
+def lineage_of(data: str | os.PathLike, images: str | os.PathLike | None, imgsz: int, dtype: str = "float32") -> str:
+    """Which dataset (its path as given to prepare or serve), imgsz and dtype a snapshot comes
+    from: a newer snapshot of the same lineage supersedes an older one (its inputs changed).
+    A uint8 and a float32 snapshot of one dataset are two lineages: preparing one never
+    removes the other."""
+    parts = [os.path.abspath(data), os.path.abspath(images) if images is not None else "", str(int(imgsz))]
+    if dtype != "float32":  # float32 keeps the key it had before the dtype was a setting
+        parts.append(dtype)
+    key = "\0".join(parts)
     return hashlib.sha256(key.encode()).hexdigest()[:32]
 
 

@@ -146,10 +146,11 @@ class Snapshot:
         return self._index[i]
 
     def image(self, index: int) -> np.ndarray:
-        """Read-only float32 (h, w, 3) view of record ``index``'s centred BGR image."""
+        """Read-only (h, w, 3) view of record ``index``'s BGR image: float32 centred, or
+        uint8 (the pixel, centred + fill) in a ``uint8`` snapshot (``dtype``)."""
         self._ensure()
         row = self._row(index)
-        start = int(row["image_offset"]) // 4
+        start = int(row["image_offset"]) // self._arena.itemsize
         h, w = int(row["height"]), int(row["width"])
         return self._arena[start : start + h * w * 3].reshape(h, w, 3)
 
@@ -181,7 +182,7 @@ class Snapshot:
 
     @property
     def dtype(self) -> str:
-        """The pixel type of the image arena (``float32``)."""
+        """The pixel type of the image arena: ``float32`` or ``uint8``."""
         self._ensure()
         return layout.DTYPE_CODES[self.header.dtype_code].name
 

@@ -6,10 +6,13 @@ process that attaches them (workers, trainers, ``pixpool ls``).
 A snapshot is three POSIX shared-memory segments sharing one base name:
 
 ``meta``  a fixed 256-byte header, then the index: one ``INDEX_DTYPE`` row per record.
-``img``   the image arena: every record's centred float32 (h, w, 3) BGR image, back to
-          back in record order with no padding, so the arena's size is exactly
+``img``   the image arena: every record's (h, w, 3) BGR image, back to back in record
+          order with no padding, in the header's dtype: float32 centred (pixel - fill),
           4 x the bytes of the same images as uint8 (every slice starts at a multiple of
-          4 bytes, which is all float32 needs).
+          4 bytes, which is all float32 needs); or uint8, the pixel itself (centred + fill),
+          exactly the bytes of a decoded uint8 cache. Both hold the same integers: the
+          prepared pixels are 8-bit (the resize runs on uint8, centring after it), so
+          ``float32(u8) - fill`` is exact and equals the float32 arena's value.
 ``tgt``   the packed targets of all records, four sections each starting on a 64-byte
           boundary: classes int32 (n,), boxes float32 (n, 4) normalised xyxy,
           polygon offsets int64 (n + 1,) into the points, points float32 (m, 2)
@@ -34,8 +37,12 @@ COMPLETE_MARK = 0x31504D43  # b"CMP1" little-endian; anything else means "not co
 HEADER_NBYTES = 256
 SECTION_ALIGN = 64
 
-DTYPE_CODES = {1: np.dtype("<f4")}
+# Header ``dtype_code`` -> the arena's pixel type. A new code moves no byte: the layout
+# version stays, and a reader that does not know a code refuses the snapshot.
+DTYPE_CODES = {1: np.dtype("<f4"), 2: np.dtype("u1")}
 FLOAT32_CODE = 1
+UINT8_CODE = 2
+CODE_OF = {"float32": FLOAT32_CODE, "uint8": UINT8_CODE}  # the names of ``config.SNAPSHOT_DTYPES``
 
 # Field order is the byte order in the header. The mark has its own fixed offset
 # (``COMPLETE_OFFSET``) so that writing it is a single aligned 4-byte store.

@@ -1,4 +1,4 @@
-"""Preparation: decode a dataset once into a float32 snapshot in shared memory.
+"""Preparation: decode a dataset once into a snapshot (float32 centred, or uint8) in shared memory.
 
 Runs in the preparing process (``pixpool prepare``, the daemon at start-up), which owns
 every segment it creates and is itself one of the decoders, plus ``processes - 1``
@@ -8,8 +8,14 @@ it (``decode_worker.py``: the decode side, work sharing, the write path).
 Order of work, and why:
 1. Fingerprint the inputs (stat every image, hash annotation files and arrays). If a
    complete snapshot with that name exists, attach it and decode nothing.
-2. Start the workers (spawn): a fresh interpreter importing numpy and cv2 takes 0.2-0.5 s,
-   which overlaps steps 3-6 and this process's own decoding.
+2. Start the workers. Forked where this process runs no other Python thread (the CLI,
+   a daemon at start-up, a script): a worker is ready in milliseconds and costs no CPU
+   to start. Spawned otherwise: a fresh interpreter importing numpy and cv2 takes
+   0.15-0.5 s and ~0.15 s of CPU, which on 2 cores and 1024 records was ~8 % of the
+   whole preparation's CPU and left one core without a decoder meanwhile. Either way the
+   start overlaps steps 3-6 and this process's own decoding. A forked worker inherits
+   nothing it uses but the work share; it resets the signal handlers it inherits and dies
+   with this process (``decode_worker.worker_init``).
 3. Read every image's size from its header (Pillow; EXIF orientations 5-8 swap w/h) so the
    exact bytes are known before anything is decoded or allocated.
 4. Refuse (CapacityError) if /dev/shm or available memory cannot hold the total.
@@ -47,6 +53,7 @@ import os
 import signal
 import threading
 import time
+import warnings
 from concurrent.futures import FIRST_EXCEPTION, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
@@ -88,10 +95,12 @@ class PrepareResult:
     target_bytes: int
     index_bytes: int
     processes: int
+    dtype: str = "float32"
 
     def as_dict(self) -> dict:
         return {
             "snapshot": self.snapshot.name,
+            "dtype": self.dtype,
             "records": self.records,
             "image_bytes": self.image_bytes,
             "decoded_bytes": self.decoded_bytes,
@@ -176,7 +185,7 @@ def check_capacity(total_nbytes: int, *, imgsz: int) -> None:
 
 
 # -- the whole preparation ---------------------------------------------------------------------
-def _plan(records, imgsz: int):
+def _plan(records, imgsz: int, itemsize: int = 4):
     """Index rows, instance/point totals and segment sizes, from image headers only."""
     header_cache: dict[str, tuple[int, int]] = {}
     index = np.zeros(len(records), dtype=layout.INDEX_DTYPE)
@@ -193,7 +202,7 @@ def _plan(records, imgsz: int):
         rh, rw = decode.resized_hw(hw[0], hw[1], imgsz)
         k = len(rec.classes)
         index[i] = (offset, rh, rw, hw[0], hw[1], inst, k, pts)
-        offset += layout.image_nbytes(rh, rw)
+        offset += layout.image_nbytes(rh, rw, itemsize=itemsize)
         inst += k
         pts += sum(len(p) for p in rec.polygons)
         max_inst = max(max_inst, k)
@@ -207,6 +216,7 @@ def prepare_snapshot(
     *,
     imgsz: int = 640,
     processes: int = 2,
+    dtype: str = "float32",
     progress: bool = False,
     budget_nbytes: int | None = None,
     persist: bool = False,
@@ -222,15 +232,18 @@ def prepare_snapshot(
     While another live process prepares the same snapshot, this one waits up to ``wait_s``
     for it and attaches the result. ``budget_nbytes`` (``DaemonConfig.memory_budget_nbytes``) is
     the most the snapshot may take: a larger one is refused before anything is allocated,
-    or not re-attached."""
+    or not re-attached. ``dtype`` (``config.SNAPSHOT_DTYPES``) is the arena's pixel type:
+    ``float32`` centred, or ``uint8`` (the same integers + the fill, a quarter of the bytes);
+    it is part of the fingerprint, so only a snapshot of the same dtype is re-attached."""
     t0 = time.perf_counter()
     check_value("imgsz", "int", imgsz)
     check_value("processes", "int", processes)
+    check_value("dtype", "str", dtype)
     records = dataset.records
     if not records:
         raise SnapshotError("the dataset has no records; nothing to prepare")
     check_value("prepare_wait_s", "float", wait_s)
-    fp = fingerprint(dataset, imgsz=imgsz)
+    fp = fingerprint(dataset, imgsz=imgsz, dtype=dtype)
     base = base_name(fp)
     names = segment_names(fp)
     deadline = time.monotonic() + wait_s
@@ -245,7 +258,7 @@ def prepare_snapshot(
                     existing.close()
                     raise
                 return _result(existing, reused=True, seconds=time.perf_counter() - t0, processes=0)
-            return _build(dataset, imgsz=imgsz, processes=processes, progress=progress, persist=persist, lineage=lineage,
+            return _build(dataset, imgsz=imgsz, processes=processes, dtype=dtype, progress=progress, persist=persist, lineage=lineage,
                           fp=fp, base=base, names=names, t0=t0, budget_nbytes=budget_nbytes)
         except BeingPrepared as exc:
             # Another process prepares the same snapshot: wait for it and attach its
@@ -258,7 +271,7 @@ def prepare_snapshot(
             time.sleep(_WAIT_POLL_S)  # polling interval of a bounded wait for the other preparation
 
 
-def _build(dataset: Dataset, *, imgsz: int, processes: int, progress: bool, persist: bool, lineage: str | None,
+def _build(dataset: Dataset, *, imgsz: int, processes: int, dtype: str, progress: bool, persist: bool, lineage: str | None,
            fp: str, base: str, names: dict[str, str], t0: float, budget_nbytes: int | None = None) -> PrepareResult:
     """Prepare a new snapshot under ``base`` (module docstring, steps 2-7)."""
     records = dataset.records
@@ -272,16 +285,16 @@ def _build(dataset: Dataset, *, imgsz: int, processes: int, progress: bool, pers
         old_term = signal.signal(signal.SIGTERM, _raise_terminated)
     try:
         if workers > 0:
-            # Start the workers first: their start-up (a fresh interpreter importing numpy
-            # and cv2) overlaps the header reads, the allocation and this process's own
-            # decoding of the first records.
-            ctx = multiprocessing.get_context("spawn")
+            # Start the workers first: their start-up overlaps the header reads, the
+            # allocation and this process's own decoding of the first records.
+            ctx = decode_context()
             share = WorkShare(n, ctx)
             pool = _start_pool(ctx, workers, share)
         else:
             share = WorkShare(n)
         # Exact sizes from image headers, before decoding or allocating anything.
-        index, sections, sizes, max_inst = _plan(records, imgsz)
+        code = layout.CODE_OF[dtype]
+        index, sections, sizes, max_inst = _plan(records, imgsz, layout.DTYPE_CODES[code].itemsize)
         check_budget(sum(sizes.values()), budget_nbytes, what=f"the snapshot of {n} records", imgsz=imgsz)
         check_capacity(sum(sizes.values()), imgsz=imgsz)
         try:
@@ -300,7 +313,7 @@ def _build(dataset: Dataset, *, imgsz: int, processes: int, progress: bool, pers
         meta, tgt, img = created
         header = layout.Header(
             magic=layout.MAGIC, layout_version=layout.LAYOUT_VERSION, complete=0, records=n, instances=sections.instances,
-            points=sections.points, max_instances=max_inst, imgsz=imgsz, dtype_code=layout.FLOAT32_CODE, fill=float(FILL_VALUE),
+            points=sections.points, max_instances=max_inst, imgsz=imgsz, dtype_code=code, fill=float(FILL_VALUE),
             meta_nbytes=sizes["meta"], image_nbytes=sizes["img"], target_nbytes=sizes["tgt"],
             creator_pid=os.getpid(), created_unix=time.time(), fingerprint=fp, persist=int(bool(persist)), lineage=lineage or "",
         )  # fmt: skip
@@ -312,13 +325,13 @@ def _build(dataset: Dataset, *, imgsz: int, processes: int, progress: bool, pers
                   int(index[i]["orig_height"]), int(index[i]["orig_width"])) for i, rec in enumerate(records)]  # fmt: skip
         bar = _progress_bar(n, progress)
         try:
-            futures = [pool.submit(worker_decode, names["img"], tasks, imgsz) for _ in range(workers)] if pool else []
+            futures = [pool.submit(worker_decode, names["img"], tasks, imgsz, dtype) for _ in range(workers)] if pool else []
 
             def after_each() -> None:
                 _raise_worker_failure(futures, names["img"])
                 bar.update(share.done - bar.n)
 
-            decode_shared(share, names["img"], tasks, imgsz, after_each)
+            decode_shared(share, names["img"], tasks, imgsz, after_each, dtype=dtype)
             _wait_for_workers(share, futures, bar, names["img"])
         finally:
             bar.close()
@@ -360,13 +373,27 @@ def _build(dataset: Dataset, *, imgsz: int, processes: int, progress: bool, pers
     return _result(snap, reused=False, seconds=time.perf_counter() - t0, processes=processes)
 
 
+def decode_context():
+    """The multiprocessing context the decode workers start with: fork where this process
+    runs no other Python thread, else spawn (module docstring, step 2)."""
+    if threading.active_count() == 1 and "fork" in multiprocessing.get_all_start_methods():
+        return multiprocessing.get_context("fork")
+    return multiprocessing.get_context("spawn")
+
+
 def _start_pool(ctx, workers: int, share: WorkShare) -> ProcessPoolExecutor:
     # concurrent.futures rather than multiprocessing.Pool: a worker that dies (OOM killer,
     # failing initializer) breaks the executor and raises here, where Pool would respawn
     # it and wait forever.
     pool = ProcessPoolExecutor(workers, mp_context=ctx, initializer=worker_init, initargs=(os.getpid(), share))
-    for _ in range(workers):  # each submit to a pool without an idle worker spawns one
-        pool.submit(worker_started)
+    with warnings.catch_warnings():
+        # Python >= 3.12 warns at every fork while the process has other OS threads
+        # (CPython gh-100228); here those are only the idle pools numpy's OpenBLAS and
+        # OpenCV start at import (no Python thread runs: ``decode_context``), and the child
+        # runs nothing but imread, resize and pwrite before it exits.
+        warnings.filterwarnings("ignore", message=r".*is multi-threaded, use of fork\(\) may lead to deadlocks", category=DeprecationWarning)
+        for _ in range(workers):  # each submit to a pool without an idle worker starts one (fork: all at the first)
+            pool.submit(worker_started)
     return pool
 
 
@@ -432,7 +459,13 @@ def _raise_terminated(signum, frame):
 def _progress_bar(total: int, enabled: bool):
     from tqdm import tqdm
 
-    return tqdm(total=total, disable=not enabled, unit="img", desc="prepare", leave=False)
+    class _Bar(tqdm):
+        # No monitor thread: tqdm would start one at the first bar and keep it for the life
+        # of the process, and a live thread makes every later preparation here spawn its
+        # decode workers instead of forking them (``decode_context``).
+        monitor_interval = 0
+
+    return _Bar(total=total, disable=not enabled, unit="img", desc="prepare", leave=False)
 
 
 def _result(snap: Snapshot, *, reused: bool, seconds: float, processes: int) -> PrepareResult:
@@ -440,5 +473,5 @@ def _result(snap: Snapshot, *, reused: bool, seconds: float, processes: int) -> 
     nb = snap.nbytes
     return PrepareResult(
         snapshot=snap, reused=reused, seconds=seconds, records=len(snap), image_bytes=nb["img"],
-        decoded_bytes=decoded, target_bytes=nb["tgt"], index_bytes=nb["meta"], processes=processes,
+        decoded_bytes=decoded, target_bytes=nb["tgt"], index_bytes=nb["meta"], processes=processes, dtype=snap.dtype,
     )  # fmt: skip

@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import errno
 import hashlib
+import multiprocessing
 import os
+import threading
 import time
 
 import numpy as np
@@ -77,9 +79,12 @@ def _live_children() -> list[psutil.Process]:
     return out
 
 
-def test_records_written_by_a_worker_are_byte_identical(synthetic_data, monkeypatch):
+@pytest.mark.parametrize("method", ["fork", "spawn"])
+def test_records_written_by_a_worker_are_byte_identical(synthetic_data, monkeypatch, method):
+    # Forked where the preparing process runs one Python thread, spawned otherwise: both paths.
     dataset = load_dataset(synthetic_data.coco_json)
     one_checksum, one_image = _prepare_and_remove(dataset, 1)
+    monkeypatch.setattr(prepare, "decode_context", lambda: multiprocessing.get_context(method))
     seen = _hold_parent_until_workers_claimed(monkeypatch, 0)
     two_checksum, two_image = _prepare_and_remove(dataset, 2)
     assert seen["parent_wrote"] < len(dataset)  # the worker wrote the others
@@ -108,6 +113,18 @@ def test_worker_still_starting_at_the_end_is_stopped_cleanly(synthetic_data):
     two_checksum, _ = _prepare_and_remove(dataset, 2)
     assert two_checksum == one_checksum
     _wait_for(lambda: not _live_children(), 30, "the decode workers to exit")
+
+
+def test_workers_are_forked_only_while_no_other_python_thread_runs():
+    assert prepare.decode_context().get_start_method() == "fork", [t.name for t in threading.enumerate()]
+    stop = threading.Event()
+    other = threading.Thread(target=stop.wait, args=(30,))
+    other.start()
+    try:
+        assert prepare.decode_context().get_start_method() == "spawn"
+    finally:
+        stop.set()
+        other.join(30)
 
 
 def test_full_shm_at_the_write_is_a_capacity_error_and_rolls_back(synthetic_data, monkeypatch):

@@ -84,3 +84,10 @@ def test_dispatcher_sides():
     assert {n for n, c in COMMANDS.items() if c.module.startswith("server.")} == {"synth", "prepare", "ls", "clean", "serve", "keys"}
     assert {n for n, c in COMMANDS.items() if c.module.startswith("client.")} == {"digest", "status", "memory", "monitor", "plot", "train", "demo"}
     assert COMMANDS["digest"].module_for(["x", "--reference"]) == COMMANDS["digest"].module_for(["--in-process"]) == "server.commands.digest"
+
+
+@pytest.mark.parametrize("command", ["prepare", "serve", "digest"])
+def test_every_preparing_command_has_the_dtype_flag_with_its_choices(capsys, command):
+    text = " ".join(_help(capsys, command).split())
+    assert "--dtype float32|uint8" in text and "(default float32)" in text.rsplit("--dtype float32|uint8", 1)[1][:200]
+    assert DaemonConfig(data="x").dtype == "float32" and DaemonConfig(data="x", dtype="uint8").dtype == "uint8"
