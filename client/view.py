@@ -66,9 +66,9 @@ def trainers_table(st: dict) -> Table | Text:
 
 def workers_table(st: dict) -> Table:
     up = max(st["daemon"]["uptime_s"], 1e-9)
-    t = _table("worker", "pid", "state", "batches", "busy")
+    t = _table("worker", "pid", "state", "samples", "busy")
     for w in st["workers"]:
-        t.add_row(str(w["index"]), str(w["pid"]), w["state"], str(w["batches_done"]), f"{100 * w['busy_s'] / up:.0f}%")
+        t.add_row(str(w["index"]), str(w["pid"]), w["state"], str(w["samples_done"]), f"{100 * w['busy_s'] / up:.0f}%")
     return t
 
 
