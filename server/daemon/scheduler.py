@@ -45,7 +45,7 @@ from ...shared.errors import ProtocolError
 
 @dataclass(frozen=True)
 class Job:
-    """One part: sample positions ``start`` .. ``stop`` of ``batch`` into ``slot``."""
+    """One part: sample positions ``start`` .. ``stop`` of ``batch`` (of ``size`` samples) into ``slot``."""
 
     job_id: int
     trainer_id: int
@@ -55,6 +55,7 @@ class Job:
     slot: int
     start: int
     stop: int
+    size: int
 
 
 @dataclass(frozen=True)
@@ -243,7 +244,7 @@ class Scheduler:
             s.next_dispatch += 1
         start, stop = fill.todo.popleft()
         fill.out += 1
-        return Job(next(self._job_ids), s.trainer_id, s.generation, s.epoch, fill.batch, fill.slot, start, stop)
+        return Job(next(self._job_ids), s.trainer_id, s.generation, s.epoch, fill.batch, fill.slot, start, stop, fill.size)
 
     def retry(self, job: Job) -> None:
         """A worker died with ``job``: run it again before anything else (same slot, same samples)."""

@@ -240,9 +240,7 @@ class Daemon:
     # -- supervisor callbacks ----------------------------------------------------------------
     def _describe(self, job: Job) -> dict:
         t = self.sessions.trainers[job.trainer_id]
-        split = t.settings.split
-        size = self.renderer.batch_size_of(len(self.sources[split]), t.settings, job.epoch, job.batch)
-        return {"ring": t.ring.name, "split": split, "settings": t.settings_dict, "size": size}
+        return {"ring": t.ring.name, "split": t.settings.split, "settings": t.settings_dict, "size": job.size}
 
     def _done(self, job: Job, counts: list) -> None:
         for a in self.scheduler.complete(job, counts=counts):
