@@ -15,9 +15,18 @@ Arms (each with CPU HSV, then again with ``hsv_on_device``: HSV by
 
 Delivery overhead: seconds per batch from the ``ready`` message received to the tensor built
 (``Client(timings=...)``), against a plain ``np.copyto`` of the same image bytes, and
-against a batch's augmentation time (worker busy seconds / batches from ``pixpool status``).
+against a batch's augmentation time (worker busy seconds per sample from ``pixpool status``,
+times the batch size).
 
-Usage: ``python bench/serve.py [--data coco.json] [--imgsz 640] [--rounds 3] [--hsv cpu,device]``.
+Each daemon first serves one unmeasured epoch (its workers import the route on their first
+job). Per daemon arm also: ``first_batch_s``, the seconds from ``Client.epoch`` to its first
+batch (every worker idle before: how long one batch takes to render when all workers are
+free for it), and ``ring_nbytes``, the bytes of the ring the daemon made for the trainer
+(what each extra trainer costs the service), from ``pixpool status``.
+
+Usage: ``python bench/serve.py [--data coco.json] [--imgsz 640] [--rounds 3] [--hsv cpu,device]
+[--workers 1,2] [--epochs 1] [--no-loader]``. ``bench/serve_ab.py`` runs it against another
+checkout's code (a baseline) in alternating fresh processes.
 """
 
 from __future__ import annotations
@@ -90,16 +99,24 @@ def _consume(images, settings, epoch, samples):
     return int(images[0, 0, 0, 0])
 
 
-def run_daemon_arm(socket_dir: str, settings, epoch: int, timings: dict) -> tuple[float, int]:
+def run_daemon_arm(socket_dir: str, settings, epoch: int, timings: dict, epochs: int = 1) -> tuple[float, int]:
+    """Seconds and images for ``epochs`` epochs from ``epoch`` on; sets ``timings["first_batch_s"]``
+    (the first epoch's first batch, workers idle before) and ``timings["ring_nbytes"]``."""
     from pixpool.client.iterator import Client
+    from pixpool.client.status import query_status
 
     n = 0
     with Client(settings, socket_dir=socket_dir, timeout_s=300, as_torch=True, timings=timings) as c:
+        st = query_status(socket_dir, timeout_s=10.0)
+        timings["ring_nbytes"] = max(t["ring_nbytes"] for t in st["trainers"])
         t0 = time.perf_counter()
-        for b in c.epoch(epoch):
-            # Client applies device HSV itself when settings.hsv_on_device (as_torch).
-            int(b.images[0, 0, 0, 0])
-            n += len(b.samples)
+        for e in range(epoch, epoch + epochs):
+            for b in c.epoch(e):
+                if "first_batch_s" not in timings:
+                    timings["first_batch_s"] = time.perf_counter() - t0
+                # Client applies device HSV itself when settings.hsv_on_device (as_torch).
+                int(b.images[0, 0, 0, 0])
+                n += len(b.samples)
         return time.perf_counter() - t0, n
 
 
@@ -167,7 +184,11 @@ def main(argv=None) -> int:
     parser.add_argument("--batch-size", type=int, default=16)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--hsv", default="cpu,device", help="HSV modes to run: cpu, device or both (device HSV runs on the CPU without a GPU)")
+    parser.add_argument("--workers", default="1,2", help="daemon worker counts, comma-separated")
+    parser.add_argument("--epochs", type=int, default=1, help="epochs per measurement")
+    parser.add_argument("--no-loader", action="store_true", help="daemon arms only (no DataLoader arms, no uint8 cache)")
     args = parser.parse_args(argv)
+    worker_counts = [int(w) for w in args.workers.split(",") if w.strip()]
     modes = [m.strip() for m in args.hsv.split(",") if m.strip()]
     if not modes or set(modes) - {"cpu", "device"}:
         parser.error(f"--hsv {args.hsv!r}: use cpu, device or cpu,device")
@@ -182,10 +203,12 @@ def main(argv=None) -> int:
     dataset = load_dataset(args.data, args.images)
     prep = prepare_snapshot(dataset, imgsz=args.imgsz, processes=2)
     snap = prep.snapshot
-    cache = Uint8CacheSource(dataset, args.imgsz)
-    daemons = {w: _start_daemon(args.data, args.imgsz, w) for w in (1, 2)}
+    cache = None if args.no_loader else Uint8CacheSource(dataset, args.imgsz)
+    daemons = {w: _start_daemon(args.data, args.imgsz, w) for w in worker_counts}
     results: dict[str, list[float]] = {}
     deliver: dict[str, list[float]] = {}
+    first: dict[str, list[float]] = {}
+    ring_nbytes: dict[str, int] = {}
     loaders = {}
     try:
         for w, (_, d) in daemons.items():
@@ -193,21 +216,27 @@ def main(argv=None) -> int:
         for hsv_dev in [m == "device" for m in modes]:
             s = StreamSettings(seed=0, batch_size=args.batch_size, hsv_on_device=hsv_dev, augment=AugmentConfig(imgsz=args.imgsz))
             tag = "+hsv_on_device" if hsv_dev else ""
-            for lw in (0, 2):
+            for lw in () if args.no_loader else (0, 2):
                 loaders[lw] = make_loader(cache, s, lw)
+            for w, (_, d) in daemons.items():  # warm-up: workers import the route on their first job; not measured
+                run_daemon_arm(d, s, 10_000, {}, 1)
             for r in range(args.rounds):
                 for w, (_, d) in daemons.items():
                     timings: dict = {}
-                    secs, n = run_daemon_arm(d, s, r, timings)
+                    secs, n = run_daemon_arm(d, s, r * args.epochs, timings, args.epochs)
                     results.setdefault(f"daemon-{w}w{tag}", []).append(n / secs)
                     deliver.setdefault(f"daemon-{w}w{tag}", []).append(timings["deliver_s"] / timings["batches"])
+                    first.setdefault(f"daemon-{w}w{tag}", []).append(timings["first_batch_s"])
+                    ring_nbytes[f"daemon-{w}w{tag}"] = timings["ring_nbytes"]
                 for lw, (_, loader) in loaders.items():
                     secs, n = run_loader_arm(loader, s)
                     results.setdefault(f"dataloader-{lw}w{tag}", []).append(n / secs)
             loaders.clear()
-        # Augmentation time per batch, from the workers' own accounting.
-        st = query_status(daemons[2][1])
-        aug_s = sum(w["busy_s"] for w in st["workers"]) / max(1, sum(w["batches_done"] for w in st["workers"]))
+        # Augmentation time per batch, from the workers' own accounting (per sample since
+        # workers render parts of batches; older daemons count whole batches).
+        st = query_status(daemons[max(daemons)][1])
+        done = sum(w["samples_done"] if "samples_done" in w else w["batches_done"] * args.batch_size for w in st["workers"])
+        aug_s = sum(w["busy_s"] for w in st["workers"]) / max(1, done) * args.batch_size
         # A plain copy of the same image bytes.
         src = np.empty((args.batch_size, 3, args.imgsz, args.imgsz), np.uint8)
         src[...] = 7
@@ -228,7 +257,10 @@ def main(argv=None) -> int:
     report = {
         "imgsz": args.imgsz, "batch_size": args.batch_size, "rounds": args.rounds, "records": len(dataset),
         "img_per_s": {k: round(v, 1) for k, v in med.items()},
-        "ratio_daemon_vs_dataloader_same_workers": {
+        "img_per_s_runs": {k: [round(x, 1) for x in v] for k, v in results.items()},
+        "first_batch_s": {k: round(statistics.median(v), 4) for k, v in first.items()},
+        "ring_nbytes": ring_nbytes,
+        "ratio_daemon_vs_dataloader_same_workers": {} if args.no_loader or not {1, 2} <= set(daemons) else {
             tag or "cpu_hsv": {"1w_vs_0w": round(med[f"daemon-1w{tag}"] / med[f"dataloader-0w{tag}"], 2), "2w_vs_2w": round(med[f"daemon-2w{tag}"] / med[f"dataloader-2w{tag}"], 2)}
             for tag in [("+hsv_on_device" if m == "device" else "") for m in modes]
         },

@@ -31,8 +31,9 @@ class SlotReader:
     def arrays(self, msg: dict, frames: list) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         size, n_t, slot = msg["size"], msg["n_targets"], msg["slot"]
         header = self.ring.read_header(slot)
-        if header[:4] != (msg["epoch"], msg["batch"], size, n_t):
-            raise ProtocolError(f"slot {slot} holds epoch/batch/size/targets {header[:4]}, announced {(msg['epoch'], msg['batch'], size, n_t)}")
+        announced = (msg["epoch"], msg["batch"], size, n_t, msg["generation"])
+        if header != announced:
+            raise ProtocolError(f"slot {slot} holds epoch/batch/size/targets/generation {header}, announced {announced}")
         return self.ring.images(slot, size), self.ring.targets(slot, n_t), self.ring.samples(slot, size)
 
     def close(self) -> None:

@@ -38,6 +38,7 @@ from ..shared import endpoint as ep
 from ..shared import protocol as proto
 from ..shared.config import StreamSettings
 from ..shared.errors import ConfigError, DaemonStopped, DaemonTimeout, PixpoolError, ProtocolError
+from ..shared.ring import DEFAULT_SLOTS
 from ._torch import require_torch
 from .delivery import delivery_for, open_reader
 
@@ -72,7 +73,7 @@ class Client:
         endpoint: str | None = None,
         keys_dir: str | os.PathLike | None = None,
         timeout_s: float = 60.0,
-        slots: int = 4,
+        slots: int = DEFAULT_SLOTS,
         as_torch: bool | None = None,
         device: Any = None,
         heartbeat_interval_s: float = 1.0,

@@ -30,6 +30,7 @@ from typing import Any, Iterator
 
 from ..shared.config import AugmentConfig, StreamSettings
 from ..shared.errors import ConfigError
+from ..shared.ring import DEFAULT_SLOTS
 from ..shared.sampler import num_batches
 from ._torch import require_torch
 from .iterator import Client
@@ -132,7 +133,7 @@ class Loader:
 def attach(socket_dir: str | os.PathLike | None = None, *, batch_size: int = 16, seed: int = 0, imgsz: int = 640,
            rank: int | None = None, world_size: int | None = None, shuffle: bool | None = None, drop_last: bool = False,
            start_epoch: int = 0, hsv_on_device: bool = False, split: str = "train", endpoint: str | None = None,
-           keys_dir: str | os.PathLike | None = None, device: Any = None, timeout_s: float = 60.0, slots: int = 4, **augment: Any) -> Loader:
+           keys_dir: str | os.PathLike | None = None, device: Any = None, timeout_s: float = 60.0, slots: int = DEFAULT_SLOTS, **augment: Any) -> Loader:
     """A DataLoader-like view of the daemon's stream (see module docstring).
 
     ``augment`` takes every ``AugmentConfig`` field (``mosaic``, ``degrees``, ``copy_paste``,

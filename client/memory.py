@@ -93,7 +93,7 @@ def memory_report(status: dict) -> dict:
     not_held = sum(max(0, segs[s]["resident_bytes"] - held_by_service[s]) for s in service_segs)
     service = service_own + not_held
     rings = [{"trainer_id": t["trainer_id"], "pid": t["pid"], "host": t["host"], "local": t["delivery"] == proto.DELIVERY_SHM,
-              "ring": name, "bytes": segs[name]["bytes"] if name in segs else 0} for name, t in ring_of.items()]
+              "ring": name, "slots": t.get("slots", 0), "bytes": segs[name]["bytes"] if name in segs else 0} for name, t in ring_of.items()]
     ring_bytes = sum(segs[r]["resident_bytes"] for r in ring_segs)
     decoded = int(snap.get("decoded_bytes", 0))
     n = len(status["trainers"])
@@ -109,13 +109,14 @@ def memory_report(status: dict) -> dict:
         "decoded_bytes": decoded,
         "rings": rings,
         "ring_bytes": ring_bytes,
+        "ring_bytes_per_trainer": ring_bytes // n if n else None,
         "processes": procs,
         "service_pss_bytes": service,
         "trainers_pss_bytes": trainers_own,
         "total_pss_bytes": service + trainers_own,
         "trainers": n,
         "uint8_caches_bytes": n * decoded,
-        "break_even_trainers": break_even(service - ring_bytes, ring_bytes / n if n else None, decoded),
+        "break_even_trainers": break_even(service - ring_bytes, ring_bytes // n if n else None, decoded),
         "shm": shm_figures(),
         "segments": segs,
     }

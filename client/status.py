@@ -30,7 +30,7 @@ def format_status(st: dict) -> str:
         f"({human_bytes(s.get('image_bytes', 0))} of images)" + (" (re-attached)" if s.get("reused") else ""),
         *[f"validation: snapshot {v.get('name', '?')}: {v['records']} records" for k, v in st.get("splits", {}).items() if k == "val"],
         "",
-        format_table([[w["index"], w["pid"], w["state"], w["batches_done"], w["busy_s"]] for w in st["workers"]], ["worker", "pid", "state", "batches done", "busy s"]),
+        format_table([[w["index"], w["pid"], w["state"], w["samples_done"], w["busy_s"]] for w in st["workers"]], ["worker", "pid", "state", "samples done", "busy s"]),
         "",
     ]
     if st["trainers"]:

@@ -26,7 +26,9 @@ def memory_lines(mem: dict) -> Text:
     """Retained against decoded, the break-even line, /dev/shm."""
     decoded, n = mem["decoded_bytes"], mem["trainers"]
     out = Text()
-    out.append(f"snapshot retained {human_bytes(mem['snapshot_bytes'])} ({mem['dtype']}), batch rings {human_bytes(mem['ring_bytes'])}\n")
+    per = mem.get("ring_bytes_per_trainer")
+    each = f" ({human_bytes(per)} per trainer)" if per else ""
+    out.append(f"snapshot retained {human_bytes(mem['snapshot_bytes'])} ({mem['dtype']}), batch rings {human_bytes(mem['ring_bytes'])}{each}\n")
     out.append(f"decoded uint8 cache of the same images: {human_bytes(decoded)} once")
     if n:
         out.append(f", {human_bytes(mem['uint8_caches_bytes'])} if each of the {n} trainer(s) kept its own")
@@ -66,9 +68,9 @@ def trainers_table(st: dict) -> Table | Text:
 
 def workers_table(st: dict) -> Table:
     up = max(st["daemon"]["uptime_s"], 1e-9)
-    t = _table("worker", "pid", "state", "batches", "busy")
+    t = _table("worker", "pid", "state", "samples", "busy")
     for w in st["workers"]:
-        t.add_row(str(w["index"]), str(w["pid"]), w["state"], str(w["batches_done"]), f"{100 * w['busy_s'] / up:.0f}%")
+        t.add_row(str(w["index"]), str(w["pid"]), w["state"], str(w["samples_done"]), f"{100 * w['busy_s'] / up:.0f}%")
     return t
 
 

@@ -35,10 +35,11 @@ Operations (-> daemon, <- trainer):
 The daemon and its augmentation workers speak the same way over their pipes (msgpack
 maps, validated by ``decode_pipe``; nothing unpickled after start-up):
 
-- daemon -> worker: ``job`` {job, ring, split, slot, settings, epoch, batch, size}: render
-  that batch of that split's source into that slot; ``forget`` {ring}: close that ring (its trainer left); ``stop``.
-- worker -> daemon: ``hello`` {pid, index} once ready; ``done`` {job, size, n_targets,
-  seconds}; ``failed`` {job, error}.
+- daemon -> worker: ``job`` {job, ring, split, slot, settings, epoch, batch, size, start,
+  stop}: render sample positions ``start .. stop`` of that batch (of ``size`` samples) of
+  that split's source into those positions of that slot; ``forget`` {ring}: close that ring (its trainer left); ``stop``.
+- worker -> daemon: ``hello`` {pid, index} once ready; ``done`` {job, counts (target rows
+  of each sample of the part), seconds}; ``failed`` {job, error}.
 
 Every request is at most ``MAX_FRAME_BYTES``: a control message is a few hundred bytes, so a
 larger one is refused before msgpack sees it. Replies may be up to ``MAX_REPLY_BYTES``: a
@@ -214,11 +215,11 @@ def as_error(msg: dict[str, Any]) -> str:
 
 # -- the daemon <-> worker pipes ------------------------------------------------------------
 _PIPE_SCHEMA: dict[str, dict[str, tuple[type, ...]]] = {
-    "job": {"job": _INT, "ring": _STR, "split": _STR, "slot": _INT, "settings": _MAP, "epoch": _INT, "batch": _INT, "size": _INT},
+    "job": {"job": _INT, "ring": _STR, "split": _STR, "slot": _INT, "settings": _MAP, "epoch": _INT, "batch": _INT, "size": _INT, "start": _INT, "stop": _INT},
     "forget": {"ring": _STR},
     "stop": {},
     "hello": {"pid": _INT, "index": _INT},
-    "done": {"job": _INT, "size": _INT, "n_targets": _INT, "seconds": (float, int)},
+    "done": {"job": _INT, "counts": (list,), "seconds": (float, int)},
     "failed": {"job": _INT, "error": _STR},
 }
 
@@ -238,4 +239,6 @@ def decode_pipe(frame: bytes) -> dict[str, Any]:
     if op not in _PIPE_SCHEMA:
         raise ProtocolError(f"unknown pipe op {op!r}; expected one of {sorted(_PIPE_SCHEMA)}")
     _check_fields(op, msg, _PIPE_SCHEMA[op])
+    if op == "done" and not all(isinstance(c, int) and not isinstance(c, bool) and 0 <= c < _INT_LIMIT for c in msg["counts"]):
+        raise ProtocolError(f"op 'done': field 'counts' must be a list of target-row counts (integers >= 0), got {msg['counts']!r:.200}")
     return msg

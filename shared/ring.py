@@ -2,22 +2,35 @@
 
 Who runs what: the daemon creates the ring when a trainer attaches (``Ring.create``) and is
 the only process that unlinks it (on detach, trainer death or shutdown). Workers attach it
-by name and render a batch straight into a slot; the trainer attaches it by name and reads
-slots in place. Nobody else writes it.
+by name and render *parts* of a batch (runs of sample positions) straight into a slot, all
+workers into the same slot at once; the daemon, once every part of a slot is in, packs the
+targets and writes the slot header, then announces it. The trainer attaches the ring by
+name and reads slots in place. Nobody else writes it.
 
 Layout (all offsets 64-byte aligned, slots 4096-byte aligned)::
 
     ring header (4096 bytes): magic b"PXRING01", then int64 slots, slot_nbytes, batch_size,
                               imgsz, max_targets
     slot k at 4096 + k * slot_nbytes:
-        slot header (64 bytes): int64 epoch, batch, size, n_targets, job  (written last)
+        slot header (64 bytes): int64 epoch, batch, size, n_targets, generation
+                                (written last, by the daemon, once per announcement)
         images   uint8   (batch_size, 3, imgsz, imgsz)   RGB, C-contiguous
-        targets  float32 (max_targets, 6)                (batch_index, class, cx, cy, w, h)
+        targets  float32 (batch_size * per_sample, 6)    (batch_index, class, cx, cy, w, h)
         samples  int64   (batch_size,)
 
+Targets: while a slot is rendered, sample position p owns rows ``p * per_sample`` onwards
+(``per_sample = ceil(max_targets / batch_size)``), so workers write their samples' rows
+without knowing how many rows the samples before them have. ``pack_targets`` then moves
+every sample's rows down to follow the previous sample's (in place, in sample order: a
+destination never lies after its source), so the trainer reads ``n_targets`` contiguous
+rows in sample order, as if one process had rendered the whole batch.
+
 Backpressure is credit based and lives in the daemon's scheduler: a slot is either free
-(the daemon may give it to a worker), rendering, announced, or held by the trainer until it
-sends ``release``. K bounds the memory one trainer costs: exactly ``nbytes`` of this segment.
+(the daemon may give its parts to workers), rendering, announced, or held by the trainer
+until it sends ``release``. Every worker fills the same slot, so a trainer needs no slot
+per worker: ``DEFAULT_SLOTS`` = ``MAX_SLOTS`` = 3 (one read by the trainer, one rendered,
+one finished or starting), and a trainer costs the service exactly ``nbytes`` of this
+segment: 3 batches of images plus their target rows, samples and headers.
 
 The segment is a ``shared.shm.SharedSegment`` (a file under /dev/shm, never registered with
 multiprocessing's resource tracker: bpo-39959). Its whole size is reserved at creation,
@@ -47,8 +60,11 @@ RING_HEADER_NBYTES = 4096
 SLOT_HEADER_NBYTES = 64
 _HEADER = struct.Struct("<8s5q")
 _SLOT_HEADER = struct.Struct("<5q")
-# A ring holds at least two slots (one being read, one being written) and at most 64.
-MIN_SLOTS, MAX_SLOTS = 2, 64
+# A ring holds at least two slots (one being read, one being written) and at most three:
+# all workers render into one slot together, so a third only covers the hand-over between
+# batches; more would cost a batch of memory each and feed the trainer no faster.
+MIN_SLOTS, MAX_SLOTS = 2, 3
+DEFAULT_SLOTS = 3
 
 
 def _align(n: int, to: int) -> int:
@@ -70,7 +86,7 @@ class RingLayout:
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ConfigError(f"ring layout field {name!r} must be a positive integer, got {value!r}")
         if not MIN_SLOTS <= self.slots <= MAX_SLOTS:
-            raise ConfigError(f"ring of {self.slots} slots: use {MIN_SLOTS} to {MAX_SLOTS} (each slot holds one whole batch)")
+            raise ConfigError(f"ring of {self.slots} slots: use {MIN_SLOTS} to {MAX_SLOTS} (each slot holds one whole batch, which all workers render together)")
 
     @property
     def images_nbytes(self) -> int:
@@ -85,8 +101,18 @@ class RingLayout:
         return _align(self.images_offset + self.images_nbytes, 64)
 
     @property
+    def per_sample(self) -> int:
+        """Target rows each sample position may fill while the slot is rendered."""
+        return -(-self.max_targets // self.batch_size)
+
+    @property
+    def target_rows(self) -> int:
+        """Rows of a slot's target area (>= ``max_targets``): ``batch_size`` regions of ``per_sample``."""
+        return self.batch_size * self.per_sample
+
+    @property
     def samples_offset(self) -> int:
-        return _align(self.targets_offset + self.max_targets * 6 * 4, 64)
+        return _align(self.targets_offset + self.target_rows * 6 * 4, 64)
 
     @property
     def slot_nbytes(self) -> int:
@@ -167,10 +193,37 @@ class Ring:
         return self._buf[start : start + n * 3 * lay.imgsz * lay.imgsz].reshape(n, 3, lay.imgsz, lay.imgsz)
 
     def targets(self, slot: int, n_targets: int | None = None) -> np.ndarray:
+        """The first ``n_targets`` rows of a slot's target area (all of it by default)."""
         lay = self.layout
-        n = lay.max_targets if n_targets is None else n_targets
+        n = lay.target_rows if n_targets is None else n_targets
+        if not 0 <= n <= lay.target_rows:
+            raise IndexError(f"{n} target rows asked of ring {self.name}, whose slots hold {lay.target_rows}")
         start = self._slot_base(slot) + lay.targets_offset
         return self._buf[start : start + n * 24].view(np.float32).reshape(n, 6)
+
+    def sample_targets(self, slot: int, position: int, n_targets: int) -> np.ndarray:
+        """Rows of sample ``position`` while the slot is rendered (before ``pack_targets``)."""
+        lay = self.layout
+        if not 0 <= position < lay.batch_size or not 0 <= n_targets <= lay.per_sample:
+            raise IndexError(f"sample {position} with {n_targets} target rows: ring {self.name} holds {lay.per_sample} rows for each of {lay.batch_size} samples")
+        start = self._slot_base(slot) + lay.targets_offset + position * lay.per_sample * 24
+        return self._buf[start : start + n_targets * 24].view(np.float32).reshape(n_targets, 6)
+
+    def pack_targets(self, slot: int, counts: list[int]) -> int:
+        """Move each sample's rows (``counts[p]`` at position p's region) to follow the rows
+        of the samples before it; returns the total. Runs in the daemon, once every part
+        of the slot is in and before the header is written."""
+        lay = self.layout
+        if len(counts) > lay.batch_size or any(not 0 <= c <= lay.per_sample for c in counts):
+            raise ValueError(f"target counts {list(counts)} do not fit ring {self.name}: {lay.batch_size} samples of at most {lay.per_sample} rows")
+        area = self.targets(slot)
+        n = 0
+        for p, c in enumerate(counts):
+            src = p * lay.per_sample
+            if c and src != n:  # n <= src: never overwrites rows not yet moved
+                area[n : n + c] = area[src : src + c]
+            n += c
+        return n
 
     def samples(self, slot: int, size: int | None = None) -> np.ndarray:
         lay = self.layout
@@ -178,12 +231,12 @@ class Ring:
         start = self._slot_base(slot) + lay.samples_offset
         return self._buf[start : start + n * 8].view(np.int64)
 
-    def write_header(self, slot: int, *, epoch: int, batch: int, size: int, n_targets: int, job: int) -> None:
+    def write_header(self, slot: int, *, epoch: int, batch: int, size: int, n_targets: int, generation: int) -> None:
         base = self._slot_base(slot)
-        self._buf[base : base + _SLOT_HEADER.size] = np.frombuffer(_SLOT_HEADER.pack(epoch, batch, size, n_targets, job), np.uint8)
+        self._buf[base : base + _SLOT_HEADER.size] = np.frombuffer(_SLOT_HEADER.pack(epoch, batch, size, n_targets, generation), np.uint8)
 
     def read_header(self, slot: int) -> tuple[int, int, int, int, int]:
-        """(epoch, batch, size, n_targets, job) as the worker last wrote them."""
+        """(epoch, batch, size, n_targets, generation) as the daemon last announced them."""
         base = self._slot_base(slot)
         return _SLOT_HEADER.unpack(self._buf[base : base + _SLOT_HEADER.size].tobytes())
 

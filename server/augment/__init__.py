@@ -8,7 +8,7 @@ holds is the stream contract both sides share: ``pixpool.shared.rng`` and
 ``pixpool.shared.sampler``.
 """
 
-from .batch import Batch, max_targets, render_batch
+from .batch import Batch, Part, max_targets, render_batch, render_range
 from .sample import render_sample
 
-__all__ = ["Batch", "max_targets", "render_batch", "render_sample"]
+__all__ = ["Batch", "Part", "max_targets", "render_batch", "render_range", "render_sample"]

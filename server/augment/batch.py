@@ -126,3 +126,58 @@ def _output(images_out: np.ndarray | None, count: int, size: int) -> np.ndarray:
     if not images_out.flags.c_contiguous:
         raise ConfigError("images_out must be C-contiguous (a ring slot or np.empty)")
     return images_out[:count]
+
+
+@dataclass
+class Part:
+    """Sample positions ``start .. stop`` of one batch (``render_range``)."""
+
+    images: np.ndarray  # uint8 (stop - start, 3, S, S)
+    targets: np.ndarray  # float32 (n, 6), batch_index = position in the whole batch
+    counts: np.ndarray  # int64 (stop - start,): target rows of each position
+    samples: np.ndarray  # int64 (stop - start,): record indices
+
+
+def render_range(
+    source: ImageSource,
+    settings: StreamSettings,
+    epoch: int,
+    batch: int,
+    start: int,
+    stop: int,
+    *,
+    images_out: np.ndarray | None = None,
+    timings: dict[str, float] | None = None,
+) -> Part:
+    """Sample positions ``start .. stop`` of batch ``batch`` of ``epoch``: what an
+    augmentation worker renders when all workers fill one ring slot together.
+
+    The same per-sample pieces as ``render_batch`` (``render``, ``write_image``, ``pack``),
+    so any split of a batch into ranges, concatenated, is byte for byte ``render_batch``'s
+    batch (tests/unit/test_augment_range.py). ``images_out``: uint8 C-contiguous
+    (>= stop - start, 3, S, S), e.g. those positions of a ring slot.
+    """
+    cfg = settings.augment
+    size = cfg.imgsz
+    if source.imgsz != size:
+        raise ConfigError(f"the source is prepared at imgsz {source.imgsz} but the stream asks for imgsz {size}; prepare at {size} or set imgsz={source.imgsz}")
+    every = batch_samples(len(source), settings, epoch, batch)
+    if not 0 <= start <= stop <= len(every):
+        raise ConfigError(f"samples {start}..{stop} of batch {batch}, which has {len(every)}; use 0 <= start <= stop <= {len(every)}")
+    samples = every[start:stop]
+    images = _output(images_out, len(samples), size)
+    apply_hsv = cfg.augment and not settings.hsv_on_device
+    counts = np.zeros(len(samples), dtype=np.int64)
+    rows: list[np.ndarray] = []
+    for i, index in enumerate(samples.tolist()):
+        pending = render(source, index, settings, epoch, timings=timings)
+        gains = hsv_gains(settings.seed, epoch, index, cfg.hsv_h, cfg.hsv_s, cfg.hsv_v) if apply_hsv else None
+        write_image(pending, images[i], gains, timings=timings)
+        packed = pack(pending.labels, size)
+        row = np.empty((len(packed), 6), dtype=np.float32)
+        row[:, 0] = start + i
+        row[:, 1:] = packed
+        rows.append(row)
+        counts[i] = len(packed)
+    targets = np.concatenate(rows) if rows else np.zeros((0, 6), np.float32)
+    return Part(images, targets, counts, samples)

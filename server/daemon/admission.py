@@ -182,7 +182,9 @@ def ring_for(msg: dict, settings: StreamSettings, *, source, renderer, remote: b
                           f"set augment.imgsz={source.imgsz} or serve another snapshot", field="imgsz")
     slots = msg["slots"]
     if not MIN_SLOTS <= slots <= MAX_SLOTS:
-        raise ConfigError(f"slots {slots} is out of range; use {MIN_SLOTS} to {MAX_SLOTS}", field="slots")
+        raise ConfigError(
+            f"slots {slots} is out of range; use {MIN_SLOTS} to {MAX_SLOTS} (all workers render into one slot together, so {MAX_SLOTS} keep a trainer fed whatever the worker count)", field="slots"
+        )
     if msg["delivery"] not in proto.DELIVERIES:
         raise ConfigError(f"delivery {msg['delivery']!r}: use {proto.DELIVERY_SHM!r} (same machine) or {proto.DELIVERY_FRAMES!r} (TCP)")
     if msg["delivery"] == proto.DELIVERY_SHM and remote:

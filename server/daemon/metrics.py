@@ -94,10 +94,10 @@ class _Collector:
             wait.add_metric([tid], t.get("data_wait_s", 0.0))
         yield from (ring, batches, images, wait)
         busy = CounterMetricFamily("pixpool_worker_busy_seconds", "Seconds each augmentation worker spent rendering", labels=["worker"])
-        done = CounterMetricFamily("pixpool_worker_batches", "Batches each augmentation worker rendered", labels=["worker"])
+        done = CounterMetricFamily("pixpool_worker_samples", "Samples each augmentation worker rendered", labels=["worker"])
         for w in st["workers"]:
             busy.add_metric([str(w["index"])], w["busy_s"])
-            done.add_metric([str(w["index"])], w["batches_done"])
+            done.add_metric([str(w["index"])], w["samples_done"])
         yield from (busy, done)
         vfs = os.statvfs(SHM_DIR)
         yield GaugeMetricFamily("pixpool_shm_free_bytes", "Free bytes in /dev/shm", value=vfs.f_bavail * vfs.f_frsize)

@@ -12,9 +12,15 @@ A renderer module provides:
 
 - ``num_batches(num_records, settings, epoch) -> int``
 - ``batch_size_of(num_records, settings, epoch, batch) -> int``
-- ``max_targets(max_instances, settings) -> int``
-- ``render(source, settings, epoch, batch, images_out) -> (targets float32 (n,6), samples int64 (b,))``
-  writing the uint8 (b, 3, S, S) images into ``images_out``.
+- ``max_targets(max_instances, settings) -> int``: target rows a batch may have (the ring
+  gives each sample position ``ceil(max_targets / batch_size)`` of them)
+- ``render_range(source, settings, epoch, batch, start, stop, images_out) -> (targets
+  float32 (n, 6), counts int (stop - start,), samples int64 (stop - start,))``: sample
+  positions ``start .. stop`` of the batch, writing their uint8 (stop - start, 3, S, S)
+  images into ``images_out``; ``targets`` are their rows in sample order with
+  ``batch_index`` = the position in the whole batch, ``counts[i]`` the rows of position
+  ``start + i``. The bytes must not depend on the range: every split of a batch into
+  ranges gives, concatenated, the whole batch (the daemon splits by its worker count).
 """
 
 from __future__ import annotations
@@ -54,11 +60,11 @@ def max_targets(max_instances: int, settings) -> int:
     return int(_max_targets(max_instances, settings))
 
 
-def render(source, settings, epoch: int, batch: int, images_out: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    from ..augment.batch import render_batch
+def render_range(source, settings, epoch: int, batch: int, start: int, stop: int, images_out: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    from ..augment.batch import render_range as _render_range
 
-    out = render_batch(source, settings, epoch, batch, images_out=images_out)
+    out = _render_range(source, settings, epoch, batch, start, stop, images_out=images_out)
     if not np.shares_memory(out.images, images_out):
         # The route could not write in place (it should); keep the slot correct anyway.
         images_out[...] = out.images
-    return out.targets, out.samples
+    return out.targets, out.counts, out.samples

@@ -9,8 +9,10 @@ wires four parts together and owns none of their details:
 - ``supervisor.Supervisor``: the augmentation worker processes;
 - ``metrics.Metrics`` (with ``metrics_port``): the Prometheus endpoint, fed the status reply
   every liveness tick; ``admission.ShmWatch`` warns when /dev/shm runs low;
-- ``scheduler.Scheduler``: which batch goes to which worker and slot, announced in order;
-  ``delivery`` sends each announced batch the trainer's way.
+- ``scheduler.Scheduler``: which part of which batch goes to which worker and slot (all
+  workers fill one slot together), announced in order; once every part of a slot is in,
+  the daemon packs its targets and writes its header (the one write the daemon makes into
+  a ring, exactly once per announcement), and ``delivery`` sends it the trainer's way.
 
 The loop is single-threaded: one ``zmq.Poller`` watches the sockets and every worker's
 pipe. Each turn it 1. handles trainer messages (``shared.protocol``; anything malformed
@@ -79,7 +81,7 @@ class Daemon:
         self.pid = os.getpid()
         self.host = _socket.gethostname()
         self.started = time.monotonic()
-        self.scheduler = Scheduler()
+        self.scheduler = Scheduler(parts=config.workers)
         self.sessions = Sessions(self.pid, self.scheduler, heartbeat_timeout_s=config.heartbeat_timeout_s, on_detach=self._forget_ring)
         self.supervisor: Supervisor | None = None
         self.listener: admission.Listener | None = None
@@ -208,8 +210,9 @@ class Daemon:
             if msg["epoch"] < 0 or msg["batch"] < 0:
                 raise ProtocolError(f"start at epoch {msg['epoch']} batch {msg['batch']}: both must be >= 0")
             t.sock, t.identity = sock, identity
-            n = self.renderer.num_batches(len(self.sources[t.settings.split]), t.settings, msg["epoch"])
-            self.scheduler.start(t.trainer_id, epoch=msg["epoch"], batch=msg["batch"], num_batches=n)
+            records, settings, epoch = len(self.sources[t.settings.split]), t.settings, msg["epoch"]
+            n = self.renderer.num_batches(records, settings, epoch)
+            self.scheduler.start(t.trainer_id, epoch=epoch, batch=msg["batch"], num_batches=n, size_of=lambda b: self.renderer.batch_size_of(records, settings, epoch, b))
             delivery.send(sock, identity, proto.encode("started", trainer_id=t.trainer_id, epoch=msg["epoch"], batch=msg["batch"], num_batches=n))
         elif op == "release":
             try:
@@ -237,13 +240,16 @@ class Daemon:
     # -- supervisor callbacks ----------------------------------------------------------------
     def _describe(self, job: Job) -> dict:
         t = self.sessions.trainers[job.trainer_id]
-        split = t.settings.split
-        size = self.renderer.batch_size_of(len(self.sources[split]), t.settings, job.epoch, job.batch)
-        return {"ring": t.ring.name, "split": split, "settings": t.settings_dict, "size": size}
+        return {"ring": t.ring.name, "split": t.settings.split, "settings": t.settings_dict, "size": job.size}
 
-    def _done(self, job: Job, size: int, n_targets: int) -> None:
-        for a in self.scheduler.complete(job, size=size, n_targets=n_targets):
-            delivery.announce(self.sessions.trainers[a.trainer_id], a)
+    def _done(self, job: Job, counts: list) -> None:
+        for a in self.scheduler.complete(job, counts=counts):
+            t = self.sessions.trainers[a.trainer_id]
+            # Every part is in and every duplicate of one was killed (supervisor): nothing
+            # writes this slot any more. Pack, then the header, then announce, once.
+            t.ring.pack_targets(a.slot, list(a.counts))
+            t.ring.write_header(a.slot, epoch=a.epoch, batch=a.batch, size=a.size, n_targets=a.n_targets, generation=a.generation)
+            delivery.announce(t, a)
 
     def _failed(self, job: Job, worker_pid: int, error: str) -> None:
         t = self.sessions.trainers.get(job.trainer_id)

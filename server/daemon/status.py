@@ -15,8 +15,8 @@ from ...shared import protocol as proto
 def build_status(d) -> dict:
     """The ``status`` reply: daemon, snapshot, workers and trainers (plain msgpack types)."""
     now = time.monotonic()
-    workers = [{"index": w.index, "pid": w.pid, "state": w.state, "batches_done": w.batches_done, "busy_s": round(w.busy_s, 3), "ready_s": round(w.ready_s, 3)}
-               for w in d.supervisor.workers]
+    workers = [{"index": w.index, "pid": w.pid, "state": w.state, "parts_done": w.parts_done, "samples_done": w.samples_done, "busy_s": round(w.busy_s, 3),
+                "ready_s": round(w.ready_s, 3)} for w in d.supervisor.workers]
     trainers = []
     for t in d.sessions.trainers.values():
         s = d.scheduler.streams[t.trainer_id]

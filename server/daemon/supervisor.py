@@ -1,21 +1,25 @@
-"""Worker supervision: start the augmentation workers, hand them jobs, replace the dead.
+"""Worker supervision: start the augmentation workers, hand them jobs (batch parts), replace the dead.
 
 Runs in the daemon process, inside its single-threaded loop (``service.py``). It owns the
 worker processes and the daemon's end of their pipes; the workers run ``worker.py``.
 
 - Workers are spawned one by one (``spawn`` context) and appended as they start, so a
   failure half-way still leaves every started one to ``stop``.
-- A free, ready worker takes the scheduler's next job; its result comes back over the pipe
-  (``done``/``failed``, see ``shared/protocol.py``) and goes to the daemon's callbacks.
-- Stragglers: a job that has run longer than ``straggler_factor`` times the median of
-  the recently measured job times (and at least ``straggler_min_s``) is given to an idle
-  worker as well, into the same slot (bytes depend only on the job, so both write the
-  same bytes). The first result wins; the other worker is killed and replaced at once,
-  because a late write of its into a slot that has been released and reused since would
-  land under the trainer. One stalled worker (SIGSTOP, swapping) so costs one job time
-  past the deadline, not ``job_timeout_s``.
-- A worker stuck in one batch past ``job_timeout_s`` is killed; a dead worker's job is
-  re-queued first (unless another worker still runs it) and a new worker takes its place.
+- A free, ready worker takes the scheduler's next job: a part of a batch (sample positions
+  ``start .. stop``, see ``scheduler.py``); its result comes back over the pipe
+  (``done`` with each sample's target-row count, or ``failed``; ``shared/protocol.py``)
+  and goes to the daemon's callbacks. Every timing below is per part.
+- Stragglers: a part that has run longer than ``straggler_factor`` times the median of
+  the recently measured part times (and at least ``straggler_min_s``) is given to an idle
+  worker as well, into the same positions of the same slot (bytes depend only on the
+  samples, so both write the same bytes). The first result wins; the other worker is
+  killed and replaced at once, before the slot can be announced, because a late write of
+  its into a slot that has been released and reused since would land under the trainer.
+  One stalled worker (SIGSTOP, swapping) so costs one part time past the deadline, not
+  ``job_timeout_s``.
+- A worker stuck in one part past ``job_timeout_s`` is killed; a dead worker's part (only
+  its samples, not the batch) is re-queued first (unless another worker still runs it)
+  and a new worker takes its place.
 - Start failures are counted per worker slot (``index``), and only for a worker that
   dies on its own before it is ready: one killed from outside (SIGKILL, SIGTERM, SIGINT:
   an operator, a test, the OOM killer) or one that was ready says nothing about whether
@@ -66,7 +70,8 @@ class WorkerHandle:
     pid: int = 0
     ready: bool = False
     job: Job | None = None
-    batches_done: int = 0
+    parts_done: int = 0  # jobs done: batch parts
+    samples_done: int = 0
     busy_s: float = 0.0
     job_started: float = 0.0
     spawned_at: float = 0.0
@@ -120,12 +125,13 @@ def stop_workers(handles: list[WorkerHandle], *, timeout_s: float = 5.0) -> None
 class Supervisor:
     """The workers of one daemon (see module docstring).
 
-    ``on_done(job, size, n_targets)`` and ``on_failed(job, worker_pid, error)`` are the
-    daemon's; ``describe(job)`` gives a job's ring, settings and batch size for the pipe.
+    ``on_done(job, counts)`` (target rows per sample of the part) and
+    ``on_failed(job, worker_pid, error)`` are the daemon's; ``describe(job)`` gives a job's
+    ring, settings and batch size for the pipe.
     """
 
     def __init__(self, mp_ctx, sources: dict[str, Any], renderer_name: str, scheduler: Scheduler, *, job_timeout_s: float,
-                 describe: Callable[[Job], dict], on_done: Callable[[Job, int, int], None], on_failed: Callable[[Job, int, str], None],
+                 describe: Callable[[Job], dict], on_done: Callable[[Job, list], None], on_failed: Callable[[Job, int, str], None],
                  straggler_factor: float = 8.0, straggler_min_s: float = 5.0):
         self._mp = mp_ctx
         self.sources = sources
@@ -187,9 +193,10 @@ class Supervisor:
                 w.busy_s += time.monotonic() - w.job_started
                 self._cancel_others(job, w, poller)
                 if reply["op"] == "done":
-                    w.batches_done += 1
+                    w.parts_done += 1
+                    w.samples_done += job.stop - job.start
                     self._durations.append(float(reply["seconds"]))
-                    self._on_done(job, reply["size"], reply["n_targets"])
+                    self._on_done(job, reply["counts"])
                 else:
                     self.scheduler.fail(job)
                     self._on_failed(job, w.pid, reply["error"])
@@ -207,8 +214,8 @@ class Supervisor:
         """The job's result is in: kill every other worker still running it (see module docstring)."""
         for other in list(self._by_fd.values()):
             if other is not winner and other.job is not None and other.job.job_id == job.job_id:
-                log.warning("worker %d (pid %s) lost the race for batch %d of trainer %d to worker %d; replacing it",
-                            other.index, other.pid, job.batch, job.trainer_id, winner.index)
+                log.warning("worker %d (pid %s) lost the race for samples %d..%d of batch %d of trainer %d to worker %d; replacing it",
+                            other.index, other.pid, job.start, job.stop, job.batch, job.trainer_id, winner.index)
                 other.job = None  # not to be re-run: its result is in
                 other.process.kill()
                 other.process.join(5.0)
@@ -232,8 +239,9 @@ class Supervisor:
                 continue  # abandoned work: its result is dropped anyway
             if len(holders) == 1 and now - w.job_started > after:
                 spare = idle.pop(0)
-                log.warning("batch %d of trainer %d has run %.1f s in worker %d (pid %s), over %.1f s (%.0fx the median job); giving it to worker %d too",
-                            w.job.batch, w.job.trainer_id, now - w.job_started, w.index, w.pid, after, self.straggler_factor, spare.index)
+                log.warning("samples %d..%d of batch %d of trainer %d have run %.1f s in worker %d (pid %s), over %.1f s (%.0fx the median part); "
+                            "giving them to worker %d too", w.job.start, w.job.stop, w.job.batch, w.job.trainer_id, now - w.job_started, w.index, w.pid,
+                            after, self.straggler_factor, spare.index)
                 self._send_job(spare, w.job)
                 self.redispatched += 1
 
@@ -242,9 +250,9 @@ class Supervisor:
         self._redispatch_stragglers(now)
         for w in list(self._by_fd.values()):
             if w.process.exitcode is None and w.job is not None and now - w.job_started > self.job_timeout_s:
-                # A worker stuck in one batch holds its slot forever: kill it; the dead-worker
-                # path below re-runs the job in a fresh one.
-                log.warning("worker %d (pid %s) spent over %.0f s on batch %d; killing it", w.index, w.pid, self.job_timeout_s, w.job.batch)
+                # A worker stuck in one part holds its slot forever: kill it; the dead-worker
+                # path below re-runs the part in a fresh one.
+                log.warning("worker %d (pid %s) spent over %.0f s on samples %d..%d of batch %d; killing it", w.index, w.pid, self.job_timeout_s, w.job.start, w.job.stop, w.job.batch)
                 w.process.kill()
                 w.process.join(5.0)
             if w.process.exitcode is not None:
@@ -284,7 +292,7 @@ class Supervisor:
                 return
         delay = 0.0 if w.ready else min(_BACKOFF_MAX_S, _BACKOFF_FIRST_S * 2 ** (self._early_deaths[i] - 1))
         log.warning("worker %d (pid %s) died with exit code %s%s; starting a new one%s", i, w.pid, code,
-                    f", re-running batch {job.batch} of trainer {job.trainer_id}" if job else "", f" in {delay:.1f} s" if delay else "")
+                    f", re-running samples {job.start}..{job.stop} of batch {job.batch} of trainer {job.trainer_id}" if job else "", f" in {delay:.1f} s" if delay else "")
         if delay:
             self._respawn_at[i] = time.monotonic() + delay
         else:
@@ -292,7 +300,7 @@ class Supervisor:
 
     def _respawn(self, old: WorkerHandle, poller) -> None:
         new = spawn_worker(self._mp, old.index, self.sources, self.renderer_name)
-        new.batches_done, new.busy_s = old.batches_done, old.busy_s
+        new.parts_done, new.samples_done, new.busy_s = old.parts_done, old.samples_done, old.busy_s
         self._add(new, poller)
         self.restarts += 1
 
@@ -310,7 +318,7 @@ class Supervisor:
     def _send_job(self, w: WorkerHandle, job: Job) -> None:
         w.job, w.job_started = job, time.monotonic()
         try:
-            w.send("job", job=job.job_id, slot=job.slot, epoch=job.epoch, batch=job.batch, **self._describe(job))
+            w.send("job", job=job.job_id, slot=job.slot, epoch=job.epoch, batch=job.batch, start=job.start, stop=job.stop, **self._describe(job))
         except (OSError, ValueError):
             pass  # the worker died; the liveness check re-queues its job
 

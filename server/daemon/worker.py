@@ -1,4 +1,4 @@
-"""An augmentation worker: a spawned process that renders batches straight into ring slots.
+"""An augmentation worker: a spawned process that renders batch parts straight into ring slots.
 
 Runs in a worker process started by the daemon's supervisor (``supervisor.py``) with the
 spawn method. A worker imports numpy, the fused render kernel and pixpool's own modules;
@@ -8,8 +8,11 @@ OpenCV only once copy-paste rasterises a polygon; never torch (a test checks ``s
   their names and re-attach read-only) and talks to the daemon over one duplex ``multiprocessing`` pipe, using
   ``send_bytes``/``recv_bytes`` with the pipe messages of ``shared/protocol.py`` (msgpack;
   nothing is unpickled after start-up).
-- It attaches a trainer's ring on first use and writes the slot in place: images by the
-  renderer, then targets and samples, and the slot header last.
+- It attaches a trainer's ring on first use and writes its part of the slot in place: the
+  images of its sample positions by the renderer, each sample's target rows into that
+  position's target region, and the sample indices. Other workers write the other
+  positions of the same slot at the same time; the daemon packs the targets and writes
+  the slot header once every part is in (``shared/ring.py``), so a worker never writes it.
 - It ignores SIGINT (Ctrl-C in the daemon's terminal reaches the whole process group; the
   daemon decides when workers stop) and exits when the daemon goes: the pipe reports EOF,
   and the parent pid is polled as a backstop.
@@ -78,8 +81,8 @@ def worker_main(index: int, conn: Connection, sources: dict[str, Any], renderer_
                 ring = rings.get(msg["ring"])
                 if ring is None:
                     ring = rings[msg["ring"]] = Ring.attach(msg["ring"])
-                n_targets = _render_into(ring, renderer, sources[msg["split"]], settings, msg)
-                reply = proto.pipe_frame("done", job=msg["job"], size=msg["size"], n_targets=n_targets, seconds=time.perf_counter() - t0)
+                counts = _render_into(ring, renderer, sources[msg["split"]], settings, msg)
+                reply = proto.pipe_frame("done", job=msg["job"], counts=counts, seconds=time.perf_counter() - t0)
             except Exception as exc:  # report any failure of one job; the worker stays up
                 log.exception("worker %d: job %s failed", index, msg.get("job"))
                 reply = proto.pipe_frame("failed", job=msg["job"], error=f"{type(exc).__name__}: {exc}")
@@ -91,19 +94,27 @@ def worker_main(index: int, conn: Connection, sources: dict[str, Any], renderer_
             ring.close()
 
 
-def _render_into(ring, renderer, source, settings, msg: dict) -> int:
-    """Render the job into its slot (images, targets, samples, then the header); the target count."""
+def _render_into(ring, renderer, source, settings, msg: dict) -> list[int]:
+    """Render the part into its positions of the slot (images, each sample's target rows,
+    samples); returns the target-row count of each of its samples."""
+    import numpy as np
+
     from ...shared.errors import CapacityError
 
-    slot, size = msg["slot"], msg["size"]
-    images = ring.images(slot, size)
-    targets, samples = renderer.render(source, settings, msg["epoch"], msg["batch"], images)
-    n = len(targets)
-    if n > ring.layout.max_targets:
-        raise CapacityError(f"batch {msg['batch']} has {n} target rows but the ring slot holds {ring.layout.max_targets}; max_targets underestimates")
-    if len(samples) != size:
-        raise ValueError(f"renderer returned {len(samples)} samples for a batch of {size}")
-    ring.targets(slot, n)[...] = targets
-    ring.samples(slot, size)[...] = samples
-    ring.write_header(slot, epoch=msg["epoch"], batch=msg["batch"], size=size, n_targets=n, job=msg["job"])
-    return n
+    slot, size, start, stop = msg["slot"], msg["size"], msg["start"], msg["stop"]
+    if not 0 <= start < stop <= size <= ring.layout.batch_size:
+        raise ValueError(f"part {start}..{stop} of a batch of {size} does not fit ring slots of {ring.layout.batch_size} samples")
+    images = ring.images(slot, size)[start:stop]
+    targets, counts, samples = renderer.render_range(source, settings, msg["epoch"], msg["batch"], start, stop, images)
+    counts = [int(c) for c in np.asarray(counts).tolist()]
+    if len(counts) != stop - start or len(samples) != stop - start or sum(counts) != len(targets):
+        raise ValueError(f"renderer returned {len(samples)} samples, {len(counts)} counts summing to {sum(counts)} and {len(targets)} target rows for samples {start}..{stop} of batch {msg['batch']}")
+    per = ring.layout.per_sample
+    row = 0
+    for p, c in enumerate(counts, start):
+        if c > per:
+            raise CapacityError(f"sample {p} of batch {msg['batch']} has {c} target rows but the ring slot holds {per} per sample; max_targets underestimates")
+        ring.sample_targets(slot, p, c)[...] = targets[row : row + c]
+        row += c
+    ring.samples(slot, size)[start:stop] = samples
+    return counts

@@ -1,5 +1,6 @@
-"""A route for the daemon tests: the real one, except that the first worker to render batch 1
-hangs (once per marker file named by PIXPOOL_TEST_STUCK_MARKER), as a wedged worker would."""
+"""A route for the daemon tests: the real one, except that the first worker to render a part
+of batch 1 that holds sample position 0 hangs (once per marker file named by
+PIXPOOL_TEST_STUCK_MARKER), as a wedged worker would."""
 
 from __future__ import annotations
 
@@ -7,16 +8,16 @@ import os
 import time
 
 from pixpool.server.daemon.renderer import batch_size_of, max_targets, num_batches  # noqa: F401  (the route's interface)
-from pixpool.server.daemon.renderer import render as _render
+from pixpool.server.daemon.renderer import render_range as _render_range
 
 
-def render(source, settings, epoch, batch, images_out):
+def render_range(source, settings, epoch, batch, start, stop, images_out):
     marker = os.environ.get("PIXPOOL_TEST_STUCK_MARKER")
-    if batch == 1 and marker:
+    if batch == 1 and start == 0 and marker:
         try:
             os.close(os.open(marker, os.O_CREAT | os.O_EXCL))
         except FileExistsError:
             pass
         else:
             time.sleep(600)  # wedged: only the daemon's job timeout gets this batch done
-    return _render(source, settings, epoch, batch, images_out)
+    return _render_range(source, settings, epoch, batch, start, stop, images_out)

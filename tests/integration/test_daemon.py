@@ -90,7 +90,7 @@ def test_status_and_monitor_commands(daemon, capsys):
         assert st["snapshot"]["records"] == 24 and st["snapshot"]["name"].startswith(user_prefix() + "snap-")
         assert main(["status", "--socket-dir", d]) == 0
         table = capsys.readouterr().out
-        assert "seed=3" in table and "batches done" in table
+        assert "seed=3" in table and "samples done" in table
         assert main(["monitor", "--socket-dir", d, "--once"]) == 0
         out = capsys.readouterr().out
         assert "batch rings" in out and str(st["daemon"]["pid"]) in out

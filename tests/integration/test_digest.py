@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 import os
 
+import pytest
+
 from pixpool.shared.cli import main
 from pixpool.shared.names import list_segments
 
@@ -46,11 +48,13 @@ def test_bad_flags_name_the_field(synthetic_data, capsys) -> None:
     assert "--batches 99 is out of range" in capsys.readouterr().err
 
 
-def test_daemon_path_equals_reference(synthetic_data, capsys) -> None:
-    """Without --reference or --in-process, digest starts a temporary daemon and hashes what a trainer receives."""
+@pytest.mark.parametrize("workers", [1, 3])
+def test_daemon_path_equals_reference(synthetic_data, capsys, workers) -> None:
+    """Without --reference or --in-process, digest starts a temporary daemon and hashes what a
+    trainer receives: the same whether one worker renders a batch or three render a part each."""
     before = set(list_segments())
     flags = [str(synthetic_data.coco_json), "--seed", "2", "--epoch", "0", "--batches", "3", "--batch-size", "4", "--imgsz", "96", "--copy-paste", "0.5"]
-    daemon = _digest(capsys, *flags, "--workers", "1")
+    daemon = _digest(capsys, *flags, "--workers", str(workers))
     ref = _digest(capsys, *flags, "--reference")
     assert daemon["path"] == "daemon" and ref["path"] == "reference"
     assert len(daemon["digests"]) == 3 and daemon["digests"] == ref["digests"]

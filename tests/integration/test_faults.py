@@ -1,4 +1,4 @@
-"""Faults: a worker SIGKILLed mid-batch, the daemon stopped by signal or killed and restarted.
+"""Faults: a worker SIGKILLed mid-part, the daemon stopped by signal or killed and restarted.
 
 Integration tests over a real snapshot of the synthetic dataset; see test_daemon.py.
 """
@@ -35,7 +35,7 @@ def dataset(synthetic_data):
 
 def _stop_busy_worker(socket_dir: str) -> int | None:
     """SIGSTOP a worker the daemon reports busy; keep it stopped only if it stays busy
-    with no batch finished (then its reply was never written: truly mid-job)."""
+    with no part finished (then its reply was never written: truly mid-job)."""
     st = ask_status(socket_dir)
     busy = [w for w in st["workers"] if w["state"] == "busy"]
     if not busy:
@@ -44,18 +44,21 @@ def _stop_busy_worker(socket_dir: str) -> int | None:
     os.kill(w["pid"], signal.SIGSTOP)
     for _ in range(3):  # three status round trips span several daemon loop turns
         again = {x["pid"]: x for x in ask_status(socket_dir)["workers"]}
-        if again.get(w["pid"], {}).get("state") != "busy" or again[w["pid"]]["batches_done"] != w["batches_done"]:
+        if again.get(w["pid"], {}).get("state") != "busy" or again[w["pid"]]["parts_done"] != w["parts_done"]:
             os.kill(w["pid"], signal.SIGCONT)
             return None
     return w["pid"]
 
 
-def test_worker_killed_mid_batch_stream_unchanged(synthetic_data, dataset):
-    s = settings(11, batch_size=2)
-    with real_daemon(synthetic_data.coco_json, imgsz=IMGSZ, workers=1) as (_, d):
+@pytest.mark.parametrize("workers", [1, 2])
+def test_worker_killed_mid_batch_reruns_only_its_samples_stream_unchanged(synthetic_data, dataset, workers):
+    """A worker SIGKILLed while it renders its part of a slot: only that part's samples are
+    rendered again (by its replacement or the other worker), and the batch's bytes and the
+    epoch's samples are the reference's."""
+    s = settings(11, batch_size=5)  # 24 records: 5 batches, parts of 2 and 3 samples with 2 workers
+    with real_daemon(synthetic_data.coco_json, imgsz=IMGSZ, workers=workers) as (_, d):
         got, samples, victim = [], [], None
-        # Many slots: after each batch the worker has several batches of work ahead.
-        with Client(s, socket_dir=d, timeout_s=WAIT_S, slots=10) as c:
+        with Client(s, socket_dir=d, timeout_s=WAIT_S) as c:
             for b in c.epoch(0):
                 got.append(digest_of(b))
                 samples.append(b.samples.tolist())
@@ -68,6 +71,9 @@ def test_worker_killed_mid_batch_stream_unchanged(synthetic_data, dataset):
         st = ask_status(d)
     assert st["daemon"]["worker_restarts"] == 1
     assert victim not in [w["pid"] for w in st["workers"]]
+    # The killed part never reported; re-running the whole batch would render the other
+    # parts' samples twice. Exactly the epoch's samples were rendered to completion.
+    assert sum(w["samples_done"] for w in st["workers"]) == len(dataset)
     ref, ref_samples = reference_stream(dataset, s, 0)
     assert got == ref and samples == ref_samples
     flat = sorted(i for batch in samples for i in batch)
@@ -205,17 +211,22 @@ def test_serve_sigterm_while_preparing_leaves_nothing(coco128):
         shutil.rmtree(d, ignore_errors=True)
 
 
-def test_wedged_worker_is_killed_and_its_batch_rerun(synthetic_data, dataset, tmp_path, monkeypatch):
+@pytest.mark.parametrize("workers", [1, 2])
+def test_wedged_worker_is_killed_and_its_part_rerun(synthetic_data, dataset, tmp_path, monkeypatch, workers):
+    """The job timeout is per part: the wedged part (the first samples of batch 1) is killed
+    and re-run, the other part of that slot is not rendered again."""
     monkeypatch.setenv("PIXPOOL_TEST_STUCK_MARKER", str(tmp_path / "stuck-once"))
     s = settings(17)
     expected, _ = reference_stream(dataset, s, 0)
     monkeypatch.setenv(RENDERER_ENV, "helpers.stuck_renderer")
-    with real_daemon(synthetic_data.coco_json, imgsz=IMGSZ, workers=1, job_timeout_s=2.0) as (proc, d):
+    with real_daemon(synthetic_data.coco_json, imgsz=IMGSZ, workers=workers, job_timeout_s=2.0) as (proc, d):
         with Client(s, socket_dir=d, timeout_s=WAIT_S) as c:
             got = [digest_of(b) for b in c.epoch(0)]
         assert (tmp_path / "stuck-once").exists(), "the wedge really happened"
         assert got == expected
-        assert ask_status(d)["daemon"]["worker_restarts"] == 1
+        st = ask_status(d)
+        assert st["daemon"]["worker_restarts"] == 1
+        assert sum(w["samples_done"] for w in st["workers"]) == len(dataset)
 
 
 def test_second_daemon_on_the_same_socket_dir_is_refused(synthetic_data):

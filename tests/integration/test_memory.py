@@ -57,6 +57,7 @@ def test_memory_report_agrees_with_the_kernel_and_counts_rings_once(synthetic_da
     assert three["image_bytes"] == 4 * three["decoded_bytes"] and three["dtype"] == "float32"
     assert three["uint8_caches_bytes"] == 3 * three["decoded_bytes"] and len(three["rings"]) == 3
     ring = three["rings"][1]["bytes"]
+    assert {r["slots"] for r in three["rings"]} == {3} and three["ring_bytes_per_trainer"] == ring  # each trainer: one 3-slot ring
     # Two more trainers cost the service their two rings, not two snapshots: its segments grow
     # by exactly the two rings, the one snapshot stays as it was...
     def segments_of(report):
@@ -69,7 +70,7 @@ def test_memory_report_agrees_with_the_kernel_and_counts_rings_once(synthetic_da
     # (measured on 39 MB rings: -4.8 to +8.7 MiB).
     grown = three["service_pss_bytes"] - one["service_pss_bytes"]
     assert abs(grown - 2 * ring) <= 16 << 20, (grown, ring)
-    assert three["break_even_trainers"] is None  # at 320 px a 4-slot ring costs more than a uint8 cache of 24 small images
+    assert three["break_even_trainers"] is None  # at 320 px a 3-slot ring of batch 32 costs more than a uint8 cache of 24 small images
 
 
 def _free_port() -> int:

@@ -1,20 +1,35 @@
-"""Unit tests of the scheduler: fairness, credits, in-order announcement, re-runs."""
+"""Unit tests of the scheduler: fairness, credits, parts of one slot, in-order announcement, re-runs."""
 
 from __future__ import annotations
 
 import pytest
 
-from pixpool.server.daemon.scheduler import Scheduler
+from pixpool.server.daemon.scheduler import Scheduler, split
 from pixpool.shared.config import StreamSettings
 from pixpool.shared.errors import ProtocolError
 
 
-def _sched(*trainers, slots=2, batches=6):
-    s = Scheduler()
+def _sched(*trainers, slots=2, batches=6, parts=1, batch_size=16, last=None):
+    s = Scheduler(parts=parts)
     for tid in trainers:
-        s.add(tid, StreamSettings(seed=tid), slots)
-        s.start(tid, epoch=0, batch=0, num_batches=batches)
+        s.add(tid, StreamSettings(seed=tid, batch_size=batch_size), slots)
+        s.start(tid, epoch=0, batch=0, num_batches=batches, size_of=lambda b: last if last is not None and b == batches - 1 else batch_size)
     return s
+
+
+def _done(s, job, rows=1):
+    return s.complete(job, counts=[rows] * (job.stop - job.start))
+
+
+def test_split_covers_every_position_once_in_near_equal_runs():
+    assert split(16, 1) == [(0, 16)]
+    assert split(16, 3) == [(0, 5), (5, 10), (10, 16)]
+    assert split(2, 3) == [(0, 1), (1, 2)]  # a short batch: no empty part
+    for size in range(1, 20):
+        for parts in range(1, 5):
+            runs = split(size, parts)
+            assert [i for a, b in runs for i in range(a, b)] == list(range(size))
+            assert max(b - a for a, b in runs) - min(b - a for a, b in runs) <= 1
 
 
 def test_round_robin_over_trainers_with_credits():
@@ -24,22 +39,55 @@ def test_round_robin_over_trainers_with_credits():
     assert jobs[4] is None  # both rings full: no credit, no work
 
 
+def test_all_parts_of_the_first_batch_go_out_before_the_next_batch_opens():
+    s = _sched(1, slots=3, parts=3)
+    jobs = [s.next_job() for _ in range(4)]
+    assert [(j.batch, j.start, j.stop) for j in jobs] == [(0, 0, 5), (0, 5, 10), (0, 10, 16), (1, 0, 5)]
+    assert len({j.slot for j in jobs[:3]}) == 1 and jobs[3].slot != jobs[0].slot  # three workers, one slot
+
+
+def test_a_batch_is_announced_once_every_part_is_in_with_each_samples_count():
+    s = _sched(1, slots=2, parts=2, batch_size=5)
+    a, b = s.next_job(), s.next_job()
+    assert (a.start, a.stop, b.start, b.stop) == (0, 2, 2, 5)
+    assert s.complete(b, counts=[1, 0, 4]) == []  # half a slot is never announced
+    (ann,) = s.complete(a, counts=[2, 3])
+    assert (ann.batch, ann.slot, ann.size, ann.n_targets, ann.counts) == (0, a.slot, 5, 10, (2, 3, 1, 0, 4))
+
+
+def test_a_part_reported_twice_counts_once():
+    s = _sched(1, slots=2, parts=2)
+    a, b = s.next_job(), s.next_job()
+    assert _done(s, a) == [] and _done(s, a) == []  # a straggler's duplicate result
+    assert [x.batch for x in _done(s, b)] == [0]
+
+
+def test_short_last_batch_is_split_by_its_own_size():
+    s = _sched(1, slots=3, batches=2, parts=3, batch_size=8, last=2)
+    jobs = [s.next_job() for _ in range(6)]
+    assert [(j.batch, j.start, j.stop) for j in jobs[:5]] == [(0, 0, 2), (0, 2, 5), (0, 5, 8), (1, 0, 1), (1, 1, 2)]
+    assert jobs[5] is None
+    out = [a for j in jobs[:5] for a in _done(s, j)]
+    assert [(x.batch, x.size) for x in out] == [(0, 8), (1, 2)]
+
+
 def test_out_of_order_completion_is_announced_in_order():
     s = _sched(1, slots=3)
     j0, j1, j2 = (s.next_job() for _ in range(3))
-    assert s.complete(j2, size=16, n_targets=1) == []
-    assert s.complete(j1, size=16, n_targets=1) == []
-    out = s.complete(j0, size=16, n_targets=5)
+    assert _done(s, j2) == []
+    assert _done(s, j1) == []
+    out = s.complete(j0, counts=[0] * 15 + [5])
     assert [(a.batch, a.slot) for a in out] == [(0, j0.slot), (1, j1.slot), (2, j2.slot)]
+    assert out[0].n_targets == 5
     assert s.streams[1].batches_delivered == 3
 
 
 def test_release_returns_credit_and_rejects_unheld_slots():
     s = _sched(1, slots=2)
-    j0, j1 = s.next_job(), s.next_job()
+    j0, _ = s.next_job(), s.next_job()
     with pytest.raises(ProtocolError, match="does not hold"):
         s.release(1, j0.slot, epoch=0, batch=0, generation=1)  # not announced yet
-    (a0,) = s.complete(j0, size=1, n_targets=0)
+    (a0,) = _done(s, j0, 0)
     assert a0.generation == 1
     assert s.next_job() is None
     s.release(1, j0.slot, epoch=0, batch=0, generation=1)
@@ -54,11 +102,11 @@ def test_a_duplicate_release_never_frees_a_reannounced_slot():
     must not free the slot under the trainer (a worker would overwrite batch 2)."""
     s = _sched(1, slots=2)
     j0, j1 = s.next_job(), s.next_job()
-    s.complete(j0, size=1, n_targets=0)
+    _done(s, j0)
     s.release(1, j0.slot, epoch=0, batch=0, generation=1)
     j2 = s.next_job()
-    s.complete(j1, size=1, n_targets=0)
-    s.complete(j2, size=1, n_targets=0)  # batch 2 announced in batch 0's slot
+    _done(s, j1)
+    _done(s, j2)  # batch 2 announced in batch 0's slot
     with pytest.raises(ProtocolError, match=r"names epoch 0 batch 0 generation 1, but the slot now holds epoch 0 batch 2 generation 1"):
         s.release(1, j0.slot, epoch=0, batch=0, generation=1)
     assert s.streams[1].held[j0.slot] == (0, 2, 1) and j0.slot not in s.streams[1].free
@@ -69,27 +117,57 @@ def test_a_duplicate_release_never_frees_a_reannounced_slot():
     assert s.next_job().slot == j0.slot
 
 
-def test_retry_runs_first_into_the_same_slot():
-    s = _sched(1, 2, slots=2)
-    lost = s.next_job()
+def test_retry_reruns_only_the_lost_part_first_into_the_same_positions():
+    s = _sched(1, 2, slots=2, parts=2)
+    lost, kept = s.next_job(), s.next_job()
+    assert (lost.trainer_id, kept.trainer_id) == (1, 2)
     s.retry(lost)
     again = s.next_job()
-    assert again == lost
+    assert again == lost  # same slot, same samples; the other parts are not re-run
+    other = s.next_job()
+    assert (other.trainer_id, other.batch, other.start) == (1, 0, 8)
+    assert _done(s, again) == [] and [a.batch for a in _done(s, other)] == [0]
 
 
 def test_new_start_drops_stale_jobs_and_frees_slots():
     s = _sched(1, slots=2, batches=4)
     j0, j1 = s.next_job(), s.next_job()
-    s.complete(j1, size=1, n_targets=0)  # waits for j0
+    _done(s, j1)  # waits for j0
     s.start(1, epoch=1, batch=0, num_batches=4)
-    assert s.complete(j0, size=1, n_targets=0) == []  # stale generation: dropped
+    assert _done(s, j0) == []  # stale generation: dropped
     j = s.next_job()
     assert (j.epoch, j.batch) == (1, 0)
     assert s.next_job().batch == 1  # both slots free again
 
 
+def test_a_slot_of_abandoned_work_is_reused_only_once_all_its_parts_are_back():
+    """A part still running after a new start would write into the slot: it stays taken."""
+    s = _sched(1, slots=2, batches=4, parts=2)
+    a, b = s.next_job(), s.next_job()  # both parts of batch 0, slot a.slot
+    _done(s, a)
+    s.start(1, epoch=1, batch=0, num_batches=4)
+    n = s.next_job()
+    assert n.slot != a.slot
+    assert s.next_job().slot == n.slot  # the second part of epoch 1's batch 0
+    assert s.next_job() is None, "the abandoned slot was reused while a part still writes it"
+    assert _done(s, b) == []
+    assert s.next_job().slot == a.slot
+
+
+def test_failed_part_gives_up_its_batch_and_frees_the_slot_when_the_rest_is_back():
+    s = _sched(1, slots=2, parts=2)
+    a, b = s.next_job(), s.next_job()
+    s.fail(a)
+    c = s.next_job()
+    assert c.batch == 1 and c.slot != a.slot
+    s.next_job()
+    assert s.next_job() is None  # b still writes batch 0's slot
+    assert _done(s, b) == []
+    assert s.next_job().slot == a.slot
+
+
 def test_last_batch_then_nothing_and_remove():
-    s = _sched(1, slots=4, batches=2)
+    s = _sched(1, slots=3, batches=2)
     assert [s.next_job().batch for _ in range(2)] == [0, 1]
     assert s.next_job() is None
     s.remove(1)
@@ -103,13 +181,14 @@ def test_new_start_frees_the_slots_of_queued_retries():
     s.retry(job)  # the worker died; the re-run waits for a new worker
     s.start(1, epoch=1, batch=0, num_batches=6)
     st = s.streams[1]
-    assert sorted(st.free) == [0, 1] and not st.busy
+    assert sorted(st.free) == [0, 1] and not st.filling and not st.abandoned
     assert sorted(s.next_job().slot for _ in range(2)) == [0, 1]  # both credits usable again
 
 
 def test_stale_retry_popped_by_next_job_frees_its_slot():
-    s = _sched(1, slots=1)
-    job = s.next_job()
+    s = _sched(1, slots=2, parts=1)
+    job, other = s.next_job(), s.next_job()
     s.retry(job)
-    s.streams[1].generation += 1  # the stream moved on without start() seeing the retry
-    assert s.next_job() is not None  # the stale retry is skipped and its slot reused
+    s.start(1, epoch=1, batch=0, num_batches=6)  # start() settles the queued retry
+    s.retry(other)  # a retry arriving after the start: dropped, its slot comes back
+    assert sorted(s.streams[1].free) == [0, 1]

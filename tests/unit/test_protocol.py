@@ -94,9 +94,11 @@ def test_every_declared_error_code_comes_back_as_its_class():
 
 
 def test_pipe_messages_are_validated():
-    frame = proto.pipe_frame("done", job=3, size=4, n_targets=7, seconds=0.5)
-    assert proto.decode_pipe(frame)["n_targets"] == 7
-    with pytest.raises(ProtocolError, match="lacks field 'n_targets'"):
-        proto.decode_pipe(proto.pipe_frame("done", job=3, size=4, seconds=0.5))
+    frame = proto.pipe_frame("done", job=3, counts=[2, 0, 5], seconds=0.5)
+    assert proto.decode_pipe(frame)["counts"] == [2, 0, 5]
+    with pytest.raises(ProtocolError, match="lacks field 'counts'"):
+        proto.decode_pipe(proto.pipe_frame("done", job=3, seconds=0.5))
+    with pytest.raises(ProtocolError, match="list of target-row counts"):
+        proto.decode_pipe(proto.pipe_frame("done", job=3, counts=[1, -1], seconds=0.5))
     with pytest.raises(ProtocolError, match="unknown pipe op"):
         proto.decode_pipe(proto.pipe_frame("exec", code="rm -rf /"))

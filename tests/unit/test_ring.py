@@ -24,16 +24,18 @@ def ring():
 
 
 def test_layout_alignment_and_size():
-    lay = RingLayout(slots=4, batch_size=16, imgsz=640, max_targets=1000)
+    lay = RingLayout(slots=3, batch_size=16, imgsz=640, max_targets=1000)
     assert lay.images_nbytes == 16 * 3 * 640 * 640
     assert lay.targets_offset % 64 == 0 and lay.samples_offset % 64 == 0
+    assert lay.per_sample == 63 and lay.target_rows == 16 * 63 >= 1000  # a region per sample position
+    assert lay.samples_offset >= lay.targets_offset + lay.target_rows * 24
     assert lay.slot_nbytes % 4096 == 0
     assert lay.slot_nbytes >= lay.samples_offset + 16 * 8
-    assert lay.nbytes == RING_HEADER_NBYTES + 4 * lay.slot_nbytes
+    assert lay.nbytes == RING_HEADER_NBYTES + 3 * lay.slot_nbytes
     assert RingLayout.from_dict(lay.to_dict()) == lay
 
 
-@pytest.mark.parametrize("bad", [dict(slots=0), dict(slots=65), dict(batch_size=True), dict(imgsz=-1)])
+@pytest.mark.parametrize("bad", [dict(slots=0), dict(slots=1), dict(slots=4), dict(batch_size=True), dict(imgsz=-1)])
 def test_layout_rejects_bad_sizes(bad):
     with pytest.raises(ConfigError):
         RingLayout(**{**dict(slots=2, batch_size=2, imgsz=32, max_targets=1), **bad})
@@ -47,7 +49,7 @@ def test_segment_has_exact_size_and_attach_sees_writes(ring):
         other.images(2)[...] = 7
         other.targets(2, 3)[...] = np.arange(18, dtype=np.float32).reshape(3, 6)
         other.samples(2)[...] = [5, 9]
-        other.write_header(2, epoch=1, batch=4, size=2, n_targets=3, job=11)
+        other.write_header(2, epoch=1, batch=4, size=2, n_targets=3, generation=11)
         assert (ring.images(2) == 7).all() and (ring.images(1) == 0).all()
         assert ring.targets(2, 3)[2, 5] == 17.0
         assert ring.samples(2).tolist() == [5, 9]
@@ -86,3 +88,24 @@ def test_attach_missing_or_foreign_segment(shm_name):
         f.write(b"x" * 8192)
     with pytest.raises(SnapshotError, match="not a pixpool batch ring"):
         Ring.attach(name)
+
+
+def test_pack_targets_moves_each_samples_rows_after_the_previous_ones(ring):
+    """Workers write each sample's rows at its own region; packing yields the rows in sample
+    order, contiguous, exactly as one process would have written them."""
+    lay = ring.layout  # batch 2, max_targets 7: 4 rows per sample position
+    assert lay.per_sample == 4
+    rows = {p: np.arange(c * 6, dtype=np.float32).reshape(c, 6) + 100 * p for p, c in ((0, 1), (1, 3))}
+    for p, r in rows.items():
+        ring.sample_targets(1, p, len(r))[...] = r
+    assert ring.pack_targets(1, [1, 3]) == 4
+    np.testing.assert_array_equal(ring.targets(1, 4), np.concatenate([rows[0], rows[1]]))
+    ring.sample_targets(0, 1, 2)[...] = 5.0  # only the second sample has rows
+    assert ring.pack_targets(0, [0, 2]) == 2 and (ring.targets(0, 2) == 5.0).all()
+
+
+def test_pack_targets_refuses_counts_over_a_region(ring):
+    with pytest.raises(ValueError, match="at most 4 rows"):
+        ring.pack_targets(0, [5, 0])
+    with pytest.raises(IndexError, match="holds 4 rows for each of 2 samples"):
+        ring.sample_targets(0, 1, 5)
