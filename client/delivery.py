@@ -1,32 +1,40 @@
 """Where a trainer finds an announced batch's bytes: the trainer's side of delivery, in one place.
 
 Runs in the trainer process, inside ``Client``. The daemon's side is
-``pixpool.server.daemon.delivery``; the choice is made once, at attach, from the endpoint:
+``pixpool.server.daemon.delivery``; the choice is made once per attach, by proof: the
+trainer maps the ring it was given through the daemon's store path (or the path this
+process sees that store under), reads the nonce in its header (``map_ring``) and sends it
+back; the daemon answers which delivery it gets (``shared/protocol.py``, ``prove``):
 
-- ``SlotReader`` (ipc, ``DELIVERY_SHM``): the trainer maps its ring (read-write, as the
+- ``SlotReader`` (``DELIVERY_SHM``): the trainer maps its ring (read-write, as the
   daemon created it) and reads each slot in place, after checking that the slot header
   says what the ``ready`` message announced;
-- ``FrameReader`` (TCP, ``DELIVERY_FRAMES``): the three frames after ``ready`` are the
-  slot's images, targets and samples, wrapped without a copy.
+- ``FrameReader`` (``DELIVERY_FRAMES``: TCP, or a trainer that cannot map the store): the
+  three frames after ``ready`` are the slot's images, targets and samples, wrapped
+  without a copy.
 
 Either way the arrays are views: valid until the slot is released.
 """
 
 from __future__ import annotations
 
+import logging
+
 import numpy as np
 
 from ..shared import protocol as proto
-from ..shared.errors import ProtocolError
+from ..shared.errors import PixpoolError, ProtocolError
 from ..shared.ring import Ring, RingLayout
+
+log = logging.getLogger(__name__)
 
 
 class SlotReader:
     delivery = proto.DELIVERY_SHM
 
-    def __init__(self, ring_name: str, layout: RingLayout):
+    def __init__(self, ring: Ring, layout: RingLayout):
         self.layout = layout
-        self.ring: Ring | None = Ring.attach(ring_name)
+        self.ring: Ring | None = ring
 
     def arrays(self, msg: dict, frames: list) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         size, n_t, slot = msg["size"], msg["n_targets"], msg["slot"]
@@ -67,9 +75,25 @@ def delivery_for(endpoint: str) -> str:
     return proto.DELIVERY_FRAMES if endpoint.startswith("tcp://") else proto.DELIVERY_SHM
 
 
-def open_reader(attached: dict, delivery: str) -> SlotReader | FrameReader:
-    """The reader for an ``attached`` reply."""
+def map_ring(attached: dict, store: str | None = None) -> tuple[Ring | None, str]:
+    """(the mapped ring, its nonce) for an ``attached`` reply, looking in ``store`` (the path
+    this process sees the daemon's store under; default the daemon's own path); (None, "")
+    where this process cannot map it (another machine, another /dev/shm, another user)."""
+    where = store or attached["store"]
+    try:
+        ring = Ring.attach(attached["ring"], store=where)
+    except (OSError, PixpoolError) as exc:
+        log.info("ring %s is not mappable from here (%s: %s); batches come as frames", attached["ring"], type(exc).__name__, exc)
+        return None, ""
+    return ring, ring.nonce()
+
+
+def open_reader(attached: dict, delivery: str, ring: Ring | None) -> SlotReader | FrameReader:
+    """The reader for an ``attached`` reply and the delivery the daemon granted; ``ring``
+    (``map_ring``) is closed when it is not needed."""
     layout = RingLayout.from_dict(attached["layout"])
-    if delivery == proto.DELIVERY_FRAMES:
-        return FrameReader(layout)
-    return SlotReader(attached["ring"], layout)
+    if delivery == proto.DELIVERY_SHM and ring is not None:
+        return SlotReader(ring, layout)
+    if ring is not None:
+        ring.close()
+    return FrameReader(layout)

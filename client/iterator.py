@@ -38,9 +38,10 @@ from ..shared import endpoint as ep
 from ..shared import protocol as proto
 from ..shared.config import StreamSettings
 from ..shared.errors import ConfigError, DaemonStopped, DaemonTimeout, PixpoolError, ProtocolError
+from ..shared.procmem import pid_namespace
 from ..shared.ring import DEFAULT_SLOTS
 from ._torch import require_torch
-from .delivery import delivery_for, open_reader
+from .delivery import delivery_for, map_ring, open_reader
 
 log = logging.getLogger(__name__)
 
@@ -79,13 +80,19 @@ class Client:
         heartbeat_interval_s: float = 1.0,
         timings: dict | None = None,
         fetch_files: bool = False,
+        store: str | os.PathLike | None = None,
     ):
         if not isinstance(settings, StreamSettings):
             raise TypeError(f"settings must be a StreamSettings, got {type(settings).__name__}")
         self.settings = settings
         self.endpoint = endpoint or ep.ipc_endpoint(socket_dir)
-        self.delivery = delivery_for(self.endpoint)
-        self.remote = self.delivery == proto.DELIVERY_FRAMES
+        self.remote = delivery_for(self.endpoint) == proto.DELIVERY_FRAMES
+        # ``store``: where this process sees the daemon's store (a container may mount it
+        # elsewhere); default the path the daemon names. Over ipc the client always tries
+        # to map its ring; over TCP only when told where the store is.
+        self.store = os.fspath(store) if store is not None else None
+        self._asked = proto.DELIVERY_SHM if (not self.remote or self.store is not None) else proto.DELIVERY_FRAMES
+        self.delivery = self._asked  # what the daemon granted, once attached
         if self.remote and keys_dir is None:
             raise ConfigError(f"{self.endpoint}: TCP needs CURVE keys; pass keys_dir (made by `pixpool keys DIR`)", field="keys_dir")
         self.keys_dir = keys_dir
@@ -177,7 +184,8 @@ class Client:
             self._sock.close(linger=0)
         self._sock = self._socket()
         self._daemon_pid = 0
-        self._sock.send(proto.encode("attach", settings=self.settings.to_dict(), pid=os.getpid(), host=_socket.gethostname(), slots=self.slots, delivery=self.delivery))
+        self._sock.send(proto.encode("attach", settings=self.settings.to_dict(), pid=os.getpid(), host=_socket.gethostname(), slots=self.slots,
+                                     delivery=self._asked, pid_ns=pid_namespace()))
         deadline = time.monotonic() + self.timeout_s
         while True:
             msg, _ = self._recv(deadline, "reply to attach")
@@ -185,16 +193,38 @@ class Client:
                 break
         if self._reader is not None:
             self._reader.close()
-        self._reader = open_reader(msg, self.delivery)
-        self.layout = self._reader.layout
+            self._reader = None
         self.num_records = msg["num_records"]
         self.names = list(msg.get("names") or [])
-        self._daemon_pid = msg["daemon_pid"]
+        self._daemon_pid = 0
         self._held = None
         self._last_ack = time.monotonic()
         self._ident = (msg["trainer_id"], msg["token"])
+        self._reader = open_reader(msg, *self._prove(msg, deadline))
+        self.delivery = self._reader.delivery
+        self.layout = self._reader.layout
+        # The daemon's pid means something here only in the same PID namespace of the same
+        # machine (proved by the ring); elsewhere its silence tells that it is gone.
+        same_ns = bool(msg.get("pid_ns")) and msg.get("pid_ns") == pid_namespace()
+        self._daemon_pid = msg["daemon_pid"] if self.delivery == proto.DELIVERY_SHM and same_ns else 0
         if self.fetch_files:
             self.files = self._records()
+
+    def _prove(self, attached: dict, deadline: float):
+        """(granted delivery, mapped ring or None): the locality handshake (``client/delivery.py``)."""
+        if self._asked != proto.DELIVERY_SHM:
+            return proto.DELIVERY_FRAMES, None
+        ring, nonce = map_ring(attached, self.store)
+        try:
+            self._send("prove", nonce=nonce)
+            while True:
+                msg, _ = self._recv(deadline, "reply to prove")
+                if msg["op"] == "proved" and msg["trainer_id"] == self._ident[0]:
+                    return msg["delivery"], ring
+        except BaseException:
+            if ring is not None:
+                ring.close()
+            raise
 
     def _records(self) -> list[str]:
         files: list[str] = []

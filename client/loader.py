@@ -133,14 +133,16 @@ class Loader:
 def attach(socket_dir: str | os.PathLike | None = None, *, batch_size: int = 16, seed: int = 0, imgsz: int = 640,
            rank: int | None = None, world_size: int | None = None, shuffle: bool | None = None, drop_last: bool = False,
            start_epoch: int = 0, hsv_on_device: bool = False, split: str = "train", endpoint: str | None = None,
-           keys_dir: str | os.PathLike | None = None, device: Any = None, timeout_s: float = 60.0, slots: int = DEFAULT_SLOTS, **augment: Any) -> Loader:
+           keys_dir: str | os.PathLike | None = None, device: Any = None, timeout_s: float = 60.0, slots: int = DEFAULT_SLOTS,
+           store: str | os.PathLike | None = None, **augment: Any) -> Loader:
     """A DataLoader-like view of the daemon's stream (see module docstring).
 
     ``augment`` takes every ``AugmentConfig`` field (``mosaic``, ``degrees``, ``copy_paste``,
     ``close_mosaic``, ``epochs``, ...); an unknown one is a ConfigError naming it.
     ``split="val"`` streams the daemon's validation set, by default through the validation
     route (``augment=False``: letterboxed, no randomness) and in dataset order (``shuffle``
-    defaults to true for training, false for validation).
+    defaults to true for training, false for validation). ``store`` is where this process
+    sees the daemon's store, where that differs from the daemon's own path (a container).
     """
     if split == "val":
         augment.setdefault("augment", False)
@@ -153,4 +155,4 @@ def attach(socket_dir: str | os.PathLike | None = None, *, batch_size: int = 16,
     aug = AugmentConfig.from_dict({"imgsz": imgsz, **augment})
     settings = StreamSettings(seed=seed, batch_size=batch_size, rank=rank, world_size=world_size, shuffle=shuffle, drop_last=drop_last,
                               start_epoch=start_epoch, hsv_on_device=hsv_on_device, split=split, augment=aug)
-    return Loader(settings, socket_dir=socket_dir, endpoint=endpoint, keys_dir=keys_dir, device=device, timeout_s=timeout_s, slots=slots)
+    return Loader(settings, socket_dir=socket_dir, endpoint=endpoint, keys_dir=keys_dir, device=device, timeout_s=timeout_s, slots=slots, store=store)

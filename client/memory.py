@@ -2,8 +2,8 @@
 
 Runs in an operator's process (``pixpool memory``, ``monitor``, ``demo``, the memory
 benchmark). Inputs: the daemon's ``status`` reply (who is who: daemon, workers, trainers,
-which segments are the snapshot and the rings), the segment files in /dev/shm (sizes and
-resident pages), and the kernel's accounting of each local process (``smaps_rollup`` for
+which segments are the snapshot and the rings, and the store they are in), the segment
+files in that store (sizes and resident pages), and the kernel's accounting of each local process (``smaps_rollup`` for
 RSS/USS/PSS, ``smaps`` for each process's share of each segment). Nothing is estimated
 where it can be measured. The fields are documented in ``docs/memory.md``.
 
@@ -13,6 +13,13 @@ The service (daemon + workers) is charged its own PSS plus every page of its seg
 (snapshot, rings) that it does not hold itself (the trainers' shares of the rings and pages
 no process maps), so each segment counts once, whole, in ``service_pss_bytes``; a trainer
 is charged its PSS less its share of the service's segments.
+
+Resident against file bytes: in a store in memory (/dev/shm, a tmpfs) every allocated
+page of a segment file is memory (``resident_bytes`` = its allocated blocks). In a store on
+disk a segment's ``bytes`` are file bytes, and only the pages in the page cache are memory:
+``resident_bytes`` is then counted page by page with ``mincore`` (``shared.store``); the
+kernel may drop clean ones (and read them again on use), so on a disk store the figures
+are what is in memory now, not what the service would need to hold.
 
 Break-even: with pixpool, N trainers cost F + N x r (F the service's measured cost without
 rings, r the mean measured ring); with a decoded uint8 cache each, N x d (d the decoded
@@ -26,27 +33,39 @@ import math
 import os
 
 from ..shared import protocol as proto
+from ..shared import store as _store
 from ..shared.names import SHM_DIR, list_segments, parse, shm_path
 from ..shared.procmem import process_memory
 
 
-def _segments() -> dict[str, dict[str, int]]:
+def segment_figures(store: str | None = None) -> dict[str, dict[str, int]]:
+    """Every pixpool segment file in ``store``: name -> {bytes (file size), allocated_bytes
+    (its blocks), resident_bytes (in memory; module docstring)}."""
+    store = store or SHM_DIR
+    memory = _store.is_memory(store)
     out = {}
-    for name in list_segments():
+    for name in list_segments(store):
+        path = shm_path(name, store)
         try:
-            st = os.stat(shm_path(name))
-        except FileNotFoundError:
+            st = os.stat(path)
+            resident = st.st_blocks * 512 if memory else _store.resident_nbytes(path)
+        except (FileNotFoundError, PermissionError):
             continue
-        out[name] = {"bytes": st.st_size, "resident_bytes": st.st_blocks * 512}
+        out[name] = {"bytes": st.st_size, "allocated_bytes": st.st_blocks * 512, "resident_bytes": resident}
     return out
 
 
 def _roles(status: dict) -> dict[int, tuple[str, int | None]]:
     roles: dict[int, tuple[str, int | None]] = {status["daemon"]["pid"]: ("daemon", None)}
     roles.update({w["pid"]: ("worker", w["index"]) for w in status["workers"] if w["pid"]})
-    # Local trainers map their rings on this machine; remote ones are not ours to measure.
-    roles.update({t["pid"]: ("trainer", t["trainer_id"]) for t in status["trainers"] if t["delivery"] == proto.DELIVERY_SHM and t["pid"]})
+    # Trainers whose pid is this machine's and this PID namespace's (the daemon watches it);
+    # remote ones, and local ones in another PID namespace, are not measurable by pid here.
+    roles.update({t["pid"]: ("trainer", t["trainer_id"]) for t in status["trainers"] if _measurable(t)})
     return roles
+
+
+def _measurable(t: dict) -> bool:
+    return bool(t["pid"]) and t.get("pid_watched", t["delivery"] == proto.DELIVERY_SHM)
 
 
 def snapshot_segments(status: dict) -> list[str]:
@@ -55,15 +74,17 @@ def snapshot_segments(status: dict) -> list[str]:
     return sorted({name for info in splits.values() for name in info.get("segments", [])})
 
 
-def shm_figures() -> dict[str, int]:
-    st = os.statvfs(SHM_DIR)
+def shm_figures(store: str | None = None) -> dict[str, int]:
+    st = os.statvfs(store or SHM_DIR)
     return {"size_bytes": st.f_blocks * st.f_frsize, "free_bytes": st.f_bavail * st.f_frsize}
 
 
-def memory_report(status: dict) -> dict:
-    """The measured figures (see module docstring and ``docs/memory.md``)."""
+def memory_report(status: dict, *, store: str | None = None) -> dict:
+    """The measured figures (see module docstring and ``docs/memory.md``). ``store``: where
+    this process sees the daemon's store (default the path the daemon reports)."""
     snap = status["snapshot"]
-    segs = _segments()
+    store = store or status["daemon"].get("store") or SHM_DIR
+    segs = segment_figures(store)
     served = snapshot_segments(status)
     snapshot_segs = [s for s in served if s in segs]
     ring_of = {t["ring"]: t for t in status["trainers"]}
@@ -77,7 +98,7 @@ def memory_report(status: dict) -> dict:
     procs = []
     held_by_service = dict.fromkeys(service_segs, 0)
     service_own = trainers_own = 0
-    for p in process_memory(list(roles)):
+    for p in process_memory(list(roles), store):
         role, index = roles[p.pid]
         in_service_segs = sum(v["pss"] for name, v in p.segments.items() if name in service_segs)
         procs.append({"pid": p.pid, "role": role, "index": index, "name": p.name, "rss_bytes": p.rss, "uss_bytes": p.uss, "pss_bytes": p.pss,
@@ -106,6 +127,7 @@ def memory_report(status: dict) -> dict:
         "index_bytes": part.get("meta", 0),
         "target_bytes": part.get("tgt", 0),
         "snapshot_bytes": sum(segs[s]["bytes"] for s in snapshot_segs),
+        "snapshot_resident_bytes": sum(segs[s]["resident_bytes"] for s in snapshot_segs),
         "decoded_bytes": decoded,
         "rings": rings,
         "ring_bytes": ring_bytes,
@@ -117,7 +139,8 @@ def memory_report(status: dict) -> dict:
         "trainers": n,
         "uint8_caches_bytes": n * decoded,
         "break_even_trainers": break_even(service - ring_bytes, ring_bytes // n if n else None, decoded),
-        "shm": shm_figures(),
+        "shm": shm_figures(store),
+        "store": _store.describe(store),
         "segments": segs,
     }
 

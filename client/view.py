@@ -23,7 +23,7 @@ def _table(*headers: str) -> Table:
 
 
 def memory_lines(mem: dict) -> Text:
-    """Retained against decoded, the break-even line, /dev/shm."""
+    """Retained against decoded, the break-even line, the store."""
     decoded, n = mem["decoded_bytes"], mem["trainers"]
     out = Text()
     per = mem.get("ring_bytes_per_trainer")
@@ -42,7 +42,10 @@ def memory_lines(mem: dict) -> Text:
     out.append(f"\nPSS: service {human_bytes(mem['service_pss_bytes'])} (daemon, workers, their segments), "
                f"trainers {human_bytes(mem['trainers_pss_bytes'])}, total {human_bytes(mem['total_pss_bytes'])}\n")
     shm = mem["shm"]
-    out.append(f"/dev/shm: {human_bytes(shm['free_bytes'])} free of {human_bytes(shm['size_bytes'])}")
+    where = mem.get("store", {})
+    out.append(f"{where.get('path', '/dev/shm')}: {human_bytes(shm['free_bytes'])} free of {human_bytes(shm['size_bytes'])}")
+    if where and not where.get("memory", True):
+        out.append(f" ({where.get('fs_type') or 'disk'}: {human_bytes(mem.get('snapshot_resident_bytes', 0))} of the snapshot in the page cache)")
     return out
 
 

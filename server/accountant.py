@@ -2,7 +2,8 @@
 
 Runs in the producer's commands (``pixpool prepare``) and wherever a snapshot's cost is
 reported. Nothing is estimated where it can be measured: snapshot bytes come from the
-segment files' sizes in /dev/shm; the decoded-uint8 equivalent is the sum of h * w * 3
+segment files' sizes in the snapshot's store (and, for a store on disk, how much of them
+is in the page cache now: ``shared.store.resident_nbytes``); the decoded-uint8 equivalent is the sum of h * w * 3
 over the snapshot's index (``Snapshot.decoded_nbytes``). What processes hold is measured
 by ``pixpool.shared.procmem``.
 """
@@ -11,6 +12,7 @@ from __future__ import annotations
 
 import os
 
+from ..shared import store as _store
 from ..shared.names import parse, shm_path
 from ..shared.procmem import ProcessMemory
 from ..shared.text import format_table, human_bytes
@@ -23,11 +25,18 @@ def snapshot_bytes(snapshot) -> dict:
     Keys: ``segments`` (segment name -> bytes), ``image_bytes``, ``meta_bytes`` (header +
     index), ``target_bytes``, ``total_bytes``, ``decoded_bytes`` (same resized images as
     uint8), ``ratio`` (image_bytes / decoded_bytes: 4 for a float32 snapshot, 1 for uint8),
-    ``dtype`` (the arena's pixel type).
+    ``dtype`` (the arena's pixel type), ``store`` (its path), ``memory``
+    (the store is RAM) and ``resident_bytes`` (of ``total_bytes``, what is in memory now:
+    every allocated page in a memory store; the page-cached pages on disk).
     """
-    sizes = {}
+    store = getattr(snapshot, "store", None) or "/dev/shm"
+    memory = _store.is_memory(store)
+    sizes, resident = {}, 0
     for name in snapshot.segment_names:
-        sizes[name] = os.stat(shm_path(name)).st_size
+        path = shm_path(name, store)
+        st = os.stat(path)
+        sizes[name] = st.st_size
+        resident += st.st_blocks * 512 if memory else _store.resident_nbytes(path)
     part = {parse(name).part: size for name, size in sizes.items()}
     decoded = snapshot.decoded_nbytes
     return {
@@ -39,12 +48,17 @@ def snapshot_bytes(snapshot) -> dict:
         "decoded_bytes": decoded,
         "ratio": part["img"] / decoded if decoded else float("nan"),
         "dtype": snapshot.dtype,
+        "store": store,
+        "memory": memory,
+        "resident_bytes": resident,
     }
 
 
 def format_snapshot_report(snap_bytes: dict, *, records: int | None = None) -> str:
     rows = [[name, n, human_bytes(n)] for name, n in snap_bytes["segments"].items()]
     rows.append(["total retained", snap_bytes["total_bytes"], human_bytes(snap_bytes["total_bytes"])])
+    if not snap_bytes.get("memory", True):
+        rows.append(["in the page cache now", snap_bytes["resident_bytes"], human_bytes(snap_bytes["resident_bytes"])])
     rows.append(["decoded uint8 equivalent", snap_bytes["decoded_bytes"], human_bytes(snap_bytes["decoded_bytes"])])
     text = format_table(rows, ["segment", "bytes", "size"])
     extra = f"{snap_bytes.get('dtype', 'float32')} images / uint8 equivalent = {snap_bytes['ratio']:.3f}"

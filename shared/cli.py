@@ -40,8 +40,8 @@ class Command:
 
 COMMANDS: dict[str, Command] = {
     "synth": Command("server.commands.synth", "write the embedded synthetic dataset (JPEG files + COCO json)"),
-    "prepare": Command("server.commands.prepare", "decode a dataset once into a shared-memory snapshot (float32 or uint8)"),
-    "ls": Command("server.commands.snapshots", "list prepared snapshots in /dev/shm"),
+    "prepare": Command("server.commands.prepare", "decode a dataset once into a snapshot in the store (float32 or uint8)"),
+    "ls": Command("server.commands.snapshots", "list prepared snapshots in the store (/dev/shm, or --store DIR)"),
     "clean": Command("server.commands.snapshots", "remove snapshots and rings no live process maps"),
     "digest": Command("client.commands.digest", "print one SHA-256 per batch of a training stream",
                       routes={"--reference": "server.commands.digest", "--in-process": "server.commands.digest"}),

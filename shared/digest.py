@@ -44,6 +44,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--processes", type=int, default=2, help="decode processes when a snapshot must be prepared (default 2)")
     parser.add_argument("--keep-snapshot", action="store_true", help="keep a snapshot this command prepared (--in-process)")
     flags.add_fields(parser, DaemonConfig, only=("dtype",))  # the snapshot a temporary daemon or --in-process prepares
+    parser.add_argument("--store", metavar="DIR", default="/dev/shm",
+                        help="the store the snapshot lives in (--in-process, and a temporary daemon; default /dev/shm)")
     parser.add_argument("--json", action="store_true", help="print one JSON object instead of lines")
     flags.add_fields(parser, StreamSettings, group="stream (StreamSettings)")
     flags.add_fields(parser, AugmentConfig, group="augmentation (AugmentConfig; defaults are YOLO's)", prefix="aug_")

@@ -25,6 +25,8 @@ import secrets
 from dataclasses import dataclass
 
 PREFIX = "pixpool"
+# The default store (``shared.store``): every function here that touches files takes
+# ``store``, the directory the segments live in, and falls back to this one.
 SHM_DIR = "/dev/shm"
 
 # Snapshot segments: one header+index segment, one image arena, one target segment.
@@ -121,14 +123,15 @@ def group_of(name: str) -> str:
     return parsed.group if parsed is not None else name
 
 
-def shm_path(name: str) -> str:
-    return os.path.join(SHM_DIR, name)
+def shm_path(name: str, store: str | None = None) -> str:
+    """The file of segment ``name`` in ``store`` (default /dev/shm)."""
+    return os.path.join(store or SHM_DIR, name)
 
 
-def list_segments() -> list[str]:
-    """Names of every segment in /dev/shm that carries the project's prefix."""
+def list_segments(store: str | None = None) -> list[str]:
+    """Names of every segment in ``store`` (default /dev/shm) that carries the project's prefix."""
     try:
-        names = os.listdir(SHM_DIR)
+        names = os.listdir(store or SHM_DIR)
     except FileNotFoundError:
         return []
     return sorted(n for n in names if n.startswith(PREFIX))

@@ -27,6 +27,12 @@ from .names import PREFIX, SHM_DIR
 _SHM_PREFIX_PATH = os.path.join(SHM_DIR, PREFIX)
 
 
+def _prefix_path(store: str | None) -> str:
+    """What the path of every pixpool segment of ``store`` starts with (a canonical path:
+    the kernel shows mapped files by their real path)."""
+    return _SHM_PREFIX_PATH if store is None else os.path.join(store, PREFIX)
+
+
 # -- /proc parsing (pure) ------------------------------------------------------------------
 def parse_maps_line(line: str) -> str | None:
     """Path of a /proc/PID/maps line, or None for an anonymous mapping."""
@@ -63,11 +69,12 @@ def parse_smaps(text: str) -> dict[str, dict[str, int]]:
     return out
 
 
-def pixpool_resident(smaps: dict[str, dict[str, int]]) -> dict[str, dict[str, int]]:
-    """The pixpool segments among parsed smaps: segment name -> {rss, pss} bytes."""
+def pixpool_resident(smaps: dict[str, dict[str, int]], store: str | None = None) -> dict[str, dict[str, int]]:
+    """The pixpool segments of ``store`` among parsed smaps: segment name -> {rss, pss} bytes."""
     out = {}
+    prefix = _prefix_path(store)
     for path, fields in smaps.items():
-        if path.startswith(_SHM_PREFIX_PATH):
+        if path.startswith(prefix):
             out[os.path.basename(path)] = {"rss": fields.get("Rss", 0), "pss": fields.get("Pss", 0)}
     return out
 
@@ -81,10 +88,11 @@ def _read_text(path: str) -> str | None:
         return None
 
 
-def segment_users() -> dict[str, set[int]]:
-    """pixpool segment name -> live pids that map it or hold it open (unreadable pids skipped)."""
+def segment_users(store: str | None = None) -> dict[str, set[int]]:
+    """pixpool segment name (in ``store``, default /dev/shm) -> live pids that map it or hold
+    it open (unreadable pids skipped; only processes in this PID namespace are seen)."""
     users: dict[str, set[int]] = {}
-    me_prefix = _SHM_PREFIX_PATH
+    me_prefix = _prefix_path(store)
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
             continue
@@ -113,6 +121,16 @@ def segment_users() -> dict[str, set[int]]:
     for name, pids in users.items():
         pids.difference_update({p for p in pids if not alive(p)})
     return {n: p for n, p in users.items() if p}
+
+
+def pid_namespace() -> str:
+    """This process's PID namespace (``pid:[inode]``), "" where it cannot be read. Two
+    processes may compare pids only when this is equal and they are on one machine (the
+    initial namespace has the same inode on every machine)."""
+    try:
+        return os.readlink("/proc/self/ns/pid")
+    except OSError:
+        return ""
 
 
 def alive(pid: int) -> bool:
@@ -149,7 +167,7 @@ def rollup_figures(fields: dict[str, int]) -> tuple[int, int, int]:
     return fields.get("Rss", 0), uss, fields.get("Pss", 0)
 
 
-def process_memory(pids) -> list[ProcessMemory]:
+def process_memory(pids, store: str | None = None) -> list[ProcessMemory]:
     """RSS/USS/PSS from the kernel's ``/proc/PID/smaps_rollup`` and each pid's resident
     pixpool segments (``/proc/PID/smaps``), for every pid that can be read."""
     out = []
@@ -162,7 +180,7 @@ def process_memory(pids) -> list[ProcessMemory]:
         except psutil.Error:
             continue
         text = _read_text(f"/proc/{pid}/smaps")
-        segments = pixpool_resident(parse_smaps(text)) if text else {}
+        segments = pixpool_resident(parse_smaps(text), store) if text else {}
         rss, uss, pss = rollup_figures(parse_rollup(rollup))
         out.append(ProcessMemory(pid, name, rss, uss, pss, segments))
     return out

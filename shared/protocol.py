@@ -8,8 +8,14 @@ wrong; the daemon turns that into an ``error`` reply and keeps serving.
 
 Operations (-> daemon, <- trainer):
 
-- ``attach`` -> {settings, pid, host, slots, delivery}; reply ``attached``
-  <- {trainer_id, token, ring, layout, num_records, daemon_pid, host, names (class names)}.
+- ``attach`` -> {settings, pid, host, slots, delivery, pid_ns (optional)}; reply ``attached``
+  <- {trainer_id, token, ring, layout, num_records, daemon_pid, host, names (class names),
+  store (the directory the ring is in), pid_ns (the daemon's PID namespace)}. ``delivery``
+  is what the trainer asks for; it gets frames until it proves it maps its ring:
+- ``prove`` -> {trainer_id, token, nonce}: the hex nonce the trainer read in its ring's
+  header through the store path (empty if it could not map the ring); reply ``proved``
+  <- {trainer_id, delivery}: ``shm`` where the nonce matches (and shm was asked for),
+  else ``frames``. Host names and pids play no part (``server/daemon/sessions.py``).
 - ``start`` -> {trainer_id, token, epoch, batch}: produce ``epoch`` from ``batch`` on;
   reply ``started`` <- {epoch, batch, num_batches}.
 - ``ready`` <- {trainer_id, slot, epoch, batch, generation, size, n_targets}: a batch is in
@@ -63,7 +69,7 @@ from .errors import (
     SnapshotError,
 )
 
-PROTOCOL_VERSION = 2  # 2: ready and release name the batch (epoch, batch, generation)
+PROTOCOL_VERSION = 3  # 2: ready and release name the batch (epoch, batch, generation); 3: store and the locality proof
 # How a trainer receives batch bytes (``attach``'s ``delivery``): in place from its ring's
 # slots (same machine), or as zero-copy frames after ``ready`` (TCP).
 DELIVERY_SHM = "shm"
@@ -90,7 +96,10 @@ _SCHEMA: dict[str, dict[str, tuple[type, ...]]] = {
         "num_records": _INT,
         "daemon_pid": _INT,
         "host": _STR,
+        "store": _STR,
     },
+    "prove": {"trainer_id": _INT, "token": _INT, "nonce": _STR},
+    "proved": {"trainer_id": _INT, "delivery": _STR},
     "start": {"trainer_id": _INT, "token": _INT, "epoch": _INT, "batch": _INT},
     "started": {"trainer_id": _INT, "epoch": _INT, "batch": _INT, "num_batches": _INT},
     "ready": {"trainer_id": _INT, "slot": _INT, "epoch": _INT, "batch": _INT, "generation": _INT, "size": _INT, "n_targets": _INT},
@@ -109,7 +118,7 @@ _REPLY_SCHEMA: dict[str, dict[str, tuple[type, ...]]] = {
     "status": {"daemon": _MAP, "snapshot": _MAP, "workers": (list,), "trainers": (list,)},
     "records": {"start": _INT, "total": _INT, "files": (list,), "names": (list,)},
 }
-REQUEST_OPS = frozenset({"attach", "start", "release", "heartbeat", "detach", "status", "records"})
+REQUEST_OPS = frozenset({"attach", "start", "release", "heartbeat", "detach", "status", "records", "prove"})
 # A ``records`` reply carries at most this many file names (it stays far below MAX_REPLY_BYTES).
 RECORDS_PAGE = 2000
 _INT_LIMIT = 1 << 62

@@ -32,7 +32,12 @@ per worker: ``DEFAULT_SLOTS`` = ``MAX_SLOTS`` = 3 (one read by the trainer, one 
 one finished or starting), and a trainer costs the service exactly ``nbytes`` of this
 segment: 3 batches of images plus their target rows, samples and headers.
 
-The segment is a ``shared.shm.SharedSegment`` (a file under /dev/shm, never registered with
+Locality: the ring header also holds a random nonce at ``NONCE_OFFSET``, written by the
+daemon at creation and never sent over a socket. A trainer that reads it back through the
+store path it was told has proved it maps this very file (same store, whatever its host
+name or PID namespace), and the daemon then delivers batches in place; otherwise as frames.
+
+The segment is a ``shared.shm.SharedSegment`` (a file in the daemon's store, never registered with
 multiprocessing's resource tracker: bpo-39959). Its whole size is reserved at creation,
 so a full /dev/shm is a clear ``CapacityError`` now rather than a SIGBUS in a worker later,
 and the ring's cost shows in /dev/shm at once.
@@ -52,6 +57,7 @@ import numpy as np
 from .errors import CapacityError, ConfigError, SnapshotError
 from .names import SHM_DIR
 from .shm import SharedSegment, unlink_segment
+from .store import free_nbytes
 
 log = logging.getLogger(__name__)
 
@@ -65,6 +71,8 @@ _SLOT_HEADER = struct.Struct("<5q")
 # batches; more would cost a batch of memory each and feed the trainer no faster.
 MIN_SLOTS, MAX_SLOTS = 2, 3
 DEFAULT_SLOTS = 3
+# The locality nonce: 16 random bytes in the ring header, past the fields above.
+NONCE_OFFSET, NONCE_NBYTES = 2048, 16
 
 
 def _align(n: int, to: int) -> int:
@@ -140,30 +148,32 @@ class Ring:
 
     def __init__(self, segment: SharedSegment, layout: RingLayout):
         self.name = segment.name
+        self.store = segment.store
         self.layout = layout
         self.owner = segment.owner
         self._segment: SharedSegment | None = segment
         self._buf = np.frombuffer(segment.buf, dtype=np.uint8)
 
     @classmethod
-    def create(cls, name: str, layout: RingLayout) -> "Ring":
+    def create(cls, name: str, layout: RingLayout, *, store: str | None = None) -> "Ring":
+        where = store or SHM_DIR
         try:
-            segment = SharedSegment.create(name, layout.nbytes, reserve=True)
+            segment = SharedSegment.create(name, layout.nbytes, reserve=True, store=store)
         except OSError as exc:
             if exc.errno in (errno.ENOSPC, errno.ENOMEM):
-                free = os.statvfs(SHM_DIR)
                 raise CapacityError(
-                    f"batch ring {name} needs {layout.nbytes} bytes but /dev/shm has {free.f_bavail * free.f_frsize} free; "
-                    "use fewer slots, a smaller batch or imgsz, or enlarge /dev/shm"
+                    f"batch ring {name} needs {layout.nbytes} bytes but the store {where} has {free_nbytes(where)} free; "
+                    f"use fewer slots, a smaller batch or imgsz, or enlarge {where}"
                 ) from None
             raise
         segment.buf[: _HEADER.size] = _HEADER.pack(MAGIC, layout.slots, layout.slot_nbytes, layout.batch_size, layout.imgsz, layout.max_targets)
+        segment.buf[NONCE_OFFSET : NONCE_OFFSET + NONCE_NBYTES] = os.urandom(NONCE_NBYTES)
         return cls(segment, layout)
 
     @classmethod
-    def attach(cls, name: str) -> "Ring":
+    def attach(cls, name: str, *, store: str | None = None) -> "Ring":
         try:
-            segment = SharedSegment.attach(name, writable=True)
+            segment = SharedSegment.attach(name, writable=True, store=store)
         except FileNotFoundError:
             raise SnapshotError(f"batch ring {name} does not exist (the daemon removed it or stopped)") from None
         size = segment.nbytes
@@ -179,6 +189,10 @@ class Ring:
             segment.close()
             raise SnapshotError(f"batch ring {name}: header says {slots} slots of {slot_nbytes} bytes but the segment has {size} bytes")
         return cls(segment, layout)
+
+    def nonce(self) -> str:
+        """The locality nonce (hex) as this mapping sees it (module docstring)."""
+        return bytes(self._buf[NONCE_OFFSET : NONCE_OFFSET + NONCE_NBYTES]).hex()
 
     # -- slot views -------------------------------------------------------------------
     def _slot_base(self, slot: int) -> int:
@@ -252,14 +266,14 @@ class Ring:
     def unlink(self) -> None:
         if not self.owner:
             raise SnapshotError(f"only the daemon that created batch ring {self.name} unlinks it")
-        unlink_segment(self.name)
+        unlink_segment(self.name, self.store)
 
     @property
     def closed(self) -> bool:
         return self._segment is None
 
     def present(self) -> bool:
-        """True while /dev/shm still holds this ring's file (``SharedSegment.present``)."""
+        """True while the store still holds this ring's file (``SharedSegment.present``)."""
         return self._segment is not None and self._segment.present()
 
     def __enter__(self) -> "Ring":

@@ -1,4 +1,4 @@
-"""One POSIX shared-memory segment: a file under /dev/shm mapped with ``mmap``.
+"""One segment: a file in a store (``shared.store``; /dev/shm by default) mapped with ``mmap``.
 
 Runs in every process that touches shared memory. The process that ``create``s a
 segment owns it and is the only one that may ``unlink`` it; every other process
@@ -18,6 +18,9 @@ The contract:
   already mapping it keep their mapping.
 - A ``weakref.finalize`` closes a forgotten segment at garbage collection; it never
   unlinks (a prepared snapshot outlives the process that made it on purpose).
+
+Every function takes ``store``, the directory the segment lives in (None: /dev/shm); a
+segment object remembers its store, so ``present`` and ``unlink`` look in the same place.
 
 Trust: /dev/shm is writable by every user of the machine (sticky, mode 1777), and every
 pixpool name is predictable or told over a socket, so anyone could create a file under a
@@ -44,10 +47,10 @@ from .names import SHM_DIR, expected_owner
 _MODE = 0o600
 
 
-def _segment_path(name: str) -> str:
+def _segment_path(name: str, store: str | None = None) -> str:
     if not name or "/" in name or name in (".", ".."):
         raise ValueError(f"invalid shared-memory name {name!r}: one path component, no '/'")
-    return os.path.join(SHM_DIR, name)
+    return os.path.join(store or SHM_DIR, name)
 
 
 def _user(uid: int) -> str:
@@ -59,12 +62,13 @@ def _user(uid: int) -> str:
         return f"uid {uid}"
 
 
-def check_trusted(name: str, st: os.stat_result, *, expected_nbytes: int | None = None) -> None:
+def check_trusted(name: str, st: os.stat_result, *, expected_nbytes: int | None = None, store: str | None = None) -> None:
     """UntrustedSegmentError unless ``st`` (of segment ``name``) is what pixpool may map:
     a regular file of the expected owner that nobody else can write, of the expected size."""
-    path = _segment_path(name)
+    path = _segment_path(name, store)
     mode = stat.S_IMODE(st.st_mode)
     owner = expected_owner(name)
+    clean = f"pixpool clean{'' if (store or SHM_DIR) == SHM_DIR else ' --store ' + store} {name}"
     if not stat.S_ISREG(st.st_mode):
         raise UntrustedSegmentError(f"{path} is not a regular file (mode {st.st_mode:o}); pixpool maps only its own segment files. "
                                     "Remove it (as its owner, or as root) and start again", path=path)
@@ -75,15 +79,15 @@ def check_trusted(name: str, st: os.stat_result, *, expected_nbytes: int | None 
     if mode & (stat.S_IWGRP | stat.S_IWOTH):
         raise UntrustedSegmentError(
             f"{path} (owner {_user(st.st_uid)}) has mode {mode:04o}: group or others may write it, so its bytes cannot be trusted; "
-            f"remove it with `pixpool clean {name}` (or `rm {path}`) and prepare again", path=path)
+            f"remove it with `{clean}` (or `rm {path}`) and prepare again", path=path)
     if expected_nbytes is not None and st.st_size != expected_nbytes:
         raise UntrustedSegmentError(f"{path} has {st.st_size} bytes, expected {expected_nbytes}; it is not the segment pixpool made. "
-                                    f"Remove it with `pixpool clean {name}` and start again", path=path)
+                                    f"Remove it with `{clean}` and start again", path=path)
 
 
-def open_trusted(name: str, *, writable: bool = False, expected_nbytes: int | None = None) -> int:
+def open_trusted(name: str, *, writable: bool = False, expected_nbytes: int | None = None, store: str | None = None) -> int:
     """A descriptor of segment ``name`` that passed ``check_trusted``; the caller closes it."""
-    path = _segment_path(name)
+    path = _segment_path(name, store)
     try:
         fd = os.open(path, (os.O_RDWR if writable else os.O_RDONLY) | os.O_CLOEXEC | os.O_NOFOLLOW)
     except OSError as exc:
@@ -92,31 +96,31 @@ def open_trusted(name: str, *, writable: bool = False, expected_nbytes: int | No
         if isinstance(exc, PermissionError):
             # Not readable by us: someone else's file under our name. Say whose.
             try:
-                check_trusted(name, os.lstat(path), expected_nbytes=None)
+                check_trusted(name, os.lstat(path), expected_nbytes=None, store=store)
             except FileNotFoundError:
                 raise exc from None
         raise
     try:
-        check_trusted(name, os.fstat(fd), expected_nbytes=expected_nbytes)
+        check_trusted(name, os.fstat(fd), expected_nbytes=expected_nbytes, store=store)
     except BaseException:
         os.close(fd)
         raise
     return fd
 
 
-def read_prefix(name: str, nbytes: int) -> bytes:
+def read_prefix(name: str, nbytes: int, *, store: str | None = None) -> bytes:
     """The first ``nbytes`` of a trusted segment, by a plain read (no mapping)."""
-    fd = open_trusted(name)
+    fd = open_trusted(name, store=store)
     try:
         return os.pread(fd, nbytes, 0)
     finally:
         os.close(fd)
 
 
-def owner_of(name: str) -> int | None:
+def owner_of(name: str, store: str | None = None) -> int | None:
     """uid of the file behind segment ``name`` (not followed if a link), None if it is gone."""
     try:
-        return os.lstat(_segment_path(name)).st_uid
+        return os.lstat(_segment_path(name, store)).st_uid
     except FileNotFoundError:
         return None
 
@@ -132,8 +136,9 @@ def _close_mapping(mm: mmap.mmap) -> None:
 class SharedSegment:
     """A named shared-memory segment mapped into this process (see module docstring)."""
 
-    def __init__(self, name: str, mm: mmap.mmap, nbytes: int, *, owner: bool, writable: bool, inode: int = 0):
+    def __init__(self, name: str, mm: mmap.mmap, nbytes: int, *, owner: bool, writable: bool, inode: int = 0, store: str | None = None):
         self.name = name
+        self.store = store or SHM_DIR
         self.nbytes = nbytes
         self.owner = owner
         self.writable = writable
@@ -143,7 +148,7 @@ class SharedSegment:
 
     # -- construction ---------------------------------------------------------------
     @classmethod
-    def create(cls, name: str, nbytes: int, *, reserve: bool = True) -> "SharedSegment":
+    def create(cls, name: str, nbytes: int, *, reserve: bool = True, store: str | None = None) -> "SharedSegment":
         """Create a new segment of ``nbytes`` (fails if the name exists); this process owns it.
 
         ``reserve`` allocates the pages now (``posix_fallocate``) so that a full /dev/shm
@@ -152,8 +157,8 @@ class SharedSegment:
         """
         if nbytes <= 0:
             raise ValueError(f"shared-memory segment {name!r} needs a positive size, got {nbytes}")
-        path = _segment_path(name)
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, _MODE)
+        path = _segment_path(name, store)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC | os.O_NOFOLLOW, _MODE)
         try:
             os.ftruncate(fd, nbytes)
             if reserve:
@@ -165,17 +170,17 @@ class SharedSegment:
             os.unlink(path)
             raise
         os.close(fd)  # the mapping keeps the memory; the descriptor is no longer needed
-        return cls(name, mm, nbytes, owner=True, writable=True, inode=inode)
+        return cls(name, mm, nbytes, owner=True, writable=True, inode=inode, store=store)
 
     @classmethod
-    def attach(cls, name: str, *, writable: bool = False, expected_nbytes: int | None = None) -> "SharedSegment":
+    def attach(cls, name: str, *, writable: bool = False, expected_nbytes: int | None = None, store: str | None = None) -> "SharedSegment":
         """Map an existing, trusted segment (module docstring); read-only (``PROT_READ``)
         unless ``writable``.
 
         Arrays over a read-only segment's ``buf`` are read-only: writing raises ValueError.
         """
-        path = _segment_path(name)
-        fd = open_trusted(name, writable=writable, expected_nbytes=expected_nbytes)
+        path = _segment_path(name, store)
+        fd = open_trusted(name, writable=writable, expected_nbytes=expected_nbytes, store=store)
         try:
             st = os.fstat(fd)
             nbytes = st.st_size
@@ -185,7 +190,7 @@ class SharedSegment:
             mm = mmap.mmap(fd, nbytes, flags=mmap.MAP_SHARED, prot=prot)
         finally:
             os.close(fd)
-        return cls(name, mm, nbytes, owner=False, writable=writable, inode=st.st_ino)
+        return cls(name, mm, nbytes, owner=False, writable=writable, inode=st.st_ino, store=store)
 
     # -- use --------------------------------------------------------------------------
     @property
@@ -200,10 +205,10 @@ class SharedSegment:
         return self._mm is None
 
     def present(self) -> bool:
-        """True while /dev/shm still holds this very file under this name (not removed,
+        """True while the store still holds this very file under this name (not removed,
         not replaced by another file)."""
         try:
-            return os.lstat(_segment_path(self.name)).st_ino == self.inode
+            return os.lstat(_segment_path(self.name, self.store)).st_ino == self.inode
         except FileNotFoundError:
             return False
 
@@ -219,11 +224,11 @@ class SharedSegment:
         self._finalizer()  # runs _close_mapping once and detaches the finalizer
 
     def unlink(self) -> None:
-        """Remove the name from /dev/shm; only the owner may do so."""
+        """Remove the name from the store; only the owner may do so."""
         if not self.owner:
             raise PermissionError(f"segment {self.name!r} was attached, not created, by this process; only its owner unlinks it")
         try:
-            os.unlink(_segment_path(self.name))
+            os.unlink(_segment_path(self.name, self.store))
         except FileNotFoundError:
             pass
 
@@ -238,10 +243,10 @@ class SharedSegment:
         return f"SharedSegment({self.name!r}, nbytes={self.nbytes}, {state}, owner={self.owner})"
 
 
-def unlink_segment(name: str) -> bool:
+def unlink_segment(name: str, store: str | None = None) -> bool:
     """Remove a segment by name (cleanup of what a dead owner left); True if it existed."""
     try:
-        os.unlink(_segment_path(name))
+        os.unlink(_segment_path(name, store))
         return True
     except FileNotFoundError:
         return False

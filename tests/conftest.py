@@ -148,6 +148,38 @@ def dealer():
         sock.close(linger=0)
 
 
+def disk_store_parent() -> str | None:
+    """A folder on a disk (not a tmpfs) to make temporary stores in, or None."""
+    from pixpool.shared.store import is_memory
+
+    for parent in ("/var/tmp", "/tmp"):
+        if os.path.isdir(parent) and os.access(parent, os.W_OK) and not is_memory(parent):
+            return parent
+    return None
+
+
+@pytest.fixture(params=["shm", "disk"])
+def store(request):
+    """The store a test runs on: /dev/shm, or a private folder (mode 0700) on a local disk,
+    which must hold no pixpool file when the test ends and is then removed."""
+    import shutil
+    import tempfile
+
+    if request.param == "shm":
+        yield "/dev/shm"
+        return
+    parent = disk_store_parent()
+    if parent is None:
+        pytest.skip("no disk-backed folder (/var/tmp and /tmp are tmpfs here) for a disk store")
+    path = os.path.realpath(tempfile.mkdtemp(prefix="pxstore-", dir=parent))
+    try:
+        yield path
+        left = list_segments(path)
+        assert not left, f"segments left in the disk store {path}: {left}"
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
+
+
 @pytest.fixture
 def shm_name():
     """``shm_name(tag)``: a fresh ``pixpool-test-...`` segment name; whatever the test made

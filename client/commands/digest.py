@@ -27,19 +27,19 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError(f"--workers {args.workers} must be at least 1 for a temporary daemon")
     workers = None if args.socket_dir is not None else args.workers
     digests = daemon_digests(settings, args.epoch, args.batches, socket_dir=args.socket_dir, workers=workers, data=args.data,
-                             images=args.images, processes=args.processes, dtype=args.dtype)
+                             images=args.images, processes=args.processes, dtype=args.dtype, store=args.store)
     digest.report(args, "daemon", settings, digests)
     return 0
 
 
 def daemon_digests(settings: StreamSettings, epoch: int, batches: int | None = None, *, socket_dir: str | None = None, workers: int | None = None,
                    data: str | None = None, images: str | None = None, processes: int = 2, dtype: str = "float32",
-                   timeout_s: float = 300.0) -> list[str]:
+                   timeout_s: float = 300.0, store: str | None = None) -> list[str]:
     """One sha256 per batch of ``epoch`` (the first ``batches`` of them, or all).
 
     ``workers`` None: attach to the daemon at ``socket_dir``. Otherwise start a temporary
     daemon with that many workers serving ``data`` (``images``) at the stream's imgsz, from a
-    snapshot of ``dtype``.
+    snapshot of ``dtype``, its snapshot and rings in ``store`` (default /dev/shm).
     """
     if workers is None:
         return _collect(settings, epoch, batches, socket_dir, timeout_s)
@@ -50,6 +50,8 @@ def daemon_digests(settings: StreamSettings, epoch: int, batches: int | None = N
     serve = [str(data), "--imgsz", str(settings.augment.imgsz), "--workers", str(workers), "--processes", str(processes), "--dtype", dtype]
     if images is not None:
         serve += ["--images", str(images)]
+    if store is not None:
+        serve += ["--store", str(store)]
     with serve_child(serve, timeout_s=timeout_s) as (_, sdir, _):
         return _collect(settings, epoch, batches, sdir, timeout_s)
 

@@ -1,7 +1,7 @@
 """``pixpool memory``: what the service and its trainers retain, once, measured.
 
 Runs in the user's shell process: asks the daemon who is who (``status``), then measures
-the segments in /dev/shm and each local process in /proc (``client/memory.py``). ``--json``
+the segments in the daemon's store and each local process in /proc (``client/memory.py``). ``--json``
 prints the figures with the field names documented in ``docs/memory.md``.
 """
 
@@ -24,7 +24,7 @@ def run(args: argparse.Namespace) -> int:
     from ..status import query_status
     from ..view import memory_lines, processes_table
 
-    report = memory_report(query_status(args.socket_dir, timeout_s=args.timeout_s))
+    report = memory_report(query_status(args.socket_dir, timeout_s=args.timeout_s), store=args.store)
     if args.json:
         print(json.dumps(report))
     else:

@@ -16,6 +16,7 @@ def add_daemon_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--socket-dir", metavar="DIR", default=None, help="the daemon's socket directory")
     parser.add_argument("--timeout-s", type=float, default=3.0, help="how long to wait for the daemon (default 3)")
     parser.add_argument("--json", action="store_true", help="print JSON instead of tables")
+    parser.add_argument("--store", metavar="DIR", default=None, help="where this process sees the daemon's store (default: the path the daemon reports)")
 
 
 def configure(parser: argparse.ArgumentParser, name: str) -> None:

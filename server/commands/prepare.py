@@ -1,7 +1,7 @@
-"""``pixpool prepare DATA``: decode a dataset once into a shared-memory snapshot.
+"""``pixpool prepare DATA``: decode a dataset once into a snapshot in the store.
 
 Runs in the user's shell process, which creates (and owns) the snapshot's segments and
-leaves them in /dev/shm on success: the snapshot persists until ``pixpool clean``. On any
+leaves them in the store (``--store``, default /dev/shm) on success: the snapshot persists until ``pixpool clean``. On any
 failure nothing is left behind (see ``server/snapshot/prepare.py``).
 """
 
@@ -17,7 +17,7 @@ from ...shared.flags import add_fields
 
 
 def configure(parser: argparse.ArgumentParser, name: str) -> None:
-    add_fields(parser, DaemonConfig, only=("data", "images", "imgsz", "processes", "dtype", "memory_budget_nbytes", "max_instances_per_image", "allow_unlabelled", "prepare_wait_s"))
+    add_fields(parser, DaemonConfig, only=("data", "images", "imgsz", "processes", "dtype", "memory_budget_nbytes", "max_instances_per_image", "allow_unlabelled", "prepare_wait_s", "store"))
     parser.add_argument("--json", action="store_true", help="print one JSON object instead of the table")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
 
@@ -35,7 +35,8 @@ def run(args: argparse.Namespace) -> int:
         # What `pixpool prepare` makes stays until `pixpool clean` (persist): that is its purpose.
         result = prepare_snapshot(dataset, imgsz=args.imgsz, processes=args.processes, dtype=args.dtype, budget_nbytes=args.memory_budget_nbytes,
                                   progress=not (args.json or args.no_progress) and sys.stderr.isatty(),
-                                  persist=True, lineage=lineage_of(args.data, args.images, args.imgsz, args.dtype), wait_s=args.prepare_wait_s)
+                                  persist=True, lineage=lineage_of(args.data, args.images, args.imgsz, args.dtype), wait_s=args.prepare_wait_s,
+                                  store=args.store)
     except PreparationTerminated:
         print("pixpool prepare: terminated (SIGTERM); no snapshot was left behind", file=sys.stderr)
         return 143
@@ -49,7 +50,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"dataset: {stats.instances} instances, {stats.background} background images, {stats.labels_missing} without a label file")
         print(accountant.format_snapshot_report(accountant.snapshot_bytes(snap), records=result.records))
         print()
-        print(accountant.format_process_report(procmem.process_memory([os.getpid()])))
+        print(accountant.format_process_report(procmem.process_memory([os.getpid()], snap.store)))
         return 0
     finally:
         snap.close()

@@ -1,4 +1,6 @@
-"""``pixpool ls`` and ``pixpool clean``: list and remove the caller's pixpool segments in /dev/shm.
+"""``pixpool ls`` and ``pixpool clean``: list and remove the caller's pixpool segments in a store.
+
+Both take ``--store DIR`` (default /dev/shm): the directory whose segments they look at.
 
 Runs in the user's shell process. /dev/shm is shared by every user of the machine: both
 commands look only at segments whose file belongs to the caller (the uid in the name and
@@ -21,6 +23,10 @@ import os
 
 
 def configure(parser: argparse.ArgumentParser, name: str) -> None:
+    from ...shared.config import DaemonConfig
+    from ...shared.flags import add_fields
+
+    add_fields(parser, DaemonConfig, only=("store",))
     if name == "ls":
         parser.add_argument("--json", action="store_true", help="print a JSON list instead of the table")
     else:
@@ -33,6 +39,9 @@ def configure(parser: argparse.ArgumentParser, name: str) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from ...shared.store import check_store
+
+    args.store = check_store(args.store)
     return _ls(args) if args.command == "ls" else _clean(args)
 
 
@@ -99,12 +108,12 @@ def _describe(pid: int) -> str:
         return f"pid {pid}"
 
 
-def _own_segments() -> tuple[list[str], dict[int, int]]:
+def _own_segments(store: str) -> tuple[list[str], dict[int, int]]:
     from ...shared.names import list_segments
     from ...shared.shm import owner_of
 
-    segments = list_segments()
-    return split_by_owner(segments, {s: owner_of(s) for s in segments}, os.geteuid())
+    segments = list_segments(store)
+    return split_by_owner(segments, {s: owner_of(s, store) for s in segments}, os.geteuid())
 
 
 def _ls(args: argparse.Namespace) -> int:
@@ -116,10 +125,10 @@ def _ls(args: argparse.Namespace) -> int:
     from ..snapshot import layout
     from ..snapshot.handle import list_snapshots
 
-    _, others = _own_segments()
-    users = segment_users()
+    _, others = _own_segments(args.store)
+    users = segment_users(args.store)
     rows = []
-    for info in list_snapshots():
+    for info in list_snapshots(store=args.store):
         pids = sorted({p for seg in snapshot_parts(info.name).values() for p in users.get(seg, ())})
         h = info.header
         dtype = layout.DTYPE_CODES[h.dtype_code].name if h is not None and h.dtype_code in layout.DTYPE_CODES else None
@@ -134,7 +143,7 @@ def _ls(args: argparse.Namespace) -> int:
         print(json.dumps(rows))
         return 0
     if not rows:
-        print("no pixpool snapshots of yours in /dev/shm")
+        print(f"no pixpool snapshots of yours in {args.store}")
         return 0
     table = [[r["name"], r["records"] if r["records"] is not None else "?", r["imgsz"] or "?", r["dtype"] or "?", human_bytes(r["nbytes"]),
               "yes" if r["complete"] else "NO", ",".join(map(str, r["in_use_by"])) or "-"] for r in rows]  # fmt: skip
@@ -147,21 +156,21 @@ def _clean(args: argparse.Namespace) -> int:
     from ...shared.procmem import segment_users
     from ...shared.shm import unlink_segment
 
-    segments, others = _own_segments()
+    segments, others = _own_segments(args.store)
     if args.names:
         wanted = set(args.names)
         segments = [s for s in segments if s in wanted or group_of(s) in wanted]
-    targets, kept = plan_clean(segments, segment_users(), unrecognised=args.all)
+    targets, kept = plan_clean(segments, segment_users(args.store), unrecognised=args.all)
     if args.keep_complete:
         from ..snapshot.handle import list_snapshots
 
-        complete = {info.name for info in list_snapshots() if info.complete}
+        complete = {info.name for info in list_snapshots(store=args.store) if info.complete}
         for t in [t for t in targets if group_of(t) in complete]:
             targets.remove(t)
             kept[t] = "complete snapshot (--keep-complete)"
     verb = "would remove" if args.dry_run else "removed"
     for seg in targets:
-        if args.dry_run or unlink_segment(seg):
+        if args.dry_run or unlink_segment(seg, args.store):
             print(f"{verb} {seg}")
     by_reason: dict[str, list[str]] = {}
     for seg, why in kept.items():

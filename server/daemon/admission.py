@@ -11,14 +11,15 @@ Runs in the daemon process.
   it left; a socket file left by a killed daemon is replaced) and, when asked, a TCP one behind CURVE with a ZAP
   authenticator admitting only ``keys/authorized``. Frames over ``MAX_WIRE_BYTES`` make
   libzmq drop the peer before allocating them.
-- ``ring_for`` decides an ``attach``: the trainer's settings against the snapshot, the
-  delivery against the socket it came in on, and the ring's bytes against the budgets
+- ``ring_for`` decides an ``attach``: the trainer's settings against the snapshot and the
+  ring's bytes against the budgets
   (per ring, all rings, and the memory budget of snapshot plus rings). A refusal is an
   ``error`` reply to that trainer only; the others are served on.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import fcntl
 import logging
 import os
@@ -30,19 +31,22 @@ from ...shared import protocol as proto
 from ...shared.config import DaemonConfig, StreamSettings
 from ...shared.control import request_status
 from ...shared.errors import CapacityError, ConfigError
-from ...shared.names import SHM_DIR
 from ...shared.ring import MAX_SLOTS, MIN_SLOTS, RingLayout
+from ...shared.store import check_store, free_nbytes, size_nbytes
 
 log = logging.getLogger(__name__)
 
 _LOCK_NAME = "daemon.lock"
 
 
-def preflight(config: DaemonConfig) -> None:
-    """ConfigError for a socket directory others can enter or another daemon serves, an
-    over-long ipc path, a bad TCP address or unusable CURVE keys; creates the socket
-    directory (mode 0700). ``Listener.open`` decides again at bind time (another daemon may
-    start in between); this only makes the common mistakes fail before any decoding."""
+def preflight(config: DaemonConfig) -> DaemonConfig:
+    """ConfigError for a store pixpool may not use (``shared.store.check_store``), a socket
+    directory others can enter or another daemon serves, an over-long ipc path, a bad TCP
+    address or unusable CURVE keys; creates the socket directory (mode 0700). Returns the
+    config with the store's canonical path. ``Listener.open`` decides again at bind time
+    (another daemon may start in between); this only makes the common mistakes fail before
+    any decoding."""
+    config = dataclasses.replace(config, store=check_store(config.store))
     path = ep.socket_path(config.socket_dir, create=True)
     if config.tcp is not None:
         ep.parse_tcp(config.tcp)
@@ -58,6 +62,7 @@ def preflight(config: DaemonConfig) -> None:
             raise ConfigError(f"another pixpool daemon already serves {path.parent}; stop it or use another --socket-dir") from None
         finally:
             os.close(fd)  # closing drops the probe's lock
+    return config
 
 
 class Listener:
@@ -110,7 +115,7 @@ class Listener:
         self._lock_fd = lock_fd
         previous = _take_over_lock(lock_fd)
         if previous is not None:
-            sweep_predecessor(previous)
+            sweep_predecessor(previous, self.config.store)
         if path.exists():
             if request_status(f"ipc://{path}", timeout_s=0.5, ctx=self._ctx) is not None:
                 raise ConfigError(f"another pixpool daemon already serves {path}; stop it or use another --socket-dir")
@@ -157,7 +162,7 @@ def _take_over_lock(lock_fd: int) -> int | None:
     return None
 
 
-def sweep_predecessor(pid: int) -> list[str]:
+def sweep_predecessor(pid: int, store: str | None = None) -> list[str]:
     """Remove the rings a dead daemon ``pid`` of this socket directory left (this user's,
     mapped by nobody): a SIGKILLed daemon cannot unlink them itself, and its successor is
     the one process that knows they are its directory's. Returns the names removed."""
@@ -165,16 +170,16 @@ def sweep_predecessor(pid: int) -> list[str]:
     from ...shared.procmem import segment_users
     from ...shared.shm import owner_of, unlink_segment
 
-    users = segment_users()
-    gone = [n for n in list_segments() if n.startswith(ring_prefix(pid)) and owner_of(n) == os.geteuid() and not users.get(n)]
+    users = segment_users(store)
+    gone = [n for n in list_segments(store) if n.startswith(ring_prefix(pid)) and owner_of(n, store) == os.geteuid() and not users.get(n)]
     for name in gone:
-        unlink_segment(name)
+        unlink_segment(name, store)
     if gone:
         log.warning("removed %d batch ring(s) left by daemon %d, which died without cleaning up: %s", len(gone), pid, ", ".join(gone))
     return gone
 
 
-def ring_for(msg: dict, settings: StreamSettings, *, source, renderer, remote: bool, config: DaemonConfig,
+def ring_for(msg: dict, settings: StreamSettings, *, source, renderer, config: DaemonConfig,
              rings_nbytes: int, ring_budget_nbytes: int, trainers: int, snapshot_nbytes: int) -> RingLayout:
     """The ring an ``attach`` gets, or ConfigError/CapacityError saying what to change."""
     if settings.augment.imgsz != source.imgsz:
@@ -187,8 +192,6 @@ def ring_for(msg: dict, settings: StreamSettings, *, source, renderer, remote: b
         )
     if msg["delivery"] not in proto.DELIVERIES:
         raise ConfigError(f"delivery {msg['delivery']!r}: use {proto.DELIVERY_SHM!r} (same machine) or {proto.DELIVERY_FRAMES!r} (TCP)")
-    if msg["delivery"] == proto.DELIVERY_SHM and remote:
-        raise ConfigError(f"delivery {proto.DELIVERY_SHM!r} is for trainers on the daemon's machine; over TCP use delivery {proto.DELIVERY_FRAMES!r}")
     max_t = max(1, renderer.max_targets(source.max_instances, settings))
     layout = RingLayout(slots=slots, batch_size=settings.batch_size, imgsz=source.imgsz, max_targets=max_t)
     if layout.nbytes > config.max_ring_nbytes:
@@ -209,36 +212,34 @@ def ring_for(msg: dict, settings: StreamSettings, *, source, renderer, remote: b
 
 
 class ShmWatch:
-    """Warns once when /dev/shm's free space falls under a threshold, and once when it recovers.
+    """Warns once when the store's free space falls under a threshold, and once when it recovers.
 
-    The default threshold is a tenth of /dev/shm's size: below it, the next preparation or
-    ring may be refused and other programs using /dev/shm may fail."""
+    The default threshold is a tenth of the store's size: below it, the next preparation or
+    ring may be refused and other programs using that file system may fail."""
 
-    def __init__(self, warn_free_nbytes: int | None):
-        st = os.statvfs(SHM_DIR)
-        self.size_nbytes = st.f_blocks * st.f_frsize
+    def __init__(self, warn_free_nbytes: int | None, store: str = "/dev/shm"):
+        self.store = store
+        self.size_nbytes = size_nbytes(store)
         self.warn_free_nbytes = self.size_nbytes // 10 if warn_free_nbytes is None else warn_free_nbytes
         self.low = False
 
     def check(self) -> bool:
         """True while free space is under the threshold."""
-        st = os.statvfs(SHM_DIR)
-        free = st.f_bavail * st.f_frsize
+        free = free_nbytes(self.store)
         low = free < self.warn_free_nbytes
         if low and not self.low:
-            log.warning("/dev/shm has %d bytes free of %d, under the warning threshold of %d; remove old snapshots (`pixpool clean`), "
-                        "detach trainers, or enlarge /dev/shm", free, self.size_nbytes, self.warn_free_nbytes)
+            log.warning("the store %s has %d bytes free of %d, under the warning threshold of %d; remove old snapshots (`pixpool clean`), "
+                        "detach trainers, or enlarge it", self.store, free, self.size_nbytes, self.warn_free_nbytes)
         elif self.low and not low:
-            log.info("/dev/shm has %d bytes free again (threshold %d)", free, self.warn_free_nbytes)
+            log.info("the store %s has %d bytes free again (threshold %d)", self.store, free, self.warn_free_nbytes)
         self.low = low
         return low
 
 
-def default_ring_budget() -> int:
-    """Rings live in /dev/shm beside the snapshot: by default all of them together may take
-    at most half of what /dev/shm has free when the daemon starts."""
-    st = os.statvfs(SHM_DIR)
-    return st.f_bavail * st.f_frsize // 2
+def default_ring_budget(store: str = "/dev/shm") -> int:
+    """Rings live in the store beside the snapshot: by default all of them together may take
+    at most half of what the store has free when the daemon starts."""
+    return free_nbytes(store) // 2
 
 
 def _check_port_free(host: str, port: int) -> None:

@@ -14,7 +14,6 @@ import logging
 import os
 import threading
 
-from ...shared import protocol as proto
 from ...shared.names import SHM_DIR, shm_path
 from ...shared.procmem import process_memory
 
@@ -67,19 +66,20 @@ class _Collector:
         if st is None:
             return
         snap = st["snapshot"]
-        seg = GaugeMetricFamily("pixpool_snapshot_bytes", "Bytes of each segment of the served snapshot, measured in /dev/shm", labels=["segment"])
+        store = st["daemon"].get("store") or SHM_DIR
+        seg = GaugeMetricFamily("pixpool_snapshot_bytes", "Bytes of each segment of the served snapshot, measured in the store", labels=["segment"])
         for name in sorted({n for info in st.get("splits", {"train": snap}).values() for n in info.get("segments", [])}):
             try:
-                seg.add_metric([name], os.stat(shm_path(name)).st_size)
+                seg.add_metric([name], os.stat(shm_path(name, store)).st_size)
             except FileNotFoundError:
                 continue
         yield seg
         yield GaugeMetricFamily("pixpool_decoded_equivalent_bytes", "What the same resized images take as a decoded uint8 cache", value=snap.get("decoded_bytes", 0))
         roles = {st["daemon"]["pid"]: "daemon"}
         roles.update({w["pid"]: "worker" for w in st["workers"] if w["pid"]})
-        roles.update({t["pid"]: "trainer" for t in st["trainers"] if t["delivery"] == proto.DELIVERY_SHM and t["pid"]})
+        roles.update({t["pid"]: "trainer" for t in st["trainers"] if t["pid"] and t.get("pid_watched")})
         pss = GaugeMetricFamily("pixpool_process_pss_bytes", "PSS of each local process of the service and its trainers (smaps_rollup)", labels=["role", "pid"])
-        for p in process_memory(list(roles)):
+        for p in process_memory(list(roles), store):
             pss.add_metric([roles[p.pid], str(p.pid)], p.pss)
         yield pss
         ring = GaugeMetricFamily("pixpool_ring_bytes", "Bytes of each trainer's batch ring", labels=["trainer"])
@@ -99,8 +99,8 @@ class _Collector:
             busy.add_metric([str(w["index"])], w["busy_s"])
             done.add_metric([str(w["index"])], w["samples_done"])
         yield from (busy, done)
-        vfs = os.statvfs(SHM_DIR)
-        yield GaugeMetricFamily("pixpool_shm_free_bytes", "Free bytes in /dev/shm", value=vfs.f_bavail * vfs.f_frsize)
-        yield GaugeMetricFamily("pixpool_shm_size_bytes", "Size of /dev/shm", value=vfs.f_blocks * vfs.f_frsize)
+        vfs = os.statvfs(store)
+        yield GaugeMetricFamily("pixpool_shm_free_bytes", "Free bytes in the store (/dev/shm by default)", value=vfs.f_bavail * vfs.f_frsize)
+        yield GaugeMetricFamily("pixpool_shm_size_bytes", "Size of the store's file system (/dev/shm by default)", value=vfs.f_blocks * vfs.f_frsize)
         yield GaugeMetricFamily("pixpool_trainers", "Trainers attached", value=len(st["trainers"]))
         yield CounterMetricFamily("pixpool_worker_restarts", "Augmentation workers replaced after dying", value=st["daemon"]["worker_restarts"])

@@ -42,7 +42,7 @@ def run_daemon(config: DaemonConfig) -> None:
 
     if not isinstance(config, DaemonConfig):
         raise TypeError(f"run_daemon takes a DaemonConfig, got {type(config).__name__}")
-    preflight(config)
+    config = preflight(config)
     # SIGTERM between preparation and the daemon's own handler must still unlink what this
     # call created: until serve() takes over it raises here, and the finally below runs.
     in_main = threading.current_thread() is threading.main_thread()
@@ -100,11 +100,11 @@ def _prepare(dataset, config: DaemonConfig, budget_nbytes: int | None, lineage: 
     from ..snapshot.prepare import prepare_snapshot
 
     result = prepare_snapshot(dataset, imgsz=config.imgsz, processes=config.processes, dtype=config.dtype, budget_nbytes=budget_nbytes, persist=config.keep_snapshot,
-                              lineage=lineage, wait_s=config.prepare_wait_s)
+                              lineage=lineage, wait_s=config.prepare_wait_s, store=config.store)
     snap = result.snapshot
     log.info("snapshot %s %s (%d records, %.1f s)", snap.name, "re-attached" if result.reused else "prepared", len(snap), result.seconds)
     info = {"name": snap.name, "reused": bool(result.reused), "prepare_s": round(float(result.seconds), 3), "segments": list(snap.segment_names),
-            "dtype": snap.dtype, "image_bytes": int(result.image_bytes), "index_bytes": int(result.index_bytes),
+            "dtype": snap.dtype, "store": snap.store, "image_bytes": int(result.image_bytes), "index_bytes": int(result.index_bytes),
             "target_bytes": int(result.target_bytes), "decoded_bytes": int(result.decoded_bytes), "classes": len(dataset.names)}
     return snap, info
 

@@ -8,7 +8,7 @@ wires four parts together and owns none of their details:
 - ``sessions.Sessions``: attached trainers and their rings (the daemon unlinks each ring);
 - ``supervisor.Supervisor``: the augmentation worker processes;
 - ``metrics.Metrics`` (with ``metrics_port``): the Prometheus endpoint, fed the status reply
-  every liveness tick; ``admission.ShmWatch`` warns when /dev/shm runs low;
+  every liveness tick; ``admission.ShmWatch`` warns when the store runs low;
 - ``scheduler.Scheduler``: which part of which batch goes to which worker and slot (all
   workers fill one slot together), announced in order; once every part of a slot is in,
   the daemon packs its targets and writes its header (the one write the daemon makes into
@@ -40,6 +40,8 @@ import zmq
 from ...shared import protocol as proto
 from ...shared.config import DaemonConfig, StreamSettings
 from ...shared.errors import ConfigError, DaemonStopped, PixpoolError, ProtocolError
+from ...shared.procmem import pid_namespace
+from ...shared.store import check_store
 from . import admission, delivery
 from . import renderer as _renderer
 from .scheduler import Job, Scheduler
@@ -72,17 +74,19 @@ class Daemon:
         self.snapshot_info = self.split_info.get("train", {})
         self.files = {k: list(v) for k, v in dict(files).items()} if per_split else {"train": list(files)}
         self.names = list(names)  # what trainers call their classes; files: their samples, per split
-        self.ring_budget_nbytes = config.max_total_ring_nbytes or admission.default_ring_budget()
+        self.store = check_store(config.store)  # where the rings go (the snapshot's handle knows its own)
+        self.ring_budget_nbytes = config.max_total_ring_nbytes or admission.default_ring_budget(self.store)
         # Snapshots' bytes (a source that is no Snapshot counts 0); one snapshot serving both
         # splits (same images) counts once.
         by_name = {getattr(src, "name", id(src)): getattr(src, "nbytes", None) for src in self.sources.values()}
         self.snapshot_nbytes = sum(sum(parts.values()) for parts in by_name.values() if isinstance(parts, dict))
-        self.shm_watch = admission.ShmWatch(config.shm_warn_free_nbytes)
+        self.shm_watch = admission.ShmWatch(config.shm_warn_free_nbytes, self.store)
         self.pid = os.getpid()
+        self.pid_ns = pid_namespace()
         self.host = _socket.gethostname()
         self.started = time.monotonic()
         self.scheduler = Scheduler(parts=config.workers)
-        self.sessions = Sessions(self.pid, self.scheduler, heartbeat_timeout_s=config.heartbeat_timeout_s, on_detach=self._forget_ring)
+        self.sessions = Sessions(self.pid, self.scheduler, heartbeat_timeout_s=config.heartbeat_timeout_s, on_detach=self._forget_ring, store=self.store)
         self.supervisor: Supervisor | None = None
         self.listener: admission.Listener | None = None
         self.metrics = None  # metrics.Metrics while serving with metrics_port
@@ -112,7 +116,7 @@ class Daemon:
         self.listener = admission.Listener(ctx, self.config)
         self.supervisor = Supervisor(mp.get_context("spawn"), self.sources, self.renderer_name, self.scheduler, job_timeout_s=self.config.job_timeout_s,
                                      straggler_factor=self.config.straggler_factor, straggler_min_s=self.config.straggler_min_s,
-                                     describe=self._describe, on_done=self._done, on_failed=self._failed)
+                                     describe=self._describe, on_done=self._done, on_failed=self._failed, store=self.store)
         try:
             socks = self.listener.open()
             for s in socks:
@@ -219,6 +223,8 @@ class Daemon:
                 self.scheduler.release(t.trainer_id, msg["slot"], epoch=msg["epoch"], batch=msg["batch"], generation=msg["generation"])
             except ProtocolError as exc:
                 delivery.send(sock, identity, proto.error_frame("order", str(exc), trainer_id=t.trainer_id))
+        elif op == "prove":
+            delivery.send(sock, identity, proto.encode("proved", trainer_id=t.trainer_id, delivery=self.sessions.prove(t, msg["nonce"])))
         elif op == "detach":
             self.sessions.detach(t.trainer_id, "trainer detached")
             delivery.send(sock, identity, proto.encode("detached", trainer_id=t.trainer_id))
@@ -229,13 +235,14 @@ class Daemon:
         if source is None:
             raise ConfigError(f"this daemon serves no {settings.split!r} split (it serves {sorted(self.sources)}); serve a validation set with "
                               "--val DATA, or a data.yaml that names val:", field="split")
-        remote = self.listener.is_remote(sock)
-        layout = admission.ring_for(msg, settings, source=source, renderer=self.renderer, remote=remote, config=self.config,
+        # Where the trainer came in (ipc or TCP) does not decide its delivery: ``prove`` does.
+        layout = admission.ring_for(msg, settings, source=source, renderer=self.renderer, config=self.config,
                                     rings_nbytes=self.sessions.rings_nbytes, ring_budget_nbytes=self.ring_budget_nbytes, trainers=len(self.sessions),
                                     snapshot_nbytes=self.snapshot_nbytes)
-        t = self.sessions.attach(msg, settings, layout, sock=sock, identity=identity, local=not remote and msg["host"] == self.host)
+        t = self.sessions.attach(msg, settings, layout, sock=sock, identity=identity)
         delivery.send(sock, identity, proto.encode("attached", trainer_id=t.trainer_id, token=t.token, ring=t.ring.name, layout=layout.to_dict(),
-                                                   num_records=len(source), daemon_pid=self.pid, host=self.host, names=self.names))
+                                                   num_records=len(source), daemon_pid=self.pid, host=self.host, names=self.names,
+                                                   store=self.store, pid_ns=self.pid_ns))
 
     # -- supervisor callbacks ----------------------------------------------------------------
     def _describe(self, job: Job) -> dict:
@@ -257,23 +264,23 @@ class Daemon:
             delivery.tell(t, proto.error_frame("render", f"batch {job.batch} of epoch {job.epoch} failed in worker {worker_pid}: {error}", trainer_id=t.trainer_id))
 
     def _check_segments(self) -> None:
-        """Notice segments removed from /dev/shm under the daemon (``rm``, a sweep by
+        """Notice segments removed from the store under the daemon (``rm``, a sweep by
         another tool): never serve half. A lost ring costs its trainer a re-attach (it is
         told it is unknown, attaches again, gets a new ring and resumes at its position);
         a lost snapshot segment stops the daemon, since a worker restarted later could not
         attach it."""
         gone = sorted({name for src in self.sources.values() for name in (src.missing_segments() if hasattr(src, "missing_segments") else [])})
         if gone:
-            self.fatal = (f"snapshot segment(s) {', '.join(gone)} were removed from /dev/shm while daemon {self.pid} served them; "
+            self.fatal = (f"snapshot segment(s) {', '.join(gone)} were removed from {self.store} while daemon {self.pid} served them; "
                           "stopping rather than serving half. Start the daemon again (it prepares the snapshot anew)")
             log.error("%s", self.fatal)
-            self.request_stop("snapshot removed from /dev/shm")
+            self.request_stop(f"snapshot removed from {self.store}")
             return
         for t in list(self.sessions.trainers.values()):
             if not t.ring.present():
-                log.error("trainer %d: its ring %s was removed from /dev/shm; detaching it so that it attaches again to a new ring", t.trainer_id, t.ring.name)
-                delivery.tell(t, proto.error_frame("unknown_trainer", f"ring {t.ring.name} was removed from /dev/shm; attach again", trainer_id=t.trainer_id))
-                self.sessions.detach(t.trainer_id, f"ring {t.ring.name} removed from /dev/shm")
+                log.error("trainer %d: its ring %s was removed from %s; detaching it so that it attaches again to a new ring", t.trainer_id, t.ring.name, self.store)
+                delivery.tell(t, proto.error_frame("unknown_trainer", f"ring {t.ring.name} was removed from {self.store}; attach again", trainer_id=t.trainer_id))
+                self.sessions.detach(t.trainer_id, f"ring {t.ring.name} removed from {self.store}")
 
     def _forget_ring(self, ring_name: str) -> None:
         if self.supervisor is not None:

@@ -7,6 +7,13 @@ creates here and unlinks each one itself when the trainer detaches, dies, goes s
 A session is identified by ``trainer_id`` and a random ``token`` that every later request
 must carry, so a trainer id guessed or left over from before a restart is refused
 (``UnknownTrainer``, which the client answers by attaching again).
+
+Locality is proved, not guessed from host names or pids: a session starts with frame
+delivery; a trainer that asked for shm delivery reads the nonce in its ring's header
+(``shared.ring``) through the store path it was told and sends it back (``prove``), and
+only a matching nonce switches it to reading slots in place. Its pid is watched only then,
+and only when it runs in the daemon's own PID namespace (``pid_namespace``); otherwise its
+death is noticed by its silence (``heartbeat_timeout_s``).
 """
 
 from __future__ import annotations
@@ -21,9 +28,11 @@ from typing import Callable
 import psutil
 import zmq
 
+from ...shared import protocol as proto
 from ...shared.config import StreamSettings
 from ...shared.errors import CapacityError
 from ...shared.names import new_ring_token, ring_segment
+from ...shared.procmem import pid_namespace
 from ...shared.ring import Ring, RingLayout
 from .scheduler import Scheduler
 
@@ -51,7 +60,9 @@ class TrainerSession:
     sock: zmq.Socket
     identity: bytes
     ring: Ring
-    local: bool  # on this machine: its pid can be watched
+    pid_ns: str = ""  # the trainer's PID namespace as it reported it (``pid_namespace``)
+    requested: str = proto.DELIVERY_FRAMES  # the delivery it asked for; ``delivery`` is what it got
+    watch_pid: bool = False  # proved local and in the daemon's PID namespace: its pid can be watched
     attached_at: float = field(default_factory=time.monotonic)
     last_seen: float = field(default_factory=time.monotonic)
     data_wait_s: float = 0.0  # the trainer's own count of seconds spent waiting for batches (heartbeats)
@@ -60,8 +71,10 @@ class TrainerSession:
 class Sessions:
     """The attached trainers of one daemon. ``on_detach(ring_name)`` runs before a ring goes."""
 
-    def __init__(self, daemon_pid: int, scheduler: Scheduler, *, heartbeat_timeout_s: float, on_detach: Callable[[str], None]):
+    def __init__(self, daemon_pid: int, scheduler: Scheduler, *, heartbeat_timeout_s: float, on_detach: Callable[[str], None], store: str | None = None):
         self.daemon_pid = daemon_pid
+        self.store = store
+        self.pid_ns = pid_namespace()
         self.scheduler = scheduler
         self.heartbeat_timeout_s = heartbeat_timeout_s
         self._on_detach = on_detach
@@ -75,11 +88,14 @@ class Sessions:
     def rings_nbytes(self) -> int:
         return sum(t.ring.layout.nbytes for t in self.trainers.values())
 
-    def attach(self, msg: dict, settings: StreamSettings, layout: RingLayout, *, sock: zmq.Socket, identity: bytes, local: bool) -> TrainerSession:
+    def attach(self, msg: dict, settings: StreamSettings, layout: RingLayout, *, sock: zmq.Socket, identity: bytes) -> TrainerSession:
         ring = self._create_ring(layout)
         # The trainer id is taken only once the ring exists: a failed attach uses up nothing.
         tid = next(self._ids)
-        t = TrainerSession(tid, secrets.randbits(62), settings, settings.to_dict(), msg["pid"], msg["host"], msg["delivery"], sock, identity, ring, local)
+        pid_ns = msg.get("pid_ns") if isinstance(msg.get("pid_ns"), str) else ""
+        # Frames until the trainer proves it maps this ring (``prove``).
+        t = TrainerSession(tid, secrets.randbits(62), settings, settings.to_dict(), msg["pid"], msg["host"], proto.DELIVERY_FRAMES, sock, identity, ring,
+                           pid_ns=pid_ns, requested=msg["delivery"])
         self.trainers[tid] = t
         self.scheduler.add(tid, settings, layout.slots)
         log.info("trainer %d attached (pid %d, seed %d, batch %d, ring %s of %d bytes)", tid, t.pid, settings.seed, settings.batch_size, ring.name, layout.nbytes)
@@ -91,11 +107,20 @@ class Sessions:
         for _ in range(_RING_NAME_TRIES):
             name = ring_segment(self.daemon_pid, new_ring_token())
             try:
-                return Ring.create(name, layout)
+                return Ring.create(name, layout, store=self.store)
             except FileExistsError:
-                log.warning("ring name %s already exists in /dev/shm (not made by this daemon); drawing another", name)
-        raise CapacityError(f"could not create a batch ring under {_RING_NAME_TRIES} fresh random names in /dev/shm: every one existed already; "
-                            "someone is filling /dev/shm with pixpool names, see `ls -l /dev/shm`")
+                log.warning("ring name %s already exists in %s (not made by this daemon); drawing another", name, self.store)
+        raise CapacityError(f"could not create a batch ring under {_RING_NAME_TRIES} fresh random names in {self.store}: every one existed already; "
+                            f"someone is filling it with pixpool names, see `ls -l {self.store}`")
+
+    def prove(self, t: TrainerSession, nonce: str) -> str:
+        """Decide ``t``'s delivery from the nonce it read in its ring (module docstring)."""
+        local = t.requested == proto.DELIVERY_SHM and bool(nonce) and secrets.compare_digest(nonce, t.ring.nonce())
+        t.delivery = proto.DELIVERY_SHM if local else proto.DELIVERY_FRAMES
+        t.watch_pid = local and t.pid > 0 and bool(t.pid_ns) and t.pid_ns == self.pid_ns
+        log.info("trainer %d: %s (%s)", t.trainer_id, "maps its ring in place" if local else "gets its batches as frames",
+                 "same PID namespace, pid watched" if t.watch_pid else "liveness by heartbeat")
+        return t.delivery
 
     def get(self, msg: dict) -> TrainerSession:
         """The session a request names, with a matching token; marks it seen."""
@@ -122,7 +147,8 @@ class Sessions:
     def check(self, now: float) -> None:
         """Detach trainers whose process is gone or whose heartbeat is too old."""
         for t in list(self.trainers.values()):
-            if t.local and t.pid > 0 and not psutil.pid_exists(t.pid):
+            if t.watch_pid and not psutil.pid_exists(t.pid):
                 self.detach(t.trainer_id, f"process {t.pid} is gone")
             elif now - t.last_seen > self.heartbeat_timeout_s:
                 self.detach(t.trainer_id, f"no heartbeat for {now - t.last_seen:.1f} s (timeout {self.heartbeat_timeout_s} s)")
+

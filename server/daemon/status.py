@@ -21,14 +21,14 @@ def build_status(d) -> dict:
     for t in d.sessions.trainers.values():
         s = d.scheduler.streams[t.trainer_id]
         trainers.append({
-            "trainer_id": t.trainer_id, "pid": t.pid, "host": t.host, "delivery": t.delivery, "settings": t.settings_dict, "split": t.settings.split,
+            "trainer_id": t.trainer_id, "pid": t.pid, "host": t.host, "delivery": t.delivery, "pid_watched": t.watch_pid, "settings": t.settings_dict, "split": t.settings.split,
             "epoch": s.epoch, "next_batch": s.next_announce, "num_batches": s.num_batches,
             "batches_delivered": s.batches_delivered, "images_delivered": s.images_delivered, "img_per_s": round(s.images_per_s(), 2),
             "slots": s.slots, "slots_in_use": s.slots - len(s.free), "ring": t.ring.name, "ring_nbytes": t.ring.layout.nbytes,
             "last_seen_s": round(now - t.last_seen, 3), "attached_s": round(now - t.attached_at, 3), "data_wait_s": round(t.data_wait_s, 3),
         })
     cfg = d.config
-    daemon = {"pid": d.pid, "host": d.host, "version": __version__, "protocol": proto.PROTOCOL_VERSION, "endpoint": d.endpoint or "", "tcp": cfg.tcp or "",
+    daemon = {"pid": d.pid, "host": d.host, "store": d.store, "pid_ns": d.pid_ns, "version": __version__, "protocol": proto.PROTOCOL_VERSION, "endpoint": d.endpoint or "", "tcp": cfg.tcp or "",
               "uptime_s": round(now - d.started, 3), "worker_restarts": d.supervisor.restarts, "redispatched_jobs": d.supervisor.redispatched, "heartbeat_timeout_s": cfg.heartbeat_timeout_s,
               "memory_budget_nbytes": cfg.memory_budget_nbytes, "shm_warn_free_nbytes": d.shm_watch.warn_free_nbytes, "shm_low": d.shm_watch.low,
               "metrics": f"http://{cfg.metrics_host}:{cfg.metrics_port}/metrics" if cfg.metrics_port else ""}

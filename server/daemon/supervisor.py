@@ -88,10 +88,11 @@ class WorkerHandle:
         self.conn.send_bytes(proto.pipe_frame(op, **fields))
 
 
-def spawn_worker(ctx, index: int, sources: dict[str, Any], renderer_name: str) -> WorkerHandle:
-    """Start one worker with the spawn context; it says hello when ready."""
+def spawn_worker(ctx, index: int, sources: dict[str, Any], renderer_name: str, store: str | None = None) -> WorkerHandle:
+    """Start one worker with the spawn context; it says hello when ready. ``store``: where
+    the daemon's rings are (``shared.store``)."""
     parent_conn, child_conn = ctx.Pipe(duplex=True)
-    proc = ctx.Process(target=worker_main, args=(index, child_conn, sources, renderer_name, os.getpid()), name=f"pixpool-worker-{index}", daemon=True)
+    proc = ctx.Process(target=worker_main, args=(index, child_conn, sources, renderer_name, os.getpid(), store), name=f"pixpool-worker-{index}", daemon=True)
     proc.start()
     child_conn.close()
     return WorkerHandle(index=index, process=proc, conn=parent_conn, spawned_at=time.monotonic())
@@ -132,8 +133,9 @@ class Supervisor:
 
     def __init__(self, mp_ctx, sources: dict[str, Any], renderer_name: str, scheduler: Scheduler, *, job_timeout_s: float,
                  describe: Callable[[Job], dict], on_done: Callable[[Job, list], None], on_failed: Callable[[Job, int, str], None],
-                 straggler_factor: float = 8.0, straggler_min_s: float = 5.0):
+                 straggler_factor: float = 8.0, straggler_min_s: float = 5.0, store: str | None = None):
         self._mp = mp_ctx
+        self.store = store
         self.sources = sources
         self.renderer_name = renderer_name
         self.scheduler = scheduler
@@ -154,7 +156,7 @@ class Supervisor:
     # -- lifetime -------------------------------------------------------------------------
     def start(self, count: int, poller) -> None:
         for i in range(count):  # appended one by one: stop() reaps those started if a spawn fails
-            self._add(spawn_worker(self._mp, i, self.sources, self.renderer_name), poller)
+            self._add(spawn_worker(self._mp, i, self.sources, self.renderer_name, self.store), poller)
 
     def _add(self, handle: WorkerHandle, poller) -> None:
         if handle.index < len(self.workers):
@@ -299,7 +301,7 @@ class Supervisor:
             self._respawn(w, poller)
 
     def _respawn(self, old: WorkerHandle, poller) -> None:
-        new = spawn_worker(self._mp, old.index, self.sources, self.renderer_name)
+        new = spawn_worker(self._mp, old.index, self.sources, self.renderer_name, self.store)
         new.parts_done, new.samples_done, new.busy_s = old.parts_done, old.samples_done, old.busy_s
         self._add(new, poller)
         self.restarts += 1

@@ -32,7 +32,7 @@ log = logging.getLogger(__name__)
 _POLL_S = 1.0
 
 
-def worker_main(index: int, conn: Connection, sources: dict[str, Any], renderer_name: str, parent_pid: int) -> None:
+def worker_main(index: int, conn: Connection, sources: dict[str, Any], renderer_name: str, parent_pid: int, store: str | None = None) -> None:
     """Entry point of a spawned worker process."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     # No OpenCV here: the fused kernel renders every pixel; only copy-paste's polygon
@@ -80,7 +80,7 @@ def worker_main(index: int, conn: Connection, sources: dict[str, Any], renderer_
                     settings = settings_cache[key] = StreamSettings.from_dict(msg["settings"])
                 ring = rings.get(msg["ring"])
                 if ring is None:
-                    ring = rings[msg["ring"]] = Ring.attach(msg["ring"])
+                    ring = rings[msg["ring"]] = Ring.attach(msg["ring"], store=store)
                 counts = _render_into(ring, renderer, sources[msg["split"]], settings, msg)
                 reply = proto.pipe_frame("done", job=msg["job"], counts=counts, seconds=time.perf_counter() - t0)
             except Exception as exc:  # report any failure of one job; the worker stays up

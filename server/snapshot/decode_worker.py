@@ -135,22 +135,24 @@ class ArenaWriter:
 
     ``dtype`` float32: each image is centred band by band into a reused buffer first;
     uint8: the resized image's own bytes are written as they are (nothing to convert).
+    ``store``: the directory the arena lives in (``shared.store``).
     """
 
-    def __init__(self, arena_name: str, imgsz: int, dtype: str = "float32"):
+    def __init__(self, arena_name: str, imgsz: int, dtype: str = "float32", store: str | None = None):
         import numpy as np
 
         from ...shared.shm import open_trusted
 
         self.name = arena_name
+        self.store = store
         try:
-            self.fd = open_trusted(arena_name, writable=True)
+            self.fd = open_trusted(arena_name, writable=True, store=store)
         except FileNotFoundError:
             from ...shared.errors import SnapshotError
 
             raise SnapshotError(
                 f"segment {arena_name!r} vanished while being prepared: another process removed it "
-                "(`rm`, or a test sweeping /dev/shm); prepare again"
+                "(`rm`, or a test sweeping the store); prepare again"
             ) from None
         self.dtype = dtype
         # one band: whole rows, about _BAND_NBYTES (at least one row of the widest image)
@@ -186,9 +188,10 @@ class ArenaWriter:
                 from ...shared.errors import CapacityError
                 from ...shared.names import SHM_DIR
 
+                where = self.store or SHM_DIR
                 raise CapacityError(
-                    f"{SHM_DIR} ran out of space while writing the image of {path} ({exc.strerror}): "
-                    f"something else filled it after the capacity check; free {SHM_DIR} or use a smaller --imgsz"
+                    f"the store {where} ran out of space while writing the image of {path} ({exc.strerror}): "
+                    f"something else filled it after the capacity check; free space in {where} or use a smaller --imgsz"
                 ) from None
             raise
         finally:
@@ -223,7 +226,7 @@ def decode_into(writer: ArenaWriter, task: tuple, imgsz: int, fail_at: int | Non
     return i
 
 
-def decode_shared(share: WorkShare, arena_name: str, tasks: list, imgsz: int, after_each=None, dtype: str = "float32") -> int:
+def decode_shared(share: WorkShare, arena_name: str, tasks: list, imgsz: int, after_each=None, dtype: str = "float32", store: str | None = None) -> int:
     """Claim, decode and write records until none is left; the number this process wrote.
 
     On any failure every other decoder is told to stop (``share.abort``) before re-raising.
@@ -234,7 +237,7 @@ def decode_shared(share: WorkShare, arena_name: str, tasks: list, imgsz: int, af
     count = 0
     fail_at = int(os.environ[FAIL_AT_ENV]) if os.environ.get(FAIL_AT_ENV) else None
     try:
-        writer = ArenaWriter(arena_name, imgsz, dtype)
+        writer = ArenaWriter(arena_name, imgsz, dtype, store)
         share.bind(writer.fd)
         while (i := share.claim()) is not None:
             decode_into(writer, tasks[i], imgsz, fail_at)
@@ -303,8 +306,8 @@ def worker_started() -> None:
     return None
 
 
-def worker_decode(arena_name: str, tasks: list, imgsz: int, dtype: str = "float32") -> int:
+def worker_decode(arena_name: str, tasks: list, imgsz: int, dtype: str = "float32", store: str | None = None) -> int:
     """The one task each worker runs: share the records with the other decoders."""
     if _share is None:  # pragma: no cover - worker_init always runs first
         raise RuntimeError("worker_decode ran in a process that worker_init did not set up")
-    return decode_shared(_share, arena_name, tasks, imgsz, dtype=dtype)
+    return decode_shared(_share, arena_name, tasks, imgsz, dtype=dtype, store=store)

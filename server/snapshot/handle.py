@@ -8,7 +8,8 @@ Every other handle attaches
 read-only (``PROT_READ``), so the arrays it hands out are read-only views into the
 mapping (zero-copy; writing through one raises ValueError).
 
-A handle pickles as its base name only and attaches lazily, read-only, in the receiving
+A handle lives in one store (``shared.store``: /dev/shm by default, or any directory
+given as ``--store``) and pickles as its base name and store only; it attaches lazily, read-only, in the receiving
 process on first use, so a spawned worker can be given the snapshot as an argument.
 """
 
@@ -22,7 +23,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ...shared.errors import SnapshotError
-from ...shared.names import SNAPSHOT_PARTS, list_segments, parse, shm_path, snapshot_parts
+from ...shared.names import SHM_DIR, SNAPSHOT_PARTS, list_segments, parse, shm_path, snapshot_parts
 from ...shared.records import Targets
 from ...shared.shm import SharedSegment, read_prefix
 from . import layout
@@ -32,12 +33,12 @@ log = logging.getLogger(__name__)
 PARTS = SNAPSHOT_PARTS
 
 
-def read_header(meta_name: str) -> layout.Header:
+def read_header(meta_name: str, store: str | None = None) -> layout.Header:
     """Header of a ``meta`` segment read with a plain file read (no mapping); SnapshotError if unreadable."""
     try:
-        data = read_prefix(meta_name, layout.HEADER_NBYTES)  # refuses a file pixpool cannot trust
+        data = read_prefix(meta_name, layout.HEADER_NBYTES, store=store)  # refuses a file pixpool cannot trust
     except FileNotFoundError:
-        raise SnapshotError(f"snapshot segment {meta_name!r} not found in /dev/shm; run `pixpool prepare` first") from None
+        raise SnapshotError(f"snapshot segment {meta_name!r} not found in {store or SHM_DIR}; run `pixpool prepare` first") from None
     try:
         return layout.unpack_header(data)
     except ValueError as exc:
@@ -65,8 +66,9 @@ def check_header(base: str, header: layout.Header) -> None:
 class Snapshot:
     """Read access to a prepared snapshot (implements ``ImageSource``)."""
 
-    def __init__(self, name: str, *, owner: bool = False, _lazy: bool = False):
+    def __init__(self, name: str, *, owner: bool = False, store: str | None = None, _lazy: bool = False):
         self.name = name
+        self.store = store or SHM_DIR
         self._parts = snapshot_parts(name)
         self.owner = owner
         self._segments: dict[str, SharedSegment] | None = None
@@ -74,14 +76,14 @@ class Snapshot:
             self._attach()
 
     @classmethod
-    def attach(cls, name: str) -> "Snapshot":
+    def attach(cls, name: str, *, store: str | None = None) -> "Snapshot":
         """Attach the complete snapshot with base name ``pixpool-snap-<fingerprint>``, read-only
         (invariant 3: nothing writes a snapshot once it is complete)."""
-        return cls(name)
+        return cls(name, store=store)
 
     # -- attaching ----------------------------------------------------------------------
     def _attach(self) -> None:
-        header = read_header(self._parts["meta"])
+        header = read_header(self._parts["meta"], self.store)
         check_header(self.name, header)
         segments: dict[str, SharedSegment] = {}
         expected = {"meta": header.meta_nbytes, "img": header.image_nbytes, "tgt": header.target_nbytes}
@@ -89,7 +91,7 @@ class Snapshot:
             for part in PARTS:
                 try:
                     # Owner, mode and size are checked on the opened file (shared.shm).
-                    segments[part] = SharedSegment.attach(self._parts[part], expected_nbytes=expected[part])
+                    segments[part] = SharedSegment.attach(self._parts[part], expected_nbytes=expected[part], store=self.store)
                 except FileNotFoundError:
                     raise SnapshotError(f"snapshot {self.name!r}: segment {self._parts[part]!r} is missing; remove the rest with `pixpool clean` and prepare again") from None
         except BaseException:
@@ -111,7 +113,7 @@ class Snapshot:
 
     # -- pickling: name only -------------------------------------------------------------
     def __reduce__(self):
-        return (_unpickle_snapshot, (self.name,))
+        return (_unpickle_snapshot, (self.name, self.store))
 
     # -- ImageSource ----------------------------------------------------------------------
     @property
@@ -169,7 +171,7 @@ class Snapshot:
         return tuple(self._parts[p] for p in PARTS)
 
     def missing_segments(self) -> list[str]:
-        """Segments of this attached snapshot that /dev/shm no longer holds as the files
+        """Segments of this attached snapshot that the store no longer holds as the files
         this handle maps (removed, or replaced by another file)."""
         self._ensure()
         return [seg.name for seg in self._segments.values() if not seg.present()]
@@ -219,7 +221,7 @@ class Snapshot:
     def _unlink_parts(self) -> None:
         for part in PARTS:
             try:
-                os.unlink(shm_path(self._parts[part]))
+                os.unlink(shm_path(self._parts[part], self.store))
             except FileNotFoundError:
                 pass
 
@@ -237,7 +239,7 @@ class Snapshot:
             persist = bool(self.header.persist)
         else:
             try:
-                persist = bool(read_header(self._parts["meta"]).persist)
+                persist = bool(read_header(self._parts["meta"], self.store).persist)
             except SnapshotError:
                 persist = False
         self.close()
@@ -245,7 +247,7 @@ class Snapshot:
             return "kept"
         from ...shared.procmem import segment_users
 
-        users = segment_users()
+        users = segment_users(self.store)
         others = {pid for seg in self.segment_names for pid in users.get(seg, ())} - {os.getpid()}
         if others:
             log.info("snapshot %s kept: processes %s still map it (the last of them removes it)", self.name, sorted(others))
@@ -264,8 +266,8 @@ class Snapshot:
         return f"Snapshot({self.name!r}, {'attached' if self._segments else 'detached'}, owner={self.owner})"
 
 
-def _unpickle_snapshot(name: str) -> Snapshot:
-    return Snapshot(name, _lazy=True)
+def _unpickle_snapshot(name: str, store: str | None = None) -> Snapshot:
+    return Snapshot(name, store=store, _lazy=True)
 
 
 @dataclass(frozen=True)
@@ -282,20 +284,20 @@ class SnapshotInfo:
         return sum(self.parts.values())
 
 
-def list_snapshots(*, uid: int | None = None) -> list[SnapshotInfo]:
+def list_snapshots(*, uid: int | None = None, store: str | None = None) -> list[SnapshotInfo]:
     """Every snapshot (complete or not) of user ``uid`` (default: this process's) whose
-    segments are in /dev/shm, by base name. Files under that user's names that belong to
+    segments are in ``store`` (default /dev/shm), by base name. Files under that user's names that belong to
     someone else are left out: they are no snapshot of this user's."""
     from ...shared.shm import owner_of
 
     uid = os.geteuid() if uid is None else uid
     bases: dict[str, dict[str, int]] = {}
-    for seg in list_segments():
+    for seg in list_segments(store):
         parsed = parse(seg)
-        if parsed is None or parsed.kind != "snapshot" or parsed.uid != uid or owner_of(seg) != uid:
+        if parsed is None or parsed.kind != "snapshot" or parsed.uid != uid or owner_of(seg, store) != uid:
             continue
         try:
-            size = os.stat(shm_path(seg)).st_size
+            size = os.stat(shm_path(seg, store)).st_size
         except FileNotFoundError:
             continue
         bases.setdefault(parsed.group, {})[parsed.part] = size
@@ -304,7 +306,7 @@ def list_snapshots(*, uid: int | None = None) -> list[SnapshotInfo]:
         header = None
         if "meta" in parts:
             try:
-                header = read_header(snapshot_parts(base)["meta"])
+                header = read_header(snapshot_parts(base)["meta"], store)
             except SnapshotError:
                 header = None
         complete = header is not None and header.magic == layout.MAGIC and header.is_complete and len(parts) == len(PARTS)

@@ -18,7 +18,8 @@ Order of work, and why:
    with this process (``decode_worker.worker_init``).
 3. Read every image's size from its header (Pillow; EXIF orientations 5-8 swap w/h) so the
    exact bytes are known before anything is decoded or allocated.
-4. Refuse (CapacityError) if /dev/shm or available memory cannot hold the total.
+4. Refuse (CapacityError) if the store cannot hold the total (nor, for a store in memory
+   such as /dev/shm, available memory; a disk store's pages are page cache the kernel may drop).
 5. Create meta, tgt (pages reserved: they are written through this process's mapping, so
    a full /dev/shm must be ENOSPC here, never SIGBUS) and img (sized, not reserved, see
    below); write the header (not complete), index and targets.
@@ -63,9 +64,9 @@ import psutil
 
 from ...shared.config import FILL_VALUE, check_value
 from ...shared.errors import CapacityError, DatasetError, ImageDecodeError, MissingFileError, SnapshotError
-from ...shared.names import SHM_DIR
 from ...shared.records import Dataset
 from ...shared.shm import SharedSegment
+from ...shared.store import check_store, free_nbytes, is_memory
 from . import decode, layout
 from .decode_worker import WorkShare, decode_shared, worker_decode, worker_init, worker_started
 from .fingerprint import base_name, fingerprint, segment_names
@@ -166,21 +167,24 @@ def check_budget(total_nbytes: int, budget_nbytes: int | None, *, what: str, img
         )
 
 
-def check_capacity(total_nbytes: int, *, imgsz: int) -> None:
-    """CapacityError unless /dev/shm and available memory can both hold ``total_nbytes``."""
-    st = os.statvfs(SHM_DIR)
-    shm_free = st.f_bavail * st.f_frsize
-    mem_free = psutil.virtual_memory().available
+def check_capacity(total_nbytes: int, *, imgsz: int, store: str = "/dev/shm") -> None:
+    """CapacityError unless the store (and, for a store in memory, available memory) can hold ``total_nbytes``."""
+    shm_free = free_nbytes(store)
     if total_nbytes > shm_free:
+        memory = is_memory(store)
         raise CapacityError(
-            f"the snapshot needs {total_nbytes} bytes but {SHM_DIR} has {shm_free} bytes free; "
+            f"the snapshot needs {total_nbytes} bytes but the store {store} has {shm_free} bytes free; "
             f"use a smaller --imgsz (now {imgsz}), remove old snapshots with `pixpool clean`, "
-            f"or enlarge {SHM_DIR} (docker: --shm-size; mount -o remount,size=...)"
+            + (f"enlarge {store} (docker: --shm-size; mount -o remount,size=...) or put the snapshot on a local disk (--store DIR)"
+               if memory else "or choose a --store with more room")
         )
+    if not is_memory(store):
+        return  # page cache: the kernel reads back what it drops, no need to fit in memory
+    mem_free = psutil.virtual_memory().available
     if total_nbytes > mem_free:
         raise CapacityError(
             f"the snapshot needs {total_nbytes} bytes but only {mem_free} bytes of memory are available; "
-            f"use a smaller --imgsz (now {imgsz}) or free memory"
+            f"use a smaller --imgsz (now {imgsz}), free memory, or put the snapshot on a local disk (--store DIR)"
         )
 
 
@@ -222,10 +226,12 @@ def prepare_snapshot(
     persist: bool = False,
     lineage: str | None = None,
     wait_s: float = 600.0,
+    store: str | None = None,
 ) -> PrepareResult:
     """Decode ``dataset`` into a snapshot (or re-attach an identical one); see module docstring.
 
-    ``persist`` marks a new snapshot to stay in /dev/shm until ``pixpool clean`` (no
+    ``store`` is the directory the segments go in (``shared.store``; default /dev/shm),
+    checked before anything else. ``persist`` marks a new snapshot to stay in the store until ``pixpool clean`` (no
     process removes it on exit). ``lineage`` (``fingerprint.lineage_of``) names where the
     dataset came from: once a new snapshot of that lineage is complete, older ones of the
     same lineage that nobody maps are removed, since their inputs have changed since.
@@ -236,6 +242,7 @@ def prepare_snapshot(
     ``float32`` centred, or ``uint8`` (the same integers + the fill, a quarter of the bytes);
     it is part of the fingerprint, so only a snapshot of the same dtype is re-attached."""
     t0 = time.perf_counter()
+    store = check_store(store)
     check_value("imgsz", "int", imgsz)
     check_value("processes", "int", processes)
     check_value("dtype", "str", dtype)
@@ -250,7 +257,7 @@ def prepare_snapshot(
     told = False
     while True:
         try:
-            existing = existing_snapshot(base, names)
+            existing = existing_snapshot(base, names, store=store)
             if existing is not None:
                 try:
                     check_budget(sum(existing.nbytes.values()), budget_nbytes, what=f"the existing snapshot {base}", imgsz=imgsz)
@@ -259,7 +266,7 @@ def prepare_snapshot(
                     raise
                 return _result(existing, reused=True, seconds=time.perf_counter() - t0, processes=0)
             return _build(dataset, imgsz=imgsz, processes=processes, dtype=dtype, progress=progress, persist=persist, lineage=lineage,
-                          fp=fp, base=base, names=names, t0=t0, budget_nbytes=budget_nbytes)
+                          fp=fp, base=base, names=names, t0=t0, budget_nbytes=budget_nbytes, store=store)
         except BeingPrepared as exc:
             # Another process prepares the same snapshot: wait for it and attach its
             # result rather than fail (or decode everything a second time).
@@ -272,7 +279,7 @@ def prepare_snapshot(
 
 
 def _build(dataset: Dataset, *, imgsz: int, processes: int, dtype: str, progress: bool, persist: bool, lineage: str | None,
-           fp: str, base: str, names: dict[str, str], t0: float, budget_nbytes: int | None = None) -> PrepareResult:
+           fp: str, base: str, names: dict[str, str], t0: float, budget_nbytes: int | None = None, store: str = "/dev/shm") -> PrepareResult:
     """Prepare a new snapshot under ``base`` (module docstring, steps 2-7)."""
     records = dataset.records
     n = len(records)
@@ -296,19 +303,20 @@ def _build(dataset: Dataset, *, imgsz: int, processes: int, dtype: str, progress
         code = layout.CODE_OF[dtype]
         index, sections, sizes, max_inst = _plan(records, imgsz, layout.DTYPE_CODES[code].itemsize)
         check_budget(sum(sizes.values()), budget_nbytes, what=f"the snapshot of {n} records", imgsz=imgsz)
-        check_capacity(sum(sizes.values()), imgsz=imgsz)
+        check_capacity(sum(sizes.values()), imgsz=imgsz, store=store)
         try:
             for part in ("meta", "tgt", "img"):
                 # meta and tgt are written through this process's mapping: their pages are
                 # reserved now so a full /dev/shm is ENOSPC here, never SIGBUS later. The
                 # arena is only ever written with pwrite, which reports ENOSPC itself
                 # (module docstring).
-                created.append(SharedSegment.create(names[part], sizes[part], reserve=(part != "img")))
+                created.append(SharedSegment.create(names[part], sizes[part], reserve=(part != "img"), store=store))
         except FileExistsError as exc:
             raise BeingPrepared(f"snapshot {base!r} appeared while preparing ({exc.filename}): another process is preparing it") from None
         except OSError as exc:
             if exc.errno in (28, 12):  # ENOSPC, ENOMEM
-                raise CapacityError(f"{SHM_DIR} could not reserve {sum(sizes.values())} bytes for snapshot {base!r} ({exc.strerror}); use a smaller --imgsz or enlarge {SHM_DIR}") from None
+                raise CapacityError(f"the store {store} could not reserve {sum(sizes.values())} bytes for snapshot {base!r} ({exc.strerror}); "
+                                    f"use a smaller --imgsz, enlarge {store} or choose another --store") from None
             raise
         meta, tgt, img = created
         header = layout.Header(
@@ -325,13 +333,13 @@ def _build(dataset: Dataset, *, imgsz: int, processes: int, dtype: str, progress
                   int(index[i]["orig_height"]), int(index[i]["orig_width"])) for i, rec in enumerate(records)]  # fmt: skip
         bar = _progress_bar(n, progress)
         try:
-            futures = [pool.submit(worker_decode, names["img"], tasks, imgsz, dtype) for _ in range(workers)] if pool else []
+            futures = [pool.submit(worker_decode, names["img"], tasks, imgsz, dtype, store) for _ in range(workers)] if pool else []
 
             def after_each() -> None:
                 _raise_worker_failure(futures, names["img"])
                 bar.update(share.done - bar.n)
 
-            decode_shared(share, names["img"], tasks, imgsz, after_each, dtype=dtype)
+            decode_shared(share, names["img"], tasks, imgsz, after_each, dtype=dtype, store=store)
             _wait_for_workers(share, futures, bar, names["img"])
         finally:
             bar.close()
@@ -365,11 +373,11 @@ def _build(dataset: Dataset, *, imgsz: int, processes: int, dtype: str, progress
             signal.signal(signal.SIGTERM, old_term if old_term is not None else signal.SIG_DFL)
     # Attach before closing the creator's mappings, so that at no moment does no process
     # map the finished snapshot (leak checks treat unmapped new segments as orphans).
-    snap = Snapshot(base, owner=True)
+    snap = Snapshot(base, owner=True, store=store)
     for seg in created:
         seg.close()
     if lineage:
-        remove_superseded(lineage, keep=base)
+        remove_superseded(lineage, keep=base, store=store)
     return _result(snap, reused=False, seconds=time.perf_counter() - t0, processes=processes)
 
 

@@ -69,11 +69,11 @@ def kill_children_of(pid: int) -> None:
     psutil.wait_procs(children, timeout=10)
 
 
-def remove_rings_of(pid: int) -> list[str]:
-    left = [n for n in list_segments() if n.startswith(ring_prefix(pid))]
+def remove_rings_of(pid: int, store: str = "/dev/shm") -> list[str]:
+    left = [n for n in list_segments(store) if n.startswith(ring_prefix(pid))]
     for n in left:
         try:
-            os.unlink(f"/dev/shm/{n}")
+            os.unlink(os.path.join(store, n))
         except FileNotFoundError:
             pass
     return left
@@ -102,7 +102,7 @@ def daemon_process(config: DaemonConfig, *, socket_dir: str | None = None, wait:
                 if k.is_running():
                     k.kill()
         if proc.pid is not None:
-            remove_rings_of(proc.pid)
+            remove_rings_of(proc.pid, config.store)
         if own_dir:
             shutil.rmtree(socket_dir, ignore_errors=True)
 
@@ -137,5 +137,25 @@ def digest_of(batch) -> str:
     return batch_digest(np.asarray(batch.images), np.asarray(batch.targets))
 
 
-def segments_of(pid: int) -> list[str]:
-    return [n for n in list_segments() if n.startswith(ring_prefix(pid))]
+def segments_of(pid: int, store: str | None = None) -> list[str]:
+    return [n for n in list_segments(store) if n.startswith(ring_prefix(pid))]
+
+
+def prove(sock, attached: dict, *, store: str | None = None, nonce: str | None = None) -> str:
+    """The locality handshake of a raw-protocol trainer: read the nonce of the ring the
+    ``attached`` reply names (or send ``nonce``), send ``prove``; the delivery granted."""
+    from pixpool.shared import protocol as proto
+    from pixpool.shared.ring import Ring
+
+    if nonce is None:
+        ring = Ring.attach(attached["ring"], store=store or attached["store"])
+        nonce = ring.nonce()
+        ring.close()
+    sock.send(proto.encode("prove", trainer_id=attached["trainer_id"], token=attached["token"], nonce=nonce))
+    deadline = time.monotonic() + WAIT_S
+    while time.monotonic() < deadline:
+        if sock.poll(100):
+            msg = proto.decode(sock.recv(), reply=True)
+            if msg["op"] == "proved":
+                return msg["delivery"]
+    raise TimeoutError("no reply to prove")

@@ -40,7 +40,7 @@ def dataset_of(paths, source_files=()) -> Dataset:
     return Dataset(tuple(records), ("a", "b", "c"), tuple(str(s) for s in source_files))
 
 
-def created_by_me(before: set[str]) -> list[str]:
+def created_by_me(before: set[str], store: str | None = None) -> list[str]:
     """New pixpool segments since ``before`` that this process made (others may run in parallel).
 
     A snapshot segment counts as ours when its snapshot's header names this pid as creator,
@@ -48,11 +48,11 @@ def created_by_me(before: set[str]) -> list[str]:
     segment counts too unless it is a ring of another pid.
     """
     mine = []
-    for seg in sorted(set(list_segments()) - before):
+    for seg in sorted(set(list_segments(store)) - before):
         kind = kind_of(seg)
         if kind == "snapshot":
             try:
-                header = read_header(parts_of_base(seg.rpartition("-")[0])["meta"])
+                header = read_header(parts_of_base(seg.rpartition("-")[0])["meta"], store)
                 if header.creator_pid != os.getpid():
                     continue
             except SnapshotError:
@@ -63,6 +63,6 @@ def created_by_me(before: set[str]) -> list[str]:
     return mine
 
 
-def remove_snapshot(base: str) -> None:
+def remove_snapshot(base: str, store: str | None = None) -> None:
     for seg in parts_of_base(base).values():
-        unlink_segment(seg)
+        unlink_segment(seg, store)

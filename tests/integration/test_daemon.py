@@ -16,7 +16,7 @@ import time
 import numpy as np
 import pytest
 
-from helpers.daemon import WAIT_S, ask_status, digest_of, real_daemon, reference_stream, segments_of, wait_for
+from helpers.daemon import WAIT_S, ask_status, digest_of, prove, real_daemon, reference_stream, segments_of, wait_for
 from pixpool.client.iterator import Client
 from pixpool.shared import protocol as proto
 from pixpool.shared.config import AugmentConfig, StreamSettings
@@ -313,6 +313,7 @@ def test_a_duplicate_release_is_refused_and_the_slot_keeps_its_batch(daemon, dea
     s = settings(3, batch_size=4)
     att = _ask(sock, proto.encode("attach", settings=s.to_dict(), pid=os.getpid(), host="elsewhere", slots=2, delivery="shm"))
     tid, token = att["trainer_id"], att["token"]
+    assert prove(sock, att) == proto.DELIVERY_SHM
     ring = Ring.attach(att["ring"])
     try:
         assert _ask(sock, proto.encode("start", trainer_id=tid, token=token, epoch=0, batch=0))["op"] == "started"

@@ -33,7 +33,7 @@ def prepared():
     finally:
         for r in results:
             r.snapshot.close()
-            remove_snapshot(r.snapshot.name)
+            remove_snapshot(r.snapshot.name, r.snapshot.store)
 
 
 def _private(dataset: Dataset, tmp_path) -> Dataset:
@@ -76,9 +76,9 @@ def test_coco128_float32_is_exactly_four_times_uint8(coco128, prepared, tmp_path
         assert key in d
 
 
-def test_second_prepare_reuses_and_decodes_nothing(synthetic_data, prepared, monkeypatch):
+def test_second_prepare_reuses_and_decodes_nothing(store, synthetic_data, prepared, monkeypatch):
     dataset = load_dataset(synthetic_data.coco_json)
-    first = prepare_snapshot(dataset, imgsz=160, processes=1)
+    first = prepare_snapshot(dataset, imgsz=160, processes=1, store=store)
     prepared.append(first)
     checksum = first.snapshot.checksum()
 
@@ -90,8 +90,9 @@ def test_second_prepare_reuses_and_decodes_nothing(synthetic_data, prepared, mon
 
     monkeypatch.setattr(decode, "decode_bgr", forbidden)
     monkeypatch.setattr(prepare, "header_size_hw", forbidden)
-    second = prepare_snapshot(load_dataset(synthetic_data.coco_json), imgsz=160, processes=2)
+    second = prepare_snapshot(load_dataset(synthetic_data.coco_json), imgsz=160, processes=2, store=store)
     prepared.append(second)
+    assert os.path.isfile(os.path.join(store, first.snapshot.name + "-img")) and first.snapshot.store == store
     assert second.reused and not first.reused
     assert calls == []
     assert second.snapshot.name == first.snapshot.name
@@ -148,15 +149,15 @@ def test_pixels_changed_with_size_and_mtime_kept_are_prepared_again(tmp_path, pr
 
 
 @pytest.mark.parametrize("processes", [1, 2])
-def test_failure_at_record_k_leaves_no_segment(synthetic_data, processes, monkeypatch):
+def test_failure_at_record_k_leaves_no_segment(synthetic_data, processes, monkeypatch, store):
     dataset = load_dataset(synthetic_data.coco_json)
-    before = set(list_segments())
+    before = set(list_segments(store))
     monkeypatch.setenv(FAIL_AT_ENV, "7")  # the decoder that claims record 7 fails (spawned ones too)
     with pytest.raises(ImageDecodeError, match="injected failure at record 7") as info:
-        prepare_snapshot(dataset, imgsz=160, processes=processes)
+        prepare_snapshot(dataset, imgsz=160, processes=processes, store=store)
     assert dataset.records[7].image_path in str(info.value)
-    assert created_by_me(before) == []
-    assert not any(s.startswith(base_name(fingerprint(dataset, imgsz=160))) for s in list_segments())
+    assert created_by_me(before, store) == []
+    assert not any(s.startswith(base_name(fingerprint(dataset, imgsz=160))) for s in list_segments(store))
 
 
 def _decode_calls_then(monkeypatch, k: int, action):
@@ -177,20 +178,20 @@ def _decode_calls_then(monkeypatch, k: int, action):
 
 
 @pytest.mark.parametrize("processes", [1, 2])
-def test_keyboard_interrupt_leaves_no_segment(synthetic_data, monkeypatch, processes):
+def test_keyboard_interrupt_leaves_no_segment(synthetic_data, monkeypatch, processes, store):
     # With 2 processes this process is one of the decoders: it decodes its first records
     # while the worker is still starting, so the interrupt lands mid-preparation either way.
     dataset = load_dataset(synthetic_data.coco_json)
-    before = set(list_segments())
+    before = set(list_segments(store))
 
     def interrupt():
         raise KeyboardInterrupt
 
     count = _decode_calls_then(monkeypatch, 5, interrupt)
     with pytest.raises(KeyboardInterrupt):
-        prepare_snapshot(dataset, imgsz=160, processes=processes)
+        prepare_snapshot(dataset, imgsz=160, processes=processes, store=store)
     assert count["n"] == 5
-    assert created_by_me(before) == []
+    assert created_by_me(before, store) == []
 
 
 @pytest.mark.parametrize("processes", [1, 2])
@@ -205,24 +206,44 @@ def test_sigterm_leaves_no_segment_and_restores_handler(synthetic_data, monkeypa
     assert signal.getsignal(signal.SIGTERM) == handler_before
 
 
-def test_capacity_refused_before_allocating(synthetic_data, monkeypatch):
+def test_capacity_refused_before_allocating(synthetic_data, monkeypatch, store):
     dataset = load_dataset(synthetic_data.coco_json)
-    before = set(list_segments())
+    before = set(list_segments(store))
     monkeypatch.setattr(prepare.psutil, "virtual_memory", lambda: SimpleNamespace(available=1000))
+    if store != "/dev/shm":
+        # A disk store's pages are page cache: little memory is no reason to refuse, little room is.
+        monkeypatch.setattr(prepare, "free_nbytes", lambda path: 1000 if path == store else os.statvfs(path).f_bavail)
     with pytest.raises(CapacityError) as info:
-        prepare_snapshot(dataset, imgsz=160, processes=1)
+        prepare_snapshot(dataset, imgsz=160, processes=1, store=store)
     msg = str(info.value)
     assert "1000 bytes" in msg and "--imgsz" in msg
-    assert created_by_me(before) == []
+    if store != "/dev/shm":
+        assert f"the store {store} has 1000 bytes free" in msg
+    assert created_by_me(before, store) == []
 
 
-def test_stale_incomplete_snapshot_is_replaced(synthetic_data, prepared):
+def test_a_disk_store_does_not_need_the_memory(store, synthetic_data, monkeypatch, prepared):
+    """Memory below the snapshot's size refuses a memory store and not a disk one."""
+    from pixpool.shared.store import is_memory
+
+    monkeypatch.setattr(prepare.psutil, "virtual_memory", lambda: SimpleNamespace(available=1000))
+    dataset = load_dataset(synthetic_data.coco_json)
+    if is_memory(store):
+        with pytest.raises(CapacityError, match="bytes of memory are available"):
+            prepare_snapshot(dataset, imgsz=96, processes=1, store=store)
+        return
+    result = prepare_snapshot(dataset, imgsz=96, processes=1, store=store)
+    prepared.append(result)
+    assert len(result.snapshot) == len(dataset) and not result.reused
+
+
+def test_stale_incomplete_snapshot_is_replaced(store, synthetic_data, prepared):
     dataset = load_dataset(synthetic_data.coco_json)
     base = base_name(fingerprint(dataset, imgsz=160))
     # What a killed preparation leaves: a meta segment without the completeness mark.
-    with SharedSegment.create(base + "-meta", 4096) as stale:
+    with SharedSegment.create(base + "-meta", 4096, store=store) as stale:
         stale.buf[:8] = b"PIXPSNAP"
-    result = prepare_snapshot(dataset, imgsz=160, processes=1)
+    result = prepare_snapshot(dataset, imgsz=160, processes=1, store=store)
     prepared.append(result)
     assert not result.reused and result.snapshot.name == base
     assert len(result.snapshot) == len(dataset)

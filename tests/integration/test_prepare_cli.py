@@ -189,33 +189,39 @@ def test_decode_failure_in_worker_leaves_shm_alone(ds, capsys):
     assert created_by_me(before) == []
 
 
-def test_prepare_json_ls_and_clean(ds, capsys):
-    before = set(list_segments())
+def test_prepare_json_ls_and_clean(store, ds, capsys):
+    before = set(list_segments(store))
     base = None
+    at = ["--store", store]
     try:
-        assert main(["prepare", str(_json(ds)), "--imgsz", "96", "--processes", "1", "--json"]) == 0
+        assert main(["prepare", str(_json(ds)), "--imgsz", "96", "--processes", "1", "--json", *at]) == 0
         out = json.loads(capsys.readouterr().out)
         base = out["snapshot"]
         assert out["reused"] is False and out["records"] == 24
         assert out["image_bytes"] == 4 * out["decoded_bytes"]
-        assert main(["prepare", str(_json(ds)), "--imgsz", "96", "--json"]) == 0
+        assert set(parts_of_base(base).values()) <= set(list_segments(store))
+        assert main(["prepare", str(_json(ds)), "--imgsz", "96", "--json", *at]) == 0
         assert json.loads(capsys.readouterr().out)["reused"] is True
-        assert main(["prepare", str(_json(ds)), "--imgsz", "96"]) == 0
+        assert main(["prepare", str(_json(ds)), "--imgsz", "96", *at]) == 0
         table = capsys.readouterr().out
         assert base + "-img" in table and "decoded uint8 equivalent" in table
-        assert main(["ls", "--json"]) == 0
+        assert ("in the page cache now" in table) == (store != "/dev/shm")
+        assert main(["ls", "--json", *at]) == 0
         rows = {r["name"]: r for r in json.loads(capsys.readouterr().out)}
         assert rows[base]["records"] == 24 and rows[base]["complete"] and rows[base]["in_use_by"] == []
-        assert main(["clean", base, "--dry-run"]) == 0
+        if store != "/dev/shm":  # the other store does not see it
+            assert main(["ls", "--json"]) == 0
+            assert base not in {r["name"] for r in json.loads(capsys.readouterr().out)}
+        assert main(["clean", base, "--dry-run", *at]) == 0
         assert "would remove " + base + "-img" in capsys.readouterr().out
-        assert set(parts_of_base(base).values()) <= set(list_segments())
-        assert main(["clean", base]) == 0
+        assert set(parts_of_base(base).values()) <= set(list_segments(store))
+        assert main(["clean", base, *at]) == 0
         assert "removed " + base + "-meta" in capsys.readouterr().out
-        assert not set(parts_of_base(base).values()) & set(list_segments())
+        assert not set(parts_of_base(base).values()) & set(list_segments(store))
     finally:
         if base:
-            remove_snapshot(base)
-    assert created_by_me(before) == []
+            remove_snapshot(base, store)
+    assert created_by_me(before, store) == []
 
 
 def _wait_for(predicate, timeout_s: float, what: str):

@@ -19,7 +19,7 @@ from pixpool.server.snapshot.fingerprint import base_name, fingerprint
 from pixpool.server.snapshot.handle import Snapshot
 from pixpool.server.snapshot.prepare import prepare_snapshot
 from pixpool.shared.cli import main
-from pixpool.shared.errors import CapacityError, UntrustedSegmentError
+from pixpool.shared.errors import CapacityError, ConfigError, UntrustedSegmentError
 from pixpool.shared.names import shm_path, snapshot_base, snapshot_parts
 
 IMGSZ = 64
@@ -80,18 +80,41 @@ def test_snapshot_planted_by_another_user_is_refused_by_name(other_user, synthet
         _unlink_all(files)
 
 
-def test_own_snapshot_made_world_writable_is_refused(synthetic_data):
+def test_own_snapshot_made_world_writable_is_refused(store, synthetic_data):
     dataset = load_dataset(synthetic_data.coco_json)
-    result = prepare_snapshot(dataset, imgsz=IMGSZ, processes=1)
+    result = prepare_snapshot(dataset, imgsz=IMGSZ, processes=1, store=store)
     snap = result.snapshot
     snap.close()
     img = snapshot_parts(snap.name)["img"]
     try:
-        os.chmod(shm_path(img), 0o666)
-        with pytest.raises(UntrustedSegmentError, match=r"mode 0666: group or others may write it.*pixpool clean"):
-            prepare_snapshot(dataset, imgsz=IMGSZ, processes=1)
+        os.chmod(shm_path(img, store), 0o666)
+        hint = "pixpool clean" + ("" if store == "/dev/shm" else f" --store {store}")
+        with pytest.raises(UntrustedSegmentError, match=rf"{re.escape(shm_path(img, store))} .*mode 0666: group or others may write it.*{re.escape(hint)}"):
+            prepare_snapshot(dataset, imgsz=IMGSZ, processes=1, store=store)
     finally:
-        remove_snapshot(snap.name)
+        remove_snapshot(snap.name, store)
+
+
+def test_a_store_others_could_write_or_own_is_refused(tmp_path, other_user, synthetic_data, capsys):
+    """The store directory is checked before anything is made in it: not one others may
+    write without the sticky bit, nor one another user owns; a missing one is named too."""
+    dataset = load_dataset(synthetic_data.coco_json)
+    open_dir = tmp_path / "open"
+    open_dir.mkdir()
+    os.chmod(open_dir, 0o777)
+    with pytest.raises(ConfigError, match=rf"store {re.escape(str(open_dir))} has mode 0777.*sticky"):
+        prepare_snapshot(dataset, imgsz=IMGSZ, processes=1, store=str(open_dir))
+    os.chmod(open_dir, 0o1777)  # sticky, as /dev/shm: others cannot remove or rename our files
+    result = prepare_snapshot(dataset, imgsz=IMGSZ, processes=1, store=str(open_dir))
+    result.snapshot.release()
+    theirs = tmp_path / "theirs"
+    theirs.mkdir()
+    os.chown(theirs, other_user.uid, other_user.gid)
+    with pytest.raises(ConfigError, match=f"belongs to uid {other_user.uid}"):
+        prepare_snapshot(dataset, imgsz=IMGSZ, processes=1, store=str(theirs))
+    assert main(["serve", str(synthetic_data.coco_json), "--imgsz", str(IMGSZ), "--store", str(tmp_path / "missing")]) == 1
+    assert f"store {tmp_path / 'missing'} does not exist" in capsys.readouterr().err
+    assert os.listdir(open_dir) == [] and os.listdir(theirs) == []
 
 
 def test_users_never_collide_on_a_name(other_user):
@@ -124,8 +147,8 @@ def test_squatted_ring_names_are_skipped_and_use_up_no_trainer_id(other_user, mo
     msg = {"pid": pid, "host": "h", "delivery": "shm"}
     try:
         with pytest.raises(CapacityError, match="fresh random names"):  # every draw squatted
-            sessions.attach(msg, StreamSettings(), layout, sock=None, identity=b"x", local=True)
-        t = sessions.attach(msg, StreamSettings(), layout, sock=None, identity=b"x", local=True)
+            sessions.attach(msg, StreamSettings(), layout, sock=None, identity=b"x")
+        t = sessions.attach(msg, StreamSettings(), layout, sock=None, identity=b"x")
         assert t.trainer_id == 1, "the failed attach used up a trainer id"
         assert t.ring.name == sessions_mod.ring_segment(pid, "cc" * 8)
         assert os.stat(shm_path(t.ring.name)).st_uid == os.geteuid()
