@@ -127,8 +127,13 @@ def make_loader(source, settings, workers: int):
 
     ds = BatchDataset(source, settings, 0)
     return ds, torch.utils.data.DataLoader(
-        ds, batch_size=None, shuffle=False, num_workers=workers, persistent_workers=workers > 0,
-        prefetch_factor=2 if workers else None, worker_init_fn=_one_thread if workers else None,
+        ds,
+        batch_size=None,
+        shuffle=False,
+        num_workers=workers,
+        persistent_workers=workers > 0,
+        prefetch_factor=2 if workers else None,
+        worker_init_fn=_one_thread if workers else None,
     )
 
 
@@ -240,7 +245,10 @@ def main(argv=None) -> int:
         snap.close()
     med = {k: statistics.median(v) for k, v in results.items()}
     report = {
-        "imgsz": args.imgsz, "batch_size": args.batch_size, "rounds": args.rounds, "records": len(dataset),
+        "imgsz": args.imgsz,
+        "batch_size": args.batch_size,
+        "rounds": args.rounds,
+        "records": len(dataset),
         "img_per_s": {k: round(v, 1) for k, v in med.items()},
         "ratio_daemon_vs_dataloader_same_workers": {
             tag or "cpu_hsv": {"1w_vs_0w": round(med[f"daemon-1w{tag}"] / med[f"dataloader-0w{tag}"], 2), "2w_vs_2w": round(med[f"daemon-2w{tag}"] / med[f"dataloader-2w{tag}"], 2)}
@@ -305,8 +313,7 @@ def delivery_main(args) -> int:
     write_keys(keys)
     sock_dir = Path(tmp) / "sock"
     port = _free_port()
-    config = DaemonConfig(data=args.data, images=args.images, imgsz=args.imgsz, workers=args.workers, socket_dir=str(sock_dir),
-                          tcp=f"127.0.0.1:{port}", keys_dir=str(keys), keep_snapshot=False)
+    config = DaemonConfig(data=args.data, images=args.images, imgsz=args.imgsz, workers=args.workers, socket_dir=str(sock_dir), tcp=f"127.0.0.1:{port}", keys_dir=str(keys), keep_snapshot=False)
     proc = mp.get_context("spawn").Process(target=run_daemon, args=(config,))
     proc.start()
     s = StreamSettings(seed=0, batch_size=args.batch_size, augment=AugmentConfig(imgsz=args.imgsz))
@@ -335,15 +342,21 @@ def delivery_main(args) -> int:
     med = {k: statistics.median(v) for k, v in rate.items()}
     wire = args.batch_size * 3 * args.imgsz * args.imgsz
     report = {
-        "imgsz": args.imgsz, "batch_size": args.batch_size, "workers": args.workers, "rounds": args.rounds, "epochs_per_round": args.epochs_per_round,
+        "imgsz": args.imgsz,
+        "batch_size": args.batch_size,
+        "workers": args.workers,
+        "rounds": args.rounds,
+        "epochs_per_round": args.epochs_per_round,
         "load_1min": round(os.getloadavg()[0], 2),
-        "img_per_s": {k: round(v, 1) for k, v in med.items()}, "img_per_s_runs": {k: [round(x, 1) for x in v] for k, v in rate.items()},
+        "img_per_s": {k: round(v, 1) for k, v in med.items()},
+        "img_per_s_runs": {k: [round(x, 1) for x in v] for k, v in rate.items()},
         "tcp_vs_shm": round(med["tcp"] / med["shm"], 3),
         # Per round (the two arms ran back to back), then the median: less exposed to load drifting between rounds.
         "tcp_vs_shm_paired_median": round(statistics.median(t / m for t, m in zip(rate["tcp"], rate["shm"])), 3),
         "trainer_cpu_s_per_batch": {k: round(statistics.median(v), 4) for k, v in cpu.items()},
         "daemon_process_cpu_s_per_batch": {k: round(statistics.median(v), 4) for k, v in dcpu.items()},
-        "bytes_per_batch_over_tcp": wire, "bytes_per_batch_over_ipc": "a ~100-byte msgpack 'ready' message; the pixels stay in the ring slot",
+        "bytes_per_batch_over_tcp": wire,
+        "bytes_per_batch_over_ipc": "a ~100-byte msgpack 'ready' message; the pixels stay in the ring slot",
     }
     print(json.dumps(report, indent=2))
     return 0

@@ -75,10 +75,27 @@ def _node_script(node: int, veth: str, data: str, socket_dir: str, record: Path,
     """The shell a node runs in its namespaces: a private /dev/shm, a daemon, one torchrun agent."""
     serve = [PIXPOOL, "serve", data, "--imgsz", str(IMGSZ), "--workers", "1", "--processes", "1", "--socket-dir", socket_dir]
     status = [PIXPOOL, "status", "--socket-dir", socket_dir, "--timeout-s", "1"]
-    agent = [*TORCHRUN, "--nnodes", "2", "--node-rank", str(node), "--nproc-per-node", "1", "--rdzv-backend", "c10d",
-             # Node 0 hosts the rendezvous store: say so, its name does not resolve to its veth address.
-             "--rdzv-conf", f"is_host={int(node == 0)},join_timeout=60", "--rdzv-endpoint", f"{ADDRS[0]}:{PORT}", "--rdzv-id", f"pixpool-test-{os.getpid()}", "--local-addr", ADDRS[node],
-             *example_args(socket_dir, record, epochs=EPOCHS, imgsz=IMGSZ, batch_size=4)]
+    agent = [
+        *TORCHRUN,
+        "--nnodes",
+        "2",
+        "--node-rank",
+        str(node),
+        "--nproc-per-node",
+        "1",
+        "--rdzv-backend",
+        "c10d",
+        # Node 0 hosts the rendezvous store: say so, its name does not resolve to its veth address.
+        "--rdzv-conf",
+        f"is_host={int(node == 0)},join_timeout=60",
+        "--rdzv-endpoint",
+        f"{ADDRS[0]}:{PORT}",
+        "--rdzv-id",
+        f"pixpool-test-{os.getpid()}",
+        "--local-addr",
+        ADDRS[node],
+        *example_args(socket_dir, record, epochs=EPOCHS, imgsz=IMGSZ, batch_size=4),
+    ]
     q = shlex.join
     return f"""
 set -u
@@ -141,8 +158,7 @@ def test_two_nodes_each_with_its_own_daemon_split_every_epoch(synthetic_data, tm
             nodes.open()
         except OSError as exc:
             pytest.skip(f"cannot make network namespaces here: {exc}")
-        probe = subprocess.run(["ip", "netns", "exec", nodes.ns[0], *NODE_UNSHARE, "sh", "-c", "mount -t tmpfs -o size=1m pixpool-probe /dev/shm"],
-                               capture_output=True, text=True, timeout=30)
+        probe = subprocess.run(["ip", "netns", "exec", nodes.ns[0], *NODE_UNSHARE, "sh", "-c", "mount -t tmpfs -o size=1m pixpool-probe /dev/shm"], capture_output=True, text=True, timeout=30)
         if probe.returncode != 0:
             pytest.skip(f"cannot give a node its own /dev/shm, host name and pids ({' '.join(NODE_UNSHARE)} + tmpfs): {probe.stderr.strip()}")
         for n in (0, 1):
