@@ -62,7 +62,7 @@ def _mapped_segments() -> dict[str, list[int]]:
 def main(argv=None) -> int:
     args = parse_args(argv)
     cuda = torch.cuda.is_available()
-    local_rank = int(os.environ.get("LOCAL_RANK", 0))
+    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
     device = torch.device("cuda", local_rank) if cuda else torch.device("cpu")
     if cuda:
         torch.cuda.set_device(device)
