@@ -58,9 +58,7 @@ def stage_chain(stages: dict, name: str) -> list[tuple[str, str]]:
 
 
 def _exec_form(arguments: str) -> list[str]:
-    if arguments.startswith("CMD "):  # HEALTHCHECK [options] CMD [...]
-        arguments = arguments[4:]
-    return json.loads(arguments)
+    return json.loads(arguments.removeprefix("CMD "))  # HEALTHCHECK [options] CMD [...]
 
 
 @pytest.fixture(scope="module")
