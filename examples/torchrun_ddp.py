@@ -16,6 +16,12 @@ Two nodes, each with its own daemon (run on both, ``--node-rank`` 0 and 1)::
     torchrun --nnodes 2 --node-rank 0 --nproc-per-node 8 --rdzv-backend c10d \\
         --rdzv-endpoint node0:29400 --rdzv-id job1 examples/torchrun_ddp.py --socket-dir /run/pixpool
 
+A node without a daemon (or GPU nodes fed by a CPU-only data node) attaches its ranks over
+TCP instead, with the CURVE keys of ``pixpool keys DIR`` (the daemon runs ``pixpool serve
+DATA --tcp 0.0.0.0:5555 --keys DIR``); the batches then cross the network as frames::
+
+    torchrun ... examples/torchrun_ddp.py --endpoint tcp://datanode:5555 --keys /etc/pixpool/keys
+
 ``--record PATH`` appends one JSON line per rank and epoch (rank, pid, host, the record
 indices it trained on, the pixpool segments mapped at the end of the epoch and by which
 pids): what the tests read to check shards; leave it off in real runs.
@@ -40,6 +46,8 @@ from pixpool.client.detect import DetectionLoss, Detector, pad_targets
 def parse_args(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description="DDP training of the reference detector on a pixpool stream")
     p.add_argument("--socket-dir", default=None, help="the node daemon's socket directory (as given to `pixpool serve`)")
+    p.add_argument("--endpoint", default=None, metavar="tcp://HOST:PORT", help="a remote daemon over TCP instead (needs --keys)")
+    p.add_argument("--keys", default=None, metavar="DIR", help="CURVE key directory for --endpoint (made by `pixpool keys DIR`)")
     p.add_argument("--epochs", type=int, default=10)
     p.add_argument("--batch-size", type=int, default=16, help="images per rank per step")
     p.add_argument("--imgsz", type=int, default=640, help="must match the daemon's --imgsz")
@@ -70,7 +78,7 @@ def main(argv=None) -> int:
     rank = dist.get_rank()
     try:
         # Rank and world size come from the group; the same seed on every rank.
-        with pixpool.client.attach(args.socket_dir, batch_size=args.batch_size, seed=args.seed, imgsz=args.imgsz, timeout_s=args.timeout_s) as loader:
+        with pixpool.client.attach(args.socket_dir, endpoint=args.endpoint, keys_dir=args.keys, batch_size=args.batch_size, seed=args.seed, imgsz=args.imgsz, timeout_s=args.timeout_s) as loader:
             torch.manual_seed(args.seed)  # the same initial weights on every rank (DDP also broadcasts them)
             model = Detector(loader.num_classes, scale=args.scale).to(device)
             ddp = DistributedDataParallel(model, device_ids=[local_rank] if cuda else None)
@@ -95,7 +103,9 @@ def main(argv=None) -> int:
                 if rank == 0:
                     print(f"epoch {epoch}: mean loss {total.item() / max(1, len(loader) * dist.get_world_size()):.3f}", flush=True)
                 if args.record:
+                    dist.barrier()  # every rank is attached while each one looks at /proc
                     _record(args.record, rank=rank, world_size=dist.get_world_size(), local_rank=local_rank, epoch=epoch, indices=seen, batches=len(loader))
+                    dist.barrier()
     finally:
         dist.destroy_process_group()
     return 0

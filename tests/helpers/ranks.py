@@ -19,8 +19,10 @@ TORCHRUN = [sys.executable, "-m", "torch.distributed.run"]
 RUN_TIMEOUT_S = 120.0
 
 
-def example_args(socket_dir: str, record: Path, *, epochs: int, imgsz: int, batch_size: int) -> list[str]:
-    return [str(EXAMPLE), "--socket-dir", socket_dir, "--epochs", str(epochs), "--imgsz", str(imgsz), "--batch-size", str(batch_size), "--scale", "tiny", "--record", str(record), "--timeout-s", "60"]
+def example_args(attach: str | list[str], record: Path, *, epochs: int, imgsz: int, batch_size: int) -> list[str]:
+    """The example's argv; ``attach`` is a socket directory, or the flags that name a daemon (``--endpoint ... --keys ...``)."""
+    where = ["--socket-dir", attach] if isinstance(attach, str) else list(attach)
+    return [str(EXAMPLE), *where, "--epochs", str(epochs), "--imgsz", str(imgsz), "--batch-size", str(batch_size), "--scale", "tiny", "--record", str(record), "--timeout-s", "60"]
 
 
 def run_group(cmd: list[str], *, env: dict | None = None, timeout_s: float = RUN_TIMEOUT_S) -> subprocess.CompletedProcess:

@@ -29,6 +29,7 @@ from pixpool.shared.names import ring_prefix
 IMGSZ, EPOCHS, RECORDS = 96, 2, 24
 ADDRS = ("10.77.0.1", "10.77.0.2")
 PORT = 29477
+TCP_PORT = 29478
 NODE_TIMEOUT_S = 150.0
 # A node's own mounts (/dev/shm), host name and pids (/proc), as a real node has: the
 # namespace's first process is the shell, and everything in it dies with it.
@@ -71,21 +72,21 @@ class _Nodes:
         _ip("link", "del", self.veth[0])  # only if it never moved into its namespace
 
 
-def _node_script(node: int, veth: str, data: str, socket_dir: str, record: Path, pid_file: Path) -> str:
-    """The shell a node runs in its namespaces: a private /dev/shm, a daemon, one torchrun agent."""
+def _node_script(node: int, veth: str, data: str, socket_dir: str, record: Path, pid_file: Path, *, keys: Path | None) -> str:
+    """The shell a node runs in its namespaces: a private /dev/shm, a daemon, one torchrun agent.
+
+    With ``keys``, node 0's daemon also serves TCP (CURVE) on its veth address and node 1 runs
+    no daemon: its rank attaches to node 0's over the network."""
+    remote = keys is not None and node == 1
     serve = [PIXPOOL, "serve", data, "--imgsz", str(IMGSZ), "--workers", "1", "--processes", "1", "--socket-dir", socket_dir]
+    if keys is not None:
+        serve += ["--tcp", f"{ADDRS[0]}:{TCP_PORT}", "--keys", str(keys)]
     status = [PIXPOOL, "status", "--socket-dir", socket_dir, "--timeout-s", "1"]
-    agent = [
-        *TORCHRUN,
-        "--nnodes",
-        "2",
-        "--node-rank",
-        str(node),
-        "--nproc-per-node",
-        "1",
+    attach = ["--endpoint", f"tcp://{ADDRS[0]}:{TCP_PORT}", "--keys", str(keys)] if remote else socket_dir
+    # Node 0 hosts the rendezvous store: say so, its name does not resolve to its veth address.
+    rdzv = [
         "--rdzv-backend",
         "c10d",
-        # Node 0 hosts the rendezvous store: say so, its name does not resolve to its veth address.
         "--rdzv-conf",
         f"is_host={int(node == 0)},join_timeout=60",
         "--rdzv-endpoint",
@@ -94,13 +95,10 @@ def _node_script(node: int, veth: str, data: str, socket_dir: str, record: Path,
         f"pixpool-test-{os.getpid()}",
         "--local-addr",
         ADDRS[node],
-        *example_args(socket_dir, record, epochs=EPOCHS, imgsz=IMGSZ, batch_size=4),
     ]
+    agent = [*TORCHRUN, "--nnodes", "2", "--nproc-per-node", "1", *rdzv, *example_args(attach, record, epochs=EPOCHS, imgsz=IMGSZ, batch_size=4)]
     q = shlex.join
-    return f"""
-set -u
-hostname pxnode{node}
-mount -t tmpfs -o size=256m,mode=1777 pixpool-node{node} /dev/shm || exit 90
+    daemon = f"""
 {q(serve)} &
 daemon=$!
 echo $daemon > {shlex.quote(str(pid_file))}
@@ -111,6 +109,12 @@ until {q(status)} >/dev/null 2>&1; do
   kill -0 $daemon 2>/dev/null || {{ echo "node {node}: daemon exited" >&2; exit 92; }}
   sleep 0.1
 done
+"""
+    return f"""
+set -u
+hostname pxnode{node}
+mount -t tmpfs -o size=256m,mode=1777 pixpool-node{node} /dev/shm || exit 90
+{"" if remote else daemon}
 GLOO_SOCKET_IFNAME={veth} {q(agent)}
 """
 
@@ -142,7 +146,10 @@ def _wait_both(procs: list[subprocess.Popen], timeout_s: float) -> None:
         _stop(p)
 
 
-def test_two_nodes_each_with_its_own_daemon_split_every_epoch(synthetic_data, tmp_path):
+@pytest.mark.parametrize("layout", ["daemon-per-node", "tcp-from-node0"])
+def test_two_nodes_split_every_epoch(layout, synthetic_data, tmp_path):
+    """daemon-per-node: each node's rank reads its own daemon's rings. tcp-from-node0: node 1
+    has no daemon; its rank receives node 0's batches over TCP with CURVE across the veth."""
     if os.geteuid() != 0:
         pytest.skip("needs root: the test makes network namespaces (ip netns) and mounts a tmpfs on each node's /dev/shm")
     if not shutil.which("ip") or not shutil.which("unshare"):
@@ -153,6 +160,12 @@ def test_two_nodes_each_with_its_own_daemon_split_every_epoch(synthetic_data, tm
     record = tmp_path / "ranks.jsonl"
     logs = [tmp_path / f"node{n}.log" for n in (0, 1)]
     pid_files = [tmp_path / f"daemon{n}.pid" for n in (0, 1)]
+    keys = None
+    if layout == "tcp-from-node0":
+        from pixpool.shared.endpoint import write_keys
+
+        keys = tmp_path / "keys"
+        write_keys(keys)
     try:
         try:
             nodes.open()
@@ -164,7 +177,7 @@ def test_two_nodes_each_with_its_own_daemon_split_every_epoch(synthetic_data, tm
         if probe.returncode != 0:
             pytest.skip(f"cannot give a node its own /dev/shm, host name and pids ({' '.join(NODE_UNSHARE)} + tmpfs): {probe.stderr.strip()}")
         for n in (0, 1):
-            script = _node_script(n, nodes.veth[n], str(synthetic_data.coco_json), dirs[n], record, pid_files[n])
+            script = _node_script(n, nodes.veth[n], str(synthetic_data.coco_json), dirs[n], record, pid_files[n], keys=keys)
             procs.append(_start_node(nodes, n, script, logs[n]))
         _wait_both(procs, NODE_TIMEOUT_S)
         text = [log.read_text() for log in logs]
@@ -179,6 +192,16 @@ def test_two_nodes_each_with_its_own_daemon_split_every_epoch(synthetic_data, tm
     records = read_records(record)
     assert len(records) == 2 * EPOCHS
     check_each_index_once(records, num_records=RECORDS, epochs=EPOCHS, world_size=2)
+    if layout == "tcp-from-node0":
+        assert "prepared" in text[0] and not pid_files[1].exists()  # node 1 started no daemon
+        daemon = int(pid_files[0].read_text())
+        for r in records:
+            mine = [n for n, pids in r["segments"].items() if r["pid"] in pids]
+            if r["host"] == "pxnode0":  # local: its own ring of the node's daemon
+                assert len(mine) == 1 and mine[0].startswith(ring_prefix(daemon)), (r, daemon)
+            else:  # remote: frames, no shared memory at all (node 1's /dev/shm is empty)
+                assert r["host"] == "pxnode1" and mine == [] and r["segments"] == {}, r
+        return
     # Each node prepared its own snapshot: with a shared /dev/shm the second would re-attach the first's.
     for t in text:
         assert "prepared" in t and "re-attached" not in t, t[-2000:]

@@ -25,14 +25,15 @@ def test_torchrun_two_ranks_share_one_daemon_and_split_each_epoch(synthetic_data
     check_each_index_once(records, num_records=RECORDS, epochs=EPOCHS, world_size=2)
     assert all(r["world_size"] == 2 and r["batches"] == 3 for r in records)  # 12 samples per rank in batches of 4
 
-    # What the kernel said at the end of each epoch: exactly one snapshot in the store, mapped
-    # by the daemon, and each rank's own ring of that same daemon mapped by that rank. Ranks
-    # never map the snapshot itself: workers render into the ring, the rank reads the ring.
+    # What the kernel said at the end of each epoch: the daemon maps exactly one snapshot, and
+    # each rank maps its own ring of that same daemon. Ranks never map the snapshot itself:
+    # workers render into the ring, the rank reads the ring. (/dev/shm is the machine's: other
+    # runs' segments are in it too, so only what this daemon and these ranks map counts.)
     rank_pids = {r["rank"]: r["pid"] for r in records}
     assert len(set(rank_pids.values())) == 2
     for r in records:
         segs = r["segments"]
-        snapshots = {n.rsplit("-", 1)[0] for n in segs if "-snap-" in n}
+        snapshots = {n.rsplit("-", 1)[0] for n, pids in segs.items() if "-snap-" in n and daemon_pid in pids}
         assert len(snapshots) == 1, segs
         (snap,) = snapshots
         assert all(daemon_pid in segs[f"{snap}-{part}"] for part in ("meta", "img", "tgt")), segs
