@@ -59,3 +59,4 @@ def test_ci_run_uses_a_new_empty_venv_each_time_and_removes_it(tmp_path):
         assert not os.path.exists(venv), f"run {run} left its venv {venv} behind"
         venvs.append(venv)
     assert not os.listdir(env["TMPDIR"]), "a run left something in its temporary folder"
+

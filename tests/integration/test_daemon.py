@@ -258,7 +258,8 @@ def test_train_command_trains_on_the_daemons_stream(daemon, capsys, tmp_path):
     from pixpool.shared.cli import main
 
     _, d = daemon
-    argv = ["train", "--socket-dir", d, "--model", "tiny", "--imgsz", str(IMGSZ), "--batch-size", "4", "--max-steps", "3", "--seed", "5", "--project", str(tmp_path / "run"), "--json"]
+    argv = ["train", "--socket-dir", d, "--model", "tiny", "--imgsz", str(IMGSZ), "--batch-size", "4", "--max-steps", "3", "--seed", "5",
+            "--project", str(tmp_path / "run"), "--json"]
     assert main(argv) == 0
     report = json.loads(capsys.readouterr().out)
     assert report["steps"] == 3 and report["images"] == 12 and report["device"] == "cpu"
@@ -273,9 +274,8 @@ def test_train_with_hsv_on_device_applies_it(daemon, monkeypatch, tmp_path):
     calls = []
     real = hsv_torch.apply_hsv
     monkeypatch.setattr(hsv_torch, "apply_hsv", lambda images, *a, **k: calls.append(images.shape) or real(images, *a, **k))
-    config = FitConfig(
-        epochs=1, batch_size=4, seed=9, scale="tiny", device="cpu", project=str(tmp_path), progress=False, validate=False, max_steps=2, hsv_on_device=True, augment=AugmentConfig(imgsz=IMGSZ)
-    )
+    config = FitConfig(epochs=1, batch_size=4, seed=9, scale="tiny", device="cpu", project=str(tmp_path), progress=False, validate=False,
+                       max_steps=2, hsv_on_device=True, augment=AugmentConfig(imgsz=IMGSZ))
     report = fit(config, socket_dir=daemon[1], timeout_s=WAIT_S)
     assert report["steps"] == 2 and len(calls) >= 2 and calls[0][0] == 4
 

@@ -57,7 +57,6 @@ def _measure(socket_dir: str) -> dict:
 
 def test_second_trainer_adds_its_ring_and_nothing_else(synthetic_data, monkeypatch):
     monkeypatch.setenv("MALLOC_MMAP_THRESHOLD_", str(128 * 1024))  # inherited by the spawned daemon and workers
-
     def stream(seed):
         return StreamSettings(seed=seed, batch_size=BATCH, augment=AugmentConfig(imgsz=IMGSZ))
 

@@ -14,33 +14,9 @@ def test_demo_runs_two_trainers_and_leaves_nothing(tmp_path):
     before = set(list_segments())
     runs = tmp_path / "runs"
     proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "pixpool.shared.cli",
-            "demo",
-            "--workdir",
-            str(tmp_path),
-            "--project",
-            str(runs),
-            "--num-images",
-            "16",
-            "--imgsz",
-            "64",
-            "--epochs",
-            "2",
-            "--batch-size",
-            "4",
-            "--trainers",
-            "2",
-            "--workers",
-            "1",
-            "--timeout-s",
-            "240",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=300,
+        [sys.executable, "-m", "pixpool.shared.cli", "demo", "--workdir", str(tmp_path), "--project", str(runs), "--num-images", "16",
+         "--imgsz", "64", "--epochs", "2", "--batch-size", "4", "--trainers", "2", "--workers", "1", "--timeout-s", "240"],
+        capture_output=True, text=True, timeout=300,
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     out = proc.stdout

@@ -16,26 +16,7 @@ def _digest(capsys, *argv: str) -> dict:
 
 def test_snapshot_and_reference_digests_agree(synthetic_data, capsys) -> None:
     before = set(list_segments())
-    flags = [
-        str(synthetic_data.coco_json),
-        "--seed",
-        "4",
-        "--epoch",
-        "1",
-        "--batches",
-        "2",
-        "--batch-size",
-        "4",
-        "--imgsz",
-        "96",
-        "--in-process",
-        "--processes",
-        "1",
-        "--copy-paste",
-        "0.5",
-        "--mixup",
-        "0.3",
-    ]
+    flags = [str(synthetic_data.coco_json), "--seed", "4", "--epoch", "1", "--batches", "2", "--batch-size", "4", "--imgsz", "96", "--in-process", "--processes", "1", "--copy-paste", "0.5", "--mixup", "0.3"]
     snap = _digest(capsys, *flags)
     ref = _digest(capsys, *flags, "--reference")
     assert snap["path"] == "snapshot" and ref["path"] == "reference"

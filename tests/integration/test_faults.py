@@ -186,7 +186,8 @@ def test_serve_sigterm_while_preparing_leaves_nothing(coco128):
     d = short_socket_dir()
     before = set(list_segments())
     # imgsz 608 keeps this snapshot apart from any other test's coco128 snapshot.
-    cmd = [sys.executable, "-m", "pixpool.shared.cli", "serve", str(coco128 / "annotations" / "instances_train2017.json"), "--imgsz", "608", "--workers", "1", "--socket-dir", d, "--processes", "1"]
+    cmd = [sys.executable, "-m", "pixpool.shared.cli", "serve", str(coco128 / "annotations" / "instances_train2017.json"),
+           "--imgsz", "608", "--workers", "1", "--socket-dir", d, "--processes", "1"]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
         wait_for(lambda: proc.poll() is None and any(n.startswith(user_prefix() + "snap-") for n in set(list_segments()) - before), 60, "preparation under way")

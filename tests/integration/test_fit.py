@@ -21,21 +21,8 @@ IMGSZ = 64
 
 
 def _config(tmp_path, name: str, epochs: int, **extra) -> FitConfig:
-    return FitConfig(
-        epochs=epochs,
-        batch_size=8,
-        seed=5,
-        scale="tiny",
-        optimizer="AdamW",
-        lr=0.002,
-        project=str(tmp_path / name),
-        progress=False,
-        validate=False,
-        log_every=1,
-        record_digests=True,
-        augment=AugmentConfig(imgsz=IMGSZ, mosaic=0.5),
-        **extra,
-    )
+    return FitConfig(epochs=epochs, batch_size=8, seed=5, scale="tiny", optimizer="AdamW", lr=0.002, project=str(tmp_path / name),
+                     progress=False, validate=False, log_every=1, record_digests=True, augment=AugmentConfig(imgsz=IMGSZ, mosaic=0.5), **extra)
 
 
 def test_resume_continues_the_exact_run(synthetic_data, tmp_path):
@@ -74,7 +61,8 @@ def test_the_detector_learns_the_synthetic_shapes(tmp_path):
 
     data = write_synthetic(tmp_path / "data", num_images=48, seed=0)
     with real_daemon(data.data_yaml, imgsz=128, workers=1) as (_, d):
-        config = FitConfig(epochs=30, batch_size=8, seed=0, scale="tiny", optimizer="AdamW", lr=0.002, project=str(tmp_path / "run"), progress=False, augment=AugmentConfig(imgsz=128))
+        config = FitConfig(epochs=30, batch_size=8, seed=0, scale="tiny", optimizer="AdamW", lr=0.002, project=str(tmp_path / "run"),
+                           progress=False, augment=AugmentConfig(imgsz=128))
         report = fit(config, socket_dir=d, timeout_s=WAIT_S)
     maps = [r["mAP50"] for r in report["history"]]
     assert maps[0] < 0.005 and report["metrics"]["mAP50"] > 0.03, maps

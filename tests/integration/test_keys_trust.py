@@ -53,12 +53,9 @@ def test_serve_refuses_a_world_writable_authorized_folder_with_a_key_dropped_in(
     assert (authorized / "intruder.key").stat().st_uid == other_user.uid
     d = short_socket_dir()
     try:
-        proc = subprocess.run(
-            cli_command("serve", str(synthetic_data.coco_json), "--imgsz", "64", "--workers", "1", "--processes", "1", "--socket-dir", d, "--tcp", "127.0.0.1:1", "--keys", str(keys)),
-            capture_output=True,
-            text=True,
-            timeout=WAIT_S,
-        )
+        proc = subprocess.run(cli_command("serve", str(synthetic_data.coco_json), "--imgsz", "64", "--workers", "1", "--processes", "1",
+                                          "--socket-dir", d, "--tcp", "127.0.0.1:1", "--keys", str(keys)),
+                              capture_output=True, text=True, timeout=WAIT_S)
     finally:
         shutil.rmtree(d, ignore_errors=True)
     assert proc.returncode == 1

@@ -57,7 +57,6 @@ def test_memory_report_agrees_with_the_kernel_and_counts_rings_once(synthetic_da
     assert three["image_bytes"] == 4 * three["decoded_bytes"] and three["dtype"] == "float32"
     assert three["uint8_caches_bytes"] == 3 * three["decoded_bytes"] and len(three["rings"]) == 3
     ring = three["rings"][1]["bytes"]
-
     # Two more trainers cost the service their two rings, not two snapshots: its segments grow
     # by exactly the two rings, the one snapshot stays as it was...
     def segments_of(report):
@@ -86,23 +85,14 @@ def test_metrics_endpoint_scraped_and_parsed(synthetic_data):
             for _ in zip(range(3), c.epoch(0)):
                 pass
             st = wait_for(lambda: (s := ask_status(d)) and s["trainers"][0]["batches_delivered"] >= 3 and s, what="3 batches delivered")
-            text = wait_for(
-                lambda: (t := urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()) and 'pixpool_trainer_batches_total{trainer="1"} 3.0' in t and t,
-                what="the tick that publishes them",
-            )
+            text = wait_for(lambda: (t := urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode())
+                            and 'pixpool_trainer_batches_total{trainer="1"} 3.0' in t and t, what="the tick that publishes them")
     samples = {}
     for family in text_string_to_metric_families(text):
         for s in family.samples:
             samples.setdefault(s.name, []).append(s)
-    for name in (
-        "pixpool_snapshot_bytes",
-        "pixpool_decoded_equivalent_bytes",
-        "pixpool_process_pss_bytes",
-        "pixpool_ring_bytes",
-        "pixpool_trainer_batches_total",
-        "pixpool_worker_busy_seconds_total",
-        "pixpool_shm_free_bytes",
-    ):
+    for name in ("pixpool_snapshot_bytes", "pixpool_decoded_equivalent_bytes", "pixpool_process_pss_bytes", "pixpool_ring_bytes",
+                 "pixpool_trainer_batches_total", "pixpool_worker_busy_seconds_total", "pixpool_shm_free_bytes"):
         assert name in samples, name
     snap = {s.labels["segment"]: s.value for s in samples["pixpool_snapshot_bytes"]}
     assert set(snap) == set(st["snapshot"]["segments"])

@@ -96,7 +96,8 @@ def _runaway_label_file(ds):
     return [str(ds / "data.yaml")], "synth_0004.txt: 5000 instances for one image, over the limit of 1000 per image"
 
 
-@pytest.mark.parametrize("breaker", [_missing_image, _corrupt_image, _bad_json, _bad_label_line, _class_out_of_range, _size_mismatch, _truncated_jpeg, _png_bomb, _deep_json, _runaway_label_file])
+@pytest.mark.parametrize("breaker", [_missing_image, _corrupt_image, _bad_json, _bad_label_line, _class_out_of_range, _size_mismatch,
+                                     _truncated_jpeg, _png_bomb, _deep_json, _runaway_label_file])
 def test_bad_input_exits_non_zero_names_file_and_leaves_shm_alone(ds, breaker, capsys):
     argv, name = breaker(ds)
     before = set(list_segments())

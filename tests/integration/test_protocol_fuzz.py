@@ -85,15 +85,11 @@ def _frames(rng: random.Random, tid: int, token: int):
             msg.update({k: _random_obj(rng) for k in rng.sample(["trainer_id", "token", "slot", "epoch", "batch", "generation", "settings", "pid", "host", "slots", "delivery"], 4)})
             yield [msgpack.packb(msg)]
         elif kind == 7:  # out of order: releases of slots never announced, starts beyond the epoch
-            yield [
-                rng.choice(
-                    [
-                        proto.encode("release", trainer_id=tid, token=token, slot=rng.randrange(-3, 70), epoch=0, batch=0, generation=1),
-                        proto.encode("start", trainer_id=tid, token=token, epoch=rng.randrange(-2, 3), batch=rng.randrange(-2, 50)),
-                        proto.encode("release", trainer_id=tid, token=token + 1, slot=0, epoch=0, batch=0, generation=1),
-                    ]
-                )
-            ]
+            yield [rng.choice([
+                proto.encode("release", trainer_id=tid, token=token, slot=rng.randrange(-3, 70), epoch=0, batch=0, generation=1),
+                proto.encode("start", trainer_id=tid, token=token, epoch=rng.randrange(-2, 3), batch=rng.randrange(-2, 50)),
+                proto.encode("release", trainer_id=tid, token=token + 1, slot=0, epoch=0, batch=0, generation=1),
+            ])]
         elif kind == 8:
             yield [rng.choice([msgpack.packb({"v": 99, "op": "status"}), b"\x00" * (proto.MAX_FRAME_BYTES + rng.randrange(1, 5000)), pickle.dumps({"op": "status"})])]
         else:
