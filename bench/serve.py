@@ -127,13 +127,8 @@ def make_loader(source, settings, workers: int):
 
     ds = BatchDataset(source, settings, 0)
     return ds, torch.utils.data.DataLoader(
-        ds,
-        batch_size=None,
-        shuffle=False,
-        num_workers=workers,
-        persistent_workers=workers > 0,
-        prefetch_factor=2 if workers else None,
-        worker_init_fn=_one_thread if workers else None,
+        ds, batch_size=None, shuffle=False, num_workers=workers, persistent_workers=workers > 0,
+        prefetch_factor=2 if workers else None, worker_init_fn=_one_thread if workers else None,
     )
 
 
@@ -245,10 +240,7 @@ def main(argv=None) -> int:
         snap.close()
     med = {k: statistics.median(v) for k, v in results.items()}
     report = {
-        "imgsz": args.imgsz,
-        "batch_size": args.batch_size,
-        "rounds": args.rounds,
-        "records": len(dataset),
+        "imgsz": args.imgsz, "batch_size": args.batch_size, "rounds": args.rounds, "records": len(dataset),
         "img_per_s": {k: round(v, 1) for k, v in med.items()},
         "ratio_daemon_vs_dataloader_same_workers": {
             tag or "cpu_hsv": {"1w_vs_0w": round(med[f"daemon-1w{tag}"] / med[f"dataloader-0w{tag}"], 2), "2w_vs_2w": round(med[f"daemon-2w{tag}"] / med[f"dataloader-2w{tag}"], 2)}
@@ -355,7 +347,7 @@ def delivery_main(args) -> int:
         "tcp_vs_shm_paired_median": round(statistics.median(t / m for t, m in zip(rate["tcp"], rate["shm"])), 3),
         "trainer_cpu_s_per_batch": {k: round(statistics.median(v), 4) for k, v in cpu.items()},
         "daemon_process_cpu_s_per_batch": {k: round(statistics.median(v), 4) for k, v in dcpu.items()},
-        "bytes_per_batch_over_tcp": wire,
+        "image_bytes_per_batch_over_tcp": wire,
         "bytes_per_batch_over_ipc": "a ~100-byte msgpack 'ready' message; the pixels stay in the ring slot",
     }
     print(json.dumps(report, indent=2))
