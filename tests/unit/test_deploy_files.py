@@ -9,6 +9,7 @@ by the real parsers: pixpool's own, torchrun's, the example script's.
 
 from __future__ import annotations
 
+import fnmatch
 import json
 import re
 import shlex
@@ -88,6 +89,10 @@ def test_dockerfile_copies_what_exists_and_runs_real_commands(stages):
                 assert all((REPO / s).exists() for s in sources), (name, sources)
             if instruction in ("CMD", "HEALTHCHECK"):
                 parse_command(_exec_form(arguments[arguments.index("CMD ") :] if instruction == "HEALTHCHECK" else arguments))
+    # What the build context leaves out must not be what a stage copies.
+    ignored = [line.strip() for line in (REPO / ".dockerignore").read_text().splitlines() if line.strip() and not line.startswith("#")]
+    copied = [s for name in stages for i, a in stages[name]["lines"] if i == "COPY" for s in shlex.split(a)[:-1]]
+    assert not [(s, pat) for s in copied for pat in ignored if fnmatch.fnmatch(s, pat)], ignored
     health = [a for i, a in stage_chain(stages, "serve") if i == "HEALTHCHECK"]
     assert len(health) == 1 and parse_pixpool(_exec_form(health[0][health[0].index("CMD ") :])).command == "status"
 
@@ -197,6 +202,18 @@ def test_trainer_job_runs_torchrun_against_its_nodes_daemon():
     assert _host_path_of(pod, c, "/dev/shm") == _host_path_of(ds_pod, ds_c, "/dev/shm")
     assert pod["securityContext"]["runAsUser"] == ds_pod["securityContext"]["runAsUser"]
     assert pod["nodeSelector"] == ds_pod["nodeSelector"]
+
+
+# -- systemd --------------------------------------------------------------------------------
+def test_systemd_unit_runs_real_commands():
+    unit = (REPO / "deploy" / "pixpool.service").read_text()
+    env = dict(re.findall(r"^Environment=(\w+)=(.*)$", unit, re.MULTILINE))
+    lines = re.findall(r"^Exec\w+=(.*)$", unit, re.MULTILINE)
+    assert len(lines) >= 2
+    for line in lines:
+        argv = [re.sub(r"\$\{(\w+)\}", lambda m: env[m.group(1)], a) for a in shlex.split(line)]
+        assert argv[0] == "/usr/local/bin/pixpool"
+        parse_pixpool(["pixpool", *argv[1:]])
 
 
 # -- the checker itself --------------------------------------------------------------------
