@@ -87,7 +87,11 @@ def test_the_daemonsets_daemon_exits_cleanly_on_sigterm_within_the_grace_period(
         psutil.wait_procs(workers, timeout=10)
         assert not [w.pid for w in workers if w.is_running() and w.status() != psutil.STATUS_ZOMBIE]
         assert segments_of(proc.pid) == []  # its rings are unlinked
-        assert all(os.path.exists(f"/dev/shm/{n}") for n in snapshot_segments)  # kept for the next pod
+        # Kept for the next pod: the daemon did not remove it. (Whether the files are still
+        # there is not asked: /dev/shm is the machine's, and another run's `pixpool clean` may
+        # sweep an unmapped snapshot of this uid at any moment.)
+        text = (tmp_path / "serve.log").read_text()
+        assert f"snapshot {st['snapshot']['name']} removed" not in text, text[-2000:]
         print(f"SIGTERM -> exit in {took_s:.2f} s (grace {grace_s} s)")
     finally:
         if proc.poll() is None:
