@@ -27,6 +27,15 @@ free for it), and ``ring_nbytes``, the bytes of the ring the daemon made for the
 Usage: ``python bench/serve.py [--data coco.json] [--imgsz 640] [--rounds 3] [--hsv cpu,device]
 [--workers 1,2] [--epochs 1] [--no-loader]``. ``bench/serve_ab.py`` runs it against another
 checkout's code (a baseline) in alternating fresh processes.
+
+``--delivery``: instead, one daemon (the first of ``--workers``, CURVE keys, TCP on 127.0.0.1) and two
+arms alternating round by round against it: ``shm`` (a local trainer reading its ring slots
+in place) and ``tcp`` (a remote trainer on the same machine receiving each batch as
+CURVE-encrypted frames). Reports img/s (median), bytes per batch over the wire, and the
+trainer's CPU seconds per batch in each mode (``resource.getrusage``, ZeroMQ's I/O thread
+included) and the daemon process's own (psutil; it encrypts the frames): what a remote rank
+costs that a local one does not. On one machine the two arms share its cores with the
+workers, so the TCP arm's extra CPU shows up as fewer img/s.
 """
 
 from __future__ import annotations
@@ -184,11 +193,16 @@ def main(argv=None) -> int:
     parser.add_argument("--batch-size", type=int, default=16)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--hsv", default="cpu,device", help="HSV modes to run: cpu, device or both (device HSV runs on the CPU without a GPU)")
-    parser.add_argument("--workers", default="1,2", help="daemon worker counts, comma-separated")
+    parser.add_argument("--workers", default="1,2", help="daemon worker counts, comma-separated (--delivery: the first)")
     parser.add_argument("--epochs", type=int, default=1, help="epochs per measurement")
     parser.add_argument("--no-loader", action="store_true", help="daemon arms only (no DataLoader arms, no uint8 cache)")
+    parser.add_argument("--delivery", action="store_true", help="compare shm and TCP (CURVE) delivery from one daemon instead")
+    parser.add_argument("--epochs-per-round", type=int, default=2, help="--delivery: epochs each arm reads per round")
     args = parser.parse_args(argv)
     worker_counts = [int(w) for w in args.workers.split(",") if w.strip()]
+    if args.delivery:
+        args.workers = worker_counts[0]
+        return delivery_main(args)
     modes = [m.strip() for m in args.hsv.split(",") if m.strip()]
     if not modes or set(modes) - {"cpu", "device"}:
         parser.error(f"--hsv {args.hsv!r}: use cpu, device or cpu,device")
@@ -269,6 +283,105 @@ def main(argv=None) -> int:
         "augment_s_per_batch": aug_s,
     }
     report["deliver_vs_augment"] = max(report["deliver_s_per_batch"].values()) / aug_s
+    print(json.dumps(report, indent=2))
+    return 0
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _cpu_s(proc) -> float:
+    t = proc.cpu_times()
+    return t.user + t.system
+
+
+def _delivery_arm(settings, epochs: range, daemon, **client_options) -> tuple[float, int, float, int, float]:
+    """(seconds, images, trainer CPU s, batches, daemon-process CPU s) reading ``epochs`` through one Client."""
+    import resource
+
+    from pixpool.client.iterator import Client
+
+    n = batches = 0
+    with Client(settings, timeout_s=300, as_torch=True, **client_options) as c:
+        r0 = resource.getrusage(resource.RUSAGE_SELF)
+        d0 = _cpu_s(daemon)
+        t0 = time.perf_counter()
+        for epoch in epochs:
+            for b in c.epoch(epoch):
+                int(b.images[0, 0, 0, 0])
+                n += len(b.samples)
+                batches += 1
+        secs = time.perf_counter() - t0
+        r1 = resource.getrusage(resource.RUSAGE_SELF)
+        d1 = _cpu_s(daemon)
+    cpu = (r1.ru_utime - r0.ru_utime) + (r1.ru_stime - r0.ru_stime)
+    return secs, n, cpu, batches, d1 - d0
+
+
+def delivery_main(args) -> int:
+    """shm against TCP (CURVE) delivery from one daemon, alternating; see module docstring."""
+    import os
+
+    _one_thread()
+    from pixpool.server.daemon.run import run_daemon, stop_process
+    from pixpool.shared.config import AugmentConfig, DaemonConfig, StreamSettings
+    from pixpool.shared.endpoint import write_keys
+
+    tmp = tempfile.mkdtemp(prefix="pxb-")
+    keys = Path(tmp) / "keys"
+    write_keys(keys)
+    sock_dir = Path(tmp) / "sock"
+    port = _free_port()
+    config = DaemonConfig(data=args.data, images=args.images, imgsz=args.imgsz, workers=args.workers, socket_dir=str(sock_dir), tcp=f"127.0.0.1:{port}", keys_dir=str(keys), keep_snapshot=False)
+    proc = mp.get_context("spawn").Process(target=run_daemon, args=(config,))
+    proc.start()
+    s = StreamSettings(seed=0, batch_size=args.batch_size, augment=AugmentConfig(imgsz=args.imgsz))
+    arms = {"shm": {"socket_dir": str(sock_dir)}, "tcp": {"endpoint": f"tcp://127.0.0.1:{port}", "keys_dir": str(keys)}}
+    rate: dict[str, list[float]] = {k: [] for k in arms}
+    cpu: dict[str, list[float]] = {k: [] for k in arms}
+    dcpu: dict[str, list[float]] = {k: [] for k in arms}
+    try:
+        import psutil
+
+        _wait(str(sock_dir), args.workers)
+        daemon = psutil.Process(proc.pid)  # the daemon's own process (it encrypts TCP frames), not its workers
+        _delivery_arm(s, range(1), daemon, **arms["shm"])  # warm-up: page in the snapshot, start the workers' caches
+        epoch = 1
+        for r in range(args.rounds):
+            order = list(arms) if r % 2 == 0 else list(arms)[::-1]
+            for arm in order:
+                secs, n, cpu_s, batches, daemon_s = _delivery_arm(s, range(epoch, epoch + args.epochs_per_round), daemon, **arms[arm])
+                epoch += args.epochs_per_round
+                rate[arm].append(n / secs)
+                cpu[arm].append(cpu_s / batches)
+                dcpu[arm].append(daemon_s / batches)
+    finally:
+        stop_process(proc, timeout_s=60.0)
+        shutil.rmtree(tmp, ignore_errors=True)
+    med = {k: statistics.median(v) for k, v in rate.items()}
+    wire = args.batch_size * 3 * args.imgsz * args.imgsz
+    report = {
+        "imgsz": args.imgsz,
+        "batch_size": args.batch_size,
+        "workers": args.workers,
+        "rounds": args.rounds,
+        "epochs_per_round": args.epochs_per_round,
+        "load_1min": round(os.getloadavg()[0], 2),
+        "img_per_s": {k: round(v, 1) for k, v in med.items()},
+        "img_per_s_runs": {k: [round(x, 1) for x in v] for k, v in rate.items()},
+        "tcp_vs_shm": round(med["tcp"] / med["shm"], 3),
+        # Per round (the two arms ran back to back), then the median: less exposed to load drifting between rounds.
+        "tcp_vs_shm_paired_median": round(statistics.median(t / m for t, m in zip(rate["tcp"], rate["shm"])), 3),
+        "trainer_cpu_s_per_batch": {k: round(statistics.median(v), 4) for k, v in cpu.items()},
+        "daemon_process_cpu_s_per_batch": {k: round(statistics.median(v), 4) for k, v in dcpu.items()},
+        "image_bytes_per_batch_over_tcp": wire,
+        "bytes_per_batch_over_ipc": "a ~100-byte msgpack 'ready' message; the pixels stay in the ring slot",
+    }
     print(json.dumps(report, indent=2))
     return 0
 
