@@ -44,12 +44,27 @@ from pathlib import Path
 os.environ.setdefault("YOLO_OFFLINE", "1")  # no update checks, no downloads
 os.environ.setdefault("YOLO_VERBOSE", "False")
 
-import numpy as np  # noqa: E402
+import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import fidelity_stats  # noqa: E402
+import fidelity_stats
 
-DETECT = dict(mosaic=1.0, translate=0.1, scale=0.5, fliplr=0.5, flipud=0.0, hsv_h=0.015, hsv_s=0.7, hsv_v=0.4, degrees=0.0, shear=0.0, perspective=0.0, mixup=0.0, copy_paste=0.0, cutmix=0.0)
+DETECT = {
+    "mosaic": 1.0,
+    "translate": 0.1,
+    "scale": 0.5,
+    "fliplr": 0.5,
+    "flipud": 0.0,
+    "hsv_h": 0.015,
+    "hsv_s": 0.7,
+    "hsv_v": 0.4,
+    "degrees": 0.0,
+    "shear": 0.0,
+    "perspective": 0.0,
+    "mixup": 0.0,
+    "copy_paste": 0.0,
+    "cutmix": 0.0,
+}
 SEGMENT = {**DETECT, "copy_paste": 0.5}
 # Saturation / value below which a pixel's hue is too coarse to measure a shift on.
 HUE_MIN_SV = 32
@@ -177,8 +192,12 @@ def cmd_collect(args) -> dict:
                     grid_boxes.append(boxes[idx == i])
     figures = fidelity_stats.concat(parts)
     np.savez_compressed(
-        args.out, **figures, gains=np.array(recorder.gains).reshape(-1, 3), hue_shift=np.array(recorder.hue_shift),
-        grid=np.stack(grid), grid_boxes=np.array(grid_boxes, dtype=object),
+        args.out,
+        **figures,
+        gains=np.array(recorder.gains).reshape(-1, 3),
+        hue_shift=np.array(recorder.hue_shift),
+        grid=np.stack(grid),
+        grid_boxes=np.array(grid_boxes, dtype=object),
     )
     return {"arm": "ultralytics", "images": int(figures["fill_share"].size), "out": str(args.out)}
 

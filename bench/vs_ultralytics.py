@@ -59,7 +59,21 @@ WAIT_S = 300.0
 MIB = 1 << 20
 
 # The route settings both arms run (pixpool's AugmentConfig names, the same as Ultralytics').
-DETECT = dict(mosaic=1.0, translate=0.1, scale=0.5, fliplr=0.5, flipud=0.0, hsv_h=0.015, hsv_s=0.7, hsv_v=0.4, degrees=0.0, shear=0.0, perspective=0.0, mixup=0.0, copy_paste=0.0)
+DETECT = {
+    "mosaic": 1.0,
+    "translate": 0.1,
+    "scale": 0.5,
+    "fliplr": 0.5,
+    "flipud": 0.0,
+    "hsv_h": 0.015,
+    "hsv_s": 0.7,
+    "hsv_v": 0.4,
+    "degrees": 0.0,
+    "shear": 0.0,
+    "perspective": 0.0,
+    "mixup": 0.0,
+    "copy_paste": 0.0,
+}
 SEGMENT = {**DETECT, "copy_paste": 0.5}
 
 
@@ -88,7 +102,7 @@ def ul_run(ul_python: str, cmd: str, data_dir: Path, **options) -> dict:
     argv = [ul_python, str(UL_ARM), cmd, "--data-dir", str(data_dir)]
     for k, v in options.items():
         argv += [f"--{k.replace('_', '-')}", str(v)]
-    proc = subprocess.run(argv, capture_output=True, text=True, timeout=WAIT_S)
+    proc = subprocess.run(argv, check=False, capture_output=True, text=True, timeout=WAIT_S)
     if proc.returncode != 0:
         raise RuntimeError(f"Ultralytics arm failed ({' '.join(argv)}), exit {proc.returncode}:\n{proc.stderr[-3000:]}")
     return json.loads(proc.stdout.strip().splitlines()[-1])
@@ -97,7 +111,7 @@ def ul_run(ul_python: str, cmd: str, data_dir: Path, **options) -> dict:
 def check_ul_python(ul_python: str) -> str:
     """Ultralytics' version in that Python, or exit saying how to get one."""
     try:
-        out = subprocess.run([ul_python, "-c", "import ultralytics, torch; print(ultralytics.__version__, torch.__version__)"], capture_output=True, text=True, timeout=120)
+        out = subprocess.run([ul_python, "-c", "import ultralytics, torch; print(ultralytics.__version__, torch.__version__)"], check=False, capture_output=True, text=True, timeout=120)
     except FileNotFoundError:
         out = None
     if out is None or out.returncode != 0:
@@ -179,8 +193,7 @@ def run_trainer(spec: dict) -> None:
     import pixpool.client
 
     torch.set_num_threads(1)
-    with pixpool.client.attach(spec["socket_dir"], batch_size=spec["batch"], seed=spec["seed"], imgsz=spec["imgsz"], hsv_on_device=spec["hsv_on_device"],
-                               timeout_s=WAIT_S, **spec["route"]) as loader:
+    with pixpool.client.attach(spec["socket_dir"], batch_size=spec["batch"], seed=spec["seed"], imgsz=spec["imgsz"], hsv_on_device=spec["hsv_on_device"], timeout_s=WAIT_S, **spec["route"]) as loader:
         if spec["mode"] == "hold":
             it = iter(loader)
             for _ in range(2):
@@ -206,7 +219,7 @@ def pixpool_speed(data_yaml: Path, route: dict, *, workers: int, hsv_on_device: 
     proc, d = start_daemon(data_yaml, imgsz, workers, dtype)
     try:
         wait_ready(d, workers, proc)
-        out = subprocess.run(trainer_argv(d, "speed", route, epochs=epochs, batch=batch, imgsz=imgsz, hsv_on_device=hsv_on_device), capture_output=True, text=True, timeout=WAIT_S)
+        out = subprocess.run(trainer_argv(d, "speed", route, epochs=epochs, batch=batch, imgsz=imgsz, hsv_on_device=hsv_on_device), check=False, capture_output=True, text=True, timeout=WAIT_S)
         if out.returncode != 0:
             raise RuntimeError(f"pixpool trainer failed, exit {out.returncode}:\n{out.stderr[-3000:]}")
         return json.loads(out.stdout.strip().splitlines()[-1])
@@ -253,8 +266,16 @@ def speed(args, dirs: dict, ul_python: str) -> list[dict]:
     rows = []
     for i, (label, task, pw, dev, uw) in enumerate(pairs):
         p, u = px[i], ul[(task, uw)]
-        rows.append({"pair": label, "pixpool_img_per_s": statistics.median(p), "ultralytics_img_per_s": statistics.median(u), "ratio": statistics.median(p) / statistics.median(u),
-                     "pixpool_runs": p, "ultralytics_runs": u})
+        rows.append(
+            {
+                "pair": label,
+                "pixpool_img_per_s": statistics.median(p),
+                "ultralytics_img_per_s": statistics.median(u),
+                "ratio": statistics.median(p) / statistics.median(u),
+                "pixpool_runs": p,
+                "ultralytics_runs": u,
+            }
+        )
     return rows
 
 
@@ -316,8 +337,16 @@ def memory(args, dirs: dict, ul_python: str, dtypes: list[str]) -> list[dict]:
                     rep = memory_report(query_status(d))
                 finally:
                     _stop_holders(holders)
-                rows.append({"dtype": dtype, "trainers": n, "pixpool_total": rep["total_pss_bytes"], "pixpool_service": rep["service_pss_bytes"],
-                             "pixpool_trainers": rep["trainers_pss_bytes"], "snapshot_bytes": rep["snapshot_bytes"]})
+                rows.append(
+                    {
+                        "dtype": dtype,
+                        "trainers": n,
+                        "pixpool_total": rep["total_pss_bytes"],
+                        "pixpool_service": rep["service_pss_bytes"],
+                        "pixpool_trainers": rep["trainers_pss_bytes"],
+                        "snapshot_bytes": rep["snapshot_bytes"],
+                    }
+                )
         finally:
             stop_daemon(proc, d)
             release(prep)
@@ -337,23 +366,46 @@ def memory(args, dirs: dict, ul_python: str, dtypes: list[str]) -> list[dict]:
 
 # -- report -----------------------------------------------------------------------------------
 def report(args, speed_rows, mem_rows, skipped: list[str], versions: str, load: tuple[str, str]) -> str:
-    lines = [f"`python bench/vs_ultralytics.py {' '.join(args.argv)}`".replace(" `", "`"), "",
-             f"coco128 at {args.imgsz}, batch {args.batch}; Ultralytics {versions.split()[0]} (torch {versions.split()[1]}) in its own venv; "
-             f"load average before / after: {load[0]} / {load[1]} (2 cores, shared)."]
+    lines = [
+        f"`python bench/vs_ultralytics.py {' '.join(args.argv)}`".replace(" `", "`"),
+        "",
+        (
+            f"coco128 at {args.imgsz}, batch {args.batch}; Ultralytics {versions.split()[0]} (torch {versions.split()[1]}) in its own venv; "
+            f"load average before / after: {load[0]} / {load[1]} (2 cores, shared)."
+        ),
+    ]
     if speed_rows:
-        lines += ["", f"Delivered img/s into a consuming process: medians of {args.pairs} alternating pairs of fresh processes, {args.epochs} timed epochs each "
-                  "after one warm-up epoch. HSV on the CPU in both unless said.", "",
-                  "| pair | pixpool img/s | Ultralytics img/s | ratio | pixpool runs | Ultralytics runs |", "| --- | ---: | ---: | ---: | --- | --- |"]
+        lines += [
+            "",
+            (
+                f"Delivered img/s into a consuming process: medians of {args.pairs} alternating pairs of fresh processes, {args.epochs} timed epochs each "
+                "after one warm-up epoch. HSV on the CPU in both unless said."
+            ),
+            "",
+            "| pair | pixpool img/s | Ultralytics img/s | ratio | pixpool runs | Ultralytics runs |",
+            "| --- | ---: | ---: | ---: | --- | --- |",
+        ]
         for r in speed_rows:
-            lines.append(f"| {r['pair']} | {r['pixpool_img_per_s']:.1f} | {r['ultralytics_img_per_s']:.1f} | **{r['ratio']:.2f}x** | "
-                         f"{', '.join(f'{v:.0f}' for v in r['pixpool_runs'])} | {', '.join(f'{v:.0f}' for v in r['ultralytics_runs'])} |")
+            lines.append(
+                f"| {r['pair']} | {r['pixpool_img_per_s']:.1f} | {r['ultralytics_img_per_s']:.1f} | **{r['ratio']:.2f}x** | "
+                f"{', '.join(f'{v:.0f}' for v in r['pixpool_runs'])} | {', '.join(f'{v:.0f}' for v in r['ultralytics_runs'])} |"
+            )
     if mem_rows:
-        lines += ["", f"Total PSS (MiB): one pixpool daemon with {args.mem_workers} workers and N trainer processes (each imports torch, has taken 2 batches and holds "
-                  f"its ring) against N Ultralytics loader processes, each with its own cache='ram' dataset and {args.mem_workers} workers, also holding after 2 batches.", "",
-                  "| snapshot | trainers | pixpool service | pixpool trainers | pixpool total | Ultralytics total | ratio |", "| --- | ---: | ---: | ---: | ---: | ---: | ---: |"]
+        lines += [
+            "",
+            (
+                f"Total PSS (MiB): one pixpool daemon with {args.mem_workers} workers and N trainer processes (each imports torch, has taken 2 batches and holds "
+                f"its ring) against N Ultralytics loader processes, each with its own cache='ram' dataset and {args.mem_workers} workers, also holding after 2 batches."
+            ),
+            "",
+            "| snapshot | trainers | pixpool service | pixpool trainers | pixpool total | Ultralytics total | ratio |",
+            "| --- | ---: | ---: | ---: | ---: | ---: | ---: |",
+        ]
         for r in mem_rows:
-            lines.append(f"| {r['dtype']} ({r['snapshot_bytes'] / MIB:.0f} MiB) | {r['trainers']} | {r['pixpool_service'] / MIB:.0f} | {r['pixpool_trainers'] / MIB:.0f} | "
-                         f"{r['pixpool_total'] / MIB:.0f} | {r['ultralytics_total'] / MIB:.0f} | **{r['ratio']:.2f}x** |")
+            lines.append(
+                f"| {r['dtype']} ({r['snapshot_bytes'] / MIB:.0f} MiB) | {r['trainers']} | {r['pixpool_service'] / MIB:.0f} | {r['pixpool_trainers'] / MIB:.0f} | "
+                f"{r['pixpool_total'] / MIB:.0f} | {r['ultralytics_total'] / MIB:.0f} | **{r['ratio']:.2f}x** |"
+            )
     for s in skipped:
         lines += ["", f"Skipped: {s}"]
     return "\n".join(lines)
@@ -367,7 +419,7 @@ def write_section(path: Path, key: str, heading: str, text: str) -> None:
     doc = path.read_text()
     block = f"{start}\n{text}\n{end}"
     if start in doc:
-        doc = re.sub(re.escape(start) + ".*?" + re.escape(end), lambda _: block, doc, flags=re.S)
+        doc = re.sub(re.escape(start) + ".*?" + re.escape(end), lambda _: block, doc, flags=re.DOTALL)
     else:
         doc = doc.rstrip() + f"\n\n{heading}\n\n{block}\n"
     path.write_text(doc)
