@@ -191,13 +191,15 @@ def cmd_collect(args) -> dict:
                     grid.append(images[i])
                     grid_boxes.append(boxes[idx == i])
     figures = fidelity_stats.concat(parts)
+    boxes_of = np.empty(len(grid_boxes), dtype=object)  # ragged: one (k, 4) array per image
+    boxes_of[:] = grid_boxes
     np.savez_compressed(
         args.out,
         **figures,
         gains=np.array(recorder.gains).reshape(-1, 3),
         hue_shift=np.array(recorder.hue_shift),
         grid=np.stack(grid),
-        grid_boxes=np.array(grid_boxes, dtype=object),
+        grid_boxes=boxes_of,
     )
     return {"arm": "ultralytics", "images": int(figures["fill_share"].size), "out": str(args.out)}
 
