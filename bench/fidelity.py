@@ -34,6 +34,7 @@ Usage: ``python bench/fidelity.py [--quick] [--epochs 4] [--seed 0] [--write doc
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
 import shutil
@@ -44,6 +45,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+
 import fidelity_stats as fs
 from vs_ultralytics import COCO128_DIR, DEFAULT_UL_PYTHON, DETECT, check_ul_python, make_data_dir, prepare, release, start_daemon, stop_daemon, ul_run, wait_ready, write_section
 
@@ -73,7 +75,7 @@ def pixpool_collect(data_yaml: Path, *, epochs: int, seed: int, workers: int, im
     import pixpool.client
     from pixpool.shared.rng import hsv_gains
 
-    prep = prepare(data_yaml, imgsz, "float32")
+    prep = prepare(data_yaml, imgsz)
     proc, d = start_daemon(data_yaml, imgsz, workers, "float32")
     on, off, gains, shifts, grid, grid_boxes = [], [], [], [], [], []
     try:
@@ -146,7 +148,7 @@ def histograms(a: dict, b: dict) -> str:
         edges = np.linspace(1 - width, 1 + width, 6)
         ha = np.histogram(a["gains"][:, c], edges)[0] / len(a["gains"])
         hb = np.histogram(b["gains"][:, c], edges)[0] / len(b["gains"])
-        bins = ", ".join(f"[{lo:.3g}, {hi:.3g})" for lo, hi in zip(edges[:-1], edges[1:], strict=True))
+        bins = ", ".join(f"[{lo:.3g}, {hi:.3g})" for lo, hi in itertools.pairwise(edges))
         lines.append(f"- {name} gain, share per bin {bins}: pixpool {' / '.join(f'{v:.2f}' for v in ha)}; Ultralytics {' / '.join(f'{v:.2f}' for v in hb)}")
     edges = np.array([0, 1, 5, 10, 20, 40, 80, 1000])
     ha = np.histogram(a["on"]["boxes_per_image"], edges)[0] / a["on"]["boxes_per_image"].size
@@ -212,7 +214,12 @@ def run(args) -> tuple[str, list[fs.Row], list[fs.Row] | None]:
         fs.markdown(rows),
     ]
     if null_rows is not None:
-        lines += ["", f"The same comparison between two Ultralytics streams (seed {args.seed + 1} against seed {args.seed}), to show the spread of the route against itself:", "", fs.markdown(null_rows, ("ultralytics seed " + str(args.seed + 1), "ultralytics"))]
+        lines += [
+            "",
+            f"The same comparison between two Ultralytics streams (seed {args.seed + 1} against seed {args.seed}), to show the spread of the route against itself:",
+            "",
+            fs.markdown(null_rows, ("ultralytics seed " + str(args.seed + 1), "ultralytics")),
+        ]
     lines += ["", "Histograms:", "", histograms(px, ul)]
     failed = [r.metric for r in rows if not r.passed]
     if failed:
@@ -248,14 +255,17 @@ def parse_args(argv):
     return args
 
 
+def _as_dicts(rows: list[fs.Row]) -> list[dict]:
+    return [{**vars(r), "passed": r.passed} for r in rows]
+
+
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     args = parse_args(argv)
     text, rows, null_rows = run(args)
     print(text)
     if args.json:
-        as_dict = lambda rs: [{**vars(r), "passed": r.passed} for r in rs]  # noqa: E731
-        args.json.write_text(json.dumps({"rows": as_dict(rows), "null_rows": as_dict(null_rows) if null_rows else None}, indent=1))
+        args.json.write_text(json.dumps({"rows": _as_dicts(rows), "null_rows": _as_dicts(null_rows) if null_rows else None}, indent=1))
     if args.write:
         write_section(args.write, "fidelity", "## Fidelity against Ultralytics' loader (bench/fidelity.py)", text)
     return 0

@@ -120,22 +120,24 @@ def check_ul_python(ul_python: str) -> str:
 
 
 # -- the pixpool arm --------------------------------------------------------------------------
-def dtype_supported() -> bool:
-    """True when this pixpool can prepare a uint8 snapshot (``DaemonConfig.dtype``)."""
+def dtype_field() -> str | None:
+    """The ``DaemonConfig`` field behind ``--dtype`` (the snapshot's dtype), or None where this pixpool has none."""
     from pixpool.shared.config import DaemonConfig
 
-    return "dtype" in {f.name for f in dataclasses.fields(DaemonConfig)}
+    for f in dataclasses.fields(DaemonConfig):
+        if f.name == "dtype" or f.metadata.get("flag") == "--dtype":
+            return f.name
+    return None
 
 
-def prepare(data_yaml: Path, imgsz: int, dtype: str):
-    """Prepare (or re-attach) the snapshot the daemons will attach; the caller releases it."""
-    import inspect
-
+def prepare(data_yaml: Path, imgsz: int):
+    """Prepare (or re-attach) the float32 snapshot the speed arms' daemons attach; the caller
+    releases it. (Memory arms let their one daemon prepare its own, so that a uint8 snapshot
+    is prepared exactly as ``serve --dtype uint8`` does, and removed when it exits.)"""
     from pixpool.server.readers import load_dataset
     from pixpool.server.snapshot.prepare import prepare_snapshot
 
-    kwargs = {"dtype": dtype} if "dtype" in inspect.signature(prepare_snapshot).parameters else {}
-    return prepare_snapshot(load_dataset(str(data_yaml)), imgsz=imgsz, processes=2, **kwargs)
+    return prepare_snapshot(load_dataset(str(data_yaml)), imgsz=imgsz, processes=2)
 
 
 def release(prep) -> None:
@@ -144,13 +146,16 @@ def release(prep) -> None:
     prep.snapshot.close()
 
 
-def start_daemon(data_yaml: Path, imgsz: int, workers: int, dtype: str) -> tuple[mp.Process, str]:
+def start_daemon(data_yaml: Path, imgsz: int, workers: int, dtype: str, *, keep_snapshot: bool = True) -> tuple[mp.Process, str]:
     from pixpool.server.daemon.run import run_daemon
     from pixpool.shared.config import DaemonConfig
 
     d = tempfile.mkdtemp(prefix="pxul-")
-    extra = {"dtype": dtype} if dtype_supported() else {}
-    config = DaemonConfig(data=str(data_yaml), imgsz=imgsz, workers=workers, socket_dir=d, keep_snapshot=True, no_val=True, **extra)
+    field = dtype_field()
+    if field is None and dtype != "float32":
+        raise SystemExit(f"this pixpool has no --dtype: a {dtype} snapshot cannot be served")
+    extra = {field: dtype} if field else {}
+    config = DaemonConfig(data=str(data_yaml), imgsz=imgsz, workers=workers, socket_dir=d, keep_snapshot=keep_snapshot, no_val=True, **extra)
     proc = mp.get_context("spawn").Process(target=run_daemon, args=(config,))
     proc.start()
     return proc, d
@@ -245,7 +250,7 @@ def speed(args, dirs: dict, ul_python: str) -> list[dict]:
     pairs = SPEED_PAIRS if args.hsv_device else [p for p in SPEED_PAIRS if not p[3]]
     if args.tasks:
         pairs = [p for p in pairs if p[1] in args.tasks]
-    preps = {task: prepare(dirs[task] / "data.yaml", args.imgsz, "float32") for task in {p[1] for p in pairs}}
+    preps = {task: prepare(dirs[task] / "data.yaml", args.imgsz) for task in {p[1] for p in pairs}}
     try:
         for r in range(args.pairs):
             for i, (label, task, pw, dev, uw) in enumerate(pairs):
@@ -327,8 +332,7 @@ def memory(args, dirs: dict, ul_python: str, dtypes: list[str]) -> list[dict]:
     data_yaml = dirs["detect"] / "data.yaml"
     rows = []
     for dtype in dtypes:
-        prep = prepare(data_yaml, args.imgsz, dtype)
-        proc, d = start_daemon(data_yaml, args.imgsz, args.mem_workers, dtype)
+        proc, d = start_daemon(data_yaml, args.imgsz, args.mem_workers, dtype, keep_snapshot=False)
         try:
             wait_ready(d, args.mem_workers, proc)
             for n in args.trainers:
@@ -349,7 +353,6 @@ def memory(args, dirs: dict, ul_python: str, dtypes: list[str]) -> list[dict]:
                 )
         finally:
             stop_daemon(proc, d)
-            release(prep)
     ul_total = {}
     for n in args.trainers:
         argv = [ul_python, str(UL_ARM), "hold", "--data-dir", str(dirs["detect"]), "--workers", str(args.mem_workers), "--batch", str(args.batch), "--imgsz", str(args.imgsz)]
@@ -459,7 +462,7 @@ def main(argv=None) -> int:
     if set(dtypes) - {"float32", "uint8"}:
         parser.error(f"--dtype {args.dtype!r}: use float32, uint8 or both")
     skipped = []
-    if "uint8" in dtypes and not dtype_supported():
+    if "uint8" in dtypes and dtype_field() is None:
         dtypes.remove("uint8")
         skipped.append("uint8 snapshot: this pixpool has no `--dtype` (DaemonConfig.dtype), so only float32 was measured.")
     versions = check_ul_python(args.ul_python)

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
-import fidelity_stats as fs  # noqa: E402
+import fidelity_stats as fs
 
 
 def test_ks_statistic_is_the_largest_gap_between_the_empirical_cdfs():
