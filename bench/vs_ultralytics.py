@@ -285,20 +285,30 @@ def speed(args, dirs: dict, ul_python: str) -> list[dict]:
 
 
 # -- memory ---------------------------------------------------------------------------------------
-def _pss_tree(pid: int) -> int:
-    """PSS of a process and all its descendants (an Ultralytics loader and its workers)."""
-    import psutil
-
+def _rollup(pid: int) -> dict[str, int]:
     from pixpool.shared.procmem import parse_rollup
 
-    total = 0
-    for p in [psutil.Process(pid), *psutil.Process(pid).children(recursive=True)]:
-        try:
-            with open(f"/proc/{p.pid}/smaps_rollup") as f:
-                total += parse_rollup(f.read())["Pss"]
-        except (FileNotFoundError, ProcessLookupError):
-            pass
-    return total
+    try:
+        with open(f"/proc/{pid}/smaps_rollup") as f:
+            return parse_rollup(f.read())
+    except (FileNotFoundError, ProcessLookupError):
+        return {}
+
+
+def _tree(pid: int) -> list[int]:
+    """A process and all its descendants (an Ultralytics loader and its workers)."""
+    import psutil
+
+    return [pid, *(c.pid for c in psutil.Process(pid).children(recursive=True))]
+
+
+def _file_pss(pids) -> int:
+    """The file-backed part of the PSS of ``pids`` (shared libraries, mostly).
+
+    Library pages are shared with every process on the machine that maps the same files,
+    so this part depends on who else runs (here: other users of the Ultralytics venv); the
+    anonymous and shmem parts do not."""
+    return sum(_rollup(p).get("Pss_File", 0) for p in pids)
 
 
 def _start_holders(argvs: list[list[str]]) -> list[subprocess.Popen]:
@@ -338,7 +348,10 @@ def memory(args, dirs: dict, ul_python: str, dtypes: list[str]) -> list[dict]:
             for n in args.trainers:
                 holders = _start_holders([trainer_argv(d, "hold", DETECT, epochs=1, batch=args.batch, imgsz=args.imgsz, hsv_on_device=False, seed=s) for s in range(n)])
                 try:
-                    rep = memory_report(query_status(d))
+                    st = query_status(d)
+                    rep = memory_report(st)
+                    pids = [st["daemon"]["pid"], *(w["pid"] for w in st["workers"] if w["pid"]), *(h.pid for h in holders)]
+                    file_pss = _file_pss(pids)
                 finally:
                     _stop_holders(holders)
                 rows.append(
@@ -348,22 +361,27 @@ def memory(args, dirs: dict, ul_python: str, dtypes: list[str]) -> list[dict]:
                         "pixpool_total": rep["total_pss_bytes"],
                         "pixpool_service": rep["service_pss_bytes"],
                         "pixpool_trainers": rep["trainers_pss_bytes"],
+                        "pixpool_no_files": rep["total_pss_bytes"] - file_pss,
                         "snapshot_bytes": rep["snapshot_bytes"],
                     }
                 )
         finally:
             stop_daemon(proc, d)
-    ul_total = {}
+    ul_total, ul_no_files = {}, {}
     for n in args.trainers:
         argv = [ul_python, str(UL_ARM), "hold", "--data-dir", str(dirs["detect"]), "--workers", str(args.mem_workers), "--batch", str(args.batch), "--imgsz", str(args.imgsz)]
         holders = _start_holders([argv] * n)
         try:
-            ul_total[n] = sum(_pss_tree(p.pid) for p in holders)
+            pids = [q for h in holders for q in _tree(h.pid)]
+            ul_total[n] = sum(_rollup(q).get("Pss", 0) for q in pids)
+            ul_no_files[n] = ul_total[n] - _file_pss(pids)
         finally:
             _stop_holders(holders)
     for row in rows:
         row["ultralytics_total"] = ul_total[row["trainers"]]
         row["ratio"] = row["pixpool_total"] / row["ultralytics_total"]
+        row["ultralytics_no_files"] = ul_no_files[row["trainers"]]
+        row["ratio_no_files"] = row["pixpool_no_files"] / row["ultralytics_no_files"]
     return rows
 
 
@@ -401,14 +419,23 @@ def report(args, speed_rows, mem_rows, skipped: list[str], versions: str, load: 
                 f"its ring) against N Ultralytics loader processes, each with its own cache='ram' dataset and {args.mem_workers} workers, also holding after 2 batches."
             ),
             "",
-            "| snapshot | trainers | pixpool service | pixpool trainers | pixpool total | Ultralytics total | ratio |",
-            "| --- | ---: | ---: | ---: | ---: | ---: | ---: |",
+            "| snapshot | trainers | pixpool service | pixpool trainers | pixpool total | Ultralytics total | ratio | without file pages: pixpool | Ultralytics | ratio |",
+            "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
         ]
         for r in mem_rows:
             lines.append(
                 f"| {r['dtype']} ({r['snapshot_bytes'] / MIB:.0f} MiB) | {r['trainers']} | {r['pixpool_service'] / MIB:.0f} | {r['pixpool_trainers'] / MIB:.0f} | "
-                f"{r['pixpool_total'] / MIB:.0f} | {r['ultralytics_total'] / MIB:.0f} | **{r['ratio']:.2f}x** |"
+                f"{r['pixpool_total'] / MIB:.0f} | {r['ultralytics_total'] / MIB:.0f} | **{r['ratio']:.2f}x** | "
+                f"{r['pixpool_no_files'] / MIB:.0f} | {r['ultralytics_no_files'] / MIB:.0f} | {r['ratio_no_files']:.2f}x |"
             )
+        lines += [
+            "",
+            (
+                "File-backed pages (shared libraries: torch, cv2, ...) are shared with every process on the machine that maps the same files, so their PSS "
+                "share depends on who else runs (on this machine, other users of the Ultralytics venv); the last three columns leave them out (anonymous "
+                "and shared memory only: heaps, caches, snapshot, rings)."
+            ),
+        ]
     for s in skipped:
         lines += ["", f"Skipped: {s}"]
     return "\n".join(lines)
