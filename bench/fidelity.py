@@ -148,7 +148,7 @@ def histograms(a: dict, b: dict) -> str:
         edges = np.linspace(1 - width, 1 + width, 6)
         ha = np.histogram(a["gains"][:, c], edges)[0] / len(a["gains"])
         hb = np.histogram(b["gains"][:, c], edges)[0] / len(b["gains"])
-        bins = ", ".join(f"[{lo:.3g}, {hi:.3g})" for lo, hi in itertools.pairwise(edges))
+        bins = ", ".join(f"[{lo:.4g}, {hi:.4g})" for lo, hi in itertools.pairwise(edges))
         lines.append(f"- {name} gain, share per bin {bins}: pixpool {' / '.join(f'{v:.2f}' for v in ha)}; Ultralytics {' / '.join(f'{v:.2f}' for v in hb)}")
     edges = np.array([0, 1, 5, 10, 20, 40, 80, 1000])
     ha = np.histogram(a["on"]["boxes_per_image"], edges)[0] / a["on"]["boxes_per_image"].size
@@ -228,7 +228,10 @@ def run(args) -> tuple[str, list[fs.Row], list[fs.Row] | None]:
             if metric in KNOWN_DIFFERENCES:
                 lines.append(f"- {metric}: {KNOWN_DIFFERENCES[metric]}.")
     if args.grid:
-        lines += ["", f"Side by side: `{args.grid}` (first 8 images of each HSV-on stream, pixpool above, Ultralytics below)."]
+        shown = args.grid.resolve()
+        root = Path(__file__).resolve().parents[1]
+        shown = shown.relative_to(root) if shown.is_relative_to(root) else shown
+        lines += ["", f"Side by side: `{shown}` (first 8 images of each HSV-on stream, pixpool above, Ultralytics below, boxes drawn)."]
     return "\n".join(lines), rows, null_rows
 
 

@@ -403,14 +403,23 @@ def report(args, speed_rows, mem_rows, skipped: list[str], versions: str, load: 
                 "after one warm-up epoch. HSV on the CPU in both unless said."
             ),
             "",
-            "| pair | pixpool img/s | Ultralytics img/s | ratio | pixpool runs | Ultralytics runs |",
-            "| --- | ---: | ---: | ---: | --- | --- |",
+            "| pair | pixpool img/s | Ultralytics img/s | ratio of medians | ratio per pair (median) | pixpool runs | Ultralytics runs |",
+            "| --- | ---: | ---: | ---: | ---: | --- | --- |",
         ]
         for r in speed_rows:
+            paired = [a / b for a, b in zip(r["pixpool_runs"], r["ultralytics_runs"], strict=True)]
             lines.append(
                 f"| {r['pair']} | {r['pixpool_img_per_s']:.1f} | {r['ultralytics_img_per_s']:.1f} | **{r['ratio']:.2f}x** | "
+                f"{statistics.median(paired):.2f}x ({', '.join(f'{v:.2f}' for v in paired)}) | "
                 f"{', '.join(f'{v:.0f}' for v in r['pixpool_runs'])} | {', '.join(f'{v:.0f}' for v in r['ultralytics_runs'])} |"
             )
+        lines += [
+            "",
+            (
+                "A pair is one round: the two arms ran back to back, so the ratio per pair cancels the load of that moment; the ratio of medians does not. "
+                "The `HSV on the trainer` rows run torch's HSV on the trainer's CPU (no GPU here), one thread: they say nothing about a GPU."
+            ),
+        ]
     if mem_rows:
         lines += [
             "",
