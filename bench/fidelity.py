@@ -19,7 +19,7 @@ way in both (OpenCV 8-bit HSV of the image before and after the jitter, pixels w
 (the gains come from their own random stream, so the geometry is the same; checked).
 
 Tolerances (``fidelity_stats``): each metric at ``--alpha`` (default 0.001, so that with
-~17 metrics a pass of two identical routes fails somewhere with probability < 2 %):
+16 metrics two identical routes fail somewhere with probability < 2 %):
 distributions by the two-sample KS statistic against its critical value (per-box figures
 at the number of images, the independent unit), means by z standard errors. With
 ``--null`` (default on, off with ``--quick``) a second Ultralytics stream with another
