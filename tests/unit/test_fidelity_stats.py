@@ -1,0 +1,98 @@
+"""The fidelity statistics (bench/fidelity_stats.py, pure numpy) on inputs with known answers.
+
+bench/fidelity.py compares pixpool's stream with Ultralytics' loader through these
+functions; both arms compute their figures with ``batch_figures``. Starts no process.
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
+import fidelity_stats as fs
+
+
+def test_ks_statistic_is_the_largest_gap_between_the_empirical_cdfs():
+    assert fs.ks_statistic([1, 2, 3], [1, 2, 3]) == 0.0
+    assert fs.ks_statistic([1, 2, 3], [4, 5, 6]) == 1.0
+    # At x = 1 the CDFs are 1/3 and 0; everywhere else the gap is at most 1/3.
+    assert fs.ks_statistic([1, 2, 3], [2, 3, 4]) == pytest.approx(1 / 3)
+    # Ties across the samples: at x = 2 the CDFs are 1.0 and 0.5.
+    assert fs.ks_statistic([1, 2], [2, 3]) == pytest.approx(0.5)
+    with pytest.raises(ValueError, match="non-empty"):
+        fs.ks_statistic([], [1.0])
+
+
+def test_ks_critical_value_matches_the_tabulated_coefficients():
+    # c(0.05) = 1.358, c(0.01) = 1.628, c(0.001) = 1.949 (Smirnov's asymptotic table).
+    assert fs.ks_critical(100, 100, 0.05) == pytest.approx(1.358 * math.sqrt(2 / 100), rel=1e-3)
+    assert fs.ks_critical(256, 512, 0.01) == pytest.approx(1.628 * math.sqrt(768 / (256 * 512)), rel=1e-3)
+    assert fs.ks_critical(10, 10, 0.001) == pytest.approx(1.949 * math.sqrt(0.2), rel=1e-3)
+    with pytest.raises(ValueError):
+        fs.ks_critical(0, 10, 0.05)
+
+
+def test_normal_quantile_and_mean_tolerance():
+    assert fs.normal_quantile(0.975) == pytest.approx(1.959964, abs=1e-5)
+    assert fs.normal_quantile(0.9995) == pytest.approx(3.290527, abs=1e-5)
+    a = np.array([0.0, 2.0, 4.0, 6.0])  # variance (ddof 1) 20/3
+    b = np.array([1.0, 1.0, 3.0, 3.0])  # variance 4/3
+    se = math.sqrt((20 / 3) / 4 + (4 / 3) / 4)
+    assert fs.mean_tolerance(a, b, 0.05) == pytest.approx(1.959964 * se, rel=1e-5)
+
+
+def test_batch_figures_count_fill_pixels_boxes_and_channel_moments():
+    images = np.zeros((2, 3, 4, 4), np.uint8)
+    images[0] = 114  # all fill
+    images[1, :, :2, :] = 114  # top half fill ...
+    images[1, 2, 0, 0] = 0  # ... but one pixel with blue 0 is not fill
+    images[1, 0, 2:, :] = 200
+    idx = np.array([1, 1, 1])
+    boxes = np.array([[0.5, 0.5, 0.2, 0.4], [0.1, 0.1, 0.1, 0.1], [0.3, 0.3, 0.6, 0.05]])
+    f = fs.batch_figures(images, idx, boxes)
+    assert f["boxes_per_image"].tolist() == [0.0, 3.0]
+    assert f["fill_share"].tolist() == [1.0, 7 / 16]
+    assert f["mean"][0].tolist() == [114.0, 114.0, 114.0]
+    assert f["mean"][1, 0] == pytest.approx((8 * 114 + 8 * 200) / 16)
+    assert f["std"][0].tolist() == [0.0, 0.0, 0.0]
+    assert f["std"][1, 0] == pytest.approx(43.0)  # half 114, half 200
+    assert f["box_w"].tolist() == [0.2, 0.1, 0.6]
+    assert f["box_h"].tolist() == [0.4, 0.1, 0.05]
+    with pytest.raises(ValueError, match="image indices"):
+        fs.batch_figures(images, np.array([2]), boxes[:1])
+    with pytest.raises(ValueError, match="uint8"):
+        fs.batch_figures(images.astype(np.float32), idx, boxes)
+
+
+def test_hue_shift_wraps_around_the_hue_circle():
+    before = np.array([179, 10, 0, 90], np.uint8)
+    after = np.array([1, 8, 178, 90], np.uint8)
+    assert fs.hue_shift(before, after, np.ones(4, bool)) == pytest.approx((2 - 2 - 2 + 0) / 4)
+    assert fs.hue_shift(before, after, np.array([True, False, False, False])) == 2.0
+    assert math.isnan(fs.hue_shift(before, after, np.zeros(4, bool)))
+
+
+def test_compare_passes_the_same_distribution_and_fails_a_shifted_one():
+    rng = np.random.default_rng(0)
+    a, b = rng.normal(size=2000), rng.normal(size=2000)
+    assert fs.compare_ks("same", a, b, 0.001).passed
+    assert fs.compare_mean("same", a, b, 0.001).passed
+    shifted = b + 0.3
+    assert not fs.compare_ks("shifted", a, shifted, 0.001).passed
+    assert not fs.compare_mean("shifted", a, shifted, 0.001).passed
+    # Judged at fewer independent units, the same gap is within tolerance.
+    assert fs.compare_ks("clustered", a, shifted, 0.001, unit_sizes=(20, 20)).passed
+
+
+def test_markdown_table_has_one_row_per_comparison():
+    rows = [fs.compare_mean("ok", [1.0, 2.0, 3.0], [1.0, 2.0, 3.0], 0.01), fs.compare_ks("off", [0.0, 0.1, 0.2], [5.0, 5.1, 5.2], 0.5)]
+    text = fs.markdown(rows)
+    lines = text.splitlines()
+    assert len(lines) == 4
+    assert lines[2].startswith("| ok | mean |") and lines[2].endswith("| yes |")
+    assert lines[3].startswith("| off | KS |") and "D = 1.000" in lines[3] and lines[3].endswith("| **no** |")
