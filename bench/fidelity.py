@@ -53,10 +53,8 @@ HUE_MIN_SV = 32  # the same threshold as _ultralytics_arm.py
 CHANNELS = "RGB"
 # Metrics where pixpool's route is known to differ from Ultralytics 8.4's, and how. A row
 # named here is reported like any other; the test does not require it to pass.
-KNOWN_DIFFERENCES = {
-    "hue change per image (levels)": "pixpool scales the 8-bit hue, floor(h * gain) mod 180 (Ultralytics <= 8.3.78); Ultralytics 8.3.79+ shifts it, "
-    "floor(h + (gain - 1) * 180) mod 180, so the same draw moves every hue by up to +-2.7 levels there, and a hue h by only h * 0.015 here",
-}
+# Rows expected to fail, each with its reason (none since the hue shift follows Ultralytics 8.3.79+: shared/hsv_tables.py).
+KNOWN_DIFFERENCES: dict[str, str] = {}
 
 
 def _hue(bgr: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

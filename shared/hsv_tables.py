@@ -8,9 +8,14 @@ device (``pixpool.client.hsv_torch``). The gains of a sample come from
 On OpenCV's 8-bit HSV (hue 0..179, saturation and value 0..255), for gains
 ``g = (gh, gs, gv)``::
 
-    hue' = floor(hue * gh) mod 180
+    hue' = floor((hue + (gh - 1) * 180) mod 180)
     sat' = floor(clip(sat * gs, 0, 255))
     val' = floor(clip(val * gv, 0, 255))
+
+The hue is shifted, not scaled: a draw moves every hue by the same number of levels, as
+Ultralytics' loader does since 8.3.79 (before, it scaled the hue, which left reds nearly
+unmoved; ``bench/fidelity.py`` measured that difference). The sum and the modulo run in
+float64 on exact levels, then the floor, so the tables are the same on every machine.
 """
 
 from __future__ import annotations
@@ -22,10 +27,10 @@ _LEVELS = np.arange(256, dtype=np.float64)
 
 def tables(gains: np.ndarray) -> np.ndarray:
     """uint8 (3, 256): the hue, saturation and value tables for ``gains`` (one pass each)."""
-    scaled = _LEVELS[None, :] * np.asarray(gains, dtype=np.float64)[:3, None]
+    gains = np.asarray(gains, dtype=np.float64)[:3]
     out = np.empty((3, 256), dtype=np.uint8)
-    out[0] = np.floor(scaled[0]) % 180
-    out[1:] = np.floor(np.clip(scaled[1:], 0, 255))
+    out[0] = np.floor(np.mod(_LEVELS + (gains[0] - 1.0) * 180.0, 180.0))
+    out[1:] = np.floor(np.clip(_LEVELS[None, :] * gains[1:, None], 0, 255))
     return out
 
 
