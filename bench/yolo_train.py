@@ -83,8 +83,21 @@ def child(arm: str, opts: argparse.Namespace) -> None:
     model = YOLO("yolo11n.yaml")
     for event, fn in (("on_train_epoch_start", epoch_start), ("on_train_batch_start", batch_start), ("on_train_batch_end", batch_end), ("on_train_epoch_end", epoch_end)):
         model.add_callback(event, fn)
-    args = dict(data=opts.data, epochs=opts.epochs, imgsz=opts.imgsz, batch=opts.batch, close_mosaic=opts.close_mosaic, seed=opts.seed, device="cpu",
-                plots=False, val=False, project=opts.project, name=arm, exist_ok=True, verbose=False)
+    args = dict(
+        data=opts.data,
+        epochs=opts.epochs,
+        imgsz=opts.imgsz,
+        batch=opts.batch,
+        close_mosaic=opts.close_mosaic,
+        seed=opts.seed,
+        device="cpu",
+        plots=False,
+        val=False,
+        project=opts.project,
+        name=arm,
+        exist_ok=True,
+        verbose=False,
+    )
     if arm == "ultralytics":
         args["cache"] = "ram"
     t0 = time.perf_counter()
@@ -131,7 +144,7 @@ class PssSampler:
             self.samples.append((time.time(), total))
             self.peak = max(self.peak, total)
 
-    def __enter__(self) -> "PssSampler":
+    def __enter__(self) -> PssSampler:
         self._thread.start()
         return self
 
@@ -148,10 +161,38 @@ def _run_arm(arm: str, concurrent: int, opts: argparse.Namespace, data: Path, wo
     t0 = time.perf_counter()
 
     def start_children(extra_env: dict) -> list[subprocess.Popen]:
-        return [subprocess.Popen([sys.executable, __file__, "--child", arm, "--result", str(results[i]), "--data", str(data), "--epochs", str(opts.epochs),
-                                  "--imgsz", str(opts.imgsz), "--batch", str(opts.batch), "--workers", str(opts.workers), "--close-mosaic", str(opts.close_mosaic),
-                                  "--seed", str(i), "--project", str(work / f"{tag}-{i}")],
-                                 env={**env, **extra_env}, stdout=subprocess.DEVNULL, stderr=open(work / f"{tag}-{i}.log", "w")) for i in range(concurrent)]
+        return [
+            subprocess.Popen(
+                [
+                    sys.executable,
+                    __file__,
+                    "--child",
+                    arm,
+                    "--result",
+                    str(results[i]),
+                    "--data",
+                    str(data),
+                    "--epochs",
+                    str(opts.epochs),
+                    "--imgsz",
+                    str(opts.imgsz),
+                    "--batch",
+                    str(opts.batch),
+                    "--workers",
+                    str(opts.workers),
+                    "--close-mosaic",
+                    str(opts.close_mosaic),
+                    "--seed",
+                    str(i),
+                    "--project",
+                    str(work / f"{tag}-{i}"),
+                ],
+                env={**env, **extra_env},
+                stdout=subprocess.DEVNULL,
+                stderr=open(work / f"{tag}-{i}.log", "w"),
+            )
+            for i in range(concurrent)
+        ]
 
     def wait(procs: list[subprocess.Popen]) -> None:
         for p in procs:
@@ -186,19 +227,33 @@ def _summary(rows: list[dict]) -> list[dict]:
             epoch_s = [e["seconds"] for run in runs for e in run["epochs"]]
             wait = sum(e["wait_s"] for run in runs for e in run["epochs"]) / sum(epoch_s)
             last = [run["epochs"][-1]["losses"] for run in runs]
-            out.append({"arm": arm, "concurrent": concurrent, "repeats": len(mine), "epoch_s_median": statistics.median(epoch_s), "data_wait_share": wait,
-                        "peak_pss_mib": statistics.median(r["peak_pss"] for r in mine) / MIB, "mAP50": statistics.mean(run["mAP50"] for run in runs),
-                        "mAP50_95": statistics.mean(run["mAP50_95"] for run in runs), "mAP50_each": [round(run["mAP50"], 4) for run in runs],
-                        "last_epoch_loss": statistics.mean(sum(loss.values()) for loss in last)})
+            out.append(
+                {
+                    "arm": arm,
+                    "concurrent": concurrent,
+                    "repeats": len(mine),
+                    "epoch_s_median": statistics.median(epoch_s),
+                    "data_wait_share": wait,
+                    "peak_pss_mib": statistics.median(r["peak_pss"] for r in mine) / MIB,
+                    "mAP50": statistics.mean(run["mAP50"] for run in runs),
+                    "mAP50_95": statistics.mean(run["mAP50_95"] for run in runs),
+                    "mAP50_each": [round(run["mAP50"], 4) for run in runs],
+                    "last_epoch_loss": statistics.mean(sum(loss.values()) for loss in last),
+                }
+            )
     return out
 
 
 def _table(summary: list[dict]) -> str:
-    lines = ["| loader | runs at once | training epoch (median s) | waiting for data | peak total PSS (MiB) | final mAP50 | final mAP50-95 | last-epoch loss |",
-             "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+    lines = [
+        "| loader | runs at once | training epoch (median s) | waiting for data | peak total PSS (MiB) | final mAP50 | final mAP50-95 | last-epoch loss |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- |",
+    ]
     for s in summary:
-        lines.append(f"| {s['arm']} | {s['concurrent']} | {s['epoch_s_median']:.2f} | {100 * s['data_wait_share']:.1f}% | {s['peak_pss_mib']:.0f} | "
-                     f"{s['mAP50']:.4f} | {s['mAP50_95']:.4f} | {s['last_epoch_loss']:.3f} |")
+        lines.append(
+            f"| {s['arm']} | {s['concurrent']} | {s['epoch_s_median']:.2f} | {100 * s['data_wait_share']:.1f}% | {s['peak_pss_mib']:.0f} | "
+            f"{s['mAP50']:.4f} | {s['mAP50_95']:.4f} | {s['last_epoch_loss']:.3f} |"
+        )
     return "\n".join(lines)
 
 
@@ -231,8 +286,11 @@ def main(argv: list[str] | None = None) -> int:
                 for arm in arms:
                     row = _run_arm(arm, concurrent, opts, data, work, f"r{repeat}-c{concurrent}-{arm}")
                     rows.append(row)
-                    print(f"repeat {repeat} {arm} x{concurrent}: {row['wall_s']:.1f} s, peak PSS {row['peak_pss'] / MIB:.0f} MiB, "
-                          f"mAP50 {[round(r['mAP50'], 4) for r in row['runs']]}, epochs {[round(e['seconds'], 2) for r in row['runs'] for e in r['epochs']]}", flush=True)
+                    print(
+                        f"repeat {repeat} {arm} x{concurrent}: {row['wall_s']:.1f} s, peak PSS {row['peak_pss'] / MIB:.0f} MiB, "
+                        f"mAP50 {[round(r['mAP50'], 4) for r in row['runs']]}, epochs {[round(e['seconds'], 2) for r in row['runs'] for e in r['epochs']]}",
+                        flush=True,
+                    )
         summary = _summary(rows)
         if opts.json:
             Path(opts.json).write_text(json.dumps({"rows": rows, "summary": summary, "load": os.getloadavg()}, indent=1))

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["PixpoolDetectionTrainer", "train", "require_ultralytics"]
+__all__ = ["PixpoolDetectionTrainer", "require_ultralytics", "train"]
 
 
 def require_ultralytics(what: str):
@@ -28,8 +28,10 @@ def require_ultralytics(what: str):
     try:
         import ultralytics
     except ImportError as exc:
-        raise MissingExtraError(f"{what} needs Ultralytics, which is not installed here ({exc}); install the extra: pip install 'pixpool[ultralytics]' "
-                                "(Ultralytics is AGPL-3.0; on a CPU-only machine install the CPU build of torch first)") from None
+        raise MissingExtraError(
+            f"{what} needs Ultralytics, which is not installed here ({exc}); install the extra: pip install 'pixpool[ultralytics]' "
+            "(Ultralytics is AGPL-3.0; on a CPU-only machine install the CPU build of torch first)"
+        ) from None
     return ultralytics
 
 

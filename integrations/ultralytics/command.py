@@ -19,8 +19,10 @@ MODES = ("train",)
 
 
 def configure(parser: argparse.ArgumentParser, name: str) -> None:
-    parser.description = ("Train an Ultralytics YOLO detector with pixpool as its training stream; arguments are Ultralytics' key=value pairs "
-                          "plus socket_dir=DIR and workers=N (the daemon started when none answers at socket_dir). Needs pixpool[ultralytics].")
+    parser.description = (
+        "Train an Ultralytics YOLO detector with pixpool as its training stream; arguments are Ultralytics' key=value pairs "
+        "plus socket_dir=DIR and workers=N (the daemon started when none answers at socket_dir). Needs pixpool[ultralytics]."
+    )
     parser.add_argument("mode", choices=MODES, help="train (validation, prediction and export: Ultralytics' own `yolo` command)")
     parser.add_argument("pairs", nargs="*", metavar="KEY=VALUE", help="e.g. data=coco128.yaml model=yolo11n.yaml epochs=3 imgsz=640 batch=16 workers=4")
 

@@ -16,7 +16,8 @@ validation, ``multi_scale`` in ``preprocess_batch``) pass through untouched.
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from ...shared.config import AugmentConfig, StreamSettings
 from ...shared.errors import ConfigError
@@ -50,8 +51,10 @@ def _off(value: Any) -> bool:
 
 # key -> (is the value one pixpool serves?, why not and what to do). Checked in this order.
 UNSUPPORTED: dict[str, tuple[Any, str]] = {
-    "task": (lambda v: v in (None, "detect"), "pixpool serves the detect task only: its ring carries boxes, not masks, keypoints or "
-                                              "oriented boxes (segment, pose, obb, classify train on Ultralytics' own loader)"),
+    "task": (
+        lambda v: v in (None, "detect"),
+        "pixpool serves the detect task only: its ring carries boxes, not masks, keypoints or oriented boxes (segment, pose, obb, classify train on Ultralytics' own loader)",
+    ),
     "cutmix": (_off, "pixpool's route has no CutMix; set cutmix=0"),
     "bgr": (_off, "pixpool's route has no RGB/BGR channel swap; set bgr=0"),
     "copy_paste_mode": (lambda v: v in (None, "flip"), "pixpool's copy-paste is the 'flip' mode (mirrored instances); set copy_paste_mode=flip"),
@@ -59,8 +62,10 @@ UNSUPPORTED: dict[str, tuple[Any, str]] = {
     "rect": (_off, "pixpool streams square imgsz batches; rect=True (rectangular training batches) is not served"),
     "fraction": (lambda v: v in (None, 1, 1.0), "pixpool serves the whole training set; set fraction=1 (or serve a smaller data.yaml)"),
     "classes": (_off, "pixpool serves every class of the training set; classes= (a class filter) is not applied to training batches"),
-    "cache": (lambda v: v in (None, False, "ram", True), "pixpool is the training cache; cache=disk writes .npy files pixpool never reads (cache=ram/False "
-                                                         "only affect Ultralytics' own validation loader)"),
+    "cache": (
+        lambda v: v in (None, False, "ram", True),
+        "pixpool is the training cache; cache=disk writes .npy files pixpool never reads (cache=ram/False only affect Ultralytics' own validation loader)",
+    ),
     "quantize": (lambda v: v in (None, 16, 32, "fp16", "fp32"), "quantisation-aware training calibrates on a second training loader; train without quantize=8 on pixpool"),
     "time": (_off, "time= re-plans the number of epochs after each one, but pixpool fixes the close_mosaic epoch when the trainer attaches; set epochs="),
 }
@@ -73,12 +78,14 @@ def check_supported(args: Mapping[str, Any]) -> None:
             raise ConfigError(f"Ultralytics setting {key}={args[key]!r} is not supported with pixpool as the data stream: {why}", field=key, value=args[key])
     batch = args.get("batch")
     if batch is not None and (isinstance(batch, bool) or not float(batch).is_integer() or batch < 1):
-        raise ConfigError(f"Ultralytics setting batch={batch!r} is not supported with pixpool: AutoBatch (batch=-1 or a memory fraction) "
-                          "would size a second loader; give a whole batch size, e.g. batch=16", field="batch", value=batch)
+        raise ConfigError(
+            f"Ultralytics setting batch={batch!r} is not supported with pixpool: AutoBatch (batch=-1 or a memory fraction) would size a second loader; give a whole batch size, e.g. batch=16",
+            field="batch",
+            value=batch,
+        )
     scale = args.get("scale")
     if isinstance(scale, (list, tuple)):
-        raise ConfigError(f"Ultralytics setting scale={scale!r}: pixpool's route takes scale as one number s (gain 1-s to 1+s), not a (min, max) pair",
-                          field="scale", value=scale)
+        raise ConfigError(f"Ultralytics setting scale={scale!r}: pixpool's route takes scale as one number s (gain 1-s to 1+s), not a (min, max) pair", field="scale", value=scale)
     imgsz = args.get("imgsz")
     if isinstance(imgsz, (list, tuple)):
         raise ConfigError(f"Ultralytics setting imgsz={imgsz!r}: training is square; give one number", field="imgsz", value=imgsz)
@@ -110,8 +117,7 @@ def _build(make, names: dict[str, str]):
         key = next((k for k, f in names.items() if f == exc.field), None)
         if key is None:
             raise
-        raise ConfigError(f"Ultralytics setting {key}={exc.value!r}: {exc.problem.format_map(_Plain())} in pixpool's route (field {exc.field!r})",
-                          field=key, value=exc.value) from None
+        raise ConfigError(f"Ultralytics setting {key}={exc.value!r}: {exc.problem.format_map(_Plain())} in pixpool's route (field {exc.field!r})", field=key, value=exc.value) from None
 
 
 class _Plain(dict):

@@ -17,7 +17,8 @@ without mosaic, copy-paste and mixup, on the epoch Ultralytics closes its own
 from __future__ import annotations
 
 import logging
-from typing import Any, Callable, Iterator
+from collections.abc import Callable, Iterator
+from typing import Any
 
 from ...client.loader import Loader
 from ...shared.sampler import epoch_indices
@@ -29,7 +30,7 @@ log = logging.getLogger(__name__)
 class _Sampler:
     """What Ultralytics asks of ``train_loader.sampler``: this rank's sample count, ``set_epoch``."""
 
-    def __init__(self, owner: "TrainLoader"):
+    def __init__(self, owner: TrainLoader):
         self._owner = owner
 
     def __len__(self) -> int:
@@ -46,7 +47,7 @@ class _Dataset:
     ``labels`` come from ``labels_source()`` (Ultralytics' own label reader over the same
     images, no pixels), built on first use."""
 
-    def __init__(self, owner: "TrainLoader", labels_source: Callable[[], list] | None):
+    def __init__(self, owner: TrainLoader, labels_source: Callable[[], list] | None):
         self._owner = owner
         self._labels_source = labels_source
         self._labels: list | None = None
@@ -62,8 +63,7 @@ class _Dataset:
 
     def close_mosaic(self, hyp: Any = None) -> None:
         cfg = self._owner.stream.settings.augment
-        log.info("pixpool: epoch %d renders without mosaic, copy-paste and mixup (close_mosaic=%d of epochs=%d, set when the stream attached)",
-                 self._owner.stream.epoch, cfg.close_mosaic, cfg.epochs)
+        log.info("pixpool: epoch %d renders without mosaic, copy-paste and mixup (close_mosaic=%d of epochs=%d, set when the stream attached)", self._owner.stream.epoch, cfg.close_mosaic, cfg.epochs)
 
 
 class TrainLoader:

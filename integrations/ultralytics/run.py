@@ -8,8 +8,9 @@ Ultralytics spawns) reads, builds Ultralytics' ``YOLO(model)`` and calls its ``t
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any, Iterator
+from typing import Any
 
 from . import hyp, require_ultralytics
 
@@ -48,7 +49,6 @@ def train(*, model: str, socket_dir: str | None = None, workers: int | None = No
     hyp.check_supported({"task": args.get("task") or guess_model_task(model), **args})
     if workers is not None:
         args["workers"] = workers
-    env = {SOCKET_DIR_ENV: None if socket_dir is None else str(socket_dir), WORKERS_ENV: None if workers is None else str(workers),
-           TIMEOUT_ENV: None if timeout_s is None else str(timeout_s)}
+    env = {SOCKET_DIR_ENV: None if socket_dir is None else str(socket_dir), WORKERS_ENV: None if workers is None else str(workers), TIMEOUT_ENV: None if timeout_s is None else str(timeout_s)}
     with _environment(env):
         return YOLO(model).train(trainer=PixpoolDetectionTrainer, **args)

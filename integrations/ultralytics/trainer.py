@@ -26,9 +26,10 @@ import logging
 import os
 import shutil
 import tempfile
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import yaml
 from ultralytics.data import build_yolo_dataset
@@ -59,7 +60,7 @@ def daemon_answers(socket_dir: str | None) -> dict | None:
     return request_status(ep.ipc_endpoint(socket_dir), timeout_s=2.0)
 
 
-def _pin_epoch(trainer: "PixpoolDetectionTrainer") -> None:
+def _pin_epoch(trainer: PixpoolDetectionTrainer) -> None:
     loader = getattr(trainer, "train_loader", None)
     if isinstance(loader, TrainLoader):
         loader.set_epoch(trainer.epoch)
@@ -95,8 +96,7 @@ class PixpoolDetectionTrainer(DetectionTrainer):
             yield
             return
         if RANK not in (-1, 0):
-            raise ConfigError(f"no pixpool daemon answers at {ep.socket_path(self.pixpool_socket_dir)} in DDP rank {RANK}; "
-                              f"the launching process starts it and passes {SOCKET_DIR_ENV}")
+            raise ConfigError(f"no pixpool daemon answers at {ep.socket_path(self.pixpool_socket_dir)} in DDP rank {RANK}; the launching process starts it and passes {SOCKET_DIR_ENV}")
         workers = os.environ.get(WORKERS_ENV) or "2"
         imgsz = check_imgsz(self.args.imgsz, stride=32, floor=32, max_dim=1)
         tmp = tempfile.mkdtemp(prefix="pixpool-ul-")
@@ -146,8 +146,10 @@ class PixpoolDetectionTrainer(DetectionTrainer):
         names = self.data["names"]
         expected = [names[i] for i in range(len(names))] if isinstance(names, dict) else list(names)
         if list(served) != expected:
-            raise ConfigError(f"the pixpool daemon at {ep.socket_path(self.pixpool_socket_dir)} serves {len(served)} classes {served[:5]}... "
-                              f"but data={self.args.data} has {len(expected)} classes {expected[:5]}...; serve the same dataset or use another socket_dir")
+            raise ConfigError(
+                f"the pixpool daemon at {ep.socket_path(self.pixpool_socket_dir)} serves {len(served)} classes {served[:5]}... "
+                f"but data={self.args.data} has {len(expected)} classes {expected[:5]}...; serve the same dataset or use another socket_dir"
+            )
 
     def _labels(self, dataset_path: str) -> list:
         """Ultralytics' own labels of the training images (its label cache; no pixels), for

@@ -19,9 +19,22 @@ from pixpool.shared.errors import ConfigError
 
 # One non-default, in-range value per mapped key (each differs from AugmentConfig's default).
 VALUES = {
-    "imgsz": 320, "mosaic": 0.25, "degrees": 7.5, "translate": 0.2, "scale": 0.3, "shear": 2.0, "perspective": 0.0005,
-    "flipud": 0.1, "fliplr": 0.2, "hsv_h": 0.02, "hsv_s": 0.5, "hsv_v": 0.3, "mixup": 0.15, "copy_paste": 0.4,
-    "close_mosaic": 3, "epochs": 12,
+    "imgsz": 320,
+    "mosaic": 0.25,
+    "degrees": 7.5,
+    "translate": 0.2,
+    "scale": 0.3,
+    "shear": 2.0,
+    "perspective": 0.0005,
+    "flipud": 0.1,
+    "fliplr": 0.2,
+    "hsv_h": 0.02,
+    "hsv_s": 0.5,
+    "hsv_v": 0.3,
+    "mixup": 0.15,
+    "copy_paste": 0.4,
+    "close_mosaic": 3,
+    "epochs": 12,
 }
 
 
@@ -59,11 +72,27 @@ def test_close_mosaic_closes_on_the_epoch_ultralytics_closes():
     assert not any(hyp.augment_config({"epochs": 10, "close_mosaic": 0}).mosaic_closed(e) for e in range(10))
 
 
-@pytest.mark.parametrize("key, value", [
-    ("cutmix", 0.5), ("bgr", 0.1), ("copy_paste_mode", "mixup"), ("task", "segment"), ("task", "pose"), ("rect", True),
-    ("fraction", 0.5), ("classes", [0, 2]), ("cache", "disk"), ("time", 1.5), ("augmentations", ["blur"]), ("quantize", 8),
-    ("batch", -1), ("batch", 0.7), ("scale", (0.5, 1.5)), ("imgsz", [320, 640]),
-])
+@pytest.mark.parametrize(
+    "key, value",
+    [
+        ("cutmix", 0.5),
+        ("bgr", 0.1),
+        ("copy_paste_mode", "mixup"),
+        ("task", "segment"),
+        ("task", "pose"),
+        ("rect", True),
+        ("fraction", 0.5),
+        ("classes", [0, 2]),
+        ("cache", "disk"),
+        ("time", 1.5),
+        ("augmentations", ["blur"]),
+        ("quantize", 8),
+        ("batch", -1),
+        ("batch", 0.7),
+        ("scale", (0.5, 1.5)),
+        ("imgsz", [320, 640]),
+    ],
+)
 def test_unsupported_settings_are_refused_by_name(key, value):
     with pytest.raises(ConfigError) as info:
         hyp.stream_settings({key: value})
@@ -71,11 +100,27 @@ def test_unsupported_settings_are_refused_by_name(key, value):
     assert f"{key}={value!r}" in str(info.value)
 
 
-@pytest.mark.parametrize("key, value", [
-    ("cutmix", 0.0), ("bgr", 0.0), ("copy_paste_mode", "flip"), ("task", "detect"), ("rect", False), ("fraction", 1.0),
-    ("classes", None), ("cache", False), ("cache", "ram"), ("time", None), ("augmentations", None), ("quantize", None),
-    ("auto_augment", "randaugment"), ("erasing", 0.4), ("multi_scale", 0.5), ("single_cls", True),
-])
+@pytest.mark.parametrize(
+    "key, value",
+    [
+        ("cutmix", 0.0),
+        ("bgr", 0.0),
+        ("copy_paste_mode", "flip"),
+        ("task", "detect"),
+        ("rect", False),
+        ("fraction", 1.0),
+        ("classes", None),
+        ("cache", False),
+        ("cache", "ram"),
+        ("time", None),
+        ("augmentations", None),
+        ("quantize", None),
+        ("auto_augment", "randaugment"),
+        ("erasing", 0.4),
+        ("multi_scale", 0.5),
+        ("single_cls", True),
+    ],
+)
 def test_no_op_values_and_settings_outside_the_route_pass(key, value):
     hyp.stream_settings({key: value})
 
