@@ -13,6 +13,7 @@ import dataclasses
 import math
 import os
 import re
+import signal
 import subprocess
 import sys
 
@@ -210,3 +211,31 @@ def test_yolo_train_refuses_unsupported_settings_by_name(synthetic_copy, tmp_pat
     # Refused before any daemon started (multiprocessing's resource tracker lives on by design).
     children = [p for p in psutil.Process().children() if not any("resource_tracker" in part for part in p.cmdline())]
     assert "starting a daemon" not in err and not children
+
+
+@pytest.mark.parametrize("how", ["ctrl-c", "error"])
+def test_yolo_train_stops_the_daemon_it_started_on_ctrl_c_and_on_errors(synthetic_copy, tmp_path, offline, how):
+    from helpers.daemon import wait_for
+
+    log_path = tmp_path / "stderr.log"
+    pairs = [f"data={synthetic_copy / 'data.yaml'}", "model=yolo11n.yaml", "epochs=50", "imgsz=160", "batch=8", "workers=1", "device=cpu", f"project={tmp_path / 'runs'}", "name=run", "exist_ok=True"]
+    if how == "error":
+        pairs.append("optimizer=NoSuchOptimizer")  # Ultralytics raises building it, after the stream attached
+    with open(log_path, "w") as log:
+        proc = subprocess.Popen([sys.executable, "-m", "pixpool.shared.cli", "yolo", "train", *pairs], env={**os.environ, **offline}, stdout=subprocess.DEVNULL, stderr=log, start_new_session=True)
+    try:
+        ring = wait_for(lambda: re.search(r"ring (\S+) of \d+ bytes", log_path.read_text()), timeout_s=120, what="the trainer attached").group(1)
+        if how == "ctrl-c":
+            os.killpg(proc.pid, signal.SIGINT)  # what Ctrl-C in a terminal does: the whole foreground group
+        code = proc.wait(120)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(10)
+    text = log_path.read_text()
+    assert code == (130 if how == "ctrl-c" else 1), text[-3000:]
+    daemon_pid = int(re.search(r"daemon (\d+) serving", text).group(1))
+    snapshot = re.search(r"snapshot (\S+) prepared", text).group(1)
+    assert not psutil.pid_exists(daemon_pid) or psutil.Process(daemon_pid).status() == psutil.STATUS_ZOMBIE
+    left = [seg for seg in list_segments() if seg.startswith(snapshot) or seg == ring]
+    assert left == [], left
