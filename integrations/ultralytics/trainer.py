@@ -33,6 +33,7 @@ from typing import Any
 
 import yaml
 from ultralytics.data import build_yolo_dataset
+from ultralytics.data.utils import check_det_dataset
 from ultralytics.models.yolo.detect import DetectionTrainer
 from ultralytics.utils import DEFAULT_CFG, RANK
 from ultralytics.utils.checks import check_imgsz
@@ -121,7 +122,9 @@ class PixpoolDetectionTrainer(DetectionTrainer):
         """A data.yaml of the training split exactly as Ultralytics resolved ``data=`` (absolute paths)."""
         train = self.data["train"]
         entries = [str(p) for p in train] if isinstance(train, (list, tuple)) else str(train)
-        names = self.data["names"]
+        # single_cls renames the classes to one "item" in self.data; the label files keep
+        # their ids, so the daemon reads them with the dataset's own names (the trainer zeroes cls).
+        names = check_det_dataset(self.args.data)["names"] if self.args.single_cls else self.data["names"]
         names = [names[i] for i in range(len(names))] if isinstance(names, dict) else list(names)
         return {"train": entries, "names": names}
 

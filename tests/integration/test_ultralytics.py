@@ -239,3 +239,22 @@ def test_yolo_train_stops_the_daemon_it_started_on_ctrl_c_and_on_errors(syntheti
     assert not psutil.pid_exists(daemon_pid) or psutil.Process(daemon_pid).status() == psutil.STATUS_ZOMBIE
     left = [seg for seg in list_segments() if seg.startswith(snapshot) or seg == ring]
     assert left == [], left
+
+
+def test_single_cls_serves_the_dataset_and_zeroes_the_classes(synthetic_copy, tmp_path, offline, monkeypatch):
+    import yaml
+
+    trainer = _trainer(synthetic_copy / "data.yaml", tmp_path, single_cls=True)
+    assert trainer.data["names"] == {0: "item"}  # Ultralytics' renaming
+    # The daemon reads the label files with the dataset's own classes.
+    assert trainer._train_split()["names"] == list(yaml.safe_load((synthetic_copy / "data.yaml").read_text())["names"].values())
+    with real_daemon(synthetic_copy / "data.yaml", imgsz=160, workers=1) as (_, sdir):
+        monkeypatch.setenv("PIXPOOL_SOCKET_DIR", sdir)
+        trainer.pixpool_socket_dir = sdir
+        loader = trainer.get_dataloader(trainer.data["train"], batch_size=8, rank=-1, mode="train")
+        try:
+            batches = list(loader)
+        finally:
+            loader.close()
+    assert sum(len(b["cls"]) for b in batches) > 0
+    assert all(float(b["cls"].abs().sum()) == 0.0 for b in batches)
