@@ -53,6 +53,7 @@ COMMANDS: dict[str, Command] = {
     "plot": Command("client.commands.plot", "draw a `monitor --record` file as a PNG"),
     "train": Command("client.commands.train", "attach to a running daemon and train the small detector on its stream"),
     "demo": Command("client.commands.demo", "the main job: synthetic data -> snapshot -> daemon -> training steps"),
+    "yolo": Command("integrations.ultralytics.command", "train an Ultralytics YOLO model on pixpool's stream: yolo train data=... model=... (needs pixpool[ultralytics])"),
 }
 
 

@@ -1,5 +1,9 @@
 """The house's one rule on imports: shared/ imports neither side, client/ never server/, server/ never client/.
 
+``integrations/`` (bridges to other frameworks) is trainer side: it may import client/ and
+shared/, never server/, and no other side imports it. Ultralytics (AGPL-3.0) is imported
+only under ``pixpool.integrations.ultralytics``.
+
 Walks the installed package's files with ``ast`` (every ``import`` and ``from`` statement,
 at any depth, relative ones resolved), so a lazy import inside a function counts too. The
 ``pixpool`` dispatcher (``shared/cli.py``) names sub-command modules as strings and imports
@@ -14,11 +18,12 @@ from pathlib import Path
 import pytest
 
 import pixpool.client
+import pixpool.integrations
 import pixpool.server
 import pixpool.shared
 
-SIDES = {"server": pixpool.server, "client": pixpool.client, "shared": pixpool.shared}
-FORBIDDEN = {"shared": {"server", "client"}, "client": {"server"}, "server": {"client"}}
+SIDES = {"server": pixpool.server, "client": pixpool.client, "shared": pixpool.shared, "integrations": pixpool.integrations}
+FORBIDDEN = {"shared": {"server", "client", "integrations"}, "client": {"server", "integrations"}, "server": {"client", "integrations"}, "integrations": {"server"}}
 
 
 def _modules(side: str):
@@ -80,8 +85,19 @@ def test_the_walk_sees_relative_and_lazy_imports(tmp_path):
     assert {_side_of(n) for n in names} == {"client"}
 
 
+def test_ultralytics_is_imported_only_by_its_integration():
+    importers = sorted(module for side in SIDES for path, module, is_package in _modules(side)
+                       if any(name == "ultralytics" or name.startswith("ultralytics.") for _, name in _imported(path, module, is_package)))
+    assert importers, "the walk must see the integration's imports of ultralytics"
+    home = "pixpool.integrations.ultralytics"
+    assert all(m == home or m.startswith(home + ".") for m in importers), importers
+    # The mapping and the batch layout stay importable without Ultralytics.
+    assert not {"pixpool.integrations.ultralytics.hyp", "pixpool.integrations.ultralytics.batches", "pixpool.integrations.ultralytics.loader"} & set(importers)
+
+
 def test_every_module_is_walked():
     walked = {m for side in SIDES for _, m, _ in _modules(side)}
     for expected in ("pixpool.shared.protocol", "pixpool.server.daemon.service", "pixpool.server.snapshot.prepare",
-                     "pixpool.client.iterator", "pixpool.client.commands.train", "pixpool.server.commands.serve"):
+                     "pixpool.client.iterator", "pixpool.client.commands.train", "pixpool.server.commands.serve",
+                     "pixpool.integrations.ultralytics.trainer"):
         assert expected in walked

@@ -1,0 +1,48 @@
+"""Train Ultralytics YOLO detectors on a pixpool daemon's stream (``pixpool[ultralytics]``).
+
+Ultralytics (AGPL-3.0) is imported only by ``trainer``, ``command`` and ``run`` of this
+package, and only when they are used: ``hyp`` (the hyper-parameter mapping) and
+``batches``/``loader`` (the batch layout) import no Ultralytics code.
+
+    from ultralytics import YOLO
+    from pixpool.integrations.ultralytics import PixpoolDetectionTrainer
+
+    YOLO("yolo11n.yaml").train(trainer=PixpoolDetectionTrainer, data="coco128.yaml", epochs=3, imgsz=640)
+
+or from the shell, with Ultralytics' ``key=value`` arguments::
+
+    pixpool yolo train data=coco128.yaml model=yolo11n.yaml epochs=3 imgsz=640 batch=16 workers=4
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = ["PixpoolDetectionTrainer", "require_ultralytics", "train"]
+
+
+def require_ultralytics(what: str):
+    """``import ultralytics``, or MissingExtraError naming ``what`` and the extra to install."""
+    from ...shared.errors import MissingExtraError
+
+    try:
+        import ultralytics
+    except ImportError as exc:
+        raise MissingExtraError(
+            f"{what} needs Ultralytics, which is not installed here ({exc}); install the extra: pip install 'pixpool[ultralytics]' "
+            "(Ultralytics is AGPL-3.0; on a CPU-only machine install the CPU build of torch first)"
+        ) from None
+    return ultralytics
+
+
+def __getattr__(name: str) -> Any:
+    if name == "PixpoolDetectionTrainer":
+        require_ultralytics("pixpool.integrations.ultralytics.PixpoolDetectionTrainer")
+        from .trainer import PixpoolDetectionTrainer
+
+        return PixpoolDetectionTrainer
+    if name == "train":
+        from .run import train
+
+        return train
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -1,0 +1,62 @@
+"""``pixpool yolo train KEY=VALUE ...``: Ultralytics' command line, with pixpool as the data stream.
+
+Runs in the user's shell process. The arguments are Ultralytics' own ``key=value`` pairs
+(``data=``, ``model=``, ``epochs=``, ``imgsz=``, ``batch=``, every hyper-parameter), parsed
+as Ultralytics parses them, plus two of pixpool's: ``socket_dir=DIR`` (the daemon to use;
+default: the default socket directory) and ``workers=N`` (the workers of the daemon this
+command starts when none answers there; Ultralytics' validation loader gets it too).
+``plots`` defaults to false (Ultralytics' plots download a font). Needs the
+``pixpool[ultralytics]`` extra; without it the command says so.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from ...shared.errors import ConfigError
+
+MODES = ("train",)
+
+
+def configure(parser: argparse.ArgumentParser, name: str) -> None:
+    parser.description = (
+        "Train an Ultralytics YOLO detector with pixpool as its training stream; arguments are Ultralytics' key=value pairs "
+        "plus socket_dir=DIR and workers=N (the daemon started when none answers at socket_dir). Needs pixpool[ultralytics]."
+    )
+    parser.add_argument("mode", choices=MODES, help="train (validation, prediction and export: Ultralytics' own `yolo` command)")
+    parser.add_argument("pairs", nargs="*", metavar="KEY=VALUE", help="e.g. data=coco128.yaml model=yolo11n.yaml epochs=3 imgsz=640 batch=16 workers=4")
+
+
+def parse_pairs(pairs: list[str], value=lambda v: v) -> dict:
+    """``["k=v", ...]`` -> ``{k: value(v)}``; ConfigError naming a pair without ``=`` or a key given twice."""
+    out: dict = {}
+    for pair in pairs:
+        key, sep, raw = pair.partition("=")
+        key, raw = key.strip(), raw.strip()
+        if not sep or not key or not raw:
+            raise ConfigError(f"argument {pair!r} is not key=value (e.g. epochs=3); `pixpool yolo train` takes Ultralytics' key=value pairs", field=key or None)
+        if key in out:
+            raise ConfigError(f"{key}= is given twice ({out[key]!r} and {raw!r}); give it once", field=key)
+        out[key] = raw if key in ("name", "project") else value(raw)
+    return out
+
+
+def run(args: argparse.Namespace) -> int:
+    from . import require_ultralytics
+
+    require_ultralytics("pixpool yolo train")
+    from ultralytics.cfg import smart_value
+
+    from .run import train
+
+    overrides = parse_pairs(args.pairs, smart_value)
+    if "model" not in overrides:
+        raise ConfigError("model= is missing; name an Ultralytics model, e.g. model=yolo11n.yaml (from scratch) or model=yolo11n.pt", field="model")
+    overrides.setdefault("plots", False)
+    socket_dir = overrides.pop("socket_dir", None)
+    metrics = train(socket_dir=None if socket_dir is None else str(socket_dir), **overrides)
+    results = getattr(metrics, "results_dict", None) or {}
+    shown = ", ".join(f"{k} {v:.4f}" for k, v in results.items() if isinstance(v, float))
+    save_dir = getattr(metrics, "save_dir", None)
+    print(f"pixpool yolo train: done; {shown}" + (f"; results in {save_dir}" if save_dir else ""), flush=True)
+    return 0

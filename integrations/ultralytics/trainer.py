@@ -1,0 +1,161 @@
+"""``PixpoolDetectionTrainer``: Ultralytics' detect trainer with a pixpool training stream.
+
+Runs in the trainer process (and, under DDP, in each rank Ultralytics spawns). This module
+and ``command.py`` are the only ones that import Ultralytics (AGPL-3.0); nothing of theirs
+is copied, the trainer is a subclass that overrides three hooks:
+
+- ``get_dataloader(mode="train")`` attaches this rank to the daemon (``TrainLoader``);
+  validation keeps Ultralytics' own loader and validator.
+- ``train()`` first makes sure a daemon answers at the socket directory: one already
+  running is used as it is; otherwise one is started (``pixpool serve`` as a child
+  process, ``workers`` workers, imgsz of the run) on the training split Ultralytics
+  resolved from ``data=``, and stopped when training ends, also on errors and Ctrl-C (its
+  clean shutdown removes its rings and its snapshot).
+- an ``on_train_epoch_start`` callback pins the stream's epoch to the trainer's.
+
+The socket directory and worker count travel in environment variables (``PIXPOOL_SOCKET_DIR``,
+``PIXPOOL_WORKERS``) because Ultralytics' DDP launcher rebuilds the trainer in each rank
+from its own arguments only; the ranks inherit the environment of the process that
+started the daemon, and attach with their global rank and world size
+(``torch.distributed``), each taking its shard.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import yaml
+from ultralytics.data import build_yolo_dataset
+from ultralytics.data.utils import check_det_dataset
+from ultralytics.models.yolo.detect import DetectionTrainer
+from ultralytics.utils import DEFAULT_CFG, RANK
+from ultralytics.utils.checks import check_imgsz
+from ultralytics.utils.patches import override_configs
+
+from ...client.child import serve_child
+from ...client.loader import Loader, distributed_rank
+from ...shared import endpoint as ep
+from ...shared.control import request_status
+from ...shared.errors import ConfigError
+from . import hyp
+from .loader import TrainLoader
+
+log = logging.getLogger(__name__)
+
+SOCKET_DIR_ENV = "PIXPOOL_SOCKET_DIR"
+WORKERS_ENV = "PIXPOOL_WORKERS"
+TIMEOUT_ENV = "PIXPOOL_TIMEOUT_S"
+
+
+def daemon_answers(socket_dir: str | None) -> dict | None:
+    """The status of the daemon at ``socket_dir`` (the default directory when None), or None."""
+    if not os.path.exists(ep.socket_path(socket_dir)):
+        return None
+    return request_status(ep.ipc_endpoint(socket_dir), timeout_s=2.0)
+
+
+def _pin_epoch(trainer: PixpoolDetectionTrainer) -> None:
+    loader = getattr(trainer, "train_loader", None)
+    if isinstance(loader, TrainLoader):
+        loader.set_epoch(trainer.epoch)
+
+
+class PixpoolDetectionTrainer(DetectionTrainer):
+    """Ultralytics' ``DetectionTrainer`` whose training batches come from a pixpool daemon.
+
+    Use it like Ultralytics' own: ``YOLO("yolo11n.yaml").train(trainer=PixpoolDetectionTrainer,
+    data=..., epochs=...)``. Settings pixpool's route cannot honour are refused by name
+    (``hyp.UNSUPPORTED``) before anything starts.
+    """
+
+    def __init__(self, cfg=DEFAULT_CFG, overrides: dict[str, Any] | None = None, _callbacks: dict | None = None):
+        super().__init__(cfg, overrides, _callbacks)
+        hyp.check_supported(vars(self.args))
+        hyp.augment_config(vars(self.args))  # ranges, before any process starts
+        self.pixpool_socket_dir = os.environ.get(SOCKET_DIR_ENV) or None
+        self.pixpool_timeout_s = float(os.environ.get(TIMEOUT_ENV, "120"))
+        self.pixpool_status: dict | None = None
+        self.add_callback("on_train_epoch_start", _pin_epoch)
+
+    # -- the daemon ---------------------------------------------------------------------
+    def train(self):
+        with self._daemon():
+            return super().train()
+
+    @contextmanager
+    def _daemon(self) -> Iterator[None]:
+        status = daemon_answers(self.pixpool_socket_dir)
+        if status is not None:
+            self.pixpool_status = status
+            yield
+            return
+        if RANK not in (-1, 0):
+            raise ConfigError(f"no pixpool daemon answers at {ep.socket_path(self.pixpool_socket_dir)} in DDP rank {RANK}; the launching process starts it and passes {SOCKET_DIR_ENV}")
+        workers = os.environ.get(WORKERS_ENV) or "2"
+        imgsz = check_imgsz(self.args.imgsz, stride=32, floor=32, max_dim=1)
+        tmp = tempfile.mkdtemp(prefix="pixpool-ul-")
+        previous = os.environ.get(SOCKET_DIR_ENV)
+        try:
+            data_yaml = Path(tmp) / "train.yaml"
+            data_yaml.write_text(yaml.safe_dump(self._train_split()))
+            args = [str(data_yaml), "--imgsz", str(imgsz), "--workers", str(workers), "--no-val"]
+            log.info("pixpool: starting a daemon (%s workers, imgsz %d) for %s", workers, imgsz, self.data["train"])
+            with serve_child(args, socket_dir=self.pixpool_socket_dir, timeout_s=self.pixpool_timeout_s * 5) as (_, sdir, status):
+                self.pixpool_socket_dir, self.pixpool_status = sdir, status
+                os.environ[SOCKET_DIR_ENV] = sdir  # for DDP ranks Ultralytics spawns from here
+                yield
+        finally:
+            if previous is None:
+                os.environ.pop(SOCKET_DIR_ENV, None)
+            else:
+                os.environ[SOCKET_DIR_ENV] = previous
+            shutil.rmtree(tmp, ignore_errors=True)
+
+    def _train_split(self) -> dict:
+        """A data.yaml of the training split exactly as Ultralytics resolved ``data=`` (absolute paths)."""
+        train = self.data["train"]
+        entries = [str(p) for p in train] if isinstance(train, (list, tuple)) else str(train)
+        # single_cls renames the classes to one "item" in self.data; the label files keep
+        # their ids, so the daemon reads them with the dataset's own names (the trainer zeroes cls).
+        names = check_det_dataset(self.args.data)["names"] if self.args.single_cls else self.data["names"]
+        names = [names[i] for i in range(len(names))] if isinstance(names, dict) else list(names)
+        return {"train": entries, "names": names}
+
+    # -- loaders ------------------------------------------------------------------------
+    def get_dataloader(self, dataset_path: str, batch_size: int = 16, rank: int = 0, mode: str = "train"):
+        if mode != "train":
+            return super().get_dataloader(dataset_path, batch_size, rank, mode)
+        g_rank, world = distributed_rank() if RANK != -1 else (0, 1)
+        settings = hyp.stream_settings(vars(self.args), batch_size=batch_size, rank=g_rank, world_size=world)
+        stream = Loader(settings, socket_dir=self.pixpool_socket_dir, timeout_s=self.pixpool_timeout_s)
+        try:
+            self._check_names(stream.names)
+        except BaseException:
+            stream.close()
+            raise
+        workers = len((self.pixpool_status or {}).get("workers", []))
+        return TrainLoader(stream, num_workers=workers, single_cls=bool(self.args.single_cls), labels_source=lambda: self._labels(dataset_path))
+
+    def _check_names(self, served: list[str]) -> None:
+        if self.args.single_cls:
+            return
+        names = self.data["names"]
+        expected = [names[i] for i in range(len(names))] if isinstance(names, dict) else list(names)
+        if list(served) != expected:
+            raise ConfigError(
+                f"the pixpool daemon at {ep.socket_path(self.pixpool_socket_dir)} serves {len(served)} classes {served[:5]}... "
+                f"but data={self.args.data} has {len(expected)} classes {expected[:5]}...; serve the same dataset or use another socket_dir"
+            )
+
+    def _labels(self, dataset_path: str) -> list:
+        """Ultralytics' own labels of the training images (its label cache; no pixels), for
+        ``max_det``, class weights and label plots."""
+        with override_configs(self.args, {"cache": False}) as args:
+            return build_yolo_dataset(args, dataset_path, self.batch_size, self.data, mode="val", stride=32).labels

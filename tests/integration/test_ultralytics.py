@@ -1,0 +1,260 @@
+"""Ultralytics' trainer on pixpool's stream: ``pixpool yolo train``, the batch layout, DDP shards.
+
+Skipped where Ultralytics is not importable (the normal suite's venv); CI runs this file in
+a second venv with ``torch==2.14.1 torchvision==0.29.1 ultralytics``. Everything runs
+offline: ``YOLO_OFFLINE=1``, ``YOLO_CONFIG_DIR`` in the test's folder, a from-scratch model
+yaml (no weights), ``plots=False`` (no font), CPU (no AMP check).
+"""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import math
+import os
+import re
+import signal
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+pytest.importorskip("ultralytics", reason="Ultralytics is not installed here (pip install 'pixpool[ultralytics]'); CI runs these in its own venv")
+
+import psutil
+
+from helpers.daemon import real_daemon
+from pixpool.integrations.ultralytics import hyp
+from pixpool.shared.config import AugmentConfig
+from pixpool.shared.errors import ConfigError
+from pixpool.shared.names import list_segments
+
+pytestmark = pytest.mark.ultralytics
+
+# The route with every random step off: both loaders then letterbox each image, centred.
+PLAIN = dict(mosaic=0.0, degrees=0.0, translate=0.0, scale=0.0, shear=0.0, perspective=0.0, flipud=0.0, fliplr=0.0, hsv_h=0.0, hsv_s=0.0, hsv_v=0.0, mixup=0.0, copy_paste=0.0)
+
+
+@pytest.fixture
+def offline(tmp_path, monkeypatch):
+    env = {"YOLO_OFFLINE": "1", "YOLO_CONFIG_DIR": str(tmp_path / "ultralytics-config")}
+    for k, v in env.items():
+        monkeypatch.setenv(k, v)
+    return env
+
+
+def test_ultralytics_defaults_map_onto_pixpool_defaults():
+    from ultralytics.utils import DEFAULT_CFG_DICT
+
+    # Every key the mapping names is one of Ultralytics' own settings (``augmentations``, a
+    # list of Albumentations transforms, exists only as a Python argument of ``train``).
+    assert set(hyp.AUGMENT_KEYS) | set(hyp.STREAM_KEYS) | set(hyp.UNSUPPORTED) - {"augmentations"} <= set(DEFAULT_CFG_DICT)
+    cfg = hyp.augment_config(DEFAULT_CFG_DICT)
+    mine = AugmentConfig().to_dict()
+    theirs = cfg.to_dict()
+    assert {k: theirs[k] for k in mine if k not in ("close_mosaic", "epochs")} == {k: mine[k] for k in mine if k not in ("close_mosaic", "epochs")}
+    assert (cfg.close_mosaic, cfg.epochs) == (DEFAULT_CFG_DICT["close_mosaic"], DEFAULT_CFG_DICT["epochs"])
+
+
+def test_yolo_train_trains_and_validates_offline(synthetic_copy, tmp_path, offline):
+    project = tmp_path / "runs"
+    cmd = [
+        sys.executable,
+        "-m",
+        "pixpool.shared.cli",
+        "yolo",
+        "train",
+        f"data={synthetic_copy / 'data.yaml'}",
+        "model=yolo11n.yaml",
+        "epochs=2",
+        "imgsz=320",
+        "batch=8",
+        "workers=1",
+        "device=cpu",
+        "close_mosaic=1",
+        f"project={project}",
+        "name=run",
+        "exist_ok=True",
+    ]
+    proc = subprocess.run(cmd, check=False, env={**os.environ, **offline}, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    assert "pixpool yolo train: done" in proc.stdout
+    assert "starting a daemon (1 workers, imgsz 320)" in proc.stderr
+    with open(project / "run" / "results.csv") as f:
+        rows = [{k.strip(): float(v) for k, v in row.items()} for row in csv.DictReader(f)]
+    assert [int(r["epoch"]) for r in rows] == [1, 2]
+    for r in rows:
+        for key in ("train/box_loss", "train/cls_loss", "train/dfl_loss"):
+            assert math.isfinite(r[key]) and r[key] > 0, (key, r)
+        for key in ("metrics/mAP50(B)", "metrics/mAP50-95(B)"):
+            assert 0.0 <= r[key] <= 1.0, (key, r)  # Ultralytics' validator ran
+    assert (project / "run" / "weights" / "best.pt").is_file()
+    # The daemon the command started is gone, with its ring and snapshot.
+    log = proc.stderr
+    daemon_pid = int(re.search(r"daemon (\d+) stopped", log).group(1))
+    snapshot = re.search(r"snapshot (\S+) removed", log).group(1)
+    ring = re.search(r"ring (\S+) removed", log).group(1)
+    assert not psutil.pid_exists(daemon_pid)
+    left = [seg for seg in list_segments() if seg.startswith(snapshot) or seg == ring]
+    assert left == [], left
+
+
+def _ultralytics_batch(data_yaml, imgsz: int, batch: int) -> dict:
+    from ultralytics.cfg import get_cfg
+    from ultralytics.data import build_dataloader, build_yolo_dataset
+    from ultralytics.data.utils import check_det_dataset
+
+    cfg = get_cfg(overrides=dict(data=str(data_yaml), imgsz=imgsz, batch=batch, workers=0, **PLAIN))
+    data = check_det_dataset(cfg.data)
+    dataset = build_yolo_dataset(cfg, data["train"], batch, data, mode="train", stride=32)
+    return next(iter(build_dataloader(dataset, batch, 0, shuffle=False, rank=-1)))
+
+
+def test_batches_have_ultralytics_layout_and_values(synthetic_copy, offline):
+    from pixpool.client.loader import Loader
+    from pixpool.integrations.ultralytics.loader import TrainLoader
+
+    imgsz, batch = 320, 8
+    theirs = _ultralytics_batch(synthetic_copy / "data.yaml", imgsz, batch)
+    settings = dataclasses.replace(hyp.stream_settings({**PLAIN, "imgsz": imgsz, "batch": batch}), shuffle=False)
+    with real_daemon(synthetic_copy / "data.yaml", imgsz=imgsz, workers=1) as (_, sdir):
+        loader = TrainLoader(Loader(settings, socket_dir=sdir))
+        try:
+            mine = next(iter(loader))
+            mine = {k: v.clone() if hasattr(v, "clone") else v for k, v in mine.items()}
+        finally:
+            loader.close()
+    assert sorted(mine) == sorted(theirs)
+    for key in ("img", "cls", "bboxes", "batch_idx"):
+        assert (mine[key].dtype, tuple(mine[key].shape)) == (theirs[key].dtype, tuple(theirs[key].shape)), key
+    assert mine["im_file"] == theirs["im_file"]
+    assert mine["ori_shape"] == theirs["ori_shape"] and mine["resized_shape"] == theirs["resized_shape"]
+    np.testing.assert_allclose(np.array(mine["ratio_pad"]), np.array(theirs["ratio_pad"]), rtol=1e-9)
+    np.testing.assert_array_equal(mine["batch_idx"].numpy(), theirs["batch_idx"].numpy())
+    np.testing.assert_array_equal(mine["cls"].numpy(), theirs["cls"].numpy())
+    # Normalised cx, cy, w, h: the same boxes to within a pixel (the two resize the image to
+    # imgsz with different rounding of the letterbox offset).
+    np.testing.assert_allclose(mine["bboxes"].numpy(), theirs["bboxes"].numpy(), atol=1.0 / imgsz)
+    assert float(mine["bboxes"].min()) >= 0.0 and float(mine["bboxes"].max()) <= 1.0
+    # The same RGB pixels up to resampling (one bilinear resize each, different offsets).
+    diff = (mine["img"].float() - theirs["img"].float()).abs()
+    assert float(diff.mean()) < 4.0, float(diff.mean())
+    means = mine["img"].float().mean(dim=(0, 2, 3)) - theirs["img"].float().mean(dim=(0, 2, 3))
+    assert float(means.abs().max()) < 1.0, means  # channel order: RGB in both
+
+
+def _trainer(data_yaml, tmp_path, **overrides):
+    from pixpool.integrations.ultralytics.trainer import PixpoolDetectionTrainer
+
+    args = dict(
+        data=str(data_yaml), model="yolo11n.yaml", imgsz=160, batch=8, epochs=4, close_mosaic=2, device="cpu", plots=False, project=str(tmp_path / "runs"), name="t", exist_ok=True, **overrides
+    )
+    return PixpoolDetectionTrainer(overrides=args)
+
+
+def test_ddp_ranks_attach_with_their_rank_and_take_disjoint_shards(synthetic_copy, tmp_path, offline, monkeypatch):
+    from pixpool.integrations.ultralytics import trainer as trainer_module
+
+    with real_daemon(synthetic_copy / "data.yaml", imgsz=160, workers=1) as (_, sdir):
+        monkeypatch.setenv("PIXPOOL_SOCKET_DIR", sdir)
+        seen = {}
+        for rank in (0, 1):
+            trainer = _trainer(synthetic_copy / "data.yaml", tmp_path)
+            monkeypatch.setattr(trainer_module, "RANK", rank)  # as in a rank Ultralytics' DDP launcher spawned
+            monkeypatch.setenv("RANK", str(rank))
+            monkeypatch.setenv("WORLD_SIZE", "2")
+            loader = trainer.train_loader = trainer.get_dataloader(trainer.data["train"], batch_size=4, rank=rank, mode="train")  # as _build_train_pipeline does
+            try:
+                settings = loader.stream.settings
+                assert (settings.rank, settings.world_size, settings.batch_size) == (rank, 2, 4)
+                assert (settings.augment.epochs, settings.augment.close_mosaic) == (4, 2)
+                assert len(loader.sampler) == 12 and len(loader) == 3 and len(loader.dataset) == 24
+                # The epoch callback pins the stream to the trainer's epoch.
+                trainer.epoch = 3
+                trainer_module._pin_epoch(trainer)
+                seen[rank] = [f for b in loader for f in b["im_file"]]
+                assert loader.stream.epoch == 3
+                assert len(loader.dataset.labels) == 24  # Ultralytics' own labels (max_det, class weights)
+            finally:
+                loader.close()
+    assert not set(seen[0]) & set(seen[1])
+    assert len(set(seen[0]) | set(seen[1])) == 24
+
+
+def test_a_daemon_serving_other_classes_is_refused(synthetic_copy, tmp_path, offline, monkeypatch):
+    import yaml
+
+    other = tmp_path / "other.yaml"
+    spec = yaml.safe_load((synthetic_copy / "data.yaml").read_text())
+    spec["names"] = {i: f"class{i}" for i in range(len(spec["names"]))}
+    spec["path"] = str(synthetic_copy)
+    other.write_text(yaml.safe_dump(spec))
+    with real_daemon(synthetic_copy / "data.yaml", imgsz=160, workers=1) as (_, sdir):
+        monkeypatch.setenv("PIXPOOL_SOCKET_DIR", sdir)
+        trainer = _trainer(other, tmp_path)
+        with pytest.raises(ConfigError, match="serves 8 classes"):
+            trainer.get_dataloader(trainer.data["train"], batch_size=4, rank=-1, mode="train")
+
+
+@pytest.mark.parametrize(
+    "extra, named", [(["cutmix=0.5"], "cutmix=0.5"), (["copy_paste_mode=mixup"], "copy_paste_mode='mixup'"), (["model=yolo11n-seg.yaml"], "task='segment'"), (["batch=-1"], "batch=-1")]
+)
+def test_yolo_train_refuses_unsupported_settings_by_name(synthetic_copy, tmp_path, offline, capsys, extra, named):
+    from pixpool.shared.cli import main
+
+    pairs = {"data": str(synthetic_copy / "data.yaml"), "model": "yolo11n.yaml", "epochs": "1", "imgsz": "160", "project": str(tmp_path / "runs")}
+    pairs.update(p.split("=", 1) for p in extra)
+    assert main(["yolo", "train", *[f"{k}={v}" for k, v in pairs.items()]]) == 1
+    err = capsys.readouterr().err
+    assert named in err and "not supported with pixpool" in err
+    # Refused before any daemon started (multiprocessing's resource tracker lives on by design).
+    children = [p for p in psutil.Process().children() if not any("resource_tracker" in part for part in p.cmdline())]
+    assert "starting a daemon" not in err and not children
+
+
+@pytest.mark.parametrize("how", ["ctrl-c", "error"])
+def test_yolo_train_stops_the_daemon_it_started_on_ctrl_c_and_on_errors(synthetic_copy, tmp_path, offline, how):
+    from helpers.daemon import wait_for
+
+    log_path = tmp_path / "stderr.log"
+    pairs = [f"data={synthetic_copy / 'data.yaml'}", "model=yolo11n.yaml", "epochs=50", "imgsz=160", "batch=8", "workers=1", "device=cpu", f"project={tmp_path / 'runs'}", "name=run", "exist_ok=True"]
+    if how == "error":
+        pairs.append("optimizer=NoSuchOptimizer")  # Ultralytics raises building it, after the stream attached
+    with open(log_path, "w") as log:
+        proc = subprocess.Popen([sys.executable, "-m", "pixpool.shared.cli", "yolo", "train", *pairs], env={**os.environ, **offline}, stdout=subprocess.DEVNULL, stderr=log, start_new_session=True)
+    try:
+        ring = wait_for(lambda: re.search(r"ring (\S+) of \d+ bytes", log_path.read_text()), timeout_s=120, what="the trainer attached").group(1)
+        if how == "ctrl-c":
+            os.killpg(proc.pid, signal.SIGINT)  # what Ctrl-C in a terminal does: the whole foreground group
+        code = proc.wait(120)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(10)
+    text = log_path.read_text()
+    assert code == (130 if how == "ctrl-c" else 1), text[-3000:]
+    daemon_pid = int(re.search(r"daemon (\d+) serving", text).group(1))
+    snapshot = re.search(r"snapshot (\S+) prepared", text).group(1)
+    assert not psutil.pid_exists(daemon_pid) or psutil.Process(daemon_pid).status() == psutil.STATUS_ZOMBIE
+    left = [seg for seg in list_segments() if seg.startswith(snapshot) or seg == ring]
+    assert left == [], left
+
+
+def test_single_cls_serves_the_dataset_and_zeroes_the_classes(synthetic_copy, tmp_path, offline, monkeypatch):
+    import yaml
+
+    trainer = _trainer(synthetic_copy / "data.yaml", tmp_path, single_cls=True)
+    assert trainer.data["names"] == {0: "item"}  # Ultralytics' renaming
+    # The daemon reads the label files with the dataset's own classes.
+    assert trainer._train_split()["names"] == list(yaml.safe_load((synthetic_copy / "data.yaml").read_text())["names"].values())
+    with real_daemon(synthetic_copy / "data.yaml", imgsz=160, workers=1) as (_, sdir):
+        monkeypatch.setenv("PIXPOOL_SOCKET_DIR", sdir)
+        trainer.pixpool_socket_dir = sdir
+        loader = trainer.get_dataloader(trainer.data["train"], batch_size=8, rank=-1, mode="train")
+        try:
+            batches = list(loader)
+        finally:
+            loader.close()
+    assert sum(len(b["cls"]) for b in batches) > 0
+    assert all(float(b["cls"].abs().sum()) == 0.0 for b in batches)
