@@ -116,7 +116,9 @@ def test_worker_still_starting_at_the_end_is_stopped_cleanly(synthetic_data):
 
 
 def test_workers_are_forked_only_while_no_other_python_thread_runs():
-    assert prepare.decode_context().get_start_method() == "fork", [t.name for t in threading.enumerate()]
+    # Earlier tests in the same session may leave threads of their own running.
+    expected = "fork" if threading.active_count() == 1 else "spawn"
+    assert prepare.decode_context().get_start_method() == expected, [t.name for t in threading.enumerate()]
     stop = threading.Event()
     other = threading.Thread(target=stop.wait, args=(30,))
     other.start()
