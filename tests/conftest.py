@@ -27,6 +27,10 @@ COCO128 = SHARED_DATA / "coco128"
 _segments_before: set[str] = set()
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "ultralytics: needs Ultralytics (CI runs these in its own venv: pytest -m ultralytics)")
+
+
 def pytest_sessionstart(session: pytest.Session) -> None:
     _segments_before.update(list_segments())
 

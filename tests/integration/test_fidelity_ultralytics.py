@@ -29,9 +29,9 @@ def _ultralytics_python() -> str | None:
 
 
 UL_PYTHON = _ultralytics_python()
-pytestmark = pytest.mark.skipif(
+pytestmark = [pytest.mark.ultralytics, pytest.mark.skipif(
     UL_PYTHON is None, reason="Ultralytics is not importable here and $PIXPOOL_UL_PYTHON names no Python that has it (pip install torch==2.14.1 torchvision==0.29.1 ultralytics)"
-)
+)]
 
 
 @pytest.fixture
