@@ -58,22 +58,13 @@ DEFAULT_UL_PYTHON = os.environ.get("PIXPOOL_UL_PYTHON", "/work/venv-ul/bin/pytho
 WAIT_S = 300.0
 MIB = 1 << 20
 
-# The route settings both arms run (pixpool's AugmentConfig names, the same as Ultralytics').
-DETECT = {
-    "mosaic": 1.0,
-    "translate": 0.1,
-    "scale": 0.5,
-    "fliplr": 0.5,
-    "flipud": 0.0,
-    "hsv_h": 0.015,
-    "hsv_s": 0.7,
-    "hsv_v": 0.4,
-    "degrees": 0.0,
-    "shear": 0.0,
-    "perspective": 0.0,
-    "mixup": 0.0,
-    "copy_paste": 0.0,
-}
+# The route settings both arms run, defined once in the Ultralytics arm (which imports only
+# numpy at module level); pixpool's AugmentConfig has the same names, less the cutmix it
+# lacks (0 there).
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import _ultralytics_arm  # noqa: E402
+
+DETECT = {k: v for k, v in _ultralytics_arm.DETECT.items() if k != "cutmix"}
 SEGMENT = {**DETECT, "copy_paste": 0.5}
 
 
