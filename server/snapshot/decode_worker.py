@@ -7,9 +7,8 @@ records and never unlinks it.
 
 Work sharing: every decoder takes records one at a time from one shared counter
 (``WorkShare``), so whichever process is free takes the next record. The preparing
-process starts decoding at once while the workers are still starting (a forked one is
-ready in milliseconds; a spawned one, a fresh interpreter importing numpy and cv2, takes
-0.15-0.5 s), and a worker that starts late
+process starts decoding at once while the workers are still starting (a spawned one, a
+fresh interpreter importing numpy and cv2, takes 0.15-0.5 s), and a worker that starts late
 simply finds fewer records left. A second counter, bumped after a record's bytes are
 written, tells the preparing process when every record is in the arena.
 
@@ -32,8 +31,7 @@ of a uint8 one); centring 0.13 ms. A plain imread + resize loop pays only the fi
 with two decoders a uint8 preparation can beat it by ~1.5x while a float32 one cannot
 (``docs/benchmarks.md``, Preparation).
 
-Import cost matters for a spawned worker (``prepare.decode_context`` forks where it can,
-and a forked one has everything imported already): it imports this module first (to unpickle its
+Import cost matters for a spawned worker: it imports this module first (to unpickle its
 initializer), so only the standard library is imported at the top; the initializer limits
 OpenBLAS to one thread before numpy is imported (numpy otherwise starts one BLAS thread per
 core at import, which on a busy machine doubles a worker's start-up; the workers never
@@ -258,7 +256,7 @@ def decode_shared(share: WorkShare, arena_name: str, tasks: list, imgsz: int, af
     return count
 
 
-# -- in a worker (forked or spawned) -------------------------------------------------------------
+# -- in a worker (spawned) -------------------------------------------------------------
 def _watch_parent(parent_pid: int) -> None:
     """Die with the preparing process: a SIGKILLed parent must not leave workers writing the arena."""
     import ctypes
@@ -292,7 +290,7 @@ def worker_init(parent_pid: int, share: WorkShare) -> None:
     import atexit
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent handles Ctrl-C and terminates us
-    signal.signal(signal.SIGTERM, signal.SIG_DFL)  # a forked worker inherits the parent's raising handler; terminate() must kill
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)  # terminate() must kill, whatever handler the parent's modules installed
     _watch_parent(parent_pid)
     atexit.register(_exit_without_teardown)
     os.environ["OPENBLAS_NUM_THREADS"] = "1"  # before numpy's first import (module docstring)

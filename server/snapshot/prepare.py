@@ -8,14 +8,13 @@ it (``decode_worker.py``: the decode side, work sharing, the write path).
 Order of work, and why:
 1. Fingerprint the inputs (stat every image, hash annotation files and arrays). If a
    complete snapshot with that name exists, attach it and decode nothing.
-2. Start the workers. Forked where this process runs no other Python thread (the CLI,
-   a daemon at start-up, a script): a worker is ready in milliseconds and costs no CPU
-   to start. Spawned otherwise: a fresh interpreter importing numpy and cv2 takes
-   0.15-0.5 s and ~0.15 s of CPU, which on 2 cores and 1024 records was ~8 % of the
-   whole preparation's CPU and left one core without a decoder meanwhile. Either way the
-   start overlaps steps 3-6 and this process's own decoding. A forked worker inherits
-   nothing it uses but the work share; it resets the signal handlers it inherits and dies
-   with this process (``decode_worker.worker_init``).
+2. Start the workers, with the spawn method like every worker of the service: a fresh
+   interpreter importing numpy and cv2 takes 0.15-0.5 s and ~0.15 s of CPU. Fork would be
+   ready in milliseconds, but the child would inherit OpenCV's and OpenBLAS's thread pools
+   in whatever state the parent left them (CPython warns at such forks, gh-100228), and
+   a preparation that can hang is worse than one that starts 0.2 s later. The start
+   overlaps steps 3-6 and this process's own decoding; a worker dies with this process
+   (``decode_worker.worker_init``).
 3. Read every image's size from its header (Pillow; EXIF orientations 5-8 swap w/h) so the
    exact bytes are known before anything is decoded or allocated.
 4. Refuse (CapacityError) if the store cannot hold the total (nor, for a store in memory
@@ -54,7 +53,6 @@ import os
 import signal
 import threading
 import time
-import warnings
 from concurrent.futures import FIRST_EXCEPTION, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
@@ -382,10 +380,7 @@ def _build(dataset: Dataset, *, imgsz: int, processes: int, dtype: str, progress
 
 
 def decode_context():
-    """The multiprocessing context the decode workers start with: fork where this process
-    runs no other Python thread, else spawn (module docstring, step 2)."""
-    if threading.active_count() == 1 and "fork" in multiprocessing.get_all_start_methods():
-        return multiprocessing.get_context("fork")
+    """The multiprocessing context the decode workers start with: spawn (module docstring, step 2)."""
     return multiprocessing.get_context("spawn")
 
 
@@ -394,14 +389,8 @@ def _start_pool(ctx, workers: int, share: WorkShare) -> ProcessPoolExecutor:
     # failing initializer) breaks the executor and raises here, where Pool would respawn
     # it and wait forever.
     pool = ProcessPoolExecutor(workers, mp_context=ctx, initializer=worker_init, initargs=(os.getpid(), share))
-    with warnings.catch_warnings():
-        # Python >= 3.12 warns at every fork while the process has other OS threads
-        # (CPython gh-100228); here those are only the idle pools numpy's OpenBLAS and
-        # OpenCV start at import (no Python thread runs: ``decode_context``), and the child
-        # runs nothing but imread, resize and pwrite before it exits.
-        warnings.filterwarnings("ignore", message=r".*is multi-threaded, use of fork\(\) may lead to deadlocks", category=DeprecationWarning)
-        for _ in range(workers):  # each submit to a pool without an idle worker starts one (fork: all at the first)
-            pool.submit(worker_started)
+    for _ in range(workers):  # each submit to a pool without an idle worker starts one
+        pool.submit(worker_started)
     return pool
 
 
@@ -469,8 +458,7 @@ def _progress_bar(total: int, enabled: bool):
 
     class _Bar(tqdm):
         # No monitor thread: tqdm would start one at the first bar and keep it for the life
-        # of the process, and a live thread makes every later preparation here spawn its
-        # decode workers instead of forking them (``decode_context``).
+        # of the process (a thread nobody needs in a daemon).
         monitor_interval = 0
 
     return _Bar(total=total, disable=not enabled, unit="img", desc="prepare", leave=False)

@@ -166,7 +166,7 @@ def _decode_calls_then(monkeypatch, k: int, action):
     me = os.getpid()
 
     def wrapper(path):
-        if os.getpid() != me:  # a forked decode worker inherits the patch: only this process acts
+        if os.getpid() != me:  # only the preparing process acts
             return real(path)
         count["n"] += 1
         if count["n"] == k:

@@ -5,9 +5,7 @@ from __future__ import annotations
 
 import errno
 import hashlib
-import multiprocessing
 import os
-import threading
 import time
 
 import numpy as np
@@ -79,12 +77,9 @@ def _live_children() -> list[psutil.Process]:
     return out
 
 
-@pytest.mark.parametrize("method", ["fork", "spawn"])
-def test_records_written_by_a_worker_are_byte_identical(synthetic_data, monkeypatch, method):
-    # Forked where the preparing process runs one Python thread, spawned otherwise: both paths.
+def test_records_written_by_a_worker_are_byte_identical(synthetic_data, monkeypatch):
     dataset = load_dataset(synthetic_data.coco_json)
     one_checksum, one_image = _prepare_and_remove(dataset, 1)
-    monkeypatch.setattr(prepare, "decode_context", lambda: multiprocessing.get_context(method))
     seen = _hold_parent_until_workers_claimed(monkeypatch, 0)
     two_checksum, two_image = _prepare_and_remove(dataset, 2)
     assert seen["parent_wrote"] < len(dataset)  # the worker wrote the others
@@ -115,18 +110,9 @@ def test_worker_still_starting_at_the_end_is_stopped_cleanly(synthetic_data):
     _wait_for(lambda: not _live_children(), 30, "the decode workers to exit")
 
 
-def test_workers_are_forked_only_while_no_other_python_thread_runs():
-    # Earlier tests in the same session may leave threads of their own running.
-    expected = "fork" if threading.active_count() == 1 else "spawn"
-    assert prepare.decode_context().get_start_method() == expected, [t.name for t in threading.enumerate()]
-    stop = threading.Event()
-    other = threading.Thread(target=stop.wait, args=(30,))
-    other.start()
-    try:
-        assert prepare.decode_context().get_start_method() == "spawn"
-    finally:
-        stop.set()
-        other.join(30)
+def test_decode_workers_are_spawned():
+    # DESIGN: workers start with spawn; a fork would inherit OpenCV's and OpenBLAS's pools.
+    assert prepare.decode_context().get_start_method() == "spawn"
 
 
 def test_full_shm_at_the_write_is_a_capacity_error_and_rolls_back(synthetic_data, monkeypatch):
