@@ -44,7 +44,7 @@ RENDER = textwrap.dedent("""
     out = np.empty((4, 3, 64, 64), np.uint8)
     digests = []
     for b in range(2):
-        targets, samples = renderer.render(src, st, 0, b, out)
+        targets, _counts, samples = renderer.render_range(src, st, 0, b, 0, 4, out)
         digests.append(batch_digest(out, targets))
     print(json.dumps({{"modules": [m for m in ("cv2", "torch", "pycocotools") if m in sys.modules], "lanes": _kernel.simd(), "digests": digests}}))
 """)
