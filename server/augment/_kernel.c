@@ -374,6 +374,12 @@ static inline v4 v_load_i32(const int32_t *p) { v4 r; for (int i = 0; i < 4; i++
 static inline void v_store_u8(uint8_t *p, v4 a) { for (int i = 0; i < 4; i++) p[i] = (uint8_t)a.f[i]; }
 #endif
 
+typedef struct {
+    int arith;     /* the tables are hue, gs, gv below (hsv_plan checked every entry) */
+    int hue;       /* min(TH[h], 179) = (h + hue) mod 180 */
+    float gs, gv;  /* TS[s] = trunc(min(s gs, 255)), TV likewise, in float32 lanes */
+} HsvPlan;
+
 /* hsv_rows_sse (4 lanes) and, on CPUs that have it, hsv_rows_avx2 (8 lanes): the same
  * lane operations (_kernel_hsv.h), so the same bytes; chosen once at import. */
 #define HSV_FN hsv_rows_sse
@@ -383,8 +389,43 @@ static inline void v_store_u8(uint8_t *p, v4 a) { for (int i = 0; i < 4; i++) p[
 #undef VL
 
 
-typedef void (*hsv_fn)(uint8_t *, uint8_t *, uint8_t *, int, const int32_t *, int32_t *, int32_t *, int32_t *);
+typedef void (*hsv_fn)(uint8_t *, uint8_t *, uint8_t *, int, const int32_t *, const HsvPlan *, int32_t *, int32_t *, int32_t *);
 static hsv_fn hsv_rows = hsv_rows_sse;
+
+/* A gain g (float32) with trunc(min(s g, 255)) = table[s] for every s in 0..255, the lane
+ * operations' own result checked entry by entry; -1 if there is none. g is the middle of
+ * the gains the table allows (the table is floor(clip(s gain, 0, 255)), shared.hsv_tables). */
+static float hsv_gain(const int32_t *t) {
+    double lo = 0.0, hi = -1.0;
+    for (int s = 1; s < 256; s++) {
+        if (t[s] >= 255) {
+            if (255.0 / s > lo) lo = 255.0 / s;
+        } else {
+            if ((double)t[s] / s > lo) lo = (double)t[s] / s;
+            if (hi < 0.0 || (t[s] + 1.0) / s < hi) hi = (t[s] + 1.0) / s;
+        }
+    }
+    const float g = (float)(hi < 0.0 ? lo : 0.5 * (lo + hi));
+    for (int s = 0; s < 256; s++) {
+        float p = (float)s * g;
+        p = p < 255.0f ? p : 255.0f;
+        if ((int32_t)p != t[s]) return -1.0f;
+    }
+    return g;
+}
+
+/* Whether the tables are what shared.hsv_tables builds, in the form the rows can evaluate
+ * without lookups: a hue shift c (min(TH[h], 179) = (h + c) mod 180 for every hue h, which
+ * then joins each channel's 30 n) and two clipped gains (hsv_gain). Checked entry by entry,
+ * so the shortcut gives exactly the tables' values; otherwise the rows look them up. */
+static HsvPlan hsv_plan(const int32_t *tab) {
+    HsvPlan p = {0, tab[0] < 179 ? tab[0] : 179, hsv_gain(tab + 256), hsv_gain(tab + 512)};
+    int shift = 1;
+    for (int h = 0; h < 180; h++)
+        if ((tab[h] < 179 ? tab[h] : 179) != (h + p.hue) % 180) shift = 0;
+    p.arith = shift && p.gs >= 0.0f && p.gv >= 0.0f;
+    return p;
+}
 
 /* ---- argument parsing ---- */
 static int get_buffer(PyObject *obj, Py_buffer *view, int writable, const char *what) {
@@ -552,8 +593,11 @@ static PyObject *py_render(PyObject *self, PyObject *args) {
         const float ratio = (float)ratio_d, iratio = 1.0f - ratio;
         const uint8_t *tab = have_tables ? (const uint8_t *)tables.buf : NULL;
         int32_t tab32[768];
-        if (tab)
+        HsvPlan plan = {0, 0, 0.0f, 0.0f};
+        if (tab) {
             for (int i = 0; i < 768; i++) tab32[i] = tab[i];
+            plan = hsv_plan(tab32);
+        }
         uint8_t *planes = have_out ? (uint8_t *)out.buf : NULL;
         float *fl = have_floats ? (float *)floats.buf : NULL;
         Py_ssize_t plane = (Py_ssize_t)size * size;
@@ -590,7 +634,7 @@ static PyObject *py_render(PyObject *self, PyObject *args) {
                 for (int x = 0; x < size; x++) pb[x] = q[3 * x], pg[x] = q[3 * x + 1], pr[x] = q[3 * x + 2];
             else /* the left-right flip rides on the split into planes */
                 for (int x = 0, xo = size - 1; x < size; x++, xo--) pb[xo] = q[3 * x], pg[xo] = q[3 * x + 1], pr[xo] = q[3 * x + 2];
-            if (tab) hsv_rows(pr, pg, pb, size, tab32, hi, si, vi);
+            if (tab) hsv_rows(pr, pg, pb, size, tab32, &plan, hi, si, vi);
             uint8_t *dst[3] = {planes + (Py_ssize_t)yo * size, planes + plane + (Py_ssize_t)yo * size, planes + 2 * plane + (Py_ssize_t)yo * size};
             const uint8_t *srcp[3] = {pr, pg, pb};
             for (int c = 0; c < 3; c++) memcpy(dst[c], srcp[c], size);
@@ -627,6 +671,7 @@ static PyObject *py_hsv(PyObject *self, PyObject *args) {
         const uint8_t *tab = (const uint8_t *)tables.buf;
         int32_t tab32[768];
         for (int i = 0; i < 768; i++) tab32[i] = tab[i];
+        const HsvPlan plan = hsv_plan(tab32);
         Py_ssize_t n = img.len / 3;
         enum { CHUNK = 1024 };
         uint8_t pr[CHUNK], pg[CHUNK], pb[CHUNK];
@@ -637,7 +682,7 @@ static PyObject *py_hsv(PyObject *self, PyObject *args) {
             uint8_t *px = p + 3 * start;
             memset(pr, 0, sizeof pr), memset(pg, 0, sizeof pg), memset(pb, 0, sizeof pb);
             for (int i = 0; i < m; i++) pr[i] = px[3 * i], pg[i] = px[3 * i + 1], pb[i] = px[3 * i + 2];
-            hsv_rows(pr, pg, pb, m, tab32, hi, si, vi);
+            hsv_rows(pr, pg, pb, m, tab32, &plan, hi, si, vi);
             for (int i = 0; i < m; i++) px[3 * i] = pr[i], px[3 * i + 1] = pg[i], px[3 * i + 2] = pb[i];
         }
         Py_END_ALLOW_THREADS;
@@ -706,9 +751,24 @@ static inline v8 v8_load_i32(const int32_t *p) { return _mm256_cvtepi32_ps(_mm25
 
 static PyObject *py_simd(PyObject *self, PyObject *unused) { return PyLong_FromLong(hsv_rows == hsv_rows_sse ? 4 : 8); }
 
+static PyObject *py_hsv_lookup_free(PyObject *self, PyObject *args) {
+    Py_buffer tables;
+    if (!PyArg_ParseTuple(args, "y*", &tables)) return NULL;
+    if (tables.len != 768) {
+        PyBuffer_Release(&tables);
+        PyErr_SetString(PyExc_ValueError, "tables must hold 3 x 256 bytes");
+        return NULL;
+    }
+    int32_t tab32[768];
+    for (int i = 0; i < 768; i++) tab32[i] = ((const uint8_t *)tables.buf)[i];
+    PyBuffer_Release(&tables);
+    return PyBool_FromLong(hsv_plan(tab32).arith);
+}
+
 static PyMethodDef methods[] = {
     {"render", py_render, METH_VARARGS, "render(size, out, floats, layers, flip_ud, flip_lr, ratio, tables): one sample in one pass"},
     {"simd", py_simd, METH_NOARGS, "simd(): the HSV lane width in use (4 or 8)"},
+    {"hsv_lookup_free", py_hsv_lookup_free, METH_VARARGS, "hsv_lookup_free(tables): whether the HSV rows evaluate these tables without lookups (tests)"},
     {"hsv", py_hsv, METH_VARARGS, "hsv(image, tables): the integer HSV jitter, in place on uint8 (..., 3) RGB"},
     {NULL, NULL, 0, NULL},
 };

@@ -1,43 +1,79 @@
 /* The HSV rows of _kernel.c, included once per lane width (VL) with the V_ lane macros
  * defined: R, G, B planes of n pixels (each buffer padded to a multiple of VL), jittered
- * in place; tab: the hue, saturation and value tables as int32 (3 x 256); hi, si, vi:
- * int32 work rows of the same padded length (used where there is no gather). */
-static void HSV_FN(uint8_t *R, uint8_t *G, uint8_t *B, int n, const int32_t *tab, int32_t *hi, int32_t *si, int32_t *vi) {
+ * in place; tab: the hue, saturation and value tables as int32 (3 x 256); plan: what
+ * hsv_plan found the tables to be; hi, si, vi: int32 work rows of the same padded length
+ * (used where there is no gather). */
+#ifndef HSV_CAT
+#define HSV_CAT_(a, b) a##b
+#define HSV_CAT(a, b) HSV_CAT_(a, b)
+#endif
+#define HSV_FWD HSV_CAT(HSV_FN, _fwd)
+#define HSV_BACK HSV_CAT(HSV_FN, _back)
+
+/* The forward conversion of the VL pixels at i: hue 0..179, saturation and value. */
+static inline void HSV_FWD(const uint8_t *R, const uint8_t *G, const uint8_t *B, int i, v4 *ph, v4 *ps, v4 *pv) {
     const v4 one = V_SET(1.0f), half = V_SET(0.5f), c255 = V_SET(255.0f), c30 = V_SET(30.0f), c180 = V_SET(180.0f);
-    const v4 c4 = V_SET(4.0f), h_off = V_SET(180.5f), c120 = V_SET(120.0f), c179 = V_SET(179.0f), zero = V_SET(0.0f);
-    const v4 c7650 = V_SET(7650.0f), c15300 = V_SET(15300.0f), r15300 = V_SET(1.0f / 15300.0f);
-    uint8_t *planes[3] = {R, G, B};
-    const float shift[3] = {150.0f, 90.0f, 30.0f}; /* 30 n for R (n = 5), G (3), B (1) */
-    for (int i = 0; i < n; i += VL) {
-        v4 r = v_load_u8(R + i), g = v_load_u8(G + i), b = v_load_u8(B + i);
-        v4 v = V_MAX(r, V_MAX(g, b)), d = V_SUB(v, V_MIN(r, V_MIN(g, b)));
-        v4 s = V_TRUNC(V_ADD(V_DIV(V_MUL(c255, d), V_MAX(v, one)), half));
-        v4 mr = V_EQ(v, r), mg = V_EQ(v, g);
-        v4 num = V_SEL(mr, V_SUB(g, b), V_SEL(mg, V_ADD(V_SUB(b, r), V_ADD(d, d)), V_ADD(V_SUB(r, g), V_MUL(c4, d))));
-        v4 hh = V_TRUNC(V_ADD(V_DIV(V_MUL(c30, num), V_MAX(d, one)), h_off)); /* floor(q + 1/2) + 180 */
-        v4 h = V_SUB(hh, V_AND(V_GE(hh, c180), c180));
+    const v4 c4 = V_SET(4.0f), h_off = V_SET(180.5f);
+    v4 r = v_load_u8(R + i), g = v_load_u8(G + i), b = v_load_u8(B + i);
+    v4 v = V_MAX(r, V_MAX(g, b)), d = V_SUB(v, V_MIN(r, V_MIN(g, b)));
+    v4 s = V_TRUNC(V_ADD(V_DIV(V_MUL(c255, d), V_MAX(v, one)), half));
+    v4 mr = V_EQ(v, r), mg = V_EQ(v, g);
+    v4 num = V_SEL(mr, V_SUB(g, b), V_SEL(mg, V_ADD(V_SUB(b, r), V_ADD(d, d)), V_ADD(V_SUB(r, g), V_MUL(c4, d))));
+    v4 hh = V_TRUNC(V_ADD(V_DIV(V_MUL(c30, num), V_MAX(d, one)), h_off)); /* floor(q + 1/2) + 180 */
+    *ph = V_SUB(hh, V_AND(V_GE(hh, c180), c180));
+    *ps = s;
+    *pv = v;
+}
+
+/* The back conversion of the VL pixels at i from h2 (0..179; with shift[c] = 30 n_c plus the
+ * table's hue shift, mod 180, k below is K), S' and V'. */
+static inline void HSV_BACK(uint8_t *const *planes, int i, v4 h2, v4 s2, v4 v2, const float *shift) {
+    const v4 c30 = V_SET(30.0f), c180 = V_SET(180.0f), c120 = V_SET(120.0f), zero = V_SET(0.0f);
+    const v4 c7650 = V_SET(7650.0f), r15300 = V_SET(1.0f / 15300.0f);
+    const v4 v2x2 = V_ADD(v2, v2);
+    for (int c = 0; c < 3; c++) {
+        v4 k = V_ADD(h2, V_SET(shift[c]));
+        k = V_SUB(k, V_AND(V_GE(k, c180), c180));
+        v4 w = V_MIN(V_MAX(V_MIN(k, V_SUB(c120, k)), zero), c30);
+        /* floor(t / 15300), t = 2 V'(7650 - S'W) + 7650 < 2^22: the truncated product with
+         * the rounded reciprocal is the quotient itself for every t these V', S', W can make
+         * (test_augment_straightforward checks all 256 x 256 x 31). */
+        v4 t = V_ADD(V_MUL(v2x2, V_SUB(c7650, V_MUL(s2, w))), c7650);
+        v_store_u8(planes[c] + i, V_MUL(t, r15300));
+    }
+}
+
+static void HSV_FN(uint8_t *R, uint8_t *G, uint8_t *B, int n, const int32_t *tab, const HsvPlan *plan, int32_t *hi, int32_t *si, int32_t *vi) {
+    const v4 c179 = V_SET(179.0f), c255 = V_SET(255.0f);
+    uint8_t *const planes[3] = {R, G, B};
+    const int n30[3] = {150, 90, 30}; /* 30 n for R (n = 5), G (3), B (1) */
+    float shift[3];
+    for (int c = 0; c < 3; c++) shift[c] = (float)(((plan->arith ? plan->hue : 0) + n30[c]) % 180);
+    v4 h, s, v;
+    if (plan->arith) {
+        /* The tables are a hue shift and two clipped gains: no lookups. Two loops through the
+         * work rows beat one: the fused loop runs out of registers and spills. */
+        const v4 gs = V_SET(plan->gs), gv = V_SET(plan->gv);
+        for (int i = 0; i < n; i += VL) {
+            HSV_FWD(R, G, B, i, &h, &s, &v);
+            v_store_i32(hi + i, h), v_store_i32(si + i, V_MIN(V_MUL(s, gs), c255)), v_store_i32(vi + i, V_MIN(V_MUL(v, gv), c255));
+        }
+        for (int i = 0; i < n; i += VL) HSV_BACK(planes, i, v_load_i32(hi + i), v_load_i32(si + i), v_load_i32(vi + i), shift);
+        return;
+    }
 #ifdef V_GATHER
-        v4 h2 = V_MIN(V_GATHER(tab, h), c179), s2 = V_GATHER(tab + 256, s), v2 = V_GATHER(tab + 512, v);
-        {
+    for (int i = 0; i < n; i += VL) {
+        HSV_FWD(R, G, B, i, &h, &s, &v);
+        HSV_BACK(planes, i, V_MIN(V_GATHER(tab, h), c179), V_GATHER(tab + 256, s), V_GATHER(tab + 512, v), shift);
+    }
 #else
+    for (int i = 0; i < n; i += VL) {
+        HSV_FWD(R, G, B, i, &h, &s, &v);
         v_store_i32(hi + i, h), v_store_i32(si + i, s), v_store_i32(vi + i, v);
     }
     for (int i = 0; i < n; i++) hi[i] = tab[hi[i]], si[i] = tab[256 + si[i]], vi[i] = tab[512 + vi[i]];
-    for (int i = 0; i < n; i += VL) {
-        v4 h2 = V_MIN(v_load_i32(hi + i), c179), s2 = v_load_i32(si + i), v2 = v_load_i32(vi + i);
-        {
+    for (int i = 0; i < n; i += VL) HSV_BACK(planes, i, V_MIN(v_load_i32(hi + i), c179), v_load_i32(si + i), v_load_i32(vi + i), shift);
 #endif
-            for (int c = 0; c < 3; c++) {
-                v4 k = V_ADD(h2, V_SET(shift[c]));
-                k = V_SUB(k, V_AND(V_GE(k, c180), c180));
-                v4 w = V_MIN(V_MAX(V_MIN(k, V_SUB(c120, k)), zero), c30);
-                /* floor(t / 15300), t = 2 V'(7650 - S'W) + 7650 < 2^22: the product with the
-                 * rounded reciprocal is the quotient or one below it; one exact test corrects it. */
-                v4 t = V_ADD(V_MUL(V_ADD(v2, v2), V_SUB(c7650, V_MUL(s2, w))), c7650);
-                v4 q = V_TRUNC(V_MUL(t, r15300));
-                q = V_ADD(q, V_AND(V_GE(t, V_MUL(V_ADD(q, one), c15300)), one));
-                v_store_u8(planes[c] + i, q);
-            }
-        }
-    }
 }
+#undef HSV_FWD
+#undef HSV_BACK

@@ -56,7 +56,14 @@ below in plain numpy and must agree byte for byte.
    and of the trainer's device version (``client/hsv_torch.py``). The C kernel evaluates
    each rnd in float32 lanes (the quotients are correctly rounded and never within
    float32 error of a half; ``tests/unit/test_augment_straightforward.py`` checks every
-   input exhaustively), 4 lanes (SSE2) or 8 (AVX2, picked at import): the same bytes.
+   input exhaustively), 4 lanes (SSE2) or 8 (AVX2, picked at import): the same bytes. The
+   last step is the truncated product of t = 2 V'(7650 - S'W) + 7650 with the rounded
+   float32 reciprocal of 15300, which is t // 15300 for all 256 x 256 x 31 (V', S', W)
+   (checked in that test). Tables that are a hue shift and two clipped gains (what
+   ``tables`` builds) are evaluated without lookups: H' = (H + c) mod 180 joins each
+   channel's 30 n, and S' = trunc(min(S g, 255)) in float32 with a gain g the kernel
+   derives from the table; it checks all 180 + 2 x 256 entries per call and looks the
+   tables up where any differs, so either way the values are the tables'.
 9. *Write* R, G, B into planes 0, 1, 2 of the output at (x, y).
 
 Nothing else is rounded, and no intermediate image exists: the C kernel keeps a strip of

@@ -71,8 +71,9 @@ def _resample(tiles, hw: tuple[int, int], matrix: np.ndarray) -> np.ndarray:
     return out
 
 
-def _hsv(u8_bgr: np.ndarray, gains: np.ndarray) -> np.ndarray:
-    """Kernel step 8 on a uint8 (S, S, 3) BGR image, returning RGB."""
+def _hsv(u8_bgr: np.ndarray, gains: np.ndarray | None, tabs: np.ndarray | None = None) -> np.ndarray:
+    """Kernel step 8 on a uint8 (S, S, 3) BGR image, returning RGB: the tables of ``gains``,
+    or the uint8 (3, 256) ``tabs`` as given."""
     rgb = u8_bgr[:, :, ::-1].astype(np.int64)
     r, g, b = rgb[..., 0], rgb[..., 1], rgb[..., 2]
     v = rgb.max(axis=-1)
@@ -82,7 +83,7 @@ def _hsv(u8_bgr: np.ndarray, gains: np.ndarray) -> np.ndarray:
     h = (60 * n + d) // np.maximum(2 * d, 1)  # floor(30 N / D + 1/2), floor division (N < 0 too)
     h = np.where(h < 0, h + 180, h)
     h = np.where(h >= 180, h - 180, h)
-    th, ts, tv = tables(gains).astype(np.int64)
+    th, ts, tv = (tables(gains) if tabs is None else tabs).astype(np.int64)
     h2, s2, v2 = np.minimum(th[h], 179), ts[s], tv[v]
     k, f = h2 // 30, h2 % 30
     weights = {  # (R, G, B) weights per sector
@@ -235,6 +236,26 @@ def test_standalone_hsv_equals_the_numpy_integer_hsv() -> None:
                 assert np.array_equal(apply_hsv_bgr(im, gains, to_rgb=True), _hsv(im, gains)), (shape, gains)
 
 
+def test_hsv_with_and_without_table_lookups_equals_the_numpy_integer_hsv() -> None:
+    # The rows skip the lookups when the tables are a hue shift and two clipped gains (what
+    # shared.hsv_tables builds; the kernel checks every entry per call) and look up any
+    # other tables. Both on a grid of colours that meets every hue sector, grey and clip.
+    from pixpool.server.augment import _kernel
+    from pixpool.server.augment.kernel import apply_hsv_rgb
+
+    levels = np.unique(np.r_[np.arange(0, 256, 5), [1, 2, 127, 128, 253, 254, 255]]).astype(np.uint8)
+    rgb = np.stack(np.meshgrid(levels, levels, levels, indexing="ij"), -1).reshape(1, -1, 3)
+    rng = np.random.default_rng(11)
+    drawn = [tables(hsv_gains(3, 0, i, 0.015, 0.7, 0.4)) for i in range(4)]
+    edge = [tables(np.array(g)) for g in ([1.0, 1.0, 1.0], [0.0, 0.0, 0.0], [2.0, 1.7, 0.3], [0.985, 255.0, 1e-3])]
+    other = [rng.integers(0, 256, (3, 256), dtype=np.uint8), np.roll(tables(np.array([1.0, 1.2, 0.9])), 1, axis=1)]
+    for tabs in drawn + edge + other:
+        want = _kernel.hsv_lookup_free(tabs.tobytes())
+        assert want == any(tabs is t for t in drawn + edge), tabs
+        out = apply_hsv_rgb(rgb.copy(), tabs)
+        assert np.array_equal(out, _hsv(rgb[:, :, ::-1], None, tabs))
+
+
 def test_float_lanes_compute_the_integer_hsv_exactly() -> None:
     # The kernel evaluates step 8's rounded quotients in float32 lanes; this checks, for
     # every input the step can meet, that those float32 operations (same IEEE operations in
@@ -243,9 +264,10 @@ def test_float_lanes_compute_the_integer_hsv_exactly() -> None:
     v = np.arange(256, dtype=f)[:, None, None]
     s = np.arange(256, dtype=f)[None, :, None]
     w = np.arange(31, dtype=f)[None, None, :]
+    # The last step: floor(t / 15300) as the truncated product with the rounded reciprocal
+    # (no correction), for all 256 x 256 x 31 (V', S', W).
     t = (v + v) * (f(7650) - s * w) + f(7650)
-    q = np.trunc(t * f(1 / 15300.0))
-    q = q + (t >= (q + f(1)) * f(15300)).astype(f)
+    q = np.trunc(t * (f(1) / f(15300)))
     exact = (v.astype(np.int64) * (7650 - s.astype(np.int64) * w.astype(np.int64)) + 3825) // 7650
     assert np.array_equal(q.astype(np.int64), np.broadcast_to(exact, q.shape))
     big_v, d = np.arange(256, dtype=f)[:, None], np.arange(256, dtype=f)[None, :]
