@@ -32,6 +32,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from serve import _wait  # bench/ is this script's sys.path[0]: the same ready-wait as the delivery benchmark
+
 COCO128 = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "coco128"
 
 
@@ -98,22 +100,6 @@ def _one_epoch(data: str, images: str, store: str, args) -> tuple[float, int]:
     finally:
         stop_process(proc, timeout_s=60.0)
         shutil.rmtree(d, ignore_errors=True)
-
-
-def _wait(socket_dir: str, workers: int, timeout_s: float = 300) -> None:
-    from pixpool.client.status import query_status
-    from pixpool.shared.errors import DaemonTimeout
-
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        try:
-            st = query_status(socket_dir, timeout_s=1.0)
-            if len(st["workers"]) == workers and all(w["state"] in ("idle", "busy") for w in st["workers"]):
-                return
-        except DaemonTimeout:
-            pass
-        time.sleep(0.2)  # polling interval of a bounded wait
-    raise TimeoutError(f"daemon in {socket_dir} not ready within {timeout_s} s")
 
 
 def main(argv=None) -> int:
