@@ -47,8 +47,9 @@ maps, validated by ``decode_pipe``; nothing unpickled after start-up):
 - worker -> daemon: ``hello`` {pid, index} once ready; ``done`` {job, counts (target rows
   of each sample of the part), seconds}; ``failed`` {job, error}.
 
-Every request is at most ``MAX_FRAME_BYTES``: a control message is a few hundred bytes, so a
-larger one is refused before msgpack sees it. Replies may be up to ``MAX_REPLY_BYTES``: a
+Every request is one frame of at most ``MAX_FRAME_BYTES``: a control message is a few hundred
+bytes, so a larger one is refused before msgpack sees it, and a message of more frames is
+dropped frame by frame without being kept. Replies may be up to ``MAX_REPLY_BYTES``: a
 ``status`` reply grows with the number of attached trainers (each carries its settings).
 """
 
@@ -78,7 +79,13 @@ DELIVERIES = (DELIVERY_SHM, DELIVERY_FRAMES)
 MAX_FRAME_BYTES = 64 * 1024
 # Requests between MAX_FRAME_BYTES and this get an error reply; larger ones make libzmq
 # drop the peer before allocating the frame (the daemon's sockets set ZMQ_MAXMSGSIZE).
-MAX_WIRE_BYTES = 1024 * 1024
+# Twice the request limit: libzmq holds every frame of a multipart message until its last
+# one arrived, so this bounds what each frame of such a message can cost the daemon.
+MAX_WIRE_BYTES = 2 * MAX_FRAME_BYTES
+# A request is one frame after the peer's routing id; a message with more frames, or more
+# bytes in all, is read frame by frame and dropped without keeping any (``server/daemon/intake.py``).
+MAX_REQUEST_FRAMES = 1
+MAX_REQUEST_BYTES = MAX_FRAME_BYTES
 MAX_REPLY_BYTES = 4 * 1024 * 1024
 
 _INT = (int,)

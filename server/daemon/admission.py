@@ -10,7 +10,8 @@ Runs in the daemon process.
   holds the daemon's pid, so a successor knows a killed predecessor and removes the rings
   it left; a socket file left by a killed daemon is replaced) and, when asked, a TCP one behind CURVE with a ZAP
   authenticator admitting only ``keys/authorized``. Frames over ``MAX_WIRE_BYTES`` make
-  libzmq drop the peer before allocating them.
+  libzmq drop the peer before allocating them; ``intake.read_request`` bounds the frames
+  and bytes of a whole message.
 - ``ring_for`` decides an ``attach``: the trainer's settings against the snapshot and the
   ring's bytes against the budgets
   (per ring, all rings, and the memory budget of snapshot plus rings). A refusal is an

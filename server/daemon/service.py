@@ -42,7 +42,7 @@ from ...shared.config import DaemonConfig, StreamSettings
 from ...shared.errors import ConfigError, DaemonStopped, PixpoolError, ProtocolError
 from ...shared.procmem import pid_namespace
 from ...shared.store import check_store
-from . import admission, delivery
+from . import admission, delivery, intake
 from . import renderer as _renderer
 from .scheduler import Job, Scheduler
 from .sessions import Sessions, UnknownTrainer
@@ -168,20 +168,19 @@ class Daemon:
 
     def _drain(self, sock: zmq.Socket) -> None:
         for _ in range(1000):  # bounded so workers get attention under a flood
-            try:
-                frames = sock.recv_multipart(zmq.NOBLOCK, copy=True)
-            except zmq.Again:
+            req = intake.read_request(sock)
+            if req is None:
                 return
-            identity, body = frames[0], frames[1:]
             try:
-                if len(body) != 1:
-                    raise ProtocolError(f"expected one message frame, got {len(body)}")
-                self._handle(sock, identity, proto.decode(body[0]))
+                problem = req.problem()
+                if problem is not None:
+                    raise ProtocolError(problem)
+                self._handle(sock, req.identity, proto.decode(req.frames[0]))
             except PixpoolError as exc:
-                delivery.send(sock, identity, proto.error_frame_for(exc))
+                delivery.send(sock, req.identity, proto.error_frame_for(exc))
             except Exception as exc:  # a bug must not take the service down for everyone
-                log.exception("request %r failed", body[:1])
-                delivery.send(sock, identity, proto.error_frame("internal", f"{type(exc).__name__}: {exc}"))
+                log.exception("request %r failed", req.frames[:1])
+                delivery.send(sock, req.identity, proto.error_frame("internal", f"{type(exc).__name__}: {exc}"))
 
     def _handle(self, sock: zmq.Socket, identity: bytes, msg: dict) -> None:
         op = msg["op"]
