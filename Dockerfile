@@ -27,7 +27,7 @@ WORKDIR /home/pixpool
 VOLUME ["/run/pixpool"]
 EXPOSE 9310
 STOPSIGNAL SIGTERM
-HEALTHCHECK --interval=10s --timeout=5s --start-period=600s --retries=3 CMD ["pixpool", "status", "--socket-dir", "/run/pixpool", "--timeout-s", "2"]
+HEALTHCHECK --interval=10s --timeout=5s --start-period=600s --retries=3 CMD ["pixpool", "status", "--probe", "--socket-dir", "/run/pixpool", "--timeout-s", "2"]
 CMD ["pixpool", "serve", "/data/data.yaml", "--socket-dir", "/run/pixpool"]
 
 # The trainer image: torch first from its own index (CPU wheels unless told otherwise), then pixpool[train].

@@ -8,7 +8,7 @@ msgpack ``status`` reply). What it costs is ``memory.py``'s.
 from __future__ import annotations
 
 from ..shared import endpoint as ep
-from ..shared.control import request_status
+from ..shared.control import request_health, request_status
 from ..shared.errors import DaemonTimeout
 from ..shared.text import format_table, human_bytes
 
@@ -20,6 +20,16 @@ def query_status(socket_dir: str | None = None, *, timeout_s: float = 3.0) -> di
     if status is None:
         raise DaemonTimeout(f"no pixpool daemon answered at {endpoint} within {timeout_s} s; start one with `pixpool serve DATA` or pass --socket-dir")
     return status
+
+
+def query_health(socket_dir: str | None = None, *, timeout_s: float = 3.0) -> dict:
+    """The ``health`` reply of the daemon at ``socket_dir`` (what the probes ask); DaemonTimeout
+    names where it looked."""
+    endpoint = ep.ipc_endpoint(socket_dir)
+    health = request_health(endpoint, timeout_s=timeout_s)
+    if health is None:
+        raise DaemonTimeout(f"no pixpool daemon answered at {endpoint} within {timeout_s} s; start one with `pixpool serve DATA` or pass --socket-dir")
+    return health
 
 
 def format_status(st: dict) -> str:
@@ -37,6 +47,9 @@ def format_status(st: dict) -> str:
         rows = [[t["trainer_id"], t["pid"], t["delivery"], f"seed={t['settings']['seed']} batch={t['settings']['batch_size']} rank={t['settings']['rank']}/{t['settings']['world_size']}",
                  f"{t['epoch']}:{t['next_batch']}/{t['num_batches']}", t["batches_delivered"], t["img_per_s"], f"{t['slots_in_use']}/{t['slots']}", human_bytes(t["ring_nbytes"])] for t in st["trainers"]]
         lines.append(format_table(rows, ["trainer", "pid", "delivery", "settings", "epoch:batch", "delivered", "img/s", "slots in use", "ring"]))
+        unlisted = d.get("trainers_total", len(st["trainers"])) - len(st["trainers"])
+        if unlisted > 0:
+            lines.append(f"({unlisted} more trainers attached, not listed: the reply has a size limit)")
     else:
         lines.append("no trainers attached")
     return "\n".join(lines)

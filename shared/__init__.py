@@ -14,6 +14,7 @@ from .errors import (
     ImageDecodeError,
     MissingExtraError,
     MissingFileError,
+    NotAuthorized,
     PixpoolError,
     ProtocolError,
     RenderError,
@@ -27,4 +28,5 @@ __all__ = [
     "FILL_VALUE", "AugmentConfig", "DaemonConfig", "StreamSettings", "Dataset", "Record", "Targets",
     "PixpoolError", "DatasetError", "MissingFileError", "ImageDecodeError", "CapacityError", "SnapshotError",
     "ConfigError", "ProtocolError", "RenderError", "MissingExtraError", "DaemonStopped", "DaemonTimeout",
+    "NotAuthorized",
 ]

@@ -1,7 +1,10 @@
-"""The one-shot control request: ask a daemon for its status over a fresh DEALER socket.
+"""The one-shot control requests: ask a daemon for its status, or its health, over a fresh
+DEALER socket.
 
 Runs in whichever process asks: ``pixpool status``/``monitor``/``demo`` (trainer side),
-a starting daemon checking whether another one still answers on its socket, and tests.
+``pixpool status --probe`` (liveness and readiness probes: ``health`` costs the same
+however many trainers are attached), a starting daemon checking whether another one still
+answers on its socket, and tests.
 The socket is made, used and closed (linger 0) inside the call.
 """
 
@@ -16,12 +19,21 @@ from . import protocol as proto
 
 def request_status(endpoint: str, *, timeout_s: float = 3.0, ctx: zmq.Context | None = None) -> dict[str, Any] | None:
     """The daemon's ``status`` reply at ``endpoint``, or None when none came within ``timeout_s``."""
+    return _request("status", endpoint, timeout_s=timeout_s, ctx=ctx)
+
+
+def request_health(endpoint: str, *, timeout_s: float = 3.0, ctx: zmq.Context | None = None) -> dict[str, Any] | None:
+    """The daemon's ``health`` reply (pid, healthy, counts: a few dozen bytes), or None."""
+    return _request("health", endpoint, timeout_s=timeout_s, ctx=ctx)
+
+
+def _request(op: str, endpoint: str, *, timeout_s: float, ctx: zmq.Context | None) -> dict[str, Any] | None:
     context = ctx or zmq.Context.instance()
     sock = context.socket(zmq.DEALER)
     sock.setsockopt(zmq.LINGER, 0)
     try:
         sock.connect(endpoint)
-        sock.send(proto.encode("status"))
+        sock.send(proto.encode(op))
         if not sock.poll(int(timeout_s * 1000)):
             return None
         return proto.decode(sock.recv(), reply=True)

@@ -95,7 +95,19 @@ class _Names(dict):
 
 
 class ProtocolError(PixpoolError, ValueError):
-    """A message does not follow the wire protocol (version, shape, size, order)."""
+    """A message does not follow the wire protocol (version, shape, size, order).
+
+    ``field`` names the message field at fault where one is (it travels in the ``error``
+    reply, so the trainer sees which of its fields the daemon refused)."""
+
+    def __init__(self, message: str, *, field: str | None = None):
+        super().__init__(message)
+        self.field = field
+
+
+class NotAuthorized(PixpoolError, PermissionError):
+    """The daemon does not admit this client's CURVE key (it is not, or no longer, in the
+    daemon's ``authorized/`` folder); the message names the key file and what to do."""
 
 
 class RenderError(PixpoolError, RuntimeError):

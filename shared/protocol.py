@@ -55,10 +55,12 @@ dropped frame by frame without being kept. Replies may be up to ``MAX_REPLY_BYTE
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import msgpack
 
+from .config import SPLITS
 from .errors import (
     CapacityError,
     ConfigError,
@@ -87,14 +89,40 @@ MAX_WIRE_BYTES = 2 * MAX_FRAME_BYTES
 MAX_REQUEST_FRAMES = 1
 MAX_REQUEST_BYTES = MAX_FRAME_BYTES
 MAX_REPLY_BYTES = 4 * 1024 * 1024
+_INT_LIMIT = 1 << 62
 
-_INT = (int,)
-_STR = (str,)
-_MAP = (dict,)
+@dataclass(frozen=True)
+class Field:
+    """What one message field may hold: its types and, for what a client sends, its bounds
+    (``lo``..``hi`` for numbers, ``max_len`` characters for strings, ``choices``), and
+    whether it may be left out. Every check of a request's fields is this table's."""
 
-# op -> {field: allowed types}; every listed field is required.
-_SCHEMA: dict[str, dict[str, tuple[type, ...]]] = {
-    "attach": {"settings": _MAP, "pid": _INT, "host": _STR, "slots": _INT, "delivery": _STR},
+    types: tuple[type, ...]
+    lo: float = -_INT_LIMIT
+    hi: float = _INT_LIMIT
+    max_len: int | None = None
+    choices: tuple[str, ...] | None = None
+    optional: bool = False
+
+
+_INT = Field((int,))
+_STR = Field((str,))
+_MAP = Field((dict,))
+_LIST = Field((list,))
+_ID = Field((int,), lo=0)  # trainer ids and tokens: 0 .. 2**62
+_COUNT = Field((int,), lo=0, hi=1 << 40)  # epochs, batches, record positions
+# Longest host name a trainer may report: DNS names are at most 253 characters.
+MAX_HOST_CHARS = 255
+# The PID namespace as ``readlink /proc/self/ns/pid`` gives it (``pid:[4026531836]``).
+MAX_PID_NS_CHARS = 64
+# The ring's locality nonce in hex (16 bytes: 32 characters; room for a longer one).
+MAX_NONCE_CHARS = 128
+
+# op -> {field: Field}; requests carry their bounds, replies only their types.
+_SCHEMA: dict[str, dict[str, Field]] = {
+    "attach": {"settings": _MAP, "pid": Field((int,), lo=0, hi=1 << 32), "host": Field((str,), max_len=MAX_HOST_CHARS),
+               "slots": Field((int,), lo=0, hi=1 << 16), "delivery": Field((str,), choices=DELIVERIES),
+               "pid_ns": Field((str,), max_len=MAX_PID_NS_CHARS, optional=True)},
     "attached": {
         "trainer_id": _INT,
         "token": _INT,
@@ -105,30 +133,31 @@ _SCHEMA: dict[str, dict[str, tuple[type, ...]]] = {
         "host": _STR,
         "store": _STR,
     },
-    "prove": {"trainer_id": _INT, "token": _INT, "nonce": _STR},
+    "prove": {"trainer_id": _ID, "token": _ID, "nonce": Field((str,), max_len=MAX_NONCE_CHARS)},
     "proved": {"trainer_id": _INT, "delivery": _STR},
-    "start": {"trainer_id": _INT, "token": _INT, "epoch": _INT, "batch": _INT},
+    "start": {"trainer_id": _ID, "token": _ID, "epoch": _COUNT, "batch": _COUNT},
     "started": {"trainer_id": _INT, "epoch": _INT, "batch": _INT, "num_batches": _INT},
     "ready": {"trainer_id": _INT, "slot": _INT, "epoch": _INT, "batch": _INT, "generation": _INT, "size": _INT, "n_targets": _INT},
-    "release": {"trainer_id": _INT, "token": _INT, "slot": _INT, "epoch": _INT, "batch": _INT, "generation": _INT},
-    "heartbeat": {"trainer_id": _INT, "token": _INT},
-    "detach": {"trainer_id": _INT, "token": _INT},
+    "release": {"trainer_id": _ID, "token": _ID, "slot": _INT, "epoch": _COUNT, "batch": _COUNT, "generation": Field((int,), lo=0)},
+    "heartbeat": {"trainer_id": _ID, "token": _ID, "data_wait_s": Field((float, int), lo=0, hi=1e12, optional=True)},
+    "detach": {"trainer_id": _ID, "token": _ID},
     "detached": {"trainer_id": _INT},
     "status": {},
-    "records": {"start": _INT},
+    "health": {},
+    "records": {"start": _COUNT, "split": Field((str,), choices=SPLITS, optional=True)},
     "error": {"code": _STR, "message": _STR},
     "stopped": {"reason": _STR},
 }
 # Replies that reuse a request's op name carry different fields.
-_REPLY_SCHEMA: dict[str, dict[str, tuple[type, ...]]] = {
+_REPLY_SCHEMA: dict[str, dict[str, Field]] = {
     "heartbeat": {"trainer_id": _INT},
-    "status": {"daemon": _MAP, "snapshot": _MAP, "workers": (list,), "trainers": (list,)},
-    "records": {"start": _INT, "total": _INT, "files": (list,), "names": (list,)},
+    "status": {"daemon": _MAP, "snapshot": _MAP, "workers": _LIST, "trainers": _LIST},
+    "health": {"pid": _INT, "healthy": Field((bool,)), "trainers": _INT, "workers_ready": _INT, "uptime_s": Field((float, int))},
+    "records": {"start": _INT, "total": _INT, "files": _LIST, "names": _LIST},
 }
-REQUEST_OPS = frozenset({"attach", "start", "release", "heartbeat", "detach", "status", "records", "prove"})
+REQUEST_OPS = frozenset({"attach", "start", "release", "heartbeat", "detach", "status", "health", "records", "prove"})
 # A ``records`` reply carries at most this many file names (it stays far below MAX_REPLY_BYTES).
 RECORDS_PAGE = 2000
-_INT_LIMIT = 1 << 62
 
 
 # code -> the class the client raises. Order matters for ``code_for``: the first class an
@@ -163,6 +192,8 @@ def error_from(msg: dict[str, Any]) -> PixpoolError:
     message = str(msg.get("message", ""))
     if cls is ConfigError:
         return ConfigError(message, field=msg.get("field"))
+    if cls is ProtocolError:
+        return ProtocolError(message, field=msg.get("field"))
     return cls(message)
 
 
@@ -211,17 +242,29 @@ def decode(frame: bytes | memoryview, *, reply: bool = False) -> dict[str, Any]:
     return msg
 
 
-def _check_fields(op: str, msg: dict[str, Any], schema: dict[str, tuple[type, ...]]) -> None:
-    for name, types in schema.items():
+def _check_fields(op: str, msg: dict[str, Any], schema: dict[str, Field]) -> None:
+    for name, spec in schema.items():
         if name not in msg:
-            raise ProtocolError(f"op {op!r} lacks field {name!r}")
-        value = msg[name]
-        if isinstance(value, bool) and bool not in types:
-            raise ProtocolError(f"op {op!r}: field {name!r} must be {types[0].__name__}, got bool")
-        if not isinstance(value, types):
-            raise ProtocolError(f"op {op!r}: field {name!r} must be {types[0].__name__}, got {type(value).__name__}")
-        if isinstance(value, int) and not isinstance(value, bool) and not -_INT_LIMIT < value < _INT_LIMIT:
-            raise ProtocolError(f"op {op!r}: field {name!r} = {value} is out of range")
+            if spec.optional:
+                continue
+            raise ProtocolError(f"op {op!r} lacks field {name!r}", field=name)
+        _check_value(op, name, msg[name], spec)
+
+
+def _check_value(op: str, name: str, value: Any, spec: Field) -> None:
+    kind = spec.types[0].__name__
+    if isinstance(value, bool) and bool not in spec.types:
+        raise ProtocolError(f"op {op!r}: field {name!r} must be {kind}, got bool", field=name)
+    if not isinstance(value, spec.types):
+        raise ProtocolError(f"op {op!r}: field {name!r} must be {kind}, got {type(value).__name__}", field=name)
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and not spec.lo <= value < spec.hi:
+        raise ProtocolError(f"op {op!r}: field {name!r} = {value!r:.40} is out of range; use {spec.lo:g} <= {name} < {spec.hi:g}", field=name)
+    if isinstance(value, str):
+        if spec.max_len is not None and len(value) > spec.max_len:
+            raise ProtocolError(f"op {op!r}: field {name!r} is {len(value)} characters long, over the limit of {spec.max_len}; "
+                                "send a shorter value", field=name)
+        if spec.choices is not None and value not in spec.choices:
+            raise ProtocolError(f"op {op!r}: field {name!r} = {value!r:.40} is not one of {list(spec.choices)}", field=name)
 
 
 def as_error(msg: dict[str, Any]) -> str:
@@ -230,12 +273,12 @@ def as_error(msg: dict[str, Any]) -> str:
 
 
 # -- the daemon <-> worker pipes ------------------------------------------------------------
-_PIPE_SCHEMA: dict[str, dict[str, tuple[type, ...]]] = {
+_PIPE_SCHEMA: dict[str, dict[str, Field]] = {
     "job": {"job": _INT, "ring": _STR, "split": _STR, "slot": _INT, "settings": _MAP, "epoch": _INT, "batch": _INT, "size": _INT, "start": _INT, "stop": _INT},
     "forget": {"ring": _STR},
     "stop": {},
     "hello": {"pid": _INT, "index": _INT},
-    "done": {"job": _INT, "counts": (list,), "seconds": (float, int)},
+    "done": {"job": _INT, "counts": _LIST, "seconds": Field((float, int))},
     "failed": {"job": _INT, "error": _STR},
 }
 

@@ -1,7 +1,9 @@
 """``pixpool status``: what the running daemon serves (snapshot, workers, trainers).
 
 Runs in the user's shell process, as a client of the daemon's control socket. Prints a
-table, or the raw status reply as JSON with ``--json``.
+table, or the raw status reply as JSON with ``--json``. ``--probe`` (the container probes)
+asks for the daemon's ``health`` instead: a reply of a few dozen bytes whatever the number
+of trainers, exit status 0 when the daemon says it is healthy, 1 when it says it is not.
 """
 
 from __future__ import annotations
@@ -9,7 +11,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from ..status import format_status, query_status
+from ..status import format_status, query_health, query_status
 
 
 def add_daemon_flags(parser: argparse.ArgumentParser) -> None:
@@ -21,9 +23,18 @@ def add_daemon_flags(parser: argparse.ArgumentParser) -> None:
 
 def configure(parser: argparse.ArgumentParser, name: str) -> None:
     add_daemon_flags(parser)
+    parser.add_argument("--probe", action="store_true", help="ask only whether the daemon is alive and healthy (for liveness and readiness probes)")
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.probe:
+        h = query_health(args.socket_dir, timeout_s=args.timeout_s)
+        if args.json:
+            print(json.dumps(h))
+        else:
+            print(f"daemon pid {h['pid']} {'healthy' if h['healthy'] else 'UNHEALTHY'}: {h['trainers']} trainers, "
+                  f"{h['workers_ready']} workers ready, up {h['uptime_s']:.0f} s")
+        return 0 if h["healthy"] else 1
     st = query_status(args.socket_dir, timeout_s=args.timeout_s)
     print(json.dumps(st, indent=2) if args.json else format_status(st))
     return 0

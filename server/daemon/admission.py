@@ -180,6 +180,14 @@ def sweep_predecessor(pid: int, store: str | None = None) -> list[str]:
     return gone
 
 
+def check_quota(config: DaemonConfig, client: str, held: int) -> None:
+    """CapacityError when ``client`` already holds its share of sessions (``held``)."""
+    if client and held >= config.max_trainers_per_client:
+        who = f"CURVE key {client[4:]}" if client.startswith("key:") else f"uid {client[4:]}"
+        raise CapacityError(f"{who} already has {held} trainers attached, the daemon's limit per client (max_trainers_per_client = "
+                            f"{config.max_trainers_per_client}); detach one of them or raise max_trainers_per_client (--max-trainers-per-client)")
+
+
 def ring_for(msg: dict, settings: StreamSettings, *, source, renderer, config: DaemonConfig,
              rings_nbytes: int, ring_budget_nbytes: int, trainers: int, snapshot_nbytes: int) -> RingLayout:
     """The ring an ``attach`` gets, or ConfigError/CapacityError saying what to change."""

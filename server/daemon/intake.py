@@ -47,6 +47,7 @@ class Request:
     frames: list[bytes]
     frames_sent: int
     nbytes_sent: int
+    peer: str = ""  # who sent it (``peer_of``): ``key:<z85>`` over TCP+CURVE, ``uid:<n>`` over ipc
 
     def problem(self) -> str | None:
         """Why this message is no request (for the ``protocol`` error reply), or None."""
@@ -58,9 +59,10 @@ class Request:
         return None
 
 
-def read_request(sock: zmq.Socket) -> Request | None:
+def read_request(sock: zmq.Socket, *, remote: bool = False) -> Request | None:
     """The next message on ``sock`` (a ROUTER), or None when none is waiting. Never keeps
-    more than ``MAX_REQUEST_FRAMES`` frames of ``MAX_REQUEST_BYTES`` in all."""
+    more than ``MAX_REQUEST_FRAMES`` frames of ``MAX_REQUEST_BYTES`` in all. ``remote``: the
+    TCP+CURVE socket (the peer is named by its key, else by its uid)."""
     try:
         first = sock.recv(zmq.NOBLOCK, copy=False)
     except zmq.Again:
@@ -70,23 +72,44 @@ def read_request(sock: zmq.Socket) -> Request | None:
     del first
     kept: list[bytes] = []
     frames = nbytes = 0
+    peer = ""
     while more:
         # The rest of a multipart message is already in libzmq's queue: no wait here.
         frame = sock.recv(copy=False)
         more = frame.more
         frames += 1
         nbytes += len(frame)
+        if frames == 1:
+            peer = peer_of(frame, remote=remote)
         if frames <= proto.MAX_REQUEST_FRAMES and nbytes <= proto.MAX_REQUEST_BYTES:
             kept.append(frame.bytes)
         elif kept:
             kept.clear()  # past a limit: nothing of this message is used
         del frame  # frees libzmq's buffer of this frame now, not at the end of the message
-    req = Request(identity, kept, frames, nbytes)
+    req = Request(identity, kept, frames, nbytes, peer)
     if req.problem() is not None:
         log.debug("dropped a message of %d frames, %d bytes from peer %r", frames, nbytes, identity)
         if nbytes > _TRIM_AFTER_NBYTES:
             _give_back_memory()
     return req
+
+
+def peer_of(frame: zmq.Frame, *, remote: bool) -> str:
+    """Who sent ``frame``, from the metadata libzmq attaches to every frame of a connection.
+
+    Over TCP+CURVE: the client's public key, which the ZAP handler admitted and returned as
+    the connection's ``User-Id`` (z85 text). Over ipc: the peer's uid, which libzmq reads
+    with ``SO_PEERCRED`` when the connection is accepted and appends to ``Peer-Address``
+    (``<addr>:<uid>:<gid>:<pid>``, libzmq's ``stream_engine_base.cpp``). The kernel fills
+    the credentials in, translated to the daemon's namespaces, so a peer cannot forge them
+    and they hold across PID namespaces. "" where libzmq gave no such property."""
+    try:
+        if remote:
+            return f"key:{frame.get('User-Id')}"
+        parts = frame.get("Peer-Address").rsplit(":", 3)
+    except zmq.ZMQError:  # no such property on this connection
+        return ""
+    return f"uid:{parts[1]}" if len(parts) == 4 and parts[1].isdigit() else ""
 
 
 def _malloc_trim():

@@ -168,27 +168,32 @@ class Daemon:
 
     def _drain(self, sock: zmq.Socket) -> None:
         for _ in range(1000):  # bounded so workers get attention under a flood
-            req = intake.read_request(sock)
+            req = intake.read_request(sock, remote=self.listener.is_remote(sock))
             if req is None:
                 return
             try:
                 problem = req.problem()
                 if problem is not None:
                     raise ProtocolError(problem)
-                self._handle(sock, req.identity, proto.decode(req.frames[0]))
+                self._handle(sock, req, proto.decode(req.frames[0]))
             except PixpoolError as exc:
                 delivery.send(sock, req.identity, proto.error_frame_for(exc))
             except Exception as exc:  # a bug must not take the service down for everyone
                 log.exception("request %r failed", req.frames[:1])
                 delivery.send(sock, req.identity, proto.error_frame("internal", f"{type(exc).__name__}: {exc}"))
 
-    def _handle(self, sock: zmq.Socket, identity: bytes, msg: dict) -> None:
-        op = msg["op"]
+    def _handle(self, sock: zmq.Socket, req: intake.Request, msg: dict) -> None:
+        op, identity = msg["op"], req.identity
         if op == "status":
             delivery.send(sock, identity, proto.encode("status", **self.status()))
             return
+        if op == "health":
+            from .status import build_health
+
+            delivery.send(sock, identity, proto.encode("health", **build_health(self)))
+            return
         if op == "attach":
-            self._attach(sock, identity, msg)
+            self._attach(sock, req, msg)
             return
         if op == "records":
             files = self.files.get(msg.get("split", "train"))
@@ -228,7 +233,9 @@ class Daemon:
             self.sessions.detach(t.trainer_id, "trainer detached")
             delivery.send(sock, identity, proto.encode("detached", trainer_id=t.trainer_id))
 
-    def _attach(self, sock: zmq.Socket, identity: bytes, msg: dict) -> None:
+    def _attach(self, sock: zmq.Socket, req: intake.Request, msg: dict) -> None:
+        identity = req.identity
+        admission.check_quota(self.config, req.peer, self.sessions.held_by(req.peer))
         settings = StreamSettings.from_dict(msg["settings"])
         source = self.sources.get(settings.split)
         if source is None:
@@ -238,7 +245,7 @@ class Daemon:
         layout = admission.ring_for(msg, settings, source=source, renderer=self.renderer, config=self.config,
                                     rings_nbytes=self.sessions.rings_nbytes, ring_budget_nbytes=self.ring_budget_nbytes, trainers=len(self.sessions),
                                     snapshot_nbytes=self.snapshot_nbytes)
-        t = self.sessions.attach(msg, settings, layout, sock=sock, identity=identity)
+        t = self.sessions.attach(msg, settings, layout, sock=sock, identity=identity, client=req.peer)
         delivery.send(sock, identity, proto.encode("attached", trainer_id=t.trainer_id, token=t.token, ring=t.ring.name, layout=layout.to_dict(),
                                                    num_records=len(source), daemon_pid=self.pid, host=self.host, names=self.names,
                                                    store=self.store, pid_ns=self.pid_ns))

@@ -66,6 +66,7 @@ class TrainerSession:
     attached_at: float = field(default_factory=time.monotonic)
     last_seen: float = field(default_factory=time.monotonic)
     data_wait_s: float = 0.0  # the trainer's own count of seconds spent waiting for batches (heartbeats)
+    client: str = ""  # who attached it (``intake.peer_of``): ``key:<z85>`` over TCP, ``uid:<n>`` over ipc
 
 
 class Sessions:
@@ -88,14 +89,18 @@ class Sessions:
     def rings_nbytes(self) -> int:
         return sum(t.ring.layout.nbytes for t in self.trainers.values())
 
-    def attach(self, msg: dict, settings: StreamSettings, layout: RingLayout, *, sock: zmq.Socket, identity: bytes) -> TrainerSession:
+    def held_by(self, client: str) -> int:
+        """How many sessions ``client`` (``TrainerSession.client``) holds now."""
+        return sum(t.client == client for t in self.trainers.values())
+
+    def attach(self, msg: dict, settings: StreamSettings, layout: RingLayout, *, sock: zmq.Socket, identity: bytes, client: str = "") -> TrainerSession:
         ring = self._create_ring(layout)
         # The trainer id is taken only once the ring exists: a failed attach uses up nothing.
         tid = next(self._ids)
         pid_ns = msg.get("pid_ns") if isinstance(msg.get("pid_ns"), str) else ""
         # Frames until the trainer proves it maps this ring (``prove``).
         t = TrainerSession(tid, secrets.randbits(62), settings, settings.to_dict(), msg["pid"], msg["host"], proto.DELIVERY_FRAMES, sock, identity, ring,
-                           pid_ns=pid_ns, requested=msg["delivery"])
+                           pid_ns=pid_ns, requested=msg["delivery"], client=client)
         self.trainers[tid] = t
         self.scheduler.add(tid, settings, layout.slots)
         log.info("trainer %d attached (pid %d, seed %d, batch %d, ring %s of %d bytes)", tid, t.pid, settings.seed, settings.batch_size, ring.name, layout.nbytes)

@@ -94,7 +94,8 @@ def test_dockerfile_copies_what_exists_and_runs_real_commands(stages):
     copied = [s for name in stages for i, a in stages[name]["lines"] if i == "COPY" for s in shlex.split(a)[:-1]]
     assert not [(s, pat) for s in copied for pat in ignored if fnmatch.fnmatch(s, pat)], ignored
     health = [a for i, a in stage_chain(stages, "serve") if i == "HEALTHCHECK"]
-    assert len(health) == 1 and parse_pixpool(_exec_form(health[0][health[0].index("CMD ") :])).command == "status"
+    probe = parse_pixpool(_exec_form(health[0][health[0].index("CMD ") :])) if len(health) == 1 else None
+    assert probe is not None and probe.command == "status" and probe.probe, "the healthcheck asks for health, not the full status"
 
 
 # -- compose.yaml --------------------------------------------------------------------------
@@ -125,7 +126,7 @@ def test_compose_runs_a_daemon_and_two_trainers_that_share_its_store_and_sockets
     socket_dir = config.socket_dir
     assert socket_dir and _mounts(daemon)[socket_dir] in compose["volumes"]  # a named volume
     health = daemon["healthcheck"]["test"]
-    assert health[0] == "CMD" and parse_pixpool(health[1:]).command == "status"
+    assert health[0] == "CMD" and parse_pixpool(health[1:]).command == "status" and parse_pixpool(health[1:]).probe
     assert parse_pixpool(health[1:]).socket_dir == socket_dir
     for name, t in trainers.items():
         assert t["build"]["target"] == "train" and t["ipc"] == "service:daemon", name  # the daemon's /dev/shm
@@ -171,6 +172,7 @@ def test_daemonset_probes_limits_socket_dir_and_store():
     for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
         status = parse_pixpool(c[probe]["exec"]["command"])
         assert status.command == "status" and status.socket_dir == config.socket_dir, probe
+        assert status.probe, f"{probe} asks for the full status, whose cost grows with the trainers; use `pixpool status --probe`"
         assert c[probe]["timeoutSeconds"] > status.timeout_s, probe  # the probe outlives the command's own wait
     for kind in ("requests", "limits"):
         assert {"cpu", "memory"} <= set(c["resources"][kind]), kind
