@@ -17,7 +17,9 @@ Faults, as the trainer sees them:
 - a batch does not come within ``timeout_s``: if the daemon still answers this trainer's
   heartbeats it is slow, not gone (a stalled worker, a busy machine), and the client logs
   a warning and keeps waiting; only a daemon that answers nothing is ``DaemonTimeout``
-  (or, once attached, lost and attached again).
+  (or, once attached, lost and attached again);
+- over TCP, the daemon refuses this trainer's CURVE key (not in its ``authorized/``, or
+  removed from it while attached): ``NotAuthorized`` at once (``auth_watch.py``).
 """
 
 from __future__ import annotations
@@ -41,6 +43,7 @@ from ..shared.errors import ConfigError, DaemonStopped, DaemonTimeout, PixpoolEr
 from ..shared.procmem import pid_namespace
 from ..shared.ring import DEFAULT_SLOTS
 from ._torch import require_torch
+from .auth_watch import AuthWatch
 from .delivery import delivery_for, map_ring, open_reader
 
 log = logging.getLogger(__name__)
@@ -117,6 +120,7 @@ class Client:
         self.data_wait_s = 0.0
         self._ctx = zmq.Context()
         self._sock: zmq.Socket | None = None
+        self._auth_watch: AuthWatch | None = None  # over TCP: says at once when the daemon refuses the key
         self._reader = None  # delivery.SlotReader or FrameReader, from the attach reply
         self._ident: tuple[int, int] | None = None  # (trainer_id, token); read by the heartbeat thread
         self._held: dict | None = None  # the ``ready`` message of the batch being read
@@ -133,11 +137,13 @@ class Client:
         self._hb.start()
 
     # -- sockets ------------------------------------------------------------------------
-    def _socket(self) -> zmq.Socket:
+    def _socket(self, *, watch: bool = False) -> zmq.Socket:
         s = self._ctx.socket(zmq.DEALER)
         s.setsockopt(zmq.LINGER, 0)
         if self.remote:
             ep.configure_client(s, self.keys_dir)
+            if watch:
+                self._auth_watch = AuthWatch(s, self.endpoint, self.keys_dir)
         s.connect(self.endpoint)
         return s
 
@@ -159,6 +165,8 @@ class Client:
                         continue  # about an identity this client no longer uses
                     raise proto.error_from(msg)  # the daemon's error class and message
                 return msg, frames[1:]
+            if self._auth_watch is not None:
+                self._auth_watch.check()
             if self._ident is not None and self._daemon_gone():
                 raise _Lost()
             if time.monotonic() > deadline and patient and self._daemon_answers():
@@ -180,9 +188,8 @@ class Client:
         return self._ident is not None and time.monotonic() - self._last_ack < max(2.0, 3 * self.heartbeat_interval_s)
 
     def _attach(self) -> None:
-        if self._sock is not None:
-            self._sock.close(linger=0)
-        self._sock = self._socket()
+        self._close_socket()
+        self._sock = self._socket(watch=True)
         self._daemon_pid = 0
         self._sock.send(proto.encode("attach", settings=self.settings.to_dict(), pid=os.getpid(), host=_socket.gethostname(), slots=self.slots,
                                      delivery=self._asked, pid_ns=pid_namespace()))
@@ -399,13 +406,19 @@ class Client:
         self._hb_stop.set()
         if self._hb.is_alive():
             self._hb.join(5.0)
-        if self._sock is not None:
-            self._sock.close(linger=0)
-            self._sock = None
+        self._close_socket()
         if self._reader is not None:
             self._reader.close()
             self._reader = None
         self._ctx.term()
+
+    def _close_socket(self) -> None:
+        if self._auth_watch is not None:
+            self._auth_watch.close()
+            self._auth_watch = None
+        if self._sock is not None:
+            self._sock.close(linger=0)
+            self._sock = None
 
     def __enter__(self) -> "Client":
         return self

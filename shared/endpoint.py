@@ -9,7 +9,8 @@ Runs in the daemon (bind side) and in trainers and CLI commands (connect side).
 - TCP: only with CURVE. ``pixpool keys DIR`` writes ``server.key``/``server.key_secret``,
   ``client.key``/``client.key_secret`` (ZeroMQ certificate files) and copies the client's
   public key into ``DIR/authorized/``; the daemon admits exactly the public keys found
-  there (a ZAP authenticator thread), everyone else is refused during the handshake.
+  there now (a ZAP authenticator thread re-reads the folder when it changes), everyone
+  else is refused during the handshake, and a removed key's sessions end.
   Both sides refuse keys others could change (``check_keys_dir``): the directory, its
   ``authorized/`` folder and the key files must be the caller's and writable by nobody
   else, the secret key 0600, the same rule as the socket directory.
@@ -186,13 +187,14 @@ def check_server_keys(keys_dir: str | os.PathLike) -> None:
         raise ConfigError(f"no authorized client keys in {authorized}; run `pixpool keys {keys_dir}` and give trainers its client key pair")
 
 
-def start_authenticator(ctx: zmq.Context, keys_dir: str | os.PathLike):
-    """ZAP handler admitting only the public keys in ``keys_dir/authorized``."""
+def start_authenticator(ctx: zmq.Context, keys_dir: str | os.PathLike, provider):
+    """ZAP handler (a thread) asking ``provider.callback(domain, z85_key)`` for each CURVE
+    handshake; the daemon's provider re-reads ``keys_dir/authorized`` when it changes
+    (``pixpool.server.daemon.authorized``)."""
     from zmq.auth.thread import ThreadAuthenticator
 
     check_server_keys(keys_dir)
-    authorized = Path(keys_dir) / "authorized"
     auth = ThreadAuthenticator(ctx)
     auth.start()
-    auth.configure_curve(domain="*", location=str(authorized))
+    auth.configure_curve_callback(domain="*", credentials_provider=provider)
     return auth

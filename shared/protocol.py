@@ -66,6 +66,7 @@ from .errors import (
     ConfigError,
     DaemonStopped,
     DatasetError,
+    NotAuthorized,
     PixpoolError,
     ProtocolError,
     RenderError,
@@ -171,6 +172,7 @@ ERROR_CODES: dict[str, type[PixpoolError]] = {
     "snapshot": SnapshotError,
     "render": RenderError,
     "unknown_trainer": DaemonStopped,  # the daemon does not know this trainer (any more)
+    "not_authorized": NotAuthorized,  # the client's CURVE key is not (or no longer) in authorized/
     "internal": PixpoolError,
 }
 _CODE_OF_CLASS = [(cls, code) for code, cls in ERROR_CODES.items() if code not in ("order", "unknown_trainer")]

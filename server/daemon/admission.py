@@ -9,7 +9,7 @@ Runs in the daemon process.
   directory, decided by an ``flock`` the kernel drops when the holder dies; the lock file
   holds the daemon's pid, so a successor knows a killed predecessor and removes the rings
   it left; a socket file left by a killed daemon is replaced) and, when asked, a TCP one behind CURVE with a ZAP
-  authenticator admitting only ``keys/authorized``. Frames over ``MAX_WIRE_BYTES`` make
+  authenticator admitting only the keys in ``keys/authorized`` now (``authorized.py``). Frames over ``MAX_WIRE_BYTES`` make
   libzmq drop the peer before allocating them; ``intake.read_request`` bounds the frames
   and bytes of a whole message.
 - ``ring_for`` decides an ``attach``: the trainer's settings against the snapshot and the
@@ -34,6 +34,7 @@ from ...shared.control import request_status
 from ...shared.errors import CapacityError, ConfigError
 from ...shared.ring import MAX_SLOTS, MIN_SLOTS, RingLayout
 from ...shared.store import check_store, free_nbytes, size_nbytes
+from .authorized import AuthorizedKeys
 
 log = logging.getLogger(__name__)
 
@@ -79,6 +80,7 @@ class Listener:
         self._socket_path: str | None = None
         self._lock_fd: int | None = None
         self._auth = None
+        self.authorized: AuthorizedKeys | None = None  # with TCP: the keys admitted now
 
     def open(self) -> list[zmq.Socket]:
         local = self._router()
@@ -86,7 +88,9 @@ class Listener:
         self._bind_local(local)
         if self.config.tcp is not None:
             host, port = ep.parse_tcp(self.config.tcp)
-            self._auth = ep.start_authenticator(self._ctx, self.config.keys_dir)
+            self.authorized = AuthorizedKeys(self.config.keys_dir)
+            self.authorized.current()  # read once now: a bad folder is logged at start
+            self._auth = ep.start_authenticator(self._ctx, self.config.keys_dir, self.authorized)
             remote = self._router()
             ep.configure_server(remote, self.config.keys_dir)
             _bind(remote, f"tcp://{host}:{port}")

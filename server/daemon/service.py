@@ -39,7 +39,7 @@ import zmq
 
 from ...shared import protocol as proto
 from ...shared.config import DaemonConfig, StreamSettings
-from ...shared.errors import ConfigError, DaemonStopped, PixpoolError, ProtocolError
+from ...shared.errors import ConfigError, DaemonStopped, NotAuthorized, PixpoolError, ProtocolError
 from ...shared.procmem import pid_namespace
 from ...shared.store import check_store
 from . import admission, delivery, intake
@@ -91,6 +91,7 @@ class Daemon:
         self.listener: admission.Listener | None = None
         self.metrics = None  # metrics.Metrics while serving with metrics_port
         self._stop_reason: str | None = None
+        self._admitted: frozenset[str] = frozenset()  # z85 keys in authorized/ at the last liveness tick
         self.fatal: str | None = None  # why the daemon stopped on its own (a lost segment)
 
     # -- public -------------------------------------------------------------------------
@@ -119,6 +120,7 @@ class Daemon:
                                      describe=self._describe, on_done=self._done, on_failed=self._failed, store=self.store)
         try:
             socks = self.listener.open()
+            self._check_keys()
             for s in socks:
                 poller.register(s, zmq.POLLIN)
             self.supervisor.start(self.config.workers, poller)
@@ -158,6 +160,7 @@ class Daemon:
                     return
                 self.supervisor.check(now, poller)
                 self.sessions.check(now)
+                self._check_keys()
                 self.shm_watch.check()
                 if self.metrics is not None:
                     self.metrics.publish(self.status())
@@ -175,6 +178,10 @@ class Daemon:
                 problem = req.problem()
                 if problem is not None:
                     raise ProtocolError(problem)
+                if self.listener.is_remote(sock) and not self._admits(req.peer):
+                    # Its connection was admitted before the key left authorized/ (libzmq
+                    # checks keys at the handshake only): refuse what it sends now.
+                    raise NotAuthorized(self._not_authorized_text(req.peer[4:]))
                 self._handle(sock, req, proto.decode(req.frames[0]))
             except PixpoolError as exc:
                 delivery.send(sock, req.identity, proto.error_frame_for(exc))
@@ -287,6 +294,30 @@ class Daemon:
                 log.error("trainer %d: its ring %s was removed from %s; detaching it so that it attaches again to a new ring", t.trainer_id, t.ring.name, self.store)
                 delivery.tell(t, proto.error_frame("unknown_trainer", f"ring {t.ring.name} was removed from {self.store}; attach again", trainer_id=t.trainer_id))
                 self.sessions.detach(t.trainer_id, f"ring {t.ring.name} removed from {self.store}")
+
+    def _check_keys(self) -> None:
+        """With TCP: take in changes to authorized/ and end the sessions of removed keys."""
+        if self.listener is None or self.listener.authorized is None:
+            return
+        self._admitted = self.listener.authorized.current()
+        for t in list(self.sessions.trainers.values()):
+            if t.client.startswith("key:") and t.client[4:] not in self._admitted:
+                log.warning("trainer %d: its CURVE key %s was removed from %s; ending its session", t.trainer_id, t.client[4:], self.listener.authorized.folder)
+                delivery.tell(t, proto.error_frame("not_authorized", self._not_authorized_text(t.client[4:]), trainer_id=t.trainer_id))
+                self.sessions.detach(t.trainer_id, "its CURVE key is no longer authorized")
+
+    def _admits(self, peer: str) -> bool:
+        """``peer`` (``key:<z85>``) is in authorized/: the set of the last tick, or, for a key
+        not in it (added since), the folder read again."""
+        if peer[4:] in self._admitted:
+            return True
+        self._admitted = self.listener.authorized.current()
+        return peer.startswith("key:") and peer[4:] in self._admitted
+
+    def _not_authorized_text(self, key: str) -> str:
+        folder = self.listener.authorized.folder
+        return (f"daemon {self.pid} does not authorize CURVE key {key}: it is not (or no longer) in {folder} on {self.host}; "
+                f"have the daemon's operator copy this trainer's client.key into {folder}/ (`pixpool keys DIR` makes a pair and authorizes it)")
 
     def _forget_ring(self, ring_name: str) -> None:
         if self.supervisor is not None:

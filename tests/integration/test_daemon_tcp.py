@@ -15,7 +15,7 @@ from helpers.daemon import WAIT_S, digest_of, real_daemon, reference_stream
 from pixpool.client.iterator import Client
 from pixpool.shared import protocol as proto
 from pixpool.shared.config import AugmentConfig, StreamSettings
-from pixpool.shared.errors import ConfigError, DaemonTimeout
+from pixpool.shared.errors import ConfigError, NotAuthorized
 
 IMGSZ = 160
 
@@ -55,8 +55,8 @@ def test_tcp_stream_equals_local_and_refuses_strangers(synthetic_data, tmp_path,
             got_remote = [digest_of(b) for b in remote.epoch(0)]
         with Client(s, socket_dir=d, timeout_s=WAIT_S) as local:
             got_local = [digest_of(b) for b in local.epoch(0)]
-        with pytest.raises(DaemonTimeout):
-            Client(s, endpoint=endpoint, keys_dir=stranger, timeout_s=2.0)
+        with pytest.raises(NotAuthorized, match="authorized"):  # told so at once, not after its timeout
+            Client(s, endpoint=endpoint, keys_dir=stranger, timeout_s=WAIT_S)
         plain = dealer(endpoint)
         plain.send(proto.encode("status"))
         assert not plain.poll(2000), "a peer without CURVE keys got an answer"

@@ -1,0 +1,97 @@
+"""Which CURVE client keys the daemon admits: exactly the public keys in ``keys/authorized/``
+now, not when the daemon started.
+
+Runs in the daemon process, from two threads: the ZAP authenticator thread (pyzmq's
+``ThreadAuthenticator``) calls ``callback`` for every new TCP connection's handshake, and the
+daemon's loop calls ``admits`` for every request that comes in over TCP and ``current`` on
+its liveness tick, to end the sessions of a key that was removed. A lock guards the cache.
+
+The folder is read again whenever its listing changes: the signature is the folder's own
+mtime and inode plus each ``*.key`` file's name, inode, size and mtime (a key copied in,
+removed, renamed or rewritten in place all change it), so a handshake costs one
+``scandir`` and a re-read happens only after a change. The folder and its keys must stay
+the daemon user's and writable by nobody else (``shared.endpoint.check_keys_dir``); while
+they are not, no key is admitted (fail closed) and the daemon says so in its log once.
+
+A connection made while a key was authorized stays open after the key is removed (libzmq
+authenticates at the handshake only, and a ROUTER cannot drop one peer), so the daemon
+checks ``admits`` for every request from it, answering ``not_authorized``.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from pathlib import Path
+
+from ...shared.endpoint import check_keys_dir
+from ...shared.errors import ConfigError
+
+log = logging.getLogger(__name__)
+
+
+class AuthorizedKeys:
+    """The z85 public keys in ``keys_dir/authorized`` (module docstring); a pyzmq
+    credentials provider (``callback(domain, key)``)."""
+
+    def __init__(self, keys_dir: str | os.PathLike):
+        self.keys_dir = Path(keys_dir)
+        self.folder = self.keys_dir / "authorized"
+        self._lock = threading.Lock()
+        self._signature: tuple | None = None
+        self._keys: frozenset[str] = frozenset()
+        self._problem: str | None = None
+        self.reloads = 0
+
+    def current(self) -> frozenset[str]:
+        """The keys admitted now, re-read if the folder changed since the last look."""
+        signature = self._read_signature()
+        with self._lock:
+            if signature != self._signature:
+                self._keys, self._problem = self._load()
+                self._signature = signature
+                self.reloads += 1
+                if self._problem is not None:
+                    log.error("admitting no TCP client: %s", self._problem)
+                else:
+                    log.info("authorized client keys: %d in %s", len(self._keys), self.folder)
+            return self._keys
+
+    def admits(self, key: str) -> bool:
+        return key in self.current()
+
+    def callback(self, domain: str, key: bytes) -> bool:
+        """pyzmq's ZAP hook (authenticator thread): admit ``key`` (z85 bytes) or not."""
+        allowed = self.admits(key.decode("ascii", "replace"))
+        if not allowed:
+            log.warning("refused a TCP client whose CURVE key %s is not in %s", key.decode("ascii", "replace"), self.folder)
+        return allowed
+
+    def _read_signature(self) -> tuple:
+        try:
+            st = os.stat(self.folder)
+            with os.scandir(self.folder) as entries:
+                files = sorted((e.name, e.inode(), e.stat().st_size, e.stat().st_mtime_ns) for e in entries if e.name.endswith(".key"))
+        except OSError as exc:
+            return ("unreadable", exc.errno)
+        return (st.st_ino, st.st_mtime_ns, tuple(files))
+
+    def _load(self) -> tuple[frozenset[str], str | None]:
+        import zmq.auth
+
+        try:
+            check_keys_dir(self.keys_dir, secret="server.key_secret")
+        except ConfigError as exc:
+            return frozenset(), str(exc)
+        if not self.folder.is_dir():
+            return frozenset(), f"the folder {self.folder} of authorized keys is gone; make it again with `pixpool keys {self.keys_dir}`"
+        keys = set()
+        for path in sorted(self.folder.glob("*.key")):
+            try:
+                public, _ = zmq.auth.load_certificate(str(path))
+            except (OSError, ValueError, KeyError) as exc:  # being written right now, or no key file
+                log.warning("skipping %s: not a CURVE public key file (%s); a key made by `pixpool keys` is", path, exc)
+                continue
+            keys.add(public.decode("ascii"))
+        return frozenset(keys), None
