@@ -6,10 +6,11 @@ Runs in the daemon process, from two threads: the ZAP authenticator thread (pyzm
 daemon's loop calls ``admits`` for every request that comes in over TCP and ``current`` on
 its liveness tick, to end the sessions of a key that was removed. A lock guards the cache.
 
-The folder is read again whenever its listing changes: the signature is the folder's own
-mtime and inode plus each ``*.key`` file's name, inode, size and mtime (a key copied in,
-removed, renamed or rewritten in place all change it), so a handshake costs one
-``scandir`` and a re-read happens only after a change. The folder and its keys must stay
+The folder is read again whenever it changes: the signature is the inode, ctime, mode and
+owner of the key directory and of ``authorized/``, plus each ``*.key`` file's name, inode,
+size and ctime (a key copied in, removed, renamed, rewritten in place or made writable by
+others all change it), so a handshake costs one ``scandir`` and a re-read happens only
+after a change. The folder and its keys must stay
 the daemon user's and writable by nobody else (``shared.endpoint.check_keys_dir``); while
 they are not, no key is admitted (fail closed) and the daemon says so in its log once.
 
@@ -69,13 +70,15 @@ class AuthorizedKeys:
         return allowed
 
     def _read_signature(self) -> tuple:
+        # ctime, not mtime: it also moves on chmod and chown, which decide trust as much as
+        # the keys themselves do.
         try:
-            st = os.stat(self.folder)
+            outer, inner = os.stat(self.keys_dir), os.stat(self.folder)
             with os.scandir(self.folder) as entries:
-                files = sorted((e.name, e.inode(), e.stat().st_size, e.stat().st_mtime_ns) for e in entries if e.name.endswith(".key"))
+                files = sorted((e.name, e.inode(), e.stat().st_size, e.stat().st_ctime_ns) for e in entries if e.name.endswith(".key"))
         except OSError as exc:
             return ("unreadable", exc.errno)
-        return (st.st_ino, st.st_mtime_ns, tuple(files))
+        return tuple((st.st_ino, st.st_ctime_ns, st.st_mode, st.st_uid) for st in (outer, inner)) + (tuple(files),)
 
     def _load(self) -> tuple[frozenset[str], str | None]:
         import zmq.auth
