@@ -76,9 +76,20 @@ def _conflicts(fd: int, start: int, length: int) -> bool:
     return _FLOCK.unpack(got)[0] != fcntl.F_UNLCK
 
 
+_HOLD_MAPPED = _flock(fcntl.F_RDLCK, MAPPED, 1)  # the common case, packed once (attach is a hot path)
+
+
 def hold(fd: int, roles: tuple[int, ...] = (MAPPED,)) -> bool:
     """Take this open file's read locks on ``MAPPED`` and ``roles``. False (nothing held)
     while a remover holds its write lock: the file is being removed, or was just probed."""
+    if not roles or roles == (MAPPED,):
+        try:
+            fcntl.fcntl(fd, fcntl.F_OFD_SETLK, _HOLD_MAPPED)
+            return True
+        except OSError as exc:
+            if exc.errno in (errno.EAGAIN, errno.EACCES):
+                return False
+            raise
     wanted = sorted({MAPPED, *roles})
     for i, byte in enumerate(wanted):
         if not _setlk(fd, fcntl.F_RDLCK, byte, 1):
@@ -91,6 +102,8 @@ def hold(fd: int, roles: tuple[int, ...] = (MAPPED,)) -> bool:
 def hold_waiting(fd: int, roles: tuple[int, ...] = (MAPPED,), *, wait_s: float = BUSY_WAIT_S) -> bool:
     """``hold``, waiting up to ``wait_s`` while a remover's write lock is in the way (it is
     held for microseconds; there is no notification to wait on, so this polls)."""
+    if hold(fd, roles):
+        return True
     deadline = time.monotonic() + wait_s
     pause_s = 0.0005
     while not hold(fd, roles):
@@ -112,13 +125,14 @@ def held_by_others(fd: int, role: int | None = None) -> bool:
     return _conflicts(fd, *((role, 1) if role is not None else _WHOLE))
 
 
-def same_file(fd: int, path: str) -> bool:
-    """True while ``path`` still names the file open as ``fd`` (not removed, not replaced)."""
+def same_file(fd: int, path: str, st: os.stat_result | None = None) -> bool:
+    """True while ``path`` still names the file open as ``fd`` (not removed, not replaced);
+    ``st``: ``fd``'s ``fstat`` where the caller has it already (an open file's inode never changes)."""
     try:
         named = os.lstat(path)
     except FileNotFoundError:
         return False
-    st = os.fstat(fd)
+    st = os.fstat(fd) if st is None else st
     return (named.st_dev, named.st_ino) == (st.st_dev, st.st_ino)
 
 

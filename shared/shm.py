@@ -154,10 +154,10 @@ def _close_mapping(mm: mmap.mmap, fd: int) -> None:
         os.close(fd)
 
 
-def _held_or_gone(fd: int, name: str, path: str, roles: tuple[int, ...]) -> None:
-    """Take the holds on a just-opened ``fd`` of ``path``; FileNotFoundError (``fd`` closed)
-    where a remover has it, or the name no longer is this file."""
-    if holds.hold_waiting(fd, roles) and holds.same_file(fd, path):
+def _held_or_gone(fd: int, name: str, path: str, roles: tuple[int, ...], st: os.stat_result | None = None) -> None:
+    """Take the holds on a just-opened ``fd`` of ``path`` (``st``: its fstat, if known);
+    FileNotFoundError (``fd`` closed) where a remover has it, or the name no longer is this file."""
+    if holds.hold_waiting(fd, roles) and holds.same_file(fd, path, st):
         return
     os.close(fd)
     raise FileNotFoundError(errno.ENOENT, f"shared-memory segment {name!r} was removed while being attached", path)
@@ -219,9 +219,13 @@ class SharedSegment:
         """
         path = _segment_path(name, store)
         fd = open_trusted(name, writable=writable, expected_nbytes=expected_nbytes, store=store)
-        _held_or_gone(fd, name, path, (holds.CONSUMER,) if consumer else ())
         try:
             st = os.fstat(fd)
+        except BaseException:
+            os.close(fd)
+            raise
+        _held_or_gone(fd, name, path, (holds.CONSUMER,) if consumer else (), st)
+        try:
             nbytes = st.st_size
             if nbytes == 0:
                 raise OSError(errno.EINVAL, f"shared-memory segment {name!r} is empty", path)
