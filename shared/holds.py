@@ -44,7 +44,6 @@ from .names import SHM_DIR
 
 # Lock bytes (offsets in the segment's file; lengths 1).
 MAPPED, CREATOR, CONSUMER = 0, 1, 2
-ROLES = {"mapped": MAPPED, "creator": CREATOR, "consumer": CONSUMER}
 
 # struct flock: short l_type, short l_whence, (pad), off_t l_start, off_t l_len, pid_t l_pid, (pad)
 _FLOCK = struct.Struct("=hh4xqqi4x")

@@ -50,10 +50,20 @@ def existing_snapshot(base: str, names: dict[str, str], *, store: str | None = N
     # killed. The removal decides again, atomically, in case a preparation just began.
     held = any((h := holds_of(n, store)) is not None and h.in_use for n in present)
     if held or remove_unused(present, store) == "in use":
-        creator = f" (creator pid {header.creator_pid} in its own PID namespace)" if header is not None else ""
-        raise BeingPrepared(f"snapshot {base!r} is being prepared by a live process{creator}: it holds the segments")
+        raise BeingPrepared(f"snapshot {base!r} is being prepared by live process(es) {_holders(present, store)}"
+                            f"{f' (creator pid {header.creator_pid})' if header is not None else ''}: they hold its segments")
     log.warning("removed stale incomplete snapshot %s (segments %s): nobody holds it, its preparation was killed", base, present)
     return None
+
+
+def _holders(names: list[str], store: str | None) -> str:
+    """The pids this PID namespace sees mapping ``names``, for the message only (the holds
+    decide); holders in another PID namespace are not visible here."""
+    from ...shared.procmem import segment_users
+
+    users = segment_users(store)
+    pids = sorted({p for n in names for p in users.get(n, ())})
+    return str(pids) if pids else "in another PID namespace or container"
 
 
 def remove_superseded(lineage: str, *, keep: str, store: str | None = None) -> list[str]:
