@@ -64,7 +64,8 @@ def main(argv=None) -> int:
 
     with tempfile.TemporaryDirectory() as tmp:
         data = write_synthetic(tmp, num_images=24, seed=0)
-        snap = prepare_snapshot(load_dataset(data.coco_json), imgsz=96, processes=1, persist=True, store=args.store).snapshot
+        dataset = load_dataset(data.coco_json)
+        snap = prepare_snapshot(dataset, imgsz=96, processes=1, persist=True, store=args.store).snapshot
     names = list(snap.segment_names)
     try:
         arms = {"locked": None, "unlocked": _no_hold}
@@ -77,7 +78,8 @@ def main(argv=None) -> int:
                 times[arm].append(_per_call_us(_attach, names, args.store, args.attaches, hold=arms[arm]))
             order.reverse()
         probe_us = _per_call_us(lambda n, s: holds.holds_of(n, s), names, args.store, args.attaches) / len(names)
-        refused_us = _per_call_us(lambda n, s: holds.remove_unused([n], s), names, args.store, args.attaches) / len(names)
+        refused_us = _per_call_us(lambda n, s: holds.remove_unused([n], s), names, args.store, args.attaches)
+        refused_us /= len(names)
         med = {arm: statistics.median(v) for arm, v in times.items()}
         out = {
             "segments_per_attach": len(names),

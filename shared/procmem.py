@@ -3,10 +3,10 @@
 Code both sides import: the monitor and the memory reports measure processes; ``pixpool
 clean``/``ls`` show which pids map a segment, as far as this PID namespace sees. Nothing
 here decides whether a segment is in use or a daemon alive: /proc shows only this PID
-namespace's processes, and that is ``shared.holds``' job (locks on the files themselves). Nothing is estimated where it can be
-measured: per-process RSS/USS/PSS come from the kernel's ``/proc/PID/smaps_rollup``, and
-how much of each pid's mapping of pixpool segments is resident (and its PSS share) from
-``/proc/PID/smaps``.
+namespace's processes, and that is ``shared.holds``' job (locks on the files themselves).
+Nothing is estimated where it can be measured: per-process RSS/USS/PSS come from the
+kernel's ``/proc/PID/smaps_rollup``, and how much of each pid's mapping of pixpool
+segments is resident (and its PSS share) from ``/proc/PID/smaps``.
 
 Note on USS: a shared-memory page mapped by exactly one process counts as that process's
 *private* memory in smaps (its map count is 1), so the USS of a lone reader includes the

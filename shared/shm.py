@@ -166,7 +166,8 @@ def _held_or_gone(fd: int, name: str, path: str, roles: tuple[int, ...], st: os.
 class SharedSegment:
     """A named shared-memory segment mapped into this process (see module docstring)."""
 
-    def __init__(self, name: str, mm: mmap.mmap, nbytes: int, fd: int, *, owner: bool, writable: bool, inode: int = 0, store: str | None = None):
+    def __init__(self, name: str, mm: mmap.mmap, nbytes: int, fd: int, *, owner: bool, writable: bool, inode: int = 0,
+                 store: str | None = None):
         self.name = name
         self.store = store or SHM_DIR
         self.nbytes = nbytes
@@ -194,7 +195,8 @@ class SharedSegment:
         # unused) removes it, and then this creation lost the name, as if it had existed.
         if not (holds.hold(fd, (holds.CREATOR,)) and holds.same_file(fd, path)):
             os.close(fd)
-            raise FileExistsError(errno.EEXIST, f"shared-memory segment {name!r} was taken by a concurrent removal while being created", path)
+            raise FileExistsError(errno.EEXIST, f"shared-memory segment {name!r} was taken by a concurrent removal "
+                                  "while being created", path)
         try:
             os.ftruncate(fd, nbytes)
             if reserve:

@@ -159,10 +159,12 @@ def _ls(args: argparse.Namespace) -> int:
         h = info.header
         dtype = layout.DTYPE_CODES[h.dtype_code].name if h is not None and h.dtype_code in layout.DTYPE_CODES else None
         rows.append({
-            "kind": "snapshot", "name": info.name, "records": h.records if h else None, "imgsz": h.imgsz if h else None, "dtype": dtype,
+            "kind": "snapshot", "name": info.name, "records": h.records if h else None,
+            "imgsz": h.imgsz if h else None, "dtype": dtype,
             "image_nbytes": info.parts.get("img"), "nbytes": info.nbytes, "complete": info.complete,
             "in_use": any(holds.get(seg) is not None and holds[seg].in_use for seg in parts),
-            "in_use_by": sorted({p for seg in parts for p in users.get(seg, ())}), "creator_pid": h.creator_pid if h else None,
+            "in_use_by": sorted({p for seg in parts for p in users.get(seg, ())}),
+            "creator_pid": h.creator_pid if h else None,
         })  # fmt: skip
     rows += ring_rows(mine, holds, users, args.store)
     note = others_note(others)
@@ -204,7 +206,8 @@ def _print_tables(rows: list[dict]) -> None:
     snaps = [r for r in rows if r["kind"] == "snapshot"]
     rings = [r for r in rows if r["kind"] == "ring"]
     if snaps:
-        table = [[r["name"], r["records"] if r["records"] is not None else "?", r["imgsz"] or "?", r["dtype"] or "?", human_bytes(r["nbytes"]),
+        table = [[r["name"], r["records"] if r["records"] is not None else "?", r["imgsz"] or "?", r["dtype"] or "?",
+                  human_bytes(r["nbytes"]),
                   "yes" if r["complete"] else "NO", _in_use_text(r)] for r in snaps]  # fmt: skip
         print(format_table(table, ["snapshot", "records", "imgsz", "dtype", "size", "complete", "in use by"]))
     if rings:
@@ -229,7 +232,8 @@ def _clean(args: argparse.Namespace) -> int:
     if args.names:
         wanted = set(args.names)
         segments = [s for s in segments if s in wanted or group_of(s) in wanted]
-    targets, kept = plan_clean(segments, _holds(segments, args.store), unrecognised=args.all, pids=segment_users(args.store))
+    holds = _holds(segments, args.store)
+    targets, kept = plan_clean(segments, holds, unrecognised=args.all, pids=segment_users(args.store))
     if args.keep_complete:
         from ..snapshot.handle import list_snapshots
 

@@ -174,7 +174,8 @@ def sweep_rings(store: str | None = None) -> list[str]:
         if remove_unused([name], store) == "removed":
             gone.append(name)
     if gone:
-        log.warning("removed %d batch ring(s) that no process holds (their daemon died without cleaning up): %s", len(gone), ", ".join(gone))
+        log.warning("removed %d batch ring(s) that no process holds (their daemon died without cleaning up): %s",
+                    len(gone), ", ".join(gone))
     return gone
 
 

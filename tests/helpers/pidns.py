@@ -93,7 +93,8 @@ def ns_daemon(data, socket_dir: str, *, imgsz: int, workers: int = 1, extra: tup
     """``pixpool serve data`` as PID 1 of a new PID namespace, serving ``socket_dir``; waits
     until it answers ``status`` with its workers up. Killed (SIGKILL, the whole namespace
     with it) and reaped on exit unless the test stopped it."""
-    argv = [*UNSHARE, sys.executable, "-m", "pixpool.shared.cli", "serve", str(data), "--imgsz", str(imgsz), "--workers", str(workers),
+    argv = [*UNSHARE, sys.executable, "-m", "pixpool.shared.cli", "serve", str(data), "--imgsz", str(imgsz),
+            "--workers", str(workers),
             "--processes", "1", "--socket-dir", socket_dir, *extra]  # fmt: skip
     log = tempfile.TemporaryFile("w+")  # a file, not a pipe: a chatty daemon never blocks on it
     proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=log, text=True, env=_env())
@@ -103,7 +104,8 @@ def ns_daemon(data, socket_dir: str, *, imgsz: int, workers: int = 1, extra: tup
             deadline = time.monotonic() + WAIT_S
             while True:
                 if proc.poll() is not None:
-                    raise RuntimeError(f"the namespaced daemon exited with {proc.returncode}: {daemon.output()[-3000:]}")
+                    raise RuntimeError(f"the namespaced daemon exited with {proc.returncode}: "
+                                       f"{daemon.output()[-3000:]}")
                 st = ask_status(socket_dir, 1.0) if os.path.exists(f"{socket_dir}/daemon.sock") else None
                 if st is not None and sum(w["state"] != "starting" for w in st["workers"]) >= workers:
                     break

@@ -53,7 +53,8 @@ def _exists(names) -> list[bool]:
 def _raw_attach(dealer, socket_dir: str, seed: int) -> str:
     """Attach a trainer that never maps its ring (raw protocol); the ring's name."""
     sock = dealer(f"ipc://{socket_dir}/daemon.sock")
-    sock.send(proto.encode("attach", settings=_settings(seed).to_dict(), pid=os.getpid(), host="elsewhere", slots=2, delivery="shm"))
+    settings = _settings(seed).to_dict()
+    sock.send(proto.encode("attach", settings=settings, pid=os.getpid(), host="elsewhere", slots=2, delivery="shm"))
     assert sock.poll(WAIT_S * 1000), "no reply to attach"
     return proto.decode(sock.recv(), reply=True)["ring"]
 
@@ -70,7 +71,8 @@ def _ls_rows(capsys) -> dict:
     return {r["name"]: r for r in json.loads(capsys.readouterr().out)}
 
 
-def test_clean_in_another_pid_namespace_keeps_what_a_daemon_serves_and_removes_it_once_unheld(synthetic_data, dataset, dealer):
+def test_clean_in_another_pid_namespace_keeps_what_a_daemon_serves_and_removes_it_once_unheld(
+        synthetic_data, dataset, dealer):
     s = _settings(11)
     with real_daemon(synthetic_data.coco_json, imgsz=IMGSZ, workers=1) as (_, d):
         with Client(s, socket_dir=d, timeout_s=WAIT_S, as_torch=False) as c:
@@ -137,7 +139,7 @@ def test_a_killed_pid1_daemons_ring_goes_once_its_trainer_moved_to_the_restarted
                 assert parse(old).daemon_pid == 1
                 first.signal(signal.SIGKILL)
                 first.wait()
-                assert all(_exists([old, *snapshot])), "a killed daemon cannot remove anything (the test needs leftovers)"
+                assert all(_exists([old, *snapshot])), "a killed daemon cannot remove anything (the test needs them)"
                 with ns_daemon(synthetic_data.coco_json, d, imgsz=IMGSZ) as second:
                     got += [digest_of(b) for b in it]
                     assert c.reattaches == 1 and c._ring.name != old and parse(c._ring.name).daemon_pid == 1
@@ -184,21 +186,24 @@ def test_ls_lists_rings_with_their_daemon_and_trainer(synthetic_data, dealer, ca
             with Client(s, socket_dir=d, timeout_s=WAIT_S, as_torch=False) as c:
                 mapped = c._ring.name
                 rows = _ls_rows(capsys)
-                assert (rows[mapped]["kind"], rows[mapped]["daemon"], rows[mapped]["trainer"]) == ("ring", "alive", "attached")
+                state = (rows[mapped]["kind"], rows[mapped]["daemon"], rows[mapped]["trainer"])
+                assert state == ("ring", "alive", "attached")
                 assert (rows[unmapped]["daemon"], rows[unmapped]["trainer"]) == ("alive", "none")
                 assert rows[unmapped]["in_use"] is True and rows[unmapped]["daemon_pid"] == 1
                 daemon.signal(signal.SIGKILL)
                 daemon.wait()
                 rows = _ls_rows(capsys)
                 assert (rows[mapped]["daemon"], rows[mapped]["trainer"]) == ("dead", "attached")
-                assert (rows[unmapped]["daemon"], rows[unmapped]["trainer"], rows[unmapped]["in_use"]) == ("dead", "none", False)
+                state = (rows[unmapped]["daemon"], rows[unmapped]["trainer"], rows[unmapped]["in_use"])
+                assert state == ("dead", "none", False)
                 assert main(["ls"]) == 0
                 table = capsys.readouterr().out
                 line = next(x for x in table.splitlines() if x.startswith(mapped))
                 assert line.split()[3:5] == ["dead", "attached"], table
                 assert main(["clean", mapped, unmapped]) == 0
                 out = capsys.readouterr().out
-                assert f"removed {unmapped}" in out and f"kept {mapped}: in use" in out and "its daemon is gone" in out, out
+                assert f"removed {unmapped}" in out and f"kept {mapped}: in use" in out, out
+                assert "its daemon is gone" in out, out
             # The trainer let go (Client.close): last one out, it removed the ring.
             assert not os.path.exists(shm_path(mapped))
     finally:
@@ -217,7 +222,7 @@ def test_a_killed_host_daemons_ring_goes_once_its_trainer_moved_to_the_successor
                 got = [digest_of(next(it))]
                 old = c._ring.name
                 _kill_host_daemon(first)
-                assert os.path.exists(shm_path(old)), "a killed daemon cannot remove its ring (the test needs a leftover)"
+                assert os.path.exists(shm_path(old)), "a killed daemon cannot remove its ring (the test needs it)"
                 with real_daemon(synthetic_data.coco_json, imgsz=IMGSZ, workers=1, socket_dir=d):
                     got += [digest_of(b) for b in it]
                     assert c.reattaches == 1 and c._ring.name != old

@@ -304,7 +304,8 @@ def test_snapshot_being_prepared_by_live_process_is_waited_for_then_refused(synt
     # The preparer is another process holding the segment as every pixpool mapping does
     # (shared.holds); this process lets go of its own mapping once that one holds it.
     holder = subprocess.Popen(
-        [sys.executable, "-c", "import sys; from pixpool.shared.shm import SharedSegment; s = SharedSegment.attach(sys.argv[1]); "
+        [sys.executable, "-c", "import sys; from pixpool.shared.shm import SharedSegment; "
+         "s = SharedSegment.attach(sys.argv[1]); "
          "print('mapped', flush=True); sys.stdin.read()", base + "-meta"],
         stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
     )  # fmt: skip

@@ -264,7 +264,8 @@ def test_sigkill_during_prepare_then_clean_removes_everything(coco128, tmp_path)
         assert left, "the killed preparation left nothing to clean (it finished too fast)"
         assert not read_header(parts["meta"]).is_complete
         # neither the dead process nor its decode workers map anything any more
-        _wait_for(lambda: not any((h := holds_of(s)) is not None and h.in_use for s in parts.values()), 30, "the killed preparation's workers to exit")
+        _wait_for(lambda: not any((h := holds_of(s)) is not None and h.in_use for s in parts.values()), 30,
+                  "the killed preparation's workers to exit")
         assert main(["clean", base]) == 0
         assert not [s for s in parts.values() if os.path.exists(shm_path(s))]
     finally:
@@ -294,12 +295,14 @@ def test_clean_decisions():
         "pixpool-snap-cccc-meta",  # an older release's name: only with unrecognised
         ring_segment(1, "03"),  # its daemon died, its trainer (elsewhere) still maps it: stays
     ]  # fmt: skip
-    holds = {s: unheld for s in segs} | {b["img"]: mapped, segs[7]: Holds(True, True, False), segs[9]: Holds(True, False, True)}
+    holds = {s: unheld for s in segs}
+    holds |= {b["img"]: mapped, segs[7]: Holds(True, True, False), segs[9]: Holds(True, False, True)}
     remove, kept = plan_clean(segs, holds, pids={b["img"]: {me}})
     assert remove == sorted(segs[:3] + [segs[6]])
     assert set(kept) == set(segs[3:6] + segs[7:])
     assert f"in use by pid {me}" in kept[b["meta"]]
-    assert kept[segs[7]] == "in use by a process in another PID namespace or container (its daemon is alive, no trainer maps it)"
+    assert kept[segs[7]] == ("in use by a process in another PID namespace or container "
+                             "(its daemon is alive, no trainer maps it)")
     assert "its daemon is gone, its trainer maps it" in kept[segs[9]]
     # No flag overrides a hold: --all (unrecognised) only adds the unknown unheld name.
     remove_all, kept_all = plan_clean(segs, holds, unrecognised=True)
