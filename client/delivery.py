@@ -45,9 +45,11 @@ class SlotReader:
         return self.ring.images(slot, size), self.ring.targets(slot, n_t), self.ring.samples(slot, size)
 
     def close(self) -> None:
+        """Let go of the ring; as the last one out of a dead daemon's ring (a trainer moving
+        on to a new daemon), remove it (``Ring.leave``)."""
         if self.ring is not None:
-            self.ring.close()
-            self.ring = None
+            ring, self.ring = self.ring, None
+            ring.leave()
 
 
 class FrameReader:
@@ -81,7 +83,7 @@ def map_ring(attached: dict, store: str | None = None) -> tuple[Ring | None, str
     where this process cannot map it (another machine, another /dev/shm, another user)."""
     where = store or attached["store"]
     try:
-        ring = Ring.attach(attached["ring"], store=where)
+        ring = Ring.attach(attached["ring"], store=where, trainer=True)
     except (OSError, PixpoolError) as exc:
         log.info("ring %s is not mappable from here (%s: %s); batches come as frames", attached["ring"], type(exc).__name__, exc)
         return None, ""

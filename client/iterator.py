@@ -12,8 +12,11 @@ slot is released to the daemon (credit-based backpressure). Copy what must outli
 Faults, as the trainer sees them:
 - no daemon yet: attach waits up to ``timeout_s`` (``DaemonTimeout`` says where it looked);
 - the daemon stops cleanly: ``DaemonStopped`` with the daemon's reason;
-- the daemon dies (pid gone, or the restarted one no longer knows this trainer): the client
-  attaches again within ``timeout_s`` and resumes at its epoch and batch position;
+- the daemon dies (it no longer holds this trainer's ring, seen from any PID namespace:
+  ``Ring.daemon_alive``; or it falls silent; or the restarted one no longer knows this
+  trainer): the client attaches again within ``timeout_s`` and resumes at its epoch and
+  batch position; moving to the new ring, it removes the dead daemon's old one as the last
+  one out;
 - a batch does not come within ``timeout_s``: if the daemon still answers this trainer's
   heartbeats it is slow, not gone (a stalled worker, a busy machine), and the client logs
   a warning and keeps waiting; only a daemon that answers nothing is ``DaemonTimeout``
@@ -33,7 +36,6 @@ from dataclasses import dataclass
 from typing import Any, Iterator
 
 import numpy as np
-import psutil
 import zmq
 
 from ..shared import endpoint as ep
@@ -168,6 +170,8 @@ class Client:
             if self._auth_watch is not None:
                 self._auth_watch.check()
             if self._ident is not None and self._daemon_gone():
+                if self._sock.poll(_STEP_MS):
+                    continue  # its last word (``stopped``) may still be on its way: read it first
                 raise _Lost()
             if time.monotonic() > deadline and patient and self._daemon_answers():
                 log.warning("no %s from the pixpool daemon at %s within %.1f s, but it answers heartbeats: it is slow, not gone; waiting on",
@@ -179,8 +183,9 @@ class Client:
     def _daemon_gone(self) -> bool:
         if self._lost is not None and self._lost == self._ident:
             return True
-        if not self.remote and self._daemon_pid and not psutil.pid_exists(self._daemon_pid):
-            return True
+        ring = self._ring
+        if ring is not None and not ring.daemon_alive():
+            return True  # the daemon no longer maps this trainer's ring: dead, or detached it
         return time.monotonic() - self._last_ack > max(10.0, 10 * self.heartbeat_interval_s)
 
     def _daemon_answers(self) -> bool:
@@ -190,7 +195,6 @@ class Client:
     def _attach(self) -> None:
         self._close_socket()
         self._sock = self._socket(watch=True)
-        self._daemon_pid = 0
         self._sock.send(proto.encode("attach", settings=self.settings.to_dict(), pid=os.getpid(), host=_socket.gethostname(), slots=self.slots,
                                      delivery=self._asked, pid_ns=pid_namespace()))
         deadline = time.monotonic() + self.timeout_s
@@ -203,17 +207,12 @@ class Client:
             self._reader = None
         self.num_records = msg["num_records"]
         self.names = list(msg.get("names") or [])
-        self._daemon_pid = 0
         self._held = None
         self._last_ack = time.monotonic()
         self._ident = (msg["trainer_id"], msg["token"])
         self._reader = open_reader(msg, *self._prove(msg, deadline))
         self.delivery = self._reader.delivery
         self.layout = self._reader.layout
-        # The daemon's pid means something here only in the same PID namespace of the same
-        # machine (proved by the ring); elsewhere its silence tells that it is gone.
-        same_ns = bool(msg.get("pid_ns")) and msg.get("pid_ns") == pid_namespace()
-        self._daemon_pid = msg["daemon_pid"] if self.delivery == proto.DELIVERY_SHM and same_ns else 0
         if self.fetch_files:
             self.files = self._records()
 

@@ -13,8 +13,10 @@ real owner and mode before mapping anything.
 - A snapshot is three segments ``pixpool-u<uid>-snap-<fp16>-<part>`` (part meta, img,
   tgt) that share the base name ``pixpool-u<uid>-snap-<fp16>``, derived from the input
   fingerprint (computable by anyone who can read the dataset: hence the owner check).
-- A batch ring is ``pixpool-u<uid>-ring-<daemon pid>-<random hex>``: the pid tells a stale
-  ring (its daemon is dead) from a live one; the random part makes the name unguessable,
+- A batch ring is ``pixpool-u<uid>-ring-<daemon pid>-<random hex>``: the pid is for people
+  to read (it is the daemon's pid in its own PID namespace, PID 1 in every container) and
+  decides nothing: whether the ring's daemon is alive, or anyone uses the ring, is told by
+  the locks on its file (``shared.holds``). The random part makes the name unguessable,
   so nobody can squat the next ring name before the daemon creates it.
 """
 

@@ -1,10 +1,12 @@
 """What processes hold, measured from the kernel: /proc parsing, segment users, RSS/USS/PSS.
 
-Code both sides import: ``pixpool clean``/``ls`` and the daemon ask who maps a segment; the
-monitor and the memory reports measure processes. Nothing is estimated where it can be
-measured: per-process RSS/USS/PSS come from the kernel's ``/proc/PID/smaps_rollup``, and
-how much of each pid's mapping of pixpool segments is resident (and its PSS share) from
-``/proc/PID/smaps``.
+Code both sides import: the monitor and the memory reports measure processes; ``pixpool
+clean``/``ls`` show which pids map a segment, as far as this PID namespace sees. Nothing
+here decides whether a segment is in use or a daemon alive: /proc shows only this PID
+namespace's processes, and that is ``shared.holds``' job (locks on the files themselves).
+Nothing is estimated where it can be measured: per-process RSS/USS/PSS come from the
+kernel's ``/proc/PID/smaps_rollup``, and how much of each pid's mapping of pixpool
+segments is resident (and its PSS share) from ``/proc/PID/smaps``.
 
 Note on USS: a shared-memory page mapped by exactly one process counts as that process's
 *private* memory in smaps (its map count is 1), so the USS of a lone reader includes the
@@ -90,7 +92,8 @@ def _read_text(path: str) -> str | None:
 
 def segment_users(store: str | None = None) -> dict[str, set[int]]:
     """pixpool segment name (in ``store``, default /dev/shm) -> live pids that map it or hold
-    it open (unreadable pids skipped; only processes in this PID namespace are seen)."""
+    it open (unreadable pids skipped; only processes in this PID namespace are seen, so this
+    describes and measures; ``shared.holds`` decides "in use")."""
     users: dict[str, set[int]] = {}
     me_prefix = _prefix_path(store)
     for entry in os.listdir("/proc"):

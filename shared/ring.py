@@ -37,6 +37,13 @@ daemon at creation and never sent over a socket. A trainer that reads it back th
 store path it was told has proved it maps this very file (same store, whatever its host
 name or PID namespace), and the daemon then delivers batches in place; otherwise as frames.
 
+Holds (``shared.holds``): the daemon's mapping holds the ring's ``CREATOR`` lock and the
+trainer's its ``CONSUMER`` lock, for as long as each maps it, in whatever PID namespace.
+So a trainer knows its daemon is gone when the creator lock is (``daemon_alive``), and a
+ring nobody holds is a dead daemon's leftover, whatever pid its name carries: the trainer
+that moves on is the last one out and removes it (``leave``), and every daemon sweeps
+such rings (``server.daemon.admission.sweep_rings``).
+
 The segment is a ``shared.shm.SharedSegment`` (a file in the daemon's store, never registered with
 multiprocessing's resource tracker: bpo-39959). Its whole size is reserved at creation,
 so a full /dev/shm is a clear ``CapacityError`` now rather than a SIGBUS in a worker later,
@@ -54,6 +61,7 @@ from typing import Any
 
 import numpy as np
 
+from . import holds
 from .errors import CapacityError, ConfigError, SnapshotError
 from .names import SHM_DIR
 from .shm import SharedSegment, unlink_segment
@@ -171,9 +179,11 @@ class Ring:
         return cls(segment, layout)
 
     @classmethod
-    def attach(cls, name: str, *, store: str | None = None) -> "Ring":
+    def attach(cls, name: str, *, store: str | None = None, trainer: bool = False) -> "Ring":
+        """Map the ring ``name``: a worker's mapping, or with ``trainer`` the mapping of the
+        trainer it is for (its hold says so: ``holds.CONSUMER``)."""
         try:
-            segment = SharedSegment.attach(name, writable=True, store=store)
+            segment = SharedSegment.attach(name, writable=True, store=store, consumer=trainer)
         except FileNotFoundError:
             raise SnapshotError(f"batch ring {name} does not exist (the daemon removed it or stopped)") from None
         size = segment.nbytes
@@ -255,13 +265,31 @@ class Ring:
         return _SLOT_HEADER.unpack(self._buf[base : base + _SLOT_HEADER.size].tobytes())
 
     # -- lifetime ---------------------------------------------------------------------
-    def close(self) -> None:
-        """Unmap; where numpy views of the slots are still alive, the mapping goes with them."""
+    def close(self, *, let_go: bool = False) -> None:
+        """Unmap; where numpy views of the slots are still alive, the mapping goes with them
+        (and its hold with it, unless ``let_go``: ``SharedSegment.close``)."""
         if self._segment is None:
             return
         segment, self._segment = self._segment, None
         self._buf = None  # type: ignore[assignment]
-        segment.close()
+        segment.close(let_go=let_go)
+
+    def leave(self) -> str:
+        """Close, and as the last process out remove the ring (``holds.remove_unused``):
+        what a trainer does when it moves on. Its daemon, while alive, still maps the ring,
+        so this removes only a ring whose daemon is gone. Returns what ``remove_unused`` says."""
+        name, store = self.name, self.store
+        self.close(let_go=True)
+        return holds.remove_unused([name], store)
+
+    def daemon_alive(self) -> bool:
+        """True while the daemon that created this ring still maps it (its ``CREATOR`` hold),
+        seen from any PID namespace. Not meaningful in the daemon itself."""
+        return self._segment is not None and self._segment.held_by_others(holds.CREATOR)
+
+    def trainer_holds(self) -> bool:
+        """True while the trainer this ring is for maps it (its ``CONSUMER`` hold)."""
+        return self._segment is not None and self._segment.held_by_others(holds.CONSUMER)
 
     def unlink(self) -> None:
         if not self.owner:

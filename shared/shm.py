@@ -31,6 +31,14 @@ writable by nobody else (no group/other write bit), and, where the caller knows 
 the expected size. Anything else is ``UntrustedSegmentError`` naming the file, its owner
 and mode, and what to do. ``create`` is ``O_EXCL`` with mode 0600: it never adopts an
 existing file.
+
+Holds (``shared.holds``): every mapping made here holds an open-file-description read lock
+on its file for as long as the mapping lives (the creator's also on ``CREATOR``; a
+consumer's, e.g. a ring's trainer, on ``CONSUMER``), so any process that shares the store,
+in any PID namespace, can tell that the segment is in use. ``attach`` takes the lock, then
+checks that the name still is the file it opened (a remover may have unlinked it in
+between) and says FileNotFoundError otherwise. The segment keeps its descriptor open until
+``close``; the mapping keeps the lock beyond that while numpy views keep it alive.
 """
 
 from __future__ import annotations
@@ -41,6 +49,7 @@ import os
 import stat
 import weakref
 
+from . import holds
 from .errors import UntrustedSegmentError
 from .names import SHM_DIR, expected_owner
 
@@ -108,6 +117,15 @@ def open_trusted(name: str, *, writable: bool = False, expected_nbytes: int | No
     return fd
 
 
+def open_held(name: str, *, writable: bool = False, store: str | None = None) -> int:
+    """``open_trusted``, holding the file as a mapping would (``shared.holds``): for a process
+    that writes a segment through a descriptor (``pwrite``) rather than a mapping. The hold
+    lasts until the caller closes the descriptor. FileNotFoundError where it is being removed."""
+    fd = open_trusted(name, writable=writable, store=store)
+    _held_or_gone(fd, name, _segment_path(name, store), ())
+    return fd
+
+
 def read_prefix(name: str, nbytes: int, *, store: str | None = None) -> bytes:
     """The first ``nbytes`` of a trusted segment, by a plain read (no mapping)."""
     fd = open_trusted(name, store=store)
@@ -125,18 +143,31 @@ def owner_of(name: str, store: str | None = None) -> int | None:
         return None
 
 
-def _close_mapping(mm: mmap.mmap) -> None:
+def _close_mapping(mm: mmap.mmap, fd: int) -> None:
     try:
         mm.close()
     except BufferError:
-        # numpy views still export the buffer; the mapping is released when they die.
+        # numpy views still export the buffer; the mapping (and with it the hold on the
+        # file, which belongs to the open file the mapping keeps) goes when they die.
         pass
+    finally:
+        os.close(fd)
+
+
+def _held_or_gone(fd: int, name: str, path: str, roles: tuple[int, ...], st: os.stat_result | None = None) -> None:
+    """Take the holds on a just-opened ``fd`` of ``path`` (``st``: its fstat, if known);
+    FileNotFoundError (``fd`` closed) where a remover has it, or the name no longer is this file."""
+    if holds.hold_waiting(fd, roles) and holds.same_file(fd, path, st):
+        return
+    os.close(fd)
+    raise FileNotFoundError(errno.ENOENT, f"shared-memory segment {name!r} was removed while being attached", path)
 
 
 class SharedSegment:
     """A named shared-memory segment mapped into this process (see module docstring)."""
 
-    def __init__(self, name: str, mm: mmap.mmap, nbytes: int, *, owner: bool, writable: bool, inode: int = 0, store: str | None = None):
+    def __init__(self, name: str, mm: mmap.mmap, nbytes: int, fd: int, *, owner: bool, writable: bool, inode: int = 0,
+                 store: str | None = None):
         self.name = name
         self.store = store or SHM_DIR
         self.nbytes = nbytes
@@ -144,7 +175,8 @@ class SharedSegment:
         self.writable = writable
         self.inode = inode  # which file this mapping is: ``present`` compares it
         self._mm: mmap.mmap | None = mm
-        self._finalizer = weakref.finalize(self, _close_mapping, mm)
+        self._fd = fd  # holds this mapping's locks (shared.holds); open until close()
+        self._finalizer = weakref.finalize(self, _close_mapping, mm, fd)
 
     # -- construction ---------------------------------------------------------------
     @classmethod
@@ -159,6 +191,12 @@ class SharedSegment:
             raise ValueError(f"shared-memory segment {name!r} needs a positive size, got {nbytes}")
         path = _segment_path(name, store)
         fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC | os.O_NOFOLLOW, _MODE)
+        # Held at once: a sweep that opened the new, empty file before this lock (it looks
+        # unused) removes it, and then this creation lost the name, as if it had existed.
+        if not (holds.hold(fd, (holds.CREATOR,)) and holds.same_file(fd, path)):
+            os.close(fd)
+            raise FileExistsError(errno.EEXIST, f"shared-memory segment {name!r} was taken by a concurrent removal "
+                                  "while being created", path)
         try:
             os.ftruncate(fd, nbytes)
             if reserve:
@@ -169,28 +207,36 @@ class SharedSegment:
             os.close(fd)
             os.unlink(path)
             raise
-        os.close(fd)  # the mapping keeps the memory; the descriptor is no longer needed
-        return cls(name, mm, nbytes, owner=True, writable=True, inode=inode, store=store)
+        return cls(name, mm, nbytes, fd, owner=True, writable=True, inode=inode, store=store)
 
     @classmethod
-    def attach(cls, name: str, *, writable: bool = False, expected_nbytes: int | None = None, store: str | None = None) -> "SharedSegment":
+    def attach(cls, name: str, *, writable: bool = False, expected_nbytes: int | None = None, store: str | None = None,
+               consumer: bool = False) -> "SharedSegment":
         """Map an existing, trusted segment (module docstring); read-only (``PROT_READ``)
-        unless ``writable``.
+        unless ``writable``. ``consumer``: this process is the one the segment is for (a
+        ring's trainer), and says so in its hold (``holds.CONSUMER``).
 
         Arrays over a read-only segment's ``buf`` are read-only: writing raises ValueError.
+        FileNotFoundError where the segment does not exist or is being removed.
         """
         path = _segment_path(name, store)
         fd = open_trusted(name, writable=writable, expected_nbytes=expected_nbytes, store=store)
         try:
             st = os.fstat(fd)
+        except BaseException:
+            os.close(fd)
+            raise
+        _held_or_gone(fd, name, path, (holds.CONSUMER,) if consumer else (), st)
+        try:
             nbytes = st.st_size
             if nbytes == 0:
                 raise OSError(errno.EINVAL, f"shared-memory segment {name!r} is empty", path)
             prot = mmap.PROT_READ | (mmap.PROT_WRITE if writable else 0)
             mm = mmap.mmap(fd, nbytes, flags=mmap.MAP_SHARED, prot=prot)
-        finally:
+        except BaseException:
             os.close(fd)
-        return cls(name, mm, nbytes, owner=False, writable=writable, inode=st.st_ino, store=store)
+            raise
+        return cls(name, mm, nbytes, fd, owner=False, writable=writable, inode=st.st_ino, store=store)
 
     # -- use --------------------------------------------------------------------------
     @property
@@ -216,11 +262,23 @@ class SharedSegment:
         if self._mm is not None and self.writable:
             self._mm.flush()
 
-    def close(self) -> None:
-        """Release this process's mapping (deferred while numpy views are alive)."""
+    def held_by_others(self, role: int | None = None) -> bool:
+        """True while another open file (another process, or another mapping here) holds
+        ``role`` (``holds.CREATOR``, ``holds.CONSUMER``; None: any hold) on this file."""
+        if self._mm is None:
+            raise ValueError(f"shared-memory segment {self.name!r} is closed")
+        return holds.held_by_others(self._fd, role)
+
+    def close(self, *, let_go: bool = False) -> None:
+        """Release this process's mapping (deferred while numpy views are alive; the hold
+        stays with the mapping). ``let_go``: drop this mapping's hold now even if views keep
+        the mapping, so that the segment can be removed (the last user out is leaving;
+        views it still holds stay valid, an unlinked file's pages live on while mapped)."""
         if self._mm is None:
             return
         self._mm = None
+        if let_go:
+            holds.let_go(self._fd)
         self._finalizer()  # runs _close_mapping once and detaches the finalizer
 
     def unlink(self) -> None:

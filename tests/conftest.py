@@ -43,16 +43,25 @@ def _is_resource_tracker(proc: psutil.Process) -> bool:
         return False
 
 
+def _someone_elses(name: str, ours: set[int], users: dict[str, set[int]]) -> bool:
+    """True where a process outside this run holds segment ``name`` (``shared.holds``: seen
+    from any PID namespace) and none of this run's processes maps it."""
+    from pixpool.shared.holds import holds_of
+
+    held = holds_of(name)
+    return held is not None and held.in_use and not users.get(name, set()) & ours
+
+
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     from pixpool.shared.procmem import segment_users
 
     me = psutil.Process(os.getpid())
     children = [p for p in me.children(recursive=True) if p.is_running() and p.status() != psutil.STATUS_ZOMBIE and not _is_resource_tracker(p)]
     ours = {os.getpid()} | {p.pid for p in children}
-    users = segment_users()
-    # A segment a process outside this run maps belongs to someone else (another test
-    # run on the same machine): neither blamed on this run nor removed.
-    leaked = sorted(n for n in set(list_segments()) - _segments_before if users.get(n, set()) <= ours)
+    users = segment_users()  # which of the holders are this run's (it sees its own namespace)
+    # A segment a process outside this run holds belongs to someone else (another test run
+    # on the same machine, in whatever PID namespace): neither blamed on this run nor removed.
+    leaked = sorted(n for n in set(list_segments()) - _segments_before if not _someone_elses(n, ours, users))
     problems = []
     if leaked:
         problems.append(f"shared-memory segments left in /dev/shm: {leaked}")

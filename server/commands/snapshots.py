@@ -7,10 +7,19 @@ commands look only at segments whose file belongs to the caller (the uid in the 
 the file's owner; root included) and say how many of other users' they skipped; nothing
 here ever unlinks another user's file.
 
-``clean`` is how what a killed process left behind goes away. It removes, as whole units
-(a snapshot's three parts together), snapshots and rings nobody uses; it never removes a
-segment that a live process maps or holds open, nor a ring whose daemon is alive, whatever
-the flags, and it names the process that holds each one it keeps. ``--keep-complete``
+"In use" and "alive" are decided from the store itself (``shared.holds``): every process
+that maps a segment holds a lock on its file, seen from any PID namespace or container
+that shares the store; a ring's daemon holds its ``CREATOR`` lock and its trainer its
+``CONSUMER`` lock. The pid in a ring's name decides nothing (a daemon in a container is PID
+1 after every restart). Pids are shown where this PID namespace sees the holders
+(``procmem.segment_users``, a description only).
+
+``ls`` lists the caller's snapshots and rings: a ring with its daemon (alive or dead, by its
+lock) and its trainer (attached or not). ``clean`` is how what a killed process left
+behind goes away. It removes, as whole units (a snapshot's three parts together),
+snapshots and rings nobody holds, each under a write lock that no holder lets it take
+(``holds.remove_unused``); it never removes a segment that a live process maps or holds
+open, whatever the flags, and it says who holds each one it keeps. ``--keep-complete``
 also keeps complete snapshots (what a restarted daemon re-attaches); ``--all`` also takes
 the caller's files under names this release does not recognise (older releases' names).
 """
@@ -67,28 +76,28 @@ def others_note(others: dict[int, int]) -> str | None:
     return f"skipped {sum(others.values())} segment(s) of other users ({who}); only their owners (or root, as that user) remove them"
 
 
-def plan_clean(segments: list[str], users: dict[str, set[int]], *, unrecognised: bool = False, alive=None) -> tuple[list[str], dict[str, str]]:
+def plan_clean(segments: list[str], holds: dict, *, unrecognised: bool = False,
+               pids: dict[str, set[int]] | None = None) -> tuple[list[str], dict[str, str]]:
     """(segments ``clean`` removes, {kept segment: why}) (pure: decisions only).
 
-    A snapshot goes as a whole when none of its parts is used; a ring when its daemon is
-    dead and nobody maps it. A name this release does not parse goes only with
-    ``unrecognised`` and when nobody maps it. Nothing in use ever goes.
+    ``holds``: segment -> ``shared.holds.Holds`` (None or absent: gone); ``pids``: segment ->
+    pids this namespace sees mapping it, for the reasons only. A snapshot goes as a whole
+    when none of its parts is held; a ring when nobody holds it (a live daemon holds every
+    ring it serves). A name this release does not parse goes only with ``unrecognised`` and
+    when nobody holds it. Nothing held ever goes; the removal itself decides once more.
     """
     from ...shared.names import group_of, parse
 
-    if alive is None:
-        from ...shared.procmem import alive
+    pids = pids or {}
     groups: dict[str, list[str]] = {}
     for seg in segments:
         groups.setdefault(group_of(seg), []).append(seg)
     remove, kept = [], {}
     for key, segs in groups.items():
-        holders = sorted({p for s in segs for p in users.get(s, ())})
+        held = [holds[s] for s in segs if holds.get(s) is not None and holds[s].in_use]
         parsed = parse(segs[0])
-        if holders:
-            why = "in use by " + ", ".join(_describe(p) for p in holders)
-        elif parsed is not None and parsed.kind == "ring" and alive(parsed.daemon_pid):
-            why = f"ring of live daemon {_describe(parsed.daemon_pid)}"
+        if held:
+            why = _holders(parsed, held, sorted({p for s in segs for p in pids.get(s, ())}))
         elif parsed is None and not unrecognised:
             why = "name not recognised by this pixpool (--all removes it)"
         else:
@@ -99,6 +108,17 @@ def plan_clean(segments: list[str], users: dict[str, set[int]], *, unrecognised:
     return sorted(remove), kept
 
 
+def _holders(parsed, held: list, pids: list[int]) -> str:
+    """Why a held group stays, in words: who holds it (by its locks), and the pids this PID
+    namespace sees (none where the holders live in another one)."""
+    seen = ", ".join(_describe(p) for p in pids) if pids else "a process in another PID namespace or container"
+    if parsed is not None and parsed.kind == "ring":
+        daemon = "its daemon is alive" if any(h.creator for h in held) else "its daemon is gone"
+        trainer = "its trainer maps it" if any(h.consumer for h in held) else "no trainer maps it"
+        return f"in use by {seen} ({daemon}, {trainer})"
+    return f"in use by {seen}"
+
+
 def _describe(pid: int) -> str:
     import psutil
 
@@ -106,6 +126,12 @@ def _describe(pid: int) -> str:
         return f"pid {pid} ({' '.join(psutil.Process(pid).cmdline()[:3]) or psutil.Process(pid).name()})"
     except psutil.Error:
         return f"pid {pid}"
+
+
+def _holds(segments: list[str], store: str) -> dict:
+    from ...shared.holds import holds_of
+
+    return {s: holds_of(s, store) for s in segments}
 
 
 def _own_segments(store: str) -> tuple[list[str], dict[int, int]]:
@@ -121,21 +147,26 @@ def _ls(args: argparse.Namespace) -> int:
 
     from ...shared.names import snapshot_parts
     from ...shared.procmem import segment_users
-    from ...shared.text import format_table, human_bytes
     from ..snapshot import layout
     from ..snapshot.handle import list_snapshots
 
-    _, others = _own_segments(args.store)
-    users = segment_users(args.store)
+    mine, others = _own_segments(args.store)
+    holds = _holds(mine, args.store)
+    users = segment_users(args.store)  # pids for people to read; the locks decide
     rows = []
     for info in list_snapshots(store=args.store):
-        pids = sorted({p for seg in snapshot_parts(info.name).values() for p in users.get(seg, ())})
+        parts = list(snapshot_parts(info.name).values())
         h = info.header
         dtype = layout.DTYPE_CODES[h.dtype_code].name if h is not None and h.dtype_code in layout.DTYPE_CODES else None
         rows.append({
-            "name": info.name, "records": h.records if h else None, "imgsz": h.imgsz if h else None, "dtype": dtype,
-            "image_nbytes": info.parts.get("img"), "nbytes": info.nbytes, "complete": info.complete, "in_use_by": pids, "creator_pid": h.creator_pid if h else None,
+            "kind": "snapshot", "name": info.name, "records": h.records if h else None,
+            "imgsz": h.imgsz if h else None, "dtype": dtype,
+            "image_nbytes": info.parts.get("img"), "nbytes": info.nbytes, "complete": info.complete,
+            "in_use": any(holds.get(seg) is not None and holds[seg].in_use for seg in parts),
+            "in_use_by": sorted({p for seg in parts for p in users.get(seg, ())}),
+            "creator_pid": h.creator_pid if h else None,
         })  # fmt: skip
+    rows += ring_rows(mine, holds, users, args.store)
     note = others_note(others)
     if note:
         print(note, file=sys.stderr)
@@ -143,24 +174,66 @@ def _ls(args: argparse.Namespace) -> int:
         print(json.dumps(rows))
         return 0
     if not rows:
-        print(f"no pixpool snapshots of yours in {args.store}")
+        print(f"no pixpool snapshots or rings of yours in {args.store}")
         return 0
-    table = [[r["name"], r["records"] if r["records"] is not None else "?", r["imgsz"] or "?", r["dtype"] or "?", human_bytes(r["nbytes"]),
-              "yes" if r["complete"] else "NO", ",".join(map(str, r["in_use_by"])) or "-"] for r in rows]  # fmt: skip
-    print(format_table(table, ["snapshot", "records", "imgsz", "dtype", "size", "complete", "in use by"]))
+    _print_tables(rows)
     return 0
 
 
+def ring_rows(segments: list[str], holds: dict, users: dict[str, set[int]], store: str) -> list[dict]:
+    """``ls`` rows of the rings among ``segments``: the daemon alive or dead and the trainer
+    attached or not, by their locks (``holds``); pids as this namespace sees them."""
+    from ...shared.names import parse, shm_path
+
+    rows = []
+    for seg in segments:
+        parsed, held = parse(seg), holds.get(seg)
+        if parsed is None or parsed.kind != "ring" or held is None:
+            continue
+        try:
+            nbytes = os.stat(shm_path(seg, store)).st_size
+        except FileNotFoundError:
+            continue
+        rows.append({"kind": "ring", "name": seg, "nbytes": nbytes, "daemon": "alive" if held.creator else "dead",
+                     "trainer": "attached" if held.consumer else "none", "in_use": held.in_use,
+                     "in_use_by": sorted(users.get(seg, ())), "daemon_pid": parsed.daemon_pid})  # fmt: skip
+    return rows
+
+
+def _print_tables(rows: list[dict]) -> None:
+    from ...shared.text import format_table, human_bytes
+
+    snaps = [r for r in rows if r["kind"] == "snapshot"]
+    rings = [r for r in rows if r["kind"] == "ring"]
+    if snaps:
+        table = [[r["name"], r["records"] if r["records"] is not None else "?", r["imgsz"] or "?", r["dtype"] or "?",
+                  human_bytes(r["nbytes"]),
+                  "yes" if r["complete"] else "NO", _in_use_text(r)] for r in snaps]  # fmt: skip
+        print(format_table(table, ["snapshot", "records", "imgsz", "dtype", "size", "complete", "in use by"]))
+    if rings:
+        if snaps:
+            print()
+        table = [[r["name"], human_bytes(r["nbytes"]), r["daemon"], r["trainer"], _in_use_text(r)] for r in rings]
+        print(format_table(table, ["ring", "size", "daemon", "trainer", "in use by"]))
+
+
+def _in_use_text(row: dict) -> str:
+    if row["in_use_by"]:
+        return ",".join(map(str, row["in_use_by"]))
+    return "another PID namespace" if row["in_use"] else "-"
+
+
 def _clean(args: argparse.Namespace) -> int:
+    from ...shared.holds import remove_unused
     from ...shared.names import group_of
     from ...shared.procmem import segment_users
-    from ...shared.shm import unlink_segment
 
     segments, others = _own_segments(args.store)
     if args.names:
         wanted = set(args.names)
         segments = [s for s in segments if s in wanted or group_of(s) in wanted]
-    targets, kept = plan_clean(segments, segment_users(args.store), unrecognised=args.all)
+    holds = _holds(segments, args.store)
+    targets, kept = plan_clean(segments, holds, unrecognised=args.all, pids=segment_users(args.store))
     if args.keep_complete:
         from ..snapshot.handle import list_snapshots
 
@@ -169,9 +242,19 @@ def _clean(args: argparse.Namespace) -> int:
             targets.remove(t)
             kept[t] = "complete snapshot (--keep-complete)"
     verb = "would remove" if args.dry_run else "removed"
+    groups: dict[str, list[str]] = {}
     for seg in targets:
-        if args.dry_run or unlink_segment(seg, args.store):
-            print(f"{verb} {seg}")
+        groups.setdefault(group_of(seg), []).append(seg)
+    for segs in groups.values():
+        # The removal decides again, under write locks (``holds.remove_unused``): a process
+        # that attached since the plan keeps the whole group.
+        outcome = "removed" if args.dry_run else remove_unused(segs, args.store)
+        if outcome == "removed":
+            for seg in segs:
+                print(f"{verb} {seg}")
+        elif outcome == "in use":
+            for seg in segs:
+                kept[seg] = "in use (a process attached it meanwhile)"
     by_reason: dict[str, list[str]] = {}
     for seg, why in kept.items():
         by_reason.setdefault(why, []).append(seg)

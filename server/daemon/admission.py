@@ -7,11 +7,14 @@ Runs in the daemon process.
   after the whole dataset was prepared.
 - ``Listener`` owns the daemon's ROUTER sockets: the local ipc one (one daemon per socket
   directory, decided by an ``flock`` the kernel drops when the holder dies; the lock file
-  holds the daemon's pid, so a successor knows a killed predecessor and removes the rings
-  it left; a socket file left by a killed daemon is replaced) and, when asked, a TCP one behind CURVE with a ZAP
-  authenticator admitting only the keys in ``keys/authorized`` now (``authorized.py``). Frames over ``MAX_WIRE_BYTES`` make
-  libzmq drop the peer before allocating them; ``intake.read_request`` bounds the frames
-  and bytes of a whole message.
+  holds the daemon's pid, for people to read; a socket file left by a killed daemon is
+  replaced) and, when asked, a TCP one behind CURVE with a ZAP authenticator admitting only
+  the keys in ``keys/authorized`` now (``authorized.py``). Frames over ``MAX_WIRE_BYTES``
+  make libzmq drop the peer before allocating them; ``intake.read_request`` bounds the
+  frames and bytes of a whole message.
+- ``sweep_rings`` removes the rings nobody holds (``shared.holds``): a live daemon maps
+  each of its rings, so an unheld ring is a dead daemon's, whatever the pid in its name
+  (PID 1 in every container); run at start and every ``SWEEP_EVERY_S`` while serving.
 - ``ring_for`` decides an ``attach``: the trainer's settings against the snapshot and the
   ring's bytes against the budgets
   (per ring, all rings, and the memory budget of snapshot plus rings). A refusal is an
@@ -118,9 +121,9 @@ class Listener:
             os.close(lock_fd)
             raise ConfigError(f"another pixpool daemon already serves {path.parent}; stop it or use another --socket-dir") from None
         self._lock_fd = lock_fd
-        previous = _take_over_lock(lock_fd)
-        if previous is not None:
-            sweep_predecessor(previous, self.config.store)
+        os.ftruncate(lock_fd, 0)
+        os.pwrite(lock_fd, f"{os.getpid()}\n".encode(), 0)
+        sweep_rings(self.config.store)  # what a killed daemon (this directory's or another's) left
         if path.exists():
             if request_status(f"ipc://{path}", timeout_s=0.5, ctx=self._ctx) is not None:
                 raise ConfigError(f"another pixpool daemon already serves {path}; stop it or use another --socket-dir")
@@ -153,34 +156,31 @@ class Listener:
             self._lock_fd = None
 
 
-def _take_over_lock(lock_fd: int) -> int | None:
-    """Write this daemon's pid into the held lock file; return the pid written there by
-    the previous daemon of this socket directory if that one is dead (killed, so it could
-    not clean up), else None."""
-    from ...shared.procmem import alive
-
-    text = os.pread(lock_fd, 64, 0).decode("ascii", "replace").strip()
-    os.ftruncate(lock_fd, 0)
-    os.pwrite(lock_fd, f"{os.getpid()}\n".encode(), 0)
-    if text.isdigit() and int(text) != os.getpid() and not alive(int(text)):
-        return int(text)
-    return None
+# How often a serving daemon sweeps the store for rings nobody holds: a killed daemon's
+# ring goes within this long of its trainer letting go of it (a trainer that moves to a
+# new ring removes the old one itself; this covers one that could not).
+SWEEP_EVERY_S = 5.0
 
 
-def sweep_predecessor(pid: int, store: str | None = None) -> list[str]:
-    """Remove the rings a dead daemon ``pid`` of this socket directory left (this user's,
-    mapped by nobody): a SIGKILLed daemon cannot unlink them itself, and its successor is
-    the one process that knows they are its directory's. Returns the names removed."""
-    from ...shared.names import list_segments, ring_prefix
-    from ...shared.procmem import segment_users
-    from ...shared.shm import owner_of, unlink_segment
+def sweep_rings(store: str | None = None) -> list[str]:
+    """Remove this user's batch rings that no process holds (``shared.holds.remove_unused``):
+    a live daemon holds every ring it serves and a trainer the ring it reads, in any PID
+    namespace, so a ring nobody holds is a dead daemon's leftover. Returns the names removed."""
+    from ...shared.holds import remove_unused
+    from ...shared.names import list_segments, parse
+    from ...shared.shm import owner_of
 
-    users = segment_users(store)
-    gone = [n for n in list_segments(store) if n.startswith(ring_prefix(pid)) and owner_of(n, store) == os.geteuid() and not users.get(n)]
-    for name in gone:
-        unlink_segment(name, store)
+    uid = os.geteuid()
+    gone = []
+    for name in list_segments(store):
+        parsed = parse(name)
+        if parsed is None or parsed.kind != "ring" or parsed.uid != uid or owner_of(name, store) != uid:
+            continue
+        if remove_unused([name], store) == "removed":
+            gone.append(name)
     if gone:
-        log.warning("removed %d batch ring(s) left by daemon %d, which died without cleaning up: %s", len(gone), pid, ", ".join(gone))
+        log.warning("removed %d batch ring(s) that no process holds (their daemon died without cleaning up): %s",
+                    len(gone), ", ".join(gone))
     return gone
 
 

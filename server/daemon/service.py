@@ -18,8 +18,9 @@ The loop is single-threaded: one ``zmq.Poller`` watches the sockets and every wo
 pipe. Each turn it 1. handles trainer messages (``shared.protocol``; anything malformed
 gets an ``error`` reply with a declared code and the loop goes on), 2. collects finished
 jobs and announces batches in order, 3. every ``_LIVENESS_EVERY_S`` kills stuck workers,
-replaces dead ones and detaches trainers that are gone or silent, 4. hands free workers
-jobs. SIGTERM/SIGINT set a flag; shutdown then tells every trainer ``stopped``, unlinks
+replaces dead ones and detaches trainers that are gone or silent (and every
+``admission.SWEEP_EVERY_S`` removes rings nobody holds: a killed daemon's), 4. hands free
+workers jobs. SIGTERM/SIGINT set a flag; shutdown then tells every trainer ``stopped``, unlinks
 the rings, closes the sockets, stops the workers and releases the socket directory.
 The snapshot is not the daemon's to unlink: ``run.py`` decides that.
 """
@@ -142,7 +143,7 @@ class Daemon:
 
     # -- loop ---------------------------------------------------------------------------
     def _loop(self, poller: zmq.Poller, socks: list[zmq.Socket]) -> None:
-        last_liveness = 0.0
+        last_liveness, last_sweep = 0.0, time.monotonic()  # the listener swept at start
         while self._stop_reason is None:
             try:
                 events = dict(poller.poll(_POLL_MS))
@@ -162,6 +163,9 @@ class Daemon:
                 self.sessions.check(now)
                 self._check_keys()
                 self.shm_watch.check()
+                if now - last_sweep >= admission.SWEEP_EVERY_S:
+                    last_sweep = now
+                    admission.sweep_rings(self.store)
                 if self.metrics is not None:
                     self.metrics.publish(self.status())
             if self.supervisor.fatal is not None:

@@ -139,12 +139,13 @@ class ArenaWriter:
     def __init__(self, arena_name: str, imgsz: int, dtype: str = "float32", store: str | None = None):
         import numpy as np
 
-        from ...shared.shm import open_trusted
+        from ...shared.shm import open_held
 
         self.name = arena_name
         self.store = store
         try:
-            self.fd = open_trusted(arena_name, writable=True, store=store)
+            # Held (shared.holds): while a decoder writes the arena, it is in use.
+            self.fd = open_held(arena_name, writable=True, store=store)
         except FileNotFoundError:
             from ...shared.errors import SnapshotError
 

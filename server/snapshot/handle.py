@@ -23,6 +23,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ...shared.errors import SnapshotError
+from ...shared.holds import remove_unused
 from ...shared.names import SHM_DIR, SNAPSHOT_PARTS, list_segments, parse, shm_path, snapshot_parts
 from ...shared.records import Targets
 from ...shared.shm import SharedSegment, read_prefix
@@ -202,15 +203,16 @@ class Snapshot:
             h.update(self._segments[p].buf)
         return h.hexdigest()
 
-    def close(self) -> None:
-        """Release this process's mappings (views already handed out stay valid until dropped)."""
+    def close(self, *, let_go: bool = False) -> None:
+        """Release this process's mappings (views already handed out stay valid until
+        dropped, and hold the snapshot in use meanwhile unless ``let_go``: ``SharedSegment.close``)."""
         if self._segments is None:
             return
         segments, self._segments = self._segments, None
         for name in ("_index", "_arena", "_classes", "_boxes", "_poly_offsets", "_points"):
             self.__dict__.pop(name, None)
         for seg in segments.values():
-            seg.close()
+            seg.close(let_go=let_go)
 
     def unlink(self) -> None:
         """Remove every segment name; only the handle that created the snapshot may."""
@@ -232,7 +234,10 @@ class Snapshot:
         process that prepared it, or one that re-attached it: ownership passes to the last
         user) removes it, unless asked to ``keep`` it or it was prepared to persist
         (``pixpool prepare``, ``--keep-snapshot``: header ``persist``), and only once no
-        other process maps it. Returns "removed", "kept" or "in use" (others map it).
+        other process maps it, in any PID namespace (``shared.holds.remove_unused``: a
+        write lock on every part, refused while anyone holds one). Returns "removed",
+        "kept", "in use" (others map it; the last of them removes it) or "gone" (someone
+        else removed it already).
         """
         persist = False
         if self._segments is not None:
@@ -242,19 +247,18 @@ class Snapshot:
                 persist = bool(read_header(self._parts["meta"], self.store).persist)
             except SnapshotError:
                 persist = False
-        self.close()
         if keep or persist:
+            self.close()
             return "kept"
-        from ...shared.procmem import segment_users
-
-        users = segment_users(self.store)
-        others = {pid for seg in self.segment_names for pid in users.get(seg, ())} - {os.getpid()}
-        if others:
-            log.info("snapshot %s kept: processes %s still map it (the last of them removes it)", self.name, sorted(others))
-            return "in use"
-        self._unlink_parts()
-        log.debug("snapshot %s removed", self.name)
-        return "removed"
+        # This process is leaving: its holds go now, even where views handed out keep a
+        # mapping alive (those stay valid: an unlinked file lives on while mapped).
+        self.close(let_go=True)
+        outcome = remove_unused(self.segment_names, self.store)
+        if outcome == "in use":
+            log.info("snapshot %s kept: another process still maps it (the last of them removes it)", self.name)
+        else:
+            log.debug("snapshot %s %s", self.name, outcome)
+        return outcome
 
     def __enter__(self) -> "Snapshot":
         return self

@@ -3,8 +3,9 @@ process is preparing, remove a stale half-built one or one a newer snapshot supe
 
 Runs in the preparing process (``pixpool prepare``, the daemon at start-up), before and
 after a preparation (``prepare.py``). It removes only this user's segments that no live
-process maps, and never a file it cannot trust (``shared.shm``: another user's, one
-others may write).
+process maps, in any PID namespace (``shared.holds``: a preparation in progress holds its
+segments, and so does every process that serves a snapshot), and never a file it cannot
+trust (``shared.shm``: another user's, one others may write).
 """
 
 from __future__ import annotations
@@ -13,9 +14,9 @@ import logging
 import os
 
 from ...shared.errors import SnapshotError, UntrustedSegmentError
+from ...shared.holds import holds_of, remove_unused
 from ...shared.names import shm_path
-from ...shared.procmem import segment_users
-from ...shared.shm import check_trusted, unlink_segment
+from ...shared.shm import check_trusted
 from .handle import Snapshot, check_header, list_snapshots, read_header
 
 log = logging.getLogger(__name__)
@@ -45,29 +46,38 @@ def existing_snapshot(base: str, names: dict[str, str], *, store: str | None = N
     if header is not None and header.is_complete and len(present) == 3:
         check_header(base, header)
         return Snapshot.attach(base, store=store)
-    users = segment_users(store)
-    pids = sorted({p for n in present for p in users.get(n, ())} - {os.getpid()})
-    if pids:
-        creator = f" (creator pid {header.creator_pid})" if header is not None else ""
-        raise BeingPrepared(f"snapshot {base!r} is being prepared by live process(es) {pids}{creator}")
-    log.warning("removing stale incomplete snapshot %s (segments %s)", base, present)
-    for n in present:
-        unlink_segment(n, store)
+    # Held: a live process (in any PID namespace) prepares it; unheld: its preparation was
+    # killed. The removal decides again, atomically, in case a preparation just began.
+    held = any((h := holds_of(n, store)) is not None and h.in_use for n in present)
+    if held or remove_unused(present, store) == "in use":
+        raise BeingPrepared(f"snapshot {base!r} is being prepared by live process(es) {_holders(present, store)}"
+                            f"{f' (creator pid {header.creator_pid})' if header is not None else ''}: "
+                            "they hold its segments")
+    log.warning("removed stale incomplete snapshot %s (segments %s): nobody holds it, its preparation was killed",
+                base, present)
     return None
+
+
+def _holders(names: list[str], store: str | None) -> str:
+    """The pids this PID namespace sees mapping ``names``, for the message only (the holds
+    decide); holders in another PID namespace are not visible here."""
+    from ...shared.procmem import segment_users
+
+    users = segment_users(store)
+    pids = sorted({p for n in names for p in users.get(n, ())})
+    return str(pids) if pids else "in another PID namespace or container"
 
 
 def remove_superseded(lineage: str, *, keep: str, store: str | None = None) -> list[str]:
     """Remove this user's complete snapshots of ``lineage`` other than ``keep`` that no
     process maps: a newer one of the same dataset replaced them. Returns their names."""
-    users = segment_users(store)
     removed = []
     for info in list_snapshots(store=store):
         if info.name == keep or not info.complete or info.header.lineage != lineage:
             continue
-        if any(users.get(seg) for seg in Snapshot(info.name, _lazy=True).segment_names):
+        # Held by a process anywhere (a daemon in another container serving it): it stays.
+        if remove_unused(Snapshot(info.name, _lazy=True).segment_names, store) != "removed":
             continue
-        for seg in Snapshot(info.name, _lazy=True).segment_names:
-            unlink_segment(seg, store)
         log.info("removed snapshot %s: superseded by %s (same dataset and imgsz, changed inputs)", info.name, keep)
         removed.append(info.name)
     return removed

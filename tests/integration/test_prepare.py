@@ -301,13 +301,18 @@ def test_snapshot_being_prepared_by_live_process_is_waited_for_then_refused(synt
     dataset = load_dataset(synthetic_data.coco_json)
     base = base_name(fingerprint(dataset, imgsz=160))
     seg = SharedSegment.create(base + "-meta", 4096)  # incomplete: no header, no mark
+    # The preparer is another process holding the segment as every pixpool mapping does
+    # (shared.holds); this process lets go of its own mapping once that one holds it.
     holder = subprocess.Popen(
-        [sys.executable, "-c", "import mmap, os, sys; fd = os.open(sys.argv[1], os.O_RDONLY); "
-         "m = mmap.mmap(fd, 0, prot=mmap.PROT_READ); print('mapped', flush=True); sys.stdin.read()", shm_path(base + "-meta")],
+        [sys.executable, "-c", "import sys; from pixpool.shared.shm import SharedSegment; "
+         "s = SharedSegment.attach(sys.argv[1]); "
+         "print('mapped', flush=True); sys.stdin.read()", base + "-meta"],
         stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
     )  # fmt: skip
     try:
         assert holder.stdout.readline().strip() == "mapped"  # returns when the child has mapped it (or died)
+        seg.close()
+        assert os.path.exists(shm_path(base + "-meta"))
         with pytest.raises(SnapshotError, match=rf"being prepared by live process\(es\) \[{holder.pid}\].*; waited 0.3 s"):
             prepare_snapshot(dataset, imgsz=160, processes=1, wait_s=0.3)
     finally:

@@ -19,7 +19,7 @@ from pixpool.server.snapshot.handle import read_header
 from pixpool.shared.cli import main
 from pixpool.shared.names import list_segments, shm_path, snapshot_base
 from pixpool.shared.names import snapshot_parts as parts_of_base
-from pixpool.shared.procmem import segment_users
+from pixpool.shared.holds import holds_of
 
 
 @pytest.fixture
@@ -264,7 +264,8 @@ def test_sigkill_during_prepare_then_clean_removes_everything(coco128, tmp_path)
         assert left, "the killed preparation left nothing to clean (it finished too fast)"
         assert not read_header(parts["meta"]).is_complete
         # neither the dead process nor its decode workers map anything any more
-        _wait_for(lambda: not any(segment_users().get(s) for s in parts.values()), 30, "the killed preparation's workers to exit")
+        _wait_for(lambda: not any((h := holds_of(s)) is not None and h.in_use for s in parts.values()), 30,
+                  "the killed preparation's workers to exit")
         assert main(["clean", base]) == 0
         assert not [s for s in parts.values() if os.path.exists(shm_path(s))]
     finally:
@@ -277,29 +278,36 @@ def test_sigkill_during_prepare_then_clean_removes_everything(coco128, tmp_path)
 
 
 def test_clean_decisions():
+    """What ``clean`` keeps is what is held (``shared.holds``), whatever pid a ring's name
+    carries: a ring of "live" pid 1 nobody holds goes, a held one stays with its state."""
     from pixpool.server.commands.snapshots import plan_clean
+    from pixpool.shared.holds import Holds
     from pixpool.shared.names import ring_segment, snapshot_parts
 
-    dead = subprocess.Popen([sys.executable, "-c", "pass"])
-    dead.wait(timeout=30)
     me = os.getpid()
+    unheld, mapped = Holds(False, False, False), Holds(True, False, False)
     a, b = snapshot_parts(snapshot_base("aaaa")), snapshot_parts(snapshot_base("bbbb"))
     segs = [
-        a["meta"], a["img"], a["tgt"],  # unused: goes
-        b["meta"], b["img"], b["tgt"],  # one part mapped: stays whole
-        ring_segment(dead.pid, "01"),  # dead daemon, unmapped: goes
-        ring_segment(me, "02"),  # live daemon: stays
+        a["meta"], a["img"], a["tgt"],  # unheld: goes
+        b["meta"], b["img"], b["tgt"],  # one part held: stays whole
+        ring_segment(1, "01"),  # named after a pid that lives (PID 1), unheld: goes
+        ring_segment(1, "02"),  # its daemon holds it: stays
         "pixpool-snap-cccc-meta",  # an older release's name: only with unrecognised
+        ring_segment(1, "03"),  # its daemon died, its trainer (elsewhere) still maps it: stays
     ]  # fmt: skip
-    users = {b["img"]: {me}}
-    remove, kept = plan_clean(segs, users)
+    holds = {s: unheld for s in segs}
+    holds |= {b["img"]: mapped, segs[7]: Holds(True, True, False), segs[9]: Holds(True, False, True)}
+    remove, kept = plan_clean(segs, holds, pids={b["img"]: {me}})
     assert remove == sorted(segs[:3] + [segs[6]])
     assert set(kept) == set(segs[3:6] + segs[7:])
-    assert f"in use by pid {me}" in kept[b["meta"]] and f"ring of live daemon pid {me}" in kept[segs[7]]
-    # No flag overrides liveness: --all (unrecognised) only adds the unknown unused name.
-    remove_all, kept_all = plan_clean(segs, users, unrecognised=True)
+    assert f"in use by pid {me}" in kept[b["meta"]]
+    assert kept[segs[7]] == ("in use by a process in another PID namespace or container "
+                             "(its daemon is alive, no trainer maps it)")
+    assert "its daemon is gone, its trainer maps it" in kept[segs[9]]
+    # No flag overrides a hold: --all (unrecognised) only adds the unknown unheld name.
+    remove_all, kept_all = plan_clean(segs, holds, unrecognised=True)
     assert remove_all == sorted(segs[:3] + [segs[6], segs[8]])
-    assert set(kept_all) == set(segs[3:6] + [segs[7]])
+    assert set(kept_all) == set(segs[3:6] + [segs[7], segs[9]])
 
 
 def test_clean_keep_complete_removes_stale_rings_but_keeps_snapshots(synthetic_data, capsys):
