@@ -27,7 +27,6 @@ The snapshot is not the daemon's to unlink: ``run.py`` decides that.
 from __future__ import annotations
 
 import logging
-import multiprocessing as mp
 import os
 import signal
 import socket as _socket
@@ -41,6 +40,7 @@ from ...shared import protocol as proto
 from ...shared.config import DaemonConfig, StreamSettings
 from ...shared.errors import ConfigError, DaemonStopped, PixpoolError, ProtocolError
 from ...shared.procmem import pid_namespace
+from ...shared.spawn import spawn_context
 from ...shared.store import check_store
 from . import admission, delivery
 from . import renderer as _renderer
@@ -114,7 +114,7 @@ class Daemon:
         ctx = zmq.Context()
         poller = zmq.Poller()
         self.listener = admission.Listener(ctx, self.config)
-        self.supervisor = Supervisor(mp.get_context("spawn"), self.sources, self.renderer_name, self.scheduler, job_timeout_s=self.config.job_timeout_s,
+        self.supervisor = Supervisor(spawn_context(), self.sources, self.renderer_name, self.scheduler, job_timeout_s=self.config.job_timeout_s,
                                      straggler_factor=self.config.straggler_factor, straggler_min_s=self.config.straggler_min_s,
                                      describe=self._describe, on_done=self._done, on_failed=self._failed, store=self.store)
         try:
