@@ -11,8 +11,14 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from helpers.daemon import real_daemon, short_socket_dir
+import pytest
+
+from helpers.daemon import WAIT_S, ask_status, real_daemon, short_socket_dir
+from pixpool.client.iterator import Client
 from pixpool.server.daemon.run import stop_process
+from pixpool.shared.config import AugmentConfig, StreamSettings
+from pixpool.shared.errors import DaemonStopped
+from pixpool.shared.names import shm_path
 
 
 def test_shutdown_removes_its_socket_file_even_through_a_swapped_directory(synthetic_data):
@@ -38,3 +44,28 @@ def test_shutdown_removes_its_socket_file_even_through_a_swapped_directory(synth
         shutil.rmtree(sdir, ignore_errors=True)
         shutil.rmtree(moved, ignore_errors=True)
         shutil.rmtree(other, ignore_errors=True)
+
+
+def test_a_truncated_snapshot_segment_stops_the_daemon_naming_it(synthetic_data, capfd):
+    """Someone truncates the image arena while the daemon serves: instead of failing every
+    batch while ``status`` answers, the daemon stops, exits non-zero, names the segment in
+    its log, and its trainer gets DaemonStopped saying why."""
+    s = StreamSettings(seed=3, batch_size=4, augment=AugmentConfig(imgsz=96))
+    with real_daemon(synthetic_data.coco_json, imgsz=96, workers=1) as (proc, d):
+        segments = ask_status(d)["snapshot"]["segments"]
+        img = next(n for n in segments if n.endswith("-img"))
+        with Client(s, socket_dir=d, timeout_s=WAIT_S) as c:
+            it = c.epoch(0)
+            next(it)
+            ring = c._ring.name
+            size = os.path.getsize(shm_path(img))
+            os.truncate(shm_path(img), size // 4)  # what `truncate -s` on /dev/shm/...-img does
+            with pytest.raises(DaemonStopped, match=f"{img} was truncated"):
+                for _ in range(100):  # the daemon checks within a fraction of a second
+                    for _ in c.epoch(0):
+                        pass
+        proc.join(WAIT_S)
+        assert proc.exitcode not in (0, None), "a daemon whose snapshot was damaged must exit non-zero"
+        assert not any(os.path.exists(shm_path(n)) for n in [*segments, ring]), "the stopped daemon left segments behind"
+    err = capfd.readouterr().err
+    assert f"{img} was truncated from {size} to {size // 4} bytes" in err, err[-3000:]
