@@ -2,7 +2,7 @@
 
 Runs in the operator's process (``pixpool demo``, ``pixpool digest`` without
 ``--socket-dir``). The trainer side never imports the producer's code: it runs
-``pixpool serve`` (``python -m pixpool.shared.cli serve ...``) like a user would, waits
+``pixpool serve`` (``python -P -m pixpool.shared.cli serve ...``) like a user would, waits
 until the daemon answers a status request, and on the way out stops it with SIGTERM (its
 clean shutdown removes its rings and the snapshot it created), escalating to SIGKILL
 after ``stop_timeout_s``; the child is always reaped.
@@ -14,7 +14,6 @@ import os
 import shutil
 import signal
 import subprocess
-import sys
 import tempfile
 import time
 from contextlib import contextmanager
@@ -23,13 +22,15 @@ from typing import Iterator
 from ..shared import endpoint as ep
 from ..shared.control import request_status
 from ..shared.errors import DaemonStopped, DaemonTimeout
+from ..shared.spawn import python_argv
 
 _POLL_S = 0.1
 
 
 def cli_command(*args: str) -> list[str]:
-    """argv that runs ``pixpool ARGS`` with this interpreter (no PATH lookup)."""
-    return [sys.executable, "-m", "pixpool.shared.cli", *args]
+    """argv that runs ``pixpool ARGS`` with this interpreter (no PATH lookup), never with the
+    working directory on ``sys.path`` (``shared.spawn``)."""
+    return python_argv("pixpool.shared.cli", *args)
 
 
 @contextmanager

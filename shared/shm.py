@@ -258,6 +258,20 @@ class SharedSegment:
         except FileNotFoundError:
             return False
 
+    def damage(self) -> str | None:
+        """None while the store holds this very file, whole; else what happened to it:
+        removed, replaced by another file, or truncated below the size this process maps
+        (a read past the new end would kill the reader with SIGBUS)."""
+        try:
+            st = os.lstat(_segment_path(self.name, self.store))
+        except FileNotFoundError:
+            return "was removed"
+        if st.st_ino != self.inode:
+            return "was replaced by another file"
+        if st.st_size < self.nbytes:
+            return f"was truncated from {self.nbytes} to {st.st_size} bytes"
+        return None
+
     def flush(self) -> None:
         if self._mm is not None and self.writable:
             self._mm.flush()

@@ -45,13 +45,13 @@ def run(args: argparse.Namespace) -> int:
 
 def _demo(workdir: Path, args: argparse.Namespace) -> int:
     import dataclasses
-    import multiprocessing as mp
 
     import yaml
 
     from ...shared.config import AugmentConfig
     from ...shared.errors import DaemonStopped, DaemonTimeout
     from ...shared.names import list_segments, ring_prefix
+    from ...shared.spawn import spawn_context
     from .._torch import require_torch
     from ..child import cli_command, serve_child
     from ..fit import FitConfig, fit_process
@@ -70,7 +70,7 @@ def _demo(workdir: Path, args: argparse.Namespace) -> int:
     with serve_child(serve, socket_dir=str(workdir / "sock"), timeout_s=args.timeout_s) as (daemon, sock, status):
         snapshot_names = {info["name"] for info in status["splits"].values()}
         print(f"[2/5] daemon pid {daemon.pid} serving on {sock} with {args.workers} workers (train and val)", flush=True)
-        ctx = mp.get_context("spawn")
+        ctx = spawn_context()
         results = ctx.Queue()
         trainers = []
         try:

@@ -28,7 +28,6 @@ The snapshot is not the daemon's to unlink: ``run.py`` decides that.
 from __future__ import annotations
 
 import logging
-import multiprocessing as mp
 import os
 import signal
 import socket as _socket
@@ -42,6 +41,7 @@ from ...shared import protocol as proto
 from ...shared.config import DaemonConfig, StreamSettings
 from ...shared.errors import ConfigError, DaemonStopped, NotAuthorized, PixpoolError, ProtocolError
 from ...shared.procmem import pid_namespace
+from ...shared.spawn import spawn_context
 from ...shared.store import check_store
 from . import admission, delivery, intake
 from . import renderer as _renderer
@@ -116,7 +116,7 @@ class Daemon:
         ctx = zmq.Context()
         poller = zmq.Poller()
         self.listener = admission.Listener(ctx, self.config)
-        self.supervisor = Supervisor(mp.get_context("spawn"), self.sources, self.renderer_name, self.scheduler, job_timeout_s=self.config.job_timeout_s,
+        self.supervisor = Supervisor(spawn_context(), self.sources, self.renderer_name, self.scheduler, job_timeout_s=self.config.job_timeout_s,
                                      straggler_factor=self.config.straggler_factor, straggler_min_s=self.config.straggler_min_s,
                                      describe=self._describe, on_done=self._done, on_failed=self._failed, store=self.store)
         try:
@@ -276,17 +276,36 @@ class Daemon:
             delivery.announce(t, a)
 
     def _failed(self, job: Job, worker_pid: int, error: str) -> None:
+        # A damaged snapshot fails every job: say that once, as the reason the daemon stops,
+        # rather than as a render error per batch.
+        self._check_segments()
+        if self._stop_reason is not None:
+            return
         t = self.sessions.trainers.get(job.trainer_id)
         if t is not None:
             delivery.tell(t, proto.error_frame("render", f"batch {job.batch} of epoch {job.epoch} failed in worker {worker_pid}: {error}", trainer_id=t.trainer_id))
 
     def _check_segments(self) -> None:
         """Notice segments removed from the store under the daemon (``rm``, a sweep by
-        another tool): never serve half. A lost ring costs its trainer a re-attach (it is
-        told it is unknown, attaches again, gets a new ring and resumes at its position);
-        a lost snapshot segment stops the daemon, since a worker restarted later could not
-        attach it."""
-        gone = sorted({name for src in self.sources.values() for name in (src.missing_segments() if hasattr(src, "missing_segments") else [])})
+        another tool), or truncated (``truncate -s``): never serve half. A lost ring costs
+        its trainer a re-attach (it is told it is unknown, attaches again, gets a new ring
+        and resumes at its position); a lost or truncated snapshot segment stops the daemon
+        (exit non-zero, trainers told why), since a worker restarted later could not attach
+        it, and a worker reading past a truncated end dies of SIGBUS on every batch."""
+        damaged = {}
+        for src in self.sources.values():
+            if hasattr(src, "damaged_segments"):
+                damaged.update(src.damaged_segments())
+        shrunk = {name: what for name, what in sorted(damaged.items()) if what.startswith("was truncated")}
+        if shrunk:
+            what = "; ".join(f"snapshot segment {name} {w}" for name, w in shrunk.items())
+            self.fatal = (f"{what} in {self.store} while daemon {self.pid} served it; every batch would fail (a worker reading past "
+                          "the end dies of SIGBUS), so the daemon stops. Find what truncates files in the store, then start the daemon "
+                          "again (it prepares the snapshot anew)")
+            log.error("%s", self.fatal)
+            self.request_stop(what)
+            return
+        gone = sorted(damaged)
         if gone:
             self.fatal = (f"snapshot segment(s) {', '.join(gone)} were removed from {self.store} while daemon {self.pid} served them; "
                           "stopping rather than serving half. Start the daemon again (it prepares the snapshot anew)")

@@ -18,6 +18,8 @@ What the reader does with the json:
 - Crowd annotations (``iscrowd: 1``, stored as RLE) never become training boxes: they are
   left out and counted in ``ReaderStats.crowd_skipped`` (logged at debug level). The YOLO
   exports of COCO leave them out too, so both formats give the same instances.
+- A ``bbox`` or polygon holding NaN or +-Infinity (which Python's json accepts) is refused,
+  naming the annotation and its image, as the YOLO reader refuses non-finite numbers.
 - Images without (kept) annotations are background records with 0 instances.
 - Every image file must exist when the json is read (``MissingFileError`` otherwise).
 - Records are sorted by image path, like the YOLO reader's, so the same images come in
@@ -30,6 +32,7 @@ import contextlib
 import io
 import json
 import logging
+import math
 import os
 import sys
 from pathlib import Path
@@ -98,6 +101,7 @@ def _validate(data: dict, json_path: Path) -> None:
     if len(set(cat_ids)) != len(cat_ids):
         raise DatasetError("duplicate category ids; each category needs its own id", path=where)
     image_ids = set()
+    file_names: dict = {}
     for i, img in enumerate(data["images"]):
         if not isinstance(img, dict) or any(k not in img for k in _REQUIRED_IMAGE):
             raise DatasetError(f"images[{i}] needs keys {list(_REQUIRED_IMAGE)}", path=where)
@@ -108,6 +112,7 @@ def _validate(data: dict, json_path: Path) -> None:
             raise DatasetError(f"images[{i}]: duplicate image id {img['id']}", path=where)
         _check_file_name(img["file_name"], i, img["id"], where)
         image_ids.add(img["id"])
+        file_names[img["id"]] = img["file_name"]
     known_cats = set(cat_ids)
     for i, ann in enumerate(data["annotations"]):
         if not isinstance(ann, dict) or any(k not in ann for k in _REQUIRED_ANN):
@@ -119,6 +124,12 @@ def _validate(data: dict, json_path: Path) -> None:
         bbox = ann["bbox"]
         if not (isinstance(bbox, list) and len(bbox) == 4 and all(isinstance(v, (int, float)) for v in bbox)):
             raise DatasetError(f"annotations[{i}] (id {ann['id']}): bbox must be 4 numbers [x, y, w, h], got {bbox!r}", path=where)
+        # Python's json reads NaN, Infinity and -Infinity; a box made of them would be stored
+        # and trained on (NaN passes every comparison the reader makes as False).
+        if not all(math.isfinite(v) for v in bbox):
+            raise DatasetError(f"annotations[{i}] (id {ann['id']}, image id {ann['image_id']}, {file_names[ann['image_id']]}): "
+                               f"bbox holds a number that is not finite, {bbox!r}; write the box as 4 finite pixel values [x, y, w, h] "
+                               "or remove the annotation", path=where)
 
 
 def _check_file_name(name, i: int, image_id, where: str) -> None:
@@ -157,6 +168,9 @@ def _polygon(segmentation, width: int, height: int, json_path: Path, ann_id) -> 
             pts = np.asarray(part, dtype=np.float64).reshape(-1, 2)
         except (TypeError, ValueError):
             raise DatasetError(f"annotation id {ann_id}: polygon holds non-numbers", path=str(json_path)) from None
+        if not np.isfinite(pts).all():
+            raise DatasetError(f"annotation id {ann_id}: polygon holds a number that is not finite (NaN or Infinity); "
+                               "write finite pixel coordinates or remove the segmentation", path=str(json_path))
         parts.append(pts / scale)
     return clip_unit(main_part(parts))
 

@@ -7,7 +7,8 @@ byte for byte.
 Every input becomes 3-channel 8-bit BGR: grayscale is replicated, alpha is dropped (not
 composited), 16-bit samples are scaled to 8 bits, CMYK JPEGs are converted by libjpeg, and
 the EXIF orientation is applied (OpenCV's ``IMREAD_COLOR`` default), so labels are read
-in the orientation a viewer shows.
+in the orientation a viewer shows. A JPEG that libjpeg decodes only with a warning about
+damaged data is refused by name (``decoder_warnings``).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import numpy as np
 
 from ...shared.config import FILL_VALUE
 from ...shared.errors import ImageDecodeError, MissingFileError
+from .decoder_warnings import capture_fd2, pass_through, split_corrupt
 
 # Decoding runs one image per process; OpenCV's own thread pool would only oversubscribe
 # the cores the preparation pool already uses.
@@ -30,7 +32,13 @@ def decode_bgr(path: str) -> np.ndarray:
     """Decode ``path`` into an 8-bit BGR (h, w, 3) array, or raise naming the file."""
     if not os.path.isfile(path):
         raise MissingFileError("image file does not exist; check the images folder or the annotation's file_name", path=path)
-    image = cv2.imread(path, cv2.IMREAD_COLOR)
+    image, messages = capture_fd2(lambda: cv2.imread(path, cv2.IMREAD_COLOR))
+    corrupt, other = split_corrupt(messages)
+    if other:
+        pass_through(other)
+    if corrupt:
+        raise ImageDecodeError(f"the JPEG's compressed data is damaged (libjpeg: {corrupt[0]}): it decodes only with the damaged part "
+                               "guessed, and pixpool would train on the guesses; re-download or re-encode the file, or remove it", path=path)
     if image is None or image.size == 0:
         raise ImageDecodeError("cannot decode image (corrupt, truncated or not an image); replace or remove it", path=path)
     if image.dtype != np.uint8:  # defensive: IMREAD_COLOR already yields 8-bit

@@ -177,6 +177,17 @@ class Snapshot:
         self._ensure()
         return [seg.name for seg in self._segments.values() if not seg.present()]
 
+    def damaged_segments(self) -> dict[str, str]:
+        """segment name -> what happened to it (``SharedSegment.damage``), for each segment
+        of this attached snapshot that is no longer whole in the store."""
+        self._ensure()
+        out = {}
+        for seg in self._segments.values():
+            what = seg.damage()
+            if what is not None:
+                out[seg.name] = what
+        return out
+
     @property
     def nbytes(self) -> dict[str, int]:
         """part -> bytes of that segment."""

@@ -48,7 +48,6 @@ here before re-raising.
 from __future__ import annotations
 
 import logging
-import multiprocessing
 import os
 import signal
 import threading
@@ -380,8 +379,11 @@ def _build(dataset: Dataset, *, imgsz: int, processes: int, dtype: str, progress
 
 
 def decode_context():
-    """The multiprocessing context the decode workers start with: spawn (module docstring, step 2)."""
-    return multiprocessing.get_context("spawn")
+    """The multiprocessing context the decode workers start with: spawn (module docstring,
+    step 2), the working directory kept off their ``sys.path`` (``shared.spawn``)."""
+    from ...shared.spawn import spawn_context
+
+    return spawn_context()
 
 
 def _start_pool(ctx, workers: int, share: WorkShare) -> ProcessPoolExecutor:

@@ -59,3 +59,20 @@ def test_daemon_path_equals_reference(synthetic_data, capsys, workers) -> None:
     assert daemon["path"] == "daemon" and ref["path"] == "reference"
     assert len(daemon["digests"]) == 3 and daemon["digests"] == ref["digests"]
     assert set(list_segments()) == before, "the temporary daemon removes its snapshot and rings"
+
+
+def test_batches_without_targets_digest_on_every_path(synthetic_copy, capsys) -> None:
+    """Background-only images: a batch whose packed targets are (0, 6) hashes like any other,
+    rendered here, from a snapshot, and through a temporary daemon."""
+    coco = synthetic_copy / "annotations" / next(p.name for p in (synthetic_copy / "annotations").iterdir())
+    doc = json.loads(coco.read_text())
+    doc["annotations"] = []
+    coco.write_text(json.dumps(doc))
+    before = set(list_segments())
+    flags = [str(coco), "--images", str(synthetic_copy / "images" / "train"), "--batches", "2", "--batch-size", "2", "--imgsz", "64",
+             "--processes", "1", "--mosaic", "0"]
+    ref = _digest(capsys, *flags, "--reference")
+    snap = _digest(capsys, *flags, "--in-process")
+    daemon = _digest(capsys, *flags, "--workers", "1")
+    assert len(ref["digests"]) == 2 and ref["digests"] == snap["digests"] == daemon["digests"]
+    assert set(list_segments()) == before

@@ -96,8 +96,39 @@ def _runaway_label_file(ds):
     return [str(ds / "data.yaml")], "synth_0004.txt: 5000 instances for one image, over the limit of 1000 per image"
 
 
+def _non_finite_bbox(value):
+    def breaker(ds):
+        data = json.loads(_json(ds).read_text())
+        ann = data["annotations"][3]
+        ann["bbox"][2] = value  # json writes NaN / Infinity, which Python's json reads back
+        _json(ds).write_text(json.dumps(data))
+        name = next(img["file_name"] for img in data["images"] if img["id"] == ann["image_id"])
+        return [str(_json(ds))], f"annotations[3] (id {ann['id']}, image id {ann['image_id']}, {name}): bbox holds a number that is not finite"
+    breaker.__name__ = f"_bbox_{value}"
+    return breaker
+
+
+def corrupt_jpeg_middle(path: Path) -> None:
+    """Overwrite 1 KiB in the middle of the compressed data with 0xAA: markers at both ends
+    intact, and OpenCV still decodes it (libjpeg only warns)."""
+    import cv2
+
+    data = bytearray(path.read_bytes())
+    start = data.index(b"\xff\xda")  # start of scan
+    mid = (start + len(data)) // 2
+    data[mid : mid + 1024] = b"\xaa" * 1024
+    path.write_bytes(bytes(data))
+    assert data[:2] == b"\xff\xd8" and data[-2:] == b"\xff\xd9" and cv2.imread(str(path)) is not None
+
+
+def _corrupt_jpeg_middle(ds):
+    corrupt_jpeg_middle(ds / "images" / "train" / "synth_0003.jpg")
+    return [str(_json(ds))], "synth_0003.jpg: the JPEG's compressed data is damaged (libjpeg: Corrupt JPEG data"
+
+
 @pytest.mark.parametrize("breaker", [_missing_image, _corrupt_image, _bad_json, _bad_label_line, _class_out_of_range, _size_mismatch,
-                                     _truncated_jpeg, _png_bomb, _deep_json, _runaway_label_file])
+                                     _truncated_jpeg, _png_bomb, _deep_json, _runaway_label_file, _non_finite_bbox(float("nan")),
+                                     _non_finite_bbox(float("inf")), _corrupt_jpeg_middle])
 def test_bad_input_exits_non_zero_names_file_and_leaves_shm_alone(ds, breaker, capsys):
     argv, name = breaker(ds)
     before = set(list_segments())
@@ -106,6 +137,13 @@ def test_bad_input_exits_non_zero_names_file_and_leaves_shm_alone(ds, breaker, c
     assert code != 0
     assert name in err, err
     assert created_by_me(before) == []
+
+
+def test_corrupt_jpeg_is_refused_by_the_reference_path_too(ds, capsys):
+    corrupt_jpeg_middle(ds / "images" / "train" / "synth_0003.jpg")
+    code = main(["digest", str(_json(ds)), "--reference", "--batches", "3", "--batch-size", "8", "--imgsz", "64", "--mosaic", "0"])
+    err = capsys.readouterr().err
+    assert code == 1 and "synth_0003.jpg: the JPEG's compressed data is damaged (libjpeg: Corrupt JPEG data" in err, err
 
 
 def test_instances_cap_is_settable(ds, capsys):

@@ -232,3 +232,25 @@ def test_unknown_dataset_kind(ds):
 def test_cli_synth_rejects_zero_images(tmp_path, capsys):
     assert main(["synth", str(tmp_path / "out"), "--num-images", "0"]) == 1
     assert "--num-images must be >= 1" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("value", [float("nan"), float("inf"), float("-inf")])
+def test_coco_bbox_must_be_finite(ds, value):
+    def change(data):
+        data["annotations"][5]["bbox"][1] = value
+
+    path = _edit_json(ds, change)
+    ann = json.loads(path.read_text())["annotations"][5]
+    err = _raises(path, f"annotations[5] (id {ann['id']}, image id {ann['image_id']}, ")
+    assert err.path == str(path) and "not finite" in str(err) and "remove the annotation" in str(err)
+
+
+def test_coco_polygon_must_be_finite(ds):
+    def change(data):
+        ann = next(a for a in data["annotations"] if isinstance(a.get("segmentation"), list) and a["segmentation"])
+        ann["segmentation"][0][1] = float("nan")
+        data["marked"] = ann["id"]
+
+    path = _edit_json(ds, change)
+    ann_id = json.loads(path.read_text())["marked"]
+    _raises(path, f"annotation id {ann_id}: polygon holds a number that is not finite")
