@@ -28,7 +28,8 @@ def query_health(socket_dir: str | None = None, *, timeout_s: float = 3.0) -> di
     endpoint = ep.ipc_endpoint(socket_dir)
     health = request_health(endpoint, timeout_s=timeout_s)
     if health is None:
-        raise DaemonTimeout(f"no pixpool daemon answered at {endpoint} within {timeout_s} s; start one with `pixpool serve DATA` or pass --socket-dir")
+        raise DaemonTimeout(f"no pixpool daemon answered at {endpoint} within {timeout_s} s; "
+                            "start one with `pixpool serve DATA` or pass --socket-dir")
     return health
 
 

@@ -9,9 +9,9 @@ Runs in the daemon process.
   directory, decided by an ``flock`` the kernel drops when the holder dies; the lock file
   holds the daemon's pid, so a successor knows a killed predecessor and removes the rings
   it left; a socket file left by a killed daemon is replaced) and, when asked, a TCP one behind CURVE with a ZAP
-  authenticator admitting only the keys in ``keys/authorized`` now (``authorized.py``). Frames over ``MAX_WIRE_BYTES`` make
-  libzmq drop the peer before allocating them; ``intake.read_request`` bounds the frames
-  and bytes of a whole message.
+  authenticator admitting only the keys in ``keys/authorized`` now (``authorized.py``).
+  Frames over ``MAX_WIRE_BYTES`` make libzmq drop the peer before allocating them;
+  ``intake.read_request`` bounds the frames and bytes of a whole message.
 - ``ring_for`` decides an ``attach``: the trainer's settings against the snapshot and the
   ring's bytes against the budgets
   (per ring, all rings, and the memory budget of snapshot plus rings). A refusal is an
@@ -188,8 +188,9 @@ def check_quota(config: DaemonConfig, client: str, held: int) -> None:
     """CapacityError when ``client`` already holds its share of sessions (``held``)."""
     if client and held >= config.max_trainers_per_client:
         who = f"CURVE key {client[4:]}" if client.startswith("key:") else f"uid {client[4:]}"
-        raise CapacityError(f"{who} already has {held} trainers attached, the daemon's limit per client (max_trainers_per_client = "
-                            f"{config.max_trainers_per_client}); detach one of them or raise max_trainers_per_client (--max-trainers-per-client)")
+        raise CapacityError(f"{who} already has {held} trainers attached, the daemon's limit per client "
+                            f"(max_trainers_per_client = {config.max_trainers_per_client}); detach one of them "
+                            "or raise max_trainers_per_client (--max-trainers-per-client)")
 
 
 def ring_for(msg: dict, settings: StreamSettings, *, source, renderer, config: DaemonConfig,
