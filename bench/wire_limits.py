@@ -49,8 +49,8 @@ def attack(shapes: list[tuple[int, int]]) -> None:
     work = tempfile.mkdtemp(prefix="pxw-", dir="/tmp")
     data = write_synthetic(os.path.join(work, "data"), num_images=24, seed=0)
     socket_dir = os.path.join(work, "s")
-    proc = mp.get_context("spawn").Process(target=run_daemon, args=(DaemonConfig(data=str(data.coco_json), imgsz=160, workers=1, processes=1,
-                                                                                  socket_dir=socket_dir),))
+    config = DaemonConfig(data=str(data.coco_json), imgsz=160, workers=1, processes=1, socket_dir=socket_dir)
+    proc = mp.get_context("spawn").Process(target=run_daemon, args=(config,))
     proc.start()
     ctx = zmq.Context.instance()
     try:
@@ -76,8 +76,10 @@ def attack(shapes: list[tuple[int, int]]) -> None:
                 answered = bool(peer.poll(50))
             _status(probe)
             after = _rss(proc.pid)
-            print(f"attack {frames} x {size} B ({frames * size / 2**20:.0f} MiB): daemon RSS peak +{(peak - before) / 2**20:.0f} MiB, "
-                  f"after +{(after - before) / 2**20:.0f} MiB, {'answered' if answered else 'no answer (peer dropped)'}")
+            outcome = "answered" if answered else "no answer (peer dropped)"
+            print(f"attack {frames} x {size} B ({frames * size / 2**20:.0f} MiB): "
+                  f"daemon RSS peak +{(peak - before) / 2**20:.0f} MiB, "
+                  f"after +{(after - before) / 2**20:.0f} MiB, {outcome}")
             peer.close(linger=0)
         probe.close(linger=0)
     finally:
@@ -96,7 +98,9 @@ def intake(n: int = 100_000) -> None:
     router.bind("inproc://wire-bench")
     dealer.connect("inproc://wire-bench")
     frame = proto.encode("heartbeat", trainer_id=1, token=123456789, data_wait_s=1.5)
-    for name, read in (("recv_multipart", lambda: router.recv_multipart(zmq.NOBLOCK)), ("read_request", lambda: read_request(router))):
+    readers = (("recv_multipart", lambda: router.recv_multipart(zmq.NOBLOCK)),
+               ("read_request", lambda: read_request(router)))
+    for name, read in readers:
         for _ in range(n):
             dealer.send(frame)
         router.poll(1000)

@@ -37,8 +37,9 @@ class AuthWatch:
                 key_file = self.keys_dir / "client.key"
                 public = zmq.auth.load_certificate(str(key_file))[0].decode() if key_file.is_file() else "?"
                 raise NotAuthorized(
-                    f"the pixpool daemon at {self.endpoint} refused this trainer's CURVE key {public} ({key_file}; ZAP status {event['value']}): "
-                    f"it is not in the daemon's authorized/ folder. Copy {key_file} into that folder (as authorized/<name>.key) on the "
+                    f"the pixpool daemon at {self.endpoint} refused this trainer's CURVE key {public} "
+                    f"({key_file}; ZAP status {event['value']}): it is not in the daemon's authorized/ folder. "
+                    f"Copy {key_file} into that folder (as authorized/<name>.key) on the "
                     f"daemon's machine, or use a key pair `pixpool keys DIR` made there")
 
     def close(self) -> None:

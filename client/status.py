@@ -10,6 +10,7 @@ from __future__ import annotations
 from ..shared import endpoint as ep
 from ..shared.control import request_health, request_status
 from ..shared.errors import DaemonTimeout
+from ..shared.protocol import error_from
 from ..shared.text import format_table, human_bytes
 
 
@@ -28,7 +29,10 @@ def query_health(socket_dir: str | None = None, *, timeout_s: float = 3.0) -> di
     endpoint = ep.ipc_endpoint(socket_dir)
     health = request_health(endpoint, timeout_s=timeout_s)
     if health is None:
-        raise DaemonTimeout(f"no pixpool daemon answered at {endpoint} within {timeout_s} s; start one with `pixpool serve DATA` or pass --socket-dir")
+        raise DaemonTimeout(f"no pixpool daemon answered at {endpoint} within {timeout_s} s; "
+                            "start one with `pixpool serve DATA` or pass --socket-dir")
+    if health["op"] == "error":  # a daemon of a release without ``health``
+        raise error_from(health)
     return health
 
 

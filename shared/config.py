@@ -149,8 +149,8 @@ class DaemonConfig:
     max_ring_nbytes: int = _opt(2 << 30, "largest batch ring one trainer may ask for, in bytes")
     max_total_ring_nbytes: int | None = _opt(None, "all trainers' rings together, in bytes (default: half of the store's free space at start)")
     max_trainers: int = _opt(64, "trainers attached at once")
-    max_trainers_per_client: int = _opt(32, "trainers one client may have attached at once: a CURVE key over TCP, a uid over ipc "
-                                            "(so one client cannot take every session from the others)")
+    max_trainers_per_client: int = _opt(32, "trainers one client may have attached at once: a CURVE key over TCP, "
+                                            "a uid over ipc (so one client cannot take every session from the others)")
     memory_budget_nbytes: int | None = _opt(None, "most bytes the snapshot and all rings together may take in the store; a preparation or a new "
                                             "trainer's ring past it is refused (e.g. 8G)", flag="--memory-budget", size=True, metavar="SIZE")
     shm_warn_free_nbytes: int | None = _opt(None, "warn when the store has less free than this (default: a tenth of its size)",

@@ -139,7 +139,8 @@ _SCHEMA: dict[str, dict[str, Field]] = {
     "start": {"trainer_id": _ID, "token": _ID, "epoch": _COUNT, "batch": _COUNT},
     "started": {"trainer_id": _INT, "epoch": _INT, "batch": _INT, "num_batches": _INT},
     "ready": {"trainer_id": _INT, "slot": _INT, "epoch": _INT, "batch": _INT, "generation": _INT, "size": _INT, "n_targets": _INT},
-    "release": {"trainer_id": _ID, "token": _ID, "slot": _INT, "epoch": _COUNT, "batch": _COUNT, "generation": Field((int,), lo=0)},
+    "release": {"trainer_id": _ID, "token": _ID, "slot": _INT, "epoch": _COUNT, "batch": _COUNT,
+                "generation": Field((int,), lo=0)},
     "heartbeat": {"trainer_id": _ID, "token": _ID, "data_wait_s": Field((float, int), lo=0, hi=1e12, optional=True)},
     "detach": {"trainer_id": _ID, "token": _ID},
     "detached": {"trainer_id": _INT},
@@ -153,7 +154,8 @@ _SCHEMA: dict[str, dict[str, Field]] = {
 _REPLY_SCHEMA: dict[str, dict[str, Field]] = {
     "heartbeat": {"trainer_id": _INT},
     "status": {"daemon": _MAP, "snapshot": _MAP, "workers": _LIST, "trainers": _LIST},
-    "health": {"pid": _INT, "healthy": Field((bool,)), "trainers": _INT, "workers_ready": _INT, "uptime_s": Field((float, int))},
+    "health": {"pid": _INT, "healthy": Field((bool,)), "trainers": _INT, "workers_ready": _INT,
+               "uptime_s": Field((float, int))},
     "records": {"start": _INT, "total": _INT, "files": _LIST, "names": _LIST},
 }
 REQUEST_OPS = frozenset({"attach", "start", "release", "heartbeat", "detach", "status", "health", "records", "prove"})
@@ -260,13 +262,16 @@ def _check_value(op: str, name: str, value: Any, spec: Field) -> None:
     if not isinstance(value, spec.types):
         raise ProtocolError(f"op {op!r}: field {name!r} must be {kind}, got {type(value).__name__}", field=name)
     if isinstance(value, (int, float)) and not isinstance(value, bool) and not spec.lo <= value < spec.hi:
-        raise ProtocolError(f"op {op!r}: field {name!r} = {value!r:.40} is out of range; use {spec.lo:g} <= {name} < {spec.hi:g}", field=name)
+        raise ProtocolError(f"op {op!r}: field {name!r} = {value!r:.40} is out of range; "
+                            f"use {spec.lo:g} <= {name} < {spec.hi:g}", field=name)
     if isinstance(value, str):
         if spec.max_len is not None and len(value) > spec.max_len:
-            raise ProtocolError(f"op {op!r}: field {name!r} is {len(value)} characters long, over the limit of {spec.max_len}; "
+            raise ProtocolError(f"op {op!r}: field {name!r} is {len(value)} characters long, "
+                                f"over the limit of {spec.max_len}; "
                                 "send a shorter value", field=name)
         if spec.choices is not None and value not in spec.choices:
-            raise ProtocolError(f"op {op!r}: field {name!r} = {value!r:.40} is not one of {list(spec.choices)}", field=name)
+            raise ProtocolError(f"op {op!r}: field {name!r} = {value!r:.40} is not one of {list(spec.choices)}",
+                                field=name)
 
 
 def as_error(msg: dict[str, Any]) -> str:

@@ -23,7 +23,8 @@ def add_daemon_flags(parser: argparse.ArgumentParser) -> None:
 
 def configure(parser: argparse.ArgumentParser, name: str) -> None:
     add_daemon_flags(parser)
-    parser.add_argument("--probe", action="store_true", help="ask only whether the daemon is alive and healthy (for liveness and readiness probes)")
+    parser.add_argument("--probe", action="store_true",
+                        help="ask only whether the daemon is alive and healthy (for liveness and readiness probes)")
 
 
 def run(args: argparse.Namespace) -> int:

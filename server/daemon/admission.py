@@ -203,8 +203,9 @@ def check_quota(config: DaemonConfig, client: str, held: int) -> None:
     """CapacityError when ``client`` already holds its share of sessions (``held``)."""
     if client and held >= config.max_trainers_per_client:
         who = f"CURVE key {client[4:]}" if client.startswith("key:") else f"uid {client[4:]}"
-        raise CapacityError(f"{who} already has {held} trainers attached, the daemon's limit per client (max_trainers_per_client = "
-                            f"{config.max_trainers_per_client}); detach one of them or raise max_trainers_per_client (--max-trainers-per-client)")
+        raise CapacityError(f"{who} already has {held} trainers attached, the daemon's limit per client "
+                            f"(max_trainers_per_client = {config.max_trainers_per_client}); detach one of them "
+                            "or raise max_trainers_per_client (--max-trainers-per-client)")
 
 
 def ring_for(msg: dict, settings: StreamSettings, *, source, renderer, config: DaemonConfig,

@@ -325,8 +325,10 @@ class Daemon:
         self._admitted = self.listener.authorized.current()
         for t in list(self.sessions.trainers.values()):
             if t.client.startswith("key:") and t.client[4:] not in self._admitted:
-                log.warning("trainer %d: its CURVE key %s was removed from %s; ending its session", t.trainer_id, t.client[4:], self.listener.authorized.folder)
-                delivery.tell(t, proto.error_frame("not_authorized", self._not_authorized_text(t.client[4:]), trainer_id=t.trainer_id))
+                log.warning("trainer %d: its CURVE key %s was removed from %s; ending its session",
+                            t.trainer_id, t.client[4:], self.listener.authorized.folder)
+                text = self._not_authorized_text(t.client[4:])
+                delivery.tell(t, proto.error_frame("not_authorized", text, trainer_id=t.trainer_id))
                 self.sessions.detach(t.trainer_id, "its CURVE key is no longer authorized")
 
     def _admits(self, peer: str) -> bool:
@@ -339,8 +341,9 @@ class Daemon:
 
     def _not_authorized_text(self, key: str) -> str:
         folder = self.listener.authorized.folder
-        return (f"daemon {self.pid} does not authorize CURVE key {key}: it is not (or no longer) in {folder} on {self.host}; "
-                f"have the daemon's operator copy this trainer's client.key into {folder}/ (`pixpool keys DIR` makes a pair and authorizes it)")
+        return (f"daemon {self.pid} does not authorize CURVE key {key}: it is not (or no longer) in {folder} "
+                f"on {self.host}; have the daemon's operator copy this trainer's client.key into {folder}/ "
+                "(`pixpool keys DIR` makes a pair and authorizes it)")
 
     def _forget_ring(self, ring_name: str) -> None:
         if self.supervisor is not None:

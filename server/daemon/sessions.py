@@ -93,7 +93,8 @@ class Sessions:
         """How many sessions ``client`` (``TrainerSession.client``) holds now."""
         return sum(t.client == client for t in self.trainers.values())
 
-    def attach(self, msg: dict, settings: StreamSettings, layout: RingLayout, *, sock: zmq.Socket, identity: bytes, client: str = "") -> TrainerSession:
+    def attach(self, msg: dict, settings: StreamSettings, layout: RingLayout, *, sock: zmq.Socket, identity: bytes,
+               client: str = "") -> TrainerSession:
         ring = self._create_ring(layout)
         # The trainer id is taken only once the ring exists: a failed attach uses up nothing.
         tid = next(self._ids)

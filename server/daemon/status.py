@@ -29,7 +29,8 @@ def build_health(d) -> dict:
     """The ``health`` reply: alive (it answered), healthy (serving, not stopping), counts."""
     healthy = d.fatal is None and d._stop_reason is None and d.supervisor.fatal is None
     workers_ready = sum(w.state in ("idle", "busy") for w in d.supervisor.workers)
-    return {"pid": d.pid, "healthy": healthy, "trainers": len(d.sessions), "workers_ready": workers_ready, "uptime_s": round(time.monotonic() - d.started, 3)}
+    return {"pid": d.pid, "healthy": healthy, "trainers": len(d.sessions), "workers_ready": workers_ready,
+            "uptime_s": round(time.monotonic() - d.started, 3)}
 
 
 def build_status(d) -> dict:
@@ -54,9 +55,10 @@ def build_status(d) -> dict:
         trainers.append(entry)
     cfg = d.config
     daemon = {"pid": d.pid, "host": d.host, "store": d.store, "pid_ns": d.pid_ns, "version": __version__, "protocol": proto.PROTOCOL_VERSION, "endpoint": d.endpoint or "", "tcp": cfg.tcp or "",
-              "uptime_s": round(now - d.started, 3), "trainers_total": len(d.sessions), "worker_restarts": d.supervisor.restarts, "redispatched_jobs": d.supervisor.redispatched, "heartbeat_timeout_s": cfg.heartbeat_timeout_s,
+              "uptime_s": round(now - d.started, 3), "worker_restarts": d.supervisor.restarts, "redispatched_jobs": d.supervisor.redispatched, "heartbeat_timeout_s": cfg.heartbeat_timeout_s,
               "memory_budget_nbytes": cfg.memory_budget_nbytes, "shm_warn_free_nbytes": d.shm_watch.warn_free_nbytes, "shm_low": d.shm_watch.low,
-              "metrics": f"http://{cfg.metrics_host}:{cfg.metrics_port}/metrics" if cfg.metrics_port else ""}
+              "metrics": f"http://{cfg.metrics_host}:{cfg.metrics_port}/metrics" if cfg.metrics_port else "",
+              "trainers_total": len(d.sessions)}
     splits = {split: {"records": len(src), "imgsz": src.imgsz, "max_instances": src.max_instances, **d.split_info.get(split, {})}
               for split, src in d.sources.items()}
     return {"daemon": daemon, "snapshot": splits["train"], "splits": splits, "workers": workers, "trainers": trainers}

@@ -56,7 +56,8 @@ def test_oversized_messages_leave_the_daemon_bounded_and_serving(synthetic_data,
         s.connect(endpoint)
         return s
 
-    with real_daemon(synthetic_data.coco_json, imgsz=IMGSZ, workers=1, tcp=f"127.0.0.1:{port}", keys_dir=str(keys)) as (proc, d):
+    tcp = f"127.0.0.1:{port}"
+    with real_daemon(synthetic_data.coco_json, imgsz=IMGSZ, workers=1, tcp=tcp, keys_dir=str(keys)) as (proc, d):
         endpoint = f"ipc://{d}/daemon.sock" if transport == "ipc" else f"tcp://127.0.0.1:{port}"
         try:
             probe = peer(endpoint)  # the connection works (CURVE handshake done) before measuring

@@ -95,7 +95,8 @@ def test_dockerfile_copies_what_exists_and_runs_real_commands(stages):
     assert not [(s, pat) for s in copied for pat in ignored if fnmatch.fnmatch(s, pat)], ignored
     health = [a for i, a in stage_chain(stages, "serve") if i == "HEALTHCHECK"]
     probe = parse_pixpool(_exec_form(health[0][health[0].index("CMD ") :])) if len(health) == 1 else None
-    assert probe is not None and probe.command == "status" and probe.probe, "the healthcheck asks for health, not the full status"
+    assert probe is not None and probe.command == "status" and probe.probe, \
+        "the healthcheck asks for health, not the full status"
 
 
 # -- compose.yaml --------------------------------------------------------------------------
@@ -172,7 +173,8 @@ def test_daemonset_probes_limits_socket_dir_and_store():
     for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
         status = parse_pixpool(c[probe]["exec"]["command"])
         assert status.command == "status" and status.socket_dir == config.socket_dir, probe
-        assert status.probe, f"{probe} asks for the full status, whose cost grows with the trainers; use `pixpool status --probe`"
+        assert status.probe, \
+            f"{probe} asks for the full status, whose cost grows with the trainers; use `pixpool status --probe`"
         assert c[probe]["timeoutSeconds"] > status.timeout_s, probe  # the probe outlives the command's own wait
     for kind in ("requests", "limits"):
         assert {"cpu", "memory"} <= set(c["resources"][kind]), kind

@@ -104,17 +104,21 @@ def test_pipe_messages_are_validated():
         proto.decode_pipe(proto.pipe_frame("exec", code="rm -rf /"))
 
 
+_ATTACH = {"op": "attach", "settings": {}, "pid": 1, "host": "h", "slots": 2, "delivery": "shm"}
+
+
 @pytest.mark.parametrize(
     "fields, field, words",
     [
         ({"op": "records", "start": 0, "split": ["train"]}, "split", "must be str"),
         ({"op": "records", "start": 0, "split": "test"}, "split", "not one of"),
         ({"op": "records", "start": -1}, "start", "out of range"),
-        ({"op": "attach", "settings": {}, "pid": 1, "host": "h" * (proto.MAX_HOST_CHARS + 1), "slots": 2, "delivery": "shm"}, "host", "over the limit"),
-        ({"op": "attach", "settings": {}, "pid": 1, "host": "h", "slots": 2, "delivery": "carrier pigeon"}, "delivery", "not one of"),
-        ({"op": "attach", "settings": {}, "pid": -5, "host": "h", "slots": 2, "delivery": "shm"}, "pid", "out of range"),
+        ({**_ATTACH, "host": "h" * (proto.MAX_HOST_CHARS + 1)}, "host", "over the limit"),
+        ({**_ATTACH, "delivery": "carrier pigeon"}, "delivery", "not one of"),
+        ({**_ATTACH, "pid": -5}, "pid", "out of range"),
         ({"op": "heartbeat", "trainer_id": 1, "token": 2, "data_wait_s": float("nan")}, "data_wait_s", "out of range"),
-        ({"op": "prove", "trainer_id": 1, "token": 2, "nonce": "0" * (proto.MAX_NONCE_CHARS + 1)}, "nonce", "over the limit"),
+        ({"op": "prove", "trainer_id": 1, "token": 2, "nonce": "0" * (proto.MAX_NONCE_CHARS + 1)}, "nonce",
+         "over the limit"),
         ({"op": "start", "trainer_id": 1, "token": 2, "epoch": -1, "batch": 0}, "epoch", "out of range"),
     ],
 )
@@ -130,6 +134,7 @@ def test_request_fields_are_bounded_and_named(fields, field, words):
 def test_optional_fields_may_be_left_out_and_bounded_ones_pass():
     assert proto.decode(proto.encode("records", start=0))["start"] == 0
     assert proto.decode(proto.encode("heartbeat", trainer_id=1, token=2))["op"] == "heartbeat"
-    msg = proto.decode(proto.encode("attach", settings={}, pid=1, host="h" * proto.MAX_HOST_CHARS, slots=2, delivery="frames", pid_ns="pid:[4026531836]"))
+    msg = proto.decode(proto.encode("attach", settings={}, pid=1, host="h" * proto.MAX_HOST_CHARS, slots=2,
+                                    delivery="frames", pid_ns="pid:[4026531836]"))
     assert len(msg["host"]) == proto.MAX_HOST_CHARS
     assert proto.decode(proto.encode("health"))["op"] == "health"
