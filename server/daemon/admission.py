@@ -121,12 +121,14 @@ class Listener:
         try:
             dir_fd = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
         except OSError as exc:
-            raise ConfigError(f"cannot open the socket directory {path.parent} ({exc.strerror}); name a real directory with --socket-dir") from None
+            raise ConfigError(f"cannot open the socket directory {path.parent} ({exc.strerror}); "
+                              "name a real directory with --socket-dir") from None
         self._dir_fd = dir_fd
         # One daemon per socket directory, decided by a lock the kernel drops when the
         # holder dies: two daemons starting at once cannot both bind (libzmq's ipc bind
         # would replace the other's socket file).
-        lock_fd = os.open(_LOCK_NAME, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600, dir_fd=dir_fd)
+        lock_flags = os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC
+        lock_fd = os.open(_LOCK_NAME, lock_flags, 0o600, dir_fd=dir_fd)
         try:
             fcntl.flock(lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:

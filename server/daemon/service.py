@@ -299,9 +299,9 @@ class Daemon:
         shrunk = {name: what for name, what in sorted(damaged.items()) if what.startswith("was truncated")}
         if shrunk:
             what = "; ".join(f"snapshot segment {name} {w}" for name, w in shrunk.items())
-            self.fatal = (f"{what} in {self.store} while daemon {self.pid} served it; every batch would fail (a worker reading past "
-                          "the end dies of SIGBUS), so the daemon stops. Find what truncates files in the store, then start the daemon "
-                          "again (it prepares the snapshot anew)")
+            self.fatal = (f"{what} in {self.store} while daemon {self.pid} served it; every batch would fail "
+                          "(a worker reading past the end dies of SIGBUS), so the daemon stops. Find what "
+                          "truncates files in the store, then start the daemon again (it prepares the snapshot anew)")
             log.error("%s", self.fatal)
             self.request_stop(what)
             return

@@ -294,7 +294,8 @@ class Supervisor:
                 return
         delay = 0.0 if w.ready else min(_BACKOFF_MAX_S, _BACKOFF_FIRST_S * 2 ** (self._early_deaths[i] - 1))
         if code == -signal.SIGBUS:  # the kernel's answer to a read past the end of a mapped file
-            log.warning("worker %d (pid %s) died of SIGBUS: a segment it maps was truncated (the daemon checks its snapshot)", i, w.pid)
+            log.warning("worker %d (pid %s) died of SIGBUS: a segment it maps was truncated "
+                        "(the daemon checks its snapshot)", i, w.pid)
         log.warning("worker %d (pid %s) died with exit code %s%s; starting a new one%s", i, w.pid, code,
                     f", re-running samples {job.start}..{job.stop} of batch {job.batch} of trainer {job.trainer_id}" if job else "", f" in {delay:.1f} s" if delay else "")
         if delay:

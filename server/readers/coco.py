@@ -127,9 +127,10 @@ def _validate(data: dict, json_path: Path) -> None:
         # Python's json reads NaN, Infinity and -Infinity; a box made of them would be stored
         # and trained on (NaN passes every comparison the reader makes as False).
         if not all(math.isfinite(v) for v in bbox):
-            raise DatasetError(f"annotations[{i}] (id {ann['id']}, image id {ann['image_id']}, {file_names[ann['image_id']]}): "
-                               f"bbox holds a number that is not finite, {bbox!r}; write the box as 4 finite pixel values [x, y, w, h] "
-                               "or remove the annotation", path=where)
+            image = f"image id {ann['image_id']}, {file_names[ann['image_id']]}"
+            raise DatasetError(f"annotations[{i}] (id {ann['id']}, {image}): bbox holds a number that is not "
+                               f"finite, {bbox!r}; write the box as 4 finite pixel values [x, y, w, h] or remove "
+                               "the annotation", path=where)
 
 
 def _check_file_name(name, i: int, image_id, where: str) -> None:

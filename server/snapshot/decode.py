@@ -37,8 +37,9 @@ def decode_bgr(path: str) -> np.ndarray:
     if other:
         pass_through(other)
     if corrupt:
-        raise ImageDecodeError(f"the JPEG's compressed data is damaged (libjpeg: {corrupt[0]}): it decodes only with the damaged part "
-                               "guessed, and pixpool would train on the guesses; re-download or re-encode the file, or remove it", path=path)
+        raise ImageDecodeError(f"the JPEG's compressed data is damaged (libjpeg: {corrupt[0]}): it decodes only with "
+                               "the damaged part guessed, and pixpool would train on the guesses; re-download or "
+                               "re-encode the file, or remove it", path=path)
     if image is None or image.size == 0:
         raise ImageDecodeError("cannot decode image (corrupt, truncated or not an image); replace or remove it", path=path)
     if image.dtype != np.uint8:  # defensive: IMREAD_COLOR already yields 8-bit

@@ -69,8 +69,8 @@ def test_batches_without_targets_digest_on_every_path(synthetic_copy, capsys) ->
     doc["annotations"] = []
     coco.write_text(json.dumps(doc))
     before = set(list_segments())
-    flags = [str(coco), "--images", str(synthetic_copy / "images" / "train"), "--batches", "2", "--batch-size", "2", "--imgsz", "64",
-             "--processes", "1", "--mosaic", "0"]
+    flags = [str(coco), "--images", str(synthetic_copy / "images" / "train"), "--batches", "2", "--batch-size", "2",
+             "--imgsz", "64", "--processes", "1", "--mosaic", "0"]
     ref = _digest(capsys, *flags, "--reference")
     snap = _digest(capsys, *flags, "--in-process")
     daemon = _digest(capsys, *flags, "--workers", "1")

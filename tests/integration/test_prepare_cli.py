@@ -103,7 +103,8 @@ def _non_finite_bbox(value):
         ann["bbox"][2] = value  # json writes NaN / Infinity, which Python's json reads back
         _json(ds).write_text(json.dumps(data))
         name = next(img["file_name"] for img in data["images"] if img["id"] == ann["image_id"])
-        return [str(_json(ds))], f"annotations[3] (id {ann['id']}, image id {ann['image_id']}, {name}): bbox holds a number that is not finite"
+        where = f"annotations[3] (id {ann['id']}, image id {ann['image_id']}, {name})"
+        return [str(_json(ds))], f"{where}: bbox holds a number that is not finite"
     breaker.__name__ = f"_bbox_{value}"
     return breaker
 
@@ -127,8 +128,9 @@ def _corrupt_jpeg_middle(ds):
 
 
 @pytest.mark.parametrize("breaker", [_missing_image, _corrupt_image, _bad_json, _bad_label_line, _class_out_of_range, _size_mismatch,
-                                     _truncated_jpeg, _png_bomb, _deep_json, _runaway_label_file, _non_finite_bbox(float("nan")),
-                                     _non_finite_bbox(float("inf")), _corrupt_jpeg_middle])
+                                     _truncated_jpeg, _png_bomb, _deep_json, _runaway_label_file,
+                                     _non_finite_bbox(float("nan")), _non_finite_bbox(float("inf")),
+                                     _corrupt_jpeg_middle])
 def test_bad_input_exits_non_zero_names_file_and_leaves_shm_alone(ds, breaker, capsys):
     argv, name = breaker(ds)
     before = set(list_segments())
@@ -141,7 +143,8 @@ def test_bad_input_exits_non_zero_names_file_and_leaves_shm_alone(ds, breaker, c
 
 def test_corrupt_jpeg_is_refused_by_the_reference_path_too(ds, capsys):
     corrupt_jpeg_middle(ds / "images" / "train" / "synth_0003.jpg")
-    code = main(["digest", str(_json(ds)), "--reference", "--batches", "3", "--batch-size", "8", "--imgsz", "64", "--mosaic", "0"])
+    code = main(["digest", str(_json(ds)), "--reference", "--batches", "3", "--batch-size", "8", "--imgsz", "64",
+                 "--mosaic", "0"])
     err = capsys.readouterr().err
     assert code == 1 and "synth_0003.jpg: the JPEG's compressed data is damaged (libjpeg: Corrupt JPEG data" in err, err
 

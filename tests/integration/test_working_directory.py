@@ -36,7 +36,8 @@ def _plant(cwd: Path, markers: Path) -> None:
         (pkg / "__init__.py").write_text(f"open({str(marker)!r}, 'w').write('imported from the working directory')\n")
     # A spawned child imports multiprocessing before its bootstrap sets sys.path.
     (cwd / "multiprocessing").mkdir()
-    (cwd / "multiprocessing" / "__init__.py").write_text(f"open({str(markers / 'multiprocessing')!r}, 'w').write('x')\n")
+    marker = markers / "multiprocessing"
+    (cwd / "multiprocessing" / "__init__.py").write_text(f"open({str(marker)!r}, 'w').write('x')\n")
 
 
 def _checkout(parent: Path, markers: Path) -> None:
@@ -94,8 +95,9 @@ def test_digest_daemon_ignores_the_working_directory(where, request, synthetic_d
 def test_demo_ignores_the_working_directory(planted, tmp_path):
     cwd, markers = planted
     before = set(list_segments())
-    proc = _run(cwd, "demo", "--workdir", str(tmp_path / "demo"), "--project", str(tmp_path / "runs"), "--num-images", "8",
-                "--imgsz", "64", "--epochs", "1", "--batch-size", "4", "--trainers", "1", "--workers", "1", "--timeout-s", "200")
+    proc = _run(cwd, "demo", "--workdir", str(tmp_path / "demo"), "--project", str(tmp_path / "runs"),
+                "--num-images", "8", "--imgsz", "64", "--epochs", "1", "--batch-size", "4", "--trainers", "1",
+                "--workers", "1", "--timeout-s", "200")
     assert sorted(p.name for p in markers.iterdir()) == [], "code from the working directory was imported"
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "no pixpool segment left" in proc.stdout
@@ -104,13 +106,13 @@ def test_demo_ignores_the_working_directory(planted, tmp_path):
 
 @pytest.mark.ultralytics
 def test_yolo_train_ignores_the_working_directory(planted, synthetic_copy, tmp_path):
-    pytest.importorskip("ultralytics", reason="Ultralytics is not installed here; CI runs the tests marked ultralytics in its own venv")
+    pytest.importorskip("ultralytics", reason="Ultralytics is not installed here; CI runs these in its own venv")
     cwd, markers = planted
     before = set(list_segments())
     env = {**os.environ, "YOLO_OFFLINE": "1", "YOLO_CONFIG_DIR": str(tmp_path / "ultralytics-config")}
-    proc = subprocess.run([str(PIXPOOL), "yolo", "train", f"data={synthetic_copy / 'data.yaml'}", "model=yolo11n.yaml", "epochs=1",
-                           "imgsz=64", "batch=4", "workers=1", "device=cpu", "plots=False", f"project={tmp_path / 'runs'}", "name=run"],
-                          cwd=cwd, env=env, capture_output=True, text=True, timeout=400)
+    argv = [str(PIXPOOL), "yolo", "train", f"data={synthetic_copy / 'data.yaml'}", "model=yolo11n.yaml", "epochs=1",
+            "imgsz=64", "batch=4", "workers=1", "device=cpu", "plots=False", f"project={tmp_path / 'runs'}", "name=run"]
+    proc = subprocess.run(argv, cwd=cwd, env=env, capture_output=True, text=True, timeout=400)
     assert sorted(p.name for p in markers.iterdir()) == [], "code from the working directory was imported"
     assert proc.returncode == 0, proc.stderr[-4000:]
     assert "starting a daemon (1 workers" in proc.stderr
