@@ -43,7 +43,7 @@ import zmq
 from ..shared import endpoint as ep
 from ..shared import protocol as proto
 from ..shared.config import StreamSettings
-from ..shared.errors import ConfigError, DaemonStopped, DaemonTimeout, PixpoolError, ProtocolError, SnapshotChangedError
+from ..shared.errors import ConfigError, DaemonStopped, DaemonTimeout, PixpoolError, ProtocolError
 from ..shared.procmem import pid_namespace
 from ..shared.ring import DEFAULT_SLOTS
 from ._torch import require_torch
@@ -290,9 +290,7 @@ class Client:
                 self._attach()
                 self.reattaches += 1
                 return
-            except SnapshotChangedError:
-                raise
-            except (_Lost, DaemonTimeout):
+            except (_Lost, DaemonTimeout):  # not SnapshotChangedError: that one ends the stream
                 if time.monotonic() > deadline:
                     raise DaemonTimeout(f"the pixpool daemon at {self.endpoint} went away and none came back within {self.timeout_s} s") from None
 
