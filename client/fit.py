@@ -146,8 +146,8 @@ def _val_loader(train, socket_dir, endpoint, keys_dir, config: FitConfig, aug: A
 
     # zero_copy: ``_validate`` keeps only what it computes from a batch (predictions, boxes).
     try:
-        return attach(socket_dir, endpoint=endpoint, keys_dir=keys_dir, batch_size=config.val_batch_size, split="val", imgsz=aug.imgsz, timeout_s=timeout_s,
-                      zero_copy=True, follow_snapshot=config.follow_snapshot)
+        return attach(socket_dir, endpoint=endpoint, keys_dir=keys_dir, batch_size=config.val_batch_size, split="val",
+                      imgsz=aug.imgsz, timeout_s=timeout_s, zero_copy=True, follow_snapshot=config.follow_snapshot)
     except ConfigError as exc:
         if getattr(exc, "field", None) == "split":
             log.warning("no validation this run: %s", exc)
@@ -225,7 +225,8 @@ def _validate(model, val, config: FitConfig, imgsz: int, device, torch) -> dict:
 # -- checkpoints ---------------------------------------------------------------------------
 def _settings(config: FitConfig) -> dict:
     d = dataclasses.asdict(config)
-    for transient in ("resume", "device", "progress", "max_steps", "project", "threads", "record_digests", "follow_snapshot"):
+    transients = ("resume", "device", "progress", "max_steps", "project", "threads", "record_digests", "follow_snapshot")
+    for transient in transients:
         d.pop(transient)
     return d
 

@@ -34,8 +34,8 @@ batch (``images[0]``, ``images.view(...)``) cannot be moved to a copy behind the
 back. An owned copy is one memcpy of the slot per batch in the trainer's thread, while the
 workers render the next batches: measured (``bench/batch_ownership.py``, docs/benchmarks.md)
 6-8 ms for batch 16 at 640 against 100-380 ms of render time per batch (2-6 %), and no
-delivered images/s lost where the workers are the bound. pixpool's own loops, which provably drop each batch before asking for
-the next (``fit.py``'s training and validation loops copy it into the step's buffers or the
+delivered images/s lost where the workers are the bound. pixpool's own loops, which
+provably drop each batch before asking for the next (``fit.py``'s training and validation loops copy it into the step's buffers or the
 device first; the Ultralytics loader's batches are moved and converted by the trainer's
 ``preprocess_batch`` at once), use ``zero_copy=True``.
 """
@@ -152,7 +152,8 @@ def attach(socket_dir: str | os.PathLike | None = None, *, batch_size: int = 16,
            rank: int | None = None, world_size: int | None = None, shuffle: bool | None = None, drop_last: bool = False,
            start_epoch: int = 0, hsv_on_device: bool = False, split: str = "train", endpoint: str | None = None,
            keys_dir: str | os.PathLike | None = None, device: Any = None, timeout_s: float = 60.0, slots: int = DEFAULT_SLOTS,
-           store: str | os.PathLike | None = None, zero_copy: bool = False, follow_snapshot: bool = False, **augment: Any) -> Loader:
+           store: str | os.PathLike | None = None, zero_copy: bool = False, follow_snapshot: bool = False,
+           **augment: Any) -> Loader:
     """A DataLoader-like view of the daemon's stream (see module docstring).
 
     ``augment`` takes every ``AugmentConfig`` field (``mosaic``, ``degrees``, ``copy_paste``,

@@ -91,7 +91,7 @@ def main(argv=None) -> int:
                 total = torch.zeros((), device=device)
                 for batch in loader:
                     images, rows = batch
-                    # zero_copy: the batch is a view of a ring slot; it is copied to the device before the next is asked for.
+                    # zero_copy: the batch is a view of a ring slot, copied to the device before the next is asked for.
                     targets, mask = pad_targets(rows.numpy(), len(images), args.max_targets)
                     x = images.to(device, non_blocking=True).float().div_(255.0)
                     loss, _ = loss_fn(ddp(x), torch.from_numpy(targets).to(device), torch.from_numpy(mask).to(device), args.imgsz)

@@ -37,7 +37,8 @@ def configure(parser: argparse.ArgumentParser, name: str) -> None:
                         help="HSV on the trainer's device instead of in the workers (default false)")
     parser.add_argument("--device", default=None, help="torch device (default: cuda if available, else cpu)")
     parser.add_argument("--follow-snapshot", action="store_true",
-                        help="if the daemon is restarted on another dataset, go on with it (default: stop with SnapshotChangedError)")
+                        help="if the daemon is restarted on another dataset, go on with it "
+                             "(default: stop with SnapshotChangedError)")
     parser.add_argument("--timeout-s", type=float, default=120.0, help="how long to wait for the daemon and each batch (default 120)")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
     parser.add_argument("--json", action="store_true", help="print the final report as JSON")

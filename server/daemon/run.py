@@ -107,7 +107,8 @@ def _prepare(dataset, config: DaemonConfig, budget_nbytes: int | None, lineage: 
     # snapshot pays a second pass (one stat per image file) to compute it.
     content = snap.fingerprint if snap.dtype == "float32" else content_fingerprint(dataset, imgsz=config.imgsz)
     log.info("snapshot %s %s (%d records, %.1f s)", snap.name, "re-attached" if result.reused else "prepared", len(snap), result.seconds)
-    info = {"name": snap.name, "content": content, "reused": bool(result.reused), "prepare_s": round(float(result.seconds), 3), "segments": list(snap.segment_names),
+    info = {"name": snap.name, "content": content,
+            "reused": bool(result.reused), "prepare_s": round(float(result.seconds), 3), "segments": list(snap.segment_names),
             "dtype": snap.dtype, "store": snap.store, "image_bytes": int(result.image_bytes), "index_bytes": int(result.index_bytes),
             "target_bytes": int(result.target_bytes), "decoded_bytes": int(result.decoded_bytes), "classes": len(dataset.names)}
     return snap, info

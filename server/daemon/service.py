@@ -242,7 +242,8 @@ class Daemon:
         t = self.sessions.attach(msg, settings, layout, sock=sock, identity=identity)
         delivery.send(sock, identity, proto.encode("attached", trainer_id=t.trainer_id, token=t.token, ring=t.ring.name, layout=layout.to_dict(),
                                                    num_records=len(source), daemon_pid=self.pid, host=self.host, names=self.names,
-                                                   store=self.store, pid_ns=self.pid_ns, snapshot=self._identity(settings.split, source)))
+                                                   store=self.store, pid_ns=self.pid_ns,
+                                                   snapshot=self._identity(settings.split, source)))
 
     def _identity(self, split: str, source: Any) -> dict:
         """Which snapshot a trainer of ``split`` streams: a trainer that attaches again after a

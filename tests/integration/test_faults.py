@@ -322,7 +322,8 @@ def test_a_daemon_restarted_on_a_changed_dataset_stops_the_trainer_unless_it_fol
                         assert err.value.before["records"] == 24 and err.value.after["records"] == kept
                         assert c.num_records == 24, "the trainer took the new snapshot's record count"
                         # The new daemon was told: the ring it made for this trainer is gone.
-                        wait_for(lambda: not segments_of(proc_b.pid) and not ask_status(d)["trainers"], 30, "the refused ring removed")
+                        wait_for(lambda: not segments_of(proc_b.pid) and not ask_status(d)["trainers"], 30,
+                                 "the refused ring removed")
                     else:
                         rest = [digest_of(b) for b in it]  # Client's batches are views: digest each in turn
                         assert c.reattaches == 1 and c.num_records == kept and c.snapshot["records"] == kept
