@@ -62,6 +62,7 @@ class FitConfig:
     hsv_on_device: bool = False
     threads: int | None = None  # torch CPU threads (the demo gives each of its trainers its share of the cores)
     record_digests: bool = False  # a sha256 over each epoch's batch digests in results.jsonl (costs a hash per batch)
+    follow_snapshot: bool = False  # go on when a restarted daemon serves another dataset (else SnapshotChangedError)
     log_every: int = 10
     progress: bool = True
     augment: AugmentConfig = field(default_factory=AugmentConfig)
@@ -88,8 +89,11 @@ def fit(config: FitConfig, *, socket_dir=None, endpoint=None, keys_dir=None, tim
     # With HSV on the device the client moves each batch there and applies it; else the step's
     # pinned staging copies the slot view.
     on_device = dict(hsv_on_device=True, device=device) if config.hsv_on_device else {}
+    # zero_copy: ``_train_epoch`` hands each batch to the step (a copy into its static or pinned
+    # buffers, or the client's copy to the device) before it asks for the next, and keeps none.
     with attach(socket_dir, endpoint=endpoint, keys_dir=keys_dir, batch_size=config.batch_size, seed=config.seed, drop_last=True,
-                start_epoch=start_epoch, timeout_s=timeout_s, **on_device, **dataclasses.asdict(aug)) as train:
+                start_epoch=start_epoch, timeout_s=timeout_s, zero_copy=True, follow_snapshot=config.follow_snapshot,
+                **on_device, **dataclasses.asdict(aug)) as train:
         if train.num_classes < 1:
             raise ConfigError("the daemon did not say how many classes its dataset has; serve a COCO json or a data.yaml with names")
         steps_per_epoch = len(train)
@@ -140,8 +144,10 @@ def fit(config: FitConfig, *, socket_dir=None, endpoint=None, keys_dir=None, tim
 def _val_loader(train, socket_dir, endpoint, keys_dir, config: FitConfig, aug: AugmentConfig, timeout_s: float):
     from .loader import attach
 
+    # zero_copy: ``_validate`` keeps only what it computes from a batch (predictions, boxes).
     try:
-        return attach(socket_dir, endpoint=endpoint, keys_dir=keys_dir, batch_size=config.val_batch_size, split="val", imgsz=aug.imgsz, timeout_s=timeout_s)
+        return attach(socket_dir, endpoint=endpoint, keys_dir=keys_dir, batch_size=config.val_batch_size, split="val",
+                      imgsz=aug.imgsz, timeout_s=timeout_s, zero_copy=True, follow_snapshot=config.follow_snapshot)
     except ConfigError as exc:
         if getattr(exc, "field", None) == "split":
             log.warning("no validation this run: %s", exc)
@@ -219,7 +225,8 @@ def _validate(model, val, config: FitConfig, imgsz: int, device, torch) -> dict:
 # -- checkpoints ---------------------------------------------------------------------------
 def _settings(config: FitConfig) -> dict:
     d = dataclasses.asdict(config)
-    for transient in ("resume", "device", "progress", "max_steps", "project", "threads", "record_digests"):
+    transients = ("resume", "device", "progress", "max_steps", "project", "threads", "record_digests", "follow_snapshot")
+    for transient in transients:
         d.pop(transient)
     return d
 

@@ -5,9 +5,12 @@ thread that created it (zmq sockets are not thread-safe): the main DEALER (attac
 ready, release, detach) in the caller's thread, and a heartbeat DEALER in a background
 thread that tells the daemon this trainer is alive while the training step runs.
 
-Zero-copy contract: a batch yielded by ``epoch()`` is a view of a ring slot (local) or of
-the received frames (TCP). It stays valid until the next batch is requested; then its
-slot is released to the daemon (credit-based backpressure). Copy what must outlive that.
+Batch lifetime: by default (``zero_copy=True``, this low-level API's contract) the images
+and targets of a batch yielded by ``epoch()`` are a view of a ring slot (local) or of the
+received frames (TCP). They stay valid until the next batch is requested; then the slot is
+released to the daemon (credit-based backpressure). Copy what must outlive that, or pass
+``zero_copy=False`` for batches the caller owns (``attach()``'s default; the cost is in
+``client/loader.py``). ``samples`` is always the caller's own (a copy of B integers).
 
 Faults, as the trainer sees them:
 - no daemon yet: attach waits up to ``timeout_s`` (``DaemonTimeout`` says where it looked);
@@ -15,8 +18,11 @@ Faults, as the trainer sees them:
 - the daemon dies (it no longer holds this trainer's ring, seen from any PID namespace:
   ``Ring.daemon_alive``; or it falls silent; or the restarted one no longer knows this
   trainer): the client attaches again within ``timeout_s`` and resumes at its epoch and
-  batch position; moving to the new ring, it removes the dead daemon's old one as the last
-  one out;
+  batch position, if the daemon serves the snapshot the stream began on
+  (``snapshot_check.py``); moving to the new ring, it removes the dead daemon's old one as
+  the last one out. On another snapshot (a new dataset version) it stops with
+  ``SnapshotChangedError`` naming both, unless ``follow_snapshot=True`` (then it warns and
+  goes on with the new one);
 - a batch does not come within ``timeout_s``: if the daemon still answers this trainer's
   heartbeats it is slow, not gone (a stalled worker, a busy machine), and the client logs
   a warning and keeps waiting; only a daemon that answers nothing is ``DaemonTimeout``
@@ -45,6 +51,7 @@ from ..shared.errors import ConfigError, DaemonStopped, DaemonTimeout, PixpoolEr
 from ..shared.procmem import pid_namespace
 from ..shared.ring import DEFAULT_SLOTS
 from ._torch import require_torch
+from . import snapshot_check
 from .auth_watch import AuthWatch
 from .delivery import delivery_for, map_ring, open_reader
 
@@ -86,6 +93,8 @@ class Client:
         timings: dict | None = None,
         fetch_files: bool = False,
         store: str | os.PathLike | None = None,
+        zero_copy: bool = True,
+        follow_snapshot: bool = False,
     ):
         if not isinstance(settings, StreamSettings):
             raise TypeError(f"settings must be a StreamSettings, got {type(settings).__name__}")
@@ -111,6 +120,12 @@ class Client:
         # Optional: accumulates "deliver_s" (ready message received -> batch built, tensors
         # included) and "batches", for bench/serve.py.
         self.timings = timings
+        self.zero_copy = bool(zero_copy)
+        # The snapshot this stream is on (``snapshot_check.identity``), fixed at the first
+        # attach; a reattach onto another one stops the trainer unless it follows the daemon.
+        self.follow_snapshot = bool(follow_snapshot)
+        self.snapshot: dict = {}
+        self.snapshot_changes = 0
         # The daemon's class names (from attach) and, with ``fetch_files``, every record's
         # image file name (``records`` requests right after attach, before any batch flows).
         self.fetch_files = fetch_files
@@ -202,6 +217,7 @@ class Client:
             msg, _ = self._recv(deadline, "reply to attach")
             if msg["op"] == "attached":
                 break
+        self._check_snapshot(msg)
         if self._reader is not None:
             self._reader.close()
             self._reader = None
@@ -215,6 +231,32 @@ class Client:
         self.layout = self._reader.layout
         if self.fetch_files:
             self.files = self._records()
+
+    def _check_snapshot(self, attached: dict) -> None:
+        """Fix the stream's snapshot at the first attach; on a later one, refuse another
+        snapshot (detaching from the daemon that offered it, so it removes the new ring)
+        unless ``follow_snapshot``."""
+        after = snapshot_check.identity(attached)
+        before = self.snapshot
+        if before and snapshot_check.changed(before, after):
+            error = snapshot_check.refusal(before, after, endpoint=self.endpoint, position=self.position)
+            if not self.follow_snapshot:
+                self._detach_from(attached)
+                raise error
+            log.warning("following the daemon onto another snapshot (follow_snapshot=True): %s", error)
+            self.snapshot_changes += 1
+        self.snapshot = after
+
+    def _detach_from(self, attached: dict) -> None:
+        try:
+            self._sock.send(proto.encode("detach", trainer_id=attached["trainer_id"], token=attached["token"]))
+            deadline = time.monotonic() + min(2.0, self.timeout_s)
+            while True:
+                msg, _ = self._recv(deadline, "reply to detach")
+                if msg["op"] == "detached" and msg["trainer_id"] == attached["trainer_id"]:
+                    return
+        except (PixpoolError, _Lost, zmq.ZMQError) as exc:  # the daemon sweeps a silent trainer anyway
+            log.info("detaching from the daemon's other snapshot: %s", exc)
 
     def _prove(self, attached: dict, deadline: float):
         """(granted delivery, mapped ring or None): the locality handshake (``client/delivery.py``)."""
@@ -254,7 +296,7 @@ class Client:
                 self._attach()
                 self.reattaches += 1
                 return
-            except (_Lost, DaemonTimeout):
+            except (_Lost, DaemonTimeout):  # not SnapshotChangedError: that one ends the stream
                 if time.monotonic() > deadline:
                     raise DaemonTimeout(f"the pixpool daemon at {self.endpoint} went away and none came back within {self.timeout_s} s") from None
 
@@ -366,15 +408,23 @@ class Client:
 
     def _wrap(self, msg: dict, frames: list) -> TrainerBatch:
         images, targets, samples = self._reader.arrays(msg, frames)
+        samples = samples.copy()  # B integers: never worth a view
         if self.as_torch:
             images, targets = self._to_torch(images, targets, samples, msg["epoch"])
+        elif not self.zero_copy:
+            images, targets = images.copy(), targets.copy()
         return TrainerBatch(images=images, targets=targets, samples=samples, epoch=msg["epoch"], batch=msg["batch"])
 
     def _to_torch(self, images: np.ndarray, targets: np.ndarray, samples: np.ndarray, epoch: int):
         torch = require_torch("a Client that yields torch tensors (as_torch, device or hsv_on_device)")
 
-        timg = torch.from_numpy(images) if images.flags.writeable else torch.from_numpy(images.copy())
-        ttgt = torch.from_numpy(targets) if targets.flags.writeable else torch.from_numpy(targets.copy())
+        # A copy to another device is the caller's own already (a copy from pageable memory
+        # has read its source when ``to`` returns, non_blocking or not); on the CPU an owned
+        # batch is one host copy of the slot.
+        on_host = self.device is None or torch.device(self.device).type == "cpu"
+        own = not self.zero_copy and on_host
+        timg = torch.from_numpy(images.copy() if own or not images.flags.writeable else images)
+        ttgt = torch.from_numpy(targets.copy() if own or not targets.flags.writeable else targets)
         if self.device is not None:
             timg = timg.to(self.device, non_blocking=True)
             ttgt = ttgt.to(self.device, non_blocking=True)

@@ -19,8 +19,25 @@ keeps working::
   a ``DataLoader(shuffle=True)`` user expects.
 - Each batch unpacks as ``images, targets`` and carries ``indices`` (record indices),
   ``files`` (their image files), ``epoch`` and ``batch``. ``names`` and ``num_classes`` come
-  from the daemon. The batch is a view of a ring slot, valid until the next one is asked
-  for (copy what must outlive it; the training step's staging copy does).
+  from the daemon.
+- A batch is the user's, as a DataLoader's is: it stays valid for as long as it is held
+  (``list(loader)``, a batch kept for a plot or a later step). ``zero_copy=True`` opts into
+  views of the ring slot instead, valid only until the next batch is asked for.
+- If the daemon is restarted on another dataset (``SnapshotChangedError``, see
+  ``client/iterator.py``) the loader stops, unless ``follow_snapshot=True``.
+
+Why an owned copy, not a slot kept until the batch is unreferenced. The ring has 2-3 slots
+per trainer and the daemon renders into the next free one while the trainer steps, so a
+slot held by the user stalls the stream as soon as the user keeps as many batches as there
+are slots; ``list(loader)`` would then need a copy anyway, and tensors derived from a held
+batch (``images[0]``, ``images.view(...)``) cannot be moved to a copy behind the user's
+back. An owned copy is one memcpy of the slot per batch in the trainer's thread, while the
+workers render the next batches: measured (``bench/batch_ownership.py``, docs/benchmarks.md)
+6-8 ms for batch 16 at 640 against 100-380 ms of render time per batch (2-6 %), and no
+delivered images/s lost where the workers are the bound. pixpool's own loops, which
+provably drop each batch before asking for the next (``fit.py``'s training and validation loops copy it into the step's buffers or the
+device first; the Ultralytics loader's batches are moved and converted by the trainer's
+``preprocess_batch`` at once), use ``zero_copy=True``.
 """
 
 from __future__ import annotations
@@ -76,10 +93,11 @@ def distributed_rank() -> tuple[int, int]:
 class Loader:
     """The iterable ``attach()`` returns (see module docstring)."""
 
-    def __init__(self, settings: StreamSettings, **client_options: Any):
+    def __init__(self, settings: StreamSettings, *, zero_copy: bool = False, **client_options: Any):
         require_torch("pixpool.client.attach (it yields torch tensors)")
         self.settings = settings
-        self.client = Client(settings, as_torch=True, fetch_files=True, **client_options)
+        self.zero_copy = bool(zero_copy)
+        self.client = Client(settings, as_torch=True, fetch_files=True, zero_copy=self.zero_copy, **client_options)
         self.epoch = settings.start_epoch
         self._pinned: int | None = None  # set_epoch's choice for the next iteration
         self._started = False
@@ -115,9 +133,9 @@ class Loader:
         elif self._started:
             self.epoch += 1
         self._started = True
-        files = self.client.files
         for b in self.client.epoch(self.epoch):
             indices = b.samples
+            files = self.client.files  # fetched again at each attach (a daemon that follows another snapshot)
             yield Batch(b.images, b.targets, indices=indices, files=[files[i] for i in indices.tolist()] if files else [], epoch=b.epoch, batch=b.batch)
 
     def close(self) -> None:
@@ -134,7 +152,8 @@ def attach(socket_dir: str | os.PathLike | None = None, *, batch_size: int = 16,
            rank: int | None = None, world_size: int | None = None, shuffle: bool | None = None, drop_last: bool = False,
            start_epoch: int = 0, hsv_on_device: bool = False, split: str = "train", endpoint: str | None = None,
            keys_dir: str | os.PathLike | None = None, device: Any = None, timeout_s: float = 60.0, slots: int = DEFAULT_SLOTS,
-           store: str | os.PathLike | None = None, **augment: Any) -> Loader:
+           store: str | os.PathLike | None = None, zero_copy: bool = False, follow_snapshot: bool = False,
+           **augment: Any) -> Loader:
     """A DataLoader-like view of the daemon's stream (see module docstring).
 
     ``augment`` takes every ``AugmentConfig`` field (``mosaic``, ``degrees``, ``copy_paste``,
@@ -143,6 +162,12 @@ def attach(socket_dir: str | os.PathLike | None = None, *, batch_size: int = 16,
     route (``augment=False``: letterboxed, no randomness) and in dataset order (``shuffle``
     defaults to true for training, false for validation). ``store`` is where this process
     sees the daemon's store, where that differs from the daemon's own path (a container).
+
+    ``zero_copy=True``: each batch is a view of its ring slot, valid only until the next batch
+    is asked for (saves one copy of the batch per step; for loops that never keep a batch).
+    ``follow_snapshot=True``: when the daemon comes back after a restart serving another
+    snapshot (a new dataset version), warn and go on with it at the same epoch and batch
+    position instead of raising ``SnapshotChangedError``.
     """
     if split == "val":
         augment.setdefault("augment", False)
@@ -155,4 +180,5 @@ def attach(socket_dir: str | os.PathLike | None = None, *, batch_size: int = 16,
     aug = AugmentConfig.from_dict({"imgsz": imgsz, **augment})
     settings = StreamSettings(seed=seed, batch_size=batch_size, rank=rank, world_size=world_size, shuffle=shuffle, drop_last=drop_last,
                               start_epoch=start_epoch, hsv_on_device=hsv_on_device, split=split, augment=aug)
-    return Loader(settings, socket_dir=socket_dir, endpoint=endpoint, keys_dir=keys_dir, device=device, timeout_s=timeout_s, slots=slots, store=store)
+    return Loader(settings, socket_dir=socket_dir, endpoint=endpoint, keys_dir=keys_dir, device=device, timeout_s=timeout_s, slots=slots, store=store,
+                  zero_copy=zero_copy, follow_snapshot=follow_snapshot)

@@ -78,7 +78,8 @@ def main(argv=None) -> int:
     rank = dist.get_rank()
     try:
         # Rank and world size come from the group; the same seed on every rank.
-        with pixpool.client.attach(args.socket_dir, endpoint=args.endpoint, keys_dir=args.keys, batch_size=args.batch_size, seed=args.seed, imgsz=args.imgsz, timeout_s=args.timeout_s) as loader:
+        with pixpool.client.attach(args.socket_dir, endpoint=args.endpoint, keys_dir=args.keys, batch_size=args.batch_size, seed=args.seed, imgsz=args.imgsz, timeout_s=args.timeout_s,
+                                   zero_copy=True) as loader:  # the loop below keeps no batch past the next
             torch.manual_seed(args.seed)  # the same initial weights on every rank (DDP also broadcasts them)
             model = Detector(loader.num_classes, scale=args.scale).to(device)
             ddp = DistributedDataParallel(model, device_ids=[local_rank] if cuda else None)
@@ -90,7 +91,7 @@ def main(argv=None) -> int:
                 total = torch.zeros((), device=device)
                 for batch in loader:
                     images, rows = batch
-                    # The batch is a view of a ring slot: copy to the device before asking for the next.
+                    # zero_copy: the batch is a view of a ring slot, copied to the device before the next is asked for.
                     targets, mask = pad_targets(rows.numpy(), len(images), args.max_targets)
                     x = images.to(device, non_blocking=True).float().div_(255.0)
                     loss, _ = loss_fn(ddp(x), torch.from_numpy(targets).to(device), torch.from_numpy(mask).to(device), args.imgsz)

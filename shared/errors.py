@@ -43,6 +43,20 @@ class SnapshotError(PixpoolError, RuntimeError):
     """A snapshot segment is missing, incomplete or of another format version."""
 
 
+class SnapshotChangedError(SnapshotError):
+    """A trainer attached again (its daemon was restarted) and the daemon now serves another
+    snapshot than the one the trainer's stream began on: other images, records or classes.
+
+    ``before`` and ``after`` are the two snapshots' identities as the attach replies carried
+    them (``fingerprint``, ``name``, ``records``, ``names``). Raised unless the trainer asked
+    to follow the daemon (``attach(..., follow_snapshot=True)``, ``pixpool train --follow-snapshot``)."""
+
+    def __init__(self, message: str, *, before: dict, after: dict):
+        super().__init__(message)
+        self.before = before
+        self.after = after
+
+
 class UntrustedSegmentError(SnapshotError, PermissionError):
     """A file in /dev/shm under a pixpool name that pixpool must not map: another user's,
     writable by others, a link, or of the wrong size. ``path`` names it."""

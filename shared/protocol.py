@@ -10,7 +10,9 @@ Operations (-> daemon, <- trainer):
 
 - ``attach`` -> {settings, pid, host, slots, delivery, pid_ns (optional)}; reply ``attached``
   <- {trainer_id, token, ring, layout, num_records, daemon_pid, host, names (class names),
-  store (the directory the ring is in), pid_ns (the daemon's PID namespace)}. ``delivery``
+  store (the directory the ring is in), pid_ns (the daemon's PID namespace), snapshot
+  (optional: {fingerprint, name, records}, the snapshot this trainer's split streams, which a
+  trainer attaching again after a restart compares with the one it began on)}. ``delivery``
   is what the trainer asks for; it gets frames until it proves it maps its ring:
 - ``prove`` -> {trainer_id, token, nonce}: the hex nonce the trainer read in its ring's
   header through the store path (empty if it could not map the ring); reply ``proved``

@@ -36,6 +36,9 @@ def configure(parser: argparse.ArgumentParser, name: str) -> None:
     parser.add_argument("--hsv-on-device", type=parse_bool, nargs="?", const=True, default=False, metavar="BOOL",
                         help="HSV on the trainer's device instead of in the workers (default false)")
     parser.add_argument("--device", default=None, help="torch device (default: cuda if available, else cpu)")
+    parser.add_argument("--follow-snapshot", action="store_true",
+                        help="if the daemon is restarted on another dataset, go on with it "
+                             "(default: stop with SnapshotChangedError)")
     parser.add_argument("--timeout-s", type=float, default=120.0, help="how long to wait for the daemon and each batch (default 120)")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
     parser.add_argument("--json", action="store_true", help="print the final report as JSON")
@@ -50,7 +53,7 @@ def run(args: argparse.Namespace) -> int:
 
     config = FitConfig(epochs=args.epochs, batch_size=args.batch_size, seed=args.seed, scale=args.model, optimizer=args.optimizer, lr=args.lr,
                        warmup_epochs=args.warmup_epochs, device=args.device, project=args.project, resume=args.resume, validate=args.val,
-                       max_steps=args.max_steps, hsv_on_device=args.hsv_on_device, progress=not (args.no_progress or args.json), augment=from_args(AugmentConfig, args, prefix="aug_"))
+                       max_steps=args.max_steps, hsv_on_device=args.hsv_on_device, follow_snapshot=args.follow_snapshot, progress=not (args.no_progress or args.json), augment=from_args(AugmentConfig, args, prefix="aug_"))
 
     def show(row: dict) -> None:
         if not args.json:

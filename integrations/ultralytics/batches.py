@@ -4,8 +4,10 @@ Runs in the trainer process; imports torch and Pillow, not Ultralytics. The layo
 one Ultralytics' ``YOLODataset.collate_fn`` produces for the detect task:
 
 - ``img``: uint8 (B, 3, S, S) RGB tensor (``DetectionTrainer.preprocess_batch`` moves it to
-  the device and divides by 255). It is the ring slot itself, not a copy: valid until the
-  next batch is asked for, which is how Ultralytics' loop uses it.
+  the device and divides by 255). From ``PixpoolDetectionTrainer``'s stream
+  (``zero_copy=True``) it is the ring slot itself, not a copy: valid until the next batch is
+  asked for, which is how Ultralytics' loop uses it (``preprocess_batch`` replaces it with
+  a float copy at once).
 - ``cls`` float32 (n, 1), ``bboxes`` float32 (n, 4) normalised ``cx, cy, w, h``,
   ``batch_idx`` float32 (n,): copies of the slot's target rows (a few hundred bytes).
 - ``im_file``: tuple of B image paths; ``ori_shape``: tuple of B ``(h, w)`` of the decoded

@@ -134,7 +134,10 @@ class PixpoolDetectionTrainer(DetectionTrainer):
             return super().get_dataloader(dataset_path, batch_size, rank, mode)
         g_rank, world = distributed_rank() if RANK != -1 else (0, 1)
         settings = hyp.stream_settings(vars(self.args), batch_size=batch_size, rank=g_rank, world_size=world)
-        stream = Loader(settings, socket_dir=self.pixpool_socket_dir, timeout_s=self.pixpool_timeout_s)
+        # zero_copy: DetectionTrainer.preprocess_batch replaces batch["img"] with a float copy
+        # (``.to(device).float() / 255``) before anything else reads it, and the dict is
+        # rebuilt per batch (``batches.py``), so no reference to the slot outlives the step.
+        stream = Loader(settings, socket_dir=self.pixpool_socket_dir, timeout_s=self.pixpool_timeout_s, zero_copy=True)
         try:
             self._check_names(stream.names)
         except BaseException:

@@ -97,13 +97,18 @@ def _datasets(config: DaemonConfig) -> dict:
 
 
 def _prepare(dataset, config: DaemonConfig, budget_nbytes: int | None, lineage: str):
+    from ..snapshot.fingerprint import content_fingerprint
     from ..snapshot.prepare import prepare_snapshot
 
     result = prepare_snapshot(dataset, imgsz=config.imgsz, processes=config.processes, dtype=config.dtype, budget_nbytes=budget_nbytes, persist=config.keep_snapshot,
                               lineage=lineage, wait_s=config.prepare_wait_s, store=config.store)
     snap = result.snapshot
+    # The float32 fingerprint is the content's whatever the arena's dtype; only a uint8
+    # snapshot pays a second pass (one stat per image file) to compute it.
+    content = snap.fingerprint if snap.dtype == "float32" else content_fingerprint(dataset, imgsz=config.imgsz)
     log.info("snapshot %s %s (%d records, %.1f s)", snap.name, "re-attached" if result.reused else "prepared", len(snap), result.seconds)
-    info = {"name": snap.name, "reused": bool(result.reused), "prepare_s": round(float(result.seconds), 3), "segments": list(snap.segment_names),
+    info = {"name": snap.name, "content": content,
+            "reused": bool(result.reused), "prepare_s": round(float(result.seconds), 3), "segments": list(snap.segment_names),
             "dtype": snap.dtype, "store": snap.store, "image_bytes": int(result.image_bytes), "index_bytes": int(result.index_bytes),
             "target_bytes": int(result.target_bytes), "decoded_bytes": int(result.decoded_bytes), "classes": len(dataset.names)}
     return snap, info

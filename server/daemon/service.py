@@ -259,7 +259,16 @@ class Daemon:
         t = self.sessions.attach(msg, settings, layout, sock=sock, identity=identity, client=req.peer)
         delivery.send(sock, identity, proto.encode("attached", trainer_id=t.trainer_id, token=t.token, ring=t.ring.name, layout=layout.to_dict(),
                                                    num_records=len(source), daemon_pid=self.pid, host=self.host, names=self.names,
-                                                   store=self.store, pid_ns=self.pid_ns))
+                                                   store=self.store, pid_ns=self.pid_ns,
+                                                   snapshot=self._identity(settings.split, source)))
+
+    def _identity(self, split: str, source: Any) -> dict:
+        """Which snapshot a trainer of ``split`` streams: a trainer that attaches again after a
+        restart compares it with the one it began on (``client/iterator.py``). ``fingerprint``
+        is the content's (``snapshot.fingerprint.content_fingerprint``; empty for a source
+        that is no prepared snapshot, where records and names are what can be compared)."""
+        info = self.split_info.get(split, {})
+        return {"fingerprint": str(info.get("content", "")), "name": str(info.get("name", "")), "records": len(source)}
 
     # -- supervisor callbacks ----------------------------------------------------------------
     def _describe(self, job: Job) -> dict:

@@ -64,6 +64,15 @@ def fingerprint(dataset: Dataset, *, imgsz: int, fill: float = FILL_VALUE, dtype
     return h.hexdigest()
 
 
+def content_fingerprint(dataset: Dataset, *, imgsz: int, fill: float = FILL_VALUE) -> str:
+    """What a trainer's batches depend on, as one sha256 hex: the fingerprint the float32
+    snapshot of these inputs has. A uint8 snapshot of the same data is another snapshot (its
+    own name) but gives the very same batches, so both have this one content fingerprint;
+    the daemon hands it to each trainer at attach, and a trainer that attaches again after a
+    restart compares it (``client/iterator.py``)."""
+    return fingerprint(dataset, imgsz=imgsz, fill=fill, dtype="float32")
+
+
 def lineage_of(data: str | os.PathLike, images: str | os.PathLike | None, imgsz: int, dtype: str = "float32") -> str:
     """Which dataset (its path as given to prepare or serve), imgsz and dtype a snapshot comes
     from: a newer snapshot of the same lineage supersedes an older one (its inputs changed).

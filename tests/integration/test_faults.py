@@ -263,3 +263,85 @@ def test_creator_daemon_leaves_a_snapshot_another_process_maps(synthetic_data):
         for name in other.segment_names:  # the test is the last user: it removes the snapshot
             unlink_segment(name)
     assert not set(other.segment_names) & set(list_segments())
+
+
+def _drop_images(coco_json, keep: int) -> int:
+    """Rewrite the COCO json in place with its first ``keep`` images (a new dataset version)."""
+    import json
+
+    coco = json.loads(coco_json.read_text())
+    coco["images"] = coco["images"][:keep]
+    ids = {im["id"] for im in coco["images"]}
+    coco["annotations"] = [a for a in coco["annotations"] if a["image_id"] in ids]
+    coco_json.write_text(json.dumps(coco))
+    return len(coco["images"])
+
+
+@pytest.mark.parametrize("follow", [False, True])
+def test_a_daemon_restarted_on_a_changed_dataset_stops_the_trainer_unless_it_follows(synthetic_copy, follow):
+    """Fault class 6: the daemon is SIGKILLed and restarted in the same socket dir on a new
+    version of the dataset (4 images fewer). The trainer must not go on silently on other
+    images: it stops with SnapshotChangedError naming both snapshots, and its ring on the
+    new daemon is gone; with ``follow_snapshot`` it goes on with the new snapshot."""
+    from pixpool.server.readers import load_dataset
+    from pixpool.shared.cli import main
+    from pixpool.shared.errors import SnapshotChangedError
+
+    data = synthetic_copy / "annotations" / "instances_train.json"
+    s = settings(21, batch_size=2)
+    d = short_socket_dir()
+    leftovers: list[str] = []
+    try:
+        with real_daemon(data, imgsz=IMGSZ, workers=1, socket_dir=d) as (proc_a, _):
+            st_a = ask_status(d)
+            leftovers += st_a["snapshot"]["segments"]
+            c = Client(s, socket_dir=d, timeout_s=WAIT_S, slots=2, follow_snapshot=follow)
+            try:
+                before = dict(c.snapshot)
+                assert before["records"] == 24 and before["fingerprint"]
+                it = c.epoch(0)
+                for _ in range(2):
+                    next(it)
+                workers_a = [psutil.Process(w["pid"]) for w in st_a["workers"]]
+                os.kill(proc_a.pid, signal.SIGKILL)
+                proc_a.join(WAIT_S)
+                psutil.wait_procs(workers_a, timeout=15)
+                leftovers += segments_of(proc_a.pid)
+                kept = _drop_images(data, 20)
+                with real_daemon(data, imgsz=IMGSZ, workers=1, socket_dir=d) as (proc_b, _):
+                    st_b = ask_status(d)
+                    leftovers += st_b["snapshot"]["segments"]
+                    assert st_b["snapshot"]["name"] != st_a["snapshot"]["name"]
+                    if not follow:
+                        with pytest.raises(SnapshotChangedError) as err:
+                            next(it)
+                        text = str(err.value)
+                        for part in (before["fingerprint"][:16], "24 records", "20 records", "follow_snapshot"):
+                            assert part in text, f"{part!r} missing from: {text}"
+                        assert isinstance(err.value, RuntimeError)
+                        assert err.value.before["records"] == 24 and err.value.after["records"] == kept
+                        assert c.num_records == 24, "the trainer took the new snapshot's record count"
+                        # The new daemon was told: the ring it made for this trainer is gone.
+                        wait_for(lambda: not segments_of(proc_b.pid) and not ask_status(d)["trainers"], 30,
+                                 "the refused ring removed")
+                    else:
+                        rest = [digest_of(b) for b in it]  # Client's batches are views: digest each in turn
+                        assert c.reattaches == 1 and c.num_records == kept and c.snapshot["records"] == kept
+                        assert c.snapshot["fingerprint"] != before["fingerprint"]
+                        ref, ref_samples = reference_stream(load_dataset(data), s, 0)
+                        # It went on at batch 2 of the new snapshot's epoch 0, with its bytes.
+                        assert rest == ref[2:]
+                    c.close()
+                    workers_b = [psutil.Process(w["pid"]) for w in ask_status(d)["workers"]]
+                    os.kill(proc_b.pid, signal.SIGKILL)
+                    proc_b.join(WAIT_S)
+                    psutil.wait_procs(workers_b, timeout=15)
+                    leftovers += segments_of(proc_b.pid)
+            finally:
+                c.close()
+    finally:
+        present = [n for n in dict.fromkeys(leftovers) if n in list_segments()]
+        if present:
+            main(["clean", *present])
+        shutil.rmtree(d, ignore_errors=True)
+    assert not set(leftovers) & set(list_segments())

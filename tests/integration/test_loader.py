@@ -176,3 +176,55 @@ def test_ranks_from_an_initialised_torch_distributed_group(synthetic_data):
         got = _run_ranks(_dist_rank, lambda r: (r, port, d))
     assert [g[:2] for g in got] == [(0, 2), (1, 2)], got
     assert not set(got[0][2]) & set(got[1][2]) and set(got[0][2]) | set(got[1][2]) == set(range(24))
+
+
+def _ring_span(loader) -> tuple[int, int]:
+    """[start, end) addresses of the trainer's mapped ring."""
+    buf = loader.client._ring._buf  # the whole segment, as one uint8 array
+    return buf.ctypes.data, buf.ctypes.data + buf.nbytes
+
+
+def test_batches_a_user_keeps_stay_valid(synthetic_data):
+    """Fault class 9: ``list(loader)`` over an epoch (12 batches through a ring of 3 slots)
+    equals the batches got one by one and the reference, byte for byte, and a batch kept
+    from ``next(iter(loader))`` across a whole epoch's loop is unchanged at the end."""
+    dataset = load_dataset(synthetic_data.coco_json)
+    s = StreamSettings(seed=5, batch_size=2, augment=AugmentConfig(imgsz=IMGSZ, mosaic=0.5))
+    ref = {e: reference_stream(dataset, s, e) for e in (0, 1)}
+    with real_daemon(synthetic_data.coco_json, imgsz=IMGSZ, workers=1) as (_, d):
+        with attach(d, batch_size=2, seed=5, imgsz=IMGSZ, mosaic=0.5, timeout_s=WAIT_S, slots=3) as loader:
+            loader.set_epoch(0)
+            one_by_one = [(batch_digest(b.images.numpy(), b.targets.numpy()), b.indices.tolist()) for b in loader]
+            loader.set_epoch(0)
+            kept = list(loader)
+            loader.set_epoch(1)
+            images, targets = first = next(iter(loader))
+            first_bytes = (images.numpy().tobytes(), targets.numpy().tobytes(), first.indices.tolist())
+            loader.set_epoch(1)
+            through = [batch_digest(b.images.numpy(), b.targets.numpy()) for b in loader]
+            lo, hi = _ring_span(loader)
+            in_ring = [lo <= b.images.data_ptr() < hi for b in kept]
+    assert len(kept) == 12 == len(one_by_one)
+    assert [(batch_digest(b.images.numpy(), b.targets.numpy()), b.indices.tolist()) for b in kept] == one_by_one
+    assert [dg for dg, _ in one_by_one] == ref[0][0] and [ix for _, ix in one_by_one] == ref[0][1]
+    assert (images.numpy().tobytes(), targets.numpy().tobytes(), first.indices.tolist()) == first_bytes
+    assert batch_digest(images.numpy(), targets.numpy()) == ref[1][0][0] == through[0]
+    assert through == ref[1][0]
+    assert not any(in_ring), "a kept batch is a view of the ring"
+
+
+def test_the_zero_copy_opt_in_yields_ring_views_valid_until_the_next_batch(synthetic_data):
+    """``attach(zero_copy=True)``: each batch is a view of a ring slot (no copy), with the
+    reference's bytes while it is the current batch."""
+    dataset = load_dataset(synthetic_data.coco_json)
+    s = StreamSettings(seed=6, batch_size=2, augment=AugmentConfig(imgsz=IMGSZ))
+    ref = reference_stream(dataset, s, 0)
+    with real_daemon(synthetic_data.coco_json, imgsz=IMGSZ, workers=1) as (_, d):
+        with attach(d, batch_size=2, seed=6, imgsz=IMGSZ, timeout_s=WAIT_S, zero_copy=True) as loader:
+            lo, hi = _ring_span(loader)
+            got, in_ring = [], []
+            for b in loader:
+                got.append((batch_digest(b.images.numpy(), b.targets.numpy()), b.indices.tolist()))
+                in_ring.append(lo <= b.images.data_ptr() < hi)
+    assert [dg for dg, _ in got] == ref[0] and [ix for _, ix in got] == ref[1]
+    assert all(in_ring), "zero_copy=True must hand out the slot itself"
