@@ -13,10 +13,11 @@ RUN useradd --uid ${PIXPOOL_UID} --create-home --shell /usr/sbin/nologin pixpool
  && install -d -m 0700 -o pixpool -g pixpool /run/pixpool \
  && install -d -m 0755 -o pixpool -g pixpool /home/pixpool/runs
 WORKDIR /src
-COPY pyproject.toml README.md ./
+COPY pyproject.toml setup.py MANIFEST.in README.md ./
 COPY shared shared
 COPY server server
 COPY client client
+COPY integrations integrations
 
 # The serving image: the package and its core dependencies only (numpy, OpenCV, pyzmq, ...).
 FROM base AS serve

@@ -99,6 +99,15 @@ def test_dockerfile_copies_what_exists_and_runs_real_commands(stages):
         "the healthcheck asks for health, not the full status"
 
 
+def test_dockerfile_copies_everything_pip_install_builds_from(stages):
+    """`pip install .` in the image needs every folder pyproject maps a package to and the
+    build script of the render kernel; a missing one fails the build (or drops the kernel)."""
+    setup = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]
+    needed = {"pyproject.toml", "setup.py"} | {folder.split("/")[0] for folder in setup["package-dir"].values()}
+    copied = {s.rstrip("/") for i, a in stage_chain(stages, "serve") if i == "COPY" for s in shlex.split(a)[:-1]}
+    assert needed <= copied, f"the serve stage does not copy {sorted(needed - copied)}"
+
+
 # -- compose.yaml --------------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def compose() -> dict:
