@@ -34,6 +34,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+from serve import _wait  # bench/ is this script's sys.path[0]: the delivery benchmark's ready-wait
 
 COCO128 = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "coco128" / "annotations"
 COCO128 = COCO128 / "instances_train2017.json"
@@ -48,22 +49,6 @@ def _start_daemon(data: str, imgsz: int, workers: int) -> tuple[mp.Process, str]
     proc = mp.get_context("spawn").Process(target=run_daemon, args=(config,))
     proc.start()
     return proc, d
-
-
-def _wait(socket_dir: str, workers: int, timeout_s: float = 300) -> dict:
-    from pixpool.client.status import query_status
-    from pixpool.shared.errors import DaemonTimeout
-
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        try:
-            st = query_status(socket_dir, timeout_s=1.0)
-            if len(st["workers"]) == workers and all(w["pid"] for w in st["workers"]):
-                return st
-        except DaemonTimeout:
-            pass
-        time.sleep(0.2)  # polling interval of a bounded wait
-    raise TimeoutError(f"daemon in {socket_dir} not ready within {timeout_s} s")
 
 
 def run_arm(loader, epochs: list[int]) -> tuple[float, int]:
