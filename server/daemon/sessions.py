@@ -151,9 +151,16 @@ class Sessions:
             self.detach(tid, reason)
 
     def check(self, now: float) -> None:
-        """Detach trainers whose process is gone or whose heartbeat is too old."""
+        """Detach trainers whose process is gone or whose heartbeat is too old.
+
+        A trainer that proved it maps its ring holds the ring's ``CONSUMER`` lock
+        (``shared.holds``) for as long as its mapping lives: when that hold is gone, so is the
+        trainer, whatever PID namespace it runs in (a container's trainer is PID 1 there, so
+        its pid says nothing here). The pid is watched too where it means something."""
         for t in list(self.trainers.values()):
-            if t.watch_pid and not psutil.pid_exists(t.pid):
+            if t.delivery == proto.DELIVERY_SHM and not t.ring.trainer_holds():
+                self.detach(t.trainer_id, f"it no longer maps its ring {t.ring.name} (its process is gone)")
+            elif t.watch_pid and not psutil.pid_exists(t.pid):
                 self.detach(t.trainer_id, f"process {t.pid} is gone")
             elif now - t.last_seen > self.heartbeat_timeout_s:
                 self.detach(t.trainer_id, f"no heartbeat for {now - t.last_seen:.1f} s (timeout {self.heartbeat_timeout_s} s)")

@@ -230,3 +230,48 @@ def test_a_killed_host_daemons_ring_goes_once_its_trainer_moved_to_the_successor
         assert got == reference_stream(dataset, s, 0)[0]
     finally:
         shutil.rmtree(d, ignore_errors=True)
+
+
+_HELD_TRAINER = """
+import sys
+from pixpool.client.iterator import Client
+from pixpool.shared.config import AugmentConfig, StreamSettings
+s = StreamSettings(seed=3, batch_size=4, augment=AugmentConfig(imgsz=int(sys.argv[2])))
+with Client(s, socket_dir=sys.argv[1], timeout_s=60, as_torch=False) as c:
+    next(iter(c.epoch(0)))
+    print(c.delivery, flush=True)
+    sys.stdin.read()  # holds its ring until the test kills it
+"""
+
+
+def test_a_killed_trainer_in_another_pid_namespace_is_detached_by_its_ring_hold(synthetic_data):
+    """A trainer in a container is PID 1 there, so the daemon cannot watch its pid; when it
+    is SIGKILLed its hold on its ring goes with it, and the daemon detaches it and removes
+    the ring at its next liveness tick, not after the heartbeat timeout."""
+    import subprocess
+    import sys
+    import time
+
+    from helpers.pidns import UNSHARE, _child_of, _env
+
+    heartbeat_timeout_s = 120.0
+    with real_daemon(synthetic_data.coco_json, imgsz=IMGSZ, workers=1, heartbeat_timeout_s=heartbeat_timeout_s) as (_, d):
+        proc = subprocess.Popen([*UNSHARE, sys.executable, "-c", _HELD_TRAINER, d, str(IMGSZ)], stdin=subprocess.PIPE,
+                                stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=_env())
+        try:
+            assert proc.stdout.readline().strip() == proto.DELIVERY_SHM
+            (trainer,) = ask_status(d)["trainers"]
+            assert trainer["pid"] == 1 and trainer["pid_watched"] is False
+            ring = trainer["ring"]
+            assert os.path.exists(shm_path(ring))
+            killed_at = time.monotonic()
+            os.kill(_child_of(proc, WAIT_S), signal.SIGKILL)  # PID 1 of the namespace: the trainer
+            proc.wait(timeout=WAIT_S)
+            wait_for(lambda: not ask_status(d)["trainers"], timeout_s=heartbeat_timeout_s / 4,
+                     what="the daemon detaching the killed trainer by its ring hold")
+            assert time.monotonic() - killed_at < heartbeat_timeout_s / 4
+            assert not os.path.exists(shm_path(ring))
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait(timeout=WAIT_S)
