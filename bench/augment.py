@@ -47,9 +47,9 @@ import numpy as np
 from pixpool.server.augment import render_batch
 from pixpool.server.readers import load_dataset
 from pixpool.server.snapshot.decode import centre, decode_bgr, resize_long_side
-from pixpool.shared.config import AugmentConfig, StreamSettings
-from pixpool.shared.records import Targets
-from pixpool.shared.sampler import num_batches
+from pixpool.shared.stream.config import AugmentConfig, StreamSettings
+from pixpool.shared.stream.records import Targets
+from pixpool.shared.stream.sampler import num_batches
 
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_DATA = ROOT.parent / "shared" / "data" / "coco128" / "annotations" / "instances_train2017.json"

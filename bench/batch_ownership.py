@@ -42,7 +42,7 @@ COCO128 = COCO128 / "instances_train2017.json"
 
 def _start_daemon(data: str, imgsz: int, workers: int) -> tuple[mp.Process, str]:
     from pixpool.server.daemon.run import run_daemon
-    from pixpool.shared.config import DaemonConfig
+    from pixpool.shared.stream.config import DaemonConfig
 
     d = tempfile.mkdtemp(prefix="pxo-", dir="/tmp")
     config = DaemonConfig(data=data, imgsz=imgsz, workers=workers, socket_dir=d)

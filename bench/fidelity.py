@@ -11,7 +11,7 @@ Same coco128 images and YOLO labels, imgsz 640, batch 16, the detect settings of
 of 128 images from each, fixed seeds. Each arm streams twice: HSV on (pixel mean and std,
 boxes, gains) and HSV off (the fill share: pixels whose three channels are exactly 114,
 which HSV would move off 114; with HSV off both routes leave exposed padding at exactly
-the fill). HSV gains: pixpool's are ``pixpool.shared.rng.hsv_gains`` for each delivered
+the fill). HSV gains: pixpool's are ``pixpool.shared.stream.rng.hsv_gains`` for each delivered
 sample, the function its workers draw them with; Ultralytics' are recorded by wrapping its
 ``RandomHSV`` (see ``_ultralytics_arm.py``). The hue change per image is measured the same
 way in both (OpenCV 8-bit HSV of the image before and after the jitter, pixels with S and V
@@ -53,7 +53,7 @@ HUE_MIN_SV = 32  # the same threshold as _ultralytics_arm.py
 CHANNELS = "RGB"
 # Metrics where pixpool's route is known to differ from Ultralytics 8.4's, and how. A row
 # named here is reported like any other; the test does not require it to pass.
-# Rows expected to fail, each with its reason (none since the hue shift follows Ultralytics 8.3.79+: shared/hsv_tables.py).
+# Rows expected to fail, each with its reason (none since the hue shift follows Ultralytics 8.3.79+: shared/stream/hsv_tables.py).
 KNOWN_DIFFERENCES: dict[str, str] = {}
 
 
@@ -71,7 +71,7 @@ def _bgr(chw_rgb: np.ndarray) -> np.ndarray:
 def pixpool_collect(data_yaml: Path, *, epochs: int, seed: int, workers: int, imgsz: int, batch: int) -> dict:
     """Both pixpool streams (HSV on and off) through a daemon, as a trainer receives them."""
     import pixpool.client
-    from pixpool.shared.rng import hsv_gains
+    from pixpool.shared.stream.rng import hsv_gains
 
     prep = prepare(data_yaml, imgsz)
     proc, d = start_daemon(data_yaml, imgsz, workers, "float32")

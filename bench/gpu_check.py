@@ -76,7 +76,7 @@ def graph_vs_eager(steps: int, batch_size: int, imgsz: int, scale: str, toleranc
 
 def _daemon(data: str, imgsz: int, workers: int, socket_dir: str):
     from pixpool.server.daemon.run import run_daemon
-    from pixpool.shared.config import DaemonConfig
+    from pixpool.shared.stream.config import DaemonConfig
 
     p = mp.get_context("spawn").Process(target=run_daemon, args=(DaemonConfig(data=data, imgsz=imgsz, workers=workers, socket_dir=socket_dir, keep_snapshot=True),))
     p.start()
@@ -98,7 +98,7 @@ def data_wait(data: str, batch_size: int, imgsz: int, steps: int, scale: str, wo
 
     from pixpool.client.fit import FitConfig, fit
     from pixpool.server.daemon.run import stop_process
-    from pixpool.shared.config import AugmentConfig
+    from pixpool.shared.stream.config import AugmentConfig
 
     d = tempfile.mkdtemp(prefix="pxg-")
     proc = _daemon(data, imgsz, workers, d)
@@ -119,8 +119,8 @@ def dataloader_fit(data: str, batch_size: int, imgsz: int, epochs: int, scale: s
 
     from pixpool.client.step import DetectorStep
     from pixpool.server.readers import load_dataset
-    from pixpool.shared.config import AugmentConfig, StreamSettings
-    from pixpool.shared.sampler import num_batches
+    from pixpool.shared.stream.config import AugmentConfig, StreamSettings
+    from pixpool.shared.stream.sampler import num_batches
 
     t0 = time.perf_counter()
     dataset = load_dataset(data)
@@ -157,7 +157,7 @@ def paired_fits(data: str, batch_size: int, imgsz: int, epochs: int, pairs: int,
 def _pixpool_fit_arm(data: str, batch_size: int, imgsz: int, epochs: int, scale: str, workers: int) -> float:
     from pixpool.client.fit import FitConfig, fit
     from pixpool.server.daemon.run import stop_process
-    from pixpool.shared.config import AugmentConfig
+    from pixpool.shared.stream.config import AugmentConfig
 
     t0 = time.perf_counter()  # the daemon's preparation is inside the timer, as the DataLoader's cache is
     d = tempfile.mkdtemp(prefix="pxg-")

@@ -1,4 +1,4 @@
-"""bench/locks.py: what the in-use lock (``shared/holds.py``) costs per attach.
+"""bench/locks.py: what the in-use lock (``shared/transport/holds.py``) costs per attach.
 
 Runs in one process. A snapshot of the synthetic dataset is prepared in the store and kept
 for the run; every round attaches and closes its three segments ``--attaches`` times in
@@ -25,7 +25,7 @@ import time
 
 
 def _attach(name: str, store: str) -> None:
-    from pixpool.shared.shm import SharedSegment
+    from pixpool.shared.transport.shm import SharedSegment
 
     SharedSegment.attach(name, store=store).close()
 
@@ -35,7 +35,7 @@ def _no_hold(fd, name, path, roles, st=None) -> None:
 
 
 def _per_call_us(fn, names: list[str], store: str, n: int, *, hold=None) -> float:
-    from pixpool.shared import shm
+    from pixpool.shared.transport import shm
 
     real = shm._held_or_gone
     if hold is not None:
@@ -60,7 +60,7 @@ def main(argv=None) -> int:
     from pixpool.server.readers import load_dataset
     from pixpool.server.snapshot.prepare import prepare_snapshot
     from pixpool.server.synthetic import write_synthetic
-    from pixpool.shared import holds
+    from pixpool.shared.transport import holds
 
     with tempfile.TemporaryDirectory() as tmp:
         data = write_synthetic(tmp, num_images=24, seed=0)

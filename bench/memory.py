@@ -38,7 +38,7 @@ MIB = 1 << 20
 
 def _trainer(settings_dict: dict, socket_dir: str, conn) -> None:
     from pixpool.client.iterator import Client
-    from pixpool.shared.config import StreamSettings
+    from pixpool.shared.stream.config import StreamSettings
 
     with Client(StreamSettings.from_dict(settings_dict), socket_dir=socket_dir, timeout_s=WAIT_S, as_torch=False) as c:
         it = c.epoch(0)
@@ -51,7 +51,7 @@ def _trainer(settings_dict: dict, socket_dir: str, conn) -> None:
 def _loader(data: str, settings_dict: dict, conn) -> None:
     from pixpool.server.augment import render_batch
     from pixpool.server.readers import load_dataset
-    from pixpool.shared.config import StreamSettings
+    from pixpool.shared.stream.config import StreamSettings
 
     settings = StreamSettings.from_dict(settings_dict)
     source = Uint8CacheSource(load_dataset(data), settings.augment.imgsz)
@@ -61,7 +61,7 @@ def _loader(data: str, settings_dict: dict, conn) -> None:
 
 
 def _pss(pid: int) -> int:
-    from pixpool.shared.procmem import parse_rollup
+    from pixpool.shared.transport.procmem import parse_rollup
 
     with open(f"/proc/{pid}/smaps_rollup") as f:
         return parse_rollup(f.read())["Pss"]
@@ -102,7 +102,7 @@ def main(argv=None) -> int:
     from pixpool.client.memory import memory_report
     from pixpool.client.status import query_status
     from pixpool.server.daemon.run import run_daemon, stop_process
-    from pixpool.shared.config import AugmentConfig, DaemonConfig, StreamSettings
+    from pixpool.shared.stream.config import AugmentConfig, DaemonConfig, StreamSettings
 
     ctx = mp.get_context("spawn")
     settings = [StreamSettings(seed=i, batch_size=16, augment=AugmentConfig(imgsz=args.imgsz)) for i in range(max(counts))]

@@ -70,7 +70,7 @@ def private_copy(dataset, marker_dir: str):
     """The same records under a fingerprint of their own (one extra source file naming this
     run), so the benchmark neither reuses nor removes a snapshot another process prepared
     from the same inputs."""
-    from pixpool.shared.records import Dataset
+    from pixpool.shared.stream.records import Dataset
 
     marker = os.path.join(marker_dir, "bench-prepare-marker.txt")
     with open(marker, "w") as f:
@@ -80,7 +80,7 @@ def private_copy(dataset, marker_dir: str):
 
 def copied(dataset, copies: int, folder: str):
     """Every record ``copies`` times, each copy's image a file of its own in ``folder``."""
-    from pixpool.shared.records import Dataset
+    from pixpool.shared.stream.records import Dataset
 
     records = []
     for k in range(copies):
@@ -110,7 +110,7 @@ def main(argv: list[str] | None = None) -> int:
     import cv2
 
     from pixpool.server.readers import load_dataset
-    from pixpool.shared.records import Dataset
+    from pixpool.shared.stream.records import Dataset
 
     cv2.setNumThreads(1)
     dataset = load_dataset(args.data, args.images)

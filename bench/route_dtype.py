@@ -38,8 +38,8 @@ def main(argv: list[str] | None = None) -> int:
     from pixpool.server.augment import render_batch
     from pixpool.server.readers import load_dataset
     from pixpool.server.snapshot.prepare import prepare_snapshot
-    from pixpool.shared.config import AugmentConfig, StreamSettings
-    from pixpool.shared.digest import batch_digest
+    from pixpool.shared.stream.config import AugmentConfig, StreamSettings
+    from pixpool.shared.stream.digest import batch_digest
 
     cv2.setNumThreads(1)
     dataset = load_dataset(args.data, args.images)

@@ -73,7 +73,7 @@ class Uint8CacheSource:
         return centre(self.cache[index])
 
     def targets(self, index: int):
-        from pixpool.shared.records import Targets
+        from pixpool.shared.stream.records import Targets
 
         return Targets.from_record(self.dataset.records[index])
 
@@ -82,7 +82,7 @@ class BatchDataset:
     """torch map-style dataset of whole batches (DataLoader batch_size=None)."""
 
     def __init__(self, source, settings, epoch: int):
-        from pixpool.shared import sampler
+        from pixpool.shared.stream import sampler
 
         self.source, self.settings, self.epoch = source, settings, epoch
         self.n = sampler.num_batches(len(source), settings, epoch)
@@ -160,7 +160,7 @@ def run_loader_arm(loader, settings) -> tuple[float, int]:
 
 def _start_daemon(data: str, imgsz: int, workers: int) -> tuple[mp.Process, str]:
     from pixpool.server.daemon.run import run_daemon
-    from pixpool.shared.config import DaemonConfig
+    from pixpool.shared.stream.config import DaemonConfig
 
     d = tempfile.mkdtemp(prefix="pxb-")
     config = DaemonConfig(data=data, imgsz=imgsz, workers=workers, socket_dir=d, keep_snapshot=True)
@@ -212,7 +212,7 @@ def main(argv=None) -> int:
     from pixpool.server.daemon.run import stop_process
     from pixpool.server.readers import load_dataset
     from pixpool.server.snapshot.prepare import prepare_snapshot
-    from pixpool.shared.config import AugmentConfig, StreamSettings
+    from pixpool.shared.stream.config import AugmentConfig, StreamSettings
 
     dataset = load_dataset(args.data, args.images)
     prep = prepare_snapshot(dataset, imgsz=args.imgsz, processes=2)
@@ -329,8 +329,8 @@ def delivery_main(args) -> int:
 
     _one_thread()
     from pixpool.server.daemon.run import run_daemon, stop_process
-    from pixpool.shared.config import AugmentConfig, DaemonConfig, StreamSettings
-    from pixpool.shared.endpoint import write_keys
+    from pixpool.shared.stream.config import AugmentConfig, DaemonConfig, StreamSettings
+    from pixpool.shared.transport.endpoint import write_keys
 
     tmp = tempfile.mkdtemp(prefix="pxb-")
     keys = Path(tmp) / "keys"

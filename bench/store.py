@@ -72,7 +72,7 @@ def _warm(paths) -> None:
 
 
 def _resident_fraction(paths) -> float:
-    from pixpool.shared.store import resident_nbytes
+    from pixpool.shared.transport.store import resident_nbytes
 
     total = sum(os.path.getsize(p) for p in paths)
     return sum(resident_nbytes(p) for p in paths) / total
@@ -81,7 +81,7 @@ def _resident_fraction(paths) -> float:
 def _one_epoch(data: str, images: str, store: str, args) -> tuple[float, int]:
     from pixpool.client.iterator import Client
     from pixpool.server.daemon.run import run_daemon, stop_process
-    from pixpool.shared.config import AugmentConfig, DaemonConfig, StreamSettings
+    from pixpool.shared.stream.config import AugmentConfig, DaemonConfig, StreamSettings
 
     d = tempfile.mkdtemp(prefix="pxbs-")
     config = DaemonConfig(data=data, images=images, imgsz=args.imgsz, workers=args.workers, socket_dir=d, store=store, keep_snapshot=True)
@@ -115,7 +115,7 @@ def main(argv=None) -> int:
 
     from pixpool.server.readers import load_dataset
     from pixpool.server.snapshot.prepare import prepare_snapshot
-    from pixpool.shared.store import fs_type, is_memory
+    from pixpool.shared.transport.store import fs_type, is_memory
 
     coco = Path(args.coco)
     images = str(coco / "images" / "train2017")

@@ -113,7 +113,7 @@ def check_ul_python(ul_python: str) -> str:
 # -- the pixpool arm --------------------------------------------------------------------------
 def dtype_field() -> str | None:
     """The ``DaemonConfig`` field behind ``--dtype`` (the snapshot's dtype), or None where this pixpool has none."""
-    from pixpool.shared.config import DaemonConfig
+    from pixpool.shared.stream.config import DaemonConfig
 
     for f in dataclasses.fields(DaemonConfig):
         if f.name == "dtype" or f.metadata.get("flag") == "--dtype":
@@ -139,7 +139,7 @@ def release(prep) -> None:
 
 def start_daemon(data_yaml: Path, imgsz: int, workers: int, dtype: str, *, keep_snapshot: bool = True) -> tuple[mp.Process, str]:
     from pixpool.server.daemon.run import run_daemon
-    from pixpool.shared.config import DaemonConfig
+    from pixpool.shared.stream.config import DaemonConfig
 
     d = tempfile.mkdtemp(prefix="pxul-")
     field = dtype_field()
@@ -277,7 +277,7 @@ def speed(args, dirs: dict, ul_python: str) -> list[dict]:
 
 # -- memory ---------------------------------------------------------------------------------------
 def _rollup(pid: int) -> dict[str, int]:
-    from pixpool.shared.procmem import parse_rollup
+    from pixpool.shared.transport.procmem import parse_rollup
 
     try:
         with open(f"/proc/{pid}/smaps_rollup") as f:

@@ -33,7 +33,7 @@ def _rss(pid: int) -> int:
 
 
 def _status(sock) -> None:
-    from pixpool.shared import protocol as proto
+    from pixpool.shared.stream import protocol as proto
 
     sock.send(proto.encode("status"))
     if not sock.poll(30_000):
@@ -44,7 +44,7 @@ def _status(sock) -> None:
 def attack(shapes: list[tuple[int, int]]) -> None:
     from pixpool.server.daemon.run import run_daemon, stop_process
     from pixpool.server.synthetic import write_synthetic
-    from pixpool.shared.config import DaemonConfig
+    from pixpool.shared.stream.config import DaemonConfig
 
     work = tempfile.mkdtemp(prefix="pxw-", dir="/tmp")
     data = write_synthetic(os.path.join(work, "data"), num_images=24, seed=0)
@@ -89,7 +89,7 @@ def attack(shapes: list[tuple[int, int]]) -> None:
 
 def intake(n: int = 100_000) -> None:
     from pixpool.server.daemon.intake import read_request
-    from pixpool.shared import protocol as proto
+    from pixpool.shared.stream import protocol as proto
 
     ctx = zmq.Context.instance()
     router, dealer = ctx.socket(zmq.ROUTER), ctx.socket(zmq.DEALER)
@@ -114,7 +114,7 @@ def intake(n: int = 100_000) -> None:
 
 def keys(n: int = 10_000) -> None:
     from pixpool.server.daemon.authorized import AuthorizedKeys
-    from pixpool.shared.endpoint import write_keys
+    from pixpool.shared.transport.endpoint import write_keys
 
     work = tempfile.mkdtemp(prefix="pxk-", dir="/tmp")
     try:

@@ -137,7 +137,7 @@ class PssSampler:
         return pids
 
     def _run(self) -> None:
-        from pixpool.shared.procmem import process_memory
+        from pixpool.shared.transport.procmem import process_memory
 
         while not self._stop.wait(self.interval_s):
             total = sum(m.pss for m in process_memory(self._pids()))

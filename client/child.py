@@ -19,10 +19,10 @@ import time
 from contextlib import contextmanager
 from typing import Iterator
 
-from ..shared import endpoint as ep
-from ..shared.control import request_status
+from ..shared.transport import endpoint as ep
+from ..shared.transport.control import request_status
 from ..shared.errors import DaemonStopped, DaemonTimeout
-from ..shared.spawn import python_argv
+from ..shared.transport.spawn import python_argv
 
 _POLL_S = 0.1
 

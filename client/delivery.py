@@ -4,7 +4,7 @@ Runs in the trainer process, inside ``Client``. The daemon's side is
 ``pixpool.server.daemon.delivery``; the choice is made once per attach, by proof: the
 trainer maps the ring it was given through the daemon's store path (or the path this
 process sees that store under), reads the nonce in its header (``map_ring``) and sends it
-back; the daemon answers which delivery it gets (``shared/protocol.py``, ``prove``):
+back; the daemon answers which delivery it gets (``shared/stream/protocol.py``, ``prove``):
 
 - ``SlotReader`` (``DELIVERY_SHM``): the trainer maps its ring (read-write, as the
   daemon created it) and reads each slot in place, after checking that the slot header
@@ -22,9 +22,9 @@ import logging
 
 import numpy as np
 
-from ..shared import protocol as proto
+from ..shared.stream import protocol as proto
 from ..shared.errors import PixpoolError, ProtocolError
-from ..shared.ring import Ring, RingLayout
+from ..shared.transport.ring import Ring, RingLayout
 
 log = logging.getLogger(__name__)
 

@@ -28,8 +28,8 @@ from pathlib import Path
 
 import numpy as np
 
-from ..shared.config import AugmentConfig
-from ..shared.digest import batch_digest
+from ..shared.stream.config import AugmentConfig
+from ..shared.stream.digest import batch_digest
 from ..shared.errors import ConfigError
 from ._torch import require_torch
 

@@ -5,11 +5,11 @@ stay inside this module, which only the trainer imports.
 
 Same gains as the workers' CPU version: for each sample, ``rng.hsv_gains(seed, epoch,
 index, ...)`` draws them from the sample's own HSV stream, derived from
-``(seed, epoch, record index)`` alone (see ``pixpool.shared.rng``). The trainer
+``(seed, epoch, record index)`` alone (see ``pixpool.shared.stream.rng``). The trainer
 knows all three (its settings, the epoch, ``Batch.samples``), so both sides draw the
 same numbers without sending them, and the geometric stream is left untouched.
 
-Same tables too (``pixpool.shared.hsv_tables``). What differs is the colour conversion: OpenCV's 8-bit
+Same tables too (``pixpool.shared.stream.hsv_tables``). What differs is the colour conversion: OpenCV's 8-bit
 BGR<->HSV uses fixed-point tables; here it is the same formulas in float32 with
 rounding to the same integer grid (hue 0..179 in steps of 2 degrees, saturation and
 value 0..255). The results agree to within a level or two on almost every pixel
@@ -22,9 +22,9 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from ..shared.config import StreamSettings
-from ..shared.hsv_tables import luts
-from ..shared.rng import hsv_gains
+from ..shared.stream.config import StreamSettings
+from ..shared.stream.hsv_tables import luts
+from ..shared.stream.rng import hsv_gains
 
 
 def _tables(settings: StreamSettings, epoch: int, samples, device: torch.device) -> torch.Tensor | None:

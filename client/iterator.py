@@ -44,12 +44,12 @@ from typing import Any, Iterator
 import numpy as np
 import zmq
 
-from ..shared import endpoint as ep
-from ..shared import protocol as proto
-from ..shared.config import StreamSettings
+from ..shared.transport import endpoint as ep
+from ..shared.stream import protocol as proto
+from ..shared.stream.config import StreamSettings
 from ..shared.errors import ConfigError, DaemonStopped, DaemonTimeout, PixpoolError, ProtocolError
-from ..shared.procmem import pid_namespace
-from ..shared.ring import DEFAULT_SLOTS
+from ..shared.transport.procmem import pid_namespace
+from ..shared.transport.ring import DEFAULT_SLOTS
 from ._torch import require_torch
 from . import snapshot_check
 from .auth_watch import AuthWatch

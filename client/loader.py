@@ -13,7 +13,7 @@ keeps working::
 - ``len(loader)`` is the number of batches of this rank's shard in the current epoch.
 - Rank and world size default to the initialised ``torch.distributed`` group, else the
   ``RANK``/``WORLD_SIZE`` environment variables (``torchrun`` sets them), else 0/1; each rank
-  gets a disjoint shard and together they cover the epoch once (``shared/sampler.py``).
+  gets a disjoint shard and together they cover the epoch once (``shared/stream/sampler.py``).
 - ``set_epoch(e)`` chooses the epoch the next iteration delivers; without it each new
   iteration moves on to the next epoch, so shuffling and augmentation differ per epoch as
   a ``DataLoader(shuffle=True)`` user expects.
@@ -45,10 +45,10 @@ from __future__ import annotations
 import os
 from typing import Any, Iterator
 
-from ..shared.config import AugmentConfig, StreamSettings
+from ..shared.stream.config import AugmentConfig, StreamSettings
 from ..shared.errors import ConfigError
-from ..shared.ring import DEFAULT_SLOTS
-from ..shared.sampler import num_batches
+from ..shared.transport.ring import DEFAULT_SLOTS
+from ..shared.stream.sampler import num_batches
 from ._torch import require_torch
 from .iterator import Client
 

@@ -32,10 +32,10 @@ from __future__ import annotations
 import math
 import os
 
-from ..shared import protocol as proto
-from ..shared import store as _store
-from ..shared.names import SHM_DIR, list_segments, parse, shm_path
-from ..shared.procmem import process_memory
+from ..shared.stream import protocol as proto
+from ..shared.transport import store as _store
+from ..shared.transport.names import SHM_DIR, list_segments, parse, shm_path
+from ..shared.transport.procmem import process_memory
 
 
 def segment_figures(store: str | None = None) -> dict[str, dict[str, int]]:

@@ -62,7 +62,7 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 def _mapped_segments() -> dict[str, list[int]]:
     """pixpool segment -> pids that map it, as the kernel says (``/proc``)."""
-    from pixpool.shared.procmem import segment_users
+    from pixpool.shared.transport.procmem import segment_users
 
     return {name: sorted(pids) for name, pids in segment_users().items()}
 

@@ -5,17 +5,17 @@ reported. Nothing is estimated where it can be measured: snapshot bytes come fro
 segment files' sizes in the snapshot's store (and, for a store on disk, how much of them
 is in the page cache now: ``shared.store.resident_nbytes``); the decoded-uint8 equivalent is the sum of h * w * 3
 over the snapshot's index (``Snapshot.decoded_nbytes``). What processes hold is measured
-by ``pixpool.shared.procmem``.
+by ``pixpool.shared.transport.procmem``.
 """
 
 from __future__ import annotations
 
 import os
 
-from ..shared import store as _store
-from ..shared.names import parse, shm_path
-from ..shared.procmem import ProcessMemory
-from ..shared.text import format_table, human_bytes
+from ..shared.transport import store as _store
+from ..shared.transport.names import parse, shm_path
+from ..shared.transport.procmem import ProcessMemory
+from ..shared.cli.text import format_table, human_bytes
 
 
 # -- snapshot bytes ----------------------------------------------------------------------

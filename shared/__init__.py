@@ -4,7 +4,7 @@ and shards, HSV tables), the wire protocol, shared-memory names, segments and ri
 It imports neither ``pixpool.server`` nor ``pixpool.client`` (a test walks the imports).
 """
 
-from .config import FILL_VALUE, AugmentConfig, DaemonConfig, StreamSettings
+from .stream.config import FILL_VALUE, AugmentConfig, DaemonConfig, StreamSettings
 from .errors import (
     CapacityError,
     ConfigError,
@@ -20,7 +20,7 @@ from .errors import (
     RenderError,
     SnapshotError,
 )
-from .records import Dataset, Record, Targets
+from .stream.records import Dataset, Record, Targets
 
 __version__ = "0.1.0"
 

@@ -18,8 +18,8 @@ import psutil
 import pytest
 import zmq
 
-from pixpool.shared.names import list_segments
-from pixpool.shared.shm import unlink_segment
+from pixpool.shared.transport.names import list_segments
+from pixpool.shared.transport.shm import unlink_segment
 
 SHARED_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 COCO128 = SHARED_DATA / "coco128"
@@ -46,14 +46,14 @@ def _is_resource_tracker(proc: psutil.Process) -> bool:
 def _someone_elses(name: str, ours: set[int], users: dict[str, set[int]]) -> bool:
     """True where a process outside this run holds segment ``name`` (``shared.holds``: seen
     from any PID namespace) and none of this run's processes maps it."""
-    from pixpool.shared.holds import holds_of
+    from pixpool.shared.transport.holds import holds_of
 
     held = holds_of(name)
     return held is not None and held.in_use and not users.get(name, set()) & ours
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
-    from pixpool.shared.procmem import segment_users
+    from pixpool.shared.transport.procmem import segment_users
 
     me = psutil.Process(os.getpid())
     children = [p for p in me.children(recursive=True) if p.is_running() and p.status() != psutil.STATUS_ZOMBIE and not _is_resource_tracker(p)]
@@ -163,7 +163,7 @@ def dealer():
 
 def disk_store_parent() -> str | None:
     """A folder on a disk (not a tmpfs) to make temporary stores in, or None."""
-    from pixpool.shared.store import is_memory
+    from pixpool.shared.transport.store import is_memory
 
     for parent in ("/var/tmp", "/tmp"):
         if os.path.isdir(parent) and os.access(parent, os.W_OK) and not is_memory(parent):

@@ -48,10 +48,10 @@ def _demo(workdir: Path, args: argparse.Namespace) -> int:
 
     import yaml
 
-    from ...shared.config import AugmentConfig
+    from ...shared.stream.config import AugmentConfig
     from ...shared.errors import DaemonStopped, DaemonTimeout
-    from ...shared.names import list_segments, ring_prefix
-    from ...shared.spawn import spawn_context
+    from ...shared.transport.names import list_segments, ring_prefix
+    from ...shared.transport.spawn import spawn_context
     from .._torch import require_torch
     from ..child import cli_command, serve_child
     from ..fit import FitConfig, fit_process

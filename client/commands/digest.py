@@ -5,15 +5,15 @@ daemon at ``--socket-dir``, or, without it, starts a temporary one with ``pixpoo
 as a child process (``--workers N``; stopped with SIGTERM, which removes its rings and the
 snapshot it made, before the command returns). The digests hash the slot bytes as they
 arrive. ``--reference`` and ``--in-process`` are the producer's paths
-(``server/commands/digest.py``); both commands take the parser of ``shared/digest.py``.
+(``server/commands/digest.py``); both commands take the parser of ``shared/stream/digest.py``.
 """
 
 from __future__ import annotations
 
 import argparse
 
-from ...shared import digest
-from ...shared.config import StreamSettings
+from ...shared.stream import digest
+from ...shared.stream.config import StreamSettings
 from ...shared.errors import ConfigError
 
 

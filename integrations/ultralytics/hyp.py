@@ -19,7 +19,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from ...shared.config import AugmentConfig, StreamSettings
+from ...shared.stream.config import AugmentConfig, StreamSettings
 from ...shared.errors import ConfigError
 
 # Ultralytics key -> AugmentConfig field (same meaning, same units).

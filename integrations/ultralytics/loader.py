@@ -21,7 +21,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from ...client.loader import Loader
-from ...shared.sampler import epoch_indices
+from ...shared.stream.sampler import epoch_indices
 from .batches import ShapeCache, to_ultralytics
 
 log = logging.getLogger(__name__)

@@ -4,8 +4,8 @@ Runs in the augmentation workers (over the shared-memory snapshot), in the refer
 pipeline and in the digest command. Modules: ``mosaic``, ``affine``, ``kernel`` (the fused pixel pass),
 ``labels``, ``copy_paste``, ``hsv``, ``letterbox``, ``sample`` (one sample), ``batch``
 (one batch, quantised and packed). Where randomness comes from and which samples a batch
-holds is the stream contract both sides share: ``pixpool.shared.rng`` and
-``pixpool.shared.sampler``.
+holds is the stream contract both sides share: ``pixpool.shared.stream.rng`` and
+``pixpool.shared.stream.sampler``.
 """
 
 from .batch import Batch, Part, max_targets, render_batch, render_range

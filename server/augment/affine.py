@@ -20,7 +20,7 @@ import math
 
 import numpy as np
 
-from ...shared.config import AugmentConfig
+from ...shared.stream.config import AugmentConfig
 
 
 def draw_matrix(rng: np.random.Generator, cfg: AugmentConfig, canvas_hw: tuple[int, int], out_size: int) -> tuple[np.ndarray, float]:

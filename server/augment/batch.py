@@ -25,12 +25,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ...shared.config import StreamSettings
+from ...shared.stream.config import StreamSettings
 from ...shared.errors import ConfigError
-from ...shared.hsv_tables import tables
-from ...shared.rng import hsv_gains
-from ...shared.sampler import batch_samples
-from ...shared.source import ImageSource
+from ...shared.stream.hsv_tables import tables
+from ...shared.stream.rng import hsv_gains
+from ...shared.stream.sampler import batch_samples
+from ...shared.stream.source import ImageSource
 from .labels import pack
 from .sample import Pending, _Clock, render
 

@@ -2,7 +2,7 @@
 
 Runs in the tests and wherever an 8-bit image needs the jitter outside the route (the route
 applies it inside the fused kernel pass). Per sample the gains come from
-``pixpool.shared.rng.hsv_gains`` and the tables from ``pixpool.shared.hsv_tables``, the
+``pixpool.shared.stream.rng.hsv_gains`` and the tables from ``pixpool.shared.stream.hsv_tables``, the
 same ones the trainer's device version uses. Gains of exactly 1 leave the image unchanged.
 """
 
@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ...shared.hsv_tables import tables
+from ...shared.stream.hsv_tables import tables
 from . import kernel
 
 

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ...shared.records import Targets
+from ...shared.stream.records import Targets
 
 # Candidate filter after a geometric transform (the customary YOLO thresholds).
 MIN_SIDE_PX = 2.0

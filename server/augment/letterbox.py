@@ -5,7 +5,7 @@ Runs wherever a validation sample is rendered. Reads the source view; the kernel
 
 from __future__ import annotations
 
-from ...shared.source import ImageSource
+from ...shared.stream.source import ImageSource
 from .kernel import IDENTITY, Layer
 from .labels import Labels
 from .mosaic import letterbox_tile

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ...shared.source import ImageSource
+from ...shared.stream.source import ImageSource
 from .labels import Labels
 
 Tile = tuple[np.ndarray, tuple[int, int, int, int], tuple[int, int]]

@@ -3,7 +3,7 @@
 Runs in the augmentation workers (on the snapshot), in the reference pipeline and in the
 digest command; the code cannot tell the sources apart, which is what byte parity shows.
 
-Training (``augment=True``), every draw from the sample's generator (``pixpool.shared.rng``):
+Training (``augment=True``), every draw from the sample's generator (``pixpool.shared.stream.rng``):
 
 1. mosaic with probability ``mosaic`` (not in the closed epochs): the record and three
    random partners around a random centre on a 2·imgsz zero canvas; otherwise the
@@ -32,9 +32,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ...shared.config import StreamSettings
-from ...shared.rng import sample_generator
-from ...shared.source import ImageSource
+from ...shared.stream.config import StreamSettings
+from ...shared.stream.rng import sample_generator
+from ...shared.stream.source import ImageSource
 from . import affine, kernel
 from . import copy_paste as _cp
 from .kernel import Layer
@@ -146,8 +146,8 @@ def render_one(source: ImageSource, index: int, settings: StreamSettings, epoch:
     ``hsv``: apply HSV on the CPU; None means what the settings say (training and not
     ``hsv_on_device``).
     """
-    from ...shared.hsv_tables import tables
-    from ...shared.rng import hsv_gains
+    from ...shared.stream.hsv_tables import tables
+    from ...shared.stream.rng import hsv_gains
 
     cfg = settings.augment
     pending = render(source, index, settings, epoch, timings=timings)

@@ -8,7 +8,7 @@ Runs in the user's shell process, on the producer side (it reads the dataset and
   itself is removed at exit (also on errors and Ctrl-C) unless ``--keep-snapshot``.
 
 Without either flag the command is the trainer's (``client/commands/digest.py``: the
-batches as a daemon delivers them); both take the parser of ``shared/digest.py``, and
+batches as a daemon delivers them); both take the parser of ``shared/stream/digest.py``, and
 equal digests from the paths, for the same flags, are the parity claim made visible.
 """
 
@@ -16,9 +16,9 @@ from __future__ import annotations
 
 import argparse
 
-from ...shared import digest
-from ...shared.config import StreamSettings
-from ...shared.source import ImageSource
+from ...shared.stream import digest
+from ...shared.stream.config import StreamSettings
+from ...shared.stream.source import ImageSource
 
 
 def digest_stream(source: ImageSource, settings: StreamSettings, epoch: int, batches: int) -> list[str]:

@@ -1,7 +1,7 @@
 """``pixpool keys DIR``: make the CURVE key pairs TCP delivery needs.
 
 Runs in the user's shell process. Writes ``server.key(_secret)``, ``client.key(_secret)``
-and ``authorized/client.key`` (see ``shared/endpoint.py``). Give trainers the client pair
+and ``authorized/client.key`` (see ``shared/transport/endpoint.py``). Give trainers the client pair
 and the server's public key; the daemon reads the server pair and ``authorized/``.
 """
 
@@ -16,7 +16,7 @@ def configure(parser: argparse.ArgumentParser, name: str) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ...shared.endpoint import write_keys
+    from ...shared.transport.endpoint import write_keys
 
     out = write_keys(args.dir, force=args.force)
     print(f"server key pair: {out['server']} {out['server_secret']}")

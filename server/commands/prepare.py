@@ -12,8 +12,8 @@ import json
 import os
 import sys
 
-from ...shared.config import DaemonConfig, check_value
-from ...shared.flags import add_fields
+from ...shared.stream.config import DaemonConfig, check_value
+from ...shared.cli.flags import add_fields
 
 
 def configure(parser: argparse.ArgumentParser, name: str) -> None:
@@ -23,7 +23,7 @@ def configure(parser: argparse.ArgumentParser, name: str) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ...shared import procmem
+    from ...shared.transport import procmem
     from .. import accountant
     from ..readers import read_dataset
     from ..snapshot.fingerprint import lineage_of

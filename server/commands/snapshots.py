@@ -32,8 +32,8 @@ import os
 
 
 def configure(parser: argparse.ArgumentParser, name: str) -> None:
-    from ...shared.config import DaemonConfig
-    from ...shared.flags import add_fields
+    from ...shared.stream.config import DaemonConfig
+    from ...shared.cli.flags import add_fields
 
     add_fields(parser, DaemonConfig, only=("store",))
     if name == "ls":
@@ -48,7 +48,7 @@ def configure(parser: argparse.ArgumentParser, name: str) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ...shared.store import check_store
+    from ...shared.transport.store import check_store
 
     args.store = check_store(args.store)
     return _ls(args) if args.command == "ls" else _clean(args)
@@ -86,7 +86,7 @@ def plan_clean(segments: list[str], holds: dict, *, unrecognised: bool = False,
     ring it serves). A name this release does not parse goes only with ``unrecognised`` and
     when nobody holds it. Nothing held ever goes; the removal itself decides once more.
     """
-    from ...shared.names import group_of, parse
+    from ...shared.transport.names import group_of, parse
 
     pids = pids or {}
     groups: dict[str, list[str]] = {}
@@ -129,14 +129,14 @@ def _describe(pid: int) -> str:
 
 
 def _holds(segments: list[str], store: str) -> dict:
-    from ...shared.holds import holds_of
+    from ...shared.transport.holds import holds_of
 
     return {s: holds_of(s, store) for s in segments}
 
 
 def _own_segments(store: str) -> tuple[list[str], dict[int, int]]:
-    from ...shared.names import list_segments
-    from ...shared.shm import owner_of
+    from ...shared.transport.names import list_segments
+    from ...shared.transport.shm import owner_of
 
     segments = list_segments(store)
     return split_by_owner(segments, {s: owner_of(s, store) for s in segments}, os.geteuid())
@@ -145,8 +145,8 @@ def _own_segments(store: str) -> tuple[list[str], dict[int, int]]:
 def _ls(args: argparse.Namespace) -> int:
     import sys
 
-    from ...shared.names import snapshot_parts
-    from ...shared.procmem import segment_users
+    from ...shared.transport.names import snapshot_parts
+    from ...shared.transport.procmem import segment_users
     from ..snapshot import layout
     from ..snapshot.handle import list_snapshots
 
@@ -183,7 +183,7 @@ def _ls(args: argparse.Namespace) -> int:
 def ring_rows(segments: list[str], holds: dict, users: dict[str, set[int]], store: str) -> list[dict]:
     """``ls`` rows of the rings among ``segments``: the daemon alive or dead and the trainer
     attached or not, by their locks (``holds``); pids as this namespace sees them."""
-    from ...shared.names import parse, shm_path
+    from ...shared.transport.names import parse, shm_path
 
     rows = []
     for seg in segments:
@@ -201,7 +201,7 @@ def ring_rows(segments: list[str], holds: dict, users: dict[str, set[int]], stor
 
 
 def _print_tables(rows: list[dict]) -> None:
-    from ...shared.text import format_table, human_bytes
+    from ...shared.cli.text import format_table, human_bytes
 
     snaps = [r for r in rows if r["kind"] == "snapshot"]
     rings = [r for r in rows if r["kind"] == "ring"]
@@ -224,9 +224,9 @@ def _in_use_text(row: dict) -> str:
 
 
 def _clean(args: argparse.Namespace) -> int:
-    from ...shared.holds import remove_unused
-    from ...shared.names import group_of
-    from ...shared.procmem import segment_users
+    from ...shared.transport.holds import remove_unused
+    from ...shared.transport.names import group_of
+    from ...shared.transport.procmem import segment_users
 
     segments, others = _own_segments(args.store)
     if args.names:

@@ -32,13 +32,13 @@ import os
 
 import zmq
 
-from ...shared import endpoint as ep
-from ...shared import protocol as proto
-from ...shared.config import DaemonConfig, StreamSettings
-from ...shared.control import request_status
+from ...shared.transport import endpoint as ep
+from ...shared.stream import protocol as proto
+from ...shared.stream.config import DaemonConfig, StreamSettings
+from ...shared.transport.control import request_status
 from ...shared.errors import CapacityError, ConfigError
-from ...shared.ring import MAX_SLOTS, MIN_SLOTS, RingLayout
-from ...shared.store import check_store, free_nbytes, size_nbytes
+from ...shared.transport.ring import MAX_SLOTS, MIN_SLOTS, RingLayout
+from ...shared.transport.store import check_store, free_nbytes, size_nbytes
 from .authorized import AuthorizedKeys
 
 log = logging.getLogger(__name__)
@@ -183,9 +183,9 @@ def sweep_rings(store: str | None = None) -> list[str]:
     """Remove this user's batch rings that no process holds (``shared.holds.remove_unused``):
     a live daemon holds every ring it serves and a trainer the ring it reads, in any PID
     namespace, so a ring nobody holds is a dead daemon's leftover. Returns the names removed."""
-    from ...shared.holds import remove_unused
-    from ...shared.names import list_segments, parse
-    from ...shared.shm import owner_of
+    from ...shared.transport.holds import remove_unused
+    from ...shared.transport.names import list_segments, parse
+    from ...shared.transport.shm import owner_of
 
     uid = os.geteuid()
     gone = []

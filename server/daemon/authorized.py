@@ -26,7 +26,7 @@ import os
 import threading
 from pathlib import Path
 
-from ...shared.endpoint import check_keys_dir
+from ...shared.transport.endpoint import check_keys_dir
 from ...shared.errors import ConfigError
 
 log = logging.getLogger(__name__)

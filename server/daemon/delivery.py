@@ -14,7 +14,7 @@ from typing import Any
 
 import zmq
 
-from ...shared import protocol as proto
+from ...shared.stream import protocol as proto
 from .scheduler import Announcement
 from .sessions import TrainerSession
 

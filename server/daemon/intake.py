@@ -29,7 +29,7 @@ from dataclasses import dataclass
 
 import zmq
 
-from ...shared import protocol as proto
+from ...shared.stream import protocol as proto
 
 log = logging.getLogger(__name__)
 

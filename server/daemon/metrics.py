@@ -14,8 +14,8 @@ import logging
 import os
 import threading
 
-from ...shared.names import SHM_DIR, shm_path
-from ...shared.procmem import process_memory
+from ...shared.transport.names import SHM_DIR, shm_path
+from ...shared.transport.procmem import process_memory
 
 log = logging.getLogger(__name__)
 

@@ -4,7 +4,7 @@ Runs in the daemon (batch counts, slot sizing) and in every worker (rendering). 
 and its workers receive the renderer as a module *name* (a string, so it crosses the spawn
 boundary without pickling code); the default is this module, which forwards to the
 augmentation package (``pixpool.server.augment``) and the stream contract
-(``pixpool.shared.sampler``). Tests name a stand-in module with the same four functions
+(``pixpool.shared.stream.sampler``). Tests name a stand-in module with the same four functions
 in the environment variable ``RENDERER_ENV`` (a wedged renderer, say); it is read when the
 daemon starts, so no public signature carries the hook.
 
@@ -31,7 +31,7 @@ from types import ModuleType
 
 import numpy as np
 
-from ...shared import sampler
+from ...shared.stream import sampler
 
 DEFAULT_RENDERER = __name__
 RENDERER_ENV = "PIXPOOL_TEST_RENDERER"

@@ -17,7 +17,7 @@ import os
 import signal
 import threading
 
-from ...shared.config import DaemonConfig
+from ...shared.stream.config import DaemonConfig
 from ...shared.errors import ConfigError
 
 log = logging.getLogger(__name__)

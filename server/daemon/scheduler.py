@@ -39,7 +39,7 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from ...shared.config import StreamSettings
+from ...shared.stream.config import StreamSettings
 from ...shared.errors import ProtocolError
 
 

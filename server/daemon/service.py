@@ -37,12 +37,12 @@ from typing import Any
 
 import zmq
 
-from ...shared import protocol as proto
-from ...shared.config import DaemonConfig, StreamSettings
+from ...shared.stream import protocol as proto
+from ...shared.stream.config import DaemonConfig, StreamSettings
 from ...shared.errors import ConfigError, DaemonStopped, NotAuthorized, PixpoolError, ProtocolError
-from ...shared.procmem import pid_namespace
-from ...shared.spawn import spawn_context
-from ...shared.store import check_store
+from ...shared.transport.procmem import pid_namespace
+from ...shared.transport.spawn import spawn_context
+from ...shared.transport.store import check_store
 from . import admission, delivery, intake
 from . import renderer as _renderer
 from .scheduler import Job, Scheduler

@@ -28,12 +28,12 @@ from typing import Callable
 import psutil
 import zmq
 
-from ...shared import protocol as proto
-from ...shared.config import StreamSettings
+from ...shared.stream import protocol as proto
+from ...shared.stream.config import StreamSettings
 from ...shared.errors import CapacityError
-from ...shared.names import new_ring_token, ring_segment
-from ...shared.procmem import pid_namespace
-from ...shared.ring import Ring, RingLayout
+from ...shared.transport.names import new_ring_token, ring_segment
+from ...shared.transport.procmem import pid_namespace
+from ...shared.transport.ring import Ring, RingLayout
 from .scheduler import Scheduler
 
 log = logging.getLogger(__name__)

@@ -18,7 +18,7 @@ import time
 import msgpack
 
 from ...shared import __version__
-from ...shared import protocol as proto
+from ...shared.stream import protocol as proto
 
 
 # Room for the trainer list in a status reply; the rest (daemon, snapshot, workers) is small.

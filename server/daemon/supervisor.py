@@ -7,7 +7,7 @@ worker processes and the daemon's end of their pipes; the workers run ``worker.p
   failure half-way still leaves every started one to ``stop``.
 - A free, ready worker takes the scheduler's next job: a part of a batch (sample positions
   ``start .. stop``, see ``scheduler.py``); its result comes back over the pipe
-  (``done`` with each sample's target-row count, or ``failed``; ``shared/protocol.py``)
+  (``done`` with each sample's target-row count, or ``failed``; ``shared/stream/protocol.py``)
   and goes to the daemon's callbacks. Every timing below is per part.
 - Stragglers: a part that has run longer than ``straggler_factor`` times the median of
   the recently measured part times (and at least ``straggler_min_s``) is given to an idle
@@ -44,7 +44,7 @@ from typing import Any, Callable
 
 import zmq
 
-from ...shared import protocol as proto
+from ...shared.stream import protocol as proto
 from ...shared.errors import ProtocolError
 from .scheduler import Job, Scheduler
 from .worker import worker_main

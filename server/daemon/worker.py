@@ -6,13 +6,13 @@ OpenCV only once copy-paste rasterises a polygon; never torch (a test checks ``s
 
 - It receives the image sources by split (``train``, ``val``: snapshot handles pickle as
   their names and re-attach read-only) and talks to the daemon over one duplex ``multiprocessing`` pipe, using
-  ``send_bytes``/``recv_bytes`` with the pipe messages of ``shared/protocol.py`` (msgpack;
+  ``send_bytes``/``recv_bytes`` with the pipe messages of ``shared/stream/protocol.py`` (msgpack;
   nothing is unpickled after start-up).
 - It attaches a trainer's ring on first use and writes its part of the slot in place: the
   images of its sample positions by the renderer, each sample's target rows into that
   position's target region, and the sample indices. Other workers write the other
   positions of the same slot at the same time; the daemon packs the targets and writes
-  the slot header once every part is in (``shared/ring.py``), so a worker never writes it.
+  the slot header once every part is in (``shared/transport/ring.py``), so a worker never writes it.
 - It ignores SIGINT (Ctrl-C in the daemon's terminal reaches the whole process group; the
   daemon decides when workers stop) and exits when the daemon goes: the pipe reports EOF,
   and the parent pid is polled as a backstop.
@@ -39,10 +39,10 @@ def worker_main(index: int, conn: Connection, sources: dict[str, Any], renderer_
     # rasterisation imports it, on first use (single-threaded calls on small masks).
     import msgpack
 
-    from ...shared import protocol as proto
-    from ...shared.config import StreamSettings
+    from ...shared.stream import protocol as proto
+    from ...shared.stream.config import StreamSettings
     from ...shared.errors import ProtocolError
-    from ...shared.ring import Ring
+    from ...shared.transport.ring import Ring
     from . import renderer as _renderer
 
     renderer = _renderer.load(renderer_name)

@@ -13,9 +13,9 @@ import logging
 import os
 from pathlib import Path
 
-from ...shared.config import DEFAULT_MAX_INSTANCES, check_value
+from ...shared.stream.config import DEFAULT_MAX_INSTANCES, check_value
 from ...shared.errors import DatasetError, MissingFileError
-from ...shared.records import Dataset
+from ...shared.stream.records import Dataset
 from ._common import ReaderStats
 from .coco import read_coco
 from .yolo import label_path_for, read_yolo_folder, read_yolo_yaml, yaml_has_split

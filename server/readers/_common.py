@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ...shared.records import Record
+from ...shared.stream.records import Record
 
 #: Image suffixes the YOLO folder reader picks up (compared lower-cased).
 IMAGE_SUFFIXES = frozenset({".jpg", ".jpeg", ".png", ".bmp", ".tif", ".tiff", ".webp"})

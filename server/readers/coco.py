@@ -40,7 +40,7 @@ from pathlib import Path
 import numpy as np
 
 from ...shared.errors import DatasetError, MissingFileError
-from ...shared.records import Dataset, Record
+from ...shared.stream.records import Dataset, Record
 from ._common import ReaderStats, clip_unit, main_part, make_record
 
 logger = logging.getLogger(__name__)

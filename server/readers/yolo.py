@@ -33,7 +33,7 @@ from pathlib import Path
 import yaml
 
 from ...shared.errors import DatasetError, MissingFileError
-from ...shared.records import Dataset, Record
+from ...shared.stream.records import Dataset, Record
 from ._common import IMAGE_SUFFIXES, ReaderStats, make_record
 from .yolo_labels import parse_label_file
 

@@ -19,7 +19,7 @@ import os
 import cv2
 import numpy as np
 
-from ...shared.config import FILL_VALUE
+from ...shared.stream.config import FILL_VALUE
 from ...shared.errors import ImageDecodeError, MissingFileError
 from .decoder_warnings import capture_fd2, pass_through, split_corrupt
 

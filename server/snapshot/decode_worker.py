@@ -139,7 +139,7 @@ class ArenaWriter:
     def __init__(self, arena_name: str, imgsz: int, dtype: str = "float32", store: str | None = None):
         import numpy as np
 
-        from ...shared.shm import open_held
+        from ...shared.transport.shm import open_held
 
         self.name = arena_name
         self.store = store
@@ -185,7 +185,7 @@ class ArenaWriter:
         except OSError as exc:
             if exc.errno in (errno.ENOSPC, errno.ENOMEM):
                 from ...shared.errors import CapacityError
-                from ...shared.names import SHM_DIR
+                from ...shared.transport.names import SHM_DIR
 
                 where = self.store or SHM_DIR
                 raise CapacityError(

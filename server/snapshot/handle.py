@@ -23,10 +23,10 @@ from dataclasses import dataclass
 import numpy as np
 
 from ...shared.errors import SnapshotError
-from ...shared.holds import remove_unused
-from ...shared.names import SHM_DIR, SNAPSHOT_PARTS, list_segments, parse, shm_path, snapshot_parts
-from ...shared.records import Targets
-from ...shared.shm import SharedSegment, read_prefix
+from ...shared.transport.holds import remove_unused
+from ...shared.transport.names import SHM_DIR, SNAPSHOT_PARTS, list_segments, parse, shm_path, snapshot_parts
+from ...shared.stream.records import Targets
+from ...shared.transport.shm import SharedSegment, read_prefix
 from . import layout
 
 log = logging.getLogger(__name__)
@@ -303,7 +303,7 @@ def list_snapshots(*, uid: int | None = None, store: str | None = None) -> list[
     """Every snapshot (complete or not) of user ``uid`` (default: this process's) whose
     segments are in ``store`` (default /dev/shm), by base name. Files under that user's names that belong to
     someone else are left out: they are no snapshot of this user's."""
-    from ...shared.shm import owner_of
+    from ...shared.transport.shm import owner_of
 
     uid = os.geteuid() if uid is None else uid
     bases: dict[str, dict[str, int]] = {}

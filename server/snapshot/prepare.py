@@ -59,11 +59,11 @@ from dataclasses import dataclass
 import numpy as np
 import psutil
 
-from ...shared.config import FILL_VALUE, check_value
+from ...shared.stream.config import FILL_VALUE, check_value
 from ...shared.errors import CapacityError, DatasetError, ImageDecodeError, MissingFileError, SnapshotError
-from ...shared.records import Dataset
-from ...shared.shm import SharedSegment
-from ...shared.store import check_store, free_nbytes, is_memory
+from ...shared.stream.records import Dataset
+from ...shared.transport.shm import SharedSegment
+from ...shared.transport.store import check_store, free_nbytes, is_memory
 from . import decode, layout
 from .decode_worker import WorkShare, decode_shared, worker_decode, worker_init, worker_started
 from .fingerprint import base_name, fingerprint, segment_names
@@ -381,7 +381,7 @@ def _build(dataset: Dataset, *, imgsz: int, processes: int, dtype: str, progress
 def decode_context():
     """The multiprocessing context the decode workers start with: spawn (module docstring,
     step 2), the working directory kept off their ``sys.path`` (``shared.spawn``)."""
-    from ...shared.spawn import spawn_context
+    from ...shared.transport.spawn import spawn_context
 
     return spawn_context()
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ...shared.records import Dataset, Targets
+from ...shared.stream.records import Dataset, Targets
 from .decode import prepare_image
 
 

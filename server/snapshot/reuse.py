@@ -14,9 +14,9 @@ import logging
 import os
 
 from ...shared.errors import SnapshotError, UntrustedSegmentError
-from ...shared.holds import holds_of, remove_unused
-from ...shared.names import shm_path
-from ...shared.shm import check_trusted
+from ...shared.transport.holds import holds_of, remove_unused
+from ...shared.transport.names import shm_path
+from ...shared.transport.shm import check_trusted
 from .handle import Snapshot, check_header, list_snapshots, read_header
 
 log = logging.getLogger(__name__)
@@ -61,7 +61,7 @@ def existing_snapshot(base: str, names: dict[str, str], *, store: str | None = N
 def _holders(names: list[str], store: str | None) -> str:
     """The pids this PID namespace sees mapping ``names``, for the message only (the holds
     decide); holders in another PID namespace are not visible here."""
-    from ...shared.procmem import segment_users
+    from ...shared.transport.procmem import segment_users
 
     users = segment_users(store)
     pids = sorted({p for n in names for p in users.get(n, ())})

@@ -34,7 +34,7 @@ def _strict(parser: argparse.ArgumentParser, where: str) -> argparse.ArgumentPar
 
 def parse_pixpool(argv: list[str]) -> argparse.Namespace:
     """``argv`` starts with ``pixpool``; parsed by the sub-command's own parser."""
-    from pixpool.shared.cli import COMMANDS
+    from pixpool.shared.cli.main import COMMANDS
 
     if not argv or argv[0] != "pixpool":
         raise BadCommand(f"{argv}: not a pixpool command line")

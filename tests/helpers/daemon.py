@@ -17,9 +17,9 @@ from contextlib import contextmanager
 import numpy as np
 
 from pixpool.server.daemon.run import run_daemon, stop_process
-from pixpool.shared.config import DaemonConfig
-from pixpool.shared.control import request_status
-from pixpool.shared.names import list_segments, ring_prefix
+from pixpool.shared.stream.config import DaemonConfig
+from pixpool.shared.transport.control import request_status
+from pixpool.shared.transport.names import list_segments, ring_prefix
 
 WAIT_S = 60.0
 
@@ -119,8 +119,8 @@ def reference_stream(dataset, settings, epoch: int) -> tuple[list[str], list[lis
     """Digests and sample indices of one epoch from the in-process reference pipeline."""
     from pixpool.server.augment.batch import render_batch
     from pixpool.server.snapshot.reference import ReferenceSource
-    from pixpool.shared import sampler
-    from pixpool.shared.digest import batch_digest
+    from pixpool.shared.stream import sampler
+    from pixpool.shared.stream.digest import batch_digest
 
     source = ReferenceSource(dataset, settings.augment.imgsz)
     digests, samples = [], []
@@ -132,7 +132,7 @@ def reference_stream(dataset, settings, epoch: int) -> tuple[list[str], list[lis
 
 
 def digest_of(batch) -> str:
-    from pixpool.shared.digest import batch_digest
+    from pixpool.shared.stream.digest import batch_digest
 
     return batch_digest(np.asarray(batch.images), np.asarray(batch.targets))
 
@@ -144,8 +144,8 @@ def segments_of(pid: int, store: str | None = None) -> list[str]:
 def prove(sock, attached: dict, *, store: str | None = None, nonce: str | None = None) -> str:
     """The locality handshake of a raw-protocol trainer: read the nonce of the ring the
     ``attached`` reply names (or send ``nonce``), send ``prove``; the delivery granted."""
-    from pixpool.shared import protocol as proto
-    from pixpool.shared.ring import Ring
+    from pixpool.shared.stream import protocol as proto
+    from pixpool.shared.transport.ring import Ring
 
     if nonce is None:
         ring = Ring.attach(attached["ring"], store=store or attached["store"])

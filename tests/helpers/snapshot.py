@@ -10,10 +10,10 @@ import numpy as np
 
 from pixpool.server.snapshot.handle import read_header
 from pixpool.shared.errors import SnapshotError
-from pixpool.shared.names import kind_of, list_segments, ring_prefix
-from pixpool.shared.names import snapshot_parts as parts_of_base
-from pixpool.shared.records import Dataset, Record
-from pixpool.shared.shm import unlink_segment
+from pixpool.shared.transport.names import kind_of, list_segments, ring_prefix
+from pixpool.shared.transport.names import snapshot_parts as parts_of_base
+from pixpool.shared.stream.records import Dataset, Record
+from pixpool.shared.transport.shm import unlink_segment
 
 
 def write_jpegs(folder: Path, sizes_hw, *, seed: int = 0) -> list[str]:

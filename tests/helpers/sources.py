@@ -7,7 +7,7 @@ import math
 import numpy as np
 
 from pixpool.server.snapshot.decode import centre
-from pixpool.shared.records import Targets
+from pixpool.shared.stream.records import Targets
 
 
 def _polygon(x1: float, y1: float, x2: float, y2: float, k: int = 12) -> np.ndarray:

@@ -14,7 +14,7 @@ WAIT_S = 60.0
 
 def hold_trainer(settings_dict: dict, socket_dir: str, conn) -> None:
     from pixpool.client.iterator import Client
-    from pixpool.shared.config import StreamSettings
+    from pixpool.shared.stream.config import StreamSettings
 
     try:
         with Client(StreamSettings.from_dict(settings_dict), socket_dir=socket_dir, timeout_s=WAIT_S) as client:

@@ -16,11 +16,11 @@ import zmq
 import zmq.auth
 
 from helpers.daemon import WAIT_S, ask_status, real_daemon
-from pixpool.shared import endpoint as ep
-from pixpool.shared import protocol as proto
+from pixpool.shared.transport import endpoint as ep
+from pixpool.shared.stream import protocol as proto
 from pixpool.shared.cli import main
-from pixpool.shared.config import AugmentConfig, StreamSettings
-from pixpool.shared.endpoint import write_keys
+from pixpool.shared.stream.config import AugmentConfig, StreamSettings
+from pixpool.shared.transport.endpoint import write_keys
 
 IMGSZ = 160
 

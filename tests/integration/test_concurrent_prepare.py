@@ -13,7 +13,7 @@ from helpers.snapshot import remove_snapshot
 from pixpool.client.child import cli_command
 from pixpool.server.readers import load_dataset
 from pixpool.server.snapshot.fingerprint import base_name, fingerprint
-from pixpool.shared.names import list_segments, snapshot_parts
+from pixpool.shared.transport.names import list_segments, snapshot_parts
 
 IMGSZ = 640
 

@@ -18,9 +18,9 @@ import pytest
 
 from helpers.daemon import WAIT_S, ask_status, digest_of, prove, real_daemon, reference_stream, segments_of, wait_for
 from pixpool.client.iterator import Client
-from pixpool.shared import protocol as proto
-from pixpool.shared.config import AugmentConfig, StreamSettings
-from pixpool.shared.names import shm_path, user_prefix
+from pixpool.shared.stream import protocol as proto
+from pixpool.shared.stream.config import AugmentConfig, StreamSettings
+from pixpool.shared.transport.names import shm_path, user_prefix
 
 IMGSZ = 160
 
@@ -202,7 +202,7 @@ def test_bad_requests_get_clear_errors_and_daemon_keeps_serving(daemon, dealer):
 
 
 def test_socket_dir_is_private(tmp_path):
-    from pixpool.shared.endpoint import socket_dir
+    from pixpool.shared.transport.endpoint import socket_dir
     from pixpool.shared.errors import ConfigError
 
     made = socket_dir(tmp_path / "s", create=True)
@@ -306,15 +306,17 @@ def _next_ready(sock) -> dict:
 def test_a_duplicate_release_is_refused_and_the_slot_keeps_its_batch(daemon, dealer, dataset):
     """Release batch 0, let its slot carry batch 2, release batch 0 again: refused, and
     the bytes of batch 2 stay in that slot while the stream goes on."""
-    from pixpool.shared.ring import Ring
+    from pixpool.shared.transport.ring import Ring
 
     _, d = daemon
     sock = dealer(f"ipc://{d}/daemon.sock")
     s = settings(3, batch_size=4)
     att = _ask(sock, proto.encode("attach", settings=s.to_dict(), pid=os.getpid(), host="elsewhere", slots=2, delivery="shm"))
     tid, token = att["trainer_id"], att["token"]
-    assert prove(sock, att) == proto.DELIVERY_SHM
+    # Map the ring before proving, as a trainer does: a proved trainer whose hold on its ring
+    # is gone is detached at the daemon's next liveness tick.
     ring = Ring.attach(att["ring"])
+    assert prove(sock, att, nonce=ring.nonce()) == proto.DELIVERY_SHM
     try:
         assert _ask(sock, proto.encode("start", trainer_id=tid, token=token, epoch=0, batch=0))["op"] == "started"
         ready = {}
@@ -336,7 +338,7 @@ def test_a_duplicate_release_is_refused_and_the_slot_keeps_its_batch(daemon, dea
         assert ring.read_header(ready[2]["slot"])[:2] == (0, 2)
         assert np.array_equal(ring.images(ready[2]["slot"], ready[2]["size"]), before)
         ref = reference_stream(dataset, s, 0)[0]
-        from pixpool.shared.digest import batch_digest
+        from pixpool.shared.stream.digest import batch_digest
 
         for b in (2, 3):
             m = ready[b]

@@ -16,9 +16,9 @@ import pytest
 from helpers.daemon import WAIT_S, ask_status, real_daemon, short_socket_dir
 from pixpool.client.iterator import Client
 from pixpool.server.daemon.run import stop_process
-from pixpool.shared.config import AugmentConfig, StreamSettings
+from pixpool.shared.stream.config import AugmentConfig, StreamSettings
 from pixpool.shared.errors import DaemonStopped
-from pixpool.shared.names import shm_path
+from pixpool.shared.transport.names import shm_path
 
 
 def test_shutdown_removes_its_socket_file_even_through_a_swapped_directory(synthetic_data):

@@ -25,8 +25,8 @@ import os
 
 from helpers.daemon import WAIT_S, ask_status, real_daemon, wait_for
 from pixpool.client.iterator import Client
-from pixpool.shared.config import AugmentConfig, StreamSettings
-from pixpool.shared.names import list_segments, ring_prefix, shm_path
+from pixpool.shared.stream.config import AugmentConfig, StreamSettings
+from pixpool.shared.transport.names import list_segments, ring_prefix, shm_path
 
 IMGSZ = 320
 BATCH = 16
@@ -42,7 +42,7 @@ def _anonymous_bytes(pid: int) -> int:
 
 
 def _measure(socket_dir: str) -> dict:
-    from pixpool.shared.procmem import process_memory
+    from pixpool.shared.transport.procmem import process_memory
 
     st = ask_status(socket_dir)
     pid = st["daemon"]["pid"]

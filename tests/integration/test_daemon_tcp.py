@@ -13,8 +13,8 @@ import pytest
 
 from helpers.daemon import WAIT_S, digest_of, real_daemon, reference_stream
 from pixpool.client.iterator import Client
-from pixpool.shared import protocol as proto
-from pixpool.shared.config import AugmentConfig, StreamSettings
+from pixpool.shared.stream import protocol as proto
+from pixpool.shared.stream.config import AugmentConfig, StreamSettings
 from pixpool.shared.errors import ConfigError, NotAuthorized
 
 IMGSZ = 160
@@ -27,7 +27,7 @@ def _free_port() -> int:
 
 
 def test_tcp_requires_keys():
-    from pixpool.shared.config import DaemonConfig
+    from pixpool.shared.stream.config import DaemonConfig
 
     with pytest.raises(ConfigError, match="CURVE"):
         DaemonConfig(data="x.json", tcp="127.0.0.1:5555")
@@ -36,7 +36,7 @@ def test_tcp_requires_keys():
 def test_tcp_stream_equals_local_and_refuses_strangers(synthetic_data, tmp_path, dealer):
     from pixpool.server.readers import load_dataset
     from pixpool.shared.cli import main
-    from pixpool.shared.endpoint import write_keys
+    from pixpool.shared.transport.endpoint import write_keys
 
     keys = tmp_path / "keys"
     assert main(["keys", str(keys)]) == 0
@@ -66,8 +66,8 @@ def test_tcp_stream_equals_local_and_refuses_strangers(synthetic_data, tmp_path,
 def test_tcp_bad_address_is_a_clear_error(tmp_path):
     from helpers.daemon import short_socket_dir
     from pixpool.server.daemon.service import Daemon
-    from pixpool.shared.config import DaemonConfig
-    from pixpool.shared.endpoint import write_keys
+    from pixpool.shared.stream.config import DaemonConfig
+    from pixpool.shared.transport.endpoint import write_keys
 
     class _Source:
         imgsz, max_instances = 64, 1

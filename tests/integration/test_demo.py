@@ -7,7 +7,7 @@ import re
 import subprocess
 import sys
 
-from pixpool.shared.names import list_segments
+from pixpool.shared.transport.names import list_segments
 
 
 def test_demo_runs_two_trainers_and_leaves_nothing(tmp_path):

@@ -8,7 +8,7 @@ import os
 import pytest
 
 from pixpool.shared.cli import main
-from pixpool.shared.names import list_segments
+from pixpool.shared.transport.names import list_segments
 
 
 def _digest(capsys, *argv: str) -> dict:

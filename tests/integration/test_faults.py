@@ -15,9 +15,9 @@ import pytest
 from helpers.daemon import WAIT_S, ask_status, digest_of, real_daemon, reference_stream, segments_of, short_socket_dir, wait_for
 from pixpool.client.iterator import Client
 from pixpool.server.daemon.renderer import RENDERER_ENV
-from pixpool.shared.config import AugmentConfig, StreamSettings
+from pixpool.shared.stream.config import AugmentConfig, StreamSettings
 from pixpool.shared.errors import DaemonStopped, DaemonTimeout
-from pixpool.shared.names import list_segments, user_prefix
+from pixpool.shared.transport.names import list_segments, user_prefix
 
 IMGSZ = 160
 
@@ -233,7 +233,7 @@ def test_second_daemon_on_the_same_socket_dir_is_refused(synthetic_data):
     import pytest
 
     from pixpool.server.daemon.run import run_daemon
-    from pixpool.shared.config import DaemonConfig
+    from pixpool.shared.stream.config import DaemonConfig
     from pixpool.shared.errors import ConfigError
 
     with real_daemon(synthetic_data.coco_json, imgsz=IMGSZ, workers=1) as (proc, d):
@@ -248,7 +248,7 @@ def test_second_daemon_on_the_same_socket_dir_is_refused(synthetic_data):
 def test_creator_daemon_leaves_a_snapshot_another_process_maps(synthetic_data):
     """The daemon that prepared a snapshot does not pull it from under another user of it."""
     from pixpool.server.snapshot.handle import Snapshot
-    from pixpool.shared.shm import unlink_segment
+    from pixpool.shared.transport.shm import unlink_segment
 
     with real_daemon(synthetic_data.coco_json, imgsz=176, workers=1) as (proc, d):
         st = ask_status(d)

@@ -14,7 +14,7 @@ import pytest
 
 from helpers.daemon import WAIT_S, real_daemon
 from pixpool.client.fit import FitConfig, fit
-from pixpool.shared.config import AugmentConfig
+from pixpool.shared.stream.config import AugmentConfig
 from pixpool.shared.errors import ConfigError
 
 IMGSZ = 64

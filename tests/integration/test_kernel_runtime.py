@@ -19,9 +19,9 @@ RENDER = textwrap.dedent("""
     import pixpool.server.daemon.worker, pixpool.server.snapshot.handle
     from pixpool.server.daemon import renderer
     from pixpool.server.augment import _kernel
-    from pixpool.shared.config import AugmentConfig, StreamSettings
-    from pixpool.shared.digest import batch_digest
-    from pixpool.shared.records import Targets
+    from pixpool.shared.stream.config import AugmentConfig, StreamSettings
+    from pixpool.shared.stream.digest import batch_digest
+    from pixpool.shared.stream.records import Targets
     import numpy as np
 
     class Source:  # helpers.sources would load OpenCV itself (its centring helper)

@@ -16,8 +16,8 @@ import pytest
 
 from helpers.daemon import WAIT_S, ask_status, real_daemon, wait_for
 from pixpool.client.iterator import Client
-from pixpool.shared.config import AugmentConfig, StreamSettings
-from pixpool.shared.endpoint import write_keys
+from pixpool.shared.stream.config import AugmentConfig, StreamSettings
+from pixpool.shared.transport.endpoint import write_keys
 from pixpool.shared.errors import NotAuthorized
 
 IMGSZ = 160

@@ -14,7 +14,7 @@ import pytest
 from helpers.daemon import WAIT_S, short_socket_dir
 from helpers.users import as_user
 from pixpool.client.child import cli_command
-from pixpool.shared.endpoint import check_keys_dir, check_server_keys, write_keys
+from pixpool.shared.transport.endpoint import check_keys_dir, check_server_keys, write_keys
 from pixpool.shared.errors import ConfigError
 
 
@@ -91,7 +91,7 @@ def test_keys_written_under_a_loose_umask_pass(tmp_path):
 def test_the_client_refuses_loose_keys(keys):
     import zmq
 
-    from pixpool.shared.endpoint import configure_client
+    from pixpool.shared.transport.endpoint import configure_client
 
     os.chmod(keys / "server.key", 0o666)
     sock = zmq.Context.instance().socket(zmq.DEALER)

@@ -12,9 +12,9 @@ import psutil
 
 from helpers.daemon import WAIT_S, ask_status, real_daemon, short_socket_dir
 from helpers.snapshot import remove_snapshot
-from pixpool.shared import protocol as proto
-from pixpool.shared.config import AugmentConfig, StreamSettings
-from pixpool.shared.names import list_segments, shm_path
+from pixpool.shared.stream import protocol as proto
+from pixpool.shared.stream.config import AugmentConfig, StreamSettings
+from pixpool.shared.transport.names import list_segments, shm_path
 
 IMGSZ = 112
 

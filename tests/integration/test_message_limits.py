@@ -21,10 +21,10 @@ import zmq
 
 from helpers.daemon import WAIT_S, real_daemon
 from pixpool.client.iterator import Client
-from pixpool.shared import endpoint as ep
-from pixpool.shared import protocol as proto
-from pixpool.shared.config import AugmentConfig, StreamSettings
-from pixpool.shared.endpoint import write_keys
+from pixpool.shared.transport import endpoint as ep
+from pixpool.shared.stream import protocol as proto
+from pixpool.shared.stream.config import AugmentConfig, StreamSettings
+from pixpool.shared.transport.endpoint import write_keys
 
 IMGSZ = 160
 GROWTH_LIMIT_BYTES = 32 << 20

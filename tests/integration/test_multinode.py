@@ -24,7 +24,7 @@ from pathlib import Path
 import pytest
 
 from helpers.ranks import TORCHRUN, check_each_index_once, example_args, read_records
-from pixpool.shared.names import ring_prefix
+from pixpool.shared.transport.names import ring_prefix
 
 IMGSZ, EPOCHS, RECORDS = 96, 2, 24
 ADDRS = ("10.77.0.1", "10.77.0.2")
@@ -162,7 +162,7 @@ def test_two_nodes_split_every_epoch(layout, synthetic_data, tmp_path):
     pid_files = [tmp_path / f"daemon{n}.pid" for n in (0, 1)]
     keys = None
     if layout == "tcp-from-node0":
-        from pixpool.shared.endpoint import write_keys
+        from pixpool.shared.transport.endpoint import write_keys
 
         keys = tmp_path / "keys"
         write_keys(keys)

@@ -24,10 +24,10 @@ from helpers.pidns import ns_daemon, pixpool_in_pid_namespace, require_pid_names
 from helpers.snapshot import remove_snapshot
 from pixpool.client.iterator import Client
 from pixpool.server.readers import load_dataset
-from pixpool.shared import protocol as proto
+from pixpool.shared.stream import protocol as proto
 from pixpool.shared.cli import main
-from pixpool.shared.config import AugmentConfig, StreamSettings
-from pixpool.shared.names import parse, shm_path
+from pixpool.shared.stream.config import AugmentConfig, StreamSettings
+from pixpool.shared.transport.names import parse, shm_path
 
 IMGSZ = 96
 
@@ -235,7 +235,7 @@ def test_a_killed_host_daemons_ring_goes_once_its_trainer_moved_to_the_successor
 _HELD_TRAINER = """
 import sys
 from pixpool.client.iterator import Client
-from pixpool.shared.config import AugmentConfig, StreamSettings
+from pixpool.shared.stream.config import AugmentConfig, StreamSettings
 s = StreamSettings(seed=3, batch_size=4, augment=AugmentConfig(imgsz=int(sys.argv[2])))
 with Client(s, socket_dir=sys.argv[1], timeout_s=60, as_torch=False) as c:
     next(iter(c.epoch(0)))

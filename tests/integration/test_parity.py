@@ -15,9 +15,9 @@ from pixpool.server.augment.labels import pack
 from pixpool.server.readers import load_dataset
 from pixpool.server.snapshot.prepare import prepare_snapshot
 from pixpool.server.snapshot.reference import ReferenceSource
-from pixpool.shared.config import AugmentConfig, StreamSettings
-from pixpool.shared.digest import batch_digest
-from pixpool.shared.sampler import num_batches
+from pixpool.shared.stream.config import AugmentConfig, StreamSettings
+from pixpool.shared.stream.digest import batch_digest
+from pixpool.shared.stream.sampler import num_batches
 
 ROUTES = {
     "mosaic": {},
@@ -111,8 +111,8 @@ def test_coco128_snapshot_unchanged_by_an_epoch(coco) -> None:
 
 def _digest_in_child(snapshot, settings_dict: dict, epoch: int, batch: int) -> str:
     from pixpool.server.augment import render_batch as render
-    from pixpool.shared.config import StreamSettings as Settings
-    from pixpool.shared.digest import batch_digest as digest
+    from pixpool.shared.stream.config import StreamSettings as Settings
+    from pixpool.shared.stream.digest import batch_digest as digest
 
     r = render(snapshot, Settings.from_dict(settings_dict), epoch, batch)
     return digest(r.images, r.targets)

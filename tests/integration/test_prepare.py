@@ -19,9 +19,9 @@ from pixpool.server.snapshot.decode_worker import FAIL_AT_ENV
 from pixpool.server.snapshot.fingerprint import base_name, fingerprint
 from pixpool.server.snapshot.prepare import PreparationTerminated, prepare_snapshot
 from pixpool.shared.errors import CapacityError, ImageDecodeError
-from pixpool.shared.names import list_segments
-from pixpool.shared.records import Dataset
-from pixpool.shared.shm import SharedSegment
+from pixpool.shared.transport.names import list_segments
+from pixpool.shared.stream.records import Dataset
+from pixpool.shared.transport.shm import SharedSegment
 
 
 @pytest.fixture
@@ -224,7 +224,7 @@ def test_capacity_refused_before_allocating(synthetic_data, monkeypatch, store):
 
 def test_a_disk_store_does_not_need_the_memory(store, synthetic_data, monkeypatch, prepared):
     """Memory below the snapshot's size refuses a memory store and not a disk one."""
-    from pixpool.shared.store import is_memory
+    from pixpool.shared.transport.store import is_memory
 
     monkeypatch.setattr(prepare.psutil, "virtual_memory", lambda: SimpleNamespace(available=1000))
     dataset = load_dataset(synthetic_data.coco_json)
@@ -296,7 +296,7 @@ def test_snapshot_being_prepared_by_live_process_is_waited_for_then_refused(synt
     import sys
 
     from pixpool.shared.errors import SnapshotError
-    from pixpool.shared.names import shm_path
+    from pixpool.shared.transport.names import shm_path
 
     dataset = load_dataset(synthetic_data.coco_json)
     base = base_name(fingerprint(dataset, imgsz=160))
@@ -304,7 +304,7 @@ def test_snapshot_being_prepared_by_live_process_is_waited_for_then_refused(synt
     # The preparer is another process holding the segment as every pixpool mapping does
     # (shared.holds); this process lets go of its own mapping once that one holds it.
     holder = subprocess.Popen(
-        [sys.executable, "-c", "import sys; from pixpool.shared.shm import SharedSegment; "
+        [sys.executable, "-c", "import sys; from pixpool.shared.transport.shm import SharedSegment; "
          "s = SharedSegment.attach(sys.argv[1]); "
          "print('mapped', flush=True); sys.stdin.read()", base + "-meta"],
         stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,

@@ -17,9 +17,9 @@ from pixpool.server.readers import load_dataset
 from pixpool.server.snapshot.fingerprint import base_name, fingerprint
 from pixpool.server.snapshot.handle import read_header
 from pixpool.shared.cli import main
-from pixpool.shared.names import list_segments, shm_path, snapshot_base
-from pixpool.shared.names import snapshot_parts as parts_of_base
-from pixpool.shared.holds import holds_of
+from pixpool.shared.transport.names import list_segments, shm_path, snapshot_base
+from pixpool.shared.transport.names import snapshot_parts as parts_of_base
+from pixpool.shared.transport.holds import holds_of
 
 
 @pytest.fixture
@@ -322,8 +322,8 @@ def test_clean_decisions():
     """What ``clean`` keeps is what is held (``shared.holds``), whatever pid a ring's name
     carries: a ring of "live" pid 1 nobody holds goes, a held one stays with its state."""
     from pixpool.server.commands.snapshots import plan_clean
-    from pixpool.shared.holds import Holds
-    from pixpool.shared.names import ring_segment, snapshot_parts
+    from pixpool.shared.transport.holds import Holds
+    from pixpool.shared.transport.names import ring_segment, snapshot_parts
 
     me = os.getpid()
     unheld, mapped = Holds(False, False, False), Holds(True, False, False)
@@ -354,8 +354,8 @@ def test_clean_decisions():
 def test_clean_keep_complete_removes_stale_rings_but_keeps_snapshots(synthetic_data, capsys):
     """What a service manager runs after the daemon stops: the prepared snapshot stays for the restart."""
     from pixpool.server.snapshot.prepare import prepare_snapshot
-    from pixpool.shared.names import ring_segment
-    from pixpool.shared.shm import SharedSegment
+    from pixpool.shared.transport.names import ring_segment
+    from pixpool.shared.transport.shm import SharedSegment
 
     dead = subprocess.Popen([sys.executable, "-c", "pass"])
     dead.wait(30)

@@ -20,7 +20,7 @@ from pixpool.server.snapshot.decode_worker import WorkShare
 from pixpool.server.snapshot.fingerprint import base_name, fingerprint
 from pixpool.server.snapshot.prepare import prepare_snapshot
 from pixpool.shared.errors import CapacityError, ImageDecodeError
-from pixpool.shared.names import list_segments
+from pixpool.shared.transport.names import list_segments
 
 IMGSZ = 160
 

@@ -16,8 +16,8 @@ import msgpack
 
 from helpers.daemon import WAIT_S, ask_status, digest_of, real_daemon, reference_stream
 from pixpool.client.iterator import Client
-from pixpool.shared import protocol as proto
-from pixpool.shared.config import AugmentConfig, StreamSettings
+from pixpool.shared.stream import protocol as proto
+from pixpool.shared.stream.config import AugmentConfig, StreamSettings
 
 IMGSZ = 160
 FRAMES = 3000

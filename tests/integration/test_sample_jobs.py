@@ -14,9 +14,9 @@ import pytest
 
 from helpers.daemon import WAIT_S, ask_status, digest_of, real_daemon, reference_stream
 from pixpool.client.iterator import Client
-from pixpool.shared.config import AugmentConfig, StreamSettings
-from pixpool.shared.names import shm_path
-from pixpool.shared.ring import DEFAULT_SLOTS, MAX_SLOTS
+from pixpool.shared.stream.config import AugmentConfig, StreamSettings
+from pixpool.shared.transport.names import shm_path
+from pixpool.shared.transport.ring import DEFAULT_SLOTS, MAX_SLOTS
 
 IMGSZ = 128
 MIB = 1 << 20

@@ -22,9 +22,9 @@ from pixpool.client.child import cli_command, serve_child, stop_child, wait_serv
 from pixpool.client.iterator import Client
 from pixpool.server.readers import load_dataset
 from pixpool.server.snapshot.fingerprint import base_name, fingerprint
-from pixpool.shared.config import AugmentConfig, StreamSettings
+from pixpool.shared.stream.config import AugmentConfig, StreamSettings
 from pixpool.shared.errors import CapacityError, ConfigError
-from pixpool.shared.names import list_segments
+from pixpool.shared.transport.names import list_segments
 
 IMGSZ = 96
 

@@ -12,7 +12,7 @@ from pixpool.server.readers import load_dataset
 from pixpool.server.snapshot.handle import Snapshot, list_snapshots
 from pixpool.server.snapshot.prepare import prepare_snapshot
 from pixpool.shared.errors import SnapshotError
-from pixpool.shared.names import snapshot_base
+from pixpool.shared.transport.names import snapshot_base
 
 
 @pytest.fixture(scope="module")

@@ -11,7 +11,7 @@ import psutil
 from helpers.daemon import WAIT_S, ask_status, digest_of, real_daemon, reference_stream, wait_for
 from pixpool.client.iterator import Client
 from pixpool.server.readers import load_dataset
-from pixpool.shared.config import AugmentConfig, StreamSettings
+from pixpool.shared.stream.config import AugmentConfig, StreamSettings
 
 IMGSZ = 96
 

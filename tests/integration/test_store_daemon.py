@@ -22,10 +22,10 @@ from helpers.daemon import WAIT_S, ask_status, digest_of, prove, real_daemon, re
 from pixpool.client.iterator import Client
 from pixpool.server.readers import load_dataset
 from pixpool.server.snapshot.prepare import prepare_snapshot
-from pixpool.shared import protocol as proto
-from pixpool.shared.config import AugmentConfig, StreamSettings
+from pixpool.shared.stream import protocol as proto
+from pixpool.shared.stream.config import AugmentConfig, StreamSettings
 from pixpool.shared.errors import CapacityError
-from pixpool.shared.names import list_segments, ring_prefix
+from pixpool.shared.transport.names import list_segments, ring_prefix
 
 IMGSZ = 96
 
@@ -133,12 +133,12 @@ def test_a_dataset_larger_than_a_tmpfs_fails_there_cleanly_and_serves_from_disk(
 _TRAINER = """
 import json, os, sys
 from pixpool.client.iterator import Client
-from pixpool.shared.config import AugmentConfig, StreamSettings
-from pixpool.shared.digest import batch_digest
+from pixpool.shared.stream.config import AugmentConfig, StreamSettings
+from pixpool.shared.stream.digest import batch_digest
 s = StreamSettings(seed=int(sys.argv[2]), batch_size=6, augment=AugmentConfig(imgsz=int(sys.argv[3])))
 with Client(s, socket_dir=sys.argv[1], timeout_s=60, as_torch=False) as c:
     digests = [batch_digest(b.images, b.targets) for b in c.epoch(0)]
-    from pixpool.shared.control import request_status
+    from pixpool.shared.transport.control import request_status
     me = [t for t in request_status("ipc://" + sys.argv[1] + "/daemon.sock", timeout_s=10)["trainers"] if t["trainer_id"] == c._ident[0]][0]
     print(json.dumps({"pid": os.getpid(), "delivery": c.delivery, "reattaches": c.reattaches, "digests": digests,
                       "seen_by_daemon": {"pid": me["pid"], "delivery": me["delivery"], "pid_watched": me["pid_watched"]}}))

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from helpers.daemon import real_daemon
 from helpers.ranks import TORCHRUN, check_each_index_once, example_args, read_records, run_group
-from pixpool.shared.names import ring_prefix
+from pixpool.shared.transport.names import ring_prefix
 
 IMGSZ, EPOCHS, RECORDS = 96, 2, 24
 

@@ -20,7 +20,7 @@ from pixpool.server.snapshot.handle import Snapshot
 from pixpool.server.snapshot.prepare import prepare_snapshot
 from pixpool.shared.cli import main
 from pixpool.shared.errors import CapacityError, ConfigError, UntrustedSegmentError
-from pixpool.shared.names import shm_path, snapshot_base, snapshot_parts
+from pixpool.shared.transport.names import shm_path, snapshot_base, snapshot_parts
 
 IMGSZ = 64
 
@@ -134,8 +134,8 @@ def test_squatted_ring_names_are_skipped_and_use_up_no_trainer_id(other_user, mo
     unguessable name; an attach that fails uses up no trainer id."""
     from pixpool.server.daemon import sessions as sessions_mod
     from pixpool.server.daemon.scheduler import Scheduler
-    from pixpool.shared.config import StreamSettings
-    from pixpool.shared.ring import RingLayout
+    from pixpool.shared.stream.config import StreamSettings
+    from pixpool.shared.transport.ring import RingLayout
 
     pid = os.getpid()
     squatted = [sessions_mod.ring_segment(pid, t) for t in ("aa" * 8, "bb" * 8)]
@@ -159,7 +159,7 @@ def test_squatted_ring_names_are_skipped_and_use_up_no_trainer_id(other_user, mo
 
 
 def test_ring_names_are_unguessable():
-    from pixpool.shared.names import new_ring_token, parse, ring_segment
+    from pixpool.shared.transport.names import new_ring_token, parse, ring_segment
 
     names = {ring_segment(1234, new_ring_token()) for _ in range(100)}
     assert len(names) == 100

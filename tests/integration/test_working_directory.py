@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 import pixpool.server
-from pixpool.shared.names import list_segments
+from pixpool.shared.transport.names import list_segments
 
 PIXPOOL = Path(sys.executable).with_name("pixpool")  # the console script of this interpreter's environment
 SIDES = ("shared", "server", "client", "integrations")

@@ -7,8 +7,9 @@ import os
 import numpy as np
 
 from pixpool.server import accountant
-from pixpool.shared import procmem, text
-from pixpool.shared.shm import SharedSegment, unlink_segment
+from pixpool.shared.transport import procmem
+from pixpool.shared.cli import text
+from pixpool.shared.transport.shm import SharedSegment, unlink_segment
 
 SMAPS = """\
 7f0000000000-7f0000100000 r--s 00000000 00:1a 123                        /dev/shm/pixpool-snap-0123456789abcdef-img

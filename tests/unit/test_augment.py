@@ -9,11 +9,11 @@ import pytest
 
 from helpers.sources import ArraySource
 from pixpool.server.augment import affine, hsv, max_targets, render_batch, render_sample
-from pixpool.shared.config import AugmentConfig, StreamSettings
-from pixpool.shared.digest import batch_digest
+from pixpool.shared.stream.config import AugmentConfig, StreamSettings
+from pixpool.shared.stream.digest import batch_digest
 from pixpool.shared.errors import ConfigError
-from pixpool.shared.rng import hsv_gains, sample_generator
-from pixpool.shared.sampler import batch_samples, epoch_indices, num_batches
+from pixpool.shared.stream.rng import hsv_gains, sample_generator
+from pixpool.shared.stream.sampler import batch_samples, epoch_indices, num_batches
 
 S = 64
 SHAPES = [(64, 48), (40, 64), (64, 64), (1, 64), (64, 3), (20, 64), (64, 1), (33, 64)]
@@ -257,7 +257,7 @@ def test_labels_from_placed_equal_concatenated_parts() -> None:
     # building each record's and concatenating (empty records, records whose polygon
     # count does not match, polygons under three vertices, one part, no parts).
     from pixpool.server.augment.labels import Labels
-    from pixpool.shared.records import Targets
+    from pixpool.shared.stream.records import Targets
 
     rng = np.random.default_rng(8)
 

@@ -8,9 +8,9 @@ import pytest
 from helpers.sources import ArraySource
 from pixpool.server.augment import copy_paste as cp_mod
 from pixpool.server.augment import render_batch, render_sample
-from pixpool.shared.config import AugmentConfig, StreamSettings
-from pixpool.shared.digest import batch_digest
-from pixpool.shared.sampler import num_batches
+from pixpool.shared.stream.config import AugmentConfig, StreamSettings
+from pixpool.shared.stream.digest import batch_digest
+from pixpool.shared.stream.sampler import num_batches
 
 S = 64
 
@@ -109,7 +109,7 @@ def test_copy_paste_in_place_equals_into_a_clone() -> None:
     # The route pastes into its own resample output; the bytes must be those of pasting
     # into a clone, although the mirrored window overlaps the pasted area.
     from pixpool.server.augment.labels import Labels
-    from pixpool.shared.records import Targets
+    from pixpool.shared.stream.records import Targets
 
     rng = np.random.default_rng(4)
     pasted = 0

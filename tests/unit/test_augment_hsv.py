@@ -12,8 +12,8 @@ torch = pytest.importorskip("torch")
 from pixpool.client.hsv_torch import apply_hsv  # noqa: E402
 from pixpool.server.augment import render_batch  # noqa: E402
 from pixpool.server.augment.hsv import apply_hsv_bgr  # noqa: E402
-from pixpool.shared.config import AugmentConfig, StreamSettings  # noqa: E402
-from pixpool.shared.rng import hsv_gains  # noqa: E402
+from pixpool.shared.stream.config import AugmentConfig, StreamSettings  # noqa: E402
+from pixpool.shared.stream.rng import hsv_gains  # noqa: E402
 
 S = 64
 
@@ -67,7 +67,7 @@ def test_integer_hsv_is_near_opencv_hsv() -> None:
     # the same tables: a different, documented arithmetic, within a level or two.
     import cv2
 
-    from pixpool.shared.hsv_tables import luts
+    from pixpool.shared.stream.hsv_tables import luts
 
     rgb = _smooth_images(6)
     for k, im in enumerate(rgb):

@@ -12,9 +12,9 @@ import pytest
 from helpers.sources import ArraySource
 from pixpool.server.augment import render_batch, render_range
 from pixpool.server.daemon.scheduler import split
-from pixpool.shared.config import AugmentConfig, StreamSettings
+from pixpool.shared.stream.config import AugmentConfig, StreamSettings
 from pixpool.shared.errors import ConfigError
-from pixpool.shared.sampler import num_batches
+from pixpool.shared.stream.sampler import num_batches
 
 S = 64
 SHAPES = [(64, 48), (40, 64), (64, 64), (1, 64), (64, 3), (20, 64), (64, 1), (33, 64), (50, 50), (64, 20), (12, 64)]

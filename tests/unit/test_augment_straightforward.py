@@ -20,10 +20,10 @@ from pixpool.server.augment import affine, render_batch
 from pixpool.server.augment import copy_paste as cp_mod
 from pixpool.server.augment.labels import Labels, pack, transform_labels
 from pixpool.server.augment.mosaic import draw_mosaic, letterbox_tile, mosaic_tiles
-from pixpool.shared.config import AugmentConfig, StreamSettings
-from pixpool.shared.hsv_tables import tables
-from pixpool.shared.rng import hsv_gains, sample_generator
-from pixpool.shared.sampler import num_batches
+from pixpool.shared.stream.config import AugmentConfig, StreamSettings
+from pixpool.shared.stream.hsv_tables import tables
+from pixpool.shared.stream.rng import hsv_gains, sample_generator
+from pixpool.shared.stream.sampler import num_batches
 
 S = 64
 FILL = np.float32(114.0)

@@ -12,8 +12,8 @@ import zmq.auth
 
 from pixpool.server.daemon.authorized import AuthorizedKeys
 from pixpool.server.daemon.intake import read_request
-from pixpool.shared import protocol as proto
-from pixpool.shared.endpoint import write_keys
+from pixpool.shared.stream import protocol as proto
+from pixpool.shared.transport.endpoint import write_keys
 
 
 def _public(path) -> str:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from pixpool.server.daemon.scheduler import Scheduler, split
-from pixpool.shared.config import StreamSettings
+from pixpool.shared.stream.config import StreamSettings
 from pixpool.shared.errors import ProtocolError
 
 

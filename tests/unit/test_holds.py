@@ -15,10 +15,10 @@ import threading
 import numpy as np
 import pytest
 
-from pixpool.shared import holds
-from pixpool.shared.names import ring_segment, shm_path
-from pixpool.shared.ring import Ring, RingLayout
-from pixpool.shared.shm import SharedSegment
+from pixpool.shared.transport import holds
+from pixpool.shared.transport.names import ring_segment, shm_path
+from pixpool.shared.transport.ring import Ring, RingLayout
+from pixpool.shared.transport.shm import SharedSegment
 
 
 def _held(name: str) -> holds.Holds:

@@ -7,8 +7,8 @@ import json
 import pytest
 
 from pixpool.client.memory import break_even
-from pixpool.shared.flags import parse_size
-from pixpool.shared.procmem import parse_rollup, rollup_figures
+from pixpool.shared.cli.flags import parse_size
+from pixpool.shared.transport.procmem import parse_rollup, rollup_figures
 
 ROLLUP = """\
 55d0c0a00000-7ffd6b1e3000 ---p 00000000 00:00 0                          [rollup]

@@ -7,7 +7,7 @@ import pickle
 import msgpack
 import pytest
 
-from pixpool.shared import protocol as proto
+from pixpool.shared.stream import protocol as proto
 from pixpool.shared.errors import ProtocolError
 
 

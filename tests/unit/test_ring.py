@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 
 from pixpool.shared.errors import ConfigError, SnapshotError
-from pixpool.shared.names import ring_segment, shm_path
-from pixpool.shared.ring import RING_HEADER_NBYTES, Ring, RingLayout
+from pixpool.shared.transport.names import ring_segment, shm_path
+from pixpool.shared.transport.ring import RING_HEADER_NBYTES, Ring, RingLayout
 
 
 @pytest.fixture

@@ -7,9 +7,9 @@ import os
 import pytest
 
 from pixpool.shared.errors import SnapshotError, UntrustedSegmentError
-from pixpool.shared.names import shm_path
-from pixpool.shared.ring import Ring, RingLayout
-from pixpool.shared.shm import SharedSegment
+from pixpool.shared.transport.names import shm_path
+from pixpool.shared.transport.ring import Ring, RingLayout
+from pixpool.shared.transport.shm import SharedSegment
 
 
 def test_a_segment_others_may_write_is_refused(shm_name):
@@ -55,7 +55,7 @@ def test_created_segments_are_private_and_never_adopt_a_file(shm_name):
 
 
 def test_a_trainer_refuses_a_ring_others_may_write(shm_name):
-    from pixpool.shared.names import ring_segment
+    from pixpool.shared.transport.names import ring_segment
 
     name = ring_segment(os.getpid(), "00aa")
     shm_name.own(name)

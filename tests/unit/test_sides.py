@@ -6,7 +6,7 @@ only under ``pixpool.integrations.ultralytics``.
 
 Walks the installed package's files with ``ast`` (every ``import`` and ``from`` statement,
 at any depth, relative ones resolved), so a lazy import inside a function counts too. The
-``pixpool`` dispatcher (``shared/cli.py``) names sub-command modules as strings and imports
+``pixpool`` dispatcher (``shared/cli/main.py``) names sub-command modules as strings and imports
 the chosen one with ``importlib``: that is the one place that knows both sides, by design.
 """
 
@@ -97,7 +97,7 @@ def test_ultralytics_is_imported_only_by_its_integration():
 
 def test_every_module_is_walked():
     walked = {m for side in SIDES for _, m, _ in _modules(side)}
-    for expected in ("pixpool.shared.protocol", "pixpool.server.daemon.service", "pixpool.server.snapshot.prepare",
+    for expected in ("pixpool.shared.stream.protocol", "pixpool.server.daemon.service", "pixpool.server.snapshot.prepare",
                      "pixpool.client.iterator", "pixpool.client.commands.train", "pixpool.server.commands.serve",
                      "pixpool.integrations.ultralytics.trainer"):
         assert expected in walked

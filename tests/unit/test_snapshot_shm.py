@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 
 from pixpool.server.snapshot import layout
-from pixpool.shared.names import shm_path
-from pixpool.shared.records import Record
-from pixpool.shared.shm import SharedSegment
+from pixpool.shared.transport.names import shm_path
+from pixpool.shared.stream.records import Record
+from pixpool.shared.transport.shm import SharedSegment
 
 
 @pytest.fixture

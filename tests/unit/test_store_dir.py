@@ -1,4 +1,4 @@
-"""shared/store.py: which directories may be a store, what kind it is, and residency by mincore."""
+"""shared/transport/store.py: which directories may be a store, what kind it is, and residency by mincore."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import os
 
 import pytest
 
-from pixpool.shared import store
+from pixpool.shared.transport import store
 from pixpool.shared.errors import ConfigError
 
 _MOUNTINFO = """\

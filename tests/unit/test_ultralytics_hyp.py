@@ -14,7 +14,7 @@ import pytest
 from pixpool.integrations.ultralytics import hyp
 from pixpool.integrations.ultralytics.command import parse_pairs
 from pixpool.shared.cli import main
-from pixpool.shared.config import AugmentConfig
+from pixpool.shared.stream.config import AugmentConfig
 from pixpool.shared.errors import ConfigError
 
 # One non-default, in-range value per mapped key (each differs from AugmentConfig's default).

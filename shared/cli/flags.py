@@ -15,7 +15,7 @@ import argparse
 import dataclasses
 from typing import Any, Iterable
 
-from .config import field_kind
+from ..stream.config import field_kind
 
 _FLAGS_ATTR = "_pixpool_flags"
 

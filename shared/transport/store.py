@@ -31,7 +31,7 @@ import stat
 
 import numpy as np
 
-from .errors import ConfigError
+from ..errors import ConfigError
 
 DEFAULT_STORE = "/dev/shm"
 # File systems whose pages are memory: a snapshot there must fit in RAM (and swap).

@@ -3,7 +3,7 @@
 Code both sides import: the augmentation workers apply the tables on the CPU
 (``pixpool.server.augment.hsv``), a trainer with ``hsv_on_device`` applies them on its
 device (``pixpool.client.hsv_torch``). The gains of a sample come from
-``pixpool.shared.rng.hsv_gains``.
+``pixpool.shared.stream.rng.hsv_gains``.
 
 On OpenCV's 8-bit HSV (hue 0..179, saturation and value 0..255), for gains
 ``g = (gh, gs, gv)``::

@@ -63,7 +63,7 @@ from typing import Any
 import msgpack
 
 from .config import SPLITS
-from .errors import (
+from ..errors import (
     CapacityError,
     ConfigError,
     DaemonStopped,

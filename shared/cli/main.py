@@ -19,8 +19,8 @@ import logging
 import sys
 from dataclasses import dataclass, field
 
-from . import __version__
-from .errors import ConfigError, PixpoolError
+from .. import __version__
+from ..errors import ConfigError, PixpoolError
 from .flags import flag_names
 
 
@@ -94,6 +94,3 @@ def main(argv: list[str] | None = None) -> int:
         print(f"pixpool {known.command}: interrupted", file=sys.stderr)
         return 130
 
-
-if __name__ == "__main__":
-    sys.exit(main())

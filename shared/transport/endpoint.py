@@ -26,7 +26,7 @@ from pathlib import Path
 
 import zmq
 
-from .errors import ConfigError
+from ..errors import ConfigError
 
 SOCKET_NAME = "daemon.sock"
 

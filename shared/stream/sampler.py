@@ -30,7 +30,7 @@ import functools
 import numpy as np
 
 from .config import StreamSettings
-from .errors import ConfigError
+from ..errors import ConfigError
 from .rng import shuffle_generator
 
 

@@ -14,7 +14,7 @@ from typing import Any
 
 import zmq
 
-from . import protocol as proto
+from ..stream import protocol as proto
 
 
 def request_status(endpoint: str, *, timeout_s: float = 3.0, ctx: zmq.Context | None = None) -> dict[str, Any] | None:

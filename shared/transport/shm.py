@@ -50,7 +50,7 @@ import stat
 import weakref
 
 from . import holds
-from .errors import UntrustedSegmentError
+from ..errors import UntrustedSegmentError
 from .names import SHM_DIR, expected_owner
 
 _MODE = 0o600

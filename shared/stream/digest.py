@@ -14,9 +14,9 @@ import json
 
 import numpy as np
 
-from . import flags
+from ..cli import flags
 from .config import AugmentConfig, DaemonConfig, StreamSettings, check_value
-from .errors import ConfigError
+from ..errors import ConfigError
 from .sampler import num_batches
 
 

@@ -8,7 +8,7 @@ Code both sides import.
 - ``DaemonConfig``: everything ``pixpool serve`` (or ``run_daemon``) needs.
 
 Each field's help text and, where it differs from ``--field-name``, its flag live in the
-field's metadata: the command lines are generated from the fields (``shared/flags.py``), so
+field's metadata: the command lines are generated from the fields (``shared/cli/flags.py``), so
 every setting is reachable from the CLI with its default in ``--help``. Range checks live
 in one table (``_RANGES``); a bad value raises ``ConfigError`` naming the field.
 """
@@ -19,7 +19,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
-from .errors import ConfigError
+from ..errors import ConfigError
 
 FILL_VALUE = 114.0
 # The datasets a daemon serves: its training set and, when it has one, a validation set.

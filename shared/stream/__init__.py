@@ -1,0 +1,13 @@
+"""The stream contract: what a trainer's batches are, agreed by both sides.
+
+- ``config``: the settings dataclasses (one declaration per setting), validated once.
+- ``rng``: every random draw derived from (seed, epoch, index) alone.
+- ``sampler``: which record indices an epoch delivers, in which batches and shards.
+- ``hsv_tables``: the HSV jitter's lookup tables, the same on the CPU and the device.
+- ``records`` and ``source``: the record form readers produce and what the route reads.
+- ``protocol``: the wire messages between trainers, the daemon and its workers.
+- ``digest``: the SHA-256 of a delivered batch (equal digests, equal bytes).
+
+Nothing here knows how bytes move (``pixpool.shared.transport``) or how a command line is
+parsed (``pixpool.shared.cli``).
+"""
