@@ -85,7 +85,18 @@ def build_loader(data_dir: Path, *, task: str, workers: int, batch: int, imgsz: 
     hyp = dict(SEGMENT if task == "segment" else DETECT)
     if not hsv:
         hyp.update(hsv_h=0.0, hsv_s=0.0, hsv_v=0.0)
-    cfg = get_cfg(overrides={"task": task, "imgsz": imgsz, "batch": batch, "cache": "ram", "workers": workers, "close_mosaic": 0, "plots": False, **hyp})
+    cfg = get_cfg(
+        overrides={
+            "task": task,
+            "imgsz": imgsz,
+            "batch": batch,
+            "cache": "ram",
+            "workers": workers,
+            "close_mosaic": 0,
+            "plots": False,
+            **hyp,
+        }
+    )
     dataset = build_yolo_dataset(cfg, img_path, batch, data, mode="train")
     loader = build_dataloader(dataset, batch=batch, workers=workers, shuffle=True, rank=-1, device="cpu")
     return dataset, loader
@@ -108,7 +119,14 @@ def cmd_throughput(args) -> dict:
             n += batch["img"].shape[0]
     secs = time.perf_counter() - t0
     loader.close()
-    return {"arm": "ultralytics", "task": args.task, "workers": args.workers, "images": n, "seconds": secs, "img_per_s": n / secs}
+    return {
+        "arm": "ultralytics",
+        "task": args.task,
+        "workers": args.workers,
+        "images": n,
+        "seconds": secs,
+        "img_per_s": n / secs,
+    }
 
 
 def cmd_hold(args) -> dict:
@@ -178,7 +196,9 @@ def cmd_collect(args) -> dict:
     torch.manual_seed(args.seed)
     recorder = _HSVRecorder()
     recorder.install()
-    _, loader = build_loader(args.data_dir, task="detect", workers=0, batch=args.batch, imgsz=args.imgsz, hsv=bool(args.hsv))
+    _, loader = build_loader(
+        args.data_dir, task="detect", workers=0, batch=args.batch, imgsz=args.imgsz, hsv=bool(args.hsv)
+    )
     parts, grid, grid_boxes = [], [], []
     for _ in range(args.epochs):
         for batch in loader:

@@ -62,7 +62,9 @@ def _old_route(ref: str, where: Path):
     pkg = where / "pixpool_base"
     pkg.mkdir()
     (pkg / "__init__.py").write_text("")
-    data = subprocess.run(["git", "-C", str(ROOT), "archive", ref, "server", "shared"], check=True, capture_output=True).stdout
+    data = subprocess.run(
+        ["git", "-C", str(ROOT), "archive", ref, "server", "shared"], check=True, capture_output=True
+    ).stdout
     tar_path = where / "base.tar"
     tar_path.write_bytes(data)
     with tarfile.open(tar_path) as tar:
@@ -87,7 +89,9 @@ class _Arrays:
         return self._targets[index]
 
 
-def _time_arm(source, st: StreamSettings, batches: int, epoch: int, render=render_batch) -> tuple[float, int, dict[str, float]]:
+def _time_arm(
+    source, st: StreamSettings, batches: int, epoch: int, render=render_batch
+) -> tuple[float, int, dict[str, float]]:
     timings: dict[str, float] = {}
     images = 0
     # Touched before the clock starts: a ring slot is reused memory, so first-touch page
@@ -148,7 +152,13 @@ def main(argv: list[str] | None = None) -> int:
         snap_source = _Arrays(floats, targets, args.imgsz, convert=False)
     raw_source = _Arrays(u8, targets, args.imgsz, convert=False)
     base_source = _Arrays(u8, targets, args.imgsz, convert=True)
-    aug = AugmentConfig(imgsz=args.imgsz, copy_paste=args.copy_paste, mixup=args.mixup, degrees=args.degrees, perspective=args.perspective)
+    aug = AugmentConfig(
+        imgsz=args.imgsz,
+        copy_paste=args.copy_paste,
+        mixup=args.mixup,
+        degrees=args.degrees,
+        perspective=args.perspective,
+    )
     st = StreamSettings(seed=0, batch_size=16, augment=aug)
     batches = min(args.batches, num_batches(len(dataset), st, 0))
     tmp = tempfile.TemporaryDirectory(prefix="pixpool-bench-")
@@ -194,7 +204,11 @@ def _variant(args) -> str:
 
 
 def _table(results, floor: list[float], args, batches: int, load) -> str:
-    flags = "".join(f" --{k} {getattr(args, k.replace('-', '_'))}" for k in ("copy-paste", "mixup", "degrees", "perspective") if getattr(args, k.replace("-", "_")))
+    flags = "".join(
+        f" --{k} {getattr(args, k.replace('-', '_'))}"
+        for k in ("copy-paste", "mixup", "degrees", "perspective")
+        if getattr(args, k.replace("-", "_"))
+    )
     lines = [
         f"Route on {Path(args.data).name} at {args.imgsz} px (mosaic 1.0, {_variant(args)}, other hyper-parameters default, flips, "
         f"HSV on CPU unless noted), batch 16, {batches} batches per arm per run, {args.runs} alternating runs, "
@@ -202,18 +216,29 @@ def _table(results, floor: list[float], args, batches: int, load) -> str:
         + ("a prepared snapshot in /dev/shm" if args.shm else "the centred float32 arrays in process memory")
         + f". Machine: {os.cpu_count()} logical CPUs, shared; load average {load[0]:.2f} at the end. Totals in CPU time of the process, "
         "stage columns in wall time (they add up to the wall total). "
-        f"`python bench/augment.py --runs {args.runs} --batches {args.batches}{flags}" + (" --shm" if args.shm else "") + "`",
+        f"`python bench/augment.py --runs {args.runs} --batches {args.batches}{flags}"
+        + (" --shm" if args.shm else "")
+        + "`",
         "",
     ]
     stages = [s for s in STAGES if any(tm.get(s, 0.0) > 0 for runs in results.values() for _, _, tm in runs)]
-    lines += ["| arm | img/s per core (CPU time) | ms/img (CPU time) | ms/img (wall) | " + " | ".join(stages) + " |", "| --- | ---: | ---: | ---: | " + " | ".join("---:" for _ in stages) + " |"]
+    lines += [
+        "| arm | img/s per core (CPU time) | ms/img (CPU time) | ms/img (wall) | " + " | ".join(stages) + " |",
+        "| --- | ---: | ---: | ---: | " + " | ".join("---:" for _ in stages) + " |",
+    ]
     for name, runs in results.items():
         rate = statistics.median(n / t for t, n, _ in runs)
         wall = statistics.median(tm["_wall"] / n for _, n, tm in runs)
         stage = [statistics.median(tm.get(s, 0.0) / n * 1e3 for _, n, tm in runs) for s in stages]
-        lines.append(f"| {name} | {rate:.1f} | {1e3 / rate:.2f} | {wall * 1e3:.2f} | " + " | ".join(f"{x:.2f}" if x else "" for x in stage) + " |")
+        lines.append(
+            f"| {name} | {rate:.1f} | {1e3 / rate:.2f} | {wall * 1e3:.2f} | "
+            + " | ".join(f"{x:.2f}" if x else "" for x in stage)
+            + " |"
+        )
     f = statistics.median(floor)
-    lines.append(f"| floor: one float32 warpAffine (wall) | | | {f * 1e3:.2f} | " + " | ".join("" for _ in stages) + " |")
+    lines.append(
+        f"| floor: one float32 warpAffine (wall) | | | {f * 1e3:.2f} | " + " | ".join("" for _ in stages) + " |"
+    )
 
     def paired(a: str, b: str) -> str:
         r = sorted((n1 / t1) / (n2 / t2) for (t1, n1, _), (t2, n2, _) in zip(results[a], results[b]))
@@ -226,7 +251,9 @@ def _table(results, floor: list[float], args, batches: int, load) -> str:
             f"Throughput, paired per run: fused / OpenCV route {paired('fused, float32', old[0])} with HSV on the CPU, "
             f"{paired('fused, HSV on device', old[0] + ', HSV on device')} with HSV on the device; "
         )
-    lines.append(f"fused float32 / fused uint8 {paired('fused, float32', 'fused, uint8')}; fused / uint8 cache {paired('fused, float32', 'uint8 cache (fused route)')}.")
+    lines.append(
+        f"fused float32 / fused uint8 {paired('fused, float32', 'fused, uint8')}; fused / uint8 cache {paired('fused, float32', 'uint8 cache (fused route)')}."
+    )
     return "\n".join(lines)
 
 

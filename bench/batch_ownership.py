@@ -86,8 +86,9 @@ def main(argv=None) -> int:
         loaders = {}
         timings = {a: {} for a in arms}
         for arm, zero_copy in arms.items():
-            loaders[arm] = attach(d, batch_size=args.batch_size, seed=0, imgsz=args.imgsz, timeout_s=300,
-                                  zero_copy=zero_copy)
+            loaders[arm] = attach(
+                d, batch_size=args.batch_size, seed=0, imgsz=args.imgsz, timeout_s=300, zero_copy=zero_copy
+            )
             loaders[arm].client.timings = timings[arm]
         run_arm(loaders["view"], [0])  # warm-up: the workers import the route on their first job
         epoch = 1
@@ -120,8 +121,12 @@ def main(argv=None) -> int:
     med = {a: statistics.median(v) for a, v in rates.items()}
     dmed = {a: statistics.median(v) for a, v in deliver.items()}
     report = {
-        "rounds": args.rounds, "epochs_per_round": args.epochs_per_round, "batch_size": args.batch_size,
-        "imgsz": args.imgsz, "workers": args.workers, "batch_nbytes": int(np.prod(shape)),
+        "rounds": args.rounds,
+        "epochs_per_round": args.epochs_per_round,
+        "batch_size": args.batch_size,
+        "imgsz": args.imgsz,
+        "workers": args.workers,
+        "batch_nbytes": int(np.prod(shape)),
         "img_per_s": {a: round(v, 1) for a, v in med.items()},
         "img_per_s_rounds": {a: [round(x, 1) for x in v] for a, v in rates.items()},
         "owned_vs_view": round(med["owned"] / med["view"], 3),

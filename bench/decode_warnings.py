@@ -68,8 +68,10 @@ def main() -> None:
     for arm, ts in times.items():
         rounds = ", ".join(f"{1e3 * t:.3f}" for t in ts)
         print(f"{arm:9s} {1e3 * statistics.median(ts):.3f} ms/image (rounds: {rounds})")
-    print(f"capture costs {1e6 * statistics.median(diffs):.1f} us/image (median of paired rounds), "
-          f"{len(paths)} images; same bytes in both arms: {len(digests) == 1}")
+    print(
+        f"capture costs {1e6 * statistics.median(diffs):.1f} us/image (median of paired rounds), "
+        f"{len(paths)} images; same bytes in both arms: {len(digests) == 1}"
+    )
     # The decode's own variance hides a few microseconds: the capture around a no-op call.
     calls = 20000
     t0 = time.perf_counter()

@@ -47,7 +47,20 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import fidelity_stats as fs
-from vs_ultralytics import COCO128_DIR, DEFAULT_UL_PYTHON, DETECT, check_ul_python, make_data_dir, prepare, release, start_daemon, stop_daemon, ul_run, wait_ready, write_section
+from vs_ultralytics import (
+    COCO128_DIR,
+    DEFAULT_UL_PYTHON,
+    DETECT,
+    check_ul_python,
+    make_data_dir,
+    prepare,
+    release,
+    start_daemon,
+    stop_daemon,
+    ul_run,
+    wait_ready,
+    write_section,
+)
 
 HUE_MIN_SV = 32  # the same threshold as _ultralytics_arm.py
 CHANNELS = "RGB"
@@ -80,7 +93,10 @@ def pixpool_collect(data_yaml: Path, *, epochs: int, seed: int, workers: int, im
         wait_ready(d, workers, proc)
         common = {"batch_size": batch, "seed": seed, "imgsz": imgsz, "timeout_s": 300.0}
         no_hsv = {**DETECT, "hsv_h": 0.0, "hsv_s": 0.0, "hsv_v": 0.0}
-        with pixpool.client.attach(d, **common, **DETECT) as with_hsv, pixpool.client.attach(d, **common, **no_hsv) as without:
+        with (
+            pixpool.client.attach(d, **common, **DETECT) as with_hsv,
+            pixpool.client.attach(d, **common, **no_hsv) as without,
+        ):
             for epoch in range(epochs):
                 with_hsv.set_epoch(epoch)
                 without.set_epoch(epoch)
@@ -88,7 +104,9 @@ def pixpool_collect(data_yaml: Path, *, epochs: int, seed: int, workers: int, im
                     ia, ta = a.images.numpy(), a.targets.numpy()
                     ib, tb = b.images.numpy(), b.targets.numpy()
                     if not (np.array_equal(a.indices, b.indices) and np.array_equal(ta, tb)):
-                        raise RuntimeError(f"epoch {epoch} batch {a.batch}: the HSV-off stream's samples or targets differ from the HSV-on stream's; the hue change cannot be measured")
+                        raise RuntimeError(
+                            f"epoch {epoch} batch {a.batch}: the HSV-off stream's samples or targets differ from the HSV-on stream's; the hue change cannot be measured"
+                        )
                     on.append(fs.batch_figures(ia, ta[:, 0], ta[:, 2:6]))
                     off.append(fs.batch_figures(ib, tb[:, 0], tb[:, 2:6]))
                     for i, index in enumerate(np.asarray(a.indices).tolist()):
@@ -102,10 +120,19 @@ def pixpool_collect(data_yaml: Path, *, epochs: int, seed: int, workers: int, im
     finally:
         stop_daemon(proc, d)
         release(prep)
-    return {"on": fs.concat(on), "off": fs.concat(off), "gains": np.array(gains), "hue_shift": np.array(shifts), "grid": np.stack(grid), "grid_boxes": grid_boxes}
+    return {
+        "on": fs.concat(on),
+        "off": fs.concat(off),
+        "gains": np.array(gains),
+        "hue_shift": np.array(shifts),
+        "grid": np.stack(grid),
+        "grid_boxes": grid_boxes,
+    }
 
 
-def ul_collect(ul_python: str, data_dir: Path, out_dir: Path, *, epochs: int, seed: int, imgsz: int, batch: int) -> dict:
+def ul_collect(
+    ul_python: str, data_dir: Path, out_dir: Path, *, epochs: int, seed: int, imgsz: int, batch: int
+) -> dict:
     """Ultralytics' two streams (HSV on and off), each a fresh process."""
     got = {}
     for hsv in (1, 0):
@@ -114,7 +141,14 @@ def ul_collect(ul_python: str, data_dir: Path, out_dir: Path, *, epochs: int, se
         got[hsv] = dict(np.load(out, allow_pickle=True))
     on = got[1]
     keys = ("boxes_per_image", "fill_share", "mean", "std", "box_w", "box_h")
-    return {"on": {k: on[k] for k in keys}, "off": {k: got[0][k] for k in keys}, "gains": on["gains"], "hue_shift": on["hue_shift"], "grid": on["grid"], "grid_boxes": list(on["grid_boxes"])}
+    return {
+        "on": {k: on[k] for k in keys},
+        "off": {k: got[0][k] for k in keys},
+        "gains": on["gains"],
+        "hue_shift": on["hue_shift"],
+        "grid": on["grid"],
+        "grid_boxes": list(on["grid_boxes"]),
+    }
 
 
 def compare(a: dict, b: dict, alpha: float) -> list[fs.Row]:
@@ -147,12 +181,16 @@ def histograms(a: dict, b: dict) -> str:
         ha = np.histogram(a["gains"][:, c], edges)[0] / len(a["gains"])
         hb = np.histogram(b["gains"][:, c], edges)[0] / len(b["gains"])
         bins = ", ".join(f"[{lo:.4g}, {hi:.4g})" for lo, hi in itertools.pairwise(edges))
-        lines.append(f"- {name} gain, share per bin {bins}: pixpool {' / '.join(f'{v:.2f}' for v in ha)}; Ultralytics {' / '.join(f'{v:.2f}' for v in hb)}")
+        lines.append(
+            f"- {name} gain, share per bin {bins}: pixpool {' / '.join(f'{v:.2f}' for v in ha)}; Ultralytics {' / '.join(f'{v:.2f}' for v in hb)}"
+        )
     edges = np.array([0, 1, 5, 10, 20, 40, 80, 1000])
     ha = np.histogram(a["on"]["boxes_per_image"], edges)[0] / a["on"]["boxes_per_image"].size
     hb = np.histogram(b["on"]["boxes_per_image"], edges)[0] / b["on"]["boxes_per_image"].size
     labels = ["0", "1-4", "5-9", "10-19", "20-39", "40-79", "80+"]
-    lines.append(f"- boxes per image, share in {' / '.join(labels)}: pixpool {' / '.join(f'{v:.2f}' for v in ha)}; Ultralytics {' / '.join(f'{v:.2f}' for v in hb)}")
+    lines.append(
+        f"- boxes per image, share in {' / '.join(labels)}: pixpool {' / '.join(f'{v:.2f}' for v in ha)}; Ultralytics {' / '.join(f'{v:.2f}' for v in hb)}"
+    )
     return "\n".join(lines)
 
 
@@ -177,7 +215,12 @@ def grid_png(path: Path, a: dict, b: dict, tile: int = 192) -> None:
         cv2.putText(head, title, (6, 20), cv2.FONT_HERSHEY_SIMPLEX, 0.6, (0, 0, 0), 1, cv2.LINE_AA)
         return np.vstack([head, *rows])
 
-    image = np.vstack([block("pixpool (daemon stream)", tiles(a, (0, 255, 0))), block("Ultralytics 8.4 loader (cache=ram)", tiles(b, (0, 200, 255)))])
+    image = np.vstack(
+        [
+            block("pixpool (daemon stream)", tiles(a, (0, 255, 0))),
+            block("Ultralytics 8.4 loader (cache=ram)", tiles(b, (0, 200, 255))),
+        ]
+    )
     path.parent.mkdir(parents=True, exist_ok=True)
     cv2.imwrite(str(path), image, [cv2.IMWRITE_PNG_COMPRESSION, 9])
 
@@ -188,9 +231,30 @@ def run(args) -> tuple[str, list[fs.Row], list[fs.Row] | None]:
     root = Path(tempfile.mkdtemp(prefix="pxfid-"))
     try:
         data_dir = make_data_dir(root, "detect", args.coco128)
-        px = pixpool_collect(data_dir / "data.yaml", epochs=args.epochs, seed=args.seed, workers=args.workers, imgsz=args.imgsz, batch=args.batch)
-        ul = ul_collect(args.ul_python, data_dir, root, epochs=args.epochs, seed=args.seed, imgsz=args.imgsz, batch=args.batch)
-        ul2 = ul_collect(args.ul_python, data_dir, root, epochs=args.epochs, seed=args.seed + 1, imgsz=args.imgsz, batch=args.batch) if args.null else None
+        px = pixpool_collect(
+            data_dir / "data.yaml",
+            epochs=args.epochs,
+            seed=args.seed,
+            workers=args.workers,
+            imgsz=args.imgsz,
+            batch=args.batch,
+        )
+        ul = ul_collect(
+            args.ul_python, data_dir, root, epochs=args.epochs, seed=args.seed, imgsz=args.imgsz, batch=args.batch
+        )
+        ul2 = (
+            ul_collect(
+                args.ul_python,
+                data_dir,
+                root,
+                epochs=args.epochs,
+                seed=args.seed + 1,
+                imgsz=args.imgsz,
+                batch=args.batch,
+            )
+            if args.null
+            else None
+        )
     finally:
         shutil.rmtree(root, ignore_errors=True)
     rows = compare(px, ul, args.alpha)
@@ -229,23 +293,39 @@ def run(args) -> tuple[str, list[fs.Row], list[fs.Row] | None]:
         shown = args.grid.resolve()
         root = Path(__file__).resolve().parents[1]
         shown = shown.relative_to(root) if shown.is_relative_to(root) else shown
-        lines += ["", f"Side by side: `{shown}` (first 8 images of each HSV-on stream, pixpool above, Ultralytics below, boxes drawn)."]
+        lines += [
+            "",
+            f"Side by side: `{shown}` (first 8 images of each HSV-on stream, pixpool above, Ultralytics below, boxes drawn).",
+        ]
     return "\n".join(lines), rows, null_rows
 
 
 def parse_args(argv):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--quick", action="store_true", help="2 epochs (256 images) per arm and no Ultralytics-vs-Ultralytics reference")
-    parser.add_argument("--epochs", type=int, default=None, help="epochs of 128 images per arm (default 4; 2 with --quick)")
+    parser.add_argument(
+        "--quick", action="store_true", help="2 epochs (256 images) per arm and no Ultralytics-vs-Ultralytics reference"
+    )
+    parser.add_argument(
+        "--epochs", type=int, default=None, help="epochs of 128 images per arm (default 4; 2 with --quick)"
+    )
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--alpha", type=float, default=0.001)
-    parser.add_argument("--null", type=int, default=None, help="1: also compare two Ultralytics streams (default 1; 0 with --quick)")
+    parser.add_argument(
+        "--null", type=int, default=None, help="1: also compare two Ultralytics streams (default 1; 0 with --quick)"
+    )
     parser.add_argument("--workers", type=int, default=2, help="pixpool daemon workers (the bytes do not depend on it)")
     parser.add_argument("--imgsz", type=int, default=640)
     parser.add_argument("--batch", type=int, default=16)
-    parser.add_argument("--ul-python", default=DEFAULT_UL_PYTHON, help="Python of a venv with Ultralytics (env PIXPOOL_UL_PYTHON)")
+    parser.add_argument(
+        "--ul-python", default=DEFAULT_UL_PYTHON, help="Python of a venv with Ultralytics (env PIXPOOL_UL_PYTHON)"
+    )
     parser.add_argument("--coco128", type=Path, default=COCO128_DIR)
-    parser.add_argument("--grid", type=Path, default=Path(__file__).resolve().parents[1] / "docs" / "fidelity_grid.png", help="PNG to write ('' for none)")
+    parser.add_argument(
+        "--grid",
+        type=Path,
+        default=Path(__file__).resolve().parents[1] / "docs" / "fidelity_grid.png",
+        help="PNG to write ('' for none)",
+    )
     parser.add_argument("--json", type=Path, default=None, help="also write the rows here")
     parser.add_argument("--write", type=Path, default=None, help="markdown file whose 'Fidelity' section to replace")
     args = parser.parse_args(argv)
@@ -266,7 +346,9 @@ def main(argv=None) -> int:
     text, rows, null_rows = run(args)
     print(text)
     if args.json:
-        args.json.write_text(json.dumps({"rows": _as_dicts(rows), "null_rows": _as_dicts(null_rows) if null_rows else None}, indent=1))
+        args.json.write_text(
+            json.dumps({"rows": _as_dicts(rows), "null_rows": _as_dicts(null_rows) if null_rows else None}, indent=1)
+        )
     if args.write:
         write_section(args.write, "fidelity", "## Fidelity against Ultralytics' loader (bench/fidelity.py)", text)
     return 0

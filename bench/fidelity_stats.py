@@ -136,7 +136,9 @@ class Row:
         return self.statistic <= self.tolerance
 
 
-def compare_ks(metric: str, a: np.ndarray, b: np.ndarray, alpha: float, unit_sizes: tuple[int, int] | None = None) -> Row:
+def compare_ks(
+    metric: str, a: np.ndarray, b: np.ndarray, alpha: float, unit_sizes: tuple[int, int] | None = None
+) -> Row:
     """KS row; ``unit_sizes`` are the independent units behind the values (default: their counts)."""
     a, b = np.asarray(a, dtype=np.float64).ravel(), np.asarray(b, dtype=np.float64).ravel()
     n, m = unit_sizes or (a.size, b.size)
@@ -145,13 +147,27 @@ def compare_ks(metric: str, a: np.ndarray, b: np.ndarray, alpha: float, unit_siz
 
 def compare_mean(metric: str, a: np.ndarray, b: np.ndarray, alpha: float) -> Row:
     a, b = np.asarray(a, dtype=np.float64).ravel(), np.asarray(b, dtype=np.float64).ravel()
-    return Row(metric, "mean", float(a.mean()), float(b.mean()), abs(float(a.mean() - b.mean())), mean_tolerance(a, b, alpha), a.size, b.size)
+    return Row(
+        metric,
+        "mean",
+        float(a.mean()),
+        float(b.mean()),
+        abs(float(a.mean() - b.mean())),
+        mean_tolerance(a, b, alpha),
+        a.size,
+        b.size,
+    )
 
 
 def markdown(rows: list[Row], names: tuple[str, str] = ("pixpool", "ultralytics")) -> str:
     """The table: metric, test, each arm's mean, difference, tolerance, pass."""
-    lines = [f"| metric | test | {names[0]} | {names[1]} | difference | tolerance | n | pass |", "| --- | --- | ---: | ---: | ---: | ---: | ---: | --- |"]
+    lines = [
+        f"| metric | test | {names[0]} | {names[1]} | difference | tolerance | n | pass |",
+        "| --- | --- | ---: | ---: | ---: | ---: | ---: | --- |",
+    ]
     for r in rows:
         diff = f"D = {r.statistic:.3f}" if r.test == "KS" else f"{r.statistic:.4g}"
-        lines.append(f"| {r.metric} | {r.test} | {r.a:.4g} | {r.b:.4g} | {diff} | {r.tolerance:.4g} | {r.n_a} / {r.n_b} | {'yes' if r.passed else '**no**'} |")
+        lines.append(
+            f"| {r.metric} | {r.test} | {r.a:.4g} | {r.b:.4g} | {diff} | {r.tolerance:.4g} | {r.n_a} / {r.n_b} | {'yes' if r.passed else '**no**'} |"
+        )
     return "\n".join(lines)

@@ -56,8 +56,18 @@ def graph_vs_eager(steps: int, batch_size: int, imgsz: int, scale: str, toleranc
         batches.append((images, rows))
     out = {}
     for graph in (True, False):
-        step = DetectorStep(num_classes=80, batch_size=batch_size, imgsz=imgsz, max_targets=6 * batch_size, total_steps=10 * steps, device="cuda",
-                            scale=scale, seed=0, use_graph=graph, warmup_steps=steps)
+        step = DetectorStep(
+            num_classes=80,
+            batch_size=batch_size,
+            imgsz=imgsz,
+            max_targets=6 * batch_size,
+            total_steps=10 * steps,
+            device="cuda",
+            scale=scale,
+            seed=0,
+            use_graph=graph,
+            warmup_steps=steps,
+        )
         losses, times = [], []
         for images, rows in batches:
             torch.cuda.synchronize()
@@ -78,7 +88,10 @@ def _daemon(data: str, imgsz: int, workers: int, socket_dir: str):
     from pixpool.server.daemon.run import run_daemon
     from pixpool.shared.stream.config import DaemonConfig
 
-    p = mp.get_context("spawn").Process(target=run_daemon, args=(DaemonConfig(data=data, imgsz=imgsz, workers=workers, socket_dir=socket_dir, keep_snapshot=True),))
+    p = mp.get_context("spawn").Process(
+        target=run_daemon,
+        args=(DaemonConfig(data=data, imgsz=imgsz, workers=workers, socket_dir=socket_dir, keep_snapshot=True),),
+    )
     p.start()
     from pixpool.client.status import query_status
 
@@ -103,14 +116,28 @@ def data_wait(data: str, batch_size: int, imgsz: int, steps: int, scale: str, wo
     d = tempfile.mkdtemp(prefix="pxg-")
     proc = _daemon(data, imgsz, workers, d)
     try:
-        config = FitConfig(epochs=100, batch_size=batch_size, scale=scale, project=str(Path(d) / "run"), progress=False, validate=False,
-                           max_steps=steps, augment=AugmentConfig(imgsz=imgsz))
+        config = FitConfig(
+            epochs=100,
+            batch_size=batch_size,
+            scale=scale,
+            project=str(Path(d) / "run"),
+            progress=False,
+            validate=False,
+            max_steps=steps,
+            augment=AugmentConfig(imgsz=imgsz),
+        )
         report = fit(config, socket_dir=d, timeout_s=WAIT_S)
     finally:
         stop_process(proc)
         shutil.rmtree(d, ignore_errors=True)
-    return {"device": report["device"], "graph": report["graph"], "steps": report["steps"], "images_per_s": report["images_per_s"],
-            "data_wait_fraction": report["data_wait_fraction"], "cuda": torch.cuda.is_available()}
+    return {
+        "device": report["device"],
+        "graph": report["graph"],
+        "steps": report["steps"],
+        "images_per_s": report["images_per_s"],
+        "data_wait_fraction": report["data_wait_fraction"],
+        "cuda": torch.cuda.is_available(),
+    }
 
 
 def dataloader_fit(data: str, batch_size: int, imgsz: int, epochs: int, scale: str, workers: int) -> float:
@@ -128,10 +155,20 @@ def dataloader_fit(data: str, batch_size: int, imgsz: int, epochs: int, scale: s
     settings = StreamSettings(batch_size=batch_size, drop_last=True, augment=AugmentConfig(imgsz=imgsz, epochs=epochs))
     device = "cuda" if torch.cuda.is_available() else "cpu"
     steps = num_batches(len(source), settings, 0)
-    step = DetectorStep(num_classes=len(dataset.names), batch_size=batch_size, imgsz=imgsz, max_targets=200, total_steps=epochs * steps,
-                        device=device, scale=scale, warmup_steps=steps)
+    step = DetectorStep(
+        num_classes=len(dataset.names),
+        batch_size=batch_size,
+        imgsz=imgsz,
+        max_targets=200,
+        total_steps=epochs * steps,
+        device=device,
+        scale=scale,
+        warmup_steps=steps,
+    )
     for epoch in range(epochs):
-        loader = torch.utils.data.DataLoader(BatchDataset(source, settings, epoch), batch_size=None, shuffle=False, num_workers=workers)
+        loader = torch.utils.data.DataLoader(
+            BatchDataset(source, settings, epoch), batch_size=None, shuffle=False, num_workers=workers
+        )
         for images, targets, _ in loader:
             step.step(images, targets.numpy())
         step.losses()
@@ -145,13 +182,33 @@ def paired_fits(data: str, batch_size: int, imgsz: int, epochs: int, pairs: int,
     here = Path(__file__).resolve()
     times = {"pixpool": [], "dataloader": []}
     for i in range(pairs):
-        for arm in (("pixpool", "dataloader") if i % 2 == 0 else ("dataloader", "pixpool")):
-            cmd = [sys.executable, str(here), "--arm", arm, "--data", data, "--batch-size", str(batch_size), "--imgsz", str(imgsz),
-                   "--epochs", str(epochs), "--scale", scale, "--workers", str(workers)]
+        for arm in ("pixpool", "dataloader") if i % 2 == 0 else ("dataloader", "pixpool"):
+            cmd = [
+                sys.executable,
+                str(here),
+                "--arm",
+                arm,
+                "--data",
+                data,
+                "--batch-size",
+                str(batch_size),
+                "--imgsz",
+                str(imgsz),
+                "--epochs",
+                str(epochs),
+                "--scale",
+                scale,
+                "--workers",
+                str(workers),
+            ]
             out = subprocess.run(cmd, capture_output=True, text=True, timeout=WAIT_S * 3, check=True).stdout
             times[arm].append(json.loads(out.strip().splitlines()[-1])["seconds"])
     ratios = [d / p for p, d in zip(times["pixpool"], times["dataloader"])]
-    return {"seconds": times, "median_s": {k: statistics.median(v) for k, v in times.items()}, "paired_speedup_median": statistics.median(ratios)}
+    return {
+        "seconds": times,
+        "median_s": {k: statistics.median(v) for k, v in times.items()},
+        "paired_speedup_median": statistics.median(ratios),
+    }
 
 
 def _pixpool_fit_arm(data: str, batch_size: int, imgsz: int, epochs: int, scale: str, workers: int) -> float:
@@ -163,8 +220,19 @@ def _pixpool_fit_arm(data: str, batch_size: int, imgsz: int, epochs: int, scale:
     d = tempfile.mkdtemp(prefix="pxg-")
     proc = _daemon(data, imgsz, workers, d)
     try:
-        fit(FitConfig(epochs=epochs, batch_size=batch_size, scale=scale, project=str(Path(d) / "run"), progress=False, validate=False,
-                      augment=AugmentConfig(imgsz=imgsz)), socket_dir=d, timeout_s=WAIT_S)
+        fit(
+            FitConfig(
+                epochs=epochs,
+                batch_size=batch_size,
+                scale=scale,
+                project=str(Path(d) / "run"),
+                progress=False,
+                validate=False,
+                augment=AugmentConfig(imgsz=imgsz),
+            ),
+            socket_dir=d,
+            timeout_s=WAIT_S,
+        )
     finally:
         stop_process(proc)
         shutil.rmtree(d, ignore_errors=True)
@@ -175,7 +243,9 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--data", default=str(COCO128))
     p.add_argument("--steps", type=int, default=24)
-    p.add_argument("--tolerance", type=float, default=0.05, help="relative loss difference allowed between graph and eager (bf16)")
+    p.add_argument(
+        "--tolerance", type=float, default=0.05, help="relative loss difference allowed between graph and eager (bf16)"
+    )
     p.add_argument("--batch-size", type=int, default=64)
     p.add_argument("--imgsz", type=int, default=640)
     p.add_argument("--wait-steps", type=int, default=40)
@@ -189,15 +259,25 @@ def main(argv=None) -> int:
 
     workers = args.workers or max(1, (os.cpu_count() or 2) - 1)
     if args.arm == "pixpool":
-        print(json.dumps({"seconds": _pixpool_fit_arm(args.data, args.batch_size, args.imgsz, args.epochs, args.scale, workers)}))
+        print(
+            json.dumps(
+                {"seconds": _pixpool_fit_arm(args.data, args.batch_size, args.imgsz, args.epochs, args.scale, workers)}
+            )
+        )
         return 0
     if args.arm == "dataloader":
-        print(json.dumps({"seconds": dataloader_fit(args.data, args.batch_size, args.imgsz, args.epochs, args.scale, workers)}))
+        print(
+            json.dumps(
+                {"seconds": dataloader_fit(args.data, args.batch_size, args.imgsz, args.epochs, args.scale, workers)}
+            )
+        )
         return 0
     result = {
         "graph_vs_eager": graph_vs_eager(args.steps, min(args.batch_size, 16), args.imgsz, args.scale, args.tolerance),
         "data_wait": data_wait(args.data, args.batch_size, args.imgsz, args.wait_steps, args.scale, workers),
-        "paired_fits": paired_fits(args.data, args.batch_size, args.imgsz, args.epochs, args.pairs, args.scale, workers),
+        "paired_fits": paired_fits(
+            args.data, args.batch_size, args.imgsz, args.epochs, args.pairs, args.scale, workers
+        ),
     }
     g, w, f = result["graph_vs_eager"], result["data_wait"], result["paired_fits"]
     print("| check | result |")
@@ -205,12 +285,18 @@ def main(argv=None) -> int:
     if "skipped" in g:
         print(f"| graph vs eager | skipped: {g['skipped']} |")
     else:
-        print(f"| graph vs eager, {args.steps} steps | max relative loss difference {g['max_relative_difference']:.2e} ({'agree' if g['agree'] else 'DISAGREE'}); "
-              f"{g['graph']['ms_per_step']:.1f} ms/step graph vs {g['eager']['ms_per_step']:.1f} eager |")
-    print(f"| data wait, batch {args.batch_size} at {args.imgsz}, {w['steps']} steps on {w['device']}{' (graph)' if w['graph'] else ''} | "
-          f"{100 * w['data_wait_fraction']:.1f} % of the step time, {w['images_per_s']:.1f} img/s |")
-    print(f"| paired fits, {args.pairs} pairs of {args.epochs} epochs | pixpool {f['median_s']['pixpool']:.1f} s, DataLoader {f['median_s']['dataloader']:.1f} s, "
-          f"paired speed-up {f['paired_speedup_median']:.2f}x |")
+        print(
+            f"| graph vs eager, {args.steps} steps | max relative loss difference {g['max_relative_difference']:.2e} ({'agree' if g['agree'] else 'DISAGREE'}); "
+            f"{g['graph']['ms_per_step']:.1f} ms/step graph vs {g['eager']['ms_per_step']:.1f} eager |"
+        )
+    print(
+        f"| data wait, batch {args.batch_size} at {args.imgsz}, {w['steps']} steps on {w['device']}{' (graph)' if w['graph'] else ''} | "
+        f"{100 * w['data_wait_fraction']:.1f} % of the step time, {w['images_per_s']:.1f} img/s |"
+    )
+    print(
+        f"| paired fits, {args.pairs} pairs of {args.epochs} epochs | pixpool {f['median_s']['pixpool']:.1f} s, DataLoader {f['median_s']['dataloader']:.1f} s, "
+        f"paired speed-up {f['paired_speedup_median']:.2f}x |"
+    )
     print(json.dumps(result))
     return 0
 

@@ -105,10 +105,14 @@ def main(argv=None) -> int:
     from pixpool.shared.stream.config import AugmentConfig, DaemonConfig, StreamSettings
 
     ctx = mp.get_context("spawn")
-    settings = [StreamSettings(seed=i, batch_size=16, augment=AugmentConfig(imgsz=args.imgsz)) for i in range(max(counts))]
+    settings = [
+        StreamSettings(seed=i, batch_size=16, augment=AugmentConfig(imgsz=args.imgsz)) for i in range(max(counts))
+    ]
     rows = {}
     d = tempfile.mkdtemp(prefix="pxm-")
-    daemon = ctx.Process(target=run_daemon, args=(DaemonConfig(data=args.data, imgsz=args.imgsz, workers=2, socket_dir=d),))
+    daemon = ctx.Process(
+        target=run_daemon, args=(DaemonConfig(data=args.data, imgsz=args.imgsz, workers=2, socket_dir=d),)
+    )
     daemon.start()
     try:
         deadline = time.monotonic() + WAIT_S
@@ -125,9 +129,15 @@ def main(argv=None) -> int:
             time.sleep(1.0)  # let the workers' last renders settle before reading the kernel
             rep = memory_report(query_status(d))
             _stop(procs, conns)
-            rows.setdefault(n, {}).update(service=rep["service_pss_bytes"], trainers=rep["trainers_pss_bytes"], pixpool=rep["total_pss_bytes"],
-                                          ring=rep["ring_bytes"] / n, break_even=rep["break_even_trainers"], snapshot=rep["snapshot_bytes"],
-                                          decoded=rep["decoded_bytes"])
+            rows.setdefault(n, {}).update(
+                service=rep["service_pss_bytes"],
+                trainers=rep["trainers_pss_bytes"],
+                pixpool=rep["total_pss_bytes"],
+                ring=rep["ring_bytes"] / n,
+                break_even=rep["break_even_trainers"],
+                snapshot=rep["snapshot_bytes"],
+                decoded=rep["decoded_bytes"],
+            )
     finally:
         stop_process(daemon)
         shutil.rmtree(d, ignore_errors=True)
@@ -146,10 +156,17 @@ def main(argv=None) -> int:
     ]
     for n in counts:
         r = rows[n]
-        lines.append(f"| {n} | {r['service'] / MIB:.0f} | {r['trainers'] / MIB:.0f} | {r['pixpool'] / MIB:.0f} | {r['ring'] / MIB:.0f} | "
-                     f"{r['uint8'] / MIB:.0f} | {r['pixpool'] / r['uint8']:.2f} | {r['break_even'] or 'never'} |")
+        lines.append(
+            f"| {n} | {r['service'] / MIB:.0f} | {r['trainers'] / MIB:.0f} | {r['pixpool'] / MIB:.0f} | {r['ring'] / MIB:.0f} | "
+            f"{r['uint8'] / MIB:.0f} | {r['pixpool'] / r['uint8']:.2f} | {r['break_even'] or 'never'} |"
+        )
     growth = [(rows[b]["service"] - rows[a]["service"]) / (b - a) / MIB for a, b in zip(counts, counts[1:])]
-    lines += ["", "service growth per added trainer: " + ", ".join(f"{g:.0f} MiB" for g in growth) + f" (a ring is {rows[counts[-1]]['ring'] / MIB:.0f} MiB)"]
+    lines += [
+        "",
+        "service growth per added trainer: "
+        + ", ".join(f"{g:.0f} MiB" for g in growth)
+        + f" (a ring is {rows[counts[-1]]['ring'] / MIB:.0f} MiB)",
+    ]
     text = "\n".join(lines)
     print(text)
     print(json.dumps({str(k): v for k, v in rows.items()}))

@@ -61,7 +61,9 @@ def prepare_once(dataset, imgsz: int, processes: int, dtype: str) -> tuple[float
     seconds, cpu = time.perf_counter() - t0, cpu_s() - c0  # the decode workers are reaped by now
     result.snapshot.close()
     if result.reused:  # someone else's snapshot: never remove it
-        raise RuntimeError(f"{result.snapshot.name} was reused, so nothing was timed; remove it (pixpool clean) and run again")
+        raise RuntimeError(
+            f"{result.snapshot.name} was reused, so nothing was timed; remove it (pixpool clean) and run again"
+        )
     result.snapshot.unlink()  # ours (result.snapshot owns what prepare created)
     return seconds, cpu
 
@@ -98,7 +100,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--imgsz", type=int, default=640)
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--repeat", type=int, default=1, help="list every record K times (default 1)")
-    parser.add_argument("--copies", type=int, default=1, help="copy every image file K times, each a record of its own (default 1)")
+    parser.add_argument(
+        "--copies", type=int, default=1, help="copy every image file K times, each a record of its own (default 1)"
+    )
     parser.add_argument("--dtypes", default="float32,uint8", help="snapshot dtypes to prepare (default float32,uint8)")
     parser.add_argument("--processes", default="1,2", help="decoder process counts to prepare with (default 1,2)")
     args = parser.parse_args(argv)
@@ -125,7 +129,9 @@ def main(argv: list[str] | None = None) -> int:
     arms = {loop: lambda: plain_loop(paths, args.imgsz)}
     for dtype in dtypes:
         for p in procs:
-            arms[f"prepare {dtype}, {p} process{'es' if p > 1 else ''}"] = lambda p=p, dtype=dtype: prepare_once(dataset, args.imgsz, p, dtype)
+            arms[f"prepare {dtype}, {p} process{'es' if p > 1 else ''}"] = lambda p=p, dtype=dtype: prepare_once(
+                dataset, args.imgsz, p, dtype
+            )
     names = list(arms)
     for p in paths:  # the files into the page cache before anything is timed
         with open(p, "rb") as f:
@@ -147,13 +153,19 @@ def main(argv: list[str] | None = None) -> int:
         f"{n_img} records ({how}) at imgsz {args.imgsz}, medians of {args.rounds} alternating rounds; "
         f"{os.cpu_count()} cores, load average (1/5/15 min) before {_load(load_before)}, after {_load(load_after)}"
     )
-    print(f"{'arm':36s} {'median s':>9s} {'images/s':>9s} {'vs loop':>8s} {'paired':>8s} {'cpu s':>7s} {'ms cpu/img':>10s}   all runs (s)")
+    print(
+        f"{'arm':36s} {'median s':>9s} {'images/s':>9s} {'vs loop':>8s} {'paired':>8s} {'cpu s':>7s} {'ms cpu/img':>10s}   all runs (s)"
+    )
     for n in names:
         med = statistics.median(times[n])
-        paired = statistics.median(a / b for a, b in zip(times[loop], times[n], strict=True))  # loop / arm, round by round
+        paired = statistics.median(
+            a / b for a, b in zip(times[loop], times[n], strict=True)
+        )  # loop / arm, round by round
         cpu = statistics.median(cpus[n])
         runs = " ".join(f"{t:.2f}" for t in times[n])
-        print(f"{n:36s} {med:9.3f} {n_img / med:9.1f} {base / med:7.2f}x {paired:7.2f}x {cpu:7.2f} {1e3 * cpu / n_img:10.3f}   {runs}")
+        print(
+            f"{n:36s} {med:9.3f} {n_img / med:9.1f} {base / med:7.2f}x {paired:7.2f}x {cpu:7.2f} {1e3 * cpu / n_img:10.3f}   {runs}"
+        )
     return 0
 
 

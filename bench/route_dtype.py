@@ -18,7 +18,9 @@ import sys
 import time
 from pathlib import Path
 
-DEFAULT_DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "coco128" / "annotations" / "instances_train2017.json"
+DEFAULT_DATA = (
+    Path(__file__).resolve().parents[2] / "shared" / "data" / "coco128" / "annotations" / "instances_train2017.json"
+)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -43,7 +45,12 @@ def main(argv: list[str] | None = None) -> int:
 
     cv2.setNumThreads(1)
     dataset = load_dataset(args.data, args.images)
-    st = StreamSettings(seed=0, batch_size=16, hsv_on_device=args.hsv_on_device, augment=AugmentConfig(imgsz=args.imgsz, copy_paste=args.copy_paste))
+    st = StreamSettings(
+        seed=0,
+        batch_size=16,
+        hsv_on_device=args.hsv_on_device,
+        augment=AugmentConfig(imgsz=args.imgsz, copy_paste=args.copy_paste),
+    )
     results = {d: prepare_snapshot(dataset, imgsz=args.imgsz, processes=2, dtype=d) for d in ("float32", "uint8")}
     try:
         snaps = {d: r.snapshot for d, r in results.items()}
@@ -75,7 +82,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     for d in names:
         ms = statistics.median(times[d]) * 1e3
-        print(f"  {d:8s} snapshot: {ms:.2f} ms per image ({1e3 / ms:.1f} img/s per core); runs {' '.join(f'{t * 1e3:.2f}' for t in times[d])}")
+        print(
+            f"  {d:8s} snapshot: {ms:.2f} ms per image ({1e3 / ms:.1f} img/s per core); runs {' '.join(f'{t * 1e3:.2f}' for t in times[d])}"
+        )
     ratio = statistics.median(u / f for f, u in zip(times["float32"], times["uint8"], strict=True))
     print(f"  uint8 / float32 time per image, paired per run: median {ratio:.3f}x")
     return 0

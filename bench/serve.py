@@ -52,7 +52,14 @@ from pathlib import Path
 
 import numpy as np
 
-COCO128 = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "coco128" / "annotations" / "instances_train2017.json"
+COCO128 = (
+    Path(__file__).resolve().parents[1].parent
+    / "shared"
+    / "data"
+    / "coco128"
+    / "annotations"
+    / "instances_train2017.json"
+)
 
 
 class Uint8CacheSource:
@@ -144,8 +151,13 @@ def make_loader(source, settings, workers: int):
 
     ds = BatchDataset(source, settings, 0)
     return ds, torch.utils.data.DataLoader(
-        ds, batch_size=None, shuffle=False, num_workers=workers, persistent_workers=workers > 0,
-        prefetch_factor=2 if workers else None, worker_init_fn=_one_thread if workers else None,
+        ds,
+        batch_size=None,
+        shuffle=False,
+        num_workers=workers,
+        persistent_workers=workers > 0,
+        prefetch_factor=2 if workers else None,
+        worker_init_fn=_one_thread if workers else None,
     )
 
 
@@ -192,11 +204,21 @@ def main(argv=None) -> int:
     parser.add_argument("--imgsz", type=int, default=640)
     parser.add_argument("--batch-size", type=int, default=16)
     parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--hsv", default="cpu,device", help="HSV modes to run: cpu, device or both (device HSV runs on the CPU without a GPU)")
-    parser.add_argument("--workers", default="1,2", help="daemon worker counts, comma-separated (--delivery: the first)")
+    parser.add_argument(
+        "--hsv",
+        default="cpu,device",
+        help="HSV modes to run: cpu, device or both (device HSV runs on the CPU without a GPU)",
+    )
+    parser.add_argument(
+        "--workers", default="1,2", help="daemon worker counts, comma-separated (--delivery: the first)"
+    )
     parser.add_argument("--epochs", type=int, default=1, help="epochs per measurement")
-    parser.add_argument("--no-loader", action="store_true", help="daemon arms only (no DataLoader arms, no uint8 cache)")
-    parser.add_argument("--delivery", action="store_true", help="compare shm and TCP (CURVE) delivery from one daemon instead")
+    parser.add_argument(
+        "--no-loader", action="store_true", help="daemon arms only (no DataLoader arms, no uint8 cache)"
+    )
+    parser.add_argument(
+        "--delivery", action="store_true", help="compare shm and TCP (CURVE) delivery from one daemon instead"
+    )
     parser.add_argument("--epochs-per-round", type=int, default=2, help="--delivery: epochs each arm reads per round")
     args = parser.parse_args(argv)
     worker_counts = [int(w) for w in args.workers.split(",") if w.strip()]
@@ -228,7 +250,9 @@ def main(argv=None) -> int:
         for w, (_, d) in daemons.items():
             _wait(d, w)
         for hsv_dev in [m == "device" for m in modes]:
-            s = StreamSettings(seed=0, batch_size=args.batch_size, hsv_on_device=hsv_dev, augment=AugmentConfig(imgsz=args.imgsz))
+            s = StreamSettings(
+                seed=0, batch_size=args.batch_size, hsv_on_device=hsv_dev, augment=AugmentConfig(imgsz=args.imgsz)
+            )
             tag = "+hsv_on_device" if hsv_dev else ""
             for lw in () if args.no_loader else (0, 2):
                 loaders[lw] = make_loader(cache, s, lw)
@@ -249,7 +273,9 @@ def main(argv=None) -> int:
         # Augmentation time per batch, from the workers' own accounting (per sample since
         # workers render parts of batches; older daemons count whole batches).
         st = query_status(daemons[max(daemons)][1])
-        done = sum(w["samples_done"] if "samples_done" in w else w["batches_done"] * args.batch_size for w in st["workers"])
+        done = sum(
+            w["samples_done"] if "samples_done" in w else w["batches_done"] * args.batch_size for w in st["workers"]
+        )
         aug_s = sum(w["busy_s"] for w in st["workers"]) / max(1, done) * args.batch_size
         # A plain copy of the same image bytes.
         src = np.empty((args.batch_size, 3, args.imgsz, args.imgsz), np.uint8)
@@ -269,13 +295,21 @@ def main(argv=None) -> int:
         snap.close()
     med = {k: statistics.median(v) for k, v in results.items()}
     report = {
-        "imgsz": args.imgsz, "batch_size": args.batch_size, "rounds": args.rounds, "records": len(dataset),
+        "imgsz": args.imgsz,
+        "batch_size": args.batch_size,
+        "rounds": args.rounds,
+        "records": len(dataset),
         "img_per_s": {k: round(v, 1) for k, v in med.items()},
         "img_per_s_runs": {k: [round(x, 1) for x in v] for k, v in results.items()},
         "first_batch_s": {k: round(statistics.median(v), 4) for k, v in first.items()},
         "ring_nbytes": ring_nbytes,
-        "ratio_daemon_vs_dataloader_same_workers": {} if args.no_loader or not {1, 2} <= set(daemons) else {
-            tag or "cpu_hsv": {"1w_vs_0w": round(med[f"daemon-1w{tag}"] / med[f"dataloader-0w{tag}"], 2), "2w_vs_2w": round(med[f"daemon-2w{tag}"] / med[f"dataloader-2w{tag}"], 2)}
+        "ratio_daemon_vs_dataloader_same_workers": {}
+        if args.no_loader or not {1, 2} <= set(daemons)
+        else {
+            tag or "cpu_hsv": {
+                "1w_vs_0w": round(med[f"daemon-1w{tag}"] / med[f"dataloader-0w{tag}"], 2),
+                "2w_vs_2w": round(med[f"daemon-2w{tag}"] / med[f"dataloader-2w{tag}"], 2),
+            }
             for tag in [("+hsv_on_device" if m == "device" else "") for m in modes]
         },
         "deliver_s_per_batch": {k: statistics.median(v) for k, v in deliver.items() if "hsv" not in k},
@@ -337,7 +371,16 @@ def delivery_main(args) -> int:
     write_keys(keys)
     sock_dir = Path(tmp) / "sock"
     port = _free_port()
-    config = DaemonConfig(data=args.data, images=args.images, imgsz=args.imgsz, workers=args.workers, socket_dir=str(sock_dir), tcp=f"127.0.0.1:{port}", keys_dir=str(keys), keep_snapshot=False)
+    config = DaemonConfig(
+        data=args.data,
+        images=args.images,
+        imgsz=args.imgsz,
+        workers=args.workers,
+        socket_dir=str(sock_dir),
+        tcp=f"127.0.0.1:{port}",
+        keys_dir=str(keys),
+        keep_snapshot=False,
+    )
     proc = mp.get_context("spawn").Process(target=run_daemon, args=(config,))
     proc.start()
     s = StreamSettings(seed=0, batch_size=args.batch_size, augment=AugmentConfig(imgsz=args.imgsz))
@@ -355,7 +398,9 @@ def delivery_main(args) -> int:
         for r in range(args.rounds):
             order = list(arms) if r % 2 == 0 else list(arms)[::-1]
             for arm in order:
-                secs, n, cpu_s, batches, daemon_s = _delivery_arm(s, range(epoch, epoch + args.epochs_per_round), daemon, **arms[arm])
+                secs, n, cpu_s, batches, daemon_s = _delivery_arm(
+                    s, range(epoch, epoch + args.epochs_per_round), daemon, **arms[arm]
+                )
                 epoch += args.epochs_per_round
                 rate[arm].append(n / secs)
                 cpu[arm].append(cpu_s / batches)

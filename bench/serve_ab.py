@@ -35,7 +35,13 @@ def _package_root(checkout: Path, into: Path) -> Path:
 
 def _run(path_root: Path, extra: list[str]) -> dict:
     env = {**os.environ, "PYTHONPATH": str(path_root)}
-    out = subprocess.run([sys.executable, str(HERE / "serve.py"), "--rounds", "1", "--no-loader", *extra], env=env, capture_output=True, text=True, check=False)
+    out = subprocess.run(
+        [sys.executable, str(HERE / "serve.py"), "--rounds", "1", "--no-loader", *extra],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     if out.returncode != 0:
         raise RuntimeError(f"serve.py failed ({out.returncode}):\n{out.stderr[-4000:]}")
     return json.loads(out.stdout[out.stdout.index("{") :])
@@ -43,13 +49,18 @@ def _run(path_root: Path, extra: list[str]) -> dict:
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--base", required=True, help="the baseline checkout (its server/, client/, shared/ are imported)")
+    parser.add_argument(
+        "--base", required=True, help="the baseline checkout (its server/, client/, shared/ are imported)"
+    )
     parser.add_argument("--pairs", type=int, default=5)
     parser.add_argument("rest", nargs="*", help="flags for serve.py, after --")
     args = parser.parse_args(argv)
     runs: dict[str, list[dict]] = {"base": [], "candidate": []}
     with tempfile.TemporaryDirectory(prefix="pxab-") as tmp:
-        roots = {"base": _package_root(Path(args.base).resolve(), Path(tmp) / "base"), "candidate": _package_root(HERE.parent, Path(tmp) / "candidate")}
+        roots = {
+            "base": _package_root(Path(args.base).resolve(), Path(tmp) / "base"),
+            "candidate": _package_root(HERE.parent, Path(tmp) / "candidate"),
+        }
         for i in range(args.pairs):
             for arm in ("base", "candidate") if i % 2 == 0 else ("candidate", "base"):
                 runs[arm].append(_run(roots[arm], args.rest))
@@ -62,12 +73,26 @@ def main(argv=None) -> int:
         fb = [r["first_batch_s"][k] for r in runs["base"]]
         fc = [r["first_batch_s"][k] for r in runs["candidate"]]
         report[k] = {
-            "img_per_s": {"base": statistics.median(b), "candidate": statistics.median(c), "paired_ratio": round(statistics.median(y / x for x, y in zip(b, c, strict=True)), 3),
-                          "base_runs": b, "candidate_runs": c},
-            "first_batch_s": {"base": statistics.median(fb), "candidate": statistics.median(fc), "paired_ratio": round(statistics.median(y / x for x, y in zip(fb, fc, strict=True)), 3)},
-            "ring_nbytes": {"base": runs["base"][0]["ring_nbytes"][k], "candidate": runs["candidate"][0]["ring_nbytes"][k]},
-            "augment_s_per_batch": {"base": statistics.median(r["augment_s_per_batch"] for r in runs["base"]),
-                                    "candidate": statistics.median(r["augment_s_per_batch"] for r in runs["candidate"])},
+            "img_per_s": {
+                "base": statistics.median(b),
+                "candidate": statistics.median(c),
+                "paired_ratio": round(statistics.median(y / x for x, y in zip(b, c, strict=True)), 3),
+                "base_runs": b,
+                "candidate_runs": c,
+            },
+            "first_batch_s": {
+                "base": statistics.median(fb),
+                "candidate": statistics.median(fc),
+                "paired_ratio": round(statistics.median(y / x for x, y in zip(fb, fc, strict=True)), 3),
+            },
+            "ring_nbytes": {
+                "base": runs["base"][0]["ring_nbytes"][k],
+                "candidate": runs["candidate"][0]["ring_nbytes"][k],
+            },
+            "augment_s_per_batch": {
+                "base": statistics.median(r["augment_s_per_batch"] for r in runs["base"]),
+                "candidate": statistics.median(r["augment_s_per_batch"] for r in runs["candidate"]),
+            },
         }
     print(json.dumps(report, indent=2))
     return 0

@@ -42,7 +42,9 @@ def _repeated_json(src: Path, repeat: int, out: Path) -> Path:
     images, anns = [], []
     for rep in range(repeat):
         images += [{**im, "id": im["id"] + rep * 10**7} for im in data["images"]]
-        anns += [{**a, "id": a["id"] + rep * 10**8, "image_id": a["image_id"] + rep * 10**7} for a in data["annotations"]]
+        anns += [
+            {**a, "id": a["id"] + rep * 10**8, "image_id": a["image_id"] + rep * 10**7} for a in data["annotations"]
+        ]
     out.write_text(json.dumps({**data, "images": images, "annotations": anns}))
     return out
 
@@ -84,7 +86,9 @@ def _one_epoch(data: str, images: str, store: str, args) -> tuple[float, int]:
     from pixpool.shared.stream.config import AugmentConfig, DaemonConfig, StreamSettings
 
     d = tempfile.mkdtemp(prefix="pxbs-")
-    config = DaemonConfig(data=data, images=images, imgsz=args.imgsz, workers=args.workers, socket_dir=d, store=store, keep_snapshot=True)
+    config = DaemonConfig(
+        data=data, images=images, imgsz=args.imgsz, workers=args.workers, socket_dir=d, store=store, keep_snapshot=True
+    )
     proc = mp.get_context("spawn").Process(target=run_daemon, args=(config,))
     proc.start()
     try:
@@ -104,13 +108,17 @@ def _one_epoch(data: str, images: str, store: str, args) -> tuple[float, int]:
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--coco", default=str(COCO128), help="coco128 folder (annotations/instances_train2017.json, images/train2017)")
+    parser.add_argument(
+        "--coco", default=str(COCO128), help="coco128 folder (annotations/instances_train2017.json, images/train2017)"
+    )
     parser.add_argument("--repeat", type=int, default=4, help="list the dataset this many times")
     parser.add_argument("--imgsz", type=int, default=640)
     parser.add_argument("--batch-size", type=int, default=16)
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--disk", default=None, help="parent folder of the disk store (default /var/tmp; must not be a tmpfs)")
+    parser.add_argument(
+        "--disk", default=None, help="parent folder of the disk store (default /var/tmp; must not be a tmpfs)"
+    )
     args = parser.parse_args(argv)
 
     from pixpool.server.readers import load_dataset
@@ -127,7 +135,9 @@ def main(argv=None) -> int:
     results: dict[str, list[float]] = {}
     resident: dict[str, list[float]] = {}
     try:
-        data = str(_repeated_json(coco / "annotations" / "instances_train2017.json", args.repeat, work / "instances_rep.json"))
+        data = str(
+            _repeated_json(coco / "annotations" / "instances_train2017.json", args.repeat, work / "instances_rep.json")
+        )
         dataset = load_dataset(data, images)
         for store in ("/dev/shm", disk):
             prep = prepare_snapshot(dataset, imgsz=args.imgsz, processes=2, persist=True, store=store)

@@ -74,7 +74,9 @@ def make_data_dir(root: Path, task: str, coco128: Path = COCO128_DIR) -> Path:
     labels = coco128 / ("labels-seg" if task == "segment" else "labels") / "train2017"
     images = coco128 / "images" / "train2017"
     if not images.is_dir() or not labels.is_dir():
-        raise SystemExit(f"coco128 not found at {coco128} (need images/train2017 and {labels.parent.name}/train2017): it lives in ../shared/data beside the checkout")
+        raise SystemExit(
+            f"coco128 not found at {coco128} (need images/train2017 and {labels.parent.name}/train2017): it lives in ../shared/data beside the checkout"
+        )
     d = root / task
     (d / "images").mkdir(parents=True, exist_ok=True)
     (d / "labels").mkdir(parents=True, exist_ok=True)
@@ -102,11 +104,19 @@ def ul_run(ul_python: str, cmd: str, data_dir: Path, **options) -> dict:
 def check_ul_python(ul_python: str) -> str:
     """Ultralytics' version in that Python, or exit saying how to get one."""
     try:
-        out = subprocess.run([ul_python, "-c", "import ultralytics, torch; print(ultralytics.__version__, torch.__version__)"], check=False, capture_output=True, text=True, timeout=120)
+        out = subprocess.run(
+            [ul_python, "-c", "import ultralytics, torch; print(ultralytics.__version__, torch.__version__)"],
+            check=False,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
     except FileNotFoundError:
         out = None
     if out is None or out.returncode != 0:
-        raise SystemExit(f"{ul_python} cannot import ultralytics: make a venv with `pip install torch==2.14.1 torchvision==0.29.1 ultralytics` and pass --ul-python VENV/bin/python")
+        raise SystemExit(
+            f"{ul_python} cannot import ultralytics: make a venv with `pip install torch==2.14.1 torchvision==0.29.1 ultralytics` and pass --ul-python VENV/bin/python"
+        )
     return out.stdout.strip()
 
 
@@ -137,7 +147,9 @@ def release(prep) -> None:
     prep.snapshot.close()
 
 
-def start_daemon(data_yaml: Path, imgsz: int, workers: int, dtype: str, *, keep_snapshot: bool = True) -> tuple[mp.Process, str]:
+def start_daemon(
+    data_yaml: Path, imgsz: int, workers: int, dtype: str, *, keep_snapshot: bool = True
+) -> tuple[mp.Process, str]:
     from pixpool.server.daemon.run import run_daemon
     from pixpool.shared.stream.config import DaemonConfig
 
@@ -146,7 +158,15 @@ def start_daemon(data_yaml: Path, imgsz: int, workers: int, dtype: str, *, keep_
     if field is None and dtype != "float32":
         raise SystemExit(f"this pixpool has no --dtype: a {dtype} snapshot cannot be served")
     extra = {field: dtype} if field else {}
-    config = DaemonConfig(data=str(data_yaml), imgsz=imgsz, workers=workers, socket_dir=d, keep_snapshot=keep_snapshot, no_val=True, **extra)
+    config = DaemonConfig(
+        data=str(data_yaml),
+        imgsz=imgsz,
+        workers=workers,
+        socket_dir=d,
+        keep_snapshot=keep_snapshot,
+        no_val=True,
+        **extra,
+    )
     proc = mp.get_context("spawn").Process(target=run_daemon, args=(config,))
     proc.start()
     return proc, d
@@ -177,8 +197,19 @@ def stop_daemon(proc: mp.Process, socket_dir: str) -> None:
     shutil.rmtree(socket_dir, ignore_errors=True)
 
 
-def trainer_argv(socket_dir: str, mode: str, route: dict, *, epochs: int, batch: int, imgsz: int, hsv_on_device: bool, seed: int = 0) -> list[str]:
-    spec = {"socket_dir": socket_dir, "mode": mode, "route": route, "epochs": epochs, "batch": batch, "imgsz": imgsz, "hsv_on_device": hsv_on_device, "seed": seed}
+def trainer_argv(
+    socket_dir: str, mode: str, route: dict, *, epochs: int, batch: int, imgsz: int, hsv_on_device: bool, seed: int = 0
+) -> list[str]:
+    spec = {
+        "socket_dir": socket_dir,
+        "mode": mode,
+        "route": route,
+        "epochs": epochs,
+        "batch": batch,
+        "imgsz": imgsz,
+        "hsv_on_device": hsv_on_device,
+        "seed": seed,
+    }
     return [sys.executable, str(Path(__file__).resolve()), "--trainer", json.dumps(spec)]
 
 
@@ -189,7 +220,15 @@ def run_trainer(spec: dict) -> None:
     import pixpool.client
 
     torch.set_num_threads(1)
-    with pixpool.client.attach(spec["socket_dir"], batch_size=spec["batch"], seed=spec["seed"], imgsz=spec["imgsz"], hsv_on_device=spec["hsv_on_device"], timeout_s=WAIT_S, **spec["route"]) as loader:
+    with pixpool.client.attach(
+        spec["socket_dir"],
+        batch_size=spec["batch"],
+        seed=spec["seed"],
+        imgsz=spec["imgsz"],
+        hsv_on_device=spec["hsv_on_device"],
+        timeout_s=WAIT_S,
+        **spec["route"],
+    ) as loader:
         if spec["mode"] == "hold":
             it = iter(loader)
             for _ in range(2):
@@ -211,11 +250,19 @@ def run_trainer(spec: dict) -> None:
     print(json.dumps({"arm": "pixpool", "images": n, "seconds": secs, "img_per_s": n / secs}), flush=True)
 
 
-def pixpool_speed(data_yaml: Path, route: dict, *, workers: int, hsv_on_device: bool, epochs: int, batch: int, imgsz: int, dtype: str) -> dict:
+def pixpool_speed(
+    data_yaml: Path, route: dict, *, workers: int, hsv_on_device: bool, epochs: int, batch: int, imgsz: int, dtype: str
+) -> dict:
     proc, d = start_daemon(data_yaml, imgsz, workers, dtype)
     try:
         wait_ready(d, workers, proc)
-        out = subprocess.run(trainer_argv(d, "speed", route, epochs=epochs, batch=batch, imgsz=imgsz, hsv_on_device=hsv_on_device), check=False, capture_output=True, text=True, timeout=WAIT_S)
+        out = subprocess.run(
+            trainer_argv(d, "speed", route, epochs=epochs, batch=batch, imgsz=imgsz, hsv_on_device=hsv_on_device),
+            check=False,
+            capture_output=True,
+            text=True,
+            timeout=WAIT_S,
+        )
         if out.returncode != 0:
             raise RuntimeError(f"pixpool trainer failed, exit {out.returncode}:\n{out.stderr[-3000:]}")
         return json.loads(out.stdout.strip().splitlines()[-1])
@@ -250,12 +297,36 @@ def speed(args, dirs: dict, ul_python: str) -> list[dict]:
                 arms = ["ul", "px"] if (r + i) % 2 else ["px", "ul"]
                 for arm in arms:
                     if arm == "px":
-                        res = pixpool_speed(dirs[task] / "data.yaml", route, workers=pw, hsv_on_device=dev, epochs=args.epochs, batch=args.batch, imgsz=args.imgsz, dtype="float32")
+                        res = pixpool_speed(
+                            dirs[task] / "data.yaml",
+                            route,
+                            workers=pw,
+                            hsv_on_device=dev,
+                            epochs=args.epochs,
+                            batch=args.batch,
+                            imgsz=args.imgsz,
+                            dtype="float32",
+                        )
                         px.setdefault(i, []).append(res["img_per_s"])
-                    elif not (dev and len(ul.get((task, uw), [])) > r):  # the device-HSV pairs reuse this round's Ultralytics runs
-                        res = ul_run(ul_python, "throughput", dirs[task], task=task, workers=uw, epochs=args.epochs, batch=args.batch, imgsz=args.imgsz)
+                    elif not (
+                        dev and len(ul.get((task, uw), [])) > r
+                    ):  # the device-HSV pairs reuse this round's Ultralytics runs
+                        res = ul_run(
+                            ul_python,
+                            "throughput",
+                            dirs[task],
+                            task=task,
+                            workers=uw,
+                            epochs=args.epochs,
+                            batch=args.batch,
+                            imgsz=args.imgsz,
+                        )
                         ul.setdefault((task, uw), []).append(res["img_per_s"])
-                print(f"round {r + 1}/{args.pairs} {label}: pixpool {px[i][-1]:.1f} img/s, ultralytics {ul[(task, uw)][-1]:.1f} img/s", file=sys.stderr, flush=True)
+                print(
+                    f"round {r + 1}/{args.pairs} {label}: pixpool {px[i][-1]:.1f} img/s, ultralytics {ul[(task, uw)][-1]:.1f} img/s",
+                    file=sys.stderr,
+                    flush=True,
+                )
     finally:
         for prep in preps.values():
             release(prep)
@@ -303,11 +374,16 @@ def _file_pss(pids) -> int:
 
 
 def _start_holders(argvs: list[list[str]]) -> list[subprocess.Popen]:
-    procs = [subprocess.Popen(a, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True) for a in argvs]
+    procs = [
+        subprocess.Popen(a, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+        for a in argvs
+    ]
     for p in procs:
         line = p.stdout.readline()  # {"pid": ...} once it holds two batches
         if not line:
-            raise RuntimeError(f"a measured process exited with {p.wait(WAIT_S)} before it was ready: {' '.join(p.args[:4])} ...")
+            raise RuntimeError(
+                f"a measured process exited with {p.wait(WAIT_S)} before it was ready: {' '.join(p.args[:4])} ..."
+            )
     return procs
 
 
@@ -337,11 +413,22 @@ def memory(args, dirs: dict, ul_python: str, dtypes: list[str]) -> list[dict]:
         try:
             wait_ready(d, args.mem_workers, proc)
             for n in args.trainers:
-                holders = _start_holders([trainer_argv(d, "hold", DETECT, epochs=1, batch=args.batch, imgsz=args.imgsz, hsv_on_device=False, seed=s) for s in range(n)])
+                holders = _start_holders(
+                    [
+                        trainer_argv(
+                            d, "hold", DETECT, epochs=1, batch=args.batch, imgsz=args.imgsz, hsv_on_device=False, seed=s
+                        )
+                        for s in range(n)
+                    ]
+                )
                 try:
                     st = query_status(d)
                     rep = memory_report(st)
-                    pids = [st["daemon"]["pid"], *(w["pid"] for w in st["workers"] if w["pid"]), *(h.pid for h in holders)]
+                    pids = [
+                        st["daemon"]["pid"],
+                        *(w["pid"] for w in st["workers"] if w["pid"]),
+                        *(h.pid for h in holders),
+                    ]
                     file_pss = _file_pss(pids)
                 finally:
                     _stop_holders(holders)
@@ -360,7 +447,19 @@ def memory(args, dirs: dict, ul_python: str, dtypes: list[str]) -> list[dict]:
             stop_daemon(proc, d)
     ul_total, ul_no_files = {}, {}
     for n in args.trainers:
-        argv = [ul_python, str(UL_ARM), "hold", "--data-dir", str(dirs["detect"]), "--workers", str(args.mem_workers), "--batch", str(args.batch), "--imgsz", str(args.imgsz)]
+        argv = [
+            ul_python,
+            str(UL_ARM),
+            "hold",
+            "--data-dir",
+            str(dirs["detect"]),
+            "--workers",
+            str(args.mem_workers),
+            "--batch",
+            str(args.batch),
+            "--imgsz",
+            str(args.imgsz),
+        ]
         holders = _start_holders([argv] * n)
         try:
             pids = [q for h in holders for q in _tree(h.pid)]
@@ -464,18 +563,33 @@ def main(argv=None) -> int:
     parser.add_argument("--quick", action="store_true", help="3 pairs of 3 timed epochs (default: 5 pairs of 8)")
     parser.add_argument("--what", default="speed,memory", help="speed, memory or both")
     parser.add_argument("--tasks", default="detect,segment", help="speed pairs to run: detect, segment or both")
-    parser.add_argument("--pairs", type=int, default=None, help="alternating pairs per comparison (default 5; 3 with --quick)")
+    parser.add_argument(
+        "--pairs", type=int, default=None, help="alternating pairs per comparison (default 5; 3 with --quick)"
+    )
     parser.add_argument("--epochs", type=int, default=None, help="timed epochs per run (default 8; 3 with --quick)")
     parser.add_argument("--hsv-device", type=int, default=1, help="1: also the pairs with pixpool's HSV on the trainer")
-    parser.add_argument("--dtype", default="float32,uint8", help="snapshot dtypes for the memory arm (uint8 is skipped where pixpool has no --dtype)")
+    parser.add_argument(
+        "--dtype",
+        default="float32,uint8",
+        help="snapshot dtypes for the memory arm (uint8 is skipped where pixpool has no --dtype)",
+    )
     parser.add_argument("--trainers", default="1,4", help="trainer counts for the memory arm")
-    parser.add_argument("--mem-workers", type=int, default=2, help="workers of the pixpool daemon and of each Ultralytics loader in the memory arm")
+    parser.add_argument(
+        "--mem-workers",
+        type=int,
+        default=2,
+        help="workers of the pixpool daemon and of each Ultralytics loader in the memory arm",
+    )
     parser.add_argument("--imgsz", type=int, default=640)
     parser.add_argument("--batch", type=int, default=16)
-    parser.add_argument("--ul-python", default=DEFAULT_UL_PYTHON, help="Python of a venv with Ultralytics (env PIXPOOL_UL_PYTHON)")
+    parser.add_argument(
+        "--ul-python", default=DEFAULT_UL_PYTHON, help="Python of a venv with Ultralytics (env PIXPOOL_UL_PYTHON)"
+    )
     parser.add_argument("--coco128", type=Path, default=COCO128_DIR)
     parser.add_argument("--json", type=Path, default=None, help="also write the raw figures here")
-    parser.add_argument("--write", type=Path, default=None, help="markdown file whose 'Against Ultralytics' loader' section to replace")
+    parser.add_argument(
+        "--write", type=Path, default=None, help="markdown file whose 'Against Ultralytics' loader' section to replace"
+    )
     args = parser.parse_args(argv)
     args.argv = argv
     args.pairs = args.pairs or (3 if args.quick else 5)
@@ -491,7 +605,9 @@ def main(argv=None) -> int:
     skipped = []
     if "uint8" in dtypes and dtype_field() is None:
         dtypes.remove("uint8")
-        skipped.append("uint8 snapshot: this pixpool has no `--dtype` (DaemonConfig.dtype), so only float32 was measured.")
+        skipped.append(
+            "uint8 snapshot: this pixpool has no `--dtype` (DaemonConfig.dtype), so only float32 was measured."
+        )
     versions = check_ul_python(args.ul_python)
     load_before = " ".join(f"{x:.2f}" for x in os.getloadavg())
     root = Path(tempfile.mkdtemp(prefix="pxul-data-"))
@@ -505,7 +621,12 @@ def main(argv=None) -> int:
     text = report(args, speed_rows, mem_rows, skipped, versions, (load_before, load_after))
     print(text)
     if args.json:
-        args.json.write_text(json.dumps({"speed": speed_rows, "memory": mem_rows, "skipped": skipped, "load": [load_before, load_after]}, indent=1))
+        args.json.write_text(
+            json.dumps(
+                {"speed": speed_rows, "memory": mem_rows, "skipped": skipped, "load": [load_before, load_after]},
+                indent=1,
+            )
+        )
     if args.write:
         write_section(args.write, "vs-ultralytics", "## Against Ultralytics' loader (bench/vs_ultralytics.py)", text)
     return 0

@@ -77,9 +77,11 @@ def attack(shapes: list[tuple[int, int]]) -> None:
             _status(probe)
             after = _rss(proc.pid)
             outcome = "answered" if answered else "no answer (peer dropped)"
-            print(f"attack {frames} x {size} B ({frames * size / 2**20:.0f} MiB): "
-                  f"daemon RSS peak +{(peak - before) / 2**20:.0f} MiB, "
-                  f"after +{(after - before) / 2**20:.0f} MiB, {outcome}")
+            print(
+                f"attack {frames} x {size} B ({frames * size / 2**20:.0f} MiB): "
+                f"daemon RSS peak +{(peak - before) / 2**20:.0f} MiB, "
+                f"after +{(after - before) / 2**20:.0f} MiB, {outcome}"
+            )
             peer.close(linger=0)
         probe.close(linger=0)
     finally:
@@ -98,8 +100,10 @@ def intake(n: int = 100_000) -> None:
     router.bind("inproc://wire-bench")
     dealer.connect("inproc://wire-bench")
     frame = proto.encode("heartbeat", trainer_id=1, token=123456789, data_wait_s=1.5)
-    readers = (("recv_multipart", lambda: router.recv_multipart(zmq.NOBLOCK)),
-               ("read_request", lambda: read_request(router)))
+    readers = (
+        ("recv_multipart", lambda: router.recv_multipart(zmq.NOBLOCK)),
+        ("read_request", lambda: read_request(router)),
+    )
     for name, read in readers:
         for _ in range(n):
             dealer.send(frame)

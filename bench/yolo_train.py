@@ -70,7 +70,15 @@ def child(arm: str, opts: argparse.Namespace) -> None:
     def epoch_end(trainer) -> None:
         seconds = time.perf_counter() - clock["start"]
         losses = {k: float(v) for k, v in (trainer.tloss or {}).items()}
-        record["epochs"].append({"epoch": trainer.epoch, "seconds": seconds, "wait_s": clock["wait"], "batches": clock["batches"], "losses": losses})
+        record["epochs"].append(
+            {
+                "epoch": trainer.epoch,
+                "seconds": seconds,
+                "wait_s": clock["wait"],
+                "batches": clock["batches"],
+                "losses": losses,
+            }
+        )
         record["train_end"] = time.time()
 
     base = PixpoolDetectionTrainer if arm == "pixpool" else DetectionTrainer
@@ -81,7 +89,12 @@ def child(arm: str, opts: argparse.Namespace) -> None:
             return super().get_dataloader(dataset_path, batch_size, rank, mode)
 
     model = YOLO("yolo11n.yaml")
-    for event, fn in (("on_train_epoch_start", epoch_start), ("on_train_batch_start", batch_start), ("on_train_batch_end", batch_end), ("on_train_epoch_end", epoch_end)):
+    for event, fn in (
+        ("on_train_epoch_start", epoch_start),
+        ("on_train_batch_start", batch_start),
+        ("on_train_batch_end", batch_end),
+        ("on_train_epoch_end", epoch_end),
+    ):
         model.add_callback(event, fn)
     args = dict(
         data=opts.data,
@@ -113,7 +126,16 @@ def _coco128_yaml(folder: Path) -> Path:
     ann = json.loads((COCO128 / "annotations" / "instances_train2017.json").read_text())
     names = [c["name"] for c in sorted(ann["categories"], key=lambda c: c["id"])]
     path = folder / "coco128.yaml"
-    path.write_text(yaml.safe_dump({"path": str(COCO128), "train": "images/train2017", "val": "images/train2017", "names": dict(enumerate(names))}))
+    path.write_text(
+        yaml.safe_dump(
+            {
+                "path": str(COCO128),
+                "train": "images/train2017",
+                "val": "images/train2017",
+                "names": dict(enumerate(names)),
+            }
+        )
+    )
     return path
 
 
@@ -202,8 +224,14 @@ def _run_arm(arm: str, concurrent: int, opts: argparse.Namespace, data: Path, wo
     if arm == "pixpool":
         train_yaml = work / f"{tag}-train.yaml"
         d = yaml.safe_load(data.read_text())
-        train_yaml.write_text(yaml.safe_dump({"train": str(COCO128 / d["train"]), "names": [d["names"][i] for i in range(len(d["names"]))]}))
-        with serve_child([str(train_yaml), "--imgsz", str(opts.imgsz), "--workers", str(opts.workers), "--no-val"], timeout_s=600) as (daemon, sdir, _):
+        train_yaml.write_text(
+            yaml.safe_dump(
+                {"train": str(COCO128 / d["train"]), "names": [d["names"][i] for i in range(len(d["names"]))]}
+            )
+        )
+        with serve_child(
+            [str(train_yaml), "--imgsz", str(opts.imgsz), "--workers", str(opts.workers), "--no-val"], timeout_s=600
+        ) as (daemon, sdir, _):
             procs = start_children({"PIXPOOL_SOCKET_DIR": sdir})
             with PssSampler([daemon.pid] + [p.pid for p in procs]) as pss:
                 wait(procs)
@@ -267,7 +295,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--close-mosaic", type=int, default=1)
     parser.add_argument("--imgsz", type=int, default=320)
     parser.add_argument("--batch", type=int, default=16)
-    parser.add_argument("--workers", type=int, default=1, help="loader workers of each arm (Ultralytics' dataloader workers, pixpool's daemon workers)")
+    parser.add_argument(
+        "--workers",
+        type=int,
+        default=1,
+        help="loader workers of each arm (Ultralytics' dataloader workers, pixpool's daemon workers)",
+    )
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--concurrency", default="1,2")
@@ -293,7 +326,9 @@ def main(argv: list[str] | None = None) -> int:
                     )
         summary = _summary(rows)
         if opts.json:
-            Path(opts.json).write_text(json.dumps({"rows": rows, "summary": summary, "load": os.getloadavg()}, indent=1))
+            Path(opts.json).write_text(
+                json.dumps({"rows": rows, "summary": summary, "load": os.getloadavg()}, indent=1)
+            )
         print(_table(summary))
         print(f"load average at the end: {os.getloadavg()}")
     return 0

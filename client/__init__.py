@@ -15,8 +15,16 @@ from importlib import import_module
 
 __all__ = ["attach", "Loader", "Client", "TrainerBatch", "DetectorStep", "fit", "FitConfig", "apply_hsv"]
 
-_WHERE = {"attach": "loader", "Loader": "loader", "Client": "iterator", "TrainerBatch": "iterator", "DetectorStep": "step", "fit": "fit",
-          "FitConfig": "fit", "apply_hsv": "hsv_torch"}
+_WHERE = {
+    "attach": "loader",
+    "Loader": "loader",
+    "Client": "iterator",
+    "TrainerBatch": "iterator",
+    "DetectorStep": "step",
+    "fit": "fit",
+    "FitConfig": "fit",
+    "apply_hsv": "hsv_torch",
+}
 
 
 def __getattr__(name: str):

@@ -40,7 +40,8 @@ class AuthWatch:
                     f"the pixpool daemon at {self.endpoint} refused this trainer's CURVE key {public} "
                     f"({key_file}; ZAP status {event['value']}): it is not in the daemon's authorized/ folder. "
                     f"Copy {key_file} into that folder (as authorized/<name>.key) on the "
-                    f"daemon's machine, or use a key pair `pixpool keys DIR` made there")
+                    f"daemon's machine, or use a key pair `pixpool keys DIR` made there"
+                )
 
     def close(self) -> None:
         if not self._sock.closed:

@@ -34,8 +34,9 @@ def cli_command(*args: str) -> list[str]:
 
 
 @contextmanager
-def serve_child(serve_args: list[str], *, socket_dir: str | None = None, timeout_s: float = 300.0,
-                stop_timeout_s: float = 60.0) -> Iterator[tuple[subprocess.Popen, str, dict]]:
+def serve_child(
+    serve_args: list[str], *, socket_dir: str | None = None, timeout_s: float = 300.0, stop_timeout_s: float = 60.0
+) -> Iterator[tuple[subprocess.Popen, str, dict]]:
     """Run ``pixpool serve SERVE_ARGS --socket-dir DIR``; yield (process, DIR, first status).
 
     Without ``socket_dir`` a private temporary directory is used and removed afterwards.

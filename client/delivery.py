@@ -41,7 +41,9 @@ class SlotReader:
         header = self.ring.read_header(slot)
         announced = (msg["epoch"], msg["batch"], size, n_t, msg["generation"])
         if header != announced:
-            raise ProtocolError(f"slot {slot} holds epoch/batch/size/targets/generation {header}, announced {announced}")
+            raise ProtocolError(
+                f"slot {slot} holds epoch/batch/size/targets/generation {header}, announced {announced}"
+            )
         return self.ring.images(slot, size), self.ring.targets(slot, n_t), self.ring.samples(slot, size)
 
     def close(self) -> None:
@@ -85,7 +87,12 @@ def map_ring(attached: dict, store: str | None = None) -> tuple[Ring | None, str
     try:
         ring = Ring.attach(attached["ring"], store=where, trainer=True)
     except (OSError, PixpoolError) as exc:
-        log.info("ring %s is not mappable from here (%s: %s); batches come as frames", attached["ring"], type(exc).__name__, exc)
+        log.info(
+            "ring %s is not mappable from here (%s: %s); batches come as frames",
+            attached["ring"],
+            type(exc).__name__,
+            exc,
+        )
         return None, ""
     return ring, ring.nonce()
 

@@ -27,12 +27,18 @@ class Feeder:
     def __init__(self, *, batch_size: int, imgsz: int, max_targets: int, device: torch.device):
         self.device = device
         self.cuda = device.type == "cuda"
-        shapes = {"images": ((batch_size, 3, imgsz, imgsz), torch.uint8), "targets": ((batch_size, max_targets, 5), torch.float32),
-                  "mask": ((batch_size, max_targets), torch.bool)}
+        shapes = {
+            "images": ((batch_size, 3, imgsz, imgsz), torch.uint8),
+            "targets": ((batch_size, max_targets, 5), torch.float32),
+            "mask": ((batch_size, max_targets), torch.bool),
+        }
         self.static = {k: torch.zeros(shape, dtype=dtype, device=device) for k, (shape, dtype) in shapes.items()}
         if self.cuda:
             self._incoming = {k: torch.zeros(shape, dtype=dtype, device=device) for k, (shape, dtype) in shapes.items()}
-            self._staging = [{k: torch.empty(shape, dtype=dtype, pin_memory=True) for k, (shape, dtype) in shapes.items()} for _ in range(2)]
+            self._staging = [
+                {k: torch.empty(shape, dtype=dtype, pin_memory=True) for k, (shape, dtype) in shapes.items()}
+                for _ in range(2)
+            ]
             self._copied = [torch.cuda.Event(), torch.cuda.Event()]
             self._arrived = torch.cuda.Event()
             self._taken = torch.cuda.Event()

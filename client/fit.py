@@ -68,7 +68,16 @@ class FitConfig:
     augment: AugmentConfig = field(default_factory=AugmentConfig)
 
 
-def fit(config: FitConfig, *, socket_dir=None, endpoint=None, keys_dir=None, timeout_s: float = 120.0, on_attached=None, on_epoch=None) -> dict:
+def fit(
+    config: FitConfig,
+    *,
+    socket_dir=None,
+    endpoint=None,
+    keys_dir=None,
+    timeout_s: float = 120.0,
+    on_attached=None,
+    on_epoch=None,
+) -> dict:
     """Train (see module docstring); returns the report ``pixpool train --json`` prints."""
     torch = require_torch("pixpool train")
     from .loader import attach
@@ -91,18 +100,44 @@ def fit(config: FitConfig, *, socket_dir=None, endpoint=None, keys_dir=None, tim
     on_device = dict(hsv_on_device=True, device=device) if config.hsv_on_device else {}
     # zero_copy: ``_train_epoch`` hands each batch to the step (a copy into its static or pinned
     # buffers, or the client's copy to the device) before it asks for the next, and keeps none.
-    with attach(socket_dir, endpoint=endpoint, keys_dir=keys_dir, batch_size=config.batch_size, seed=config.seed, drop_last=True,
-                start_epoch=start_epoch, timeout_s=timeout_s, zero_copy=True, follow_snapshot=config.follow_snapshot,
-                **on_device, **dataclasses.asdict(aug)) as train:
+    with attach(
+        socket_dir,
+        endpoint=endpoint,
+        keys_dir=keys_dir,
+        batch_size=config.batch_size,
+        seed=config.seed,
+        drop_last=True,
+        start_epoch=start_epoch,
+        timeout_s=timeout_s,
+        zero_copy=True,
+        follow_snapshot=config.follow_snapshot,
+        **on_device,
+        **dataclasses.asdict(aug),
+    ) as train:
         if train.num_classes < 1:
-            raise ConfigError("the daemon did not say how many classes its dataset has; serve a COCO json or a data.yaml with names")
+            raise ConfigError(
+                "the daemon did not say how many classes its dataset has; serve a COCO json or a data.yaml with names"
+            )
         steps_per_epoch = len(train)
         if steps_per_epoch < 1:
-            raise ConfigError(f"the dataset's shard has fewer records than one batch of {config.batch_size}; use a smaller batch_size (--batch-size)")
+            raise ConfigError(
+                f"the dataset's shard has fewer records than one batch of {config.batch_size}; use a smaller batch_size (--batch-size)"
+            )
         per_image = max(1, train.client.layout.max_targets // config.batch_size)
-        step = DetectorStep(num_classes=train.num_classes, batch_size=config.batch_size, imgsz=aug.imgsz, max_targets=per_image,
-                            total_steps=config.epochs * steps_per_epoch, device=device, scale=config.scale, optimizer=config.optimizer,
-                            lr=config.lr, warmup_steps=max(1, round(config.warmup_epochs * steps_per_epoch)), schedule=config.schedule, seed=config.seed)
+        step = DetectorStep(
+            num_classes=train.num_classes,
+            batch_size=config.batch_size,
+            imgsz=aug.imgsz,
+            max_targets=per_image,
+            total_steps=config.epochs * steps_per_epoch,
+            device=device,
+            scale=config.scale,
+            optimizer=config.optimizer,
+            lr=config.lr,
+            warmup_steps=max(1, round(config.warmup_epochs * steps_per_epoch)),
+            schedule=config.schedule,
+            seed=config.seed,
+        )
         best = float("-inf")  # mAP50-95 with validation, else minus the loss
         if ckpt is not None:
             step.load_state_dict(ckpt["step"])
@@ -111,8 +146,17 @@ def fit(config: FitConfig, *, socket_dir=None, endpoint=None, keys_dir=None, tim
         val = _val_loader(train, socket_dir, endpoint, keys_dir, config, aug, timeout_s) if config.validate else None
         if on_attached is not None:
             on_attached()
-        report = {"epochs": config.epochs, "start_epoch": start_epoch, "device": str(device), "graph": step.use_graph, "steps": 0,
-                  "images": 0, "train_s": 0.0, "wait_s": 0.0, "history": []}
+        report = {
+            "epochs": config.epochs,
+            "start_epoch": start_epoch,
+            "device": str(device),
+            "graph": step.use_graph,
+            "steps": 0,
+            "images": 0,
+            "train_s": 0.0,
+            "wait_s": 0.0,
+            "history": [],
+        }
         results = project / "results.jsonl"
         try:
             for epoch in range(start_epoch, config.epochs):
@@ -135,9 +179,13 @@ def fit(config: FitConfig, *, socket_dir=None, endpoint=None, keys_dir=None, tim
             if val is not None:
                 val.close()
     last = report["history"][-1] if report["history"] else {}
-    report.update(final_loss=last.get("loss"), metrics={k: last[k] for k in ("mAP50", "mAP50_95") if k in last}, results=str(results),
-                  images_per_s=report["images"] / report["train_s"] if report["train_s"] else 0.0,
-                  data_wait_fraction=report["wait_s"] / report["train_s"] if report["train_s"] else 0.0)
+    report.update(
+        final_loss=last.get("loss"),
+        metrics={k: last[k] for k in ("mAP50", "mAP50_95") if k in last},
+        results=str(results),
+        images_per_s=report["images"] / report["train_s"] if report["train_s"] else 0.0,
+        data_wait_fraction=report["wait_s"] / report["train_s"] if report["train_s"] else 0.0,
+    )
     return report
 
 
@@ -146,8 +194,17 @@ def _val_loader(train, socket_dir, endpoint, keys_dir, config: FitConfig, aug: A
 
     # zero_copy: ``_validate`` keeps only what it computes from a batch (predictions, boxes).
     try:
-        return attach(socket_dir, endpoint=endpoint, keys_dir=keys_dir, batch_size=config.val_batch_size, split="val",
-                      imgsz=aug.imgsz, timeout_s=timeout_s, zero_copy=True, follow_snapshot=config.follow_snapshot)
+        return attach(
+            socket_dir,
+            endpoint=endpoint,
+            keys_dir=keys_dir,
+            batch_size=config.val_batch_size,
+            split="val",
+            imgsz=aug.imgsz,
+            timeout_s=timeout_s,
+            zero_copy=True,
+            follow_snapshot=config.follow_snapshot,
+        )
     except ConfigError as exc:
         if getattr(exc, "field", None) == "split":
             log.warning("no validation this run: %s", exc)
@@ -159,7 +216,13 @@ def _train_epoch(train, step, epoch: int, config: FitConfig, report: dict) -> di
     from tqdm import tqdm
 
     train.set_epoch(epoch)
-    bar = tqdm(total=len(train), desc=f"epoch {epoch + 1}/{config.epochs}", unit="batch", disable=not config.progress, leave=False)
+    bar = tqdm(
+        total=len(train),
+        desc=f"epoch {epoch + 1}/{config.epochs}",
+        unit="batch",
+        disable=not config.progress,
+        leave=False,
+    )
     images = 0
     t0 = last = time.perf_counter()
     wait = 0.0
@@ -178,7 +241,9 @@ def _train_epoch(train, step, epoch: int, config: FitConfig, report: dict) -> di
             parts = step.losses()
             losses.append(parts["loss"])
             elapsed = time.perf_counter() - t0
-            bar.set_postfix(loss=f"{parts['loss']:.3f}", img_s=f"{images / elapsed:.1f}", wait=f"{100 * wait / elapsed:.0f}%")
+            bar.set_postfix(
+                loss=f"{parts['loss']:.3f}", img_s=f"{images / elapsed:.1f}", wait=f"{100 * wait / elapsed:.0f}%"
+            )
         bar.update(1)
         last = time.perf_counter()
         if config.max_steps is not None and report["steps"] >= config.max_steps:
@@ -195,8 +260,15 @@ def _train_epoch(train, step, epoch: int, config: FitConfig, report: dict) -> di
     terms = {k: parts[k] for k in ("box", "cls", "dfl")} if parts else {}
     if digests is not None:
         terms["data_sha256"] = digests.hexdigest()
-    return {"epoch": epoch, "loss": float(np.mean(losses)) if losses else float("nan"), **terms, "lr": step.current_lr, "images_per_s": images / elapsed if elapsed else 0.0, "data_wait_fraction": wait / elapsed if elapsed else 0.0,
-            "time_s": elapsed}
+    return {
+        "epoch": epoch,
+        "loss": float(np.mean(losses)) if losses else float("nan"),
+        **terms,
+        "lr": step.current_lr,
+        "images_per_s": images / elapsed if elapsed else 0.0,
+        "data_wait_fraction": wait / elapsed if elapsed else 0.0,
+        "time_s": elapsed,
+    }
 
 
 def _validate(model, val, config: FitConfig, imgsz: int, device, torch) -> dict:
@@ -210,13 +282,17 @@ def _validate(model, val, config: FitConfig, imgsz: int, device, torch) -> dict:
             for images, targets in val:
                 feats = model(images.to(device).float().div_(255.0))
                 boxes, scores = decode([f.float() for f in feats], model.strides, model.reg_max)
-                for det in nms(boxes, scores, conf_thres=config.conf_thres, iou_thres=config.iou_thres, max_det=config.max_det):
+                for det in nms(
+                    boxes, scores, conf_thres=config.conf_thres, iou_thres=config.iou_thres, max_det=config.max_det
+                ):
                     predictions.append(det.cpu().numpy())
                 rows = targets.numpy()
                 for i in range(images.shape[0]):
                     r = rows[rows[:, 0] == i]
                     cx, cy, w, h = (r[:, 2:6] * imgsz).T
-                    truth.append(np.stack([r[:, 1], cx - w / 2, cy - h / 2, cx + w / 2, cy + h / 2], 1).astype(np.float32))
+                    truth.append(
+                        np.stack([r[:, 1], cx - w / 2, cy - h / 2, cx + w / 2, cy + h / 2], 1).astype(np.float32)
+                    )
     finally:
         model.train()
     return coco_map(predictions, truth, image_sizes=[(imgsz, imgsz)] * len(truth))
@@ -225,15 +301,30 @@ def _validate(model, val, config: FitConfig, imgsz: int, device, torch) -> dict:
 # -- checkpoints ---------------------------------------------------------------------------
 def _settings(config: FitConfig) -> dict:
     d = dataclasses.asdict(config)
-    transients = ("resume", "device", "progress", "max_steps", "project", "threads", "record_digests", "follow_snapshot")
+    transients = (
+        "resume",
+        "device",
+        "progress",
+        "max_steps",
+        "project",
+        "threads",
+        "record_digests",
+        "follow_snapshot",
+    )
     for transient in transients:
         d.pop(transient)
     return d
 
 
 def _save_checkpoint(project: Path, step, epoch: int, config: FitConfig, best: float, improved: bool, torch) -> Path:
-    state = {"version": CHECKPOINT_VERSION, "step": step.state_dict(), "next_epoch": epoch + 1, "settings": _settings(config), "best": best,
-             "rng": {"torch": torch.get_rng_state(), "numpy": np.random.get_state(), "python": random.getstate()}}
+    state = {
+        "version": CHECKPOINT_VERSION,
+        "step": step.state_dict(),
+        "next_epoch": epoch + 1,
+        "settings": _settings(config),
+        "best": best,
+        "rng": {"torch": torch.get_rng_state(), "numpy": np.random.get_state(), "python": random.getstate()},
+    }
     last = project / "last.pt"
     tmp = project / "last.pt.tmp"
     torch.save(state, tmp)
@@ -246,7 +337,9 @@ def _save_checkpoint(project: Path, step, epoch: int, config: FitConfig, best: f
 def _load_checkpoint(path: str, torch) -> dict:
     p = Path(path)
     if not p.is_file():
-        raise ConfigError(f"checkpoint {p} does not exist; pass the last.pt of an earlier run (--resume)", field="resume")
+        raise ConfigError(
+            f"checkpoint {p} does not exist; pass the last.pt of an earlier run (--resume)", field="resume"
+        )
     state = torch.load(p, map_location="cpu", weights_only=False)
     if not isinstance(state, dict) or state.get("version") != CHECKPOINT_VERSION:
         raise ConfigError(f"{p} is not a pixpool checkpoint of version {CHECKPOINT_VERSION}", field="resume")
@@ -258,10 +351,16 @@ def _check_resumable(config: FitConfig, ckpt: dict) -> None:
     now = _settings(config)
     changed = sorted(k for k in now if k not in ("epochs",) and now[k] != saved.get(k))
     if changed:
-        raise ConfigError(f"{config.resume} was trained with other settings ({', '.join(f'{k}={saved.get(k)!r}' for k in changed)}); "
-                          "resume with the same settings (only --epochs may grow)", field="resume")
+        raise ConfigError(
+            f"{config.resume} was trained with other settings ({', '.join(f'{k}={saved.get(k)!r}' for k in changed)}); "
+            "resume with the same settings (only --epochs may grow)",
+            field="resume",
+        )
     if ckpt["next_epoch"] >= config.epochs:
-        raise ConfigError(f"{config.resume} already finished epoch {ckpt['next_epoch']} of {config.epochs}; pass a larger --epochs to train on", field="epochs")
+        raise ConfigError(
+            f"{config.resume} already finished epoch {ckpt['next_epoch']} of {config.epochs}; pass a larger --epochs to train on",
+            field="epochs",
+        )
 
 
 def _set_rng(rng: dict, torch) -> None:
@@ -279,8 +378,12 @@ def fit_process(config_dict: dict, socket_dir: str, queue) -> None:
     try:
         augment = AugmentConfig.from_dict(config_dict.pop("augment"))
         config = FitConfig(**config_dict, augment=augment)
-        report = fit(config, socket_dir=socket_dir, on_attached=lambda: queue.put(("attached", pid, None)),
-                     on_epoch=lambda row: queue.put(("epoch", pid, row)))
+        report = fit(
+            config,
+            socket_dir=socket_dir,
+            on_attached=lambda: queue.put(("attached", pid, None)),
+            on_epoch=lambda row: queue.put(("epoch", pid, row)),
+        )
         queue.put(("done", pid, {k: v for k, v in report.items() if k != "history"}))
     except Exception as exc:  # reported to the parent, which owns the exit status
         queue.put(("error", pid, f"{type(exc).__name__}: {exc}"))

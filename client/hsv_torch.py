@@ -29,7 +29,9 @@ from ..shared.stream.rng import hsv_gains
 
 def _tables(settings: StreamSettings, epoch: int, samples, device: torch.device) -> torch.Tensor | None:
     cfg = settings.augment
-    gains = [hsv_gains(settings.seed, epoch, int(i), cfg.hsv_h, cfg.hsv_s, cfg.hsv_v) for i in np.asarray(samples).tolist()]
+    gains = [
+        hsv_gains(settings.seed, epoch, int(i), cfg.hsv_h, cfg.hsv_s, cfg.hsv_v) for i in np.asarray(samples).tolist()
+    ]
     if all(np.all(g == 1.0) for g in gains):
         return None
     tables = np.stack([np.stack(luts(g)) for g in gains])  # (B, 3, 256) uint8

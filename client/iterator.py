@@ -108,7 +108,9 @@ class Client:
         self._asked = proto.DELIVERY_SHM if (not self.remote or self.store is not None) else proto.DELIVERY_FRAMES
         self.delivery = self._asked  # what the daemon granted, once attached
         if self.remote and keys_dir is None:
-            raise ConfigError(f"{self.endpoint}: TCP needs CURVE keys; pass keys_dir (made by `pixpool keys DIR`)", field="keys_dir")
+            raise ConfigError(
+                f"{self.endpoint}: TCP needs CURVE keys; pass keys_dir (made by `pixpool keys DIR`)", field="keys_dir"
+            )
         self.keys_dir = keys_dir
         self.timeout_s = float(timeout_s)
         self.slots = slots
@@ -189,11 +191,17 @@ class Client:
                     continue  # its last word (``stopped``) may still be on its way: read it first
                 raise _Lost()
             if time.monotonic() > deadline and patient and self._daemon_answers():
-                log.warning("no %s from the pixpool daemon at %s within %.1f s, but it answers heartbeats: it is slow, not gone; waiting on",
-                            what, self.endpoint, self.timeout_s)
+                log.warning(
+                    "no %s from the pixpool daemon at %s within %.1f s, but it answers heartbeats: it is slow, not gone; waiting on",
+                    what,
+                    self.endpoint,
+                    self.timeout_s,
+                )
                 deadline = time.monotonic() + self.timeout_s
             elif time.monotonic() > deadline:
-                raise DaemonTimeout(f"no {what} from a pixpool daemon at {self.endpoint} within {self.timeout_s} s; start one with `pixpool serve DATA` (or check `pixpool status`)")
+                raise DaemonTimeout(
+                    f"no {what} from a pixpool daemon at {self.endpoint} within {self.timeout_s} s; start one with `pixpool serve DATA` (or check `pixpool status`)"
+                )
 
     def _daemon_gone(self) -> bool:
         if self._lost is not None and self._lost == self._ident:
@@ -210,8 +218,17 @@ class Client:
     def _attach(self) -> None:
         self._close_socket()
         self._sock = self._socket(watch=True)
-        self._sock.send(proto.encode("attach", settings=self.settings.to_dict(), pid=os.getpid(), host=_socket.gethostname(), slots=self.slots,
-                                     delivery=self._asked, pid_ns=pid_namespace()))
+        self._sock.send(
+            proto.encode(
+                "attach",
+                settings=self.settings.to_dict(),
+                pid=os.getpid(),
+                host=_socket.gethostname(),
+                slots=self.slots,
+                delivery=self._asked,
+                pid_ns=pid_namespace(),
+            )
+        )
         deadline = time.monotonic() + self.timeout_s
         while True:
             msg, _ = self._recv(deadline, "reply to attach")
@@ -288,7 +305,11 @@ class Client:
                 return files
 
     def _reattach(self) -> None:
-        log.warning("pixpool daemon at %s went away; attaching again (position epoch %d batch %d)", self.endpoint, *self.position)
+        log.warning(
+            "pixpool daemon at %s went away; attaching again (position epoch %d batch %d)",
+            self.endpoint,
+            *self.position,
+        )
         deadline = time.monotonic() + self.timeout_s
         self._ident = None
         while True:
@@ -298,7 +319,9 @@ class Client:
                 return
             except (_Lost, DaemonTimeout):  # not SnapshotChangedError: that one ends the stream
                 if time.monotonic() > deadline:
-                    raise DaemonTimeout(f"the pixpool daemon at {self.endpoint} went away and none came back within {self.timeout_s} s") from None
+                    raise DaemonTimeout(
+                        f"the pixpool daemon at {self.endpoint} went away and none came back within {self.timeout_s} s"
+                    ) from None
 
     def _send(self, op: str, **fields: Any) -> None:
         tid, token = self._ident
@@ -313,7 +336,10 @@ class Client:
                 if ident is None:
                     continue
                 try:
-                    s.send(proto.encode("heartbeat", trainer_id=ident[0], token=ident[1], data_wait_s=self.data_wait_s), zmq.NOBLOCK)
+                    s.send(
+                        proto.encode("heartbeat", trainer_id=ident[0], token=ident[1], data_wait_s=self.data_wait_s),
+                        zmq.NOBLOCK,
+                    )
                 except zmq.Again:
                     pass
                 while s.poll(0):
@@ -323,7 +349,11 @@ class Client:
                         continue
                     if msg["op"] == "heartbeat" and self._ident and msg["trainer_id"] == self._ident[0]:
                         self._last_ack = time.monotonic()
-                    elif msg["op"] == "error" and msg.get("code") == "unknown_trainer" and msg.get("trainer_id") == ident[0]:
+                    elif (
+                        msg["op"] == "error"
+                        and msg.get("code") == "unknown_trainer"
+                        and msg.get("trainer_id") == ident[0]
+                    ):
                         self._lost = ident
         finally:
             s.close(linger=0)
@@ -336,7 +366,9 @@ class Client:
 
     def _release(self, ready: dict) -> None:
         """Give back the batch a ``ready`` announced, naming it (not only its slot)."""
-        self._send("release", slot=ready["slot"], epoch=ready["epoch"], batch=ready["batch"], generation=ready["generation"])
+        self._send(
+            "release", slot=ready["slot"], epoch=ready["epoch"], batch=ready["batch"], generation=ready["generation"]
+        )
 
     def _start(self, epoch: int, batch: int) -> int:
         self._release_held()
@@ -374,7 +406,9 @@ class Client:
                         self._held = msg
                         yield out
                         if self._generation != mine:
-                            raise PixpoolError(f"this iterator over epoch {epoch} was replaced by a newer Client.epoch() call; use one at a time")
+                            raise PixpoolError(
+                                f"this iterator over epoch {epoch} was replaced by a newer Client.epoch() call; use one at a time"
+                            )
                         self._release_held()
                         b += 1
                         self.position = (epoch, b)
@@ -383,7 +417,12 @@ class Client:
                     self._reattach()
         finally:
             # Only the current iterator owns the held slot (an old one may be collected late).
-            if self._generation == mine and self._ident is not None and self._sock is not None and not self._sock.closed:
+            if (
+                self._generation == mine
+                and self._ident is not None
+                and self._sock is not None
+                and not self._sock.closed
+            ):
                 try:
                     self._release_held()
                 except zmq.ZMQError:
@@ -399,7 +438,9 @@ class Client:
                 return msg, frames
             self._release(msg)
             if msg["epoch"] == epoch and msg["batch"] > batch:
-                raise ProtocolError(f"daemon announced batch {msg['batch']} while batch {batch} of epoch {epoch} was due")
+                raise ProtocolError(
+                    f"daemon announced batch {msg['batch']} while batch {batch} of epoch {epoch} was due"
+                )
 
     @property
     def _ring(self):
@@ -474,4 +515,3 @@ class Client:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-

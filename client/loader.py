@@ -87,7 +87,9 @@ def distributed_rank() -> tuple[int, int]:
     try:
         return int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1))
     except ValueError:
-        raise ConfigError(f"RANK={os.environ.get('RANK')!r} / WORLD_SIZE={os.environ.get('WORLD_SIZE')!r} must be whole numbers") from None
+        raise ConfigError(
+            f"RANK={os.environ.get('RANK')!r} / WORLD_SIZE={os.environ.get('WORLD_SIZE')!r} must be whole numbers"
+        ) from None
 
 
 class Loader:
@@ -136,7 +138,14 @@ class Loader:
         for b in self.client.epoch(self.epoch):
             indices = b.samples
             files = self.client.files  # fetched again at each attach (a daemon that follows another snapshot)
-            yield Batch(b.images, b.targets, indices=indices, files=[files[i] for i in indices.tolist()] if files else [], epoch=b.epoch, batch=b.batch)
+            yield Batch(
+                b.images,
+                b.targets,
+                indices=indices,
+                files=[files[i] for i in indices.tolist()] if files else [],
+                epoch=b.epoch,
+                batch=b.batch,
+            )
 
     def close(self) -> None:
         self.client.close()
@@ -148,12 +157,29 @@ class Loader:
         self.close()
 
 
-def attach(socket_dir: str | os.PathLike | None = None, *, batch_size: int = 16, seed: int = 0, imgsz: int = 640,
-           rank: int | None = None, world_size: int | None = None, shuffle: bool | None = None, drop_last: bool = False,
-           start_epoch: int = 0, hsv_on_device: bool = False, split: str = "train", endpoint: str | None = None,
-           keys_dir: str | os.PathLike | None = None, device: Any = None, timeout_s: float = 60.0, slots: int = DEFAULT_SLOTS,
-           store: str | os.PathLike | None = None, zero_copy: bool = False, follow_snapshot: bool = False,
-           **augment: Any) -> Loader:
+def attach(
+    socket_dir: str | os.PathLike | None = None,
+    *,
+    batch_size: int = 16,
+    seed: int = 0,
+    imgsz: int = 640,
+    rank: int | None = None,
+    world_size: int | None = None,
+    shuffle: bool | None = None,
+    drop_last: bool = False,
+    start_epoch: int = 0,
+    hsv_on_device: bool = False,
+    split: str = "train",
+    endpoint: str | None = None,
+    keys_dir: str | os.PathLike | None = None,
+    device: Any = None,
+    timeout_s: float = 60.0,
+    slots: int = DEFAULT_SLOTS,
+    store: str | os.PathLike | None = None,
+    zero_copy: bool = False,
+    follow_snapshot: bool = False,
+    **augment: Any,
+) -> Loader:
     """A DataLoader-like view of the daemon's stream (see module docstring).
 
     ``augment`` takes every ``AugmentConfig`` field (``mosaic``, ``degrees``, ``copy_paste``,
@@ -178,7 +204,27 @@ def attach(socket_dir: str | os.PathLike | None = None, *, batch_size: int = 16,
         rank = env_rank if rank is None else rank
         world_size = env_world if world_size is None else world_size
     aug = AugmentConfig.from_dict({"imgsz": imgsz, **augment})
-    settings = StreamSettings(seed=seed, batch_size=batch_size, rank=rank, world_size=world_size, shuffle=shuffle, drop_last=drop_last,
-                              start_epoch=start_epoch, hsv_on_device=hsv_on_device, split=split, augment=aug)
-    return Loader(settings, socket_dir=socket_dir, endpoint=endpoint, keys_dir=keys_dir, device=device, timeout_s=timeout_s, slots=slots, store=store,
-                  zero_copy=zero_copy, follow_snapshot=follow_snapshot)
+    settings = StreamSettings(
+        seed=seed,
+        batch_size=batch_size,
+        rank=rank,
+        world_size=world_size,
+        shuffle=shuffle,
+        drop_last=drop_last,
+        start_epoch=start_epoch,
+        hsv_on_device=hsv_on_device,
+        split=split,
+        augment=aug,
+    )
+    return Loader(
+        settings,
+        socket_dir=socket_dir,
+        endpoint=endpoint,
+        keys_dir=keys_dir,
+        device=device,
+        timeout_s=timeout_s,
+        slots=slots,
+        store=store,
+        zero_copy=zero_copy,
+        follow_snapshot=follow_snapshot,
+    )

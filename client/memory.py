@@ -101,8 +101,18 @@ def memory_report(status: dict, *, store: str | None = None) -> dict:
     for p in process_memory(list(roles), store):
         role, index = roles[p.pid]
         in_service_segs = sum(v["pss"] for name, v in p.segments.items() if name in service_segs)
-        procs.append({"pid": p.pid, "role": role, "index": index, "name": p.name, "rss_bytes": p.rss, "uss_bytes": p.uss, "pss_bytes": p.pss,
-                      "segments_pss_bytes": in_service_segs})
+        procs.append(
+            {
+                "pid": p.pid,
+                "role": role,
+                "index": index,
+                "name": p.name,
+                "rss_bytes": p.rss,
+                "uss_bytes": p.uss,
+                "pss_bytes": p.pss,
+                "segments_pss_bytes": in_service_segs,
+            }
+        )
         if role == "trainer":
             trainers_own += p.pss - in_service_segs
         else:
@@ -113,8 +123,18 @@ def memory_report(status: dict, *, store: str | None = None) -> dict:
     # Pages of the service's segments it does not hold itself: trainers' shares, pages no one maps.
     not_held = sum(max(0, segs[s]["resident_bytes"] - held_by_service[s]) for s in service_segs)
     service = service_own + not_held
-    rings = [{"trainer_id": t["trainer_id"], "pid": t["pid"], "host": t["host"], "local": t["delivery"] == proto.DELIVERY_SHM,
-              "ring": name, "slots": t.get("slots", 0), "bytes": segs[name]["bytes"] if name in segs else 0} for name, t in ring_of.items()]
+    rings = [
+        {
+            "trainer_id": t["trainer_id"],
+            "pid": t["pid"],
+            "host": t["host"],
+            "local": t["delivery"] == proto.DELIVERY_SHM,
+            "ring": name,
+            "slots": t.get("slots", 0),
+            "bytes": segs[name]["bytes"] if name in segs else 0,
+        }
+        for name, t in ring_of.items()
+    ]
     ring_bytes = sum(segs[r]["resident_bytes"] for r in ring_segs)
     decoded = int(snap.get("decoded_bytes", 0))
     n = len(status["trainers"])

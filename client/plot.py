@@ -37,7 +37,9 @@ def read_record(path: str | Path) -> list[dict]:
                 else:
                     s["memory"]["service_pss_bytes"]
             except (ValueError, KeyError, TypeError) as exc:
-                raise ConfigError(f"{path}:{line_no}: not a `pixpool monitor --record` sample nor a results.jsonl epoch ({type(exc).__name__}: {exc})") from None
+                raise ConfigError(
+                    f"{path}:{line_no}: not a `pixpool monitor --record` sample nor a results.jsonl epoch ({type(exc).__name__}: {exc})"
+                ) from None
             if samples and ("epoch" in s) != ("epoch" in samples[0]):
                 raise ConfigError(f"{path}:{line_no}: memory samples and training epochs mixed in one file")
             samples.append(s)
@@ -98,7 +100,12 @@ def components(mem: dict) -> dict[str, float]:
     snapshot = sum(v["resident_bytes"] for k, v in mem["segments"].items() if bases and k.startswith(bases))
     rings = mem["ring_bytes"]
     own = max(0, mem["service_pss_bytes"] - snapshot - rings)
-    return {"snapshot": snapshot / _MIB, "batch rings": rings / _MIB, "daemon + workers": own / _MIB, "trainers": mem["trainers_pss_bytes"] / _MIB}
+    return {
+        "snapshot": snapshot / _MIB,
+        "batch rings": rings / _MIB,
+        "daemon + workers": own / _MIB,
+        "trainers": mem["trainers_pss_bytes"] / _MIB,
+    }
 
 
 def plot(samples: list[dict], out: str | Path, *, width_px: int = 1200, height_px: int = 500) -> Path:
@@ -109,7 +116,9 @@ def plot(samples: list[dict], out: str | Path, *, width_px: int = 1200, height_p
     parts = [components(s["memory"]) for s in samples]
     names = list(parts[0])
     dpi = 100
-    fig, (ax, bar) = plt.subplots(1, 2, figsize=(width_px / dpi, height_px / dpi), dpi=dpi, gridspec_kw={"width_ratios": [2.2, 1]})
+    fig, (ax, bar) = plt.subplots(
+        1, 2, figsize=(width_px / dpi, height_px / dpi), dpi=dpi, gridspec_kw={"width_ratios": [2.2, 1]}
+    )
     ax.stackplot(xs, *[[p[n] for p in parts] for n in names], labels=names, alpha=0.85)
     ax.set_xlabel("seconds")
     ax.set_ylabel("MiB (PSS; each segment once)")

@@ -22,8 +22,12 @@ def identity(attached: dict) -> dict:
     does not say), name, records, names (the class names)."""
     snap = attached.get("snapshot")
     snap = snap if isinstance(snap, dict) else {}
-    return {"fingerprint": str(snap.get("fingerprint") or ""), "name": str(snap.get("name") or ""),
-            "records": int(attached["num_records"]), "names": [str(n) for n in attached.get("names") or []]}
+    return {
+        "fingerprint": str(snap.get("fingerprint") or ""),
+        "name": str(snap.get("name") or ""),
+        "records": int(attached["num_records"]),
+        "names": [str(n) for n in attached.get("names") or []],
+    }
 
 
 def changed(before: dict, after: dict) -> bool:
@@ -45,8 +49,9 @@ def differences(before: dict, after: dict) -> list[str]:
         added = [n for n in new if n not in old]
         removed = [n for n in old if n not in new]
         if added or removed:
-            parts = ([f"added {added[:5]}{'...' if len(added) > 5 else ''}"] if added else []) + \
-                    ([f"removed {removed[:5]}{'...' if len(removed) > 5 else ''}"] if removed else [])
+            parts = ([f"added {added[:5]}{'...' if len(added) > 5 else ''}"] if added else []) + (
+                [f"removed {removed[:5]}{'...' if len(removed) > 5 else ''}"] if removed else []
+            )
             out.append("classes " + ", ".join(parts))
         else:
             out.append("the same classes in another order (class ids now mean other classes)")
@@ -70,4 +75,6 @@ def refusal(before: dict, after: dict, *, endpoint: str, position: tuple[int, in
         f"Going on would cut epoch {epoch} short at batch {batch} and train on other data. Restart the daemon on the "
         "dataset this run began with, or start the run again on the new one; to go on with whatever the daemon serves, "
         "attach with follow_snapshot=True (pixpool train --follow-snapshot).",
-        before=before, after=after)
+        before=before,
+        after=after,
+    )

@@ -19,7 +19,9 @@ def query_status(socket_dir: str | None = None, *, timeout_s: float = 3.0) -> di
     endpoint = ep.ipc_endpoint(socket_dir)
     status = request_status(endpoint, timeout_s=timeout_s)
     if status is None:
-        raise DaemonTimeout(f"no pixpool daemon answered at {endpoint} within {timeout_s} s; start one with `pixpool serve DATA` or pass --socket-dir")
+        raise DaemonTimeout(
+            f"no pixpool daemon answered at {endpoint} within {timeout_s} s; start one with `pixpool serve DATA` or pass --socket-dir"
+        )
     return status
 
 
@@ -29,8 +31,10 @@ def query_health(socket_dir: str | None = None, *, timeout_s: float = 3.0) -> di
     endpoint = ep.ipc_endpoint(socket_dir)
     health = request_health(endpoint, timeout_s=timeout_s)
     if health is None:
-        raise DaemonTimeout(f"no pixpool daemon answered at {endpoint} within {timeout_s} s; "
-                            "start one with `pixpool serve DATA` or pass --socket-dir")
+        raise DaemonTimeout(
+            f"no pixpool daemon answered at {endpoint} within {timeout_s} s; "
+            "start one with `pixpool serve DATA` or pass --socket-dir"
+        )
     if health["op"] == "error":  # a daemon of a release without ``health``
         raise error_from(health)
     return health
@@ -41,16 +45,41 @@ def format_status(st: dict) -> str:
     lines = [
         f"daemon pid {d['pid']} on {d['endpoint']}{' and tcp ' + d['tcp'] if d['tcp'] else ''}, up {d['uptime_s']:.0f} s, protocol {d['protocol']}, {d['worker_restarts']} worker restarts",
         f"snapshot {s.get('name', '?')}: {s['records']} records at imgsz {s['imgsz']}, {s.get('dtype', 'float32')} "
-        f"({human_bytes(s.get('image_bytes', 0))} of images) in {d.get('store', '/dev/shm')}" + (" (re-attached)" if s.get("reused") else ""),
-        *[f"validation: snapshot {v.get('name', '?')}: {v['records']} records" for k, v in st.get("splits", {}).items() if k == "val"],
+        f"({human_bytes(s.get('image_bytes', 0))} of images) in {d.get('store', '/dev/shm')}"
+        + (" (re-attached)" if s.get("reused") else ""),
+        *[
+            f"validation: snapshot {v.get('name', '?')}: {v['records']} records"
+            for k, v in st.get("splits", {}).items()
+            if k == "val"
+        ],
         "",
-        format_table([[w["index"], w["pid"], w["state"], w["samples_done"], w["busy_s"]] for w in st["workers"]], ["worker", "pid", "state", "samples done", "busy s"]),
+        format_table(
+            [[w["index"], w["pid"], w["state"], w["samples_done"], w["busy_s"]] for w in st["workers"]],
+            ["worker", "pid", "state", "samples done", "busy s"],
+        ),
         "",
     ]
     if st["trainers"]:
-        rows = [[t["trainer_id"], t["pid"], t["delivery"], f"seed={t['settings']['seed']} batch={t['settings']['batch_size']} rank={t['settings']['rank']}/{t['settings']['world_size']}",
-                 f"{t['epoch']}:{t['next_batch']}/{t['num_batches']}", t["batches_delivered"], t["img_per_s"], f"{t['slots_in_use']}/{t['slots']}", human_bytes(t["ring_nbytes"])] for t in st["trainers"]]
-        lines.append(format_table(rows, ["trainer", "pid", "delivery", "settings", "epoch:batch", "delivered", "img/s", "slots in use", "ring"]))
+        rows = [
+            [
+                t["trainer_id"],
+                t["pid"],
+                t["delivery"],
+                f"seed={t['settings']['seed']} batch={t['settings']['batch_size']} rank={t['settings']['rank']}/{t['settings']['world_size']}",
+                f"{t['epoch']}:{t['next_batch']}/{t['num_batches']}",
+                t["batches_delivered"],
+                t["img_per_s"],
+                f"{t['slots_in_use']}/{t['slots']}",
+                human_bytes(t["ring_nbytes"]),
+            ]
+            for t in st["trainers"]
+        ]
+        lines.append(
+            format_table(
+                rows,
+                ["trainer", "pid", "delivery", "settings", "epoch:batch", "delivered", "img/s", "slots in use", "ring"],
+            )
+        )
         unlisted = d.get("trainers_total", len(st["trainers"])) - len(st["trainers"])
         if unlisted > 0:
             lines.append(f"({unlisted} more trainers attached, not listed: the reply has a size limit)")

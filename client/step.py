@@ -33,7 +33,15 @@ from .feeder import Feeder
 log = logging.getLogger(__name__)
 
 
-def lr_at(step: int, *, lr: float, warmup_steps: int, total_steps: int, schedule: str = "cosine", final_lr_fraction: float = 0.01) -> float:
+def lr_at(
+    step: int,
+    *,
+    lr: float,
+    warmup_steps: int,
+    total_steps: int,
+    schedule: str = "cosine",
+    final_lr_fraction: float = 0.01,
+) -> float:
     """The learning rate of ``step`` (0-based): linear warm-up, then cosine or linear decay."""
     if step < warmup_steps:
         return lr * (step + 1) / warmup_steps
@@ -60,16 +68,41 @@ def _param_groups(model: torch.nn.Module, weight_decay: float) -> list[dict]:
 class DetectorStep:
     """Forward + loss + backward + optimizer + EMA over static buffers (see module docstring)."""
 
-    def __init__(self, *, num_classes: int, batch_size: int, imgsz: int, max_targets: int, total_steps: int, device: str | torch.device = "cpu",
-                 scale: str = "n", optimizer: str = "SGD", lr: float = 0.01, momentum: float = 0.937, weight_decay: float = 5e-4,
-                 warmup_steps: int = 100, schedule: str = "cosine", final_lr_fraction: float = 0.01, ema_decay: float = 0.9999,
-                 ema_tau: float = 2000.0, seed: int = 0, use_graph: bool | None = None, graph_warmup_steps: int = 3):
+    def __init__(
+        self,
+        *,
+        num_classes: int,
+        batch_size: int,
+        imgsz: int,
+        max_targets: int,
+        total_steps: int,
+        device: str | torch.device = "cpu",
+        scale: str = "n",
+        optimizer: str = "SGD",
+        lr: float = 0.01,
+        momentum: float = 0.937,
+        weight_decay: float = 5e-4,
+        warmup_steps: int = 100,
+        schedule: str = "cosine",
+        final_lr_fraction: float = 0.01,
+        ema_decay: float = 0.9999,
+        ema_tau: float = 2000.0,
+        seed: int = 0,
+        use_graph: bool | None = None,
+        graph_warmup_steps: int = 3,
+    ):
         if optimizer not in ("SGD", "AdamW"):
             raise ValueError(f"optimizer {optimizer!r}: use SGD or AdamW")
         self.device = torch.device(device)
         cuda = self.device.type == "cuda"
         self.batch_size, self.imgsz, self.max_targets = batch_size, imgsz, max_targets
-        self.schedule = dict(lr=lr, warmup_steps=warmup_steps, total_steps=total_steps, schedule=schedule, final_lr_fraction=final_lr_fraction)
+        self.schedule = dict(
+            lr=lr,
+            warmup_steps=warmup_steps,
+            total_steps=total_steps,
+            schedule=schedule,
+            final_lr_fraction=final_lr_fraction,
+        )
         self.ema_params = dict(decay=ema_decay, tau=ema_tau)
         torch.manual_seed(seed)
         self.model = Detector(num_classes, scale=scale).to(self.device)
@@ -84,7 +117,9 @@ class DetectorStep:
             self.optimizer = torch.optim.AdamW(groups, lr=self.lr, betas=(momentum, 0.999), capturable=cuda)
         self.ema_weight = torch.zeros((), device=self.device)  # 1 - decay of the coming update
         self.feeder = Feeder(batch_size=batch_size, imgsz=imgsz, max_targets=max_targets, device=self.device)
-        self.static_images, self.static_targets, self.static_mask = (self.feeder.static[k] for k in ("images", "targets", "mask"))
+        self.static_images, self.static_targets, self.static_mask = (
+            self.feeder.static[k] for k in ("images", "targets", "mask")
+        )
         self.loss_sum = torch.zeros(4, device=self.device)  # total, box, cls, dfl since the last read
         self._summed = 0
         self.use_graph = cuda if use_graph is None else (use_graph and cuda)
@@ -145,8 +180,12 @@ class DetectorStep:
         released once this returns."""
         src = images if isinstance(images, torch.Tensor) else torch.from_numpy(np.asarray(images))
         if tuple(src.shape) != tuple(self.static_images.shape):
-            raise ValueError(f"batch of shape {tuple(src.shape)} does not fit the step's static shape {tuple(self.static_images.shape)}")
-        targets, mask = pad_targets(np.asarray(rows, np.float32).reshape(-1, 6), self.batch_size, self.max_targets, files=files)
+            raise ValueError(
+                f"batch of shape {tuple(src.shape)} does not fit the step's static shape {tuple(self.static_images.shape)}"
+            )
+        targets, mask = pad_targets(
+            np.asarray(rows, np.float32).reshape(-1, 6), self.batch_size, self.max_targets, files=files
+        )
         self.feeder.put(src, targets, mask)
 
     def step(self, images=None, rows: np.ndarray | None = None, files=None) -> None:
@@ -191,7 +230,12 @@ class DetectorStep:
 
     # -- checkpoints ------------------------------------------------------------------------
     def state_dict(self) -> dict:
-        return {"model": self.model.state_dict(), "ema": self.ema.state_dict(), "optimizer": self.optimizer.state_dict(), "steps": self.steps}
+        return {
+            "model": self.model.state_dict(),
+            "ema": self.ema.state_dict(),
+            "optimizer": self.optimizer.state_dict(),
+            "steps": self.steps,
+        }
 
     def load_state_dict(self, state: dict) -> None:
         self.model.load_state_dict(state["model"])

@@ -28,24 +28,40 @@ def memory_lines(mem: dict) -> Text:
     out = Text()
     per = mem.get("ring_bytes_per_trainer")
     each = f" ({human_bytes(per)} per trainer)" if per else ""
-    out.append(f"snapshot retained {human_bytes(mem['snapshot_bytes'])} ({mem['dtype']}), batch rings {human_bytes(mem['ring_bytes'])}{each}\n")
+    out.append(
+        f"snapshot retained {human_bytes(mem['snapshot_bytes'])} ({mem['dtype']}), batch rings {human_bytes(mem['ring_bytes'])}{each}\n"
+    )
     out.append(f"decoded uint8 cache of the same images: {human_bytes(decoded)} once")
     if n:
         out.append(f", {human_bytes(mem['uint8_caches_bytes'])} if each of the {n} trainer(s) kept its own")
     out.append("\n")
     k = mem["break_even_trainers"]
     if k is None:
-        out.append("break-even: attach a trainer to measure its ring" if not n else "break-even: never (a ring costs more than a uint8 cache)", style="yellow")
+        out.append(
+            "break-even: attach a trainer to measure its ring"
+            if not n
+            else "break-even: never (a ring costs more than a uint8 cache)",
+            style="yellow",
+        )
     else:
         now = "reached" if n >= k else "not yet"
-        out.append(f"break-even: from trainer {k} on, less than a uint8 cache each ({n} now: {now})", style="green" if n >= k else "yellow")
-    out.append(f"\nPSS: service {human_bytes(mem['service_pss_bytes'])} (daemon, workers, their segments), "
-               f"trainers {human_bytes(mem['trainers_pss_bytes'])}, total {human_bytes(mem['total_pss_bytes'])}\n")
+        out.append(
+            f"break-even: from trainer {k} on, less than a uint8 cache each ({n} now: {now})",
+            style="green" if n >= k else "yellow",
+        )
+    out.append(
+        f"\nPSS: service {human_bytes(mem['service_pss_bytes'])} (daemon, workers, their segments), "
+        f"trainers {human_bytes(mem['trainers_pss_bytes'])}, total {human_bytes(mem['total_pss_bytes'])}\n"
+    )
     shm = mem["shm"]
     where = mem.get("store", {})
-    out.append(f"{where.get('path', '/dev/shm')}: {human_bytes(shm['free_bytes'])} free of {human_bytes(shm['size_bytes'])}")
+    out.append(
+        f"{where.get('path', '/dev/shm')}: {human_bytes(shm['free_bytes'])} free of {human_bytes(shm['size_bytes'])}"
+    )
     if where and not where.get("memory", True):
-        out.append(f" ({where.get('fs_type') or 'disk'}: {human_bytes(mem.get('snapshot_resident_bytes', 0))} of the snapshot in the page cache)")
+        out.append(
+            f" ({where.get('fs_type') or 'disk'}: {human_bytes(mem.get('snapshot_resident_bytes', 0))} of the snapshot in the page cache)"
+        )
     return out
 
 
@@ -53,7 +69,9 @@ def processes_table(mem: dict) -> Table:
     t = _table("pid", "process", "rss", "uss", "pss")
     for p in mem["processes"]:
         who = p["role"] if p["index"] is None else f"{p['role']} {p['index']}"
-        t.add_row(str(p["pid"]), who, human_bytes(p["rss_bytes"]), human_bytes(p["uss_bytes"]), human_bytes(p["pss_bytes"]))
+        t.add_row(
+            str(p["pid"]), who, human_bytes(p["rss_bytes"]), human_bytes(p["uss_bytes"]), human_bytes(p["pss_bytes"])
+        )
     return t
 
 
@@ -64,8 +82,15 @@ def trainers_table(st: dict) -> Table | Text:
     for tr in st["trainers"]:
         s = tr["settings"]
         wait = tr.get("data_wait_s", 0.0) / tr["attached_s"] if tr.get("attached_s") else 0.0
-        t.add_row(str(tr["trainer_id"]), str(tr["pid"]), f"{s['seed']}/{s['batch_size']} r{s['rank']}/{s['world_size']}",
-                  f"{tr['epoch']}:{tr['next_batch']}/{tr['num_batches']}", f"{tr['img_per_s']:.1f}", f"{100 * wait:.0f}%", human_bytes(tr["ring_nbytes"]))
+        t.add_row(
+            str(tr["trainer_id"]),
+            str(tr["pid"]),
+            f"{s['seed']}/{s['batch_size']} r{s['rank']}/{s['world_size']}",
+            f"{tr['epoch']}:{tr['next_batch']}/{tr['num_batches']}",
+            f"{tr['img_per_s']:.1f}",
+            f"{100 * wait:.0f}%",
+            human_bytes(tr["ring_nbytes"]),
+        )
     return t
 
 
@@ -79,6 +104,18 @@ def workers_table(st: dict) -> Table:
 
 def frame(st: dict, mem: dict) -> Group:
     d, s = st["daemon"], st["snapshot"]
-    head = Text(f"pixpool daemon {d['pid']} on {d['endpoint']}, up {d['uptime_s']:.0f} s; snapshot {s.get('name', '?')}: "
-                f"{s['records']} records at {s['imgsz']}", style="bold")
-    return Group(head, memory_lines(mem), Text(""), trainers_table(st), Text(""), workers_table(st), Text(""), processes_table(mem))
+    head = Text(
+        f"pixpool daemon {d['pid']} on {d['endpoint']}, up {d['uptime_s']:.0f} s; snapshot {s.get('name', '?')}: "
+        f"{s['records']} records at {s['imgsz']}",
+        style="bold",
+    )
+    return Group(
+        head,
+        memory_lines(mem),
+        Text(""),
+        trainers_table(st),
+        Text(""),
+        workers_table(st),
+        Text(""),
+        processes_table(mem),
+    )

@@ -45,13 +45,24 @@ from pixpool.client.detect import DetectionLoss, Detector, pad_targets
 
 def parse_args(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description="DDP training of the reference detector on a pixpool stream")
-    p.add_argument("--socket-dir", default=None, help="the node daemon's socket directory (as given to `pixpool serve`)")
-    p.add_argument("--endpoint", default=None, metavar="tcp://HOST:PORT", help="a remote daemon over TCP instead (needs --keys)")
-    p.add_argument("--keys", default=None, metavar="DIR", help="CURVE key directory for --endpoint (made by `pixpool keys DIR`)")
+    p.add_argument(
+        "--socket-dir", default=None, help="the node daemon's socket directory (as given to `pixpool serve`)"
+    )
+    p.add_argument(
+        "--endpoint", default=None, metavar="tcp://HOST:PORT", help="a remote daemon over TCP instead (needs --keys)"
+    )
+    p.add_argument(
+        "--keys", default=None, metavar="DIR", help="CURVE key directory for --endpoint (made by `pixpool keys DIR`)"
+    )
     p.add_argument("--epochs", type=int, default=10)
     p.add_argument("--batch-size", type=int, default=16, help="images per rank per step")
     p.add_argument("--imgsz", type=int, default=640, help="must match the daemon's --imgsz")
-    p.add_argument("--seed", type=int, default=0, help="stream seed: the same on every rank (the shards then partition one epoch order)")
+    p.add_argument(
+        "--seed",
+        type=int,
+        default=0,
+        help="stream seed: the same on every rank (the shards then partition one epoch order)",
+    )
     p.add_argument("--scale", default="n", help="detector scale: n, s, m, or tiny (CPU)")
     p.add_argument("--lr", type=float, default=0.01)
     p.add_argument("--max-targets", type=int, default=100, help="box slots per image in the padded targets")
@@ -78,8 +89,16 @@ def main(argv=None) -> int:
     rank = dist.get_rank()
     try:
         # Rank and world size come from the group; the same seed on every rank.
-        with pixpool.client.attach(args.socket_dir, endpoint=args.endpoint, keys_dir=args.keys, batch_size=args.batch_size, seed=args.seed, imgsz=args.imgsz, timeout_s=args.timeout_s,
-                                   zero_copy=True) as loader:  # the loop below keeps no batch past the next
+        with pixpool.client.attach(
+            args.socket_dir,
+            endpoint=args.endpoint,
+            keys_dir=args.keys,
+            batch_size=args.batch_size,
+            seed=args.seed,
+            imgsz=args.imgsz,
+            timeout_s=args.timeout_s,
+            zero_copy=True,
+        ) as loader:  # the loop below keeps no batch past the next
             torch.manual_seed(args.seed)  # the same initial weights on every rank (DDP also broadcasts them)
             model = Detector(loader.num_classes, scale=args.scale).to(device)
             ddp = DistributedDataParallel(model, device_ids=[local_rank] if cuda else None)
@@ -94,7 +113,9 @@ def main(argv=None) -> int:
                     # zero_copy: the batch is a view of a ring slot, copied to the device before the next is asked for.
                     targets, mask = pad_targets(rows.numpy(), len(images), args.max_targets)
                     x = images.to(device, non_blocking=True).float().div_(255.0)
-                    loss, _ = loss_fn(ddp(x), torch.from_numpy(targets).to(device), torch.from_numpy(mask).to(device), args.imgsz)
+                    loss, _ = loss_fn(
+                        ddp(x), torch.from_numpy(targets).to(device), torch.from_numpy(mask).to(device), args.imgsz
+                    )
                     optimizer.zero_grad(set_to_none=True)
                     loss.backward()
                     optimizer.step()
@@ -102,10 +123,21 @@ def main(argv=None) -> int:
                     seen += batch.indices.tolist()
                 dist.all_reduce(total)
                 if rank == 0:
-                    print(f"epoch {epoch}: mean loss {total.item() / max(1, len(loader) * dist.get_world_size()):.3f}", flush=True)
+                    print(
+                        f"epoch {epoch}: mean loss {total.item() / max(1, len(loader) * dist.get_world_size()):.3f}",
+                        flush=True,
+                    )
                 if args.record:
                     dist.barrier()  # every rank is attached while each one looks at /proc
-                    _record(args.record, rank=rank, world_size=dist.get_world_size(), local_rank=local_rank, epoch=epoch, indices=seen, batches=len(loader))
+                    _record(
+                        args.record,
+                        rank=rank,
+                        world_size=dist.get_world_size(),
+                        local_rank=local_rank,
+                        epoch=epoch,
+                        indices=seen,
+                        batches=len(loader),
+                    )
                     dist.barrier()
     finally:
         dist.destroy_process_group()

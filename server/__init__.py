@@ -11,13 +11,32 @@ they touch.
 
 from importlib import import_module
 
-__all__ = ["load_dataset", "write_synthetic", "prepare_snapshot", "Snapshot", "list_snapshots", "ReferenceSource", "render_batch",
-           "run_daemon", "stop_process", "preflight", "Daemon"]
+__all__ = [
+    "load_dataset",
+    "write_synthetic",
+    "prepare_snapshot",
+    "Snapshot",
+    "list_snapshots",
+    "ReferenceSource",
+    "render_batch",
+    "run_daemon",
+    "stop_process",
+    "preflight",
+    "Daemon",
+]
 
 _WHERE = {
-    "load_dataset": "readers", "write_synthetic": "synthetic", "prepare_snapshot": "snapshot.prepare", "Snapshot": "snapshot.handle",
-    "list_snapshots": "snapshot.handle", "ReferenceSource": "snapshot.reference", "render_batch": "augment.batch",
-    "run_daemon": "daemon.run", "stop_process": "daemon.run", "preflight": "daemon.admission", "Daemon": "daemon.service",
+    "load_dataset": "readers",
+    "write_synthetic": "synthetic",
+    "prepare_snapshot": "snapshot.prepare",
+    "Snapshot": "snapshot.handle",
+    "list_snapshots": "snapshot.handle",
+    "ReferenceSource": "snapshot.reference",
+    "render_batch": "augment.batch",
+    "run_daemon": "daemon.run",
+    "stop_process": "daemon.run",
+    "preflight": "daemon.admission",
+    "Daemon": "daemon.service",
 }
 
 

@@ -188,15 +188,17 @@ def write_synthetic(root: str | Path, *, num_images: int = 24, seed: int = 0) ->
             lines.append(_yolo_line(cls, pts, w, h))
             x0, y0 = pts.min(axis=0)
             x1, y1 = pts.max(axis=0)
-            coco_anns.append({
-                "id": len(coco_anns) + 1,
-                "image_id": image_id,
-                "category_id": CATEGORY_IDS[cls],
-                "segmentation": [[float(v) for v in pts.reshape(-1)]],
-                "bbox": [float(x0), float(y0), round(float(x1 - x0), 2), round(float(y1 - y0), 2)],
-                "area": round(polygon_area(pts), 2),
-                "iscrowd": 0,
-            })
+            coco_anns.append(
+                {
+                    "id": len(coco_anns) + 1,
+                    "image_id": image_id,
+                    "category_id": CATEGORY_IDS[cls],
+                    "segmentation": [[float(v) for v in pts.reshape(-1)]],
+                    "bbox": [float(x0), float(y0), round(float(x1 - x0), 2), round(float(y1 - y0), 2)],
+                    "area": round(polygon_area(pts), 2),
+                    "iscrowd": 0,
+                }
+            )
         if not cv2.imwrite(str(images_dir / f"{stem}.jpg"), img, [cv2.IMWRITE_JPEG_QUALITY, _JPEG_QUALITY]):
             raise OSError(f"cv2.imwrite could not write {images_dir / f'{stem}.jpg'}")
         if i != _BACKGROUND_INDICES[1]:  # one background image has no label file at all
@@ -207,10 +209,19 @@ def write_synthetic(root: str | Path, *, num_images: int = 24, seed: int = 0) ->
         "info": {"description": f"pixpool synthetic dataset, seed {seed}", "version": "1"},
         "images": coco_images,
         "annotations": coco_anns,
-        "categories": [{"id": cid, "name": name, "supercategory": "shape"} for cid, name in zip(CATEGORY_IDS, CLASS_NAMES)],
+        "categories": [
+            {"id": cid, "name": name, "supercategory": "shape"} for cid, name in zip(CATEGORY_IDS, CLASS_NAMES)
+        ],
     }
     coco_json = ann_dir / "instances_train.json"
     coco_json.write_text(json.dumps(coco, separators=(",", ":")) + "\n")
     data_yaml = root / "data.yaml"
     data_yaml.write_text(_data_yaml(num_images, seed))
-    return SyntheticData(root=root, images_dir=images_dir, labels_dir=labels_dir, coco_json=coco_json, data_yaml=data_yaml, num_images=num_images)
+    return SyntheticData(
+        root=root,
+        images_dir=images_dir,
+        labels_dir=labels_dir,
+        coco_json=coco_json,
+        data_yaml=data_yaml,
+        num_images=num_images,
+    )

@@ -25,8 +25,24 @@ from .stream.records import Dataset, Record, Targets
 __version__ = "0.1.0"
 
 __all__ = [
-    "FILL_VALUE", "AugmentConfig", "DaemonConfig", "StreamSettings", "Dataset", "Record", "Targets",
-    "PixpoolError", "DatasetError", "MissingFileError", "ImageDecodeError", "CapacityError", "SnapshotError",
-    "ConfigError", "ProtocolError", "RenderError", "MissingExtraError", "DaemonStopped", "DaemonTimeout",
+    "FILL_VALUE",
+    "AugmentConfig",
+    "DaemonConfig",
+    "StreamSettings",
+    "Dataset",
+    "Record",
+    "Targets",
+    "PixpoolError",
+    "DatasetError",
+    "MissingFileError",
+    "ImageDecodeError",
+    "CapacityError",
+    "SnapshotError",
+    "ConfigError",
+    "ProtocolError",
+    "RenderError",
+    "MissingExtraError",
+    "DaemonStopped",
+    "DaemonTimeout",
     "NotAuthorized",
 ]

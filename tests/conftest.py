@@ -28,7 +28,9 @@ _segments_before: set[str] = set()
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    config.addinivalue_line("markers", "ultralytics: needs Ultralytics (CI runs these in its own venv: pytest -m ultralytics)")
+    config.addinivalue_line(
+        "markers", "ultralytics: needs Ultralytics (CI runs these in its own venv: pytest -m ultralytics)"
+    )
 
 
 def pytest_sessionstart(session: pytest.Session) -> None:
@@ -56,7 +58,11 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     from pixpool.shared.transport.procmem import segment_users
 
     me = psutil.Process(os.getpid())
-    children = [p for p in me.children(recursive=True) if p.is_running() and p.status() != psutil.STATUS_ZOMBIE and not _is_resource_tracker(p)]
+    children = [
+        p
+        for p in me.children(recursive=True)
+        if p.is_running() and p.status() != psutil.STATUS_ZOMBIE and not _is_resource_tracker(p)
+    ]
     ours = {os.getpid()} | {p.pid for p in children}
     users = segment_users()  # which of the holders are this run's (it sees its own namespace)
     # A segment a process outside this run holds belongs to someone else (another test run
@@ -83,7 +89,9 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
 def coco128() -> Path:
     """The shared coco128 copy beside the checkout; skips where it is absent (a fresh clone)."""
     if not (COCO128 / "annotations" / "instances_train2017.json").is_file():
-        pytest.skip(f"coco128 not found at {COCO128}: it lives in ../shared/data beside the checkout, absent in a fresh clone")
+        pytest.skip(
+            f"coco128 not found at {COCO128}: it lives in ../shared/data beside the checkout, absent in a fresh clone"
+        )
     return COCO128
 
 
@@ -126,7 +134,12 @@ def other_user():
         pwd.getpwnam(OTHER_USER)
         made = False
     except KeyError:
-        subprocess.run(["useradd", "--no-create-home", "--shell", "/usr/sbin/nologin", OTHER_USER], check=True, capture_output=True, timeout=60)
+        subprocess.run(
+            ["useradd", "--no-create-home", "--shell", "/usr/sbin/nologin", OTHER_USER],
+            check=True,
+            capture_output=True,
+            timeout=60,
+        )
         made = True
     entry = pwd.getpwnam(OTHER_USER)
     yield User(OTHER_USER, entry.pw_uid, entry.pw_gid)

@@ -24,8 +24,18 @@ from pathlib import Path
 
 
 def configure(parser: argparse.ArgumentParser, name: str) -> None:
-    parser.add_argument("--workdir", metavar="DIR", default=None, help="where the dataset and sockets go (default: a temporary folder, removed after)")
-    parser.add_argument("--project", metavar="DIR", default="pixpool-demo-runs", help="where each trainer's results and checkpoints go (default ./pixpool-demo-runs)")
+    parser.add_argument(
+        "--workdir",
+        metavar="DIR",
+        default=None,
+        help="where the dataset and sockets go (default: a temporary folder, removed after)",
+    )
+    parser.add_argument(
+        "--project",
+        metavar="DIR",
+        default="pixpool-demo-runs",
+        help="where each trainer's results and checkpoints go (default ./pixpool-demo-runs)",
+    )
     parser.add_argument("--num-images", type=int, default=48, help="synthetic images (default 48)")
     parser.add_argument("--imgsz", type=int, default=128, help="training image size (default 128)")
     parser.add_argument("--workers", type=int, default=2, help="augmentation workers (default 2)")
@@ -60,26 +70,48 @@ def _demo(workdir: Path, args: argparse.Namespace) -> int:
 
     require_torch("pixpool demo (its trainers)")
     data_dir = workdir / "data"
-    subprocess.run(cli_command("synth", str(data_dir), "--num-images", str(args.num_images), "--seed", "0"), check=True, stdout=subprocess.DEVNULL)
+    subprocess.run(
+        cli_command("synth", str(data_dir), "--num-images", str(args.num_images), "--seed", "0"),
+        check=True,
+        stdout=subprocess.DEVNULL,
+    )
     names = yaml.safe_load((data_dir / "data.yaml").read_text())["names"]
-    print(f"[1/5] synthetic dataset: {args.num_images} images, {len(names)} classes -> {data_dir / 'data.yaml'}", flush=True)
+    print(
+        f"[1/5] synthetic dataset: {args.num_images} images, {len(names)} classes -> {data_dir / 'data.yaml'}",
+        flush=True,
+    )
     before = set(list_segments())
     serve = [str(data_dir / "data.yaml"), "--imgsz", str(args.imgsz), "--workers", str(args.workers)]
     ok = True
     projects = {}
     with serve_child(serve, socket_dir=str(workdir / "sock"), timeout_s=args.timeout_s) as (daemon, sock, status):
         snapshot_names = {info["name"] for info in status["splits"].values()}
-        print(f"[2/5] daemon pid {daemon.pid} serving on {sock} with {args.workers} workers (train and val)", flush=True)
+        print(
+            f"[2/5] daemon pid {daemon.pid} serving on {sock} with {args.workers} workers (train and val)", flush=True
+        )
         ctx = spawn_context()
         results = ctx.Queue()
         trainers = []
         try:
             for i in range(args.trainers):
                 project = Path(args.project) / f"trainer-{i}"
-                config = FitConfig(epochs=args.epochs, batch_size=args.batch_size, seed=i, scale=args.model, optimizer="AdamW", lr=0.002,
-                                   device="cpu", project=str(project), progress=False, log_every=1000, augment=AugmentConfig(imgsz=args.imgsz),
-                                   threads=max(1, (os.cpu_count() or 1) // args.trainers))
-                p = ctx.Process(target=fit_process, args=(dataclasses.asdict(config), sock, results), name=f"pixpool-trainer-{i}")
+                config = FitConfig(
+                    epochs=args.epochs,
+                    batch_size=args.batch_size,
+                    seed=i,
+                    scale=args.model,
+                    optimizer="AdamW",
+                    lr=0.002,
+                    device="cpu",
+                    project=str(project),
+                    progress=False,
+                    log_every=1000,
+                    augment=AugmentConfig(imgsz=args.imgsz),
+                    threads=max(1, (os.cpu_count() or 1) // args.trainers),
+                )
+                p = ctx.Process(
+                    target=fit_process, args=(dataclasses.asdict(config), sock, results), name=f"pixpool-trainer-{i}"
+                )
                 p.start()
                 trainers.append(p)
                 projects[p.pid] = (i, project)
@@ -99,8 +131,11 @@ def _demo(workdir: Path, args: argparse.Namespace) -> int:
                     attached.add(pid)
                 elif kind == "epoch":
                     r = payload
-                    print(f"  trainer {projects[pid][0]} (seed {projects[pid][0]}): epoch {r['epoch'] + 1}/{args.epochs} loss {r['loss']:.2f} "
-                          f"mAP50 {r.get('mAP50', float('nan')):.3f} mAP50-95 {r.get('mAP50_95', float('nan')):.3f}", flush=True)
+                    print(
+                        f"  trainer {projects[pid][0]} (seed {projects[pid][0]}): epoch {r['epoch'] + 1}/{args.epochs} loss {r['loss']:.2f} "
+                        f"mAP50 {r.get('mAP50', float('nan')):.3f} mAP50-95 {r.get('mAP50_95', float('nan')):.3f}",
+                        flush=True,
+                    )
                 elif kind == "done":
                     reports[pid] = payload
                 else:
@@ -114,9 +149,12 @@ def _demo(workdir: Path, args: argparse.Namespace) -> int:
                 index, project = projects[pid]
                 png = _plot(project / "results.jsonl")
                 m = r["metrics"]
-                print(f"  trainer {index} (seed {index}) on {r['device']}: {r['epochs']} epochs, {r['images_per_s']:.1f} img/s, "
-                      f"final loss {r['final_loss']:.3f}, mAP50 {m.get('mAP50', float('nan')):.3f}, mAP50-95 {m.get('mAP50_95', float('nan')):.3f}, "
-                      f"data wait {100 * r['data_wait_fraction']:.0f}%; results {png}; checkpoint {r['checkpoint']}", flush=True)
+                print(
+                    f"  trainer {index} (seed {index}) on {r['device']}: {r['epochs']} epochs, {r['images_per_s']:.1f} img/s, "
+                    f"final loss {r['final_loss']:.3f}, mAP50 {m.get('mAP50', float('nan')):.3f}, mAP50-95 {m.get('mAP50_95', float('nan')):.3f}, "
+                    f"data wait {100 * r['data_wait_fraction']:.0f}%; results {png}; checkpoint {r['checkpoint']}",
+                    flush=True,
+                )
             for pid, text in sorted(errors.items()):
                 print(f"  trainer {projects[pid][0]} failed: {text}", file=sys.stderr)
                 ok = False

@@ -26,15 +26,36 @@ def run(args: argparse.Namespace) -> int:
     if args.socket_dir is None and args.workers < 1:
         raise ConfigError(f"--workers {args.workers} must be at least 1 for a temporary daemon")
     workers = None if args.socket_dir is not None else args.workers
-    digests = daemon_digests(settings, args.epoch, args.batches, socket_dir=args.socket_dir, workers=workers, data=args.data,
-                             images=args.images, processes=args.processes, dtype=args.dtype, store=args.store)
+    digests = daemon_digests(
+        settings,
+        args.epoch,
+        args.batches,
+        socket_dir=args.socket_dir,
+        workers=workers,
+        data=args.data,
+        images=args.images,
+        processes=args.processes,
+        dtype=args.dtype,
+        store=args.store,
+    )
     digest.report(args, "daemon", settings, digests)
     return 0
 
 
-def daemon_digests(settings: StreamSettings, epoch: int, batches: int | None = None, *, socket_dir: str | None = None, workers: int | None = None,
-                   data: str | None = None, images: str | None = None, processes: int = 2, dtype: str = "float32",
-                   timeout_s: float = 300.0, store: str | None = None) -> list[str]:
+def daemon_digests(
+    settings: StreamSettings,
+    epoch: int,
+    batches: int | None = None,
+    *,
+    socket_dir: str | None = None,
+    workers: int | None = None,
+    data: str | None = None,
+    images: str | None = None,
+    processes: int = 2,
+    dtype: str = "float32",
+    timeout_s: float = 300.0,
+    store: str | None = None,
+) -> list[str]:
     """One sha256 per batch of ``epoch`` (the first ``batches`` of them, or all).
 
     ``workers`` None: attach to the daemon at ``socket_dir``. Otherwise start a temporary
@@ -47,7 +68,17 @@ def daemon_digests(settings: StreamSettings, epoch: int, batches: int | None = N
         raise ConfigError("a temporary daemon needs the dataset: pass data (and images for a COCO json)")
     from ..child import serve_child
 
-    serve = [str(data), "--imgsz", str(settings.augment.imgsz), "--workers", str(workers), "--processes", str(processes), "--dtype", dtype]
+    serve = [
+        str(data),
+        "--imgsz",
+        str(settings.augment.imgsz),
+        "--workers",
+        str(workers),
+        "--processes",
+        str(processes),
+        "--dtype",
+        dtype,
+    ]
     if images is not None:
         serve += ["--images", str(images)]
     if store is not None:
@@ -56,7 +87,9 @@ def daemon_digests(settings: StreamSettings, epoch: int, batches: int | None = N
         return _collect(settings, epoch, batches, sdir, timeout_s)
 
 
-def _collect(settings: StreamSettings, epoch: int, batches: int | None, socket_dir: str | None, timeout_s: float) -> list[str]:
+def _collect(
+    settings: StreamSettings, epoch: int, batches: int | None, socket_dir: str | None, timeout_s: float
+) -> list[str]:
     from ..iterator import Client
 
     out = []

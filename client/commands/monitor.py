@@ -20,8 +20,12 @@ def configure(parser: argparse.ArgumentParser, name: str) -> None:
     add_daemon_flags(parser)
     parser.add_argument("--once", action="store_true", help="print one frame and exit")
     parser.add_argument("--interval-s", type=float, default=1.0, help="refresh interval (default 1)")
-    parser.add_argument("--record", metavar="FILE", default=None, help="append one JSON line per sample to FILE (for `pixpool plot`)")
-    parser.add_argument("--samples", type=int, default=None, help="stop after this many samples (default: until Ctrl-C)")
+    parser.add_argument(
+        "--record", metavar="FILE", default=None, help="append one JSON line per sample to FILE (for `pixpool plot`)"
+    )
+    parser.add_argument(
+        "--samples", type=int, default=None, help="stop after this many samples (default: until Ctrl-C)"
+    )
 
 
 def sample(args: argparse.Namespace) -> dict:

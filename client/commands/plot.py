@@ -7,7 +7,9 @@ import argparse
 
 
 def configure(parser: argparse.ArgumentParser, name: str) -> None:
-    parser.add_argument("file", metavar="FILE", help="JSON lines written by `pixpool monitor --record FILE`, or a run's results.jsonl")
+    parser.add_argument(
+        "file", metavar="FILE", help="JSON lines written by `pixpool monitor --record FILE`, or a run's results.jsonl"
+    )
     parser.add_argument("-o", "--out", default="memory.png", help="PNG to write (default memory.png)")
 
 

@@ -18,13 +18,21 @@ def add_daemon_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--socket-dir", metavar="DIR", default=None, help="the daemon's socket directory")
     parser.add_argument("--timeout-s", type=float, default=3.0, help="how long to wait for the daemon (default 3)")
     parser.add_argument("--json", action="store_true", help="print JSON instead of tables")
-    parser.add_argument("--store", metavar="DIR", default=None, help="where this process sees the daemon's store (default: the path the daemon reports)")
+    parser.add_argument(
+        "--store",
+        metavar="DIR",
+        default=None,
+        help="where this process sees the daemon's store (default: the path the daemon reports)",
+    )
 
 
 def configure(parser: argparse.ArgumentParser, name: str) -> None:
     add_daemon_flags(parser)
-    parser.add_argument("--probe", action="store_true",
-                        help="ask only whether the daemon is alive and healthy (for liveness and readiness probes)")
+    parser.add_argument(
+        "--probe",
+        action="store_true",
+        help="ask only whether the daemon is alive and healthy (for liveness and readiness probes)",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -33,8 +41,10 @@ def run(args: argparse.Namespace) -> int:
         if args.json:
             print(json.dumps(h))
         else:
-            print(f"daemon pid {h['pid']} {'healthy' if h['healthy'] else 'UNHEALTHY'}: {h['trainers']} trainers, "
-                  f"{h['workers_ready']} workers ready, up {h['uptime_s']:.0f} s")
+            print(
+                f"daemon pid {h['pid']} {'healthy' if h['healthy'] else 'UNHEALTHY'}: {h['trainers']} trainers, "
+                f"{h['workers_ready']} workers ready, up {h['uptime_s']:.0f} s"
+            )
         return 0 if h["healthy"] else 1
     st = query_status(args.socket_dir, timeout_s=args.timeout_s)
     print(json.dumps(st, indent=2) if args.json else format_status(st))

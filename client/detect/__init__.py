@@ -18,7 +18,17 @@ Names are imported on first use, so ``import pixpool.client.detect`` does not lo
 
 from importlib import import_module
 
-__all__ = ["Detector", "DetectionLoss", "TaskAlignedAssigner", "Assignment", "pad_targets", "decode", "nms", "coco_map", "SCALES"]
+__all__ = [
+    "Detector",
+    "DetectionLoss",
+    "TaskAlignedAssigner",
+    "Assignment",
+    "pad_targets",
+    "decode",
+    "nms",
+    "coco_map",
+    "SCALES",
+]
 
 _WHERE = {
     "Detector": "model",

@@ -50,7 +50,9 @@ def ciou(a: torch.Tensor, b: torch.Tensor, *, eps: float = 1e-7) -> torch.Tensor
     bx1, by1, bx2, by2 = b.unbind(-1)
     aw, ah = ax2 - ax1, ay2 - ay1 + eps
     bw, bh = bx2 - bx1, by2 - by1 + eps
-    inter = (torch.minimum(ax2, bx2) - torch.maximum(ax1, bx1)).clamp(min=0) * (torch.minimum(ay2, by2) - torch.maximum(ay1, by1)).clamp(min=0)
+    inter = (torch.minimum(ax2, bx2) - torch.maximum(ax1, bx1)).clamp(min=0) * (
+        torch.minimum(ay2, by2) - torch.maximum(ay1, by1)
+    ).clamp(min=0)
     union = aw * ah + bw * bh - inter + eps
     iou = inter / union
     enclose_w = torch.maximum(ax2, bx2) - torch.minimum(ax1, bx1)
@@ -63,7 +65,9 @@ def ciou(a: torch.Tensor, b: torch.Tensor, *, eps: float = 1e-7) -> torch.Tensor
     return iou - (centre2 / diagonal2 + v * alpha)
 
 
-def make_anchors(feats: list[torch.Tensor], strides: tuple[int, ...], *, offset: float = 0.5) -> tuple[torch.Tensor, torch.Tensor]:
+def make_anchors(
+    feats: list[torch.Tensor], strides: tuple[int, ...], *, offset: float = 0.5
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Cell centres of every level, row-major, levels in order: anchor points (A, 2) as
     (x, y) in grid units of their level, and the stride of each anchor (A, 1).
 

@@ -60,14 +60,18 @@ class DetectionLoss:
         beta: float = 6.0,
     ):
         if num_classes < 1:
-            raise ConfigError.for_field("num_classes", num_classes, "must be at least 1; pass the dataset's class count")
+            raise ConfigError.for_field(
+                "num_classes", num_classes, "must be at least 1; pass the dataset's class count"
+            )
         self.num_classes = num_classes
         self.reg_max = reg_max
         self.strides = tuple(strides)
         self.gains = (box, cls, dfl)
         self.assigner = TaskAlignedAssigner(topk=topk, alpha=alpha, beta=beta)
 
-    def __call__(self, feats: list[torch.Tensor], targets: torch.Tensor, mask: torch.Tensor, imgsz: int) -> tuple[torch.Tensor, torch.Tensor]:
+    def __call__(
+        self, feats: list[torch.Tensor], targets: torch.Tensor, mask: torch.Tensor, imgsz: int
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         self._check(feats, targets, mask)
         distribution, logits = flatten_levels(feats, self.reg_max)
         batch = logits.shape[0]
@@ -108,4 +112,6 @@ class DetectionLoss:
             )
         batch = feats[0].shape[0]
         if targets.ndim != 3 or targets.shape[0] != batch or targets.shape[2] != 5 or mask.shape != targets.shape[:2]:
-            raise ConfigError(f"targets {tuple(targets.shape)} and mask {tuple(mask.shape)} do not fit a batch of {batch}; expected (B, T, 5) and (B, T) from pad_targets")
+            raise ConfigError(
+                f"targets {tuple(targets.shape)} and mask {tuple(mask.shape)} do not fit a batch of {batch}; expected (B, T, 5) and (B, T) from pad_targets"
+            )

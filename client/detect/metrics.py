@@ -35,25 +35,46 @@ def coco_map(
 
     Returns ``{"mAP50_95", "mAP50", "images", "boxes", "detections"}``."""
     if len(predictions) != len(ground_truth):
-        raise ConfigError(f"{len(predictions)} prediction arrays for {len(ground_truth)} ground-truth arrays; pass one of each per image")
+        raise ConfigError(
+            f"{len(predictions)} prediction arrays for {len(ground_truth)} ground-truth arrays; pass one of each per image"
+        )
     if image_sizes is not None and len(image_sizes) != len(ground_truth):
-        raise ConfigError(f"{len(image_sizes)} image sizes for {len(ground_truth)} images; pass one (height, width) per image or none")
+        raise ConfigError(
+            f"{len(image_sizes)} image sizes for {len(ground_truth)} images; pass one (height, width) per image or none"
+        )
     gt_rows = [_rows(g, 5, "ground truth", i) for i, g in enumerate(ground_truth)]
     pred_rows = [_rows(p, 6, "predictions", i) for i, p in enumerate(predictions)]
 
     images, annotations = [], []
     for image_id, rows in enumerate(gt_rows):
-        height, width = image_sizes[image_id] if image_sizes is not None else _extent(rows[:, 1:5], pred_rows[image_id][:, :4])
+        height, width = (
+            image_sizes[image_id] if image_sizes is not None else _extent(rows[:, 1:5], pred_rows[image_id][:, :4])
+        )
         images.append({"id": image_id, "height": int(height), "width": int(width)})
         for cls, x1, y1, x2, y2 in rows.tolist():
             w, h = x2 - x1, y2 - y1
-            annotations.append({"id": len(annotations) + 1, "image_id": image_id, "category_id": int(cls), "bbox": [x1, y1, w, h], "area": w * h, "iscrowd": 0})
+            annotations.append(
+                {
+                    "id": len(annotations) + 1,
+                    "image_id": image_id,
+                    "category_id": int(cls),
+                    "bbox": [x1, y1, w, h],
+                    "area": w * h,
+                    "iscrowd": 0,
+                }
+            )
     detections = [
         {"image_id": image_id, "category_id": int(cls), "bbox": [x1, y1, x2 - x1, y2 - y1], "score": score}
         for image_id, rows in enumerate(pred_rows)
         for x1, y1, x2, y2, score, cls in rows.tolist()
     ]
-    result = {"mAP50_95": 0.0, "mAP50": 0.0, "images": len(images), "boxes": len(annotations), "detections": len(detections)}
+    result = {
+        "mAP50_95": 0.0,
+        "mAP50": 0.0,
+        "images": len(images),
+        "boxes": len(annotations),
+        "detections": len(detections),
+    }
     if not annotations or not detections:
         return result
 

@@ -104,8 +104,18 @@ class DetectHead(nn.Module):
         super().__init__()
         box_hidden = max(16, channels[0] // 4, 4 * reg_max)
         cls_hidden = max(channels[0], min(num_classes, 100))
-        self.box = nn.ModuleList(nn.Sequential(Conv(c, box_hidden, 3), Conv(box_hidden, box_hidden, 3), nn.Conv2d(box_hidden, 4 * reg_max, 1)) for c in channels)
-        self.cls = nn.ModuleList(nn.Sequential(Conv(c, cls_hidden, 3), Conv(cls_hidden, cls_hidden, 3), nn.Conv2d(cls_hidden, num_classes, 1)) for c in channels)
+        self.box = nn.ModuleList(
+            nn.Sequential(
+                Conv(c, box_hidden, 3), Conv(box_hidden, box_hidden, 3), nn.Conv2d(box_hidden, 4 * reg_max, 1)
+            )
+            for c in channels
+        )
+        self.cls = nn.ModuleList(
+            nn.Sequential(
+                Conv(c, cls_hidden, 3), Conv(cls_hidden, cls_hidden, 3), nn.Conv2d(cls_hidden, num_classes, 1)
+            )
+            for c in channels
+        )
 
     def init_biases(self, num_classes: int, strides: tuple[int, ...], *, imgsz: int = 640) -> None:
         """Box logits start flat (bias 1); class logits start at the prior of about 5 objects
@@ -138,7 +148,9 @@ class Detector(nn.Module):
         if scale not in SCALES:
             raise ConfigError.for_field("scale", scale, f"is not a known scale; use one of {sorted(SCALES)}")
         if num_classes < 1:
-            raise ConfigError.for_field("num_classes", num_classes, "must be at least 1; pass the dataset's class count")
+            raise ConfigError.for_field(
+                "num_classes", num_classes, "must be at least 1; pass the dataset's class count"
+            )
         if reg_max < 2:
             raise ConfigError.for_field("reg_max", reg_max, "must be at least 2 bins per box side (16 is customary)")
         depth, width, max_channels = SCALES[scale]
@@ -154,7 +166,9 @@ class Detector(nn.Module):
         self.stage2 = nn.Sequential(Conv(c[64], c[128], 3, 2), C2f(c[128], c[128], n3, shortcut=True))
         self.stage3 = nn.Sequential(Conv(c[128], c[256], 3, 2), C2f(c[256], c[256], n6, shortcut=True))
         self.stage4 = nn.Sequential(Conv(c[256], c[512], 3, 2), C2f(c[512], c[512], n6, shortcut=True))
-        self.stage5 = nn.Sequential(Conv(c[512], c[1024], 3, 2), C2f(c[1024], c[1024], n3, shortcut=True), SPPF(c[1024], c[1024]))
+        self.stage5 = nn.Sequential(
+            Conv(c[512], c[1024], 3, 2), C2f(c[1024], c[1024], n3, shortcut=True), SPPF(c[1024], c[1024])
+        )
 
         # PAN neck: top-down (upsample, concat with the backbone), then bottom-up.
         self.up = nn.Upsample(scale_factor=2, mode="nearest")
@@ -170,7 +184,9 @@ class Detector(nn.Module):
 
     def forward(self, x: torch.Tensor) -> list[torch.Tensor]:
         if x.ndim != 4 or x.shape[1] != 3 or x.shape[2] % 32 or x.shape[3] % 32:
-            raise ConfigError(f"Detector input has shape {tuple(x.shape)}; it needs (B, 3, H, W) with H and W multiples of 32 (letterbox or resize to e.g. 640)")
+            raise ConfigError(
+                f"Detector input has shape {tuple(x.shape)}; it needs (B, 3, H, W) with H and W multiples of 32 (letterbox or resize to e.g. 640)"
+            )
         p3 = self.stage3(self.stage2(self.stem(x)))
         p4 = self.stage4(p3)
         p5 = self.stage5(p4)

@@ -30,17 +30,32 @@ def decode(feats: list[torch.Tensor], strides: tuple[int, ...], reg_max: int) ->
 
 
 @torch.no_grad()
-def nms(boxes: torch.Tensor, scores: torch.Tensor, *, conf_thres: float = 0.001, iou_thres: float = 0.7, max_det: int = 300, max_candidates: int = 30000) -> list[torch.Tensor]:
+def nms(
+    boxes: torch.Tensor,
+    scores: torch.Tensor,
+    *,
+    conf_thres: float = 0.001,
+    iou_thres: float = 0.7,
+    max_det: int = 300,
+    max_candidates: int = 30000,
+) -> list[torch.Tensor]:
     """Class-aware greedy NMS per image: ``boxes`` (B, A, 4) xyxy, ``scores`` (B, A, C) ->
     one (n, 6) tensor ``x1, y1, x2, y2, score, class`` per image, by descending score."""
     if boxes.ndim != 3 or boxes.shape[-1] != 4 or scores.ndim != 3 or scores.shape[:2] != boxes.shape[:2]:
-        raise ConfigError(f"nms got boxes {tuple(boxes.shape)} and scores {tuple(scores.shape)}; expected (B, A, 4) and (B, A, C) from decode")
+        raise ConfigError(
+            f"nms got boxes {tuple(boxes.shape)} and scores {tuple(scores.shape)}; expected (B, A, 4) and (B, A, C) from decode"
+        )
     if max_det < 1:
         raise ConfigError.for_field("max_det", max_det, "must be at least 1 detection per image (300 is customary)")
-    return [_nms_image(b, s, conf_thres=conf_thres, iou_thres=iou_thres, max_det=max_det, max_candidates=max_candidates) for b, s in zip(boxes, scores)]
+    return [
+        _nms_image(b, s, conf_thres=conf_thres, iou_thres=iou_thres, max_det=max_det, max_candidates=max_candidates)
+        for b, s in zip(boxes, scores)
+    ]
 
 
-def _nms_image(boxes: torch.Tensor, scores: torch.Tensor, *, conf_thres: float, iou_thres: float, max_det: int, max_candidates: int) -> torch.Tensor:
+def _nms_image(
+    boxes: torch.Tensor, scores: torch.Tensor, *, conf_thres: float, iou_thres: float, max_det: int, max_candidates: int
+) -> torch.Tensor:
     anchor, label = (scores > conf_thres).nonzero(as_tuple=True)
     candidate_scores = scores[anchor, label]
     # Stable sort so equal scores keep anchor order: the result does not depend on the

@@ -17,7 +17,9 @@ import numpy as np
 from ...shared.errors import CapacityError, ConfigError
 
 
-def pad_targets(rows: np.ndarray, batch_size: int, max_targets: int, *, files: Sequence[str] | None = None) -> tuple[np.ndarray, np.ndarray]:
+def pad_targets(
+    rows: np.ndarray, batch_size: int, max_targets: int, *, files: Sequence[str] | None = None
+) -> tuple[np.ndarray, np.ndarray]:
     """``rows`` (n, 6) -> ``targets`` (B, T, 5) float32 ``class, cx, cy, w, h`` and ``mask``
     (B, T) bool, with B = ``batch_size`` and T = ``max_targets``.
 
@@ -29,9 +31,13 @@ def pad_targets(rows: np.ndarray, batch_size: int, max_targets: int, *, files: S
         raise ConfigError.for_field("max_targets", max_targets, "must be at least 1 box slot per image")
     rows = np.asarray(rows, dtype=np.float32)
     if rows.ndim != 2 or rows.shape[1] != 6:
-        raise ConfigError(f"target rows have shape {rows.shape}; expected (n, 6) rows of batch_index, class, cx, cy, w, h")
+        raise ConfigError(
+            f"target rows have shape {rows.shape}; expected (n, 6) rows of batch_index, class, cx, cy, w, h"
+        )
     if files is not None and len(files) != batch_size:
-        raise ConfigError(f"{len(files)} file names given for a batch of {batch_size} images; pass one name per image or none")
+        raise ConfigError(
+            f"{len(files)} file names given for a batch of {batch_size} images; pass one name per image or none"
+        )
 
     targets = np.zeros((batch_size, max_targets, 5), np.float32)
     mask = np.zeros((batch_size, max_targets), bool)
@@ -39,13 +45,17 @@ def pad_targets(rows: np.ndarray, batch_size: int, max_targets: int, *, files: S
         return targets, mask
     image = rows[:, 0].astype(np.int64)
     if image.min() < 0 or image.max() >= batch_size:
-        raise ConfigError(f"target rows name batch index {image.min()}..{image.max()} but the batch has {batch_size} images (0..{batch_size - 1}); pass the batch's own size")
+        raise ConfigError(
+            f"target rows name batch index {image.min()}..{image.max()} but the batch has {batch_size} images (0..{batch_size - 1}); pass the batch's own size"
+        )
 
     counts = np.bincount(image, minlength=batch_size)
     worst = int(counts.argmax())
     if counts[worst] > max_targets:
         name = f"image {files[worst]!r} (batch index {worst})" if files is not None else f"image at batch index {worst}"
-        raise CapacityError(f"{name} has {counts[worst]} boxes, more than max_targets={max_targets} slots; raise max_targets to at least {counts[worst]}")
+        raise CapacityError(
+            f"{name} has {counts[worst]} boxes, more than max_targets={max_targets} slots; raise max_targets to at least {counts[worst]}"
+        )
 
     order = np.argsort(image, kind="stable")
     sorted_image = image[order]

@@ -59,7 +59,9 @@ class ShapeCache:
         return shape
 
 
-def to_ultralytics(images: Any, targets: Any, files: list[str], *, imgsz: int, shapes: ShapeCache, single_cls: bool = False) -> dict[str, Any]:
+def to_ultralytics(
+    images: Any, targets: Any, files: list[str], *, imgsz: int, shapes: ShapeCache, single_cls: bool = False
+) -> dict[str, Any]:
     """The Ultralytics batch dict of one pixpool batch (``images`` uint8 (B,3,S,S), ``targets`` (n,6))."""
     cls = targets[:, 1:2].clone()
     if single_cls:

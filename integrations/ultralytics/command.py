@@ -23,8 +23,15 @@ def configure(parser: argparse.ArgumentParser, name: str) -> None:
         "Train an Ultralytics YOLO detector with pixpool as its training stream; arguments are Ultralytics' key=value pairs "
         "plus socket_dir=DIR and workers=N (the daemon started when none answers at socket_dir). Needs pixpool[ultralytics]."
     )
-    parser.add_argument("mode", choices=MODES, help="train (validation, prediction and export: Ultralytics' own `yolo` command)")
-    parser.add_argument("pairs", nargs="*", metavar="KEY=VALUE", help="e.g. data=coco128.yaml model=yolo11n.yaml epochs=3 imgsz=640 batch=16 workers=4")
+    parser.add_argument(
+        "mode", choices=MODES, help="train (validation, prediction and export: Ultralytics' own `yolo` command)"
+    )
+    parser.add_argument(
+        "pairs",
+        nargs="*",
+        metavar="KEY=VALUE",
+        help="e.g. data=coco128.yaml model=yolo11n.yaml epochs=3 imgsz=640 batch=16 workers=4",
+    )
 
 
 def parse_pairs(pairs: list[str], value=lambda v: v) -> dict:
@@ -34,7 +41,10 @@ def parse_pairs(pairs: list[str], value=lambda v: v) -> dict:
         key, sep, raw = pair.partition("=")
         key, raw = key.strip(), raw.strip()
         if not sep or not key or not raw:
-            raise ConfigError(f"argument {pair!r} is not key=value (e.g. epochs=3); `pixpool yolo train` takes Ultralytics' key=value pairs", field=key or None)
+            raise ConfigError(
+                f"argument {pair!r} is not key=value (e.g. epochs=3); `pixpool yolo train` takes Ultralytics' key=value pairs",
+                field=key or None,
+            )
         if key in out:
             raise ConfigError(f"{key}= is given twice ({out[key]!r} and {raw!r}); give it once", field=key)
         out[key] = raw if key in ("name", "project") else value(raw)
@@ -51,7 +61,10 @@ def run(args: argparse.Namespace) -> int:
 
     overrides = parse_pairs(args.pairs, smart_value)
     if "model" not in overrides:
-        raise ConfigError("model= is missing; name an Ultralytics model, e.g. model=yolo11n.yaml (from scratch) or model=yolo11n.pt", field="model")
+        raise ConfigError(
+            "model= is missing; name an Ultralytics model, e.g. model=yolo11n.yaml (from scratch) or model=yolo11n.pt",
+            field="model",
+        )
     overrides.setdefault("plots", False)
     socket_dir = overrides.pop("socket_dir", None)
     metrics = train(socket_dir=None if socket_dir is None else str(socket_dir), **overrides)

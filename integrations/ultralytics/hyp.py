@@ -57,17 +57,32 @@ UNSUPPORTED: dict[str, tuple[Any, str]] = {
     ),
     "cutmix": (_off, "pixpool's route has no CutMix; set cutmix=0"),
     "bgr": (_off, "pixpool's route has no RGB/BGR channel swap; set bgr=0"),
-    "copy_paste_mode": (lambda v: v in (None, "flip"), "pixpool's copy-paste is the 'flip' mode (mirrored instances); set copy_paste_mode=flip"),
+    "copy_paste_mode": (
+        lambda v: v in (None, "flip"),
+        "pixpool's copy-paste is the 'flip' mode (mirrored instances); set copy_paste_mode=flip",
+    ),
     "augmentations": (_off, "custom Albumentations transforms do not run in pixpool's workers; remove augmentations"),
     "rect": (_off, "pixpool streams square imgsz batches; rect=True (rectangular training batches) is not served"),
-    "fraction": (lambda v: v in (None, 1, 1.0), "pixpool serves the whole training set; set fraction=1 (or serve a smaller data.yaml)"),
-    "classes": (_off, "pixpool serves every class of the training set; classes= (a class filter) is not applied to training batches"),
+    "fraction": (
+        lambda v: v in (None, 1, 1.0),
+        "pixpool serves the whole training set; set fraction=1 (or serve a smaller data.yaml)",
+    ),
+    "classes": (
+        _off,
+        "pixpool serves every class of the training set; classes= (a class filter) is not applied to training batches",
+    ),
     "cache": (
         lambda v: v in (None, False, "ram", True),
         "pixpool is the training cache; cache=disk writes .npy files pixpool never reads (cache=ram/False only affect Ultralytics' own validation loader)",
     ),
-    "quantize": (lambda v: v in (None, 16, 32, "fp16", "fp32"), "quantisation-aware training calibrates on a second training loader; train without quantize=8 on pixpool"),
-    "time": (_off, "time= re-plans the number of epochs after each one, but pixpool fixes the close_mosaic epoch when the trainer attaches; set epochs="),
+    "quantize": (
+        lambda v: v in (None, 16, 32, "fp16", "fp32"),
+        "quantisation-aware training calibrates on a second training loader; train without quantize=8 on pixpool",
+    ),
+    "time": (
+        _off,
+        "time= re-plans the number of epochs after each one, but pixpool fixes the close_mosaic epoch when the trainer attaches; set epochs=",
+    ),
 }
 
 
@@ -75,7 +90,11 @@ def check_supported(args: Mapping[str, Any]) -> None:
     """Raise ConfigError naming the first Ultralytics setting pixpool's stream cannot honour."""
     for key, (accepted, why) in UNSUPPORTED.items():
         if key in args and not accepted(args[key]):
-            raise ConfigError(f"Ultralytics setting {key}={args[key]!r} is not supported with pixpool as the data stream: {why}", field=key, value=args[key])
+            raise ConfigError(
+                f"Ultralytics setting {key}={args[key]!r} is not supported with pixpool as the data stream: {why}",
+                field=key,
+                value=args[key],
+            )
     batch = args.get("batch")
     if batch is not None and (isinstance(batch, bool) or not float(batch).is_integer() or batch < 1):
         raise ConfigError(
@@ -85,10 +104,16 @@ def check_supported(args: Mapping[str, Any]) -> None:
         )
     scale = args.get("scale")
     if isinstance(scale, (list, tuple)):
-        raise ConfigError(f"Ultralytics setting scale={scale!r}: pixpool's route takes scale as one number s (gain 1-s to 1+s), not a (min, max) pair", field="scale", value=scale)
+        raise ConfigError(
+            f"Ultralytics setting scale={scale!r}: pixpool's route takes scale as one number s (gain 1-s to 1+s), not a (min, max) pair",
+            field="scale",
+            value=scale,
+        )
     imgsz = args.get("imgsz")
     if isinstance(imgsz, (list, tuple)):
-        raise ConfigError(f"Ultralytics setting imgsz={imgsz!r}: training is square; give one number", field="imgsz", value=imgsz)
+        raise ConfigError(
+            f"Ultralytics setting imgsz={imgsz!r}: training is square; give one number", field="imgsz", value=imgsz
+        )
 
 
 def augment_config(args: Mapping[str, Any]) -> AugmentConfig:
@@ -101,13 +126,20 @@ def augment_config(args: Mapping[str, Any]) -> AugmentConfig:
     return _build(lambda: AugmentConfig.from_dict(fields), AUGMENT_KEYS)
 
 
-def stream_settings(args: Mapping[str, Any], *, batch_size: int | None = None, rank: int = 0, world_size: int = 1) -> StreamSettings:
+def stream_settings(
+    args: Mapping[str, Any], *, batch_size: int | None = None, rank: int = 0, world_size: int = 1
+) -> StreamSettings:
     """This rank's ``StreamSettings``: Ultralytics' ``args``, ``batch_size`` per rank (Ultralytics
     gives each DDP rank ``batch // world_size``; default ``batch``), shard ``rank`` of ``world_size``."""
     augment = augment_config(args)
     batch = args.get("batch", 16) if batch_size is None else batch_size
     seed = args.get("seed", 0)
-    return _build(lambda: StreamSettings(seed=int(seed), batch_size=int(batch), rank=rank, world_size=world_size, shuffle=True, augment=augment), STREAM_KEYS)
+    return _build(
+        lambda: StreamSettings(
+            seed=int(seed), batch_size=int(batch), rank=rank, world_size=world_size, shuffle=True, augment=augment
+        ),
+        STREAM_KEYS,
+    )
 
 
 def _build(make, names: dict[str, str]):
@@ -117,7 +149,11 @@ def _build(make, names: dict[str, str]):
         key = next((k for k, f in names.items() if f == exc.field), None)
         if key is None:
             raise
-        raise ConfigError(f"Ultralytics setting {key}={exc.value!r}: {exc.problem.format_map(_Plain())} in pixpool's route (field {exc.field!r})", field=key, value=exc.value) from None
+        raise ConfigError(
+            f"Ultralytics setting {key}={exc.value!r}: {exc.problem.format_map(_Plain())} in pixpool's route (field {exc.field!r})",
+            field=key,
+            value=exc.value,
+        ) from None
 
 
 class _Plain(dict):

@@ -63,13 +63,25 @@ class _Dataset:
 
     def close_mosaic(self, hyp: Any = None) -> None:
         cfg = self._owner.stream.settings.augment
-        log.info("pixpool: epoch %d renders without mosaic, copy-paste and mixup (close_mosaic=%d of epochs=%d, set when the stream attached)", self._owner.stream.epoch, cfg.close_mosaic, cfg.epochs)
+        log.info(
+            "pixpool: epoch %d renders without mosaic, copy-paste and mixup (close_mosaic=%d of epochs=%d, set when the stream attached)",
+            self._owner.stream.epoch,
+            cfg.close_mosaic,
+            cfg.epochs,
+        )
 
 
 class TrainLoader:
     """A pixpool stream (``pixpool.client.loader.Loader``) as Ultralytics' ``train_loader``."""
 
-    def __init__(self, stream: Loader, *, num_workers: int = 0, single_cls: bool = False, labels_source: Callable[[], list] | None = None):
+    def __init__(
+        self,
+        stream: Loader,
+        *,
+        num_workers: int = 0,
+        single_cls: bool = False,
+        labels_source: Callable[[], list] | None = None,
+    ):
         self.stream = stream
         self.batch_size = stream.settings.batch_size
         self.drop_last = stream.settings.drop_last
@@ -92,7 +104,9 @@ class TrainLoader:
     def __iter__(self) -> Iterator[dict[str, Any]]:
         imgsz = self.stream.settings.augment.imgsz
         for batch in self.stream:
-            yield to_ultralytics(batch.images, batch.targets, batch.files, imgsz=imgsz, shapes=self._shapes, single_cls=self.single_cls)
+            yield to_ultralytics(
+                batch.images, batch.targets, batch.files, imgsz=imgsz, shapes=self._shapes, single_cls=self.single_cls
+            )
 
     def reset(self) -> None:
         """Ultralytics rebuilds its workers' transforms here; pixpool's stream needs nothing."""

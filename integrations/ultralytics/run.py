@@ -33,7 +33,14 @@ def _environment(values: dict[str, str | None]) -> Iterator[None]:
                 os.environ[k] = v
 
 
-def train(*, model: str, socket_dir: str | None = None, workers: int | None = None, timeout_s: float | None = None, **args: Any):
+def train(
+    *,
+    model: str,
+    socket_dir: str | None = None,
+    workers: int | None = None,
+    timeout_s: float | None = None,
+    **args: Any,
+):
     """Train ``model`` (an Ultralytics model yaml or checkpoint) with Ultralytics' ``args``.
 
     Uses the daemon at ``socket_dir`` (the default socket directory when None) if one
@@ -49,6 +56,10 @@ def train(*, model: str, socket_dir: str | None = None, workers: int | None = No
     hyp.check_supported({"task": args.get("task") or guess_model_task(model), **args})
     if workers is not None:
         args["workers"] = workers
-    env = {SOCKET_DIR_ENV: None if socket_dir is None else str(socket_dir), WORKERS_ENV: None if workers is None else str(workers), TIMEOUT_ENV: None if timeout_s is None else str(timeout_s)}
+    env = {
+        SOCKET_DIR_ENV: None if socket_dir is None else str(socket_dir),
+        WORKERS_ENV: None if workers is None else str(workers),
+        TIMEOUT_ENV: None if timeout_s is None else str(timeout_s),
+    }
     with _environment(env):
         return YOLO(model).train(trainer=PixpoolDetectionTrainer, **args)

@@ -97,7 +97,9 @@ class PixpoolDetectionTrainer(DetectionTrainer):
             yield
             return
         if RANK not in (-1, 0):
-            raise ConfigError(f"no pixpool daemon answers at {ep.socket_path(self.pixpool_socket_dir)} in DDP rank {RANK}; the launching process starts it and passes {SOCKET_DIR_ENV}")
+            raise ConfigError(
+                f"no pixpool daemon answers at {ep.socket_path(self.pixpool_socket_dir)} in DDP rank {RANK}; the launching process starts it and passes {SOCKET_DIR_ENV}"
+            )
         workers = os.environ.get(WORKERS_ENV) or "2"
         imgsz = check_imgsz(self.args.imgsz, stride=32, floor=32, max_dim=1)
         tmp = tempfile.mkdtemp(prefix="pixpool-ul-")
@@ -107,7 +109,11 @@ class PixpoolDetectionTrainer(DetectionTrainer):
             data_yaml.write_text(yaml.safe_dump(self._train_split()))
             args = [str(data_yaml), "--imgsz", str(imgsz), "--workers", str(workers), "--no-val"]
             log.info("pixpool: starting a daemon (%s workers, imgsz %d) for %s", workers, imgsz, self.data["train"])
-            with serve_child(args, socket_dir=self.pixpool_socket_dir, timeout_s=self.pixpool_timeout_s * 5) as (_, sdir, status):
+            with serve_child(args, socket_dir=self.pixpool_socket_dir, timeout_s=self.pixpool_timeout_s * 5) as (
+                _,
+                sdir,
+                status,
+            ):
                 self.pixpool_socket_dir, self.pixpool_status = sdir, status
                 os.environ[SOCKET_DIR_ENV] = sdir  # for DDP ranks Ultralytics spawns from here
                 yield
@@ -144,7 +150,12 @@ class PixpoolDetectionTrainer(DetectionTrainer):
             stream.close()
             raise
         workers = len((self.pixpool_status or {}).get("workers", []))
-        return TrainLoader(stream, num_workers=workers, single_cls=bool(self.args.single_cls), labels_source=lambda: self._labels(dataset_path))
+        return TrainLoader(
+            stream,
+            num_workers=workers,
+            single_cls=bool(self.args.single_cls),
+            labels_source=lambda: self._labels(dataset_path),
+        )
 
     def _check_names(self, served: list[str]) -> None:
         if self.args.single_cls:

@@ -23,7 +23,9 @@ import numpy as np
 from ...shared.stream.config import AugmentConfig
 
 
-def draw_matrix(rng: np.random.Generator, cfg: AugmentConfig, canvas_hw: tuple[int, int], out_size: int) -> tuple[np.ndarray, float]:
+def draw_matrix(
+    rng: np.random.Generator, cfg: AugmentConfig, canvas_hw: tuple[int, int], out_size: int
+) -> tuple[np.ndarray, float]:
     """(3x3 float64 matrix canvas -> output, the drawn scale factor)."""
     height, width = canvas_hw
     c = np.eye(3)

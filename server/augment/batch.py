@@ -81,7 +81,9 @@ def render_batch(
     cfg = settings.augment
     size = cfg.imgsz
     if source.imgsz != size:
-        raise ConfigError(f"the source is prepared at imgsz {source.imgsz} but the stream asks for imgsz {size}; prepare at {size} or set imgsz={source.imgsz}")
+        raise ConfigError(
+            f"the source is prepared at imgsz {source.imgsz} but the stream asks for imgsz {size}; prepare at {size} or set imgsz={source.imgsz}"
+        )
     samples = batch_samples(len(source), settings, epoch, batch)
     count = len(samples)
     images = _output(images_out, count, size)
@@ -110,7 +112,9 @@ def render_batch(
     return Batch(images, targets, samples, floats, segments)
 
 
-def write_image(pending: Pending, out_chw: np.ndarray, gains: np.ndarray | None, *, timings: dict[str, float] | None = None) -> None:
+def write_image(
+    pending: Pending, out_chw: np.ndarray, gains: np.ndarray | None, *, timings: dict[str, float] | None = None
+) -> None:
     """Render ``pending`` into ``out_chw`` (uint8 (3, S, S) C-contiguous RGB) in one kernel
     pass, with HSV when ``gains`` are given (gains of exactly 1 change nothing and skip it)."""
     clock = _Clock(timings)
@@ -121,8 +125,15 @@ def write_image(pending: Pending, out_chw: np.ndarray, gains: np.ndarray | None,
 def _output(images_out: np.ndarray | None, count: int, size: int) -> np.ndarray:
     if images_out is None:
         return np.empty((count, 3, size, size), dtype=np.uint8)
-    if images_out.dtype != np.uint8 or images_out.ndim != 4 or images_out.shape[1:] != (3, size, size) or images_out.shape[0] < count:
-        raise ConfigError(f"images_out must be uint8 (>= {count}, 3, {size}, {size}), got {images_out.dtype} {images_out.shape}")
+    if (
+        images_out.dtype != np.uint8
+        or images_out.ndim != 4
+        or images_out.shape[1:] != (3, size, size)
+        or images_out.shape[0] < count
+    ):
+        raise ConfigError(
+            f"images_out must be uint8 (>= {count}, 3, {size}, {size}), got {images_out.dtype} {images_out.shape}"
+        )
     if not images_out.flags.c_contiguous:
         raise ConfigError("images_out must be C-contiguous (a ring slot or np.empty)")
     return images_out[:count]
@@ -160,10 +171,14 @@ def render_range(
     cfg = settings.augment
     size = cfg.imgsz
     if source.imgsz != size:
-        raise ConfigError(f"the source is prepared at imgsz {source.imgsz} but the stream asks for imgsz {size}; prepare at {size} or set imgsz={source.imgsz}")
+        raise ConfigError(
+            f"the source is prepared at imgsz {source.imgsz} but the stream asks for imgsz {size}; prepare at {size} or set imgsz={source.imgsz}"
+        )
     every = batch_samples(len(source), settings, epoch, batch)
     if not 0 <= start <= stop <= len(every):
-        raise ConfigError(f"samples {start}..{stop} of batch {batch}, which has {len(every)}; use 0 <= start <= stop <= {len(every)}")
+        raise ConfigError(
+            f"samples {start}..{stop} of batch {batch}, which has {len(every)}; use 0 <= start <= stop <= {len(every)}"
+        )
     samples = every[start:stop]
     images = _output(images_out, len(samples), size)
     apply_hsv = cfg.augment and not settings.hsv_on_device

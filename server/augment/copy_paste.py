@@ -65,7 +65,9 @@ def rasterise(mask: np.ndarray, polygon: np.ndarray) -> None:
     _cv2().fillPoly(mask, [np.round(polygon).astype(np.int32)], 1)
 
 
-def union_mask(shape_hw: tuple[int, int], polygons: list[np.ndarray]) -> tuple[np.ndarray, tuple[int, int, int, int] | None]:
+def union_mask(
+    shape_hw: tuple[int, int], polygons: list[np.ndarray]
+) -> tuple[np.ndarray, tuple[int, int, int, int] | None]:
     """(uint8 mask, its bounding box (x0, y0, x1, y1) or None when empty): the selected
     polygons rasterised one by one into one mask."""
     mask = np.zeros(shape_hw, dtype=np.uint8)
@@ -77,7 +79,14 @@ def union_mask(shape_hw: tuple[int, int], polygons: list[np.ndarray]) -> tuple[n
     return mask, ((x, y, x + w, y + h) if w and h else None)
 
 
-def paste_masked(dest: np.ndarray, window: np.ndarray | None, mask: np.ndarray, bbox: tuple[int, int, int, int] | None, *, in_place: bool = False) -> np.ndarray:
+def paste_masked(
+    dest: np.ndarray,
+    window: np.ndarray | None,
+    mask: np.ndarray,
+    bbox: tuple[int, int, int, int] | None,
+    *,
+    in_place: bool = False,
+) -> np.ndarray:
     """A fresh clone of ``dest`` (``dest`` itself with ``in_place``) with ``window`` (the
     source's pixels inside ``bbox``) copied where ``mask`` is set."""
     out = dest if in_place else dest.copy()
@@ -95,7 +104,9 @@ def paste_union(dest: np.ndarray, source: np.ndarray, polygons: list[np.ndarray]
     return paste_masked(dest, window, mask, bbox)
 
 
-def copy_paste_labels(labels: Labels, size: int, fraction: float, rng: np.random.Generator) -> tuple[Labels, list[np.ndarray]]:
+def copy_paste_labels(
+    labels: Labels, size: int, fraction: float, rng: np.random.Generator
+) -> tuple[Labels, list[np.ndarray]]:
     """(labels with the pasted instances appended, the pasted polygons in pixels): the
     draws and the label step of copy-paste on an S x S image. The route hands the
     polygons' ``union_mask`` to the kernel, which reads the mirrored pixel under it."""
@@ -109,7 +120,9 @@ def copy_paste_labels(labels: Labels, size: int, fraction: float, rng: np.random
     return Labels.concat([labels, pasted]), pasted.polygons
 
 
-def copy_paste(image: np.ndarray, labels: Labels, fraction: float, rng: np.random.Generator, *, in_place: bool = False) -> tuple[np.ndarray, Labels]:
+def copy_paste(
+    image: np.ndarray, labels: Labels, fraction: float, rng: np.random.Generator, *, in_place: bool = False
+) -> tuple[np.ndarray, Labels]:
     """(new image, labels with the pasted instances appended) for a square float image;
     ``image`` is not written, unless ``in_place``. The standalone form of what the route
     does inside the kernel (same draws, same pixels).

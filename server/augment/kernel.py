@@ -93,7 +93,9 @@ class Layer:
     mask: np.ndarray | None = None
 
     def packed(self) -> tuple:
-        tiles = tuple((image, xa0 - xb0, ya0 - yb0, xa0, ya0, xa1, ya1) for image, (xa0, ya0, xa1, ya1), (xb0, yb0) in self.tiles)
+        tiles = tuple(
+            (image, xa0 - xb0, ya0 - yb0, xa0, ya0, xa1, ya1) for image, (xa0, ya0, xa1, ya1), (xb0, yb0) in self.tiles
+        )
         return (self.inverse, tiles, self.mask)
 
 
@@ -109,7 +111,17 @@ def inverse(matrix: np.ndarray) -> tuple[float, ...]:
         det = a * e - b * d
         ia, ib, id_, ie = e / det, -b / det, -d / det, a / det
         return (ia, ib, -(ia * c + ib * f), id_, ie, -(id_ * c + ie * f), 0.0, 0.0, 1.0)
-    co = (e * i - f * h, -(d * i - f * g), d * h - e * g, -(b * i - c * h), a * i - c * g, -(a * h - b * g), b * f - c * e, -(a * f - c * d), a * e - b * d)
+    co = (
+        e * i - f * h,
+        -(d * i - f * g),
+        d * h - e * g,
+        -(b * i - c * h),
+        a * i - c * g,
+        -(a * h - b * g),
+        b * f - c * e,
+        -(a * f - c * d),
+        a * e - b * d,
+    )
     det = a * co[0] + b * co[1] + c * co[2]
     adj = (co[0], co[3], co[6], co[1], co[4], co[7], co[2], co[5], co[8])
     return tuple(v / det for v in adj)
@@ -132,7 +144,16 @@ def render(
     """Run the kernel: write the uint8 (3, S, S) RGB ``out`` and/or the float32 (S, S, 3)
     B G R float image ``floats`` (step 6) of the sample made of ``layers``."""
     tab = None if tables is None else np.ascontiguousarray(tables, dtype=np.uint8).tobytes()
-    _kernel.render(int(size), out, floats, tuple(layer.packed() for layer in layers), bool(flip_ud), bool(flip_lr), float(ratio), tab)
+    _kernel.render(
+        int(size),
+        out,
+        floats,
+        tuple(layer.packed() for layer in layers),
+        bool(flip_ud),
+        bool(flip_lr),
+        float(ratio),
+        tab,
+    )
 
 
 def apply_hsv_rgb(image: np.ndarray, tables: np.ndarray) -> np.ndarray:

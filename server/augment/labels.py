@@ -41,19 +41,25 @@ class Labels:
 
     @classmethod
     def empty(cls) -> "Labels":
-        return cls(np.zeros(0, np.int32), np.zeros((0, 4), np.float32), np.zeros((0, 2), np.float32), np.zeros(1, np.int64))
+        return cls(
+            np.zeros(0, np.int32), np.zeros((0, 4), np.float32), np.zeros((0, 2), np.float32), np.zeros(1, np.int64)
+        )
 
     @classmethod
     def from_targets(cls, targets: Targets, width: int, height: int, padw: float = 0.0, padh: float = 0.0) -> "Labels":
         """Scale normalised targets to a ``width`` x ``height`` image placed at (padw, padh)."""
         n = len(targets.classes)
-        boxes = np.asarray(targets.boxes, dtype=np.float32).reshape(-1, 4) * np.array([width, height, width, height], np.float32)
+        boxes = np.asarray(targets.boxes, dtype=np.float32).reshape(-1, 4) * np.array(
+            [width, height, width, height], np.float32
+        )
         boxes += np.array([padw, padh, padw, padh], np.float32)
         polys = [p for p in targets.polygons if len(p) >= 3] if len(targets.polygons) == n else []
         lengths = np.zeros(n + 1, dtype=np.int64)
         if polys:
             lengths[1:] = [len(p) if len(p) >= 3 else 0 for p in targets.polygons]
-            points = np.concatenate(polys).astype(np.float32, copy=False).reshape(-1, 2) * np.array([width, height], np.float32)
+            points = np.concatenate(polys).astype(np.float32, copy=False).reshape(-1, 2) * np.array(
+                [width, height], np.float32
+            )
             points += np.array([padw, padh], np.float32)
         else:
             points = np.zeros((0, 2), np.float32)
@@ -86,7 +92,9 @@ class Labels:
         out_boxes = np.concatenate(boxes) * box_rows[:, :4]
         out_boxes += box_rows[:, 4:]
         if points:
-            point_rows = np.repeat(np.array([a for _, a in point_affine], np.float32), [k for k, _ in point_affine], axis=0)
+            point_rows = np.repeat(
+                np.array([a for _, a in point_affine], np.float32), [k for k, _ in point_affine], axis=0
+            )
             out_points = np.concatenate(points).astype(np.float32, copy=False).reshape(-1, 2) * point_rows[:, :2]
             out_points += point_rows[:, 2:]
         else:

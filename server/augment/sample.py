@@ -62,12 +62,22 @@ class Pending:
 
     def write(self, out_chw: np.ndarray, tables: np.ndarray | None) -> None:
         """Render into ``out_chw`` (uint8 (3, S, S) C-contiguous) with the HSV ``tables`` or None."""
-        kernel.render(self.size, self.layers, flip_ud=self.flip_ud, flip_lr=self.flip_lr, ratio=self.ratio or 0.0, tables=tables, out=out_chw)
+        kernel.render(
+            self.size,
+            self.layers,
+            flip_ud=self.flip_ud,
+            flip_lr=self.flip_lr,
+            ratio=self.ratio or 0.0,
+            tables=tables,
+            out=out_chw,
+        )
 
     def float_image(self) -> np.ndarray:
         """The float32 (S, S, 3) BGR image before quantisation (a new array)."""
         out = np.empty((self.size, self.size, 3), dtype=np.float32)
-        kernel.render(self.size, self.layers, flip_ud=self.flip_ud, flip_lr=self.flip_lr, ratio=self.ratio or 0.0, floats=out)
+        kernel.render(
+            self.size, self.layers, flip_ud=self.flip_ud, flip_lr=self.flip_lr, ratio=self.ratio or 0.0, floats=out
+        )
         return out
 
 
@@ -85,7 +95,9 @@ class _Clock:
             self.t = now
 
 
-def render(source: ImageSource, index: int, settings: StreamSettings, epoch: int, *, timings: dict[str, float] | None = None) -> Pending:
+def render(
+    source: ImageSource, index: int, settings: StreamSettings, epoch: int, *, timings: dict[str, float] | None = None
+) -> Pending:
     """Draw record ``index`` of ``epoch`` as a ``Pending`` sample (labels final, pixels not yet rendered)."""
     cfg = settings.augment
     size = cfg.imgsz
@@ -115,7 +127,9 @@ def render(source: ImageSource, index: int, settings: StreamSettings, epoch: int
     return Pending(size, layers, ratio, flip_ud, flip_lr, labels, rng)
 
 
-def _pre_transform(source: ImageSource, index: int, settings: StreamSettings, closed: bool, rng: np.random.Generator, clock: _Clock) -> tuple[Layer, Labels]:
+def _pre_transform(
+    source: ImageSource, index: int, settings: StreamSettings, closed: bool, rng: np.random.Generator, clock: _Clock
+) -> tuple[Layer, Labels]:
     """Steps 1, 2 and 4 as a kernel layer and the labels in pixels."""
     cfg = settings.augment
     size = cfg.imgsz
@@ -139,7 +153,16 @@ def _pre_transform(source: ImageSource, index: int, settings: StreamSettings, cl
     return Layer(kernel.inverse(matrix), tiles, mask), labels
 
 
-def render_one(source: ImageSource, index: int, settings: StreamSettings, epoch: int, out_chw: np.ndarray, *, hsv: bool | None = None, timings: dict[str, float] | None = None) -> Labels:
+def render_one(
+    source: ImageSource,
+    index: int,
+    settings: StreamSettings,
+    epoch: int,
+    out_chw: np.ndarray,
+    *,
+    hsv: bool | None = None,
+    timings: dict[str, float] | None = None,
+) -> Labels:
     """Render ONE sample (record ``index`` of ``epoch``) into ``out_chw`` (uint8 (3, S, S)
     C-contiguous RGB) and return its labels in pixels: the per-sample entry point.
 
@@ -161,7 +184,9 @@ def render_one(source: ImageSource, index: int, settings: StreamSettings, epoch:
     return pending.labels
 
 
-def render_sample(source: ImageSource, index: int, settings: StreamSettings, epoch: int) -> tuple[np.ndarray, Labels, np.random.Generator]:
+def render_sample(
+    source: ImageSource, index: int, settings: StreamSettings, epoch: int
+) -> tuple[np.ndarray, Labels, np.random.Generator]:
     """(float32 S x S x 3 BGR image before quantisation, labels in pixels, the sample's
     generator after every draw). What the parity tests compare."""
     pending = render(source, index, settings, epoch)

@@ -57,7 +57,9 @@ def run(args: argparse.Namespace) -> int:
 def _digest_snapshot(dataset, settings: StreamSettings, args: argparse.Namespace) -> list[str]:
     from ..snapshot.prepare import prepare_snapshot
 
-    snapshot = prepare_snapshot(dataset, imgsz=settings.augment.imgsz, processes=args.processes, dtype=args.dtype, store=args.store).snapshot
+    snapshot = prepare_snapshot(
+        dataset, imgsz=settings.augment.imgsz, processes=args.processes, dtype=args.dtype, store=args.store
+    ).snapshot
     try:
         return digest_stream(snapshot, settings, args.epoch, args.batches)
     finally:

@@ -17,7 +17,22 @@ from ...shared.cli.flags import add_fields
 
 
 def configure(parser: argparse.ArgumentParser, name: str) -> None:
-    add_fields(parser, DaemonConfig, only=("data", "images", "imgsz", "processes", "dtype", "memory_budget_nbytes", "max_instances_per_image", "allow_unlabelled", "prepare_wait_s", "store"))
+    add_fields(
+        parser,
+        DaemonConfig,
+        only=(
+            "data",
+            "images",
+            "imgsz",
+            "processes",
+            "dtype",
+            "memory_budget_nbytes",
+            "max_instances_per_image",
+            "allow_unlabelled",
+            "prepare_wait_s",
+            "store",
+        ),
+    )
     parser.add_argument("--json", action="store_true", help="print one JSON object instead of the table")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
 
@@ -30,13 +45,26 @@ def run(args: argparse.Namespace) -> int:
     from ..snapshot.prepare import PreparationTerminated, prepare_snapshot
 
     check_value("dtype", "str", args.dtype)  # before the dataset is read: a typo costs nothing
-    dataset, stats = read_dataset(args.data, args.images, max_instances_per_image=args.max_instances_per_image, allow_unlabelled=args.allow_unlabelled)
+    dataset, stats = read_dataset(
+        args.data,
+        args.images,
+        max_instances_per_image=args.max_instances_per_image,
+        allow_unlabelled=args.allow_unlabelled,
+    )
     try:
         # What `pixpool prepare` makes stays until `pixpool clean` (persist): that is its purpose.
-        result = prepare_snapshot(dataset, imgsz=args.imgsz, processes=args.processes, dtype=args.dtype, budget_nbytes=args.memory_budget_nbytes,
-                                  progress=not (args.json or args.no_progress) and sys.stderr.isatty(),
-                                  persist=True, lineage=lineage_of(args.data, args.images, args.imgsz, args.dtype), wait_s=args.prepare_wait_s,
-                                  store=args.store)
+        result = prepare_snapshot(
+            dataset,
+            imgsz=args.imgsz,
+            processes=args.processes,
+            dtype=args.dtype,
+            budget_nbytes=args.memory_budget_nbytes,
+            progress=not (args.json or args.no_progress) and sys.stderr.isatty(),
+            persist=True,
+            lineage=lineage_of(args.data, args.images, args.imgsz, args.dtype),
+            wait_s=args.prepare_wait_s,
+            store=args.store,
+        )
     except PreparationTerminated:
         print("pixpool prepare: terminated (SIGTERM); no snapshot was left behind", file=sys.stderr)
         return 143
@@ -45,9 +73,15 @@ def run(args: argparse.Namespace) -> int:
         if args.json:
             print(json.dumps({**result.as_dict(), "dataset": stats.as_dict()}))
             return 0
-        state = "re-attached existing" if result.reused else f"prepared in {result.seconds:.2f} s with {result.processes} process(es)"
+        state = (
+            "re-attached existing"
+            if result.reused
+            else f"prepared in {result.seconds:.2f} s with {result.processes} process(es)"
+        )
         print(f"snapshot {snap.name}: {result.records} records at imgsz {snap.imgsz}, {snap.dtype}, {state}")
-        print(f"dataset: {stats.instances} instances, {stats.background} background images, {stats.labels_missing} without a label file")
+        print(
+            f"dataset: {stats.instances} instances, {stats.background} background images, {stats.labels_missing} without a label file"
+        )
         print(accountant.format_snapshot_report(accountant.snapshot_bytes(snap), records=result.records))
         print()
         print(accountant.format_process_report(procmem.process_memory([os.getpid()], snap.store)))

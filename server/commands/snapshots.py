@@ -39,11 +39,22 @@ def configure(parser: argparse.ArgumentParser, name: str) -> None:
     if name == "ls":
         parser.add_argument("--json", action="store_true", help="print a JSON list instead of the table")
     else:
-        parser.add_argument("names", nargs="*", metavar="NAME", help="only these snapshots/segments (base name pixpool-u<uid>-snap-<fp>, or a segment name)")
-        parser.add_argument("--all", action="store_true",
-                            help="also remove your pixpool files whose names this release does not recognise (never one a live process uses)")
-        parser.add_argument("--keep-complete", action="store_true",
-                            help="keep complete snapshots (a restarted daemon re-attaches them); remove only stale rings and half-built snapshots")
+        parser.add_argument(
+            "names",
+            nargs="*",
+            metavar="NAME",
+            help="only these snapshots/segments (base name pixpool-u<uid>-snap-<fp>, or a segment name)",
+        )
+        parser.add_argument(
+            "--all",
+            action="store_true",
+            help="also remove your pixpool files whose names this release does not recognise (never one a live process uses)",
+        )
+        parser.add_argument(
+            "--keep-complete",
+            action="store_true",
+            help="keep complete snapshots (a restarted daemon re-attaches them); remove only stale rings and half-built snapshots",
+        )
         parser.add_argument("--dry-run", action="store_true", help="print what would be removed, remove nothing")
 
 
@@ -76,8 +87,9 @@ def others_note(others: dict[int, int]) -> str | None:
     return f"skipped {sum(others.values())} segment(s) of other users ({who}); only their owners (or root, as that user) remove them"
 
 
-def plan_clean(segments: list[str], holds: dict, *, unrecognised: bool = False,
-               pids: dict[str, set[int]] | None = None) -> tuple[list[str], dict[str, str]]:
+def plan_clean(
+    segments: list[str], holds: dict, *, unrecognised: bool = False, pids: dict[str, set[int]] | None = None
+) -> tuple[list[str], dict[str, str]]:
     """(segments ``clean`` removes, {kept segment: why}) (pure: decisions only).
 
     ``holds``: segment -> ``shared.holds.Holds`` (None or absent: gone); ``pids``: segment ->

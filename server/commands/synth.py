@@ -12,7 +12,9 @@ from pathlib import Path
 def configure(parser: argparse.ArgumentParser, name: str) -> None:
     parser.add_argument("out", metavar="OUT", type=Path, help="folder to write the dataset into (created if needed)")
     parser.add_argument("--num-images", type=int, default=24, help="number of images (default 24)")
-    parser.add_argument("--seed", type=int, default=0, help="random seed; the same seed writes the same bytes (default 0)")
+    parser.add_argument(
+        "--seed", type=int, default=0, help="random seed; the same seed writes the same bytes (default 0)"
+    )
 
 
 def run(args: argparse.Namespace) -> int:

@@ -66,7 +66,9 @@ def preflight(config: DaemonConfig) -> DaemonConfig:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            raise ConfigError(f"another pixpool daemon already serves {path.parent}; stop it or use another --socket-dir") from None
+            raise ConfigError(
+                f"another pixpool daemon already serves {path.parent}; stop it or use another --socket-dir"
+            ) from None
         finally:
             os.close(fd)  # closing drops the probe's lock
     return config
@@ -121,8 +123,10 @@ class Listener:
         try:
             dir_fd = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
         except OSError as exc:
-            raise ConfigError(f"cannot open the socket directory {path.parent} ({exc.strerror}); "
-                              "name a real directory with --socket-dir") from None
+            raise ConfigError(
+                f"cannot open the socket directory {path.parent} ({exc.strerror}); "
+                "name a real directory with --socket-dir"
+            ) from None
         self._dir_fd = dir_fd
         # One daemon per socket directory, decided by a lock the kernel drops when the
         # holder dies: two daemons starting at once cannot both bind (libzmq's ipc bind
@@ -133,7 +137,9 @@ class Listener:
             fcntl.flock(lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             os.close(lock_fd)
-            raise ConfigError(f"another pixpool daemon already serves {path.parent}; stop it or use another --socket-dir") from None
+            raise ConfigError(
+                f"another pixpool daemon already serves {path.parent}; stop it or use another --socket-dir"
+            ) from None
         self._lock_fd = lock_fd
         os.ftruncate(lock_fd, 0)
         os.pwrite(lock_fd, f"{os.getpid()}\n".encode(), 0)
@@ -196,8 +202,11 @@ def sweep_rings(store: str | None = None) -> list[str]:
         if remove_unused([name], store) == "removed":
             gone.append(name)
     if gone:
-        log.warning("removed %d batch ring(s) that no process holds (their daemon died without cleaning up): %s",
-                    len(gone), ", ".join(gone))
+        log.warning(
+            "removed %d batch ring(s) that no process holds (their daemon died without cleaning up): %s",
+            len(gone),
+            ", ".join(gone),
+        )
     return gone
 
 
@@ -205,38 +214,62 @@ def check_quota(config: DaemonConfig, client: str, held: int) -> None:
     """CapacityError when ``client`` already holds its share of sessions (``held``)."""
     if client and held >= config.max_trainers_per_client:
         who = f"CURVE key {client[4:]}" if client.startswith("key:") else f"uid {client[4:]}"
-        raise CapacityError(f"{who} already has {held} trainers attached, the daemon's limit per client "
-                            f"(max_trainers_per_client = {config.max_trainers_per_client}); detach one of them "
-                            "or raise max_trainers_per_client (--max-trainers-per-client)")
+        raise CapacityError(
+            f"{who} already has {held} trainers attached, the daemon's limit per client "
+            f"(max_trainers_per_client = {config.max_trainers_per_client}); detach one of them "
+            "or raise max_trainers_per_client (--max-trainers-per-client)"
+        )
 
 
-def ring_for(msg: dict, settings: StreamSettings, *, source, renderer, config: DaemonConfig,
-             rings_nbytes: int, ring_budget_nbytes: int, trainers: int, snapshot_nbytes: int) -> RingLayout:
+def ring_for(
+    msg: dict,
+    settings: StreamSettings,
+    *,
+    source,
+    renderer,
+    config: DaemonConfig,
+    rings_nbytes: int,
+    ring_budget_nbytes: int,
+    trainers: int,
+    snapshot_nbytes: int,
+) -> RingLayout:
     """The ring an ``attach`` gets, or ConfigError/CapacityError saying what to change."""
     if settings.augment.imgsz != source.imgsz:
-        raise ConfigError(f"trainer asks for imgsz {settings.augment.imgsz} but the daemon's snapshot is prepared at {source.imgsz}; "
-                          f"set augment.imgsz={source.imgsz} or serve another snapshot", field="imgsz")
+        raise ConfigError(
+            f"trainer asks for imgsz {settings.augment.imgsz} but the daemon's snapshot is prepared at {source.imgsz}; "
+            f"set augment.imgsz={source.imgsz} or serve another snapshot",
+            field="imgsz",
+        )
     slots = msg["slots"]
     if not MIN_SLOTS <= slots <= MAX_SLOTS:
         raise ConfigError(
-            f"slots {slots} is out of range; use {MIN_SLOTS} to {MAX_SLOTS} (all workers render into one slot together, so {MAX_SLOTS} keep a trainer fed whatever the worker count)", field="slots"
+            f"slots {slots} is out of range; use {MIN_SLOTS} to {MAX_SLOTS} (all workers render into one slot together, so {MAX_SLOTS} keep a trainer fed whatever the worker count)",
+            field="slots",
         )
     if msg["delivery"] not in proto.DELIVERIES:
-        raise ConfigError(f"delivery {msg['delivery']!r}: use {proto.DELIVERY_SHM!r} (same machine) or {proto.DELIVERY_FRAMES!r} (TCP)")
+        raise ConfigError(
+            f"delivery {msg['delivery']!r}: use {proto.DELIVERY_SHM!r} (same machine) or {proto.DELIVERY_FRAMES!r} (TCP)"
+        )
     max_t = max(1, renderer.max_targets(source.max_instances, settings))
     layout = RingLayout(slots=slots, batch_size=settings.batch_size, imgsz=source.imgsz, max_targets=max_t)
     if layout.nbytes > config.max_ring_nbytes:
-        raise CapacityError(f"a ring of {slots} slots for batch {settings.batch_size} at imgsz {source.imgsz} needs {layout.nbytes} bytes "
-                            f"({max_t} target rows per slot: the snapshot's densest image has {source.max_instances} instances), "
-                            f"over the daemon's limit of {config.max_ring_nbytes}; use fewer slots or a smaller batch, fix that image's labels, or raise max_ring_nbytes")
+        raise CapacityError(
+            f"a ring of {slots} slots for batch {settings.batch_size} at imgsz {source.imgsz} needs {layout.nbytes} bytes "
+            f"({max_t} target rows per slot: the snapshot's densest image has {source.max_instances} instances), "
+            f"over the daemon's limit of {config.max_ring_nbytes}; use fewer slots or a smaller batch, fix that image's labels, or raise max_ring_nbytes"
+        )
     if rings_nbytes + layout.nbytes > ring_budget_nbytes:
-        raise CapacityError(f"a ring of {layout.nbytes} bytes on top of the {rings_nbytes} bytes of attached trainers' rings exceeds the daemon's "
-                            f"budget of {ring_budget_nbytes} bytes; use fewer slots or a smaller batch, or raise max_total_ring_nbytes")
+        raise CapacityError(
+            f"a ring of {layout.nbytes} bytes on top of the {rings_nbytes} bytes of attached trainers' rings exceeds the daemon's "
+            f"budget of {ring_budget_nbytes} bytes; use fewer slots or a smaller batch, or raise max_total_ring_nbytes"
+        )
     budget = config.memory_budget_nbytes
     if budget is not None and snapshot_nbytes + rings_nbytes + layout.nbytes > budget:
-        raise CapacityError(f"a ring of {layout.nbytes} bytes on top of the snapshot's {snapshot_nbytes} and the attached trainers' {rings_nbytes} bytes "
-                            f"exceeds the daemon's memory budget of {budget} bytes (in use {snapshot_nbytes + rings_nbytes}); "
-                            "use fewer slots or a smaller batch, detach a trainer, or raise the budget (--memory-budget)")
+        raise CapacityError(
+            f"a ring of {layout.nbytes} bytes on top of the snapshot's {snapshot_nbytes} and the attached trainers' {rings_nbytes} bytes "
+            f"exceeds the daemon's memory budget of {budget} bytes (in use {snapshot_nbytes + rings_nbytes}); "
+            "use fewer slots or a smaller batch, detach a trainer, or raise the budget (--memory-budget)"
+        )
     if trainers >= config.max_trainers:
         raise CapacityError(f"{trainers} trainers are attached, the daemon's limit; detach one or raise max_trainers")
     return layout
@@ -259,8 +292,14 @@ class ShmWatch:
         free = free_nbytes(self.store)
         low = free < self.warn_free_nbytes
         if low and not self.low:
-            log.warning("the store %s has %d bytes free of %d, under the warning threshold of %d; remove old snapshots (`pixpool clean`), "
-                        "detach trainers, or enlarge it", self.store, free, self.size_nbytes, self.warn_free_nbytes)
+            log.warning(
+                "the store %s has %d bytes free of %d, under the warning threshold of %d; remove old snapshots (`pixpool clean`), "
+                "detach trainers, or enlarge it",
+                self.store,
+                free,
+                self.size_nbytes,
+                self.warn_free_nbytes,
+            )
         elif self.low and not low:
             log.info("the store %s has %d bytes free again (threshold %d)", self.store, free, self.warn_free_nbytes)
         self.low = low
@@ -281,7 +320,11 @@ def _check_port_free(host: str, port: int) -> None:
             s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
             s.bind((host, port))
     except OSError as exc:
-        raise ConfigError.for_field("metrics_port", port, f"cannot be bound on {host} ({exc.strerror}); choose another {{metrics_port}} or {{metrics_host}}") from None
+        raise ConfigError.for_field(
+            "metrics_port",
+            port,
+            f"cannot be bound on {host} ({exc.strerror}); choose another {{metrics_port}} or {{metrics_host}}",
+        ) from None
 
 
 def _exists_in(dir_fd: int, name: str) -> bool:

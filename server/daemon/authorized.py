@@ -66,8 +66,9 @@ class AuthorizedKeys:
         """pyzmq's ZAP hook (authenticator thread): admit ``key`` (z85 bytes) or not."""
         allowed = self.admits(key.decode("ascii", "replace"))
         if not allowed:
-            log.warning("refused a TCP client whose CURVE key %s is not in %s",
-                        key.decode("ascii", "replace"), self.folder)
+            log.warning(
+                "refused a TCP client whose CURVE key %s is not in %s", key.decode("ascii", "replace"), self.folder
+            )
         return allowed
 
     def _read_signature(self) -> tuple:
@@ -76,8 +77,11 @@ class AuthorizedKeys:
         try:
             outer, inner = os.stat(self.keys_dir), os.stat(self.folder)
             with os.scandir(self.folder) as entries:
-                files = sorted((e.name, e.inode(), e.stat().st_size, e.stat().st_ctime_ns)
-                               for e in entries if e.name.endswith(".key"))
+                files = sorted(
+                    (e.name, e.inode(), e.stat().st_size, e.stat().st_ctime_ns)
+                    for e in entries
+                    if e.name.endswith(".key")
+                )
         except OSError as exc:
             return ("unreadable", exc.errno)
         return tuple((st.st_ino, st.st_ctime_ns, st.st_mode, st.st_uid) for st in (outer, inner)) + (tuple(files),)
@@ -90,8 +94,10 @@ class AuthorizedKeys:
         except ConfigError as exc:
             return frozenset(), str(exc)
         if not self.folder.is_dir():
-            return frozenset(), (f"the folder {self.folder} of authorized keys is gone; "
-                                 f"make it again with `pixpool keys {self.keys_dir}`")
+            return frozenset(), (
+                f"the folder {self.folder} of authorized keys is gone; "
+                f"make it again with `pixpool keys {self.keys_dir}`"
+            )
         keys = set()
         for path in sorted(self.folder.glob("*.key")):
             try:

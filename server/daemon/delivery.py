@@ -30,11 +30,26 @@ def send(sock: zmq.Socket, identity: bytes, frame: bytes, *extra: Any) -> None:
 
 
 def announce(t: TrainerSession, a: Announcement) -> None:
-    frame = proto.encode("ready", trainer_id=a.trainer_id, slot=a.slot, epoch=a.epoch, batch=a.batch, generation=a.generation,
-                         size=a.size, n_targets=a.n_targets)
+    frame = proto.encode(
+        "ready",
+        trainer_id=a.trainer_id,
+        slot=a.slot,
+        epoch=a.epoch,
+        batch=a.batch,
+        generation=a.generation,
+        size=a.size,
+        n_targets=a.n_targets,
+    )
     if t.delivery == proto.DELIVERY_FRAMES:
         r = t.ring
-        send(t.sock, t.identity, frame, r.images(a.slot, a.size).data, r.targets(a.slot, a.n_targets).data, r.samples(a.slot, a.size).data)
+        send(
+            t.sock,
+            t.identity,
+            frame,
+            r.images(a.slot, a.size).data,
+            r.targets(a.slot, a.n_targets).data,
+            r.samples(a.slot, a.size).data,
+        )
     else:
         send(t.sock, t.identity, frame)
 

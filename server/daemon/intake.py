@@ -54,9 +54,11 @@ class Request:
         if self.frames_sent != proto.MAX_REQUEST_FRAMES:
             return f"expected one message frame, got {self.frames_sent}; a request is one msgpack frame"
         if self.nbytes_sent > proto.MAX_REQUEST_BYTES:
-            return (f"message of {self.nbytes_sent} bytes exceeds the limit of {proto.MAX_REQUEST_BYTES} bytes "
-                    "for a request; "
-                    "a control message is a few hundred bytes")
+            return (
+                f"message of {self.nbytes_sent} bytes exceeds the limit of {proto.MAX_REQUEST_BYTES} bytes "
+                "for a request; "
+                "a control message is a few hundred bytes"
+            )
         return None
 
 

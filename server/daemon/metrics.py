@@ -67,25 +67,45 @@ class _Collector:
             return
         snap = st["snapshot"]
         store = st["daemon"].get("store") or SHM_DIR
-        seg = GaugeMetricFamily("pixpool_snapshot_bytes", "Bytes of each segment of the served snapshot, measured in the store", labels=["segment"])
-        for name in sorted({n for info in st.get("splits", {"train": snap}).values() for n in info.get("segments", [])}):
+        seg = GaugeMetricFamily(
+            "pixpool_snapshot_bytes",
+            "Bytes of each segment of the served snapshot, measured in the store",
+            labels=["segment"],
+        )
+        for name in sorted(
+            {n for info in st.get("splits", {"train": snap}).values() for n in info.get("segments", [])}
+        ):
             try:
                 seg.add_metric([name], os.stat(shm_path(name, store)).st_size)
             except FileNotFoundError:
                 continue
         yield seg
-        yield GaugeMetricFamily("pixpool_decoded_equivalent_bytes", "What the same resized images take as a decoded uint8 cache", value=snap.get("decoded_bytes", 0))
+        yield GaugeMetricFamily(
+            "pixpool_decoded_equivalent_bytes",
+            "What the same resized images take as a decoded uint8 cache",
+            value=snap.get("decoded_bytes", 0),
+        )
         roles = {st["daemon"]["pid"]: "daemon"}
         roles.update({w["pid"]: "worker" for w in st["workers"] if w["pid"]})
         roles.update({t["pid"]: "trainer" for t in st["trainers"] if t["pid"] and t.get("pid_watched")})
-        pss = GaugeMetricFamily("pixpool_process_pss_bytes", "PSS of each local process of the service and its trainers (smaps_rollup)", labels=["role", "pid"])
+        pss = GaugeMetricFamily(
+            "pixpool_process_pss_bytes",
+            "PSS of each local process of the service and its trainers (smaps_rollup)",
+            labels=["role", "pid"],
+        )
         for p in process_memory(list(roles), store):
             pss.add_metric([roles[p.pid], str(p.pid)], p.pss)
         yield pss
         ring = GaugeMetricFamily("pixpool_ring_bytes", "Bytes of each trainer's batch ring", labels=["trainer"])
-        batches = CounterMetricFamily("pixpool_trainer_batches", "Batches delivered to each trainer", labels=["trainer"])
+        batches = CounterMetricFamily(
+            "pixpool_trainer_batches", "Batches delivered to each trainer", labels=["trainer"]
+        )
         images = CounterMetricFamily("pixpool_trainer_images", "Images delivered to each trainer", labels=["trainer"])
-        wait = CounterMetricFamily("pixpool_trainer_data_wait_seconds", "Seconds each trainer waited for batches (its own count)", labels=["trainer"])
+        wait = CounterMetricFamily(
+            "pixpool_trainer_data_wait_seconds",
+            "Seconds each trainer waited for batches (its own count)",
+            labels=["trainer"],
+        )
         for t in st["trainers"]:
             tid = str(t["trainer_id"])
             ring.add_metric([tid], t["ring_nbytes"])
@@ -93,14 +113,28 @@ class _Collector:
             images.add_metric([tid], t["images_delivered"])
             wait.add_metric([tid], t.get("data_wait_s", 0.0))
         yield from (ring, batches, images, wait)
-        busy = CounterMetricFamily("pixpool_worker_busy_seconds", "Seconds each augmentation worker spent rendering", labels=["worker"])
-        done = CounterMetricFamily("pixpool_worker_samples", "Samples each augmentation worker rendered", labels=["worker"])
+        busy = CounterMetricFamily(
+            "pixpool_worker_busy_seconds", "Seconds each augmentation worker spent rendering", labels=["worker"]
+        )
+        done = CounterMetricFamily(
+            "pixpool_worker_samples", "Samples each augmentation worker rendered", labels=["worker"]
+        )
         for w in st["workers"]:
             busy.add_metric([str(w["index"])], w["busy_s"])
             done.add_metric([str(w["index"])], w["samples_done"])
         yield from (busy, done)
         vfs = os.statvfs(store)
-        yield GaugeMetricFamily("pixpool_shm_free_bytes", "Free bytes in the store (/dev/shm by default)", value=vfs.f_bavail * vfs.f_frsize)
-        yield GaugeMetricFamily("pixpool_shm_size_bytes", "Size of the store's file system (/dev/shm by default)", value=vfs.f_blocks * vfs.f_frsize)
+        yield GaugeMetricFamily(
+            "pixpool_shm_free_bytes", "Free bytes in the store (/dev/shm by default)", value=vfs.f_bavail * vfs.f_frsize
+        )
+        yield GaugeMetricFamily(
+            "pixpool_shm_size_bytes",
+            "Size of the store's file system (/dev/shm by default)",
+            value=vfs.f_blocks * vfs.f_frsize,
+        )
         yield GaugeMetricFamily("pixpool_trainers", "Trainers attached", value=len(st["trainers"]))
-        yield CounterMetricFamily("pixpool_worker_restarts", "Augmentation workers replaced after dying", value=st["daemon"]["worker_restarts"])
+        yield CounterMetricFamily(
+            "pixpool_worker_restarts",
+            "Augmentation workers replaced after dying",
+            value=st["daemon"]["worker_restarts"],
+        )

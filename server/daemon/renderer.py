@@ -60,7 +60,9 @@ def max_targets(max_instances: int, settings) -> int:
     return int(_max_targets(max_instances, settings))
 
 
-def render_range(source, settings, epoch: int, batch: int, start: int, stop: int, images_out: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def render_range(
+    source, settings, epoch: int, batch: int, start: int, stop: int, images_out: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     from ..augment.batch import render_range as _render_range
 
     out = _render_range(source, settings, epoch, batch, start, stop, images_out=images_out)

@@ -80,7 +80,13 @@ def _datasets(config: DaemonConfig) -> dict:
     from ..snapshot.fingerprint import lineage_of
 
     def read(data, images, split):
-        dataset = load_dataset(data, images, max_instances_per_image=config.max_instances_per_image, allow_unlabelled=config.allow_unlabelled, split=split)
+        dataset = load_dataset(
+            data,
+            images,
+            max_instances_per_image=config.max_instances_per_image,
+            allow_unlabelled=config.allow_unlabelled,
+            split=split,
+        )
         return dataset, lineage_of(f"{data}#{split}" if split != "train" else data, images, config.imgsz, config.dtype)
 
     out = {"train": read(config.data, config.images, "train")}
@@ -91,8 +97,11 @@ def _datasets(config: DaemonConfig) -> dict:
     elif str(config.data).lower().endswith((".yaml", ".yml")) and yaml_has_split(config.data, "val"):
         out["val"] = read(config.data, None, "val")
     if "val" in out and out["val"][0].names != out["train"][0].names:
-        raise ConfigError(f"the validation set {config.val or config.data} has classes {list(out['val'][0].names)[:5]}..., the training set "
-                          f"{config.data} {list(out['train'][0].names)[:5]}...; they must be the same classes in the same order", field="val")
+        raise ConfigError(
+            f"the validation set {config.val or config.data} has classes {list(out['val'][0].names)[:5]}..., the training set "
+            f"{config.data} {list(out['train'][0].names)[:5]}...; they must be the same classes in the same order",
+            field="val",
+        )
     return out
 
 
@@ -100,17 +109,42 @@ def _prepare(dataset, config: DaemonConfig, budget_nbytes: int | None, lineage: 
     from ..snapshot.fingerprint import content_fingerprint
     from ..snapshot.prepare import prepare_snapshot
 
-    result = prepare_snapshot(dataset, imgsz=config.imgsz, processes=config.processes, dtype=config.dtype, budget_nbytes=budget_nbytes, persist=config.keep_snapshot,
-                              lineage=lineage, wait_s=config.prepare_wait_s, store=config.store)
+    result = prepare_snapshot(
+        dataset,
+        imgsz=config.imgsz,
+        processes=config.processes,
+        dtype=config.dtype,
+        budget_nbytes=budget_nbytes,
+        persist=config.keep_snapshot,
+        lineage=lineage,
+        wait_s=config.prepare_wait_s,
+        store=config.store,
+    )
     snap = result.snapshot
     # The float32 fingerprint is the content's whatever the arena's dtype; only a uint8
     # snapshot pays a second pass (one stat per image file) to compute it.
     content = snap.fingerprint if snap.dtype == "float32" else content_fingerprint(dataset, imgsz=config.imgsz)
-    log.info("snapshot %s %s (%d records, %.1f s)", snap.name, "re-attached" if result.reused else "prepared", len(snap), result.seconds)
-    info = {"name": snap.name, "content": content,
-            "reused": bool(result.reused), "prepare_s": round(float(result.seconds), 3), "segments": list(snap.segment_names),
-            "dtype": snap.dtype, "store": snap.store, "image_bytes": int(result.image_bytes), "index_bytes": int(result.index_bytes),
-            "target_bytes": int(result.target_bytes), "decoded_bytes": int(result.decoded_bytes), "classes": len(dataset.names)}
+    log.info(
+        "snapshot %s %s (%d records, %.1f s)",
+        snap.name,
+        "re-attached" if result.reused else "prepared",
+        len(snap),
+        result.seconds,
+    )
+    info = {
+        "name": snap.name,
+        "content": content,
+        "reused": bool(result.reused),
+        "prepare_s": round(float(result.seconds), 3),
+        "segments": list(snap.segment_names),
+        "dtype": snap.dtype,
+        "store": snap.store,
+        "image_bytes": int(result.image_bytes),
+        "index_bytes": int(result.index_bytes),
+        "target_bytes": int(result.target_bytes),
+        "decoded_bytes": int(result.decoded_bytes),
+        "classes": len(dataset.names),
+    }
     return snap, info
 
 

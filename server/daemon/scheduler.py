@@ -122,7 +122,11 @@ class Stream:
         return any(f.todo for f in self.filling.values()) or (bool(self.free) and self.next_dispatch < self.num_batches)
 
     def images_per_s(self) -> float:
-        if self.first_delivery_s is None or self.last_delivery_s is None or self.last_delivery_s <= self.first_delivery_s:
+        if (
+            self.first_delivery_s is None
+            or self.last_delivery_s is None
+            or self.last_delivery_s <= self.first_delivery_s
+        ):
             return 0.0
         return self.images_delivered / (self.last_delivery_s - self.first_delivery_s)
 
@@ -152,7 +156,9 @@ class Scheduler:
             self._order.remove(trainer_id)
         self._retry = deque(j for j in self._retry if j.trainer_id != trainer_id)
 
-    def start(self, trainer_id: int, *, epoch: int, batch: int, num_batches: int, size_of: Callable[[int], int] | None = None) -> None:
+    def start(
+        self, trainer_id: int, *, epoch: int, batch: int, num_batches: int, size_of: Callable[[int], int] | None = None
+    ) -> None:
         """Produce ``epoch`` of this trainer from ``batch`` on; abandons unannounced work.
 
         ``size_of(b)``: the sample count of batch b of this epoch (default: the stream's
@@ -183,11 +189,15 @@ class Scheduler:
         s = self.streams[trainer_id]
         held = s.held.get(slot)
         if held is None:
-            raise ProtocolError(f"release of slot {slot} (epoch {epoch} batch {batch} generation {generation}), which trainer {trainer_id} does not hold "
-                                f"(held: {sorted(s.held)}); release each announced batch once")
+            raise ProtocolError(
+                f"release of slot {slot} (epoch {epoch} batch {batch} generation {generation}), which trainer {trainer_id} does not hold "
+                f"(held: {sorted(s.held)}); release each announced batch once"
+            )
         if held != (epoch, batch, generation):
-            raise ProtocolError(f"release of slot {slot} names epoch {epoch} batch {batch} generation {generation}, but the slot now holds "
-                                f"epoch {held[0]} batch {held[1]} generation {held[2]}; a stale or duplicate release is refused")
+            raise ProtocolError(
+                f"release of slot {slot} names epoch {epoch} batch {batch} generation {generation}, but the slot now holds "
+                f"epoch {held[0]} batch {held[1]} generation {held[2]}; a stale or duplicate release is refused"
+            )
         del s.held[slot]
         s.free.append(slot)
 
@@ -244,7 +254,9 @@ class Scheduler:
             s.next_dispatch += 1
         start, stop = fill.todo.popleft()
         fill.out += 1
-        return Job(next(self._job_ids), s.trainer_id, s.generation, s.epoch, fill.batch, fill.slot, start, stop, fill.size)
+        return Job(
+            next(self._job_ids), s.trainer_id, s.generation, s.epoch, fill.batch, fill.slot, start, stop, fill.size
+        )
 
     def retry(self, job: Job) -> None:
         """A worker died with ``job``: run it again before anything else (same slot, same samples)."""
@@ -265,7 +277,9 @@ class Scheduler:
             self._settle(s, job.slot)
             return []
         if len(counts) != job.stop - job.start:
-            raise ProtocolError(f"part {job.start}..{job.stop} of batch {job.batch} reported {len(counts)} target counts")
+            raise ProtocolError(
+                f"part {job.start}..{job.stop} of batch {job.batch} reported {len(counts)} target counts"
+            )
         fill.out -= 1
         if (job.start, job.stop) in fill.done:
             return []
@@ -281,7 +295,11 @@ class Scheduler:
         while s.next_announce in s.finished:
             f = s.finished.pop(s.next_announce)
             s.held[f.slot] = (s.epoch, f.batch, s.generation)
-            out.append(Announcement(job.trainer_id, f.slot, s.epoch, f.batch, f.size, sum(f.counts), s.generation, tuple(f.counts)))
+            out.append(
+                Announcement(
+                    job.trainer_id, f.slot, s.epoch, f.batch, f.size, sum(f.counts), s.generation, tuple(f.counts)
+                )
+            )
             s.next_announce += 1
             s.batches_delivered += 1
             s.images_delivered += f.size
@@ -300,7 +318,9 @@ class Scheduler:
         if fill is None:
             self._settle(s, job.slot)
             return
-        same = [j for j in self._retry if self._current(s, j) is fill]  # queued re-runs of its other parts never run now
+        same = [
+            j for j in self._retry if self._current(s, j) is fill
+        ]  # queued re-runs of its other parts never run now
         self._retry = deque(j for j in self._retry if self._current(s, j) is not fill)
         del s.filling[job.batch]
         fill.out -= 1 + len(same)

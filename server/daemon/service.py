@@ -62,7 +62,15 @@ class Daemon:
     validation set is served, ``val``); ``snapshot_info`` and ``files`` likewise per split.
     """
 
-    def __init__(self, source: Any, config: DaemonConfig, *, snapshot_info: dict | None = None, files=(), names: tuple[str, ...] = ()):
+    def __init__(
+        self,
+        source: Any,
+        config: DaemonConfig,
+        *,
+        snapshot_info: dict | None = None,
+        files=(),
+        names: tuple[str, ...] = (),
+    ):
         if not isinstance(config, DaemonConfig):
             raise TypeError(f"config must be a DaemonConfig, got {type(config).__name__}")
         per_split = isinstance(source, dict)
@@ -87,7 +95,13 @@ class Daemon:
         self.host = _socket.gethostname()
         self.started = time.monotonic()
         self.scheduler = Scheduler(parts=config.workers)
-        self.sessions = Sessions(self.pid, self.scheduler, heartbeat_timeout_s=config.heartbeat_timeout_s, on_detach=self._forget_ring, store=self.store)
+        self.sessions = Sessions(
+            self.pid,
+            self.scheduler,
+            heartbeat_timeout_s=config.heartbeat_timeout_s,
+            on_detach=self._forget_ring,
+            store=self.store,
+        )
         self.supervisor: Supervisor | None = None
         self.listener: admission.Listener | None = None
         self.metrics = None  # metrics.Metrics while serving with metrics_port
@@ -112,13 +126,25 @@ class Daemon:
         previous = {}
         if threading.current_thread() is threading.main_thread():
             for sig in (signal.SIGTERM, signal.SIGINT):
-                previous[sig] = signal.signal(sig, lambda signum, _frame: self.request_stop(f"signal {signal.Signals(signum).name}"))
+                previous[sig] = signal.signal(
+                    sig, lambda signum, _frame: self.request_stop(f"signal {signal.Signals(signum).name}")
+                )
         ctx = zmq.Context()
         poller = zmq.Poller()
         self.listener = admission.Listener(ctx, self.config)
-        self.supervisor = Supervisor(spawn_context(), self.sources, self.renderer_name, self.scheduler, job_timeout_s=self.config.job_timeout_s,
-                                     straggler_factor=self.config.straggler_factor, straggler_min_s=self.config.straggler_min_s,
-                                     describe=self._describe, on_done=self._done, on_failed=self._failed, store=self.store)
+        self.supervisor = Supervisor(
+            spawn_context(),
+            self.sources,
+            self.renderer_name,
+            self.scheduler,
+            job_timeout_s=self.config.job_timeout_s,
+            straggler_factor=self.config.straggler_factor,
+            straggler_min_s=self.config.straggler_min_s,
+            describe=self._describe,
+            on_done=self._done,
+            on_failed=self._failed,
+            store=self.store,
+        )
         try:
             socks = self.listener.open()
             self._check_keys()
@@ -130,7 +156,13 @@ class Daemon:
 
                 self.metrics = Metrics(self.config.metrics_host, self.config.metrics_port).start()
                 self.metrics.publish(self.status())
-            log.info("daemon %d serving %s on %s with %d workers", self.pid, self.snapshot_info.get("name", "source"), self.endpoint, self.config.workers)
+            log.info(
+                "daemon %d serving %s on %s with %d workers",
+                self.pid,
+                self.snapshot_info.get("name", "source"),
+                self.endpoint,
+                self.config.workers,
+            )
             self._loop(poller, socks)
         finally:
             self._shutdown()
@@ -210,15 +242,27 @@ class Daemon:
             files = self.files.get(msg.get("split", "train"))
             start = msg["start"]
             if files is None or not 0 <= start <= len(files):
-                raise ProtocolError(f"records from {start} of split {msg.get('split', 'train')!r}: the daemon serves {sorted(self.files)}")
+                raise ProtocolError(
+                    f"records from {start} of split {msg.get('split', 'train')!r}: the daemon serves {sorted(self.files)}"
+                )
             page = files[start : start + proto.RECORDS_PAGE]
-            delivery.send(sock, identity, proto.encode("records", start=start, total=len(files), files=page, names=self.names))
+            delivery.send(
+                sock, identity, proto.encode("records", start=start, total=len(files), files=page, names=self.names)
+            )
             return
         try:
             t = self.sessions.get(msg)
         except UnknownTrainer as exc:
-            delivery.send(sock, identity, proto.error_frame("unknown_trainer", f"trainer {exc.trainer_id} is not attached to daemon {self.pid} "
-                                                           "(detached, or the daemon restarted); attach again", trainer_id=exc.trainer_id))
+            delivery.send(
+                sock,
+                identity,
+                proto.error_frame(
+                    "unknown_trainer",
+                    f"trainer {exc.trainer_id} is not attached to daemon {self.pid} "
+                    "(detached, or the daemon restarted); attach again",
+                    trainer_id=exc.trainer_id,
+                ),
+            )
             return
         if op == "heartbeat":
             wait = msg.get("data_wait_s")
@@ -231,15 +275,31 @@ class Daemon:
             t.sock, t.identity = sock, identity
             records, settings, epoch = len(self.sources[t.settings.split]), t.settings, msg["epoch"]
             n = self.renderer.num_batches(records, settings, epoch)
-            self.scheduler.start(t.trainer_id, epoch=epoch, batch=msg["batch"], num_batches=n, size_of=lambda b: self.renderer.batch_size_of(records, settings, epoch, b))
-            delivery.send(sock, identity, proto.encode("started", trainer_id=t.trainer_id, epoch=msg["epoch"], batch=msg["batch"], num_batches=n))
+            self.scheduler.start(
+                t.trainer_id,
+                epoch=epoch,
+                batch=msg["batch"],
+                num_batches=n,
+                size_of=lambda b: self.renderer.batch_size_of(records, settings, epoch, b),
+            )
+            delivery.send(
+                sock,
+                identity,
+                proto.encode("started", trainer_id=t.trainer_id, epoch=msg["epoch"], batch=msg["batch"], num_batches=n),
+            )
         elif op == "release":
             try:
-                self.scheduler.release(t.trainer_id, msg["slot"], epoch=msg["epoch"], batch=msg["batch"], generation=msg["generation"])
+                self.scheduler.release(
+                    t.trainer_id, msg["slot"], epoch=msg["epoch"], batch=msg["batch"], generation=msg["generation"]
+                )
             except ProtocolError as exc:
                 delivery.send(sock, identity, proto.error_frame("order", str(exc), trainer_id=t.trainer_id))
         elif op == "prove":
-            delivery.send(sock, identity, proto.encode("proved", trainer_id=t.trainer_id, delivery=self.sessions.prove(t, msg["nonce"])))
+            delivery.send(
+                sock,
+                identity,
+                proto.encode("proved", trainer_id=t.trainer_id, delivery=self.sessions.prove(t, msg["nonce"])),
+            )
         elif op == "detach":
             self.sessions.detach(t.trainer_id, "trainer detached")
             delivery.send(sock, identity, proto.encode("detached", trainer_id=t.trainer_id))
@@ -250,17 +310,42 @@ class Daemon:
         settings = StreamSettings.from_dict(msg["settings"])
         source = self.sources.get(settings.split)
         if source is None:
-            raise ConfigError(f"this daemon serves no {settings.split!r} split (it serves {sorted(self.sources)}); serve a validation set with "
-                              "--val DATA, or a data.yaml that names val:", field="split")
+            raise ConfigError(
+                f"this daemon serves no {settings.split!r} split (it serves {sorted(self.sources)}); serve a validation set with "
+                "--val DATA, or a data.yaml that names val:",
+                field="split",
+            )
         # Where the trainer came in (ipc or TCP) does not decide its delivery: ``prove`` does.
-        layout = admission.ring_for(msg, settings, source=source, renderer=self.renderer, config=self.config,
-                                    rings_nbytes=self.sessions.rings_nbytes, ring_budget_nbytes=self.ring_budget_nbytes, trainers=len(self.sessions),
-                                    snapshot_nbytes=self.snapshot_nbytes)
+        layout = admission.ring_for(
+            msg,
+            settings,
+            source=source,
+            renderer=self.renderer,
+            config=self.config,
+            rings_nbytes=self.sessions.rings_nbytes,
+            ring_budget_nbytes=self.ring_budget_nbytes,
+            trainers=len(self.sessions),
+            snapshot_nbytes=self.snapshot_nbytes,
+        )
         t = self.sessions.attach(msg, settings, layout, sock=sock, identity=identity, client=req.peer)
-        delivery.send(sock, identity, proto.encode("attached", trainer_id=t.trainer_id, token=t.token, ring=t.ring.name, layout=layout.to_dict(),
-                                                   num_records=len(source), daemon_pid=self.pid, host=self.host, names=self.names,
-                                                   store=self.store, pid_ns=self.pid_ns,
-                                                   snapshot=self._identity(settings.split, source)))
+        delivery.send(
+            sock,
+            identity,
+            proto.encode(
+                "attached",
+                trainer_id=t.trainer_id,
+                token=t.token,
+                ring=t.ring.name,
+                layout=layout.to_dict(),
+                num_records=len(source),
+                daemon_pid=self.pid,
+                host=self.host,
+                names=self.names,
+                store=self.store,
+                pid_ns=self.pid_ns,
+                snapshot=self._identity(settings.split, source),
+            ),
+        )
 
     def _identity(self, split: str, source: Any) -> dict:
         """Which snapshot a trainer of ``split`` streams: a trainer that attaches again after a
@@ -281,7 +366,9 @@ class Daemon:
             # Every part is in and every duplicate of one was killed (supervisor): nothing
             # writes this slot any more. Pack, then the header, then announce, once.
             t.ring.pack_targets(a.slot, list(a.counts))
-            t.ring.write_header(a.slot, epoch=a.epoch, batch=a.batch, size=a.size, n_targets=a.n_targets, generation=a.generation)
+            t.ring.write_header(
+                a.slot, epoch=a.epoch, batch=a.batch, size=a.size, n_targets=a.n_targets, generation=a.generation
+            )
             delivery.announce(t, a)
 
     def _failed(self, job: Job, worker_pid: int, error: str) -> None:
@@ -292,7 +379,14 @@ class Daemon:
             return
         t = self.sessions.trainers.get(job.trainer_id)
         if t is not None:
-            delivery.tell(t, proto.error_frame("render", f"batch {job.batch} of epoch {job.epoch} failed in worker {worker_pid}: {error}", trainer_id=t.trainer_id))
+            delivery.tell(
+                t,
+                proto.error_frame(
+                    "render",
+                    f"batch {job.batch} of epoch {job.epoch} failed in worker {worker_pid}: {error}",
+                    trainer_id=t.trainer_id,
+                ),
+            )
 
     def _check_segments(self) -> None:
         """Notice segments removed from the store under the daemon (``rm``, a sweep by
@@ -308,23 +402,39 @@ class Daemon:
         shrunk = {name: what for name, what in sorted(damaged.items()) if what.startswith("was truncated")}
         if shrunk:
             what = "; ".join(f"snapshot segment {name} {w}" for name, w in shrunk.items())
-            self.fatal = (f"{what} in {self.store} while daemon {self.pid} served it; every batch would fail "
-                          "(a worker reading past the end dies of SIGBUS), so the daemon stops. Find what "
-                          "truncates files in the store, then start the daemon again (it prepares the snapshot anew)")
+            self.fatal = (
+                f"{what} in {self.store} while daemon {self.pid} served it; every batch would fail "
+                "(a worker reading past the end dies of SIGBUS), so the daemon stops. Find what "
+                "truncates files in the store, then start the daemon again (it prepares the snapshot anew)"
+            )
             log.error("%s", self.fatal)
             self.request_stop(what)
             return
         gone = sorted(damaged)
         if gone:
-            self.fatal = (f"snapshot segment(s) {', '.join(gone)} were removed from {self.store} while daemon {self.pid} served them; "
-                          "stopping rather than serving half. Start the daemon again (it prepares the snapshot anew)")
+            self.fatal = (
+                f"snapshot segment(s) {', '.join(gone)} were removed from {self.store} while daemon {self.pid} served them; "
+                "stopping rather than serving half. Start the daemon again (it prepares the snapshot anew)"
+            )
             log.error("%s", self.fatal)
             self.request_stop(f"snapshot removed from {self.store}")
             return
         for t in list(self.sessions.trainers.values()):
             if not t.ring.present():
-                log.error("trainer %d: its ring %s was removed from %s; detaching it so that it attaches again to a new ring", t.trainer_id, t.ring.name, self.store)
-                delivery.tell(t, proto.error_frame("unknown_trainer", f"ring {t.ring.name} was removed from {self.store}; attach again", trainer_id=t.trainer_id))
+                log.error(
+                    "trainer %d: its ring %s was removed from %s; detaching it so that it attaches again to a new ring",
+                    t.trainer_id,
+                    t.ring.name,
+                    self.store,
+                )
+                delivery.tell(
+                    t,
+                    proto.error_frame(
+                        "unknown_trainer",
+                        f"ring {t.ring.name} was removed from {self.store}; attach again",
+                        trainer_id=t.trainer_id,
+                    ),
+                )
                 self.sessions.detach(t.trainer_id, f"ring {t.ring.name} removed from {self.store}")
 
     def _check_keys(self) -> None:
@@ -334,8 +444,12 @@ class Daemon:
         self._admitted = self.listener.authorized.current()
         for t in list(self.sessions.trainers.values()):
             if t.client.startswith("key:") and t.client[4:] not in self._admitted:
-                log.warning("trainer %d: its CURVE key %s was removed from %s; ending its session",
-                            t.trainer_id, t.client[4:], self.listener.authorized.folder)
+                log.warning(
+                    "trainer %d: its CURVE key %s was removed from %s; ending its session",
+                    t.trainer_id,
+                    t.client[4:],
+                    self.listener.authorized.folder,
+                )
                 text = self._not_authorized_text(t.client[4:])
                 delivery.tell(t, proto.error_frame("not_authorized", text, trainer_id=t.trainer_id))
                 self.sessions.detach(t.trainer_id, "its CURVE key is no longer authorized")
@@ -350,9 +464,11 @@ class Daemon:
 
     def _not_authorized_text(self, key: str) -> str:
         folder = self.listener.authorized.folder
-        return (f"daemon {self.pid} does not authorize CURVE key {key}: it is not (or no longer) in {folder} "
-                f"on {self.host}; have the daemon's operator copy this trainer's client.key into {folder}/ "
-                "(`pixpool keys DIR` makes a pair and authorizes it)")
+        return (
+            f"daemon {self.pid} does not authorize CURVE key {key}: it is not (or no longer) in {folder} "
+            f"on {self.host}; have the daemon's operator copy this trainer's client.key into {folder}/ "
+            "(`pixpool keys DIR` makes a pair and authorizes it)"
+        )
 
     def _forget_ring(self, ring_name: str) -> None:
         if self.supervisor is not None:

@@ -72,7 +72,15 @@ class TrainerSession:
 class Sessions:
     """The attached trainers of one daemon. ``on_detach(ring_name)`` runs before a ring goes."""
 
-    def __init__(self, daemon_pid: int, scheduler: Scheduler, *, heartbeat_timeout_s: float, on_detach: Callable[[str], None], store: str | None = None):
+    def __init__(
+        self,
+        daemon_pid: int,
+        scheduler: Scheduler,
+        *,
+        heartbeat_timeout_s: float,
+        on_detach: Callable[[str], None],
+        store: str | None = None,
+    ):
         self.daemon_pid = daemon_pid
         self.store = store
         self.pid_ns = pid_namespace()
@@ -93,18 +101,47 @@ class Sessions:
         """How many sessions ``client`` (``TrainerSession.client``) holds now."""
         return sum(t.client == client for t in self.trainers.values())
 
-    def attach(self, msg: dict, settings: StreamSettings, layout: RingLayout, *, sock: zmq.Socket, identity: bytes,
-               client: str = "") -> TrainerSession:
+    def attach(
+        self,
+        msg: dict,
+        settings: StreamSettings,
+        layout: RingLayout,
+        *,
+        sock: zmq.Socket,
+        identity: bytes,
+        client: str = "",
+    ) -> TrainerSession:
         ring = self._create_ring(layout)
         # The trainer id is taken only once the ring exists: a failed attach uses up nothing.
         tid = next(self._ids)
         pid_ns = msg.get("pid_ns") if isinstance(msg.get("pid_ns"), str) else ""
         # Frames until the trainer proves it maps this ring (``prove``).
-        t = TrainerSession(tid, secrets.randbits(62), settings, settings.to_dict(), msg["pid"], msg["host"], proto.DELIVERY_FRAMES, sock, identity, ring,
-                           pid_ns=pid_ns, requested=msg["delivery"], client=client)
+        t = TrainerSession(
+            tid,
+            secrets.randbits(62),
+            settings,
+            settings.to_dict(),
+            msg["pid"],
+            msg["host"],
+            proto.DELIVERY_FRAMES,
+            sock,
+            identity,
+            ring,
+            pid_ns=pid_ns,
+            requested=msg["delivery"],
+            client=client,
+        )
         self.trainers[tid] = t
         self.scheduler.add(tid, settings, layout.slots)
-        log.info("trainer %d attached (pid %d, seed %d, batch %d, ring %s of %d bytes)", tid, t.pid, settings.seed, settings.batch_size, ring.name, layout.nbytes)
+        log.info(
+            "trainer %d attached (pid %d, seed %d, batch %d, ring %s of %d bytes)",
+            tid,
+            t.pid,
+            settings.seed,
+            settings.batch_size,
+            ring.name,
+            layout.nbytes,
+        )
         return t
 
     def _create_ring(self, layout: RingLayout) -> Ring:
@@ -115,17 +152,25 @@ class Sessions:
             try:
                 return Ring.create(name, layout, store=self.store)
             except FileExistsError:
-                log.warning("ring name %s already exists in %s (not made by this daemon); drawing another", name, self.store)
-        raise CapacityError(f"could not create a batch ring under {_RING_NAME_TRIES} fresh random names in {self.store}: every one existed already; "
-                            f"someone is filling it with pixpool names, see `ls -l {self.store}`")
+                log.warning(
+                    "ring name %s already exists in %s (not made by this daemon); drawing another", name, self.store
+                )
+        raise CapacityError(
+            f"could not create a batch ring under {_RING_NAME_TRIES} fresh random names in {self.store}: every one existed already; "
+            f"someone is filling it with pixpool names, see `ls -l {self.store}`"
+        )
 
     def prove(self, t: TrainerSession, nonce: str) -> str:
         """Decide ``t``'s delivery from the nonce it read in its ring (module docstring)."""
         local = t.requested == proto.DELIVERY_SHM and bool(nonce) and secrets.compare_digest(nonce, t.ring.nonce())
         t.delivery = proto.DELIVERY_SHM if local else proto.DELIVERY_FRAMES
         t.watch_pid = local and t.pid > 0 and bool(t.pid_ns) and t.pid_ns == self.pid_ns
-        log.info("trainer %d: %s (%s)", t.trainer_id, "maps its ring in place" if local else "gets its batches as frames",
-                 "same PID namespace, pid watched" if t.watch_pid else "liveness by heartbeat")
+        log.info(
+            "trainer %d: %s (%s)",
+            t.trainer_id,
+            "maps its ring in place" if local else "gets its batches as frames",
+            "same PID namespace, pid watched" if t.watch_pid else "liveness by heartbeat",
+        )
         return t.delivery
 
     def get(self, msg: dict) -> TrainerSession:
@@ -163,5 +208,6 @@ class Sessions:
             elif t.watch_pid and not psutil.pid_exists(t.pid):
                 self.detach(t.trainer_id, f"process {t.pid} is gone")
             elif now - t.last_seen > self.heartbeat_timeout_s:
-                self.detach(t.trainer_id, f"no heartbeat for {now - t.last_seen:.1f} s (timeout {self.heartbeat_timeout_s} s)")
-
+                self.detach(
+                    t.trainer_id, f"no heartbeat for {now - t.last_seen:.1f} s (timeout {self.heartbeat_timeout_s} s)"
+                )

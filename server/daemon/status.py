@@ -29,36 +29,87 @@ def build_health(d) -> dict:
     """The ``health`` reply: alive (it answered), healthy (serving, not stopping), counts."""
     healthy = d.fatal is None and d._stop_reason is None and d.supervisor.fatal is None
     workers_ready = sum(w.state in ("idle", "busy") for w in d.supervisor.workers)
-    return {"pid": d.pid, "healthy": healthy, "trainers": len(d.sessions), "workers_ready": workers_ready,
-            "uptime_s": round(time.monotonic() - d.started, 3)}
+    return {
+        "pid": d.pid,
+        "healthy": healthy,
+        "trainers": len(d.sessions),
+        "workers_ready": workers_ready,
+        "uptime_s": round(time.monotonic() - d.started, 3),
+    }
 
 
 def build_status(d) -> dict:
     """The ``status`` reply: daemon, snapshot, workers and trainers (plain msgpack types)."""
     now = time.monotonic()
-    workers = [{"index": w.index, "pid": w.pid, "state": w.state, "parts_done": w.parts_done, "samples_done": w.samples_done, "busy_s": round(w.busy_s, 3),
-                "ready_s": round(w.ready_s, 3)} for w in d.supervisor.workers]
+    workers = [
+        {
+            "index": w.index,
+            "pid": w.pid,
+            "state": w.state,
+            "parts_done": w.parts_done,
+            "samples_done": w.samples_done,
+            "busy_s": round(w.busy_s, 3),
+            "ready_s": round(w.ready_s, 3),
+        }
+        for w in d.supervisor.workers
+    ]
     trainers = []
     listed_nbytes = 0
     for t in d.sessions.trainers.values():
         s = d.scheduler.streams[t.trainer_id]
         entry = {
-            "trainer_id": t.trainer_id, "pid": t.pid, "host": t.host, "delivery": t.delivery, "pid_watched": t.watch_pid, "settings": t.settings_dict, "split": t.settings.split,
-            "epoch": s.epoch, "next_batch": s.next_announce, "num_batches": s.num_batches,
-            "batches_delivered": s.batches_delivered, "images_delivered": s.images_delivered, "img_per_s": round(s.images_per_s(), 2),
-            "slots": s.slots, "slots_in_use": s.slots - len(s.free), "ring": t.ring.name, "ring_nbytes": t.ring.layout.nbytes,
-            "last_seen_s": round(now - t.last_seen, 3), "attached_s": round(now - t.attached_at, 3), "data_wait_s": round(t.data_wait_s, 3),
+            "trainer_id": t.trainer_id,
+            "pid": t.pid,
+            "host": t.host,
+            "delivery": t.delivery,
+            "pid_watched": t.watch_pid,
+            "settings": t.settings_dict,
+            "split": t.settings.split,
+            "epoch": s.epoch,
+            "next_batch": s.next_announce,
+            "num_batches": s.num_batches,
+            "batches_delivered": s.batches_delivered,
+            "images_delivered": s.images_delivered,
+            "img_per_s": round(s.images_per_s(), 2),
+            "slots": s.slots,
+            "slots_in_use": s.slots - len(s.free),
+            "ring": t.ring.name,
+            "ring_nbytes": t.ring.layout.nbytes,
+            "last_seen_s": round(now - t.last_seen, 3),
+            "attached_s": round(now - t.attached_at, 3),
+            "data_wait_s": round(t.data_wait_s, 3),
         }
         listed_nbytes += len(msgpack.packb(entry, use_bin_type=True))
         if listed_nbytes > TRAINERS_BUDGET_BYTES:
             break
         trainers.append(entry)
     cfg = d.config
-    daemon = {"pid": d.pid, "host": d.host, "store": d.store, "pid_ns": d.pid_ns, "version": __version__, "protocol": proto.PROTOCOL_VERSION, "endpoint": d.endpoint or "", "tcp": cfg.tcp or "",
-              "uptime_s": round(now - d.started, 3), "worker_restarts": d.supervisor.restarts, "redispatched_jobs": d.supervisor.redispatched, "heartbeat_timeout_s": cfg.heartbeat_timeout_s,
-              "memory_budget_nbytes": cfg.memory_budget_nbytes, "shm_warn_free_nbytes": d.shm_watch.warn_free_nbytes, "shm_low": d.shm_watch.low,
-              "metrics": f"http://{cfg.metrics_host}:{cfg.metrics_port}/metrics" if cfg.metrics_port else "",
-              "trainers_total": len(d.sessions)}
-    splits = {split: {"records": len(src), "imgsz": src.imgsz, "max_instances": src.max_instances, **d.split_info.get(split, {})}
-              for split, src in d.sources.items()}
+    daemon = {
+        "pid": d.pid,
+        "host": d.host,
+        "store": d.store,
+        "pid_ns": d.pid_ns,
+        "version": __version__,
+        "protocol": proto.PROTOCOL_VERSION,
+        "endpoint": d.endpoint or "",
+        "tcp": cfg.tcp or "",
+        "uptime_s": round(now - d.started, 3),
+        "worker_restarts": d.supervisor.restarts,
+        "redispatched_jobs": d.supervisor.redispatched,
+        "heartbeat_timeout_s": cfg.heartbeat_timeout_s,
+        "memory_budget_nbytes": cfg.memory_budget_nbytes,
+        "shm_warn_free_nbytes": d.shm_watch.warn_free_nbytes,
+        "shm_low": d.shm_watch.low,
+        "metrics": f"http://{cfg.metrics_host}:{cfg.metrics_port}/metrics" if cfg.metrics_port else "",
+        "trainers_total": len(d.sessions),
+    }
+    splits = {
+        split: {
+            "records": len(src),
+            "imgsz": src.imgsz,
+            "max_instances": src.max_instances,
+            **d.split_info.get(split, {}),
+        }
+        for split, src in d.sources.items()
+    }
     return {"daemon": daemon, "snapshot": splits["train"], "splits": splits, "workers": workers, "trainers": trainers}

@@ -88,11 +88,18 @@ class WorkerHandle:
         self.conn.send_bytes(proto.pipe_frame(op, **fields))
 
 
-def spawn_worker(ctx, index: int, sources: dict[str, Any], renderer_name: str, store: str | None = None) -> WorkerHandle:
+def spawn_worker(
+    ctx, index: int, sources: dict[str, Any], renderer_name: str, store: str | None = None
+) -> WorkerHandle:
     """Start one worker with the spawn context; it says hello when ready. ``store``: where
     the daemon's rings are (``shared.store``)."""
     parent_conn, child_conn = ctx.Pipe(duplex=True)
-    proc = ctx.Process(target=worker_main, args=(index, child_conn, sources, renderer_name, os.getpid(), store), name=f"pixpool-worker-{index}", daemon=True)
+    proc = ctx.Process(
+        target=worker_main,
+        args=(index, child_conn, sources, renderer_name, os.getpid(), store),
+        name=f"pixpool-worker-{index}",
+        daemon=True,
+    )
     proc.start()
     child_conn.close()
     return WorkerHandle(index=index, process=proc, conn=parent_conn, spawned_at=time.monotonic())
@@ -131,9 +138,21 @@ class Supervisor:
     ring, settings and batch size for the pipe.
     """
 
-    def __init__(self, mp_ctx, sources: dict[str, Any], renderer_name: str, scheduler: Scheduler, *, job_timeout_s: float,
-                 describe: Callable[[Job], dict], on_done: Callable[[Job, list], None], on_failed: Callable[[Job, int, str], None],
-                 straggler_factor: float = 8.0, straggler_min_s: float = 5.0, store: str | None = None):
+    def __init__(
+        self,
+        mp_ctx,
+        sources: dict[str, Any],
+        renderer_name: str,
+        scheduler: Scheduler,
+        *,
+        job_timeout_s: float,
+        describe: Callable[[Job], dict],
+        on_done: Callable[[Job, list], None],
+        on_failed: Callable[[Job, int, str], None],
+        straggler_factor: float = 8.0,
+        straggler_min_s: float = 5.0,
+        store: str | None = None,
+    ):
         self._mp = mp_ctx
         self.store = store
         self.sources = sources
@@ -216,8 +235,16 @@ class Supervisor:
         """The job's result is in: kill every other worker still running it (see module docstring)."""
         for other in list(self._by_fd.values()):
             if other is not winner and other.job is not None and other.job.job_id == job.job_id:
-                log.warning("worker %d (pid %s) lost the race for samples %d..%d of batch %d of trainer %d to worker %d; replacing it",
-                            other.index, other.pid, job.start, job.stop, job.batch, job.trainer_id, winner.index)
+                log.warning(
+                    "worker %d (pid %s) lost the race for samples %d..%d of batch %d of trainer %d to worker %d; replacing it",
+                    other.index,
+                    other.pid,
+                    job.start,
+                    job.stop,
+                    job.batch,
+                    job.trainer_id,
+                    winner.index,
+                )
                 other.job = None  # not to be re-run: its result is in
                 other.process.kill()
                 other.process.join(5.0)
@@ -241,9 +268,20 @@ class Supervisor:
                 continue  # abandoned work: its result is dropped anyway
             if len(holders) == 1 and now - w.job_started > after:
                 spare = idle.pop(0)
-                log.warning("samples %d..%d of batch %d of trainer %d have run %.1f s in worker %d (pid %s), over %.1f s (%.0fx the median part); "
-                            "giving them to worker %d too", w.job.start, w.job.stop, w.job.batch, w.job.trainer_id, now - w.job_started, w.index, w.pid,
-                            after, self.straggler_factor, spare.index)
+                log.warning(
+                    "samples %d..%d of batch %d of trainer %d have run %.1f s in worker %d (pid %s), over %.1f s (%.0fx the median part); "
+                    "giving them to worker %d too",
+                    w.job.start,
+                    w.job.stop,
+                    w.job.batch,
+                    w.job.trainer_id,
+                    now - w.job_started,
+                    w.index,
+                    w.pid,
+                    after,
+                    self.straggler_factor,
+                    spare.index,
+                )
                 self._send_job(spare, w.job)
                 self.redispatched += 1
 
@@ -254,7 +292,15 @@ class Supervisor:
             if w.process.exitcode is None and w.job is not None and now - w.job_started > self.job_timeout_s:
                 # A worker stuck in one part holds its slot forever: kill it; the dead-worker
                 # path below re-runs the part in a fresh one.
-                log.warning("worker %d (pid %s) spent over %.0f s on samples %d..%d of batch %d; killing it", w.index, w.pid, self.job_timeout_s, w.job.start, w.job.stop, w.job.batch)
+                log.warning(
+                    "worker %d (pid %s) spent over %.0f s on samples %d..%d of batch %d; killing it",
+                    w.index,
+                    w.pid,
+                    self.job_timeout_s,
+                    w.job.start,
+                    w.job.stop,
+                    w.job.batch,
+                )
                 w.process.kill()
                 w.process.join(5.0)
             if w.process.exitcode is not None:
@@ -289,15 +335,28 @@ class Supervisor:
             if not external:
                 self._start_failures[i] = self._start_failures.get(i, 0) + 1
             if self._start_failures.get(i, 0) >= _START_FAILURES_FATAL:
-                self.fatal = (f"augmentation worker {i} died before it was ready {self._start_failures[i]} times in a row (last exit code {code}); "
-                              "run `pixpool serve -v` and check the worker's error above")
+                self.fatal = (
+                    f"augmentation worker {i} died before it was ready {self._start_failures[i]} times in a row (last exit code {code}); "
+                    "run `pixpool serve -v` and check the worker's error above"
+                )
                 return
         delay = 0.0 if w.ready else min(_BACKOFF_MAX_S, _BACKOFF_FIRST_S * 2 ** (self._early_deaths[i] - 1))
         if code == -signal.SIGBUS:  # the kernel's answer to a read past the end of a mapped file
-            log.warning("worker %d (pid %s) died of SIGBUS: a segment it maps was truncated "
-                        "(the daemon checks its snapshot)", i, w.pid)
-        log.warning("worker %d (pid %s) died with exit code %s%s; starting a new one%s", i, w.pid, code,
-                    f", re-running samples {job.start}..{job.stop} of batch {job.batch} of trainer {job.trainer_id}" if job else "", f" in {delay:.1f} s" if delay else "")
+            log.warning(
+                "worker %d (pid %s) died of SIGBUS: a segment it maps was truncated (the daemon checks its snapshot)",
+                i,
+                w.pid,
+            )
+        log.warning(
+            "worker %d (pid %s) died with exit code %s%s; starting a new one%s",
+            i,
+            w.pid,
+            code,
+            f", re-running samples {job.start}..{job.stop} of batch {job.batch} of trainer {job.trainer_id}"
+            if job
+            else "",
+            f" in {delay:.1f} s" if delay else "",
+        )
         if delay:
             self._respawn_at[i] = time.monotonic() + delay
         else:
@@ -323,7 +382,16 @@ class Supervisor:
     def _send_job(self, w: WorkerHandle, job: Job) -> None:
         w.job, w.job_started = job, time.monotonic()
         try:
-            w.send("job", job=job.job_id, slot=job.slot, epoch=job.epoch, batch=job.batch, start=job.start, stop=job.stop, **self._describe(job))
+            w.send(
+                "job",
+                job=job.job_id,
+                slot=job.slot,
+                epoch=job.epoch,
+                batch=job.batch,
+                start=job.start,
+                stop=job.stop,
+                **self._describe(job),
+            )
         except (OSError, ValueError):
             pass  # the worker died; the liveness check re-queues its job
 

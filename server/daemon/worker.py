@@ -32,7 +32,9 @@ log = logging.getLogger(__name__)
 _POLL_S = 1.0
 
 
-def worker_main(index: int, conn: Connection, sources: dict[str, Any], renderer_name: str, parent_pid: int, store: str | None = None) -> None:
+def worker_main(
+    index: int, conn: Connection, sources: dict[str, Any], renderer_name: str, parent_pid: int, store: str | None = None
+) -> None:
     """Entry point of a spawned worker process."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     # No OpenCV here: the fused kernel renders every pixel; only copy-paste's polygon
@@ -103,17 +105,23 @@ def _render_into(ring, renderer, source, settings, msg: dict) -> list[int]:
 
     slot, size, start, stop = msg["slot"], msg["size"], msg["start"], msg["stop"]
     if not 0 <= start < stop <= size <= ring.layout.batch_size:
-        raise ValueError(f"part {start}..{stop} of a batch of {size} does not fit ring slots of {ring.layout.batch_size} samples")
+        raise ValueError(
+            f"part {start}..{stop} of a batch of {size} does not fit ring slots of {ring.layout.batch_size} samples"
+        )
     images = ring.images(slot, size)[start:stop]
     targets, counts, samples = renderer.render_range(source, settings, msg["epoch"], msg["batch"], start, stop, images)
     counts = [int(c) for c in np.asarray(counts).tolist()]
     if len(counts) != stop - start or len(samples) != stop - start or sum(counts) != len(targets):
-        raise ValueError(f"renderer returned {len(samples)} samples, {len(counts)} counts summing to {sum(counts)} and {len(targets)} target rows for samples {start}..{stop} of batch {msg['batch']}")
+        raise ValueError(
+            f"renderer returned {len(samples)} samples, {len(counts)} counts summing to {sum(counts)} and {len(targets)} target rows for samples {start}..{stop} of batch {msg['batch']}"
+        )
     per = ring.layout.per_sample
     row = 0
     for p, c in enumerate(counts, start):
         if c > per:
-            raise CapacityError(f"sample {p} of batch {msg['batch']} has {c} target rows but the ring slot holds {per} per sample; max_targets underestimates")
+            raise CapacityError(
+                f"sample {p} of batch {msg['batch']} has {c} target rows but the ring slot holds {per} per sample; max_targets underestimates"
+            )
         ring.sample_targets(slot, p, c)[...] = targets[row : row + c]
         row += c
     ring.samples(slot, size)[start:stop] = samples

@@ -20,13 +20,28 @@ from ._common import ReaderStats
 from .coco import read_coco
 from .yolo import label_path_for, read_yolo_folder, read_yolo_yaml, yaml_has_split
 
-__all__ = ["load_dataset", "read_dataset", "read_coco", "read_yolo_yaml", "read_yolo_folder", "label_path_for", "yaml_has_split", "ReaderStats"]
+__all__ = [
+    "load_dataset",
+    "read_dataset",
+    "read_coco",
+    "read_yolo_yaml",
+    "read_yolo_folder",
+    "label_path_for",
+    "yaml_has_split",
+    "ReaderStats",
+]
 
 logger = logging.getLogger(__name__)
 
 
-def read_dataset(data: str | os.PathLike, images: str | os.PathLike | None = None, *,
-                 max_instances_per_image: int = DEFAULT_MAX_INSTANCES, allow_unlabelled: bool = False, split: str = "train") -> tuple[Dataset, ReaderStats]:
+def read_dataset(
+    data: str | os.PathLike,
+    images: str | os.PathLike | None = None,
+    *,
+    max_instances_per_image: int = DEFAULT_MAX_INSTANCES,
+    allow_unlabelled: bool = False,
+    split: str = "train",
+) -> tuple[Dataset, ReaderStats]:
     """Like ``load_dataset``, also returning what the reader found and left out."""
     check_value("max_instances_per_image", "int", max_instances_per_image)
     check_value("allow_unlabelled", "bool", allow_unlabelled)
@@ -35,7 +50,9 @@ def read_dataset(data: str | os.PathLike, images: str | os.PathLike | None = Non
     if suffix == ".json":
         return _capped(read_coco(path, images), max_instances_per_image, lambda rec: f"{path} (image {rec.image_path})")
     if images is not None:
-        raise DatasetError("--images (images=) applies to a COCO json only; a YOLO dataset finds its images itself", path=str(path))
+        raise DatasetError(
+            "--images (images=) applies to a COCO json only; a YOLO dataset finds its images itself", path=str(path)
+        )
     if suffix in (".yaml", ".yml"):
         result = read_yolo_yaml(path, split)
     elif path.is_dir():
@@ -46,8 +63,13 @@ def read_dataset(data: str | os.PathLike, images: str | os.PathLike | None = Non
         _check_labels(result[1], path, allow_unlabelled)
         return _capped(result, max_instances_per_image, lambda rec: str(label_path_for(rec.image_path)))
     if not path.exists():
-        raise MissingFileError("dataset does not exist; pass a COCO json, a YOLO data.yaml or a YOLO images folder", path=str(path))
-    raise DatasetError("unknown dataset kind; pass a COCO json (.json), a YOLO data.yaml (.yaml/.yml) or a YOLO images folder", path=str(path))
+        raise MissingFileError(
+            "dataset does not exist; pass a COCO json, a YOLO data.yaml or a YOLO images folder", path=str(path)
+        )
+    raise DatasetError(
+        "unknown dataset kind; pass a COCO json (.json), a YOLO data.yaml (.yaml/.yml) or a YOLO images folder",
+        path=str(path),
+    )
 
 
 def _check_labels(stats: ReaderStats, origin: Path, allow_unlabelled: bool) -> None:
@@ -57,11 +79,18 @@ def _check_labels(stats: ReaderStats, origin: Path, allow_unlabelled: bool) -> N
     if not stats.labels_missing:
         return
     if stats.labels_missing == stats.records and not allow_unlabelled:
-        raise DatasetError(f"none of the {stats.records} images has a label file (looked for e.g. {stats.missing_label_example}): every image "
-                           "would be background. Put the labels in a labels/ folder beside images/, or pass --allow-unlabelled if they really have none",
-                           path=str(origin))
-    logger.warning("%s: %d of %d images have no label file (e.g. %s) and are prepared as background", origin, stats.labels_missing, stats.records,
-                   stats.missing_label_example)
+        raise DatasetError(
+            f"none of the {stats.records} images has a label file (looked for e.g. {stats.missing_label_example}): every image "
+            "would be background. Put the labels in a labels/ folder beside images/, or pass --allow-unlabelled if they really have none",
+            path=str(origin),
+        )
+    logger.warning(
+        "%s: %d of %d images have no label file (e.g. %s) and are prepared as background",
+        origin,
+        stats.labels_missing,
+        stats.records,
+        stats.missing_label_example,
+    )
 
 
 def _capped(result: tuple[Dataset, ReaderStats], cap: int, source_of) -> tuple[Dataset, ReaderStats]:
@@ -71,14 +100,22 @@ def _capped(result: tuple[Dataset, ReaderStats], cap: int, source_of) -> tuple[D
     dataset, _ = result
     for rec in dataset.records:
         if rec.num_instances > cap:
-            raise DatasetError(f"{rec.num_instances} instances for one image, over the limit of {cap} per image "
-                               "(every batch slot is sized for the densest image); fix the labels, or raise --max-instances-per-image",
-                               path=source_of(rec))
+            raise DatasetError(
+                f"{rec.num_instances} instances for one image, over the limit of {cap} per image "
+                "(every batch slot is sized for the densest image); fix the labels, or raise --max-instances-per-image",
+                path=source_of(rec),
+            )
     return result
 
 
-def load_dataset(data: str | os.PathLike, images: str | os.PathLike | None = None, *, max_instances_per_image: int = DEFAULT_MAX_INSTANCES,
-                 allow_unlabelled: bool = False, split: str = "train") -> Dataset:
+def load_dataset(
+    data: str | os.PathLike,
+    images: str | os.PathLike | None = None,
+    *,
+    max_instances_per_image: int = DEFAULT_MAX_INSTANCES,
+    allow_unlabelled: bool = False,
+    split: str = "train",
+) -> Dataset:
     """Read a dataset: ``data`` is a COCO json, a YOLO data.yaml (its ``split``), or a YOLO images folder.
 
     ``images`` is the COCO images folder (default: root/images/NAME for
@@ -87,7 +124,14 @@ def load_dataset(data: str | os.PathLike, images: str | os.PathLike | None = Non
     more than ``max_instances_per_image`` instances, and for a YOLO dataset where no image
     has a label file unless ``allow_unlabelled`` (some missing: a warning).
     """
-    dataset, stats = read_dataset(data, images, max_instances_per_image=max_instances_per_image, allow_unlabelled=allow_unlabelled, split=split)
+    dataset, stats = read_dataset(
+        data, images, max_instances_per_image=max_instances_per_image, allow_unlabelled=allow_unlabelled, split=split
+    )
     if stats.crowd_skipped or stats.degenerate_skipped:
-        logger.debug("%s: left out %d crowd annotations and %d degenerate boxes", data, stats.crowd_skipped, stats.degenerate_skipped)
+        logger.debug(
+            "%s: left out %d crowd annotations and %d degenerate boxes",
+            data,
+            stats.crowd_skipped,
+            stats.degenerate_skipped,
+        )
     return dataset

@@ -40,8 +40,14 @@ class ReaderStats:
     missing_label_example: str | None = None
 
     def as_dict(self) -> dict:
-        return {"records": self.records, "instances": self.instances, "background": self.background, "labels_missing": self.labels_missing,
-                "crowd_skipped": self.crowd_skipped, "degenerate_skipped": self.degenerate_skipped}
+        return {
+            "records": self.records,
+            "instances": self.instances,
+            "background": self.background,
+            "labels_missing": self.labels_missing,
+            "crowd_skipped": self.crowd_skipped,
+            "degenerate_skipped": self.degenerate_skipped,
+        }
 
 
 def polygon_area(points: np.ndarray) -> float:
@@ -76,7 +82,13 @@ def clip_unit(values: np.ndarray) -> np.ndarray:
     return np.clip(values, 0.0, 1.0).astype(np.float32)
 
 
-def make_record(image_path: str, size_hw: tuple[int, int] | None, classes: list[int], boxes: list[np.ndarray], polygons: list[np.ndarray]) -> Record:
+def make_record(
+    image_path: str,
+    size_hw: tuple[int, int] | None,
+    classes: list[int],
+    boxes: list[np.ndarray],
+    polygons: list[np.ndarray],
+) -> Record:
     """Assemble one Record with the dtypes and shapes ``shared.records`` promises."""
     n = len(classes)
     cls = np.asarray(classes, dtype=np.int32).reshape(n)

@@ -59,13 +59,16 @@ def default_images_dir(json_path: Path) -> Path:
     stem = json_path.stem
     parent = json_path.parent
     if parent.name == "annotations" and stem.startswith("instances_") and len(stem) > len("instances_"):
-        candidate = parent.parent / "images" / stem[len("instances_"):]
+        candidate = parent.parent / "images" / stem[len("instances_") :]
         if candidate.is_dir():
             return candidate
         hint = f"the standard layout would put them in {candidate}, which does not exist"
     else:
         hint = "it is not in the standard layout root/annotations/instances_NAME.json (images in root/images/NAME)"
-    raise DatasetError(f"cannot tell where the images are: {hint}; pass the images folder (--images DIR, or images= in Python)", path=str(json_path))
+    raise DatasetError(
+        f"cannot tell where the images are: {hint}; pass the images folder (--images DIR, or images= in Python)",
+        path=str(json_path),
+    )
 
 
 def _load_json(json_path: Path) -> dict:
@@ -74,20 +77,31 @@ def _load_json(json_path: Path) -> dict:
     except FileNotFoundError:
         raise MissingFileError("annotation file does not exist; check the path", path=str(json_path)) from None
     except OSError as exc:
-        raise DatasetError(f"cannot read the annotation file ({exc.strerror}); check its permissions", path=str(json_path)) from None
+        raise DatasetError(
+            f"cannot read the annotation file ({exc.strerror}); check its permissions", path=str(json_path)
+        ) from None
     try:
         data = json.loads(text)
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise DatasetError(f"not a valid json file ({exc}); pass a COCO instances json", path=str(json_path)) from None
     except RecursionError:
         # The json parser recurses once per level; a COCO file is 4 levels deep.
-        raise DatasetError(f"nested deeper than the json parser's limit (about {sys.getrecursionlimit()} levels); "
-                           "a COCO instances json is a few levels deep: pass a COCO instances json", path=str(json_path)) from None
+        raise DatasetError(
+            f"nested deeper than the json parser's limit (about {sys.getrecursionlimit()} levels); "
+            "a COCO instances json is a few levels deep: pass a COCO instances json",
+            path=str(json_path),
+        ) from None
     if not isinstance(data, dict):
-        raise DatasetError(f"top level is a {type(data).__name__}, expected an object with keys {list(_REQUIRED_TOP)}", path=str(json_path))
+        raise DatasetError(
+            f"top level is a {type(data).__name__}, expected an object with keys {list(_REQUIRED_TOP)}",
+            path=str(json_path),
+        )
     missing = [k for k in _REQUIRED_TOP if not isinstance(data.get(k), list)]
     if missing:
-        raise DatasetError(f"missing or non-list key(s) {missing}; a COCO instances json needs {list(_REQUIRED_TOP)}", path=str(json_path))
+        raise DatasetError(
+            f"missing or non-list key(s) {missing}; a COCO instances json needs {list(_REQUIRED_TOP)}",
+            path=str(json_path),
+        )
     return data
 
 
@@ -107,7 +121,9 @@ def _validate(data: dict, json_path: Path) -> None:
             raise DatasetError(f"images[{i}] needs keys {list(_REQUIRED_IMAGE)}", path=where)
         w, h = img["width"], img["height"]
         if not (isinstance(w, int) and isinstance(h, int) and w > 0 and h > 0):
-            raise DatasetError(f"images[{i}] (id {img['id']}): width/height must be positive integers, got {w!r}/{h!r}", path=where)
+            raise DatasetError(
+                f"images[{i}] (id {img['id']}): width/height must be positive integers, got {w!r}/{h!r}", path=where
+            )
         if img["id"] in image_ids:
             raise DatasetError(f"images[{i}]: duplicate image id {img['id']}", path=where)
         _check_file_name(img["file_name"], i, img["id"], where)
@@ -118,19 +134,30 @@ def _validate(data: dict, json_path: Path) -> None:
         if not isinstance(ann, dict) or any(k not in ann for k in _REQUIRED_ANN):
             raise DatasetError(f"annotations[{i}] needs keys {list(_REQUIRED_ANN)}", path=where)
         if ann["image_id"] not in image_ids:
-            raise DatasetError(f"annotations[{i}] (id {ann['id']}) points at unknown image id {ann['image_id']!r}; add the image to 'images' or remove the annotation", path=where)
+            raise DatasetError(
+                f"annotations[{i}] (id {ann['id']}) points at unknown image id {ann['image_id']!r}; add the image to 'images' or remove the annotation",
+                path=where,
+            )
         if ann["category_id"] not in known_cats:
-            raise DatasetError(f"annotations[{i}] (id {ann['id']}) has unknown category id {ann['category_id']!r}; known ids are {sorted(known_cats)}", path=where)
+            raise DatasetError(
+                f"annotations[{i}] (id {ann['id']}) has unknown category id {ann['category_id']!r}; known ids are {sorted(known_cats)}",
+                path=where,
+            )
         bbox = ann["bbox"]
         if not (isinstance(bbox, list) and len(bbox) == 4 and all(isinstance(v, (int, float)) for v in bbox)):
-            raise DatasetError(f"annotations[{i}] (id {ann['id']}): bbox must be 4 numbers [x, y, w, h], got {bbox!r}", path=where)
+            raise DatasetError(
+                f"annotations[{i}] (id {ann['id']}): bbox must be 4 numbers [x, y, w, h], got {bbox!r}", path=where
+            )
         # Python's json reads NaN, Infinity and -Infinity; a box made of them would be stored
         # and trained on (NaN passes every comparison the reader makes as False).
         if not all(math.isfinite(v) for v in bbox):
             image = f"image id {ann['image_id']}, {file_names[ann['image_id']]}"
-            raise DatasetError(f"annotations[{i}] (id {ann['id']}, {image}): bbox holds a number that is not "
-                               f"finite, {bbox!r}; write the box as 4 finite pixel values [x, y, w, h] or remove "
-                               "the annotation", path=where)
+            raise DatasetError(
+                f"annotations[{i}] (id {ann['id']}, {image}): bbox holds a number that is not "
+                f"finite, {bbox!r}; write the box as 4 finite pixel values [x, y, w, h] or remove "
+                "the annotation",
+                path=where,
+            )
 
 
 def _check_file_name(name, i: int, image_id, where: str) -> None:
@@ -138,11 +165,16 @@ def _check_file_name(name, i: int, image_id, where: str) -> None:
     annotation file is data, and data must not make the preparing process read (and serve)
     any file it can open (``../../home/x/.ssh/...``, ``/etc/...``)."""
     if not isinstance(name, str) or not name:
-        raise DatasetError(f"images[{i}] (id {image_id}): field 'file_name' must be a non-empty string, got {name!r}", path=where)
+        raise DatasetError(
+            f"images[{i}] (id {image_id}): field 'file_name' must be a non-empty string, got {name!r}", path=where
+        )
     parts = name.replace("\\", "/").split("/")
     if name.startswith("/") or os.path.isabs(name) or ".." in parts or "\0" in name:
-        raise DatasetError(f"images[{i}] (id {image_id}): field 'file_name' {name!r} points outside the images folder; "
-                           "file names must be relative to it, without '..' (move the image into the folder, or pass --images)", path=where)
+        raise DatasetError(
+            f"images[{i}] (id {image_id}): field 'file_name' {name!r} points outside the images folder; "
+            "file names must be relative to it, without '..' (move the image into the folder, or pass --images)",
+            path=where,
+        )
 
 
 def _index(data: dict):
@@ -164,14 +196,19 @@ def _polygon(segmentation, width: int, height: int, json_path: Path, ann_id) -> 
     scale = np.array([width, height], dtype=np.float64)
     for part in segmentation:
         if not isinstance(part, list) or len(part) % 2:
-            raise DatasetError(f"annotation id {ann_id}: each polygon must be a flat list of x, y pairs", path=str(json_path))
+            raise DatasetError(
+                f"annotation id {ann_id}: each polygon must be a flat list of x, y pairs", path=str(json_path)
+            )
         try:
             pts = np.asarray(part, dtype=np.float64).reshape(-1, 2)
         except (TypeError, ValueError):
             raise DatasetError(f"annotation id {ann_id}: polygon holds non-numbers", path=str(json_path)) from None
         if not np.isfinite(pts).all():
-            raise DatasetError(f"annotation id {ann_id}: polygon holds a number that is not finite (NaN or Infinity); "
-                               "write finite pixel coordinates or remove the segmentation", path=str(json_path))
+            raise DatasetError(
+                f"annotation id {ann_id}: polygon holds a number that is not finite (NaN or Infinity); "
+                "write finite pixel coordinates or remove the segmentation",
+                path=str(json_path),
+            )
         parts.append(pts / scale)
     return clip_unit(main_part(parts))
 
@@ -186,7 +223,10 @@ def read_coco(json_path: str | os.PathLike, images: str | os.PathLike | None = N
     data = _load_json(json_path)
     images_dir = Path(os.path.abspath(images)) if images is not None else default_images_dir(json_path)
     if not images_dir.is_dir():
-        raise MissingFileError(f"images folder {images_dir} (for {json_path}) does not exist; pass the folder holding the images", path=str(images_dir))
+        raise MissingFileError(
+            f"images folder {images_dir} (for {json_path}) does not exist; pass the folder holding the images",
+            path=str(images_dir),
+        )
     _validate(data, json_path)
     coco = _index(data)
 
@@ -200,7 +240,10 @@ def read_coco(json_path: str | os.PathLike, images: str | os.PathLike | None = N
         img = coco.imgs[img_id]
         path = images_dir / img["file_name"]
         if not path.is_file():
-            raise MissingFileError(f"image file does not exist (image id {img_id}, listed in {json_path}); add the file or remove the image entry", path=str(path))
+            raise MissingFileError(
+                f"image file does not exist (image id {img_id}, listed in {json_path}); add the file or remove the image entry",
+                path=str(path),
+            )
         w, h = img["width"], img["height"]
         classes, boxes, polygons = [], [], []
         for ann in coco.imgToAnns.get(img_id, ()):

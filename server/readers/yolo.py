@@ -50,7 +50,10 @@ def label_path_for(image_path: str | os.PathLike) -> Path:
         if parts[i] == "images":
             parts[i] = "labels"
             return Path(*parts).with_suffix(".txt")
-    raise DatasetError("no 'images' folder in the path, so there is no sibling 'labels' folder; YOLO datasets keep images in .../images/... and labels in .../labels/...", path=str(image_path))
+    raise DatasetError(
+        "no 'images' folder in the path, so there is no sibling 'labels' folder; YOLO datasets keep images in .../images/... and labels in .../labels/...",
+        path=str(image_path),
+    )
 
 
 def _images_in(folder: Path) -> list[Path]:
@@ -69,9 +72,16 @@ def _images_from_list(list_path: Path) -> list[Path]:
             continue
         path = Path(os.path.abspath(list_path.parent / entry))
         if path.suffix.lower() not in IMAGE_SUFFIXES:
-            raise DatasetError(f"{entry!r} is not an image file (suffixes: {' '.join(sorted(IMAGE_SUFFIXES))})", path=str(list_path), line=lineno)
+            raise DatasetError(
+                f"{entry!r} is not an image file (suffixes: {' '.join(sorted(IMAGE_SUFFIXES))})",
+                path=str(list_path),
+                line=lineno,
+            )
         if not path.is_file():
-            raise MissingFileError(f"image file does not exist (listed in {list_path} line {lineno}); add the file or remove the line", path=str(path))
+            raise MissingFileError(
+                f"image file does not exist (listed in {list_path} line {lineno}); add the file or remove the line",
+                path=str(path),
+            )
         out.append(path)
     return out
 
@@ -94,7 +104,9 @@ def _names(raw, yaml_path: Path) -> tuple[str, ...]:
 def _split_entries(raw, yaml_path: Path, split: str) -> list[str]:
     entries = raw if isinstance(raw, list) else [raw]
     if not entries or not all(isinstance(e, str) and e for e in entries):
-        raise DatasetError(f"'{split}' must be a folder, a .txt image list, or a list of those (strings)", path=str(yaml_path))
+        raise DatasetError(
+            f"'{split}' must be a folder, a .txt image list, or a list of those (strings)", path=str(yaml_path)
+        )
     return entries
 
 
@@ -106,11 +118,16 @@ def _resolve_entry(entry: str, root: Path, yaml_path: Path, split: str = "train"
             path = root / entry[3:]
     path = Path(os.path.abspath(path))
     if not path.exists():
-        raise MissingFileError(f"{split} entry {entry!r} -> {path} does not exist (relative entries resolve against 'path' or the yaml's folder)", path=str(yaml_path))
+        raise MissingFileError(
+            f"{split} entry {entry!r} -> {path} does not exist (relative entries resolve against 'path' or the yaml's folder)",
+            path=str(yaml_path),
+        )
     return path
 
 
-def _read_images(images: list[Path], names: tuple[str, ...] | None, source_files: list[str]) -> tuple[list[Record], int, list[Path]]:
+def _read_images(
+    images: list[Path], names: tuple[str, ...] | None, source_files: list[str]
+) -> tuple[list[Record], int, list[Path]]:
     records = []
     dropped = 0
     missing = []
@@ -127,7 +144,14 @@ def _read_images(images: list[Path], names: tuple[str, ...] | None, source_files
     return records, dropped, missing
 
 
-def _finish(records: list[Record], names: tuple[str, ...], source_files: list[str], dropped: int, missing: list[Path], origin: Path) -> tuple[Dataset, ReaderStats]:
+def _finish(
+    records: list[Record],
+    names: tuple[str, ...],
+    source_files: list[str],
+    dropped: int,
+    missing: list[Path],
+    origin: Path,
+) -> tuple[Dataset, ReaderStats]:
     stats = ReaderStats(
         records=len(records),
         instances=sum(r.num_instances for r in records),
@@ -163,10 +187,15 @@ def read_yolo_yaml(yaml_path: str | os.PathLike, split: str = "train") -> tuple[
         raise DatasetError("expected a mapping with at least 'train' and 'names'", path=str(yaml_path))
     for key in (split, "names"):
         if data.get(key) in (None, "", [], {}):
-            raise DatasetError(f"missing '{key}'; a YOLO data.yaml needs '{split}' (images folder or list) and 'names' (class names)", path=str(yaml_path))
+            raise DatasetError(
+                f"missing '{key}'; a YOLO data.yaml needs '{split}' (images folder or list) and 'names' (class names)",
+                path=str(yaml_path),
+            )
     names = _names(data["names"], yaml_path)
     if "nc" in data and data["nc"] != len(names):
-        raise DatasetError(f"'nc' is {data['nc']} but 'names' lists {len(names)} classes; make them agree", path=str(yaml_path))
+        raise DatasetError(
+            f"'nc' is {data['nc']} but 'names' lists {len(names)} classes; make them agree", path=str(yaml_path)
+        )
 
     root = yaml_path.parent
     if data.get("path"):
@@ -181,9 +210,14 @@ def read_yolo_yaml(yaml_path: str | os.PathLike, split: str = "train") -> tuple[
             found = _images_from_list(path)
             source_files.append(str(path))
         else:
-            raise DatasetError(f"{split} entry {entry!r} is neither a folder nor a .txt list of image paths", path=str(yaml_path))
+            raise DatasetError(
+                f"{split} entry {entry!r} is neither a folder nor a .txt list of image paths", path=str(yaml_path)
+            )
         if not found:
-            raise DatasetError(f"{split} entry {entry!r} ({path}) holds no images ({' '.join(sorted(IMAGE_SUFFIXES))})", path=str(yaml_path))
+            raise DatasetError(
+                f"{split} entry {entry!r} ({path}) holds no images ({' '.join(sorted(IMAGE_SUFFIXES))})",
+                path=str(yaml_path),
+            )
         images.extend(found)
     records, dropped, missing = _read_images(images, names, source_files)
     return _finish(records, names, source_files, dropped, missing, yaml_path)

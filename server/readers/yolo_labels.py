@@ -34,7 +34,11 @@ def _numbers(fields: list[str], where: str, lineno: int) -> list[float]:
         try:
             value = float(text)
         except ValueError:
-            raise DatasetError(f"field {i + 1} is not a number ({text!r}); lines are 'cls cx cy w h' or 'cls x1 y1 x2 y2 ...'", path=where, line=lineno) from None
+            raise DatasetError(
+                f"field {i + 1} is not a number ({text!r}); lines are 'cls cx cy w h' or 'cls x1 y1 x2 y2 ...'",
+                path=where,
+                line=lineno,
+            ) from None
         if not math.isfinite(value):
             raise DatasetError(f"field {i + 1} is not finite ({text!r})", path=where, line=lineno)
         values.append(value)
@@ -46,7 +50,11 @@ def _class_id(value: float, num_classes: int | None, where: str, lineno: int) ->
         raise DatasetError(f"class id {value:g} is not a non-negative integer", path=where, line=lineno)
     cls = int(value)
     if num_classes is not None and cls >= num_classes:
-        raise DatasetError(f"class id {cls} out of range: the dataset names {num_classes} classes (ids 0..{num_classes - 1}); fix the label or add the class to 'names'", path=where, line=lineno)
+        raise DatasetError(
+            f"class id {cls} out of range: the dataset names {num_classes} classes (ids 0..{num_classes - 1}); fix the label or add the class to 'names'",
+            path=where,
+            line=lineno,
+        )
     return cls
 
 
@@ -54,7 +62,11 @@ def _check_range(coords: np.ndarray, where: str, lineno: int) -> None:
     bad = (coords < -COORD_TOLERANCE) | (coords > 1.0 + COORD_TOLERANCE)
     if bad.any():
         value = float(coords[np.argmax(bad)])
-        raise DatasetError(f"coordinate {value:g} outside [0, 1]: YOLO labels are normalised by the image's width and height", path=where, line=lineno)
+        raise DatasetError(
+            f"coordinate {value:g} outside [0, 1]: YOLO labels are normalised by the image's width and height",
+            path=where,
+            line=lineno,
+        )
 
 
 def parse_label_file(path: Path, num_classes: int | None) -> tuple[list[int], list[np.ndarray], list[np.ndarray], int]:

@@ -31,17 +31,24 @@ cv2.setNumThreads(1)
 def decode_bgr(path: str) -> np.ndarray:
     """Decode ``path`` into an 8-bit BGR (h, w, 3) array, or raise naming the file."""
     if not os.path.isfile(path):
-        raise MissingFileError("image file does not exist; check the images folder or the annotation's file_name", path=path)
+        raise MissingFileError(
+            "image file does not exist; check the images folder or the annotation's file_name", path=path
+        )
     image, messages = capture_fd2(lambda: cv2.imread(path, cv2.IMREAD_COLOR))
     corrupt, other = split_corrupt(messages)
     if other:
         pass_through(other)
     if corrupt:
-        raise ImageDecodeError(f"the JPEG's compressed data is damaged (libjpeg: {corrupt[0]}): it decodes only with "
-                               "the damaged part guessed, and pixpool would train on the guesses; re-download or "
-                               "re-encode the file, or remove it", path=path)
+        raise ImageDecodeError(
+            f"the JPEG's compressed data is damaged (libjpeg: {corrupt[0]}): it decodes only with "
+            "the damaged part guessed, and pixpool would train on the guesses; re-download or "
+            "re-encode the file, or remove it",
+            path=path,
+        )
     if image is None or image.size == 0:
-        raise ImageDecodeError("cannot decode image (corrupt, truncated or not an image); replace or remove it", path=path)
+        raise ImageDecodeError(
+            "cannot decode image (corrupt, truncated or not an image); replace or remove it", path=path
+        )
     if image.dtype != np.uint8:  # defensive: IMREAD_COLOR already yields 8-bit
         image = (image >> 8).astype(np.uint8) if image.dtype == np.uint16 else image.astype(np.uint8)
     return image

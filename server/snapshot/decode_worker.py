@@ -225,7 +225,15 @@ def decode_into(writer: ArenaWriter, task: tuple, imgsz: int, fail_at: int | Non
     return i
 
 
-def decode_shared(share: WorkShare, arena_name: str, tasks: list, imgsz: int, after_each=None, dtype: str = "float32", store: str | None = None) -> int:
+def decode_shared(
+    share: WorkShare,
+    arena_name: str,
+    tasks: list,
+    imgsz: int,
+    after_each=None,
+    dtype: str = "float32",
+    store: str | None = None,
+) -> int:
     """Claim, decode and write records until none is left; the number this process wrote.
 
     On any failure every other decoder is told to stop (``share.abort``) before re-raising.
@@ -291,7 +299,9 @@ def worker_init(parent_pid: int, share: WorkShare) -> None:
     import atexit
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent handles Ctrl-C and terminates us
-    signal.signal(signal.SIGTERM, signal.SIG_DFL)  # terminate() must kill, whatever handler the parent's modules installed
+    signal.signal(
+        signal.SIGTERM, signal.SIG_DFL
+    )  # terminate() must kill, whatever handler the parent's modules installed
     _watch_parent(parent_pid)
     atexit.register(_exit_without_teardown)
     os.environ["OPENBLAS_NUM_THREADS"] = "1"  # before numpy's first import (module docstring)

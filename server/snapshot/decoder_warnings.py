@@ -97,6 +97,6 @@ def pass_through(text: str) -> None:
     data = text.encode("utf-8", "replace")
     while data:
         try:
-            data = data[os.write(2, data):]
+            data = data[os.write(2, data) :]
         except OSError:
             return

@@ -43,7 +43,9 @@ def fingerprint(dataset: Dataset, *, imgsz: int, fill: float = FILL_VALUE, dtype
     before uint8 snapshots existed, and a uint8 one of the same data has another."""
     h = hashlib.sha256()
     code = layout.DTYPE_CODES[layout.CODE_OF[dtype]].str
-    h.update(f"pixpool-snapshot layout={layout.LAYOUT_VERSION} imgsz={int(imgsz)} fill={float(fill)!r} dtype={code}\n".encode())
+    h.update(
+        f"pixpool-snapshot layout={layout.LAYOUT_VERSION} imgsz={int(imgsz)} fill={float(fill)!r} dtype={code}\n".encode()
+    )
     h.update(("names " + "\0".join(dataset.names) + "\n").encode())
     stat_cache: dict[str, tuple[int, int, int, int]] = {}
     for rec in dataset.records:
@@ -52,7 +54,10 @@ def fingerprint(dataset: Dataset, *, imgsz: int, fill: float = FILL_VALUE, dtype
             try:
                 s = os.stat(rec.image_path)
             except FileNotFoundError:
-                raise MissingFileError("image file does not exist; check the images folder or the annotation's file_name", path=rec.image_path) from None
+                raise MissingFileError(
+                    "image file does not exist; check the images folder or the annotation's file_name",
+                    path=rec.image_path,
+                ) from None
             st = stat_cache[rec.image_path] = (s.st_size, s.st_mtime_ns, s.st_ino, s.st_ctime_ns)
         size_hw = "-" if rec.size_hw is None else f"{int(rec.size_hw[0])}x{int(rec.size_hw[1])}"
         h.update(("img " + "\0".join(map(str, (rec.image_path, *st, size_hw))) + "\n").encode())

@@ -39,17 +39,23 @@ def read_header(meta_name: str, store: str | None = None) -> layout.Header:
     try:
         data = read_prefix(meta_name, layout.HEADER_NBYTES, store=store)  # refuses a file pixpool cannot trust
     except FileNotFoundError:
-        raise SnapshotError(f"snapshot segment {meta_name!r} not found in {store or SHM_DIR}; run `pixpool prepare` first") from None
+        raise SnapshotError(
+            f"snapshot segment {meta_name!r} not found in {store or SHM_DIR}; run `pixpool prepare` first"
+        ) from None
     try:
         return layout.unpack_header(data)
     except ValueError as exc:
-        raise SnapshotError(f"snapshot segment {meta_name!r} holds no snapshot header ({exc}); remove it with `pixpool clean`") from None
+        raise SnapshotError(
+            f"snapshot segment {meta_name!r} holds no snapshot header ({exc}); remove it with `pixpool clean`"
+        ) from None
 
 
 def check_header(base: str, header: layout.Header) -> None:
     """Raise SnapshotError unless the header is a complete snapshot of this layout version."""
     if header.magic != layout.MAGIC:
-        raise SnapshotError(f"snapshot {base!r}: bad magic {header.magic!r} (expected {layout.MAGIC!r}); not a pixpool snapshot, remove it with `pixpool clean --all`")
+        raise SnapshotError(
+            f"snapshot {base!r}: bad magic {header.magic!r} (expected {layout.MAGIC!r}); not a pixpool snapshot, remove it with `pixpool clean --all`"
+        )
     if header.layout_version != layout.LAYOUT_VERSION:
         raise SnapshotError(
             f"snapshot {base!r} has layout version {header.layout_version}, this pixpool reads version {layout.LAYOUT_VERSION}; "
@@ -92,9 +98,13 @@ class Snapshot:
             for part in PARTS:
                 try:
                     # Owner, mode and size are checked on the opened file (shared.shm).
-                    segments[part] = SharedSegment.attach(self._parts[part], expected_nbytes=expected[part], store=self.store)
+                    segments[part] = SharedSegment.attach(
+                        self._parts[part], expected_nbytes=expected[part], store=self.store
+                    )
                 except FileNotFoundError:
-                    raise SnapshotError(f"snapshot {self.name!r}: segment {self._parts[part]!r} is missing; remove the rest with `pixpool clean` and prepare again") from None
+                    raise SnapshotError(
+                        f"snapshot {self.name!r}: segment {self._parts[part]!r} is missing; remove the rest with `pixpool clean` and prepare again"
+                    ) from None
         except BaseException:
             for seg in segments.values():
                 seg.close()
@@ -104,7 +114,9 @@ class Snapshot:
         self._index = layout.index_view(segments["meta"].buf, header.records)
         self._arena = np.frombuffer(segments["img"].buf, dtype=layout.DTYPE_CODES[header.dtype_code])
         sections = layout.target_sections(header.instances, header.points)
-        self._classes, self._boxes, self._poly_offsets, self._points = layout.target_views(segments["tgt"].buf, sections)
+        self._classes, self._boxes, self._poly_offsets, self._points = layout.target_views(
+            segments["tgt"].buf, sections
+        )
         for arr in (self._index, self._arena, self._classes, self._boxes, self._poly_offsets, self._points):
             arr.flags.writeable = False
 
@@ -228,7 +240,9 @@ class Snapshot:
     def unlink(self) -> None:
         """Remove every segment name; only the handle that created the snapshot may."""
         if not self.owner:
-            raise PermissionError(f"snapshot {self.name!r} was attached, not prepared, by this handle; only its creator unlinks it (or `release` as its last user)")
+            raise PermissionError(
+                f"snapshot {self.name!r} was attached, not prepared, by this handle; only its creator unlinks it (or `release` as its last user)"
+            )
         self._unlink_parts()
 
     def _unlink_parts(self) -> None:
@@ -324,6 +338,8 @@ def list_snapshots(*, uid: int | None = None, store: str | None = None) -> list[
                 header = read_header(snapshot_parts(base)["meta"], store)
             except SnapshotError:
                 header = None
-        complete = header is not None and header.magic == layout.MAGIC and header.is_complete and len(parts) == len(PARTS)
+        complete = (
+            header is not None and header.magic == layout.MAGIC and header.is_complete and len(parts) == len(PARTS)
+        )
         infos.append(SnapshotInfo(base, parts, header, complete))
     return infos

@@ -136,10 +136,15 @@ def header_size_hw(path: str) -> tuple[int, int]:
             if fmt == "JPEG":
                 _check_jpeg_end(im.fp, path)
     except FileNotFoundError:
-        raise MissingFileError("image file does not exist; check the images folder or the annotation's file_name", path=path) from None
+        raise MissingFileError(
+            "image file does not exist; check the images folder or the annotation's file_name", path=path
+        ) from None
     except Image.DecompressionBombError as exc:
-        raise ImageDecodeError(f"the image header claims too many pixels ({exc}); pixpool refuses images over {2 * Image.MAX_IMAGE_PIXELS} pixels "
-                               "(a decompression bomb, or a header that lies); replace or remove the file", path=path) from None
+        raise ImageDecodeError(
+            f"the image header claims too many pixels ({exc}); pixpool refuses images over {2 * Image.MAX_IMAGE_PIXELS} pixels "
+            "(a decompression bomb, or a header that lies); replace or remove the file",
+            path=path,
+        ) from None
     except (UnidentifiedImageError, OSError, SyntaxError, ValueError) as exc:
         raise ImageDecodeError(f"cannot read the image header ({exc}); replace or remove the file", path=path) from None
     if orientation in _SWAP_ORIENTATIONS:
@@ -150,8 +155,11 @@ def header_size_hw(path: str) -> tuple[int, int]:
 def _check_jpeg_end(fp, path: str) -> None:
     fp.seek(-2, os.SEEK_END)
     if fp.read(2) != _JPEG_EOI:
-        raise ImageDecodeError("the JPEG ends without its end-of-image marker (FFD9): the file is truncated (its bottom is cut off) "
-                               "and would be trained on padded with grey; re-download or re-encode it, or remove it", path=path)
+        raise ImageDecodeError(
+            "the JPEG ends without its end-of-image marker (FFD9): the file is truncated (its bottom is cut off) "
+            "and would be trained on padded with grey; re-download or re-encode it, or remove it",
+            path=path,
+        )
 
 
 # -- capacity ---------------------------------------------------------------------------------
@@ -172,8 +180,11 @@ def check_capacity(total_nbytes: int, *, imgsz: int, store: str = "/dev/shm") ->
         raise CapacityError(
             f"the snapshot needs {total_nbytes} bytes but the store {store} has {shm_free} bytes free; "
             f"use a smaller --imgsz (now {imgsz}), remove old snapshots with `pixpool clean`, "
-            + (f"enlarge {store} (docker: --shm-size; mount -o remount,size=...) or put the snapshot on a local disk (--store DIR)"
-               if memory else "or choose a --store with more room")
+            + (
+                f"enlarge {store} (docker: --shm-size; mount -o remount,size=...) or put the snapshot on a local disk (--store DIR)"
+                if memory
+                else "or choose a --store with more room"
+            )
         )
     if not is_memory(store):
         return  # page cache: the kernel reads back what it drops, no need to fit in memory
@@ -198,8 +209,11 @@ def _plan(records, imgsz: int, itemsize: int = 4):
         if rec.size_hw is not None and tuple(rec.size_hw) != tuple(hw):
             # The labels are normalised by the annotation's size: a different image (or an
             # EXIF rotation the annotation did not apply) would misplace every box.
-            raise DatasetError(f"the annotation says {rec.size_hw[1]}x{rec.size_hw[0]} (width x height) but the image is {hw[1]}x{hw[0]} "
-                               "after its EXIF orientation; fix the annotation's width/height or the image", path=rec.image_path)
+            raise DatasetError(
+                f"the annotation says {rec.size_hw[1]}x{rec.size_hw[0]} (width x height) but the image is {hw[1]}x{hw[0]} "
+                "after its EXIF orientation; fix the annotation's width/height or the image",
+                path=rec.image_path,
+            )
         rh, rw = decode.resized_hw(hw[0], hw[1], imgsz)
         k = len(rec.classes)
         index[i] = (offset, rh, rw, hw[0], hw[1], inst, k, pts)
@@ -257,26 +271,57 @@ def prepare_snapshot(
             existing = existing_snapshot(base, names, store=store)
             if existing is not None:
                 try:
-                    check_budget(sum(existing.nbytes.values()), budget_nbytes, what=f"the existing snapshot {base}", imgsz=imgsz)
+                    check_budget(
+                        sum(existing.nbytes.values()), budget_nbytes, what=f"the existing snapshot {base}", imgsz=imgsz
+                    )
                 except CapacityError:
                     existing.close()
                     raise
                 return _result(existing, reused=True, seconds=time.perf_counter() - t0, processes=0)
-            return _build(dataset, imgsz=imgsz, processes=processes, dtype=dtype, progress=progress, persist=persist, lineage=lineage,
-                          fp=fp, base=base, names=names, t0=t0, budget_nbytes=budget_nbytes, store=store)
+            return _build(
+                dataset,
+                imgsz=imgsz,
+                processes=processes,
+                dtype=dtype,
+                progress=progress,
+                persist=persist,
+                lineage=lineage,
+                fp=fp,
+                base=base,
+                names=names,
+                t0=t0,
+                budget_nbytes=budget_nbytes,
+                store=store,
+            )
         except BeingPrepared as exc:
             # Another process prepares the same snapshot: wait for it and attach its
             # result rather than fail (or decode everything a second time).
             if time.monotonic() >= deadline:
-                raise SnapshotError(f"{exc}; waited {wait_s} s for it to finish (raise prepare_wait_s, or stop that process)") from None
+                raise SnapshotError(
+                    f"{exc}; waited {wait_s} s for it to finish (raise prepare_wait_s, or stop that process)"
+                ) from None
             if not told:
                 log.info("%s; waiting for it (up to %.0f s) to attach its snapshot", exc, wait_s)
                 told = True
             time.sleep(_WAIT_POLL_S)  # polling interval of a bounded wait for the other preparation
 
 
-def _build(dataset: Dataset, *, imgsz: int, processes: int, dtype: str, progress: bool, persist: bool, lineage: str | None,
-           fp: str, base: str, names: dict[str, str], t0: float, budget_nbytes: int | None = None, store: str = "/dev/shm") -> PrepareResult:
+def _build(
+    dataset: Dataset,
+    *,
+    imgsz: int,
+    processes: int,
+    dtype: str,
+    progress: bool,
+    persist: bool,
+    lineage: str | None,
+    fp: str,
+    base: str,
+    names: dict[str, str],
+    t0: float,
+    budget_nbytes: int | None = None,
+    store: str = "/dev/shm",
+) -> PrepareResult:
     """Prepare a new snapshot under ``base`` (module docstring, steps 2-7)."""
     records = dataset.records
     n = len(records)
@@ -309,11 +354,15 @@ def _build(dataset: Dataset, *, imgsz: int, processes: int, dtype: str, progress
                 # (module docstring).
                 created.append(SharedSegment.create(names[part], sizes[part], reserve=(part != "img"), store=store))
         except FileExistsError as exc:
-            raise BeingPrepared(f"snapshot {base!r} appeared while preparing ({exc.filename}): another process is preparing it") from None
+            raise BeingPrepared(
+                f"snapshot {base!r} appeared while preparing ({exc.filename}): another process is preparing it"
+            ) from None
         except OSError as exc:
             if exc.errno in (28, 12):  # ENOSPC, ENOMEM
-                raise CapacityError(f"the store {store} could not reserve {sum(sizes.values())} bytes for snapshot {base!r} ({exc.strerror}); "
-                                    f"use a smaller --imgsz, enlarge {store} or choose another --store") from None
+                raise CapacityError(
+                    f"the store {store} could not reserve {sum(sizes.values())} bytes for snapshot {base!r} ({exc.strerror}); "
+                    f"use a smaller --imgsz, enlarge {store} or choose another --store"
+                ) from None
             raise
         meta, tgt, img = created
         header = layout.Header(
@@ -330,7 +379,11 @@ def _build(dataset: Dataset, *, imgsz: int, processes: int, dtype: str, progress
                   int(index[i]["orig_height"]), int(index[i]["orig_width"])) for i, rec in enumerate(records)]  # fmt: skip
         bar = _progress_bar(n, progress)
         try:
-            futures = [pool.submit(worker_decode, names["img"], tasks, imgsz, dtype, store) for _ in range(workers)] if pool else []
+            futures = (
+                [pool.submit(worker_decode, names["img"], tasks, imgsz, dtype, store) for _ in range(workers)]
+                if pool
+                else []
+            )
 
             def after_each() -> None:
                 _raise_worker_failure(futures, names["img"])
@@ -419,8 +472,12 @@ def _wait_for_workers(share: WorkShare, futures: list, bar, arena_name: str) -> 
         wait(futures, timeout=_POLL_S, return_when=FIRST_EXCEPTION)
         _raise_worker_failure(futures, arena_name)
         bar.update(share.done - bar.n)
-        if all(f.done() for f in futures) and share.done < share.records:  # pragma: no cover - a claim is always written or raises
-            raise SnapshotError(f"decode workers finished with {share.records - share.done} record(s) of {arena_name!r} unwritten")
+        if (
+            all(f.done() for f in futures) and share.done < share.records
+        ):  # pragma: no cover - a claim is always written or raises
+            raise SnapshotError(
+                f"decode workers finished with {share.records - share.done} record(s) of {arena_name!r} unwritten"
+            )
 
 
 def _stop_pool(pool: ProcessPoolExecutor, futures: list) -> None:

@@ -50,11 +50,14 @@ def existing_snapshot(base: str, names: dict[str, str], *, store: str | None = N
     # killed. The removal decides again, atomically, in case a preparation just began.
     held = any((h := holds_of(n, store)) is not None and h.in_use for n in present)
     if held or remove_unused(present, store) == "in use":
-        raise BeingPrepared(f"snapshot {base!r} is being prepared by live process(es) {_holders(present, store)}"
-                            f"{f' (creator pid {header.creator_pid})' if header is not None else ''}: "
-                            "they hold its segments")
-    log.warning("removed stale incomplete snapshot %s (segments %s): nobody holds it, its preparation was killed",
-                base, present)
+        raise BeingPrepared(
+            f"snapshot {base!r} is being prepared by live process(es) {_holders(present, store)}"
+            f"{f' (creator pid {header.creator_pid})' if header is not None else ''}: "
+            "they hold its segments"
+        )
+    log.warning(
+        "removed stale incomplete snapshot %s (segments %s): nobody holds it, its preparation was killed", base, present
+    )
     return None
 
 

@@ -47,8 +47,15 @@ def flag_of(f: dataclasses.Field) -> str:
     return f.metadata.get("flag") or "--" + f.name.replace("_", "-")
 
 
-def add_fields(parser: argparse.ArgumentParser, cls: type, *, group: str | None = None, prefix: str = "",
-               only: Iterable[str] | None = None, exclude: Iterable[str] = ()) -> None:
+def add_fields(
+    parser: argparse.ArgumentParser,
+    cls: type,
+    *,
+    group: str | None = None,
+    prefix: str = "",
+    only: Iterable[str] | None = None,
+    exclude: Iterable[str] = (),
+) -> None:
     """Add one argument per field of ``cls`` (dest ``prefix + name``), to a titled group if
     given; ``only``/``exclude`` choose the fields."""
     target = parser.add_argument_group(group) if group else parser
@@ -59,7 +66,9 @@ def add_fields(parser: argparse.ArgumentParser, cls: type, *, group: str | None 
             continue
         kind, optional = field_kind(f)
         default = f.default
-        conv = parse_size if f.metadata.get("size") else {"bool": parse_bool, "int": int, "float": float, "str": str}[kind]
+        conv = (
+            parse_size if f.metadata.get("size") else {"bool": parse_bool, "int": int, "float": float, "str": str}[kind]
+        )
         text = f.metadata["help"]
         dest = prefix + f.name
         if f.metadata.get("positional"):

@@ -40,25 +40,37 @@ class Command:
 
 COMMANDS: dict[str, Command] = {
     "synth": Command("server.commands.synth", "write the embedded synthetic dataset (JPEG files + COCO json)"),
-    "prepare": Command("server.commands.prepare", "decode a dataset once into a snapshot in the store (float32 or uint8)"),
+    "prepare": Command(
+        "server.commands.prepare", "decode a dataset once into a snapshot in the store (float32 or uint8)"
+    ),
     "ls": Command("server.commands.snapshots", "list prepared snapshots in the store (/dev/shm, or --store DIR)"),
     "clean": Command("server.commands.snapshots", "remove snapshots and rings no live process maps"),
-    "digest": Command("client.commands.digest", "print one SHA-256 per batch of a training stream",
-                      routes={"--reference": "server.commands.digest", "--in-process": "server.commands.digest"}),
+    "digest": Command(
+        "client.commands.digest",
+        "print one SHA-256 per batch of a training stream",
+        routes={"--reference": "server.commands.digest", "--in-process": "server.commands.digest"},
+    ),
     "serve": Command("server.commands.serve", "run the producer daemon in the foreground"),
     "status": Command("client.commands.status", "show the daemon's snapshot, workers and trainers"),
     "keys": Command("server.commands.keys", "make a CURVE key pair for TCP delivery"),
-    "memory": Command("client.commands.memory", "what the service and its trainers retain, measured, against uint8 caches"),
+    "memory": Command(
+        "client.commands.memory", "what the service and its trainers retain, measured, against uint8 caches"
+    ),
     "monitor": Command("client.commands.monitor", "watch the memory footprint and the streams live"),
     "plot": Command("client.commands.plot", "draw a `monitor --record` file as a PNG"),
     "train": Command("client.commands.train", "attach to a running daemon and train the small detector on its stream"),
     "demo": Command("client.commands.demo", "the main job: synthetic data -> snapshot -> daemon -> training steps"),
-    "yolo": Command("integrations.ultralytics.command", "train an Ultralytics YOLO model on pixpool's stream: yolo train data=... model=... (needs pixpool[ultralytics])"),
+    "yolo": Command(
+        "integrations.ultralytics.command",
+        "train an Ultralytics YOLO model on pixpool's stream: yolo train data=... model=... (needs pixpool[ultralytics])",
+    ),
 }
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="pixpool", description="Shared-memory data service for training object detectors.")
+    parser = argparse.ArgumentParser(
+        prog="pixpool", description="Shared-memory data service for training object detectors."
+    )
     parser.add_argument("--version", action="version", version=f"pixpool {__version__}")
     parser.add_argument("-v", "--verbose", action="store_true", help="log at debug level")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
@@ -75,7 +87,9 @@ def main(argv: list[str] | None = None) -> int:
     if known.command is None:
         parser.print_help()
         return 2
-    logging.basicConfig(level=logging.DEBUG if known.verbose else logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(
+        level=logging.DEBUG if known.verbose else logging.INFO, format="%(levelname)s %(name)s: %(message)s"
+    )
     command = COMMANDS[known.command]
     sub = argparse.ArgumentParser(prog=f"pixpool {known.command}", description=command.help)
     try:
@@ -93,4 +107,3 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print(f"pixpool {known.command}: interrupted", file=sys.stderr)
         return 130
-

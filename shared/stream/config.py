@@ -96,7 +96,9 @@ class StreamSettings:
         if self.split not in SPLITS:
             raise ConfigError.for_field("split", self.split, f"is not a split; use one of {list(SPLITS)}")
         if not 0 <= self.rank < self.world_size:
-            raise ConfigError.for_field("rank", self.rank, f"is outside world_size {self.world_size}; use 0 <= {{rank}} < {{world_size}}")
+            raise ConfigError.for_field(
+                "rank", self.rank, f"is outside world_size {self.world_size}; use 0 <= {{rank}} < {{world_size}}"
+            )
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -124,48 +126,94 @@ class DaemonConfig:
 
     data: str = _opt("", "COCO json, YOLO data.yaml, or YOLO images folder", positional=True, metavar="DATA")
     images: str | None = _opt(None, "image folder for a COCO json (default: beside the json)", metavar="DIR")
-    val: str | None = _opt(None, "validation set to serve too (COCO json or YOLO images folder); a data.yaml's own val: is served "
-                                 "without it", metavar="DATA")
+    val: str | None = _opt(
+        None,
+        "validation set to serve too (COCO json or YOLO images folder); a data.yaml's own val: is served without it",
+        metavar="DATA",
+    )
     val_images: str | None = _opt(None, "image folder for a COCO json given as --val", metavar="DIR")
     no_val: bool = _opt(False, "serve no validation set, not even a data.yaml's val:")
     imgsz: int = _opt(640, "long side of the prepared images in pixels")
     processes: int = _opt(2, "decoder processes when preparing")
-    dtype: str = _opt("float32", "pixel type of the snapshot: float32 (centred once) or uint8 (a quarter of the bytes, same batches)",
-                      choices=SNAPSHOT_DTYPES)
-    max_instances_per_image: int = _opt(DEFAULT_MAX_INSTANCES, "refuse a dataset with an image of more instances than this (ring slots are sized for the densest image)")
+    dtype: str = _opt(
+        "float32",
+        "pixel type of the snapshot: float32 (centred once) or uint8 (a quarter of the bytes, same batches)",
+        choices=SNAPSHOT_DTYPES,
+    )
+    max_instances_per_image: int = _opt(
+        DEFAULT_MAX_INSTANCES,
+        "refuse a dataset with an image of more instances than this (ring slots are sized for the densest image)",
+    )
     allow_unlabelled: bool = _opt(False, "accept a YOLO dataset where no image has a label file (all background)")
-    prepare_wait_s: float = _opt(600.0, "wait this long for another process preparing the same snapshot, then attach it")
+    prepare_wait_s: float = _opt(
+        600.0, "wait this long for another process preparing the same snapshot, then attach it"
+    )
     workers: int = _opt(2, "augmentation worker processes")
-    store: str = _opt("/dev/shm", "directory the snapshot and the batch rings live in, as files mapped with mmap: a tmpfs (RAM), or a folder on a "
-                                  "local disk for a dataset larger than memory (the page cache shares one copy)", metavar="DIR")
-    socket_dir: str | None = _opt(None, "ipc socket directory, mode 0700 (default $XDG_RUNTIME_DIR/pixpool or <tmp>/pixpool-<uid>)", metavar="DIR")
+    store: str = _opt(
+        "/dev/shm",
+        "directory the snapshot and the batch rings live in, as files mapped with mmap: a tmpfs (RAM), or a folder on a "
+        "local disk for a dataset larger than memory (the page cache shares one copy)",
+        metavar="DIR",
+    )
+    socket_dir: str | None = _opt(
+        None, "ipc socket directory, mode 0700 (default $XDG_RUNTIME_DIR/pixpool or <tmp>/pixpool-<uid>)", metavar="DIR"
+    )
     tcp: str | None = _opt(None, "also serve remote trainers over TCP (requires --keys)", metavar="HOST:PORT")
     keys_dir: str | None = _opt(None, "CURVE key directory made by `pixpool keys DIR`", flag="--keys", metavar="DIR")
     keep_snapshot: bool = _opt(False, "leave the snapshot in the store on exit")
     heartbeat_timeout_s: float = _opt(10.0, "detach a trainer silent this long")
-    job_timeout_s: float = _opt(300.0, "kill a worker stuck this long in one part of a batch (only that part's samples are re-run)")
-    straggler_factor: float = _opt(8.0, "a batch part running this many times the median measured part time is also given to an idle worker (first result wins)")
+    job_timeout_s: float = _opt(
+        300.0, "kill a worker stuck this long in one part of a batch (only that part's samples are re-run)"
+    )
+    straggler_factor: float = _opt(
+        8.0,
+        "a batch part running this many times the median measured part time is also given to an idle worker (first result wins)",
+    )
     straggler_min_s: float = _opt(5.0, "never re-dispatch a batch part that has run less than this many seconds")
     max_ring_nbytes: int = _opt(2 << 30, "largest batch ring one trainer may ask for, in bytes")
-    max_total_ring_nbytes: int | None = _opt(None, "all trainers' rings together, in bytes (default: half of the store's free space at start)")
+    max_total_ring_nbytes: int | None = _opt(
+        None, "all trainers' rings together, in bytes (default: half of the store's free space at start)"
+    )
     max_trainers: int = _opt(64, "trainers attached at once")
-    max_trainers_per_client: int = _opt(32, "trainers one client may have attached at once: a CURVE key over TCP, "
-                                            "a uid over ipc (so one client cannot take every session from the others)")
-    memory_budget_nbytes: int | None = _opt(None, "most bytes the snapshot and all rings together may take in the store; a preparation or a new "
-                                            "trainer's ring past it is refused (e.g. 8G)", flag="--memory-budget", size=True, metavar="SIZE")
-    shm_warn_free_nbytes: int | None = _opt(None, "warn when the store has less free than this (default: a tenth of its size)",
-                                            flag="--shm-warn-free", size=True, metavar="SIZE")
-    metrics_port: int | None = _opt(None, "serve Prometheus metrics over HTTP on this port (off by default)", metavar="PORT")
-    metrics_host: str = _opt("127.0.0.1", "address of the metrics endpoint (0.0.0.0 to let a scraper on another host in)")
+    max_trainers_per_client: int = _opt(
+        32,
+        "trainers one client may have attached at once: a CURVE key over TCP, "
+        "a uid over ipc (so one client cannot take every session from the others)",
+    )
+    memory_budget_nbytes: int | None = _opt(
+        None,
+        "most bytes the snapshot and all rings together may take in the store; a preparation or a new "
+        "trainer's ring past it is refused (e.g. 8G)",
+        flag="--memory-budget",
+        size=True,
+        metavar="SIZE",
+    )
+    shm_warn_free_nbytes: int | None = _opt(
+        None,
+        "warn when the store has less free than this (default: a tenth of its size)",
+        flag="--shm-warn-free",
+        size=True,
+        metavar="SIZE",
+    )
+    metrics_port: int | None = _opt(
+        None, "serve Prometheus metrics over HTTP on this port (off by default)", metavar="PORT"
+    )
+    metrics_host: str = _opt(
+        "127.0.0.1", "address of the metrics endpoint (0.0.0.0 to let a scraper on another host in)"
+    )
 
     def __post_init__(self) -> None:
         _validate(self)
         if not self.store:
             raise ConfigError.for_field("store", self.store, "is empty; name a directory such as /dev/shm")
         if not self.data:
-            raise ConfigError.for_field("data", self.data, "is empty; name a COCO json, a YOLO data.yaml or a YOLO images folder")
+            raise ConfigError.for_field(
+                "data", self.data, "is empty; name a COCO json, a YOLO data.yaml or a YOLO images folder"
+            )
         if self.tcp is not None and self.keys_dir is None:
-            raise ConfigError.for_field("tcp", self.tcp, "requires CURVE keys: make them with `pixpool keys DIR` and set {keys_dir}")
+            raise ConfigError.for_field(
+                "tcp", self.tcp, "requires CURVE keys: make them with `pixpool keys DIR` and set {keys_dir}"
+            )
 
 
 _RANGES: dict[str, tuple[float, float]] = {

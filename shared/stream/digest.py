@@ -38,16 +38,33 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("data", help="COCO json, YOLO data.yaml or YOLO images folder")
     parser.add_argument("--images", default=None, help="COCO images folder (default: next to the json)")
     parser.add_argument("--epoch", type=int, default=0)
-    parser.add_argument("--batches", type=int, default=1, help="how many batches of the epoch to digest (from the first)")
+    parser.add_argument(
+        "--batches", type=int, default=1, help="how many batches of the epoch to digest (from the first)"
+    )
     parser.add_argument("--reference", action="store_true", help="decode per sample in-process, no snapshot")
-    parser.add_argument("--socket-dir", default=None, help="digest the stream of the running daemon at this socket directory")
-    parser.add_argument("--workers", type=int, default=2, help="workers of the temporary daemon started when no --socket-dir is given (default 2)")
+    parser.add_argument(
+        "--socket-dir", default=None, help="digest the stream of the running daemon at this socket directory"
+    )
+    parser.add_argument(
+        "--workers",
+        type=int,
+        default=2,
+        help="workers of the temporary daemon started when no --socket-dir is given (default 2)",
+    )
     parser.add_argument("--in-process", action="store_true", help="render from the snapshot in this process, no daemon")
-    parser.add_argument("--processes", type=int, default=2, help="decode processes when a snapshot must be prepared (default 2)")
-    parser.add_argument("--keep-snapshot", action="store_true", help="keep a snapshot this command prepared (--in-process)")
+    parser.add_argument(
+        "--processes", type=int, default=2, help="decode processes when a snapshot must be prepared (default 2)"
+    )
+    parser.add_argument(
+        "--keep-snapshot", action="store_true", help="keep a snapshot this command prepared (--in-process)"
+    )
     flags.add_fields(parser, DaemonConfig, only=("dtype",))  # the snapshot a temporary daemon or --in-process prepares
-    parser.add_argument("--store", metavar="DIR", default="/dev/shm",
-                        help="the store the snapshot lives in (--in-process, and a temporary daemon; default /dev/shm)")
+    parser.add_argument(
+        "--store",
+        metavar="DIR",
+        default="/dev/shm",
+        help="the store the snapshot lives in (--in-process, and a temporary daemon; default /dev/shm)",
+    )
     parser.add_argument("--json", action="store_true", help="print one JSON object instead of lines")
     flags.add_fields(parser, StreamSettings, group="stream (StreamSettings)")
     flags.add_fields(parser, AugmentConfig, group="augmentation (AugmentConfig; defaults are YOLO's)", prefix="aug_")
@@ -64,13 +81,26 @@ def check_batches(batches: int, num_records: int, settings: StreamSettings, epoc
     """ConfigError unless ``1 <= batches <=`` the number of batches of this stream's epoch."""
     total = num_batches(num_records, settings, epoch)
     if not 1 <= batches <= total:
-        raise ConfigError(f"--batches {batches} is out of range: epoch {epoch} of this stream has {total} batches of {settings.batch_size}; use 1 to {total}")
+        raise ConfigError(
+            f"--batches {batches} is out of range: epoch {epoch} of this stream has {total} batches of {settings.batch_size}; use 1 to {total}"
+        )
 
 
 def report(args: argparse.Namespace, path: str, settings: StreamSettings, digests: list[str]) -> None:
     """Print the digests: lines, or one JSON object with ``--json``."""
     if args.json:
-        print(json.dumps({"path": path, "seed": settings.seed, "epoch": args.epoch, "batch_size": settings.batch_size, "settings": settings.to_dict(), "digests": digests}))
+        print(
+            json.dumps(
+                {
+                    "path": path,
+                    "seed": settings.seed,
+                    "epoch": args.epoch,
+                    "batch_size": settings.batch_size,
+                    "settings": settings.to_dict(),
+                    "digests": digests,
+                }
+            )
+        )
     else:
         for b, d in enumerate(digests):
             print(f"epoch {args.epoch} batch {b} {d}")

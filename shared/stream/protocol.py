@@ -94,6 +94,7 @@ MAX_REQUEST_BYTES = MAX_FRAME_BYTES
 MAX_REPLY_BYTES = 4 * 1024 * 1024
 _INT_LIMIT = 1 << 62
 
+
 @dataclass(frozen=True)
 class Field:
     """What one message field may hold: its types and, for what a client sends, its bounds
@@ -123,9 +124,14 @@ MAX_NONCE_CHARS = 128
 
 # op -> {field: Field}; requests carry their bounds, replies only their types.
 _SCHEMA: dict[str, dict[str, Field]] = {
-    "attach": {"settings": _MAP, "pid": Field((int,), lo=0, hi=1 << 32), "host": Field((str,), max_len=MAX_HOST_CHARS),
-               "slots": Field((int,), lo=0, hi=1 << 16), "delivery": Field((str,), choices=DELIVERIES),
-               "pid_ns": Field((str,), max_len=MAX_PID_NS_CHARS, optional=True)},
+    "attach": {
+        "settings": _MAP,
+        "pid": Field((int,), lo=0, hi=1 << 32),
+        "host": Field((str,), max_len=MAX_HOST_CHARS),
+        "slots": Field((int,), lo=0, hi=1 << 16),
+        "delivery": Field((str,), choices=DELIVERIES),
+        "pid_ns": Field((str,), max_len=MAX_PID_NS_CHARS, optional=True),
+    },
     "attached": {
         "trainer_id": _INT,
         "token": _INT,
@@ -140,9 +146,23 @@ _SCHEMA: dict[str, dict[str, Field]] = {
     "proved": {"trainer_id": _INT, "delivery": _STR},
     "start": {"trainer_id": _ID, "token": _ID, "epoch": _COUNT, "batch": _COUNT},
     "started": {"trainer_id": _INT, "epoch": _INT, "batch": _INT, "num_batches": _INT},
-    "ready": {"trainer_id": _INT, "slot": _INT, "epoch": _INT, "batch": _INT, "generation": _INT, "size": _INT, "n_targets": _INT},
-    "release": {"trainer_id": _ID, "token": _ID, "slot": _INT, "epoch": _COUNT, "batch": _COUNT,
-                "generation": Field((int,), lo=0)},
+    "ready": {
+        "trainer_id": _INT,
+        "slot": _INT,
+        "epoch": _INT,
+        "batch": _INT,
+        "generation": _INT,
+        "size": _INT,
+        "n_targets": _INT,
+    },
+    "release": {
+        "trainer_id": _ID,
+        "token": _ID,
+        "slot": _INT,
+        "epoch": _COUNT,
+        "batch": _COUNT,
+        "generation": Field((int,), lo=0),
+    },
     "heartbeat": {"trainer_id": _ID, "token": _ID, "data_wait_s": Field((float, int), lo=0, hi=1e12, optional=True)},
     "detach": {"trainer_id": _ID, "token": _ID},
     "detached": {"trainer_id": _INT},
@@ -156,8 +176,13 @@ _SCHEMA: dict[str, dict[str, Field]] = {
 _REPLY_SCHEMA: dict[str, dict[str, Field]] = {
     "heartbeat": {"trainer_id": _INT},
     "status": {"daemon": _MAP, "snapshot": _MAP, "workers": _LIST, "trainers": _LIST},
-    "health": {"pid": _INT, "healthy": Field((bool,)), "trainers": _INT, "workers_ready": _INT,
-               "uptime_s": Field((float, int))},
+    "health": {
+        "pid": _INT,
+        "healthy": Field((bool,)),
+        "trainers": _INT,
+        "workers_ready": _INT,
+        "uptime_s": Field((float, int)),
+    },
     "records": {"start": _INT, "total": _INT, "files": _LIST, "names": _LIST},
 }
 REQUEST_OPS = frozenset({"attach", "start", "release", "heartbeat", "detach", "status", "health", "records", "prove"})
@@ -233,12 +258,16 @@ def decode(frame: bytes | memoryview, *, reply: bool = False) -> dict[str, Any]:
         # No ext_hook: extension types come back as ExtType and fail the type checks below.
         msg = msgpack.unpackb(bytes(frame), raw=False, strict_map_key=True)
     except (ValueError, TypeError, msgpack.ExtraData, msgpack.FormatError, msgpack.StackError, RecursionError) as exc:
-        raise ProtocolError(f"frame of {size} bytes is not one valid msgpack message ({type(exc).__name__}: {exc})") from None
+        raise ProtocolError(
+            f"frame of {size} bytes is not one valid msgpack message ({type(exc).__name__}: {exc})"
+        ) from None
     if not isinstance(msg, dict):
         raise ProtocolError(f"a message must be a msgpack map, got {type(msg).__name__}")
     version = msg.get("v")
     if version != PROTOCOL_VERSION or isinstance(version, bool):
-        raise ProtocolError(f"protocol version mismatch: peer speaks version {version!r}, this side speaks version {PROTOCOL_VERSION}; run the same pixpool release on both sides")
+        raise ProtocolError(
+            f"protocol version mismatch: peer speaks version {version!r}, this side speaks version {PROTOCOL_VERSION}; run the same pixpool release on both sides"
+        )
     op = msg.get("op")
     if not isinstance(op, str) or op not in _SCHEMA:
         raise ProtocolError(f"unknown op {op!r}; expected one of {sorted(_SCHEMA)}")
@@ -264,16 +293,22 @@ def _check_value(op: str, name: str, value: Any, spec: Field) -> None:
     if not isinstance(value, spec.types):
         raise ProtocolError(f"op {op!r}: field {name!r} must be {kind}, got {type(value).__name__}", field=name)
     if isinstance(value, (int, float)) and not isinstance(value, bool) and not spec.lo <= value < spec.hi:
-        raise ProtocolError(f"op {op!r}: field {name!r} = {value!r:.40} is out of range; "
-                            f"use {spec.lo:g} <= {name} < {spec.hi:g}", field=name)
+        raise ProtocolError(
+            f"op {op!r}: field {name!r} = {value!r:.40} is out of range; use {spec.lo:g} <= {name} < {spec.hi:g}",
+            field=name,
+        )
     if isinstance(value, str):
         if spec.max_len is not None and len(value) > spec.max_len:
-            raise ProtocolError(f"op {op!r}: field {name!r} is {len(value)} characters long, "
-                                f"over the limit of {spec.max_len}; "
-                                "send a shorter value", field=name)
+            raise ProtocolError(
+                f"op {op!r}: field {name!r} is {len(value)} characters long, "
+                f"over the limit of {spec.max_len}; "
+                "send a shorter value",
+                field=name,
+            )
         if spec.choices is not None and value not in spec.choices:
-            raise ProtocolError(f"op {op!r}: field {name!r} = {value!r:.40} is not one of {list(spec.choices)}",
-                                field=name)
+            raise ProtocolError(
+                f"op {op!r}: field {name!r} = {value!r:.40} is not one of {list(spec.choices)}", field=name
+            )
 
 
 def as_error(msg: dict[str, Any]) -> str:
@@ -283,7 +318,18 @@ def as_error(msg: dict[str, Any]) -> str:
 
 # -- the daemon <-> worker pipes ------------------------------------------------------------
 _PIPE_SCHEMA: dict[str, dict[str, Field]] = {
-    "job": {"job": _INT, "ring": _STR, "split": _STR, "slot": _INT, "settings": _MAP, "epoch": _INT, "batch": _INT, "size": _INT, "start": _INT, "stop": _INT},
+    "job": {
+        "job": _INT,
+        "ring": _STR,
+        "split": _STR,
+        "slot": _INT,
+        "settings": _MAP,
+        "epoch": _INT,
+        "batch": _INT,
+        "size": _INT,
+        "start": _INT,
+        "stop": _INT,
+    },
     "forget": {"ring": _STR},
     "stop": {},
     "hello": {"pid": _INT, "index": _INT},
@@ -307,6 +353,10 @@ def decode_pipe(frame: bytes) -> dict[str, Any]:
     if op not in _PIPE_SCHEMA:
         raise ProtocolError(f"unknown pipe op {op!r}; expected one of {sorted(_PIPE_SCHEMA)}")
     _check_fields(op, msg, _PIPE_SCHEMA[op])
-    if op == "done" and not all(isinstance(c, int) and not isinstance(c, bool) and 0 <= c < _INT_LIMIT for c in msg["counts"]):
-        raise ProtocolError(f"op 'done': field 'counts' must be a list of target-row counts (integers >= 0), got {msg['counts']!r:.200}")
+    if op == "done" and not all(
+        isinstance(c, int) and not isinstance(c, bool) and 0 <= c < _INT_LIMIT for c in msg["counts"]
+    ):
+        raise ProtocolError(
+            f"op 'done': field 'counts' must be a list of target-row counts (integers >= 0), got {msg['counts']!r:.200}"
+        )
     return msg

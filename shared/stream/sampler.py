@@ -38,11 +38,15 @@ def epoch_indices(num_records: int, settings: StreamSettings, epoch: int) -> np.
     """int64 record indices of this rank's shard, in delivery order (read-only)."""
     if num_records <= 0:
         raise ConfigError(f"the dataset has {num_records} records; a stream needs at least one")
-    return _shard(num_records, settings.seed, epoch, settings.shuffle, settings.world_size, settings.rank, settings.drop_last)
+    return _shard(
+        num_records, settings.seed, epoch, settings.shuffle, settings.world_size, settings.rank, settings.drop_last
+    )
 
 
 @functools.lru_cache(maxsize=8)
-def _shard(num_records: int, seed: int, epoch: int, shuffle: bool, world: int, rank: int, drop_last: bool) -> np.ndarray:
+def _shard(
+    num_records: int, seed: int, epoch: int, shuffle: bool, world: int, rank: int, drop_last: bool
+) -> np.ndarray:
     if shuffle:
         order = shuffle_generator(seed, epoch).permutation(num_records).astype(np.int64)
     else:

@@ -44,13 +44,21 @@ def socket_dir(path: str | os.PathLike | None, *, create: bool) -> Path:
     if d.is_symlink():
         target = os.readlink(d)
         state = "" if d.exists() else ", which does not exist"
-        raise ConfigError(f"socket directory {d} is a symbolic link (to {target}{state}); name a real directory with --socket-dir")
+        raise ConfigError(
+            f"socket directory {d} is a symbolic link (to {target}{state}); name a real directory with --socket-dir"
+        )
     if create:
         d.mkdir(mode=0o700, parents=True, exist_ok=True)
     if not d.exists():
         return d
-    check_private(d, "socket directory", forbidden=stat.S_IRWXO, problem="is open to other users", fix=f"run `chmod 700 {d}` or choose another with --socket-dir",
-                  not_yours="choose another with --socket-dir")
+    check_private(
+        d,
+        "socket directory",
+        forbidden=stat.S_IRWXO,
+        problem="is open to other users",
+        fix=f"run `chmod 700 {d}` or choose another with --socket-dir",
+        not_yours="choose another with --socket-dir",
+    )
     return d
 
 
@@ -79,18 +87,36 @@ def check_keys_dir(keys_dir: str | os.PathLike, *, secret: str) -> None:
     d = Path(keys_dir)
     redo = f"`pixpool keys {d} --force` makes a fresh set"
     for path in [d, *(p for p in (d / "authorized",) if p.exists())]:
-        check_private(path, "key directory", forbidden=_GROUP_OTHER_WRITE, problem="is writable by group or others, who could add keys",
-                      fix=f"run `chmod go-w {path}` and check what is in it, or {redo}", not_yours=redo)
+        check_private(
+            path,
+            "key directory",
+            forbidden=_GROUP_OTHER_WRITE,
+            problem="is writable by group or others, who could add keys",
+            fix=f"run `chmod go-w {path}` and check what is in it, or {redo}",
+            not_yours=redo,
+        )
     authorized = d / "authorized"
     keys = sorted(authorized.glob("*.key")) if authorized.is_dir() else []
     for path in [d / "server.key", d / "client.key", *keys]:
         if path.exists():
-            check_private(path, "key file", forbidden=_GROUP_OTHER_WRITE, problem="is writable by group or others",
-                          fix=f"run `chmod 644 {path}` after checking it, or {redo}", not_yours=redo)
+            check_private(
+                path,
+                "key file",
+                forbidden=_GROUP_OTHER_WRITE,
+                problem="is writable by group or others",
+                fix=f"run `chmod 644 {path}` after checking it, or {redo}",
+                not_yours=redo,
+            )
     path = d / secret
     if path.exists():
-        check_private(path, "secret key file", forbidden=stat.S_IRWXG | stat.S_IRWXO, problem="is readable or writable by others",
-                      fix=f"run `chmod 600 {path}`, or {redo}", not_yours=redo)
+        check_private(
+            path,
+            "secret key file",
+            forbidden=stat.S_IRWXG | stat.S_IRWXO,
+            problem="is readable or writable by others",
+            fix=f"run `chmod 600 {path}`, or {redo}",
+            not_yours=redo,
+        )
 
 
 # sockaddr_un.sun_path holds 108 bytes including the terminating NUL.
@@ -100,7 +126,9 @@ _MAX_IPC_PATH = 107
 def socket_path(directory: str | os.PathLike | None, *, create: bool = False) -> Path:
     path = socket_dir(directory, create=create) / SOCKET_NAME
     if len(os.fsencode(str(path))) > _MAX_IPC_PATH:
-        raise ConfigError(f"ipc socket path {path} is {len(os.fsencode(str(path)))} bytes, over the {_MAX_IPC_PATH}-byte limit of a unix socket; choose a shorter --socket-dir")
+        raise ConfigError(
+            f"ipc socket path {path} is {len(os.fsencode(str(path)))} bytes, over the {_MAX_IPC_PATH}-byte limit of a unix socket; choose a shorter --socket-dir"
+        )
     return path
 
 
@@ -123,11 +151,15 @@ def write_keys(directory: str | os.PathLike, *, force: bool = False) -> dict[str
     import zmq.auth
 
     if not zmq.has("curve"):
-        raise ConfigError(f"this libzmq {zmq.zmq_version()} was built without CURVE; install a pyzmq wheel with libsodium")
+        raise ConfigError(
+            f"this libzmq {zmq.zmq_version()} was built without CURVE; install a pyzmq wheel with libsodium"
+        )
     d = Path(directory)
     existing = [p for p in (d / "server.key_secret", d / "client.key_secret") if p.exists()]
     if existing and not force:
-        raise ConfigError(f"{existing[0]} already exists; keys there are in use by daemons and trainers. Pass --force to replace them")
+        raise ConfigError(
+            f"{existing[0]} already exists; keys there are in use by daemons and trainers. Pass --force to replace them"
+        )
     d.mkdir(mode=0o700, parents=True, exist_ok=True)
     os.chmod(d, 0o700)  # also when it existed: it holds secret keys
     out = {}
@@ -179,12 +211,16 @@ def check_server_keys(keys_dir: str | os.PathLike) -> None:
 
     The daemon calls this before it decodes anything, so a bad ``--keys`` fails at once."""
     if not zmq.has("curve"):
-        raise ConfigError(f"this libzmq {zmq.zmq_version()} was built without CURVE; install a pyzmq wheel with libsodium")
+        raise ConfigError(
+            f"this libzmq {zmq.zmq_version()} was built without CURVE; install a pyzmq wheel with libsodium"
+        )
     check_keys_dir(keys_dir, secret="server.key_secret")
     _load(Path(keys_dir) / "server.key_secret", secret=True)
     authorized = Path(keys_dir) / "authorized"
     if not authorized.is_dir() or not any(authorized.glob("*.key")):
-        raise ConfigError(f"no authorized client keys in {authorized}; run `pixpool keys {keys_dir}` and give trainers its client key pair")
+        raise ConfigError(
+            f"no authorized client keys in {authorized}; run `pixpool keys {keys_dir}` and give trainers its client key pair"
+        )
 
 
 def start_authenticator(ctx: zmq.Context, keys_dir: str | os.PathLike, provider):

@@ -157,8 +157,9 @@ def holds_of(name: str, store: str | None = None) -> Holds | None:
     except FileNotFoundError:
         return None
     try:
-        return Holds(in_use=_conflicts(fd, *_WHOLE), creator=_conflicts(fd, CREATOR, 1),
-                     consumer=_conflicts(fd, CONSUMER, 1))
+        return Holds(
+            in_use=_conflicts(fd, *_WHOLE), creator=_conflicts(fd, CREATOR, 1), consumer=_conflicts(fd, CONSUMER, 1)
+        )
     finally:
         os.close(fd)
 

@@ -114,7 +114,7 @@ def parse(name: str) -> SegmentName | None:
 
 
 def kind_of(name: str) -> str | None:
-    """"snapshot", "ring", or None for a name that is neither."""
+    """ "snapshot", "ring", or None for a name that is neither."""
     parsed = parse(name)
     return parsed.kind if parsed is not None else None
 

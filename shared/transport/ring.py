@@ -102,7 +102,9 @@ class RingLayout:
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ConfigError(f"ring layout field {name!r} must be a positive integer, got {value!r}")
         if not MIN_SLOTS <= self.slots <= MAX_SLOTS:
-            raise ConfigError(f"ring of {self.slots} slots: use {MIN_SLOTS} to {MAX_SLOTS} (each slot holds one whole batch, which all workers render together)")
+            raise ConfigError(
+                f"ring of {self.slots} slots: use {MIN_SLOTS} to {MAX_SLOTS} (each slot holds one whole batch, which all workers render together)"
+            )
 
     @property
     def images_nbytes(self) -> int:
@@ -174,7 +176,9 @@ class Ring:
                     f"use fewer slots, a smaller batch or imgsz, or enlarge {where}"
                 ) from None
             raise
-        segment.buf[: _HEADER.size] = _HEADER.pack(MAGIC, layout.slots, layout.slot_nbytes, layout.batch_size, layout.imgsz, layout.max_targets)
+        segment.buf[: _HEADER.size] = _HEADER.pack(
+            MAGIC, layout.slots, layout.slot_nbytes, layout.batch_size, layout.imgsz, layout.max_targets
+        )
         segment.buf[NONCE_OFFSET : NONCE_OFFSET + NONCE_NBYTES] = os.urandom(NONCE_NBYTES)
         return cls(segment, layout)
 
@@ -197,7 +201,9 @@ class Ring:
         layout = RingLayout(slots=slots, batch_size=batch_size, imgsz=imgsz, max_targets=max_targets)
         if layout.slot_nbytes != slot_nbytes or layout.nbytes > size:
             segment.close()
-            raise SnapshotError(f"batch ring {name}: header says {slots} slots of {slot_nbytes} bytes but the segment has {size} bytes")
+            raise SnapshotError(
+                f"batch ring {name}: header says {slots} slots of {slot_nbytes} bytes but the segment has {size} bytes"
+            )
         return cls(segment, layout)
 
     def nonce(self) -> str:
@@ -229,7 +235,9 @@ class Ring:
         """Rows of sample ``position`` while the slot is rendered (before ``pack_targets``)."""
         lay = self.layout
         if not 0 <= position < lay.batch_size or not 0 <= n_targets <= lay.per_sample:
-            raise IndexError(f"sample {position} with {n_targets} target rows: ring {self.name} holds {lay.per_sample} rows for each of {lay.batch_size} samples")
+            raise IndexError(
+                f"sample {position} with {n_targets} target rows: ring {self.name} holds {lay.per_sample} rows for each of {lay.batch_size} samples"
+            )
         start = self._slot_base(slot) + lay.targets_offset + position * lay.per_sample * 24
         return self._buf[start : start + n_targets * 24].view(np.float32).reshape(n_targets, 6)
 
@@ -239,7 +247,9 @@ class Ring:
         of the slot is in and before the header is written."""
         lay = self.layout
         if len(counts) > lay.batch_size or any(not 0 <= c <= lay.per_sample for c in counts):
-            raise ValueError(f"target counts {list(counts)} do not fit ring {self.name}: {lay.batch_size} samples of at most {lay.per_sample} rows")
+            raise ValueError(
+                f"target counts {list(counts)} do not fit ring {self.name}: {lay.batch_size} samples of at most {lay.per_sample} rows"
+            )
         area = self.targets(slot)
         n = 0
         for p, c in enumerate(counts):
@@ -257,7 +267,9 @@ class Ring:
 
     def write_header(self, slot: int, *, epoch: int, batch: int, size: int, n_targets: int, generation: int) -> None:
         base = self._slot_base(slot)
-        self._buf[base : base + _SLOT_HEADER.size] = np.frombuffer(_SLOT_HEADER.pack(epoch, batch, size, n_targets, generation), np.uint8)
+        self._buf[base : base + _SLOT_HEADER.size] = np.frombuffer(
+            _SLOT_HEADER.pack(epoch, batch, size, n_targets, generation), np.uint8
+        )
 
     def read_header(self, slot: int) -> tuple[int, int, int, int, int]:
         """(epoch, batch, size, n_targets, generation) as the daemon last announced them."""

@@ -71,7 +71,9 @@ def _user(uid: int) -> str:
         return f"uid {uid}"
 
 
-def check_trusted(name: str, st: os.stat_result, *, expected_nbytes: int | None = None, store: str | None = None) -> None:
+def check_trusted(
+    name: str, st: os.stat_result, *, expected_nbytes: int | None = None, store: str | None = None
+) -> None:
     """UntrustedSegmentError unless ``st`` (of segment ``name``) is what pixpool may map:
     a regular file of the expected owner that nobody else can write, of the expected size."""
     path = _segment_path(name, store)
@@ -79,29 +81,44 @@ def check_trusted(name: str, st: os.stat_result, *, expected_nbytes: int | None 
     owner = expected_owner(name)
     clean = f"pixpool clean{'' if (store or SHM_DIR) == SHM_DIR else ' --store ' + store} {name}"
     if not stat.S_ISREG(st.st_mode):
-        raise UntrustedSegmentError(f"{path} is not a regular file (mode {st.st_mode:o}); pixpool maps only its own segment files. "
-                                    "Remove it (as its owner, or as root) and start again", path=path)
+        raise UntrustedSegmentError(
+            f"{path} is not a regular file (mode {st.st_mode:o}); pixpool maps only its own segment files. "
+            "Remove it (as its owner, or as root) and start again",
+            path=path,
+        )
     if st.st_uid != owner:
         raise UntrustedSegmentError(
             f"{path} belongs to {_user(st.st_uid)} (mode {mode:04o}), but its name is {_user(owner)}'s: another user created it, "
-            f"and pixpool does not map data it cannot trust. Ask that user (or root) to remove it (`rm {path}`), then start again", path=path)
+            f"and pixpool does not map data it cannot trust. Ask that user (or root) to remove it (`rm {path}`), then start again",
+            path=path,
+        )
     if mode & (stat.S_IWGRP | stat.S_IWOTH):
         raise UntrustedSegmentError(
             f"{path} (owner {_user(st.st_uid)}) has mode {mode:04o}: group or others may write it, so its bytes cannot be trusted; "
-            f"remove it with `{clean}` (or `rm {path}`) and prepare again", path=path)
+            f"remove it with `{clean}` (or `rm {path}`) and prepare again",
+            path=path,
+        )
     if expected_nbytes is not None and st.st_size != expected_nbytes:
-        raise UntrustedSegmentError(f"{path} has {st.st_size} bytes, expected {expected_nbytes}; it is not the segment pixpool made. "
-                                    f"Remove it with `{clean}` and start again", path=path)
+        raise UntrustedSegmentError(
+            f"{path} has {st.st_size} bytes, expected {expected_nbytes}; it is not the segment pixpool made. "
+            f"Remove it with `{clean}` and start again",
+            path=path,
+        )
 
 
-def open_trusted(name: str, *, writable: bool = False, expected_nbytes: int | None = None, store: str | None = None) -> int:
+def open_trusted(
+    name: str, *, writable: bool = False, expected_nbytes: int | None = None, store: str | None = None
+) -> int:
     """A descriptor of segment ``name`` that passed ``check_trusted``; the caller closes it."""
     path = _segment_path(name, store)
     try:
         fd = os.open(path, (os.O_RDWR if writable else os.O_RDONLY) | os.O_CLOEXEC | os.O_NOFOLLOW)
     except OSError as exc:
         if exc.errno == errno.ELOOP:  # O_NOFOLLOW on a symlink
-            raise UntrustedSegmentError(f"{path} is a symbolic link; pixpool maps only its own segment files. Remove it and start again", path=path) from None
+            raise UntrustedSegmentError(
+                f"{path} is a symbolic link; pixpool maps only its own segment files. Remove it and start again",
+                path=path,
+            ) from None
         if isinstance(exc, PermissionError):
             # Not readable by us: someone else's file under our name. Say whose.
             try:
@@ -166,8 +183,18 @@ def _held_or_gone(fd: int, name: str, path: str, roles: tuple[int, ...], st: os.
 class SharedSegment:
     """A named shared-memory segment mapped into this process (see module docstring)."""
 
-    def __init__(self, name: str, mm: mmap.mmap, nbytes: int, fd: int, *, owner: bool, writable: bool, inode: int = 0,
-                 store: str | None = None):
+    def __init__(
+        self,
+        name: str,
+        mm: mmap.mmap,
+        nbytes: int,
+        fd: int,
+        *,
+        owner: bool,
+        writable: bool,
+        inode: int = 0,
+        store: str | None = None,
+    ):
         self.name = name
         self.store = store or SHM_DIR
         self.nbytes = nbytes
@@ -195,8 +222,11 @@ class SharedSegment:
         # unused) removes it, and then this creation lost the name, as if it had existed.
         if not (holds.hold(fd, (holds.CREATOR,)) and holds.same_file(fd, path)):
             os.close(fd)
-            raise FileExistsError(errno.EEXIST, f"shared-memory segment {name!r} was taken by a concurrent removal "
-                                  "while being created", path)
+            raise FileExistsError(
+                errno.EEXIST,
+                f"shared-memory segment {name!r} was taken by a concurrent removal while being created",
+                path,
+            )
         try:
             os.ftruncate(fd, nbytes)
             if reserve:
@@ -210,8 +240,15 @@ class SharedSegment:
         return cls(name, mm, nbytes, fd, owner=True, writable=True, inode=inode, store=store)
 
     @classmethod
-    def attach(cls, name: str, *, writable: bool = False, expected_nbytes: int | None = None, store: str | None = None,
-               consumer: bool = False) -> "SharedSegment":
+    def attach(
+        cls,
+        name: str,
+        *,
+        writable: bool = False,
+        expected_nbytes: int | None = None,
+        store: str | None = None,
+        consumer: bool = False,
+    ) -> "SharedSegment":
         """Map an existing, trusted segment (module docstring); read-only (``PROT_READ``)
         unless ``writable``. ``consumer``: this process is the one the segment is for (a
         ring's trainer), and says so in its hold (``holds.CONSUMER``).
@@ -298,7 +335,9 @@ class SharedSegment:
     def unlink(self) -> None:
         """Remove the name from the store; only the owner may do so."""
         if not self.owner:
-            raise PermissionError(f"segment {self.name!r} was attached, not created, by this process; only its owner unlinks it")
+            raise PermissionError(
+                f"segment {self.name!r} was attached, not created, by this process; only its owner unlinks it"
+            )
         try:
             os.unlink(_segment_path(self.name, self.store))
         except FileNotFoundError:

@@ -38,7 +38,9 @@ DEFAULT_STORE = "/dev/shm"
 MEMORY_FS_TYPES = frozenset({"tmpfs", "ramfs", "hugetlbfs"})
 # File systems shared between machines: a mapping there is not kept coherent across them,
 # so a trainer elsewhere could read a slot before the worker's bytes reach it.
-NETWORK_FS_TYPES = frozenset({"nfs", "nfs4", "cifs", "smb3", "smbfs", "ceph", "glusterfs", "fuse.glusterfs", "fuse.sshfs", "lustre", "gpfs"})
+NETWORK_FS_TYPES = frozenset(
+    {"nfs", "nfs4", "cifs", "smb3", "smbfs", "ceph", "glusterfs", "fuse.glusterfs", "fuse.sshfs", "lustre", "gpfs"}
+)
 
 
 def store_dir(store: str | os.PathLike | None) -> str:
@@ -55,13 +57,22 @@ def check_store(store: str | os.PathLike | None) -> str:
     try:
         st = os.stat(path)
     except FileNotFoundError:
-        raise ConfigError(f"store {given} does not exist; create the directory (mode 0700, or 1777 for a shared one) or choose another --store", field="store") from None
+        raise ConfigError(
+            f"store {given} does not exist; create the directory (mode 0700, or 1777 for a shared one) or choose another --store",
+            field="store",
+        ) from None
     if not stat.S_ISDIR(st.st_mode):
-        raise ConfigError(f"store {given} is not a directory; --store names a directory (a tmpfs such as /dev/shm, or a folder on a local disk)", field="store")
+        raise ConfigError(
+            f"store {given} is not a directory; --store names a directory (a tmpfs such as /dev/shm, or a folder on a local disk)",
+            field="store",
+        )
     mode = stat.S_IMODE(st.st_mode)
     me = os.geteuid()
     if st.st_uid not in (me, 0):
-        raise ConfigError(f"store {given} belongs to uid {st.st_uid}, not to you (uid {me}) or root: its owner could replace the files pixpool maps; use a directory of your own", field="store")
+        raise ConfigError(
+            f"store {given} belongs to uid {st.st_uid}, not to you (uid {me}) or root: its owner could replace the files pixpool maps; use a directory of your own",
+            field="store",
+        )
     if mode & (stat.S_IWGRP | stat.S_IWOTH) and not mode & stat.S_ISVTX:
         raise ConfigError(
             f"store {given} has mode {mode:04o}: group or others may write it without the sticky bit, so they could remove or "
@@ -71,10 +82,14 @@ def check_store(store: str | os.PathLike | None) -> str:
     kind = fs_type(path)
     if kind in NETWORK_FS_TYPES:
         raise ConfigError(
-            f"store {given} is on a network file system ({kind}): mapped files are not kept coherent between machines; use a local disk or a tmpfs on each node (one daemon per node)", field="store"
+            f"store {given} is on a network file system ({kind}): mapped files are not kept coherent between machines; use a local disk or a tmpfs on each node (one daemon per node)",
+            field="store",
         )
     if not os.access(path, os.W_OK | os.X_OK):
-        raise ConfigError(f"store {given} is not writable by you (uid {me}); choose a directory you may create files in", field="store")
+        raise ConfigError(
+            f"store {given} is not writable by you (uid {me}); choose a directory you may create files in",
+            field="store",
+        )
     return path
 
 
@@ -122,7 +137,13 @@ def is_memory(store: str) -> bool:
 def describe(store: str) -> dict:
     """What status and memory reports say of a store."""
     kind = fs_type(store)
-    return {"path": store, "fs_type": kind, "memory": kind in MEMORY_FS_TYPES, "size_bytes": size_nbytes(store), "free_bytes": free_nbytes(store)}
+    return {
+        "path": store,
+        "fs_type": kind,
+        "memory": kind in MEMORY_FS_TYPES,
+        "size_bytes": size_nbytes(store),
+        "free_bytes": free_nbytes(store),
+    }
 
 
 # -- residency (mincore) -------------------------------------------------------------------

@@ -52,7 +52,9 @@ def parse_pixpool(argv: list[str]) -> argparse.Namespace:
 def _script_parser(path: str):
     local = REPO / "examples" / path[len(IMAGE_EXAMPLES) :] if path.startswith(IMAGE_EXAMPLES) else None
     if local is None or not local.is_file():
-        raise BadCommand(f"torchrun runs {path}, which is not one of the repository's examples (the trainer image copies examples/ to {IMAGE_EXAMPLES})")
+        raise BadCommand(
+            f"torchrun runs {path}, which is not one of the repository's examples (the trainer image copies examples/ to {IMAGE_EXAMPLES})"
+        )
     spec = importlib.util.spec_from_file_location(f"_example_{local.stem}", local)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)

@@ -109,8 +109,19 @@ def daemon_process(config: DaemonConfig, *, socket_dir: str | None = None, wait:
 
 # -- the real route -------------------------------------------------------------------------
 @contextmanager
-def real_daemon(data, *, imgsz: int = 160, workers: int = 2, heartbeat_timeout_s: float = 10.0, socket_dir: str | None = None, wait: bool = True, **extra):
-    config = DaemonConfig(data=str(data), imgsz=imgsz, workers=workers, heartbeat_timeout_s=heartbeat_timeout_s, processes=1, **extra)
+def real_daemon(
+    data,
+    *,
+    imgsz: int = 160,
+    workers: int = 2,
+    heartbeat_timeout_s: float = 10.0,
+    socket_dir: str | None = None,
+    wait: bool = True,
+    **extra,
+):
+    config = DaemonConfig(
+        data=str(data), imgsz=imgsz, workers=workers, heartbeat_timeout_s=heartbeat_timeout_s, processes=1, **extra
+    )
     with daemon_process(config, socket_dir=socket_dir, wait=wait) as (proc, d):
         yield proc, d
 

@@ -104,8 +104,9 @@ def ns_daemon(data, socket_dir: str, *, imgsz: int, workers: int = 1, extra: tup
             deadline = time.monotonic() + WAIT_S
             while True:
                 if proc.poll() is not None:
-                    raise RuntimeError(f"the namespaced daemon exited with {proc.returncode}: "
-                                       f"{daemon.output()[-3000:]}")
+                    raise RuntimeError(
+                        f"the namespaced daemon exited with {proc.returncode}: {daemon.output()[-3000:]}"
+                    )
                 st = ask_status(socket_dir, 1.0) if os.path.exists(f"{socket_dir}/daemon.sock") else None
                 if st is not None and sum(w["state"] != "starting" for w in st["workers"]) >= workers:
                     break

@@ -19,7 +19,9 @@ def _polygon(x1: float, y1: float, x2: float, y2: float, k: int = 12) -> np.ndar
 class ArraySource:
     """Centred read-only float32 images and targets, built from seeded noise."""
 
-    def __init__(self, shapes: list[tuple[int, int]], imgsz: int, *, seed: int = 0, instances: int = 3, polygons: bool = True):
+    def __init__(
+        self, shapes: list[tuple[int, int]], imgsz: int, *, seed: int = 0, instances: int = 3, polygons: bool = True
+    ):
         rng = np.random.default_rng(seed)
         self.imgsz = imgsz
         self.uint8: list[np.ndarray] = []

@@ -59,7 +59,10 @@ def _forked(user: User, fn, args, timeout_s: float, *, capture: bool = False):
             code = 0
             try:
                 if capture:
-                    sys.stdout, sys.stderr = io.TextIOWrapper(os.fdopen(os.dup(out.fileno()), "wb")), io.TextIOWrapper(os.fdopen(os.dup(err.fileno()), "wb"))
+                    sys.stdout, sys.stderr = (
+                        io.TextIOWrapper(os.fdopen(os.dup(out.fileno()), "wb")),
+                        io.TextIOWrapper(os.fdopen(os.dup(err.fileno()), "wb")),
+                    )
                 os.setgroups([])
                 os.setgid(user.gid)
                 os.setuid(user.uid)

@@ -63,7 +63,6 @@ def test_ci_run_uses_a_new_empty_venv_each_time_and_removes_it(tmp_path):
         # The whole suite first, then the Ultralytics tests in their own venv with its torch.
         tests = [i for i, line in enumerate(log) if line.startswith("python -m pytest ")]
         assert len(tests) == 2 and "-m ultralytics" not in log[tests[0]] and "-m ultralytics" in log[tests[1]], log
-        assert "python -m pip install -q torch==2.14.1 torchvision==0.29.1 ultralytics" in log[tests[0]:tests[1]], log
+        assert "python -m pip install -q torch==2.14.1 torchvision==0.29.1 ultralytics" in log[tests[0] : tests[1]], log
     assert len(set(venvs)) == len(venvs), "a venv directory was reused"
     assert not os.listdir(env["TMPDIR"]), "a run left something in its temporary folder"
-

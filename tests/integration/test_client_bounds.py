@@ -70,8 +70,10 @@ def test_bad_fields_get_field_errors_not_internal(synthetic_data, peers):
             (proto.encode("records", start=0, split="nope"), "split"),
             (proto.encode("records", start=-1), "start"),
             (_attach_frame(host="h" * 60_000), "host"),
-            (proto.encode("attach", settings={}, pid=1, host="x", slots=2, delivery="shm", pid_ns="p" * 1000),
-             "pid_ns"),
+            (
+                proto.encode("attach", settings={}, pid=1, host="x", slots=2, delivery="shm", pid_ns="p" * 1000),
+                "pid_ns",
+            ),
             (proto.encode("heartbeat", trainer_id=1, token=1, data_wait_s="soon"), "data_wait_s"),
             (proto.encode("prove", trainer_id=1, token=1, nonce="n" * 5000), "nonce"),
         ]:
@@ -108,8 +110,14 @@ def test_one_client_cannot_take_every_session(synthetic_data, tmp_path, peers):
     shutil.copy(keys / "server.key_secret", other / "server.key_secret")
     shutil.copy(other / "client.key", keys / "authorized" / "other.key")
     port = _free_port()
-    with real_daemon(synthetic_data.coco_json, imgsz=IMGSZ, workers=1, tcp=f"127.0.0.1:{port}", keys_dir=str(keys),
-                     max_trainers_per_client=2) as (_, d):
+    with real_daemon(
+        synthetic_data.coco_json,
+        imgsz=IMGSZ,
+        workers=1,
+        tcp=f"127.0.0.1:{port}",
+        keys_dir=str(keys),
+        max_trainers_per_client=2,
+    ) as (_, d):
         local = peers(f"ipc://{d}/daemon.sock")
         assert [_ask(local, _attach_frame())["op"] for _ in range(2)] == ["attached", "attached"]
         third = _ask(local, _attach_frame())

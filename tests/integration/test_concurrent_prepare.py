@@ -34,9 +34,15 @@ def test_the_second_of_two_prepares_waits_and_reattaches(big_synthetic):
     second = None
     try:
         # Start the second while the first's segments exist but are not complete yet.
-        wait_for(lambda: first.poll() is not None or snapshot_parts(base)["meta"] in list_segments(), WAIT_S, "first preparation under way")
+        wait_for(
+            lambda: first.poll() is not None or snapshot_parts(base)["meta"] in list_segments(),
+            WAIT_S,
+            "first preparation under way",
+        )
         if first.poll() is not None:
-            pytest.skip("the first preparation finished before the second could start (machine too fast for this dataset)")
+            pytest.skip(
+                "the first preparation finished before the second could start (machine too fast for this dataset)"
+            )
         second = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         out1, err1 = first.communicate(timeout=WAIT_S * 2)
         out2, err2 = second.communicate(timeout=WAIT_S * 2)

@@ -142,7 +142,11 @@ def test_silent_trainer_is_detached_after_heartbeat_timeout(daemon, dealer):
     proc_d, d = daemon
     sock = dealer(f"ipc://{d}/daemon.sock")
     # Our own (live) pid: only the missing heartbeat can get it detached.
-    sock.send(proto.encode("attach", settings=settings(5).to_dict(), pid=os.getpid(), host=os.uname().nodename, slots=2, delivery="shm"))
+    sock.send(
+        proto.encode(
+            "attach", settings=settings(5).to_dict(), pid=os.getpid(), host=os.uname().nodename, slots=2, delivery="shm"
+        )
+    )
     assert sock.poll(WAIT_S * 1000)
     reply = proto.decode(sock.recv(), reply=True)
     assert reply["op"] == "attached"
@@ -183,14 +187,38 @@ def test_bad_requests_get_clear_errors_and_daemon_keeps_serving(daemon, dealer):
     sock = dealer(f"ipc://{d}/daemon.sock")
     r = _ask(sock, msgpack.packb({"v": 99, "op": "status"}))
     assert r["op"] == "error" and "version 99" in r["message"] and f"version {proto.PROTOCOL_VERSION}" in r["message"]
-    r = _ask(sock, proto.encode("attach", settings={**settings(1).to_dict(), "batch_size": 0}, pid=os.getpid(), host="x", slots=2, delivery="shm"))
+    r = _ask(
+        sock,
+        proto.encode(
+            "attach",
+            settings={**settings(1).to_dict(), "batch_size": 0},
+            pid=os.getpid(),
+            host="x",
+            slots=2,
+            delivery="shm",
+        ),
+    )
     assert r["op"] == "error" and "batch_size" in r["message"]
-    r = _ask(sock, proto.encode("attach", settings=StreamSettings(augment=AugmentConfig(imgsz=320)).to_dict(), pid=os.getpid(), host="x", slots=2, delivery="shm"))
+    r = _ask(
+        sock,
+        proto.encode(
+            "attach",
+            settings=StreamSettings(augment=AugmentConfig(imgsz=320)).to_dict(),
+            pid=os.getpid(),
+            host="x",
+            slots=2,
+            delivery="shm",
+        ),
+    )
     assert r["op"] == "error" and "imgsz 320" in r["message"] and "160" in r["message"]
-    att = _ask(sock, proto.encode("attach", settings=settings(1).to_dict(), pid=os.getpid(), host="x", slots=2, delivery="shm"))
+    att = _ask(
+        sock, proto.encode("attach", settings=settings(1).to_dict(), pid=os.getpid(), host="x", slots=2, delivery="shm")
+    )
     assert att["op"] == "attached"
     tid, token = att["trainer_id"], att["token"]
-    r = _ask(sock, proto.encode("release", trainer_id=tid, token=token, slot=0, epoch=0, batch=0, generation=1))  # nothing announced yet
+    r = _ask(
+        sock, proto.encode("release", trainer_id=tid, token=token, slot=0, epoch=0, batch=0, generation=1)
+    )  # nothing announced yet
     assert (r["op"], r["code"]) == ("error", "order") and "does not hold" in r["message"]
     r = _ask(sock, proto.encode("release", trainer_id=tid, token=token + 1, slot=0, epoch=0, batch=0, generation=1))
     assert (r["op"], r["code"]) == ("error", "unknown_trainer")
@@ -258,8 +286,24 @@ def test_train_command_trains_on_the_daemons_stream(daemon, capsys, tmp_path):
     from pixpool.shared.cli import main
 
     _, d = daemon
-    argv = ["train", "--socket-dir", d, "--model", "tiny", "--imgsz", str(IMGSZ), "--batch-size", "4", "--max-steps", "3", "--seed", "5",
-            "--project", str(tmp_path / "run"), "--json"]
+    argv = [
+        "train",
+        "--socket-dir",
+        d,
+        "--model",
+        "tiny",
+        "--imgsz",
+        str(IMGSZ),
+        "--batch-size",
+        "4",
+        "--max-steps",
+        "3",
+        "--seed",
+        "5",
+        "--project",
+        str(tmp_path / "run"),
+        "--json",
+    ]
     assert main(argv) == 0
     report = json.loads(capsys.readouterr().out)
     assert report["steps"] == 3 and report["images"] == 12 and report["device"] == "cpu"
@@ -273,9 +317,22 @@ def test_train_with_hsv_on_device_applies_it(daemon, monkeypatch, tmp_path):
 
     calls = []
     real = hsv_torch.apply_hsv
-    monkeypatch.setattr(hsv_torch, "apply_hsv", lambda images, *a, **k: calls.append(images.shape) or real(images, *a, **k))
-    config = FitConfig(epochs=1, batch_size=4, seed=9, scale="tiny", device="cpu", project=str(tmp_path), progress=False, validate=False,
-                       max_steps=2, hsv_on_device=True, augment=AugmentConfig(imgsz=IMGSZ))
+    monkeypatch.setattr(
+        hsv_torch, "apply_hsv", lambda images, *a, **k: calls.append(images.shape) or real(images, *a, **k)
+    )
+    config = FitConfig(
+        epochs=1,
+        batch_size=4,
+        seed=9,
+        scale="tiny",
+        device="cpu",
+        project=str(tmp_path),
+        progress=False,
+        validate=False,
+        max_steps=2,
+        hsv_on_device=True,
+        augment=AugmentConfig(imgsz=IMGSZ),
+    )
     report = fit(config, socket_dir=daemon[1], timeout_s=WAIT_S)
     assert report["steps"] == 2 and len(calls) >= 2 and calls[0][0] == 4
 
@@ -311,7 +368,9 @@ def test_a_duplicate_release_is_refused_and_the_slot_keeps_its_batch(daemon, dea
     _, d = daemon
     sock = dealer(f"ipc://{d}/daemon.sock")
     s = settings(3, batch_size=4)
-    att = _ask(sock, proto.encode("attach", settings=s.to_dict(), pid=os.getpid(), host="elsewhere", slots=2, delivery="shm"))
+    att = _ask(
+        sock, proto.encode("attach", settings=s.to_dict(), pid=os.getpid(), host="elsewhere", slots=2, delivery="shm")
+    )
     tid, token = att["trainer_id"], att["token"]
     # Map the ring before proving, as a trainer does: a proved trainer whose hold on its ring
     # is gone is detached at the daemon's next liveness tick.
@@ -324,13 +383,34 @@ def test_a_duplicate_release_is_refused_and_the_slot_keeps_its_batch(daemon, dea
         ready[1] = _next_ready(sock)
 
         def release(m):
-            sock.send(proto.encode("release", trainer_id=tid, token=token, slot=m["slot"], epoch=m["epoch"], batch=m["batch"], generation=m["generation"]))
+            sock.send(
+                proto.encode(
+                    "release",
+                    trainer_id=tid,
+                    token=token,
+                    slot=m["slot"],
+                    epoch=m["epoch"],
+                    batch=m["batch"],
+                    generation=m["generation"],
+                )
+            )
 
         release(ready[0])
         ready[2] = _next_ready(sock)
         assert ready[2]["slot"] == ready[0]["slot"]
         before = ring.images(ready[2]["slot"], ready[2]["size"]).copy()
-        r = _ask(sock, proto.encode("release", trainer_id=tid, token=token, slot=ready[0]["slot"], epoch=0, batch=0, generation=ready[0]["generation"]))
+        r = _ask(
+            sock,
+            proto.encode(
+                "release",
+                trainer_id=tid,
+                token=token,
+                slot=ready[0]["slot"],
+                epoch=0,
+                batch=0,
+                generation=ready[0]["generation"],
+            ),
+        )
         assert (r["op"], r["code"]) == ("error", "order") and "now holds epoch 0 batch 2" in r["message"]
         release(ready[1])
         ready[3] = _next_ready(sock)

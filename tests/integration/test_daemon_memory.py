@@ -52,11 +52,18 @@ def _measure(socket_dir: str) -> dict:
     ours = {n for n in list_segments() if n.startswith(ring_prefix(pid))} | set(st["snapshot"]["segments"])
     mapped = set().union(*(p.segments for p in procs))
     heap = sum(_anonymous_bytes(p) for p in pids)
-    return {"heap": heap, "shm": sum(os.stat(shm_path(n)).st_size for n in ours), "status": st, "mapped": mapped, "ours": ours}
+    return {
+        "heap": heap,
+        "shm": sum(os.stat(shm_path(n)).st_size for n in ours),
+        "status": st,
+        "mapped": mapped,
+        "ours": ours,
+    }
 
 
 def test_second_trainer_adds_its_ring_and_nothing_else(synthetic_data, monkeypatch):
     monkeypatch.setenv("MALLOC_MMAP_THRESHOLD_", str(128 * 1024))  # inherited by the spawned daemon and workers
+
     def stream(seed):
         return StreamSettings(seed=seed, batch_size=BATCH, augment=AugmentConfig(imgsz=IMGSZ))
 
@@ -80,11 +87,17 @@ def test_second_trainer_adds_its_ring_and_nothing_else(synthetic_data, monkeypat
                 after = _measure(d)
                 (ring_b,) = [t["ring_nbytes"] for t in after["status"]["trainers"] if t["trainer_id"] == b._ident[0]]
                 (name_b,) = [t["ring"] for t in after["status"]["trainers"] if t["trainer_id"] == b._ident[0]]
-            detached = wait_for(lambda: (m := _measure(d)) and not any(n.startswith(name_b) for n in m["mapped"]) and m, 10, "workers unmap the detached ring")
+            detached = wait_for(
+                lambda: (m := _measure(d)) and not any(n.startswith(name_b) for n in m["mapped"]) and m,
+                10,
+                "workers unmap the detached ring",
+            )
     # The daemon and its workers map nothing but this snapshot and these rings.
     assert after["mapped"] <= after["ours"] and name_b in after["mapped"]
     assert after["shm"] - before["shm"] == ring_b  # exactly its ring in /dev/shm
-    assert abs(after["heap"] - before["heap"]) <= TOLERANCE_BYTES, f"heap moved by {after['heap'] - before['heap']} bytes with a second trainer"
+    assert abs(after["heap"] - before["heap"]) <= TOLERANCE_BYTES, (
+        f"heap moved by {after['heap'] - before['heap']} bytes with a second trainer"
+    )
     assert detached["shm"] == before["shm"]  # its ring is gone once it detaches
 
 

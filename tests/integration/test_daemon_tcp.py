@@ -48,7 +48,10 @@ def test_tcp_stream_equals_local_and_refuses_strangers(synthetic_data, tmp_path,
     shutil.copy(keys / "server.key", stranger / "server.key")  # knows the server, not authorized
     port = _free_port()
     s = StreamSettings(seed=31, batch_size=4, augment=AugmentConfig(imgsz=IMGSZ))
-    with real_daemon(synthetic_data.coco_json, imgsz=IMGSZ, workers=1, tcp=f"127.0.0.1:{port}", keys_dir=str(keys)) as (_, d):
+    with real_daemon(synthetic_data.coco_json, imgsz=IMGSZ, workers=1, tcp=f"127.0.0.1:{port}", keys_dir=str(keys)) as (
+        _,
+        d,
+    ):
         endpoint = f"tcp://127.0.0.1:{port}"
         with Client(s, endpoint=endpoint, keys_dir=keys, timeout_s=WAIT_S) as remote:
             assert remote._ring is None  # bytes arrive as frames, no shared memory
@@ -79,7 +82,10 @@ def test_tcp_bad_address_is_a_clear_error(tmp_path):
     d = short_socket_dir()
     try:
         with pytest.raises(ConfigError, match="cannot listen on tcp://"):
-            Daemon(_Source(), DaemonConfig(data="x.json", workers=1, socket_dir=d, tcp="256.1.1.1:1", keys_dir=str(tmp_path / "k"))).serve()
+            Daemon(
+                _Source(),
+                DaemonConfig(data="x.json", workers=1, socket_dir=d, tcp="256.1.1.1:1", keys_dir=str(tmp_path / "k")),
+            ).serve()
         assert os.listdir(d) == ["daemon.lock"]  # the ipc socket file went too (the lock file stays, unlocked)
     finally:
         shutil.rmtree(d, ignore_errors=True)

@@ -14,9 +14,33 @@ def test_demo_runs_two_trainers_and_leaves_nothing(tmp_path):
     before = set(list_segments())
     runs = tmp_path / "runs"
     proc = subprocess.run(
-        [sys.executable, "-m", "pixpool.shared.cli", "demo", "--workdir", str(tmp_path), "--project", str(runs), "--num-images", "16",
-         "--imgsz", "64", "--epochs", "2", "--batch-size", "4", "--trainers", "2", "--workers", "1", "--timeout-s", "240"],
-        capture_output=True, text=True, timeout=300,
+        [
+            sys.executable,
+            "-m",
+            "pixpool.shared.cli",
+            "demo",
+            "--workdir",
+            str(tmp_path),
+            "--project",
+            str(runs),
+            "--num-images",
+            "16",
+            "--imgsz",
+            "64",
+            "--epochs",
+            "2",
+            "--batch-size",
+            "4",
+            "--trainers",
+            "2",
+            "--workers",
+            "1",
+            "--timeout-s",
+            "240",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     out = proc.stdout
@@ -26,7 +50,9 @@ def test_demo_runs_two_trainers_and_leaves_nothing(tmp_path):
     for i in (0, 1):
         rows = [json.loads(line) for line in (runs / f"trainer-{i}" / "results.jsonl").read_text().splitlines()]
         assert [r["epoch"] for r in rows] == [0, 1] and all("mAP50" in r for r in rows)
-        assert (runs / f"trainer-{i}" / "results.png").stat().st_size > 10_000 and (runs / f"trainer-{i}" / "last.pt").is_file()
+        assert (runs / f"trainer-{i}" / "results.png").stat().st_size > 10_000 and (
+            runs / f"trainer-{i}" / "last.pt"
+        ).is_file()
     losses = [json.loads((runs / f"trainer-{i}" / "results.jsonl").read_text().splitlines()[0])["loss"] for i in (0, 1)]
     assert losses[0] != losses[1]  # different seeds: different models on different streams
     assert "no pixpool segment left" in out

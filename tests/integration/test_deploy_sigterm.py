@@ -54,7 +54,14 @@ def manifest_command(data: str, overrides: dict[str, str]) -> tuple[list[str], i
 
 def test_the_daemonsets_daemon_exits_cleanly_on_sigterm_within_the_grace_period(synthetic_data, tmp_path):
     socket_dir = short_socket_dir()
-    overrides = {"--imgsz": str(IMGSZ), "--workers": "1", "--processes": "1", "--socket-dir": socket_dir, "--metrics-port": str(_free_port()), "--metrics-host": "127.0.0.1"}
+    overrides = {
+        "--imgsz": str(IMGSZ),
+        "--workers": "1",
+        "--processes": "1",
+        "--socket-dir": socket_dir,
+        "--metrics-port": str(_free_port()),
+        "--metrics-host": "127.0.0.1",
+    }
     argv, grace_s = manifest_command(str(synthetic_data.coco_json), overrides)
     assert "--keep-snapshot" in argv
     log = (tmp_path / "serve.log").open("w")
@@ -77,7 +84,9 @@ def test_the_daemonsets_daemon_exits_cleanly_on_sigterm_within_the_grace_period(
             try:
                 rc = proc.wait(grace_s)
             except subprocess.TimeoutExpired:
-                pytest.fail(f"the daemon did not exit within terminationGracePeriodSeconds={grace_s}: the kubelet would SIGKILL it")
+                pytest.fail(
+                    f"the daemon did not exit within terminationGracePeriodSeconds={grace_s}: the kubelet would SIGKILL it"
+                )
             took_s = time.monotonic() - t0
             with pytest.raises(DaemonStopped):
                 for _ in batches:

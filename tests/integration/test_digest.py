@@ -18,7 +18,26 @@ def _digest(capsys, *argv: str) -> dict:
 
 def test_snapshot_and_reference_digests_agree(synthetic_data, capsys) -> None:
     before = set(list_segments())
-    flags = [str(synthetic_data.coco_json), "--seed", "4", "--epoch", "1", "--batches", "2", "--batch-size", "4", "--imgsz", "96", "--in-process", "--processes", "1", "--copy-paste", "0.5", "--mixup", "0.3"]
+    flags = [
+        str(synthetic_data.coco_json),
+        "--seed",
+        "4",
+        "--epoch",
+        "1",
+        "--batches",
+        "2",
+        "--batch-size",
+        "4",
+        "--imgsz",
+        "96",
+        "--in-process",
+        "--processes",
+        "1",
+        "--copy-paste",
+        "0.5",
+        "--mixup",
+        "0.3",
+    ]
     snap = _digest(capsys, *flags)
     ref = _digest(capsys, *flags, "--reference")
     assert snap["path"] == "snapshot" and ref["path"] == "reference"
@@ -30,7 +49,27 @@ def test_snapshot_and_reference_digests_agree(synthetic_data, capsys) -> None:
 
 def test_plain_output_and_keep_snapshot(synthetic_data, capsys) -> None:
     before = set(list_segments())
-    assert main(["digest", str(synthetic_data.data_yaml), "--batches", "1", "--batch-size", "2", "--imgsz", "64", "--processes", "1", "--mosaic", "0", "--keep-snapshot", "--in-process"]) == 0
+    assert (
+        main(
+            [
+                "digest",
+                str(synthetic_data.data_yaml),
+                "--batches",
+                "1",
+                "--batch-size",
+                "2",
+                "--imgsz",
+                "64",
+                "--processes",
+                "1",
+                "--mosaic",
+                "0",
+                "--keep-snapshot",
+                "--in-process",
+            ]
+        )
+        == 0
+    )
     line = capsys.readouterr().out.strip().splitlines()
     assert len(line) == 1 and line[0].startswith("epoch 0 batch 0 ") and len(line[0].split()[-1]) == 64
     kept = set(list_segments()) - before
@@ -53,7 +92,21 @@ def test_daemon_path_equals_reference(synthetic_data, capsys, workers) -> None:
     """Without --reference or --in-process, digest starts a temporary daemon and hashes what a
     trainer receives: the same whether one worker renders a batch or three render a part each."""
     before = set(list_segments())
-    flags = [str(synthetic_data.coco_json), "--seed", "2", "--epoch", "0", "--batches", "3", "--batch-size", "4", "--imgsz", "96", "--copy-paste", "0.5"]
+    flags = [
+        str(synthetic_data.coco_json),
+        "--seed",
+        "2",
+        "--epoch",
+        "0",
+        "--batches",
+        "3",
+        "--batch-size",
+        "4",
+        "--imgsz",
+        "96",
+        "--copy-paste",
+        "0.5",
+    ]
     daemon = _digest(capsys, *flags, "--workers", str(workers))
     ref = _digest(capsys, *flags, "--reference")
     assert daemon["path"] == "daemon" and ref["path"] == "reference"
@@ -69,8 +122,21 @@ def test_batches_without_targets_digest_on_every_path(synthetic_copy, capsys) ->
     doc["annotations"] = []
     coco.write_text(json.dumps(doc))
     before = set(list_segments())
-    flags = [str(coco), "--images", str(synthetic_copy / "images" / "train"), "--batches", "2", "--batch-size", "2",
-             "--imgsz", "64", "--processes", "1", "--mosaic", "0"]
+    flags = [
+        str(coco),
+        "--images",
+        str(synthetic_copy / "images" / "train"),
+        "--batches",
+        "2",
+        "--batch-size",
+        "2",
+        "--imgsz",
+        "64",
+        "--processes",
+        "1",
+        "--mosaic",
+        "0",
+    ]
     ref = _digest(capsys, *flags, "--reference")
     snap = _digest(capsys, *flags, "--in-process")
     daemon = _digest(capsys, *flags, "--workers", "1")

@@ -128,7 +128,9 @@ def test_coco128_prepared_pixels_are_the_reference_decode(coco128):
             for i, rec in enumerate(dataset.records):
                 ref = _reference_decode(rec.image_path, 320)
                 assert u8.snapshot.image(i).tobytes() == ref.tobytes(), rec.image_path
-                assert f32.snapshot.image(i).tobytes() == (ref.astype(np.float32) - np.float32(114.0)).tobytes(), rec.image_path
+                assert f32.snapshot.image(i).tobytes() == (ref.astype(np.float32) - np.float32(114.0)).tobytes(), (
+                    rec.image_path
+                )
         finally:
             _remove(u8)
     finally:
@@ -139,7 +141,9 @@ def test_coco128_prepared_pixels_are_the_reference_decode(coco128):
 def test_batches_are_byte_identical_across_dtypes(pair, name):
     _, f32, u8 = pair
     for hsv_on_device in (False, True):
-        st = StreamSettings(seed=5, batch_size=8, hsv_on_device=hsv_on_device, augment=AugmentConfig(imgsz=IMGSZ, **ROUTES[name]))
+        st = StreamSettings(
+            seed=5, batch_size=8, hsv_on_device=hsv_on_device, augment=AugmentConfig(imgsz=IMGSZ, **ROUTES[name])
+        )
         for b in range(num_batches(len(f32.snapshot), st, 1)):
             x = render_batch(f32.snapshot, st, 1, b, keep_float=True)
             y = render_batch(u8.snapshot, st, 1, b, keep_float=True)
@@ -152,8 +156,16 @@ def test_reuse_matches_the_same_dtype_only(pair):
     dataset, f32, u8 = pair
     again = {d: prepare_snapshot(dataset, imgsz=IMGSZ, processes=1, dtype=d) for d in ("uint8", "float32")}
     try:
-        assert again["uint8"].reused and again["uint8"].snapshot.name == u8.snapshot.name and again["uint8"].dtype == "uint8"
-        assert again["float32"].reused and again["float32"].snapshot.name == f32.snapshot.name and again["float32"].dtype == "float32"
+        assert (
+            again["uint8"].reused
+            and again["uint8"].snapshot.name == u8.snapshot.name
+            and again["uint8"].dtype == "uint8"
+        )
+        assert (
+            again["float32"].reused
+            and again["float32"].snapshot.name == f32.snapshot.name
+            and again["float32"].dtype == "float32"
+        )
         assert again["uint8"].as_dict()["dtype"] == "uint8"
     finally:
         _remove(*again.values())
@@ -167,15 +179,26 @@ def test_a_new_snapshot_of_one_dtype_never_supersedes_the_other(synthetic_copy):
     before = set(list_segments())
     made = []
     try:
-        u8 = prepare_snapshot(load_dataset(data), imgsz=64, processes=1, dtype="uint8", persist=True, lineage=lineage_of(data, None, 64, "uint8"))
+        u8 = prepare_snapshot(
+            load_dataset(data),
+            imgsz=64,
+            processes=1,
+            dtype="uint8",
+            persist=True,
+            lineage=lineage_of(data, None, 64, "uint8"),
+        )
         made.append(u8.snapshot.name)
         u8.snapshot.close()
         assert lineage_of(data, None, 64, "uint8") != lineage_of(data, None, 64, "float32")
-        f32 = prepare_snapshot(load_dataset(data), imgsz=64, processes=1, persist=True, lineage=lineage_of(data, None, 64, "float32"))
+        f32 = prepare_snapshot(
+            load_dataset(data), imgsz=64, processes=1, persist=True, lineage=lineage_of(data, None, 64, "float32")
+        )
         made.append(f32.snapshot.name)
         f32.snapshot.close()
         (synthetic_copy / "images" / "train" / "synth_0001.jpg").touch()  # a changed input: a new float32 snapshot
-        f32b = prepare_snapshot(load_dataset(data), imgsz=64, processes=1, persist=True, lineage=lineage_of(data, None, 64, "float32"))
+        f32b = prepare_snapshot(
+            load_dataset(data), imgsz=64, processes=1, persist=True, lineage=lineage_of(data, None, 64, "float32")
+        )
         made.append(f32b.snapshot.name)
         f32b.snapshot.close()
         names = {info.name for info in list_snapshots()}
@@ -222,7 +245,9 @@ def test_an_unknown_dtype_names_the_flag_and_the_choices(synthetic_data, capsys,
 
 
 def test_the_python_api_refuses_an_unknown_dtype(synthetic_data):
-    with pytest.raises(ConfigError, match=r"field 'dtype' = 'f4' is not one of the choices; use one of \['float32', 'uint8'\]") as info:
+    with pytest.raises(
+        ConfigError, match=r"field 'dtype' = 'f4' is not one of the choices; use one of \['float32', 'uint8'\]"
+    ) as info:
         DaemonConfig(data="x", dtype="f4")
     assert info.value.field == "dtype"
     before = set(list_segments())

@@ -12,7 +12,16 @@ import signal
 import psutil
 import pytest
 
-from helpers.daemon import WAIT_S, ask_status, digest_of, real_daemon, reference_stream, segments_of, short_socket_dir, wait_for
+from helpers.daemon import (
+    WAIT_S,
+    ask_status,
+    digest_of,
+    real_daemon,
+    reference_stream,
+    segments_of,
+    short_socket_dir,
+    wait_for,
+)
 from pixpool.client.iterator import Client
 from pixpool.server.daemon.renderer import RENDERER_ENV
 from pixpool.shared.stream.config import AugmentConfig, StreamSettings
@@ -151,7 +160,11 @@ def test_daemon_sigkill_restart_reattaches_then_clean_removes_all(synthetic_data
                 c.close()
         ref, ref_samples = reference_stream(dataset, s, 0)
         assert got == ref and samples == ref_samples
-        leftovers = segments_of(proc_a.pid) + segments_of(proc_b.pid) + [n for n in st_a["snapshot"]["segments"] if n in list_segments()]
+        leftovers = (
+            segments_of(proc_a.pid)
+            + segments_of(proc_b.pid)
+            + [n for n in st_a["snapshot"]["segments"] if n in list_segments()]
+        )
         assert main(["clean", *leftovers]) == 0  # named: other runs on this machine keep theirs
         remaining = set(list_segments())
         assert not remaining & set(leftovers), f"pixpool clean left {sorted(remaining & set(leftovers))}"
@@ -164,10 +177,28 @@ def test_serve_command_ctrl_c_exits_cleanly(synthetic_data):
     import sys
 
     d = short_socket_dir()
-    cmd = [sys.executable, "-m", "pixpool.shared.cli", "serve", str(synthetic_data.coco_json), "--imgsz", str(IMGSZ), "--workers", "1", "--socket-dir", d, "--processes", "1"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "pixpool.shared.cli",
+        "serve",
+        str(synthetic_data.coco_json),
+        "--imgsz",
+        str(IMGSZ),
+        "--workers",
+        "1",
+        "--socket-dir",
+        d,
+        "--processes",
+        "1",
+    ]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
-        st = wait_for(lambda: proc.poll() is None and os.path.exists(f"{d}/daemon.sock") and ask_status(d, 1.0), 60, "pixpool serve up")
+        st = wait_for(
+            lambda: proc.poll() is None and os.path.exists(f"{d}/daemon.sock") and ask_status(d, 1.0),
+            60,
+            "pixpool serve up",
+        )
         with Client(settings(14), socket_dir=d, timeout_s=WAIT_S) as c:
             next(c.epoch(0))
             proc.send_signal(signal.SIGINT)
@@ -192,11 +223,31 @@ def test_serve_sigterm_while_preparing_leaves_nothing(coco128):
     d = short_socket_dir()
     before = set(list_segments())
     # imgsz 608 keeps this snapshot apart from any other test's coco128 snapshot.
-    cmd = [sys.executable, "-m", "pixpool.shared.cli", "serve", str(coco128 / "annotations" / "instances_train2017.json"),
-           "--imgsz", "608", "--workers", "1", "--socket-dir", d, "--processes", "1"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "pixpool.shared.cli",
+        "serve",
+        str(coco128 / "annotations" / "instances_train2017.json"),
+        "--imgsz",
+        "608",
+        "--workers",
+        "1",
+        "--socket-dir",
+        d,
+        "--processes",
+        "1",
+    ]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
-        wait_for(lambda: proc.poll() is None and any(n.startswith(user_prefix() + "snap-") for n in set(list_segments()) - before), 60, "preparation under way")
+        wait_for(
+            lambda: (
+                proc.poll() is None
+                and any(n.startswith(user_prefix() + "snap-") for n in set(list_segments()) - before)
+            ),
+            60,
+            "preparation under way",
+        )
         proc.send_signal(signal.SIGTERM)
         out, _ = proc.communicate(timeout=WAIT_S)
         # Almost always mid-preparation (143); a slow signal may land once it serves (0).
@@ -238,7 +289,9 @@ def test_second_daemon_on_the_same_socket_dir_is_refused(synthetic_data):
 
     with real_daemon(synthetic_data.coco_json, imgsz=IMGSZ, workers=1) as (proc, d):
         with pytest.raises(ConfigError, match="another pixpool daemon already serves"):
-            run_daemon(DaemonConfig(data=str(synthetic_data.coco_json), imgsz=IMGSZ, workers=1, socket_dir=d, processes=1))
+            run_daemon(
+                DaemonConfig(data=str(synthetic_data.coco_json), imgsz=IMGSZ, workers=1, socket_dir=d, processes=1)
+            )
         st = ask_status(d)
         assert st["daemon"]["pid"] == proc.pid, "the first daemon still owns its socket"
         # The refused one re-attached the snapshot the first one created, and left it alone.
@@ -322,8 +375,11 @@ def test_a_daemon_restarted_on_a_changed_dataset_stops_the_trainer_unless_it_fol
                         assert err.value.before["records"] == 24 and err.value.after["records"] == kept
                         assert c.num_records == 24, "the trainer took the new snapshot's record count"
                         # The new daemon was told: the ring it made for this trainer is gone.
-                        wait_for(lambda: not segments_of(proc_b.pid) and not ask_status(d)["trainers"], 30,
-                                 "the refused ring removed")
+                        wait_for(
+                            lambda: not segments_of(proc_b.pid) and not ask_status(d)["trainers"],
+                            30,
+                            "the refused ring removed",
+                        )
                     else:
                         rest = [digest_of(b) for b in it]  # Client's batches are views: digest each in turn
                         assert c.reattaches == 1 and c.num_records == kept and c.snapshot["records"] == kept

@@ -23,15 +23,25 @@ def _ultralytics_python() -> str | None:
     if find_spec("ultralytics") is not None:
         return sys.executable
     other = os.environ.get("PIXPOOL_UL_PYTHON")
-    if other and subprocess.run([other, "-c", "import ultralytics"], capture_output=True, check=False, timeout=120).returncode == 0:
+    if (
+        other
+        and subprocess.run(
+            [other, "-c", "import ultralytics"], capture_output=True, check=False, timeout=120
+        ).returncode
+        == 0
+    ):
         return other
     return None
 
 
 UL_PYTHON = _ultralytics_python()
-pytestmark = [pytest.mark.ultralytics, pytest.mark.skipif(
-    UL_PYTHON is None, reason="Ultralytics is not importable here and $PIXPOOL_UL_PYTHON names no Python that has it (pip install torch==2.14.1 torchvision==0.29.1 ultralytics)"
-)]
+pytestmark = [
+    pytest.mark.ultralytics,
+    pytest.mark.skipif(
+        UL_PYTHON is None,
+        reason="Ultralytics is not importable here and $PIXPOOL_UL_PYTHON names no Python that has it (pip install torch==2.14.1 torchvision==0.29.1 ultralytics)",
+    ),
+]
 
 
 @pytest.fixture
@@ -46,7 +56,9 @@ def fidelity():
 
 
 def test_pixpool_stream_matches_ultralytics_loader_within_tolerance(coco128, fidelity, tmp_path):
-    args = fidelity.parse_args(["--quick", "--ul-python", UL_PYTHON, "--coco128", str(coco128), "--grid", str(tmp_path / "grid.png")])
+    args = fidelity.parse_args(
+        ["--quick", "--ul-python", UL_PYTHON, "--coco128", str(coco128), "--grid", str(tmp_path / "grid.png")]
+    )
     text, rows, _ = fidelity.run(args)
     assert (tmp_path / "grid.png").stat().st_size > 10_000, "the side-by-side grid was not written"
     metrics = {r.metric for r in rows}
@@ -57,4 +69,6 @@ def test_pixpool_stream_matches_ultralytics_loader_within_tolerance(coco128, fid
     assert not failed, "pixpool differs from Ultralytics' loader beyond tolerance:\n" + text
     # A known difference that no longer shows has been fixed: take it off the list.
     for metric in fidelity.KNOWN_DIFFERENCES:
-        assert not all(r.passed for r in rows if r.metric == metric), f"{metric!r} now passes; remove it from bench/fidelity.py KNOWN_DIFFERENCES"
+        assert not all(r.passed for r in rows if r.metric == metric), (
+            f"{metric!r} now passes; remove it from bench/fidelity.py KNOWN_DIFFERENCES"
+        )

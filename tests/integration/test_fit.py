@@ -21,22 +21,45 @@ IMGSZ = 64
 
 
 def _config(tmp_path, name: str, epochs: int, **extra) -> FitConfig:
-    return FitConfig(epochs=epochs, batch_size=8, seed=5, scale="tiny", optimizer="AdamW", lr=0.002, project=str(tmp_path / name),
-                     progress=False, validate=False, log_every=1, record_digests=True, augment=AugmentConfig(imgsz=IMGSZ, mosaic=0.5), **extra)
+    return FitConfig(
+        epochs=epochs,
+        batch_size=8,
+        seed=5,
+        scale="tiny",
+        optimizer="AdamW",
+        lr=0.002,
+        project=str(tmp_path / name),
+        progress=False,
+        validate=False,
+        log_every=1,
+        record_digests=True,
+        augment=AugmentConfig(imgsz=IMGSZ, mosaic=0.5),
+        **extra,
+    )
 
 
 def test_resume_continues_the_exact_run(synthetic_data, tmp_path):
     with real_daemon(synthetic_data.coco_json, imgsz=IMGSZ, workers=1) as (_, d):
         straight = fit(_config(tmp_path, "straight", 2), socket_dir=d, timeout_s=WAIT_S)
         first = fit(_config(tmp_path, "parts", 1), socket_dir=d, timeout_s=WAIT_S)
-        resumed = fit(_config(tmp_path, "parts", 2, resume=str(tmp_path / "parts" / "last.pt")), socket_dir=d, timeout_s=WAIT_S)
+        resumed = fit(
+            _config(tmp_path, "parts", 2, resume=str(tmp_path / "parts" / "last.pt")), socket_dir=d, timeout_s=WAIT_S
+        )
         with pytest.raises(ConfigError, match="other settings.*seed=5"):
-            fit(dataclasses.replace(_config(tmp_path, "parts", 3, resume=str(tmp_path / "parts" / "last.pt")), seed=6), socket_dir=d, timeout_s=WAIT_S)
+            fit(
+                dataclasses.replace(_config(tmp_path, "parts", 3, resume=str(tmp_path / "parts" / "last.pt")), seed=6),
+                socket_dir=d,
+                timeout_s=WAIT_S,
+            )
     assert [r["epoch"] for r in straight["history"]] == [0, 1] and resumed["start_epoch"] == 1
-    assert first["history"][0]["loss"] == straight["history"][0]["loss"]  # the warm-up epoch does not depend on the total
+    assert (
+        first["history"][0]["loss"] == straight["history"][0]["loss"]
+    )  # the warm-up epoch does not depend on the total
     assert resumed["history"][0]["data_sha256"] == straight["history"][1]["data_sha256"]  # the same batches...
     assert resumed["history"][0]["data_sha256"] != straight["history"][0]["data_sha256"]  # (each epoch its own)
-    assert resumed["history"][0]["loss"] == straight["history"][1]["loss"]  # ...and the same state: the same loss, exactly
+    assert (
+        resumed["history"][0]["loss"] == straight["history"][1]["loss"]
+    )  # ...and the same state: the same loss, exactly
     lines = (tmp_path / "parts" / "results.jsonl").read_text().splitlines()
     assert [json.loads(line)["epoch"] for line in lines] == [0, 1]
     assert (tmp_path / "parts" / "best.pt").is_file() and resumed["checkpoint"].endswith("last.pt")
@@ -61,8 +84,17 @@ def test_the_detector_learns_the_synthetic_shapes(tmp_path):
 
     data = write_synthetic(tmp_path / "data", num_images=48, seed=0)
     with real_daemon(data.data_yaml, imgsz=128, workers=1) as (_, d):
-        config = FitConfig(epochs=30, batch_size=8, seed=0, scale="tiny", optimizer="AdamW", lr=0.002, project=str(tmp_path / "run"),
-                           progress=False, augment=AugmentConfig(imgsz=128))
+        config = FitConfig(
+            epochs=30,
+            batch_size=8,
+            seed=0,
+            scale="tiny",
+            optimizer="AdamW",
+            lr=0.002,
+            project=str(tmp_path / "run"),
+            progress=False,
+            augment=AugmentConfig(imgsz=128),
+        )
         report = fit(config, socket_dir=d, timeout_s=WAIT_S)
     maps = [r["mAP50"] for r in report["history"]]
     assert maps[0] < 0.005 and report["metrics"]["mAP50"] > 0.03, maps

@@ -52,7 +52,9 @@ RENDER = textwrap.dedent("""
 
 def _run(cp: float, deg: float, env: dict | None = None) -> dict:
     code = RENDER.format(cp=cp, deg=deg)
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=WAIT_S, env=env, check=True)
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=WAIT_S, env=env, check=True
+    )
     return json.loads(out.stdout)
 
 

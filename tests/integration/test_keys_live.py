@@ -68,7 +68,8 @@ def test_authorized_keys_are_read_live(synthetic_data, tmp_path):
                     for _ in it:
                         assert time.monotonic() - t0 < PROMPT_S, "a removed key's session went on"
                     it = c.epoch(epoch + 1)
-            wait_for(lambda: ask_status(d)["trainers"] == [], timeout_s=PROMPT_S,
-                     what="the removed key's session ended")
+            wait_for(
+                lambda: ask_status(d)["trainers"] == [], timeout_s=PROMPT_S, what="the removed key's session ended"
+            )
         with pytest.raises(NotAuthorized):
             Client(_settings(), endpoint=endpoint, keys_dir=keys, timeout_s=WAIT_S)

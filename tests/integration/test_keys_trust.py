@@ -42,7 +42,9 @@ def reachable_keys():
         shutil.rmtree(top, ignore_errors=True)
 
 
-def test_serve_refuses_a_world_writable_authorized_folder_with_a_key_dropped_in(other_user, reachable_keys, synthetic_data):
+def test_serve_refuses_a_world_writable_authorized_folder_with_a_key_dropped_in(
+    other_user, reachable_keys, synthetic_data
+):
     """The attack: with authorized/ world-writable, another user adds a client key; the
     daemon refuses to start instead of serving that user over TCP."""
     keys = reachable_keys
@@ -53,9 +55,27 @@ def test_serve_refuses_a_world_writable_authorized_folder_with_a_key_dropped_in(
     assert (authorized / "intruder.key").stat().st_uid == other_user.uid
     d = short_socket_dir()
     try:
-        proc = subprocess.run(cli_command("serve", str(synthetic_data.coco_json), "--imgsz", "64", "--workers", "1", "--processes", "1",
-                                          "--socket-dir", d, "--tcp", "127.0.0.1:1", "--keys", str(keys)),
-                              capture_output=True, text=True, timeout=WAIT_S)
+        proc = subprocess.run(
+            cli_command(
+                "serve",
+                str(synthetic_data.coco_json),
+                "--imgsz",
+                "64",
+                "--workers",
+                "1",
+                "--processes",
+                "1",
+                "--socket-dir",
+                d,
+                "--tcp",
+                "127.0.0.1:1",
+                "--keys",
+                str(keys),
+            ),
+            capture_output=True,
+            text=True,
+            timeout=WAIT_S,
+        )
     finally:
         shutil.rmtree(d, ignore_errors=True)
     assert proc.returncode == 1
@@ -74,7 +94,10 @@ def test_a_key_directory_of_another_user_is_refused(other_user, keys):
 @pytest.mark.parametrize("secret", ["server.key_secret", "client.key_secret"])
 def test_a_secret_key_others_can_read_is_refused(keys, secret):
     os.chmod(keys / secret, 0o644)
-    with pytest.raises(ConfigError, match=rf"secret key file {keys / secret} is readable or writable by others \(mode 0644\); run `chmod 600"):
+    with pytest.raises(
+        ConfigError,
+        match=rf"secret key file {keys / secret} is readable or writable by others \(mode 0644\); run `chmod 600",
+    ):
         check_keys_dir(keys, secret=secret)
 
 

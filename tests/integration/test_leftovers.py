@@ -67,7 +67,9 @@ def test_a_restarted_daemon_sweeps_the_rings_its_killed_predecessor_left(synthet
         with real_daemon(synthetic_data.coco_json, imgsz=IMGSZ, workers=1, socket_dir=d) as (proc, _):
             sock = dealer(f"ipc://{d}/daemon.sock")
             s = StreamSettings(seed=1, batch_size=2, augment=AugmentConfig(imgsz=IMGSZ))
-            sock.send(proto.encode("attach", settings=s.to_dict(), pid=os.getpid(), host="elsewhere", slots=2, delivery="shm"))
+            sock.send(
+                proto.encode("attach", settings=s.to_dict(), pid=os.getpid(), host="elsewhere", slots=2, delivery="shm")
+            )
             assert sock.poll(WAIT_S * 1000)
             ring = proto.decode(sock.recv(), reply=True)["ring"]
             workers = psutil.Process(proc.pid).children()

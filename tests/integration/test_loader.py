@@ -78,7 +78,9 @@ def _rank(rank: int, socket_dir: str, queue) -> None:
     try:
         with attach(socket_dir, batch_size=5, seed=11, imgsz=IMGSZ, timeout_s=WAIT_S) as loader:
             loader.set_epoch(0)
-            queue.put((rank, loader.rank, loader.world_size, len(loader), [i for b in loader for i in b.indices.tolist()]))
+            queue.put(
+                (rank, loader.rank, loader.world_size, len(loader), [i for b in loader for i in b.indices.tolist()])
+            )
     except Exception as exc:  # reported to the test
         queue.put((rank, "error", f"{type(exc).__name__}: {exc}", 0, []))
 
@@ -156,7 +158,9 @@ def _dist_rank(rank: int, port: int, socket_dir: str, queue) -> None:
 
     for name in ("RANK", "WORLD_SIZE"):  # only the initialised group may tell the rank here
         os.environ.pop(name, None)
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2, timeout=datetime.timedelta(seconds=60))
+    dist.init_process_group(
+        "gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2, timeout=datetime.timedelta(seconds=60)
+    )
     try:
         with attach(socket_dir, batch_size=6, seed=2, imgsz=IMGSZ, timeout_s=WAIT_S) as loader:
             queue.put((loader.rank, loader.world_size, [i for b in loader for i in b.indices.tolist()]))

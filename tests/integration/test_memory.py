@@ -50,18 +50,28 @@ def test_memory_report_agrees_with_the_kernel_and_counts_rings_once(synthetic_da
                 three = _memory(capsys, d)
                 direct = {p["pid"]: _rollup_pss(p["pid"]) for p in three["processes"]}
     assert {p["role"] for p in three["processes"]} == {"daemon", "worker", "trainer"}
-    assert sum(p["role"] == "trainer" for p in three["processes"]) == 3 and sum(p["role"] == "worker" for p in three["processes"]) == 2
+    assert (
+        sum(p["role"] == "trainer" for p in three["processes"]) == 3
+        and sum(p["role"] == "worker" for p in three["processes"]) == 2
+    )
     for p in three["processes"]:  # the figures are the kernel's, read a moment apart
         assert abs(p["pss_bytes"] - direct[p["pid"]]) <= 0.01 * direct[p["pid"]], p
     assert three["total_pss_bytes"] == three["service_pss_bytes"] + three["trainers_pss_bytes"]
     assert three["image_bytes"] == 4 * three["decoded_bytes"] and three["dtype"] == "float32"
     assert three["uint8_caches_bytes"] == 3 * three["decoded_bytes"] and len(three["rings"]) == 3
     ring = three["rings"][1]["bytes"]
-    assert {r["slots"] for r in three["rings"]} == {3} and three["ring_bytes_per_trainer"] == ring  # each trainer: one 3-slot ring
+    assert {r["slots"] for r in three["rings"]} == {3} and three[
+        "ring_bytes_per_trainer"
+    ] == ring  # each trainer: one 3-slot ring
+
     # Two more trainers cost the service their two rings, not two snapshots: its segments grow
     # by exactly the two rings, the one snapshot stays as it was...
     def segments_of(report):
-        return sum(v["resident_bytes"] for k, v in report["segments"].items() if k.startswith(report["snapshot"]) or k in {r["ring"] for r in report["rings"]})
+        return sum(
+            v["resident_bytes"]
+            for k, v in report["segments"].items()
+            if k.startswith(report["snapshot"]) or k in {r["ring"] for r in report["rings"]}
+        )
 
     assert segments_of(three) - segments_of(one) == 2 * ring and three["snapshot_bytes"] == one["snapshot_bytes"]
     # ...and the service's PSS by the same, give or take what its processes' own pages move:
@@ -70,7 +80,9 @@ def test_memory_report_agrees_with_the_kernel_and_counts_rings_once(synthetic_da
     # (measured on 39 MB rings: -4.8 to +8.7 MiB).
     grown = three["service_pss_bytes"] - one["service_pss_bytes"]
     assert abs(grown - 2 * ring) <= 16 << 20, (grown, ring)
-    assert three["break_even_trainers"] is None  # at 320 px a 3-slot ring of batch 32 costs more than a uint8 cache of 24 small images
+    assert (
+        three["break_even_trainers"] is None
+    )  # at 320 px a 3-slot ring of batch 32 costs more than a uint8 cache of 24 small images
 
 
 def _free_port() -> int:
@@ -85,21 +97,39 @@ def test_metrics_endpoint_scraped_and_parsed(synthetic_data):
         with Client(_stream(4), socket_dir=d, timeout_s=WAIT_S) as c:
             for _ in zip(range(3), c.epoch(0)):
                 pass
-            st = wait_for(lambda: (s := ask_status(d)) and s["trainers"][0]["batches_delivered"] >= 3 and s, what="3 batches delivered")
-            text = wait_for(lambda: (t := urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode())
-                            and 'pixpool_trainer_batches_total{trainer="1"} 3.0' in t and t, what="the tick that publishes them")
+            st = wait_for(
+                lambda: (s := ask_status(d)) and s["trainers"][0]["batches_delivered"] >= 3 and s,
+                what="3 batches delivered",
+            )
+            text = wait_for(
+                lambda: (
+                    (t := urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode())
+                    and 'pixpool_trainer_batches_total{trainer="1"} 3.0' in t
+                    and t
+                ),
+                what="the tick that publishes them",
+            )
     samples = {}
     for family in text_string_to_metric_families(text):
         for s in family.samples:
             samples.setdefault(s.name, []).append(s)
-    for name in ("pixpool_snapshot_bytes", "pixpool_decoded_equivalent_bytes", "pixpool_process_pss_bytes", "pixpool_ring_bytes",
-                 "pixpool_trainer_batches_total", "pixpool_worker_busy_seconds_total", "pixpool_shm_free_bytes"):
+    for name in (
+        "pixpool_snapshot_bytes",
+        "pixpool_decoded_equivalent_bytes",
+        "pixpool_process_pss_bytes",
+        "pixpool_ring_bytes",
+        "pixpool_trainer_batches_total",
+        "pixpool_worker_busy_seconds_total",
+        "pixpool_shm_free_bytes",
+    ):
         assert name in samples, name
     snap = {s.labels["segment"]: s.value for s in samples["pixpool_snapshot_bytes"]}
     assert set(snap) == set(st["snapshot"]["segments"])
     assert samples["pixpool_decoded_equivalent_bytes"][0].value == st["snapshot"]["decoded_bytes"]
     assert {s.labels["role"] for s in samples["pixpool_process_pss_bytes"]} == {"daemon", "worker", "trainer"}
-    assert {s.labels["pid"] for s in samples["pixpool_process_pss_bytes"] if s.labels["role"] == "daemon"} == {str(proc.pid)}
+    assert {s.labels["pid"] for s in samples["pixpool_process_pss_bytes"] if s.labels["role"] == "daemon"} == {
+        str(proc.pid)
+    }
     assert [s.value for s in samples["pixpool_ring_bytes"]] == [st["trainers"][0]["ring_nbytes"]]
     assert {s.labels["worker"] for s in samples["pixpool_worker_busy_seconds_total"]} == {"0", "1"}
     # The Grafana dashboard in deploy/ asks only for metrics the daemon serves.
@@ -113,7 +143,10 @@ def test_monitor_records_and_plot_draws_it(synthetic_data, tmp_path, capsys):
     record = tmp_path / "mem.jsonl"
     with real_daemon(synthetic_data.coco_json, imgsz=IMGSZ, workers=2) as (_, d):
         with holding_trainers([_stream(5)], d):
-            assert main(["monitor", "--socket-dir", d, "--samples", "3", "--interval-s", "0.1", "--record", str(record)]) == 0
+            assert (
+                main(["monitor", "--socket-dir", d, "--samples", "3", "--interval-s", "0.1", "--record", str(record)])
+                == 0
+            )
             frame = capsys.readouterr().out
     assert "break-even" in frame and "trainer 1" in frame and max(len(line) for line in frame.splitlines()) <= 80
     lines = record.read_text().splitlines()
@@ -137,7 +170,9 @@ def test_memory_budget_refuses_a_ring_and_keeps_serving(synthetic_data):
         with Client(_stream(7), socket_dir=d, timeout_s=WAIT_S) as first:
             it = first.epoch(0)
             next(it)
-            with pytest.raises(CapacityError, match=rf"memory budget of {budget} bytes \(in use {snapshot + ring}\).*--memory-budget"):
+            with pytest.raises(
+                CapacityError, match=rf"memory budget of {budget} bytes \(in use {snapshot + ring}\).*--memory-budget"
+            ):
                 Client(_stream(8), socket_dir=d, timeout_s=WAIT_S)
             assert len(list(it)) >= 1  # the first trainer is still served
             st = ask_status(d)
@@ -147,7 +182,10 @@ def test_memory_budget_refuses_a_ring_and_keeps_serving(synthetic_data):
 
 def test_prepare_over_budget_is_refused_before_allocating(synthetic_data, capsys):
     before = set(list_segments())
-    assert main(["prepare", str(synthetic_data.coco_json), "--imgsz", "96", "--processes", "1", "--memory-budget", "1M"]) == 1
+    assert (
+        main(["prepare", str(synthetic_data.coco_json), "--imgsz", "96", "--processes", "1", "--memory-budget", "1M"])
+        == 1
+    )
     err = capsys.readouterr().err
     assert "over the memory budget of 1048576 bytes" in err and "--memory-budget" in err
     assert created_by_me(before) == []
@@ -155,5 +193,7 @@ def test_prepare_over_budget_is_refused_before_allocating(synthetic_data, capsys
 
 def test_low_shm_is_reported(synthetic_data):
     with real_daemon(synthetic_data.coco_json, imgsz=IMGSZ, workers=1, shm_warn_free_nbytes=1 << 60) as (_, d):
-        st = wait_for(lambda: (s := ask_status(d)) and s["daemon"]["shm_low"] and s, 10, "the liveness tick that checks /dev/shm")
+        st = wait_for(
+            lambda: (s := ask_status(d)) and s["daemon"]["shm_low"] and s, 10, "the liveness tick that checks /dev/shm"
+        )
         assert st["daemon"]["shm_warn_free_nbytes"] == 1 << 60

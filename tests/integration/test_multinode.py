@@ -72,13 +72,27 @@ class _Nodes:
         _ip("link", "del", self.veth[0])  # only if it never moved into its namespace
 
 
-def _node_script(node: int, veth: str, data: str, socket_dir: str, record: Path, pid_file: Path, *, keys: Path | None) -> str:
+def _node_script(
+    node: int, veth: str, data: str, socket_dir: str, record: Path, pid_file: Path, *, keys: Path | None
+) -> str:
     """The shell a node runs in its namespaces: a private /dev/shm, a daemon, one torchrun agent.
 
     With ``keys``, node 0's daemon also serves TCP (CURVE) on its veth address and node 1 runs
     no daemon: its rank attaches to node 0's over the network."""
     remote = keys is not None and node == 1
-    serve = [PIXPOOL, "serve", data, "--imgsz", str(IMGSZ), "--workers", "1", "--processes", "1", "--socket-dir", socket_dir]
+    serve = [
+        PIXPOOL,
+        "serve",
+        data,
+        "--imgsz",
+        str(IMGSZ),
+        "--workers",
+        "1",
+        "--processes",
+        "1",
+        "--socket-dir",
+        socket_dir,
+    ]
     if keys is not None:
         serve += ["--tcp", f"{ADDRS[0]}:{TCP_PORT}", "--keys", str(keys)]
     status = [PIXPOOL, "status", "--socket-dir", socket_dir, "--timeout-s", "1"]
@@ -96,7 +110,15 @@ def _node_script(node: int, veth: str, data: str, socket_dir: str, record: Path,
         "--local-addr",
         ADDRS[node],
     ]
-    agent = [*TORCHRUN, "--nnodes", "2", "--nproc-per-node", "1", *rdzv, *example_args(attach, record, epochs=EPOCHS, imgsz=IMGSZ, batch_size=4)]
+    agent = [
+        *TORCHRUN,
+        "--nnodes",
+        "2",
+        "--nproc-per-node",
+        "1",
+        *rdzv,
+        *example_args(attach, record, epochs=EPOCHS, imgsz=IMGSZ, batch_size=4),
+    ]
     q = shlex.join
     daemon = f"""
 {q(serve)} &
@@ -151,7 +173,9 @@ def test_two_nodes_split_every_epoch(layout, synthetic_data, tmp_path):
     """daemon-per-node: each node's rank reads its own daemon's rings. tcp-from-node0: node 1
     has no daemon; its rank receives node 0's batches over TCP with CURVE across the veth."""
     if os.geteuid() != 0:
-        pytest.skip("needs root: the test makes network namespaces (ip netns) and mounts a tmpfs on each node's /dev/shm")
+        pytest.skip(
+            "needs root: the test makes network namespaces (ip netns) and mounts a tmpfs on each node's /dev/shm"
+        )
     if not shutil.which("ip") or not shutil.which("unshare"):
         pytest.skip("needs `ip` (iproute2) and `unshare` (util-linux) to make the two nodes")
     nodes = _Nodes()
@@ -172,16 +196,35 @@ def test_two_nodes_split_every_epoch(layout, synthetic_data, tmp_path):
         except OSError as exc:
             pytest.skip(f"cannot make network namespaces here: {exc}")
         probe = subprocess.run(
-            ["ip", "netns", "exec", nodes.ns[0], *NODE_UNSHARE, "sh", "-c", "mount -t tmpfs -o size=1m pixpool-probe /dev/shm"], check=False, capture_output=True, text=True, timeout=30
+            [
+                "ip",
+                "netns",
+                "exec",
+                nodes.ns[0],
+                *NODE_UNSHARE,
+                "sh",
+                "-c",
+                "mount -t tmpfs -o size=1m pixpool-probe /dev/shm",
+            ],
+            check=False,
+            capture_output=True,
+            text=True,
+            timeout=30,
         )
         if probe.returncode != 0:
-            pytest.skip(f"cannot give a node its own /dev/shm, host name and pids ({' '.join(NODE_UNSHARE)} + tmpfs): {probe.stderr.strip()}")
+            pytest.skip(
+                f"cannot give a node its own /dev/shm, host name and pids ({' '.join(NODE_UNSHARE)} + tmpfs): {probe.stderr.strip()}"
+            )
         for n in (0, 1):
-            script = _node_script(n, nodes.veth[n], str(synthetic_data.coco_json), dirs[n], record, pid_files[n], keys=keys)
+            script = _node_script(
+                n, nodes.veth[n], str(synthetic_data.coco_json), dirs[n], record, pid_files[n], keys=keys
+            )
             procs.append(_start_node(nodes, n, script, logs[n]))
         _wait_both(procs, NODE_TIMEOUT_S)
         text = [log.read_text() for log in logs]
-        assert [p.returncode for p in procs] == [0, 0], "\n\n".join(f"node {n} (rc {p.returncode}):\n{t[-3000:]}" for n, (p, t) in enumerate(zip(procs, text)))
+        assert [p.returncode for p in procs] == [0, 0], "\n\n".join(
+            f"node {n} (rc {p.returncode}):\n{t[-3000:]}" for n, (p, t) in enumerate(zip(procs, text))
+        )
     finally:
         for p in procs:
             _stop(p)

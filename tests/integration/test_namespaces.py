@@ -72,7 +72,8 @@ def _ls_rows(capsys) -> dict:
 
 
 def test_clean_in_another_pid_namespace_keeps_what_a_daemon_serves_and_removes_it_once_unheld(
-        synthetic_data, dataset, dealer):
+    synthetic_data, dataset, dealer
+):
     s = _settings(11)
     with real_daemon(synthetic_data.coco_json, imgsz=IMGSZ, workers=1) as (_, d):
         with Client(s, socket_dir=d, timeout_s=WAIT_S, as_torch=False) as c:
@@ -255,9 +256,18 @@ def test_a_killed_trainer_in_another_pid_namespace_is_detached_by_its_ring_hold(
     from helpers.pidns import UNSHARE, _child_of, _env
 
     heartbeat_timeout_s = 120.0
-    with real_daemon(synthetic_data.coco_json, imgsz=IMGSZ, workers=1, heartbeat_timeout_s=heartbeat_timeout_s) as (_, d):
-        proc = subprocess.Popen([*UNSHARE, sys.executable, "-c", _HELD_TRAINER, d, str(IMGSZ)], stdin=subprocess.PIPE,
-                                stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=_env())
+    with real_daemon(synthetic_data.coco_json, imgsz=IMGSZ, workers=1, heartbeat_timeout_s=heartbeat_timeout_s) as (
+        _,
+        d,
+    ):
+        proc = subprocess.Popen(
+            [*UNSHARE, sys.executable, "-c", _HELD_TRAINER, d, str(IMGSZ)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            text=True,
+            env=_env(),
+        )
         try:
             assert proc.stdout.readline().strip() == proto.DELIVERY_SHM
             (trainer,) = ask_status(d)["trainers"]
@@ -267,8 +277,11 @@ def test_a_killed_trainer_in_another_pid_namespace_is_detached_by_its_ring_hold(
             killed_at = time.monotonic()
             os.kill(_child_of(proc, WAIT_S), signal.SIGKILL)  # PID 1 of the namespace: the trainer
             proc.wait(timeout=WAIT_S)
-            wait_for(lambda: not ask_status(d)["trainers"], timeout_s=heartbeat_timeout_s / 4,
-                     what="the daemon detaching the killed trainer by its ring hold")
+            wait_for(
+                lambda: not ask_status(d)["trainers"],
+                timeout_s=heartbeat_timeout_s / 4,
+                what="the daemon detaching the killed trainer by its ring hold",
+            )
             assert time.monotonic() - killed_at < heartbeat_timeout_s / 4
             assert not os.path.exists(shm_path(ring))
         finally:

@@ -45,12 +45,16 @@ def _private(dataset: Dataset, tmp_path) -> Dataset:
     folder = os.path.dirname(dataset.records[0].image_path)
     alias = tmp_path / "private-images"
     alias.symlink_to(folder, target_is_directory=True)
-    records = tuple(dataclasses.replace(r, image_path=str(alias / os.path.relpath(r.image_path, folder))) for r in dataset.records)
+    records = tuple(
+        dataclasses.replace(r, image_path=str(alias / os.path.relpath(r.image_path, folder))) for r in dataset.records
+    )
     return Dataset(records, dataset.names, dataset.source_files)
 
 
 def test_coco128_float32_is_exactly_four_times_uint8(coco128, prepared, tmp_path):
-    dataset = _private(load_dataset(coco128 / "annotations" / "instances_train2017.json", coco128 / "images" / "train2017"), tmp_path)
+    dataset = _private(
+        load_dataset(coco128 / "annotations" / "instances_train2017.json", coco128 / "images" / "train2017"), tmp_path
+    )
     result = prepare_snapshot(dataset, imgsz=640, processes=2)
     prepared.append(result)
     assert not result.reused and result.records == len(dataset) == 128
@@ -144,7 +148,9 @@ def test_pixels_changed_with_size_and_mtime_kept_are_prepared_again(tmp_path, pr
     second = prepare_snapshot(ds, imgsz=64, processes=1)
     prepared.append(second)
     assert not second.reused and second.snapshot.name != first.snapshot.name
-    assert not np.array_equal(second.snapshot.image(0), first.snapshot.image(0)), "the new snapshot holds the new pixels"
+    assert not np.array_equal(second.snapshot.image(0), first.snapshot.image(0)), (
+        "the new snapshot holds the new pixels"
+    )
     assert np.array_equal(second.snapshot.image(1), first.snapshot.image(1))
 
 
@@ -313,7 +319,9 @@ def test_snapshot_being_prepared_by_live_process_is_waited_for_then_refused(synt
         assert holder.stdout.readline().strip() == "mapped"  # returns when the child has mapped it (or died)
         seg.close()
         assert os.path.exists(shm_path(base + "-meta"))
-        with pytest.raises(SnapshotError, match=rf"being prepared by live process\(es\) \[{holder.pid}\].*; waited 0.3 s"):
+        with pytest.raises(
+            SnapshotError, match=rf"being prepared by live process\(es\) \[{holder.pid}\].*; waited 0.3 s"
+        ):
             prepare_snapshot(dataset, imgsz=160, processes=1, wait_s=0.3)
     finally:
         holder.stdin.close()

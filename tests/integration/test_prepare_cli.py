@@ -80,7 +80,12 @@ def _png_bomb(ds):
         return struct.pack(">I", len(body)) + kind + body + struct.pack(">I", zlib.crc32(kind + body))
 
     # A 60000x60000 header over a few bytes of data: Pillow's bomb guard, named by file.
-    png = b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", 60000, 60000, 8, 2, 0, 0, 0)) + chunk(b"IDAT", zlib.compress(b"\0" * 16)) + chunk(b"IEND", b"")
+    png = (
+        b"\x89PNG\r\n\x1a\n"
+        + chunk(b"IHDR", struct.pack(">IIBBBBB", 60000, 60000, 8, 2, 0, 0, 0))
+        + chunk(b"IDAT", zlib.compress(b"\0" * 16))
+        + chunk(b"IEND", b"")
+    )
     (ds / "images" / "train" / "synth_0002.jpg").write_bytes(png)
     return [str(_json(ds))], "synth_0002.jpg: the image header claims too many pixels"
 
@@ -105,6 +110,7 @@ def _non_finite_bbox(value):
         name = next(img["file_name"] for img in data["images"] if img["id"] == ann["image_id"])
         where = f"annotations[3] (id {ann['id']}, image id {ann['image_id']}, {name})"
         return [str(_json(ds))], f"{where}: bbox holds a number that is not finite"
+
     breaker.__name__ = f"_bbox_{value}"
     return breaker
 
@@ -127,10 +133,24 @@ def _corrupt_jpeg_middle(ds):
     return [str(_json(ds))], "synth_0003.jpg: the JPEG's compressed data is damaged (libjpeg: Corrupt JPEG data"
 
 
-@pytest.mark.parametrize("breaker", [_missing_image, _corrupt_image, _bad_json, _bad_label_line, _class_out_of_range, _size_mismatch,
-                                     _truncated_jpeg, _png_bomb, _deep_json, _runaway_label_file,
-                                     _non_finite_bbox(float("nan")), _non_finite_bbox(float("inf")),
-                                     _corrupt_jpeg_middle])
+@pytest.mark.parametrize(
+    "breaker",
+    [
+        _missing_image,
+        _corrupt_image,
+        _bad_json,
+        _bad_label_line,
+        _class_out_of_range,
+        _size_mismatch,
+        _truncated_jpeg,
+        _png_bomb,
+        _deep_json,
+        _runaway_label_file,
+        _non_finite_bbox(float("nan")),
+        _non_finite_bbox(float("inf")),
+        _corrupt_jpeg_middle,
+    ],
+)
 def test_bad_input_exits_non_zero_names_file_and_leaves_shm_alone(ds, breaker, capsys):
     argv, name = breaker(ds)
     before = set(list_segments())
@@ -143,8 +163,21 @@ def test_bad_input_exits_non_zero_names_file_and_leaves_shm_alone(ds, breaker, c
 
 def test_corrupt_jpeg_is_refused_by_the_reference_path_too(ds, capsys):
     corrupt_jpeg_middle(ds / "images" / "train" / "synth_0003.jpg")
-    code = main(["digest", str(_json(ds)), "--reference", "--batches", "3", "--batch-size", "8", "--imgsz", "64",
-                 "--mosaic", "0"])
+    code = main(
+        [
+            "digest",
+            str(_json(ds)),
+            "--reference",
+            "--batches",
+            "3",
+            "--batch-size",
+            "8",
+            "--imgsz",
+            "64",
+            "--mosaic",
+            "0",
+        ]
+    )
     err = capsys.readouterr().err
     assert code == 1 and "synth_0003.jpg: the JPEG's compressed data is damaged (libjpeg: Corrupt JPEG data" in err, err
 
@@ -153,7 +186,10 @@ def test_instances_cap_is_settable(ds, capsys):
     from pixpool.server.readers import load_dataset
 
     _runaway_label_file(ds)
-    assert main(["prepare", str(ds / "data.yaml"), "--imgsz", "64", "--processes", "1", "--max-instances-per-image", "0"]) == 1
+    assert (
+        main(["prepare", str(ds / "data.yaml"), "--imgsz", "64", "--processes", "1", "--max-instances-per-image", "0"])
+        == 1
+    )
     assert "--max-instances-per-image 0 is out of range" in capsys.readouterr().err
     dataset = load_dataset(ds / "data.yaml", max_instances_per_image=5000)
     assert max(r.num_instances for r in dataset.records) == 5000
@@ -166,9 +202,15 @@ def test_yolo_without_labels_is_refused_unless_allowed_and_counts_are_reported(d
     before = set(list_segments())
     assert main(["prepare", str(ds / "data.yaml"), "--imgsz", "64", "--processes", "1", "--json"]) == 1
     err = capsys.readouterr().err
-    assert "data.yaml: none of the 24 images has a label file (looked for e.g. " in err and str(ds / "labels" / "train") in err
+    assert (
+        "data.yaml: none of the 24 images has a label file (looked for e.g. " in err
+        and str(ds / "labels" / "train") in err
+    )
     assert "--allow-unlabelled" in err and created_by_me(before) == []
-    assert main(["prepare", str(ds / "data.yaml"), "--imgsz", "64", "--processes", "1", "--json", "--allow-unlabelled"]) == 0
+    assert (
+        main(["prepare", str(ds / "data.yaml"), "--imgsz", "64", "--processes", "1", "--json", "--allow-unlabelled"])
+        == 0
+    )
     out = json.loads(capsys.readouterr().out)
     try:
         assert out["dataset"]["labels_missing"] == 24 and out["dataset"]["background"] == 24
@@ -186,7 +228,10 @@ def test_yolo_images_without_labels_are_warned_about_by_count(ds, capsys, caplog
     out = json.loads(capsys.readouterr().out)
     try:
         assert out["dataset"]["labels_missing"] == already + 3
-        assert any(f"{already + 3} of 24 images have no label file" in r.getMessage() and "synth_0001.txt" in r.getMessage() for r in caplog.records)
+        assert any(
+            f"{already + 3} of 24 images have no label file" in r.getMessage() and "synth_0001.txt" in r.getMessage()
+            for r in caplog.records
+        )
     finally:
         if not out["reused"]:
             remove_snapshot(out["snapshot"])
@@ -296,7 +341,9 @@ def test_sigkill_during_prepare_then_clean_removes_everything(coco128, tmp_path)
         stdout=subprocess.PIPE, stderr=subprocess.PIPE,
     )  # fmt: skip
     try:
-        _wait_for(lambda: os.path.exists(shm_path(parts["img"])) or proc.poll() is not None, 60, "the image arena to appear")
+        _wait_for(
+            lambda: os.path.exists(shm_path(parts["img"])) or proc.poll() is not None, 60, "the image arena to appear"
+        )
         assert proc.poll() is None, proc.communicate()
         os.kill(proc.pid, signal.SIGKILL)
         proc.wait(timeout=30)
@@ -305,8 +352,11 @@ def test_sigkill_during_prepare_then_clean_removes_everything(coco128, tmp_path)
         assert left, "the killed preparation left nothing to clean (it finished too fast)"
         assert not read_header(parts["meta"]).is_complete
         # neither the dead process nor its decode workers map anything any more
-        _wait_for(lambda: not any((h := holds_of(s)) is not None and h.in_use for s in parts.values()), 30,
-                  "the killed preparation's workers to exit")
+        _wait_for(
+            lambda: not any((h := holds_of(s)) is not None and h.in_use for s in parts.values()),
+            30,
+            "the killed preparation's workers to exit",
+        )
         assert main(["clean", base]) == 0
         assert not [s for s in parts.values() if os.path.exists(shm_path(s))]
     finally:
@@ -342,8 +392,9 @@ def test_clean_decisions():
     assert remove == sorted(segs[:3] + [segs[6]])
     assert set(kept) == set(segs[3:6] + segs[7:])
     assert f"in use by pid {me}" in kept[b["meta"]]
-    assert kept[segs[7]] == ("in use by a process in another PID namespace or container "
-                             "(its daemon is alive, no trainer maps it)")
+    assert kept[segs[7]] == (
+        "in use by a process in another PID namespace or container (its daemon is alive, no trainer maps it)"
+    )
     assert "its daemon is gone, its trainer maps it" in kept[segs[9]]
     # No flag overrides a hold: --all (unrecognised) only adds the unknown unheld name.
     remove_all, kept_all = plan_clean(segs, holds, unrecognised=True)

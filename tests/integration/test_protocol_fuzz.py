@@ -43,7 +43,10 @@ def _random_obj(rng: random.Random, depth: int = 0):
         return [_random_obj(rng, depth + 1) for _ in range(rng.randrange(4))]
     if kind == 6:
         return msgpack.ExtType(rng.randrange(128), rng.randbytes(4))
-    return {rng.choice(["v", "op", "slot", "trainer_id", "token", "settings", "epoch", "x"]): _random_obj(rng, depth + 1) for _ in range(rng.randrange(5))}
+    return {
+        rng.choice(["v", "op", "slot", "trainer_id", "token", "settings", "epoch", "x"]): _random_obj(rng, depth + 1)
+        for _ in range(rng.randrange(5))
+    }
 
 
 def _mutate(rng: random.Random, frame: bytes) -> bytes:
@@ -63,7 +66,9 @@ def _mutate(rng: random.Random, frame: bytes) -> bytes:
 
 
 def _frames(rng: random.Random, tid: int, token: int):
-    ok_attach = proto.encode("attach", settings=_settings(5).to_dict(), pid=os.getpid(), host="fuzz", slots=2, delivery="shm")
+    ok_attach = proto.encode(
+        "attach", settings=_settings(5).to_dict(), pid=os.getpid(), host="fuzz", slots=2, delivery="shm"
+    )
     valid = [
         ok_attach,
         proto.encode("release", trainer_id=tid, token=token, slot=0, epoch=0, batch=0, generation=1),
@@ -82,16 +87,64 @@ def _frames(rng: random.Random, tid: int, token: int):
             yield [msgpack.packb(_random_obj(rng))]
         elif kind == 6:
             msg = {"v": proto.PROTOCOL_VERSION, "op": rng.choice(sorted(proto.REQUEST_OPS) + ["ready", "error", "zz"])}
-            msg.update({k: _random_obj(rng) for k in rng.sample(["trainer_id", "token", "slot", "epoch", "batch", "generation", "settings", "pid", "host", "slots", "delivery"], 4)})
+            msg.update(
+                {
+                    k: _random_obj(rng)
+                    for k in rng.sample(
+                        [
+                            "trainer_id",
+                            "token",
+                            "slot",
+                            "epoch",
+                            "batch",
+                            "generation",
+                            "settings",
+                            "pid",
+                            "host",
+                            "slots",
+                            "delivery",
+                        ],
+                        4,
+                    )
+                }
+            )
             yield [msgpack.packb(msg)]
         elif kind == 7:  # out of order: releases of slots never announced, starts beyond the epoch
-            yield [rng.choice([
-                proto.encode("release", trainer_id=tid, token=token, slot=rng.randrange(-3, 70), epoch=0, batch=0, generation=1),
-                proto.encode("start", trainer_id=tid, token=token, epoch=rng.randrange(-2, 3), batch=rng.randrange(-2, 50)),
-                proto.encode("release", trainer_id=tid, token=token + 1, slot=0, epoch=0, batch=0, generation=1),
-            ])]
+            yield [
+                rng.choice(
+                    [
+                        proto.encode(
+                            "release",
+                            trainer_id=tid,
+                            token=token,
+                            slot=rng.randrange(-3, 70),
+                            epoch=0,
+                            batch=0,
+                            generation=1,
+                        ),
+                        proto.encode(
+                            "start",
+                            trainer_id=tid,
+                            token=token,
+                            epoch=rng.randrange(-2, 3),
+                            batch=rng.randrange(-2, 50),
+                        ),
+                        proto.encode(
+                            "release", trainer_id=tid, token=token + 1, slot=0, epoch=0, batch=0, generation=1
+                        ),
+                    ]
+                )
+            ]
         elif kind == 8:
-            yield [rng.choice([msgpack.packb({"v": 99, "op": "status"}), b"\x00" * (proto.MAX_FRAME_BYTES + rng.randrange(1, 5000)), pickle.dumps({"op": "status"})])]
+            yield [
+                rng.choice(
+                    [
+                        msgpack.packb({"v": 99, "op": "status"}),
+                        b"\x00" * (proto.MAX_FRAME_BYTES + rng.randrange(1, 5000)),
+                        pickle.dumps({"op": "status"}),
+                    ]
+                )
+            ]
         else:
             yield [proto.encode("status")] * rng.randrange(2, 4) if rng.random() < 0.5 else [b""] * rng.randrange(2, 5)
 
@@ -112,9 +165,15 @@ def test_daemon_survives_fuzz_and_serves_correct_stream(synthetic_data, tmp_path
     from pixpool.server.readers import load_dataset
 
     rng = random.Random(1234)
-    with real_daemon(synthetic_data.coco_json, imgsz=IMGSZ, workers=1, heartbeat_timeout_s=3.0, max_ring_nbytes=64 << 20) as (proc, d):
+    with real_daemon(
+        synthetic_data.coco_json, imgsz=IMGSZ, workers=1, heartbeat_timeout_s=3.0, max_ring_nbytes=64 << 20
+    ) as (proc, d):
         sock = dealer(f"ipc://{d}/daemon.sock", RCVHWM=100000)
-        sock.send(proto.encode("attach", settings=_settings(6).to_dict(), pid=os.getpid(), host="fuzz", slots=2, delivery="shm"))
+        sock.send(
+            proto.encode(
+                "attach", settings=_settings(6).to_dict(), pid=os.getpid(), host="fuzz", slots=2, delivery="shm"
+            )
+        )
         assert sock.poll(WAIT_S * 1000)
         att = proto.decode(sock.recv(), reply=True)
         tid, token = att["trainer_id"], att["token"]

@@ -36,7 +36,10 @@ def _ring_bound(batch_size: int, imgsz: int) -> int:
 @pytest.mark.parametrize("workers", [1, 2, 3])
 def test_parity_and_exactly_once_for_any_worker_count(synthetic_data, dataset, workers):
     # 24 records: batch 5 ends with 4 (not divisible by 2 or 3), 7 with 3, 8 divides evenly.
-    streams = [StreamSettings(seed=21, batch_size=b, augment=AugmentConfig(imgsz=IMGSZ, copy_paste=0.5, mixup=0.3)) for b in (5, 7, 8)]
+    streams = [
+        StreamSettings(seed=21, batch_size=b, augment=AugmentConfig(imgsz=IMGSZ, copy_paste=0.5, mixup=0.3))
+        for b in (5, 7, 8)
+    ]
     with real_daemon(synthetic_data.coco_json, imgsz=IMGSZ, workers=workers) as (_, d):
         for s in streams:
             with Client(s, socket_dir=d, timeout_s=WAIT_S) as c:
@@ -50,9 +53,13 @@ def test_parity_and_exactly_once_for_any_worker_count(synthetic_data, dataset, w
                         idx = b.targets[:, 0].tolist()
                         assert idx == sorted(idx) and all(0 <= i < len(b.samples) for i in idx)
                     ref, ref_samples = reference_stream(dataset, s, epoch)
-                    assert got == ref, f"batch bytes differ from the reference with {workers} workers, batch {s.batch_size}, epoch {epoch}"
+                    assert got == ref, (
+                        f"batch bytes differ from the reference with {workers} workers, batch {s.batch_size}, epoch {epoch}"
+                    )
                     assert samples == ref_samples
-                    assert sorted(i for batch in samples for i in batch) == list(range(len(dataset)))  # each sample once
+                    assert sorted(i for batch in samples for i in batch) == list(
+                        range(len(dataset))
+                    )  # each sample once
                 if workers > 1:
                     st = ask_status(d)
                     # Every worker took parts of this trainer's batches (not one batch each).
@@ -60,7 +67,10 @@ def test_parity_and_exactly_once_for_any_worker_count(synthetic_data, dataset, w
         st = ask_status(d)
     delivered = 2 * 3 * len(dataset)  # three streams, two epochs each
     assert sum(w["samples_done"] for w in st["workers"]) == delivered, "a sample was rendered twice (or not at all)"
-    assert sum(w["parts_done"] for w in st["workers"]) > sum(2 * -(-len(dataset) // s.batch_size) for s in streams) or workers == 1
+    assert (
+        sum(w["parts_done"] for w in st["workers"]) > sum(2 * -(-len(dataset) // s.batch_size) for s in streams)
+        or workers == 1
+    )
 
 
 def test_ring_per_trainer_is_three_batches_plus_2_mib(coco128):
@@ -68,13 +78,19 @@ def test_ring_per_trainer_is_three_batches_plus_2_mib(coco128):
     target rows), with every multiplier of target rows on: mosaic, copy-paste, mixup."""
     data = coco128 / "annotations" / "instances_train2017.json"
     s = StreamSettings(seed=0, batch_size=16, augment=AugmentConfig(imgsz=640, copy_paste=0.5, mixup=0.5))
-    with real_daemon(data, imgsz=640, workers=2) as (_, d), Client(s, socket_dir=d, timeout_s=WAIT_S) as one, Client(s, socket_dir=d, timeout_s=WAIT_S) as two:
+    with (
+        real_daemon(data, imgsz=640, workers=2) as (_, d),
+        Client(s, socket_dir=d, timeout_s=WAIT_S) as one,
+        Client(s, socket_dir=d, timeout_s=WAIT_S) as two,
+    ):
         st = ask_status(d)
         rings = {t["ring"]: t["ring_nbytes"] for t in st["trainers"]}
         assert len(rings) == 2 and len({one.layout, two.layout}) == 1
         for name, nbytes in rings.items():
             assert os.stat(shm_path(name)).st_size == nbytes
-            assert nbytes <= _ring_bound(16, 640), f"ring {name} of {nbytes} bytes is over 3 batches + 2 MiB ({_ring_bound(16, 640)})"
+            assert nbytes <= _ring_bound(16, 640), (
+                f"ring {name} of {nbytes} bytes is over 3 batches + 2 MiB ({_ring_bound(16, 640)})"
+            )
             assert nbytes >= 3 * 16 * 3 * 640 * 640  # it really holds three whole batches
         assert st["snapshot"]["max_instances"] > 10  # a real dataset's densest image sized the rows
         batch = next(one.epoch(0))

@@ -35,7 +35,9 @@ def test_a_trainer_process_loads_no_producer_code():
         import pixpool.client.iterator, pixpool.client.delivery, pixpool.client.commands.digest
         print([m for m in sys.modules if m.startswith("pixpool.server") or m in ("cv2", "torch", "pycocotools")])
     """)
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=WAIT_S, check=True).stdout
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=WAIT_S, check=True
+    ).stdout
     assert out.strip() == "[]"
 
 
@@ -44,7 +46,8 @@ def no_torch_env(tmp_path) -> dict:
     """An environment in which ``import torch`` fails, as on a serving node without the extra."""
     site = tmp_path / "no_torch"
     site.mkdir()
-    (site / "sitecustomize.py").write_text(textwrap.dedent("""
+    (site / "sitecustomize.py").write_text(
+        textwrap.dedent("""
         import sys
 
         class _NoTorch:
@@ -54,27 +57,67 @@ def no_torch_env(tmp_path) -> dict:
                 return None
 
         sys.meta_path.insert(0, _NoTorch())
-    """))
+    """)
+    )
     return {**os.environ, "PYTHONPATH": os.pathsep.join([str(site), os.environ.get("PYTHONPATH", "")])}
 
 
 def test_serve_and_digest_without_torch(synthetic_data, no_torch_env):
-    torch_check = subprocess.run([sys.executable, "-c", "import torch"], env=no_torch_env, capture_output=True, text=True, timeout=WAIT_S)
+    torch_check = subprocess.run(
+        [sys.executable, "-c", "import torch"], env=no_torch_env, capture_output=True, text=True, timeout=WAIT_S
+    )
     assert torch_check.returncode != 0 and "No module named 'torch'" in torch_check.stderr
     settings = StreamSettings(seed=5, batch_size=4, augment=AugmentConfig(imgsz=IMGSZ))
     expected = reference_stream(load_dataset(synthetic_data.coco_json), settings, 0)[0][:3]
     before = set(list_segments())
     d = short_socket_dir()
-    serve = subprocess.Popen(cli_command("serve", str(synthetic_data.coco_json), "--imgsz", str(IMGSZ), "--workers", "1", "--processes", "1", "--socket-dir", d),
-                             env=no_torch_env)
+    serve = subprocess.Popen(
+        cli_command(
+            "serve",
+            str(synthetic_data.coco_json),
+            "--imgsz",
+            str(IMGSZ),
+            "--workers",
+            "1",
+            "--processes",
+            "1",
+            "--socket-dir",
+            d,
+        ),
+        env=no_torch_env,
+    )
     try:
         wait_serving(serve, d, timeout_s=WAIT_S)
-        digest = subprocess.run(cli_command("digest", str(synthetic_data.coco_json), "--socket-dir", d, "--seed", "5", "--batch-size", "4",
-                                            "--imgsz", str(IMGSZ), "--batches", "3", "--json"), env=no_torch_env, capture_output=True, text=True, timeout=WAIT_S)
+        digest = subprocess.run(
+            cli_command(
+                "digest",
+                str(synthetic_data.coco_json),
+                "--socket-dir",
+                d,
+                "--seed",
+                "5",
+                "--batch-size",
+                "4",
+                "--imgsz",
+                str(IMGSZ),
+                "--batches",
+                "3",
+                "--json",
+            ),
+            env=no_torch_env,
+            capture_output=True,
+            text=True,
+            timeout=WAIT_S,
+        )
         assert digest.returncode == 0, digest.stderr
         assert json.loads(digest.stdout)["digests"] == expected
-        train = subprocess.run(cli_command("train", "--socket-dir", d, "--imgsz", str(IMGSZ), "--max-steps", "1"), env=no_torch_env,
-                               capture_output=True, text=True, timeout=WAIT_S)
+        train = subprocess.run(
+            cli_command("train", "--socket-dir", d, "--imgsz", str(IMGSZ), "--max-steps", "1"),
+            env=no_torch_env,
+            capture_output=True,
+            text=True,
+            timeout=WAIT_S,
+        )
         assert train.returncode == 1 and "pip install 'pixpool[train]'" in train.stderr, train.stderr
     finally:
         assert stop_child(serve, timeout_s=WAIT_S) == 0
@@ -88,14 +131,36 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-@pytest.mark.parametrize("problem", ["tcp without keys", "keys without a server key", "socket dir others can enter", "socket dir in use",
-                                     "socket dir a dangling symlink"])
+@pytest.mark.parametrize(
+    "problem",
+    [
+        "tcp without keys",
+        "keys without a server key",
+        "socket dir others can enter",
+        "socket dir in use",
+        "socket dir a dangling symlink",
+    ],
+)
 def test_bad_serve_settings_fail_before_any_decoding(synthetic_data, tmp_path, problem):
     d = short_socket_dir()
-    argv = [str(synthetic_data.coco_json), "--imgsz", str(IMGSZ), "--workers", "1", "--processes", "1", "--socket-dir", d]
-    expect = {"tcp without keys": "requires CURVE keys", "keys without a server key": "server.key_secret is missing",
-              "socket dir others can enter": "open to other users", "socket dir in use": "already serves",
-              "socket dir a dangling symlink": "is a symbolic link (to /nonexistent/pixpool-sock, which does not exist)"}[problem]
+    argv = [
+        str(synthetic_data.coco_json),
+        "--imgsz",
+        str(IMGSZ),
+        "--workers",
+        "1",
+        "--processes",
+        "1",
+        "--socket-dir",
+        d,
+    ]
+    expect = {
+        "tcp without keys": "requires CURVE keys",
+        "keys without a server key": "server.key_secret is missing",
+        "socket dir others can enter": "open to other users",
+        "socket dir in use": "already serves",
+        "socket dir a dangling symlink": "is a symbolic link (to /nonexistent/pixpool-sock, which does not exist)",
+    }[problem]
     other = None
     if problem == "tcp without keys":
         argv += ["--tcp", f"127.0.0.1:{_free_port()}"]

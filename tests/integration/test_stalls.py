@@ -27,7 +27,10 @@ def _worker_pids(d) -> list[int]:
 def test_a_stopped_workers_batch_is_redispatched_and_bytes_are_unchanged(synthetic_data):
     dataset = load_dataset(synthetic_data.coco_json)
     s = _settings()
-    with real_daemon(synthetic_data.coco_json, imgsz=IMGSZ, workers=2, straggler_min_s=1.0, job_timeout_s=300.0) as (proc, d):
+    with real_daemon(synthetic_data.coco_json, imgsz=IMGSZ, workers=2, straggler_min_s=1.0, job_timeout_s=300.0) as (
+        proc,
+        d,
+    ):
         # A short client timeout: a healthy daemon must deliver well inside it.
         with Client(s, socket_dir=d, timeout_s=20.0) as c:
             it = c.epoch(0)
@@ -81,7 +84,11 @@ def _live_workers(daemon: psutil.Process, exclude: set[int]) -> list[psutil.Proc
     out = []
     for child in daemon.children():
         try:
-            if child.pid not in exclude and child.status() != psutil.STATUS_ZOMBIE and "resource_tracker" not in " ".join(child.cmdline()):
+            if (
+                child.pid not in exclude
+                and child.status() != psutil.STATUS_ZOMBIE
+                and "resource_tracker" not in " ".join(child.cmdline())
+            ):
                 out.append(child)
         except psutil.Error:
             continue
@@ -95,11 +102,19 @@ def test_killing_every_worker_repeatedly_does_not_stop_the_daemon(synthetic_data
         daemon = psutil.Process(proc.pid)
         killed: set[int] = set()
         for _ in range(3):  # kill both, then their replacements while they are still starting
-            workers = wait_for(lambda: (lambda ws: ws if len(ws) == 2 else None)(_live_workers(daemon, killed)), WAIT_S, "two new workers")
+            workers = wait_for(
+                lambda: (lambda ws: ws if len(ws) == 2 else None)(_live_workers(daemon, killed)),
+                WAIT_S,
+                "two new workers",
+            )
             for w in workers:
                 w.kill()
                 killed.add(w.pid)
-        wait_for(lambda: ask_status(d) and all(w["state"] == "idle" for w in ask_status(d)["workers"]), WAIT_S, "workers back")
+        wait_for(
+            lambda: ask_status(d) and all(w["state"] == "idle" for w in ask_status(d)["workers"]),
+            WAIT_S,
+            "workers back",
+        )
         assert proc.is_alive()
         with Client(s, socket_dir=d, timeout_s=WAIT_S) as c:
             got = [digest_of(b) for b in c.epoch(0)]

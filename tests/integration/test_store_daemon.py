@@ -60,7 +60,9 @@ def test_the_daemon_serves_from_the_store_byte_identical_in_place(store, synthet
             # whole pages: up to one partial page per segment more than the file bytes
             assert 0 < report["snapshot_resident_bytes"] <= report["snapshot_bytes"] + 3 * os.sysconf("SC_PAGE_SIZE")
         assert got == reference_stream(dataset, s, 0)[0]
-    assert not [n for n in list_segments(store) if n.startswith(ring_prefix(proc.pid)) or n in st["snapshot"]["segments"]]
+    assert not [
+        n for n in list_segments(store) if n.startswith(ring_prefix(proc.pid)) or n in st["snapshot"]["segments"]
+    ]
 
 
 def test_a_trainer_that_cannot_map_the_store_gets_frames(synthetic_data, dataset, dealer, tmp_path):
@@ -104,7 +106,13 @@ def test_a_dataset_larger_than_a_tmpfs_fails_there_cleanly_and_serves_from_disk(
     disk = os.path.realpath(tempfile.mkdtemp(prefix="pxdisk-", dir=parent))
     mounted = False
     try:
-        r = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=2m,mode=0700", "tmpfs", small], capture_output=True, text=True, timeout=30, check=False)
+        r = subprocess.run(
+            ["mount", "-t", "tmpfs", "-o", "size=2m,mode=0700", "tmpfs", small],
+            capture_output=True,
+            text=True,
+            timeout=30,
+            check=False,
+        )
         if r.returncode != 0:
             pytest.skip(f"cannot mount a tmpfs here: {r.stderr.strip()}")
         mounted = True
@@ -152,12 +160,21 @@ def test_a_trainer_in_another_pid_namespace_gets_shm_delivery(synthetic_data, da
     _root_or_skip("the trainer runs in a new PID namespace (unshare --pid)")
     if shutil.which("unshare") is None:
         pytest.skip("unshare(1) is not installed")
-    probe = subprocess.run(["unshare", "--pid", "--fork", "--mount-proc", "true"], capture_output=True, text=True, timeout=30, check=False)
+    probe = subprocess.run(
+        ["unshare", "--pid", "--fork", "--mount-proc", "true"], capture_output=True, text=True, timeout=30, check=False
+    )
     if probe.returncode != 0:
         pytest.skip(f"unshare --pid is not allowed here: {probe.stderr.strip()}")
     with real_daemon(synthetic_data.coco_json, imgsz=IMGSZ, workers=1) as (_, d):
         env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
-        r = subprocess.run(["unshare", "--pid", "--fork", "--mount-proc", sys.executable, "-c", _TRAINER, d, "7", str(IMGSZ)], capture_output=True, text=True, timeout=WAIT_S * 2, env=env, check=False)
+        r = subprocess.run(
+            ["unshare", "--pid", "--fork", "--mount-proc", sys.executable, "-c", _TRAINER, d, "7", str(IMGSZ)],
+            capture_output=True,
+            text=True,
+            timeout=WAIT_S * 2,
+            env=env,
+            check=False,
+        )
         assert r.returncode == 0, r.stderr
         out = json.loads(r.stdout.strip().splitlines()[-1])
     assert out["pid"] == 1, "the trainer did not run in a PID namespace of its own"

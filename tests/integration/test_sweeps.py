@@ -54,7 +54,9 @@ def test_daemon_stops_cleanly_when_its_snapshot_is_removed(synthetic_data):
                         pass
         proc.join(WAIT_S)
         assert proc.exitcode not in (0, None), "a daemon that lost its snapshot must exit non-zero"
-        assert not any(os.path.exists(shm_path(n)) for n in [*snapshot, ring]), "the stopped daemon left segments behind"
+        assert not any(os.path.exists(shm_path(n)) for n in [*snapshot, ring]), (
+            "the stopped daemon left segments behind"
+        )
 
 
 def test_a_removed_ring_is_rebuilt_and_the_stream_goes_on(synthetic_data):
@@ -66,7 +68,9 @@ def test_a_removed_ring_is_rebuilt_and_the_stream_goes_on(synthetic_data):
             got = [digest_of(next(it))]
             old = c._ring.name
             os.unlink(shm_path(old))
-            wait_for(lambda: not ask_status(d)["trainers"], 15, "daemon noticed the removed ring and detached its trainer")
+            wait_for(
+                lambda: not ask_status(d)["trainers"], 15, "daemon noticed the removed ring and detached its trainer"
+            )
             got += [digest_of(b) for b in it]
             assert c.reattaches == 1 and c._ring.name != old
             assert os.path.exists(shm_path(c._ring.name))

@@ -16,7 +16,13 @@ IMGSZ, EPOCHS, RECORDS = 96, 2, 24
 def test_torchrun_two_ranks_share_one_daemon_and_split_each_epoch(synthetic_data, tmp_path):
     record = tmp_path / "ranks.jsonl"
     with real_daemon(synthetic_data.coco_json, imgsz=IMGSZ, workers=2) as (proc, d):
-        cmd = [*TORCHRUN, "--standalone", "--nproc-per-node", "2", *example_args(d, record, epochs=EPOCHS, imgsz=IMGSZ, batch_size=4)]
+        cmd = [
+            *TORCHRUN,
+            "--standalone",
+            "--nproc-per-node",
+            "2",
+            *example_args(d, record, epochs=EPOCHS, imgsz=IMGSZ, batch_size=4),
+        ]
         done = run_group(cmd)
         assert done.returncode == 0, done.stdout[-4000:]
         daemon_pid = proc.pid

@@ -89,7 +89,10 @@ def test_own_snapshot_made_world_writable_is_refused(store, synthetic_data):
     try:
         os.chmod(shm_path(img, store), 0o666)
         hint = "pixpool clean" + ("" if store == "/dev/shm" else f" --store {store}")
-        with pytest.raises(UntrustedSegmentError, match=rf"{re.escape(shm_path(img, store))} .*mode 0666: group or others may write it.*{re.escape(hint)}"):
+        with pytest.raises(
+            UntrustedSegmentError,
+            match=rf"{re.escape(shm_path(img, store))} .*mode 0666: group or others may write it.*{re.escape(hint)}",
+        ):
             prepare_snapshot(dataset, imgsz=IMGSZ, processes=1, store=store)
     finally:
         remove_snapshot(snap.name, store)
@@ -112,7 +115,9 @@ def test_a_store_others_could_write_or_own_is_refused(tmp_path, other_user, synt
     os.chown(theirs, other_user.uid, other_user.gid)
     with pytest.raises(ConfigError, match=f"belongs to uid {other_user.uid}"):
         prepare_snapshot(dataset, imgsz=IMGSZ, processes=1, store=str(theirs))
-    assert main(["serve", str(synthetic_data.coco_json), "--imgsz", str(IMGSZ), "--store", str(tmp_path / "missing")]) == 1
+    assert (
+        main(["serve", str(synthetic_data.coco_json), "--imgsz", str(IMGSZ), "--store", str(tmp_path / "missing")]) == 1
+    )
     assert f"store {tmp_path / 'missing'} does not exist" in capsys.readouterr().err
     assert os.listdir(open_dir) == [] and os.listdir(theirs) == []
 

@@ -20,7 +20,10 @@ import sys
 import numpy as np
 import pytest
 
-pytest.importorskip("ultralytics", reason="Ultralytics is not installed here (pip install 'pixpool[ultralytics]'); CI runs these in its own venv")
+pytest.importorskip(
+    "ultralytics",
+    reason="Ultralytics is not installed here (pip install 'pixpool[ultralytics]'); CI runs these in its own venv",
+)
 
 import psutil
 
@@ -33,7 +36,21 @@ from pixpool.shared.transport.names import list_segments
 pytestmark = pytest.mark.ultralytics
 
 # The route with every random step off: both loaders then letterbox each image, centred.
-PLAIN = dict(mosaic=0.0, degrees=0.0, translate=0.0, scale=0.0, shear=0.0, perspective=0.0, flipud=0.0, fliplr=0.0, hsv_h=0.0, hsv_s=0.0, hsv_v=0.0, mixup=0.0, copy_paste=0.0)
+PLAIN = dict(
+    mosaic=0.0,
+    degrees=0.0,
+    translate=0.0,
+    scale=0.0,
+    shear=0.0,
+    perspective=0.0,
+    flipud=0.0,
+    fliplr=0.0,
+    hsv_h=0.0,
+    hsv_s=0.0,
+    hsv_v=0.0,
+    mixup=0.0,
+    copy_paste=0.0,
+)
 
 
 @pytest.fixture
@@ -49,11 +66,15 @@ def test_ultralytics_defaults_map_onto_pixpool_defaults():
 
     # Every key the mapping names is one of Ultralytics' own settings (``augmentations``, a
     # list of Albumentations transforms, exists only as a Python argument of ``train``).
-    assert set(hyp.AUGMENT_KEYS) | set(hyp.STREAM_KEYS) | set(hyp.UNSUPPORTED) - {"augmentations"} <= set(DEFAULT_CFG_DICT)
+    assert set(hyp.AUGMENT_KEYS) | set(hyp.STREAM_KEYS) | set(hyp.UNSUPPORTED) - {"augmentations"} <= set(
+        DEFAULT_CFG_DICT
+    )
     cfg = hyp.augment_config(DEFAULT_CFG_DICT)
     mine = AugmentConfig().to_dict()
     theirs = cfg.to_dict()
-    assert {k: theirs[k] for k in mine if k not in ("close_mosaic", "epochs")} == {k: mine[k] for k in mine if k not in ("close_mosaic", "epochs")}
+    assert {k: theirs[k] for k in mine if k not in ("close_mosaic", "epochs")} == {
+        k: mine[k] for k in mine if k not in ("close_mosaic", "epochs")
+    }
     assert (cfg.close_mosaic, cfg.epochs) == (DEFAULT_CFG_DICT["close_mosaic"], DEFAULT_CFG_DICT["epochs"])
 
 
@@ -148,7 +169,18 @@ def _trainer(data_yaml, tmp_path, **overrides):
     from pixpool.integrations.ultralytics.trainer import PixpoolDetectionTrainer
 
     args = dict(
-        data=str(data_yaml), model="yolo11n.yaml", imgsz=160, batch=8, epochs=4, close_mosaic=2, device="cpu", plots=False, project=str(tmp_path / "runs"), name="t", exist_ok=True, **overrides
+        data=str(data_yaml),
+        model="yolo11n.yaml",
+        imgsz=160,
+        batch=8,
+        epochs=4,
+        close_mosaic=2,
+        device="cpu",
+        plots=False,
+        project=str(tmp_path / "runs"),
+        name="t",
+        exist_ok=True,
+        **overrides,
     )
     return PixpoolDetectionTrainer(overrides=args)
 
@@ -164,7 +196,9 @@ def test_ddp_ranks_attach_with_their_rank_and_take_disjoint_shards(synthetic_cop
             monkeypatch.setattr(trainer_module, "RANK", rank)  # as in a rank Ultralytics' DDP launcher spawned
             monkeypatch.setenv("RANK", str(rank))
             monkeypatch.setenv("WORLD_SIZE", "2")
-            loader = trainer.train_loader = trainer.get_dataloader(trainer.data["train"], batch_size=4, rank=rank, mode="train")  # as _build_train_pipeline does
+            loader = trainer.train_loader = trainer.get_dataloader(
+                trainer.data["train"], batch_size=4, rank=rank, mode="train"
+            )  # as _build_train_pipeline does
             try:
                 settings = loader.stream.settings
                 assert (settings.rank, settings.world_size, settings.batch_size) == (rank, 2, 4)
@@ -198,12 +232,24 @@ def test_a_daemon_serving_other_classes_is_refused(synthetic_copy, tmp_path, off
 
 
 @pytest.mark.parametrize(
-    "extra, named", [(["cutmix=0.5"], "cutmix=0.5"), (["copy_paste_mode=mixup"], "copy_paste_mode='mixup'"), (["model=yolo11n-seg.yaml"], "task='segment'"), (["batch=-1"], "batch=-1")]
+    "extra, named",
+    [
+        (["cutmix=0.5"], "cutmix=0.5"),
+        (["copy_paste_mode=mixup"], "copy_paste_mode='mixup'"),
+        (["model=yolo11n-seg.yaml"], "task='segment'"),
+        (["batch=-1"], "batch=-1"),
+    ],
 )
 def test_yolo_train_refuses_unsupported_settings_by_name(synthetic_copy, tmp_path, offline, capsys, extra, named):
     from pixpool.shared.cli import main
 
-    pairs = {"data": str(synthetic_copy / "data.yaml"), "model": "yolo11n.yaml", "epochs": "1", "imgsz": "160", "project": str(tmp_path / "runs")}
+    pairs = {
+        "data": str(synthetic_copy / "data.yaml"),
+        "model": "yolo11n.yaml",
+        "epochs": "1",
+        "imgsz": "160",
+        "project": str(tmp_path / "runs"),
+    }
     pairs.update(p.split("=", 1) for p in extra)
     assert main(["yolo", "train", *[f"{k}={v}" for k, v in pairs.items()]]) == 1
     err = capsys.readouterr().err
@@ -218,13 +264,34 @@ def test_yolo_train_stops_the_daemon_it_started_on_ctrl_c_and_on_errors(syntheti
     from helpers.daemon import wait_for
 
     log_path = tmp_path / "stderr.log"
-    pairs = [f"data={synthetic_copy / 'data.yaml'}", "model=yolo11n.yaml", "epochs=50", "imgsz=160", "batch=8", "workers=1", "device=cpu", f"project={tmp_path / 'runs'}", "name=run", "exist_ok=True"]
+    pairs = [
+        f"data={synthetic_copy / 'data.yaml'}",
+        "model=yolo11n.yaml",
+        "epochs=50",
+        "imgsz=160",
+        "batch=8",
+        "workers=1",
+        "device=cpu",
+        f"project={tmp_path / 'runs'}",
+        "name=run",
+        "exist_ok=True",
+    ]
     if how == "error":
         pairs.append("optimizer=NoSuchOptimizer")  # Ultralytics raises building it, after the stream attached
     with open(log_path, "w") as log:
-        proc = subprocess.Popen([sys.executable, "-m", "pixpool.shared.cli", "yolo", "train", *pairs], env={**os.environ, **offline}, stdout=subprocess.DEVNULL, stderr=log, start_new_session=True)
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "pixpool.shared.cli", "yolo", "train", *pairs],
+            env={**os.environ, **offline},
+            stdout=subprocess.DEVNULL,
+            stderr=log,
+            start_new_session=True,
+        )
     try:
-        ring = wait_for(lambda: re.search(r"ring (\S+) of \d+ bytes", log_path.read_text()), timeout_s=120, what="the trainer attached").group(1)
+        ring = wait_for(
+            lambda: re.search(r"ring (\S+) of \d+ bytes", log_path.read_text()),
+            timeout_s=120,
+            what="the trainer attached",
+        ).group(1)
         if how == "ctrl-c":
             os.killpg(proc.pid, signal.SIGINT)  # what Ctrl-C in a terminal does: the whole foreground group
         code = proc.wait(120)
@@ -247,7 +314,9 @@ def test_single_cls_serves_the_dataset_and_zeroes_the_classes(synthetic_copy, tm
     trainer = _trainer(synthetic_copy / "data.yaml", tmp_path, single_cls=True)
     assert trainer.data["names"] == {0: "item"}  # Ultralytics' renaming
     # The daemon reads the label files with the dataset's own classes.
-    assert trainer._train_split()["names"] == list(yaml.safe_load((synthetic_copy / "data.yaml").read_text())["names"].values())
+    assert trainer._train_split()["names"] == list(
+        yaml.safe_load((synthetic_copy / "data.yaml").read_text())["names"].values()
+    )
     with real_daemon(synthetic_copy / "data.yaml", imgsz=160, workers=1) as (_, sdir):
         monkeypatch.setenv("PIXPOOL_SOCKET_DIR", sdir)
         trainer.pixpool_socket_dir = sdir

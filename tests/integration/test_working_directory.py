@@ -95,9 +95,28 @@ def test_digest_daemon_ignores_the_working_directory(where, request, synthetic_d
 def test_demo_ignores_the_working_directory(planted, tmp_path):
     cwd, markers = planted
     before = set(list_segments())
-    proc = _run(cwd, "demo", "--workdir", str(tmp_path / "demo"), "--project", str(tmp_path / "runs"),
-                "--num-images", "8", "--imgsz", "64", "--epochs", "1", "--batch-size", "4", "--trainers", "1",
-                "--workers", "1", "--timeout-s", "200")
+    proc = _run(
+        cwd,
+        "demo",
+        "--workdir",
+        str(tmp_path / "demo"),
+        "--project",
+        str(tmp_path / "runs"),
+        "--num-images",
+        "8",
+        "--imgsz",
+        "64",
+        "--epochs",
+        "1",
+        "--batch-size",
+        "4",
+        "--trainers",
+        "1",
+        "--workers",
+        "1",
+        "--timeout-s",
+        "200",
+    )
     assert sorted(p.name for p in markers.iterdir()) == [], "code from the working directory was imported"
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "no pixpool segment left" in proc.stdout
@@ -110,8 +129,21 @@ def test_yolo_train_ignores_the_working_directory(planted, synthetic_copy, tmp_p
     cwd, markers = planted
     before = set(list_segments())
     env = {**os.environ, "YOLO_OFFLINE": "1", "YOLO_CONFIG_DIR": str(tmp_path / "ultralytics-config")}
-    argv = [str(PIXPOOL), "yolo", "train", f"data={synthetic_copy / 'data.yaml'}", "model=yolo11n.yaml", "epochs=1",
-            "imgsz=64", "batch=4", "workers=1", "device=cpu", "plots=False", f"project={tmp_path / 'runs'}", "name=run"]
+    argv = [
+        str(PIXPOOL),
+        "yolo",
+        "train",
+        f"data={synthetic_copy / 'data.yaml'}",
+        "model=yolo11n.yaml",
+        "epochs=1",
+        "imgsz=64",
+        "batch=4",
+        "workers=1",
+        "device=cpu",
+        "plots=False",
+        f"project={tmp_path / 'runs'}",
+        "name=run",
+    ]
     proc = subprocess.run(argv, cwd=cwd, env=env, capture_output=True, text=True, timeout=400)
     assert sorted(p.name for p in markers.iterdir()) == [], "code from the working directory was imported"
     assert proc.returncode == 0, proc.stderr[-4000:]

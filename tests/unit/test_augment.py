@@ -25,7 +25,11 @@ def source() -> ArraySource:
 
 
 def settings(**aug) -> StreamSettings:
-    extra = {k: aug.pop(k) for k in ("seed", "batch_size", "rank", "world_size", "shuffle", "drop_last", "hsv_on_device") if k in aug}
+    extra = {
+        k: aug.pop(k)
+        for k in ("seed", "batch_size", "rank", "world_size", "shuffle", "drop_last", "hsv_on_device")
+        if k in aug
+    }
     return StreamSettings(**{"batch_size": 4, **extra}, augment=AugmentConfig(imgsz=S, **aug))
 
 
@@ -42,7 +46,10 @@ ROUTES = {
 @pytest.mark.parametrize("world,drop_last", [(1, False), (3, False), (3, True), (4, True), (20, False)])
 def test_shards_cover_each_index_once_per_rank(world: int, drop_last: bool) -> None:
     n = 10
-    shards = [epoch_indices(n, StreamSettings(seed=5, rank=r, world_size=world, drop_last=drop_last, batch_size=3), 2) for r in range(world)]
+    shards = [
+        epoch_indices(n, StreamSettings(seed=5, rank=r, world_size=world, drop_last=drop_last, batch_size=3), 2)
+        for r in range(world)
+    ]
     lengths = {len(s) for s in shards}
     assert len(lengths) == 1, "every rank delivers the same number of samples"
     union = np.concatenate(shards)
@@ -93,12 +100,16 @@ def test_batches_do_not_depend_on_call_order(source: ArraySource, name: str) -> 
 
 
 def test_source_arrays_are_never_written(source: ArraySource) -> None:
-    before = hashlib.sha256(b"".join(np.ascontiguousarray(source.image(i)).tobytes() for i in range(len(source)))).hexdigest()
+    before = hashlib.sha256(
+        b"".join(np.ascontiguousarray(source.image(i)).tobytes() for i in range(len(source)))
+    ).hexdigest()
     for name in ROUTES:
         st = settings(**ROUTES[name])
         for b in range(num_batches(len(source), st, 0)):
             render_batch(source, st, 0, b)
-    after = hashlib.sha256(b"".join(np.ascontiguousarray(source.image(i)).tobytes() for i in range(len(source)))).hexdigest()
+    after = hashlib.sha256(
+        b"".join(np.ascontiguousarray(source.image(i)).tobytes() for i in range(len(source)))
+    ).hexdigest()
     assert before == after
     assert not source.image(0).flags.writeable
 
@@ -183,7 +194,9 @@ def test_images_are_the_quantised_float_images(source: ArraySource, name: str) -
 def test_hsv_on_device_leaves_cpu_images_unjittered(source: ArraySource) -> None:
     r = render_batch(source, settings(hsv_on_device=True), 0, 0, keep_float=True)
     for k, f in enumerate(r.floats):
-        np.testing.assert_array_equal(r.images[k], np.clip(np.rint(f), 0, 255).astype(np.uint8)[:, :, ::-1].transpose(2, 0, 1))
+        np.testing.assert_array_equal(
+            r.images[k], np.clip(np.rint(f), 0, 255).astype(np.uint8)[:, :, ::-1].transpose(2, 0, 1)
+        )
 
 
 # -- fill restoration -------------------------------------------------------------------------
@@ -194,7 +207,15 @@ def test_exposed_padding_is_the_fill_identity(source: ArraySource) -> None:
     np.testing.assert_array_equal(image[22:42], source.uint8[5].astype(np.float32))
 
 
-@pytest.mark.parametrize("aug", [{"scale": 0.5}, {"translate": 0.3, "degrees": 30.0}, {"shear": 10.0, "scale": 0.3}, {"perspective": 0.001, "degrees": 10}])
+@pytest.mark.parametrize(
+    "aug",
+    [
+        {"scale": 0.5},
+        {"translate": 0.3, "degrees": 30.0},
+        {"shear": 10.0, "scale": 0.3},
+        {"perspective": 0.001, "degrees": 10},
+    ],
+)
 def test_exposed_padding_is_the_fill_non_identity(source: ArraySource, aug: dict) -> None:
     st = settings(mosaic=0.0, fliplr=0.0, **aug)
     checked = 0

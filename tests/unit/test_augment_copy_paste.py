@@ -62,10 +62,14 @@ def test_union_equals_instance_by_instance_with_overlap_and_duplicates() -> None
 
 
 @pytest.mark.parametrize("fraction,mosaic", [(1.0, 1.0), (0.5, 1.0), (1.0, 0.0)])
-def test_route_union_equals_instance_by_instance(fraction: float, mosaic: float, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_route_union_equals_instance_by_instance(
+    fraction: float, mosaic: float, monkeypatch: pytest.MonkeyPatch
+) -> None:
     # Large, overlapping instances so selections overlap; mixup adds a second copy-paste.
     src = ArraySource([(64, 48), (40, 64), (64, 64), (50, 60), (64, 30), (64, 64)], S, seed=11, instances=5)
-    st = StreamSettings(batch_size=3, seed=2, augment=AugmentConfig(imgsz=S, copy_paste=fraction, mosaic=mosaic, mixup=0.5, scale=0.2))
+    st = StreamSettings(
+        batch_size=3, seed=2, augment=AugmentConfig(imgsz=S, copy_paste=fraction, mosaic=mosaic, mixup=0.5, scale=0.2)
+    )
     runs = []
     for patched in (False, True):
         if patched:
@@ -76,7 +80,9 @@ def test_route_union_equals_instance_by_instance(fraction: float, mosaic: float,
             for b in range(num_batches(len(src), st, epoch)):
                 r = render_batch(src, st, epoch, b, keep_float=True)
                 states = [render_sample(src, int(i), st, epoch)[2].bit_generator.state for i in r.samples]
-                out.append((batch_digest(r.images, r.targets), r.targets.tobytes(), [f.tobytes() for f in r.floats], states))
+                out.append(
+                    (batch_digest(r.images, r.targets), r.targets.tobytes(), [f.tobytes() for f in r.floats], states)
+                )
         runs.append(out)
     # The swapped step really ran, with overlapping selections of several instances. (The
     # kernel's in-pass paste against pasting each instance from the mirrored image is
@@ -87,8 +93,12 @@ def test_route_union_equals_instance_by_instance(fraction: float, mosaic: float,
 
 def test_copy_paste_appends_mirrored_instances_in_order() -> None:
     src = ArraySource([(64, 64)] * 3, S, seed=5, instances=3)
-    base = StreamSettings(batch_size=1, augment=AugmentConfig(imgsz=S, mosaic=0.0, fliplr=0.0, scale=0.0, translate=0.0))
-    with_cp = StreamSettings(batch_size=1, augment=AugmentConfig(imgsz=S, mosaic=0.0, fliplr=0.0, scale=0.0, translate=0.0, copy_paste=1.0))
+    base = StreamSettings(
+        batch_size=1, augment=AugmentConfig(imgsz=S, mosaic=0.0, fliplr=0.0, scale=0.0, translate=0.0)
+    )
+    with_cp = StreamSettings(
+        batch_size=1, augment=AugmentConfig(imgsz=S, mosaic=0.0, fliplr=0.0, scale=0.0, translate=0.0, copy_paste=1.0)
+    )
     pasted_any = False
     for index in range(3):
         _, plain, _ = render_sample(src, index, base, 0)

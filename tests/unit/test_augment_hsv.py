@@ -25,7 +25,9 @@ def _smooth_images(n: int) -> np.ndarray:
     out = []
     for _ in range(n):
         a, b, c = rng.uniform(0, 1, 3)
-        img = np.stack([255 * (a * xs + (1 - a) * ys), 255 * np.abs(np.sin(6 * b * xs)), 255 * c * np.ones_like(xs)], axis=-1)
+        img = np.stack(
+            [255 * (a * xs + (1 - a) * ys), 255 * np.abs(np.sin(6 * b * xs)), 255 * c * np.ones_like(xs)], axis=-1
+        )
         img[: S // 4, : S // 4] = rng.integers(0, 256, 3)  # a flat patch
         img[-8:] = img[-8:].mean(axis=-1, keepdims=True)  # grey rows (no saturation)
         out.append(np.clip(img + rng.normal(0, 6, img.shape), 0, 255).astype(np.uint8))
@@ -36,7 +38,12 @@ def test_torch_hsv_matches_cpu_lookup_tables() -> None:
     st = StreamSettings(seed=3, batch_size=8, hsv_on_device=True, augment=AugmentConfig(imgsz=S))
     rgb = _smooth_images(8)
     samples = np.arange(8, dtype=np.int64) * 7
-    cpu = np.stack([apply_hsv_bgr(im[:, :, ::-1].copy(), hsv_gains(3, 2, int(i), 0.015, 0.7, 0.4), to_rgb=True) for im, i in zip(rgb, samples)])
+    cpu = np.stack(
+        [
+            apply_hsv_bgr(im[:, :, ::-1].copy(), hsv_gains(3, 2, int(i), 0.015, 0.7, 0.4), to_rgb=True)
+            for im, i in zip(rgb, samples)
+        ]
+    )
     dev = apply_hsv(torch.from_numpy(rgb.transpose(0, 3, 1, 2).copy()), st, 2, samples).numpy().transpose(0, 2, 3, 1)
     diff = np.abs(cpu.astype(np.int16) - dev.astype(np.int16))
     # Bound: within 2 levels on >= 99% of values, within 4 on >= 99.9%, mean below half a level.
@@ -51,7 +58,9 @@ def test_device_hsv_completes_an_on_device_batch() -> None:
     aug = AugmentConfig(imgsz=S)
     on_cpu = render_batch(src, StreamSettings(batch_size=4, augment=aug), 0, 0)
     raw = render_batch(src, StreamSettings(batch_size=4, hsv_on_device=True, augment=aug), 0, 0)
-    dev = apply_hsv(torch.from_numpy(raw.images), StreamSettings(batch_size=4, hsv_on_device=True, augment=aug), 0, raw.samples).numpy()
+    dev = apply_hsv(
+        torch.from_numpy(raw.images), StreamSettings(batch_size=4, hsv_on_device=True, augment=aug), 0, raw.samples
+    ).numpy()
     diff = np.abs(on_cpu.images.astype(np.int16) - dev.astype(np.int16))
     assert (diff <= 2).mean() >= 0.99 and diff.mean() < 0.5
 

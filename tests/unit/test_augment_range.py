@@ -34,20 +34,27 @@ def source() -> ArraySource:
 @pytest.mark.parametrize("route", sorted(ROUTES))
 @pytest.mark.parametrize("hsv_on_device", [False, True])
 def test_concatenated_ranges_equal_the_batch_byte_for_byte(source, route, hsv_on_device):
-    st = StreamSettings(seed=5, batch_size=5, hsv_on_device=hsv_on_device, augment=AugmentConfig(imgsz=S, **ROUTES[route]))
+    st = StreamSettings(
+        seed=5, batch_size=5, hsv_on_device=hsv_on_device, augment=AugmentConfig(imgsz=S, **ROUTES[route])
+    )
     n = num_batches(len(source), st, 1)
     assert n == 3  # 11 records: the last batch is short (1 sample)
     for b in range(n):
         whole = render_batch(source, st, 1, b)
         for parts in (1, 2, 3, 4):
             out = np.full_like(whole.images, 77)  # stale bytes: each range must overwrite its positions
-            pieces = [render_range(source, st, 1, b, start, stop, images_out=out[start:stop]) for start, stop in split(len(whole.samples), parts)]
+            pieces = [
+                render_range(source, st, 1, b, start, stop, images_out=out[start:stop])
+                for start, stop in split(len(whole.samples), parts)
+            ]
             assert all(np.shares_memory(p.images, out) for p in pieces)
             assert out.tobytes() == whole.images.tobytes()
             assert np.concatenate([p.targets for p in pieces]).tobytes() == whole.targets.tobytes()
             assert np.concatenate([p.samples for p in pieces]).tolist() == whole.samples.tolist()
             counts = np.concatenate([p.counts for p in pieces])
-            assert counts.tolist() == np.bincount(whole.targets[:, 0].astype(int), minlength=len(whole.samples)).tolist()
+            assert (
+                counts.tolist() == np.bincount(whole.targets[:, 0].astype(int), minlength=len(whole.samples)).tolist()
+            )
 
 
 def test_empty_and_bad_ranges(source):

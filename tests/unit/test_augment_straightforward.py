@@ -49,7 +49,9 @@ def _resample(tiles, hw: tuple[int, int], matrix: np.ndarray) -> np.ndarray:
     """Kernel steps 3-5: float32 (S, S, 3) centred image, from a full zero canvas."""
     canvas = np.zeros((hw[0] + 4, hw[1] + 4, 3), np.float32)  # 2 px of zero border each side
     for image, (xa0, ya0, xa1, ya1), (xb0, yb0) in tiles:
-        canvas[2 + ya0 : 2 + ya1, 2 + xa0 : 2 + xa1] = image[yb0 : yb0 + ya1 - ya0, xb0 : xb0 + xa1 - xa0].astype(np.float32) - (FILL if image.dtype == np.uint8 else 0)
+        canvas[2 + ya0 : 2 + ya1, 2 + xa0 : 2 + xa1] = image[yb0 : yb0 + ya1 - ya0, xb0 : xb0 + xa1 - xa0].astype(
+            np.float32
+        ) - (FILL if image.dtype == np.uint8 else 0)
     m = _inverse(matrix)
     ys, xs = np.mgrid[0:S, 0:S].astype(np.float64)
     w = m[2, 0] * xs + (m[2, 1] * ys + m[2, 2])
@@ -204,7 +206,9 @@ def test_hsv_on_device_route_equals_straightforward_version() -> None:
 
 
 def test_float32_and_uint8_sources_give_identical_batches() -> None:
-    st = StreamSettings(seed=4, batch_size=7, augment=AugmentConfig(imgsz=S, degrees=10.0, copy_paste=0.5, mixup=0.5, flipud=0.5))
+    st = StreamSettings(
+        seed=4, batch_size=7, augment=AugmentConfig(imgsz=S, degrees=10.0, copy_paste=0.5, mixup=0.5, flipud=0.5)
+    )
     a, b = ArraySource(SHAPES, S, seed=8), RawSource(SHAPES, S, seed=8)
     for epoch in range(3):
         ra, rb = render_batch(a, st, epoch, 0), render_batch(b, st, epoch, 0)
@@ -231,7 +235,11 @@ def test_standalone_hsv_equals_the_numpy_integer_hsv() -> None:
     corners = np.stack(np.meshgrid(levels, levels, levels), -1).reshape(1, -1, 3)
     for shape in ((1, 1), (3, 5), (17, 33), (64, 64), (1, 1029)):
         image = rng.integers(0, 256, (*shape, 3), dtype=np.uint8)
-        for gains in (rng.uniform(-1, 1, 3) * [0.015, 0.7, 0.4] + 1, np.array([1.3, 2.0, 0.1]), np.array([0.5, 0.0, 3.0])):
+        for gains in (
+            rng.uniform(-1, 1, 3) * [0.015, 0.7, 0.4] + 1,
+            np.array([1.3, 2.0, 0.1]),
+            np.array([0.5, 0.0, 3.0]),
+        ):
             for im in (image, corners):
                 assert np.array_equal(apply_hsv_bgr(im, gains, to_rgb=True), _hsv(im, gains)), (shape, gains)
 
@@ -273,8 +281,14 @@ def test_float_lanes_compute_the_integer_hsv_exactly() -> None:
     big_v, d = np.arange(256, dtype=f)[:, None], np.arange(256, dtype=f)[None, :]
     ok = d <= big_v
     sat = np.trunc(f(255) * d / np.maximum(big_v, f(1)) + f(0.5))
-    assert np.array_equal(sat[ok].astype(np.int64), ((510 * d.astype(np.int64) + big_v.astype(np.int64)) // np.maximum(2 * big_v.astype(np.int64), 1))[ok])
+    assert np.array_equal(
+        sat[ok].astype(np.int64),
+        ((510 * d.astype(np.int64) + big_v.astype(np.int64)) // np.maximum(2 * big_v.astype(np.int64), 1))[ok],
+    )
     dd, n = np.arange(256, dtype=f)[:, None], np.arange(-255, 5 * 255 + 1, dtype=f)[None, :]
     ok = (n >= -dd) & (n <= 5 * dd)
     hue = np.trunc(f(30) * n / np.maximum(dd, f(1)) + f(180.5)) - f(180)
-    assert np.array_equal(hue[ok].astype(np.int64), ((60 * n.astype(np.int64) + dd.astype(np.int64)) // np.maximum(2 * dd.astype(np.int64), 1))[ok])
+    assert np.array_equal(
+        hue[ok].astype(np.int64),
+        ((60 * n.astype(np.int64) + dd.astype(np.int64)) // np.maximum(2 * dd.astype(np.int64), 1))[ok],
+    )

@@ -25,11 +25,14 @@ def _help(capsys, *argv: str) -> str:
     return capsys.readouterr().out
 
 
-@pytest.mark.parametrize("command, classes, skip", [
-    ("serve", (DaemonConfig,), {"data"}),
-    ("train", (AugmentConfig,), {"epochs"}),  # AugmentConfig.epochs is the run's --epochs
-    ("digest", (StreamSettings, AugmentConfig), {"augment"}),
-])
+@pytest.mark.parametrize(
+    "command, classes, skip",
+    [
+        ("serve", (DaemonConfig,), {"data"}),
+        ("train", (AugmentConfig,), {"epochs"}),  # AugmentConfig.epochs is the run's --epochs
+        ("digest", (StreamSettings, AugmentConfig), {"augment"}),
+    ],
+)
 def test_every_setting_is_a_flag_with_its_default(capsys, command, classes, skip):
     text = " ".join(_help(capsys, command).split())  # argparse wraps help lines
     for cls in classes:
@@ -38,7 +41,18 @@ def test_every_setting_is_a_flag_with_its_default(capsys, command, classes, skip
                 continue
             assert flag_of(f) in text, f"{cls.__name__}.{f.name} has no flag in `pixpool {command} --help`"
     if command == "train":
-        for flag in ("--epochs", "--batch-size", "--seed", "--lr", "--optimizer", "--project", "--resume", "--device", "--val", "--hsv-on-device"):
+        for flag in (
+            "--epochs",
+            "--batch-size",
+            "--seed",
+            "--lr",
+            "--optimizer",
+            "--project",
+            "--resume",
+            "--device",
+            "--val",
+            "--hsv-on-device",
+        ):
             assert flag in text
     if command == "serve":
         for name in ("job-timeout-s", "max-ring-nbytes", "max-total-ring-nbytes", "heartbeat-timeout-s"):
@@ -74,16 +88,39 @@ def test_bool_flags_alone_or_with_a_value(capsys):
 def test_one_range_check_for_imgsz(capsys):
     from pixpool.server.snapshot.prepare import prepare_snapshot
 
-    for make in (lambda: AugmentConfig(imgsz=16), lambda: DaemonConfig(data="x", imgsz=16), lambda: prepare_snapshot(None, imgsz=16)):
+    for make in (
+        lambda: AugmentConfig(imgsz=16),
+        lambda: DaemonConfig(data="x", imgsz=16),
+        lambda: prepare_snapshot(None, imgsz=16),
+    ):
         with pytest.raises(ConfigError, match=r"field 'imgsz' = 16 is out of range; use 32 to 8192"):
             make()
 
 
 def test_dispatcher_sides():
     # Producer commands live on the server side, trainer and operator commands on the client side.
-    assert {n for n, c in COMMANDS.items() if c.module.startswith("server.")} == {"synth", "prepare", "ls", "clean", "serve", "keys"}
-    assert {n for n, c in COMMANDS.items() if c.module.startswith("client.")} == {"digest", "status", "memory", "monitor", "plot", "train", "demo"}
-    assert COMMANDS["digest"].module_for(["x", "--reference"]) == COMMANDS["digest"].module_for(["--in-process"]) == "server.commands.digest"
+    assert {n for n, c in COMMANDS.items() if c.module.startswith("server.")} == {
+        "synth",
+        "prepare",
+        "ls",
+        "clean",
+        "serve",
+        "keys",
+    }
+    assert {n for n, c in COMMANDS.items() if c.module.startswith("client.")} == {
+        "digest",
+        "status",
+        "memory",
+        "monitor",
+        "plot",
+        "train",
+        "demo",
+    }
+    assert (
+        COMMANDS["digest"].module_for(["x", "--reference"])
+        == COMMANDS["digest"].module_for(["--in-process"])
+        == "server.commands.digest"
+    )
 
 
 @pytest.mark.parametrize("command", ["prepare", "serve", "digest"])

@@ -13,7 +13,13 @@ def _sched(*trainers, slots=2, batches=6, parts=1, batch_size=16, last=None):
     s = Scheduler(parts=parts)
     for tid in trainers:
         s.add(tid, StreamSettings(seed=tid, batch_size=batch_size), slots)
-        s.start(tid, epoch=0, batch=0, num_batches=batches, size_of=lambda b: last if last is not None and b == batches - 1 else batch_size)
+        s.start(
+            tid,
+            epoch=0,
+            batch=0,
+            num_batches=batches,
+            size_of=lambda b: last if last is not None and b == batches - 1 else batch_size,
+        )
     return s
 
 
@@ -107,7 +113,9 @@ def test_a_duplicate_release_never_frees_a_reannounced_slot():
     j2 = s.next_job()
     _done(s, j1)
     _done(s, j2)  # batch 2 announced in batch 0's slot
-    with pytest.raises(ProtocolError, match=r"names epoch 0 batch 0 generation 1, but the slot now holds epoch 0 batch 2 generation 1"):
+    with pytest.raises(
+        ProtocolError, match=r"names epoch 0 batch 0 generation 1, but the slot now holds epoch 0 batch 2 generation 1"
+    ):
         s.release(1, j0.slot, epoch=0, batch=0, generation=1)
     assert s.streams[1].held[j0.slot] == (0, 2, 1) and j0.slot not in s.streams[1].free
     assert s.next_job() is None, "the stale release gave a worker a slot the trainer still reads"

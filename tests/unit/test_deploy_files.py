@@ -72,11 +72,19 @@ def test_dockerfile_has_a_serving_and_a_trainer_target(stages):
     serve_runs = " ".join(a for i, a in stage_chain(stages, "serve") if i == "RUN")
     train_runs = " ".join(a for i, a in stage_chain(stages, "train") if i == "RUN")
     # The serving image: `pip install .` of the core package, torch nowhere.
-    assert re.search(r"pip install \.(\s|$)", serve_runs) and "torch" not in serve_runs.lower() and "[train]" not in serve_runs
+    assert (
+        re.search(r"pip install \.(\s|$)", serve_runs)
+        and "torch" not in serve_runs.lower()
+        and "[train]" not in serve_runs
+    )
     core = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["dependencies"]
     assert not any(d.lower().startswith("torch") for d in core), core  # so `pip install .` pulls no torch
     # The trainer image: torch from a build-arg index (CPU by default), then the train extra.
-    assert "torch==${TORCH_VERSION}" in train_runs and "--index-url ${TORCH_INDEX_URL}" in train_runs and '".[train]"' in train_runs
+    assert (
+        "torch==${TORCH_VERSION}" in train_runs
+        and "--index-url ${TORCH_INDEX_URL}" in train_runs
+        and '".[train]"' in train_runs
+    )
     args = {a.split("=", 1)[0]: a.split("=", 1)[1] for i, a in stage_chain(stages, "train") if i == "ARG" and "=" in a}
     assert args["TORCH_INDEX_URL"].endswith("/whl/cpu")
 
@@ -88,15 +96,22 @@ def test_dockerfile_copies_what_exists_and_runs_real_commands(stages):
                 *sources, _ = shlex.split(arguments)
                 assert all((REPO / s).exists() for s in sources), (name, sources)
             if instruction in ("CMD", "HEALTHCHECK"):
-                parse_command(_exec_form(arguments[arguments.index("CMD ") :] if instruction == "HEALTHCHECK" else arguments))
+                parse_command(
+                    _exec_form(arguments[arguments.index("CMD ") :] if instruction == "HEALTHCHECK" else arguments)
+                )
     # What the build context leaves out must not be what a stage copies.
-    ignored = [line.strip() for line in (REPO / ".dockerignore").read_text().splitlines() if line.strip() and not line.startswith("#")]
+    ignored = [
+        line.strip()
+        for line in (REPO / ".dockerignore").read_text().splitlines()
+        if line.strip() and not line.startswith("#")
+    ]
     copied = [s for name in stages for i, a in stages[name]["lines"] if i == "COPY" for s in shlex.split(a)[:-1]]
     assert not [(s, pat) for s in copied for pat in ignored if fnmatch.fnmatch(s, pat)], ignored
     health = [a for i, a in stage_chain(stages, "serve") if i == "HEALTHCHECK"]
     probe = parse_pixpool(_exec_form(health[0][health[0].index("CMD ") :])) if len(health) == 1 else None
-    assert probe is not None and probe.command == "status" and probe.probe, \
+    assert probe is not None and probe.command == "status" and probe.probe, (
         "the healthcheck asks for health, not the full status"
+    )
 
 
 def test_dockerfile_copies_everything_pip_install_builds_from(stages):
@@ -182,8 +197,9 @@ def test_daemonset_probes_limits_socket_dir_and_store():
     for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
         status = parse_pixpool(c[probe]["exec"]["command"])
         assert status.command == "status" and status.socket_dir == config.socket_dir, probe
-        assert status.probe, \
+        assert status.probe, (
             f"{probe} asks for the full status, whose cost grows with the trainers; use `pixpool status --probe`"
+        )
         assert c[probe]["timeoutSeconds"] > status.timeout_s, probe  # the probe outlives the command's own wait
     for kind in ("requests", "limits"):
         assert {"cpu", "memory"} <= set(c["resources"][kind]), kind
@@ -191,7 +207,10 @@ def test_daemonset_probes_limits_socket_dir_and_store():
     assert _host_path_of(pod, c, config.socket_dir) == "/run/pixpool"
     assert _host_path_of(pod, c, "/dev/shm") == "/dev/shm"  # the store, shared with the trainer pods
     (init,) = pod["initContainers"]
-    assert "chmod 0700 /run/pixpool" in " ".join(init["command"]) and _volumes(pod)["sockets"]["hostPath"]["type"] == "DirectoryOrCreate"
+    assert (
+        "chmod 0700 /run/pixpool" in " ".join(init["command"])
+        and _volumes(pod)["sockets"]["hostPath"]["type"] == "DirectoryOrCreate"
+    )
     assert pod["securityContext"]["runAsUser"] == 1000
 
 
@@ -208,7 +227,10 @@ def test_trainer_job_runs_torchrun_against_its_nodes_daemon():
     outer, inner = parse_torchrun(argv)
     assert int(outer.nnodes) == job["spec"]["parallelism"] == job["spec"]["completions"]
     assert int(outer.nproc_per_node) == int(c["resources"]["limits"]["nvidia.com/gpu"])
-    assert outer.master_addr == f"{job['metadata']['name']}-0.{service['metadata']['name']}" and pod["subdomain"] == service["metadata"]["name"]
+    assert (
+        outer.master_addr == f"{job['metadata']['name']}-0.{service['metadata']['name']}"
+        and pod["subdomain"] == service["metadata"]["name"]
+    )
     assert inner.socket_dir == socket_dir
     # The same host paths as the node's daemon: its socket directory and its store.
     assert _host_path_of(pod, c, socket_dir) == _host_path_of(ds_pod, ds_c, socket_dir)

@@ -48,7 +48,12 @@ def _reference_loss(feats, per_image, imgsz, num_classes):
         anchor_pixels = points * stride_of
         for j in range(len(gt)):
             x1, y1, x2, y2 = gt_xyxy[j]
-            inside = (anchor_pixels[:, 0] > x1) & (anchor_pixels[:, 0] < x2) & (anchor_pixels[:, 1] > y1) & (anchor_pixels[:, 1] < y2)
+            inside = (
+                (anchor_pixels[:, 0] > x1)
+                & (anchor_pixels[:, 0] < x2)
+                & (anchor_pixels[:, 1] > y1)
+                & (anchor_pixels[:, 1] < y2)
+            )
             idx = inside.nonzero()[:, 0]
             if not len(idx):
                 continue
@@ -82,21 +87,31 @@ def _reference_loss(feats, per_image, imgsz, num_classes):
             near_left = left + 1 - ltrb
             dfl_sum = dfl_sum + ((ce_left * near_left + ce_right * (1 - near_left)).mean(-1) * weight).sum()
     denominator = max(float(score_total), 1.0)
-    parts = torch.stack([torch.as_tensor(box_sum) * 7.5, torch.as_tensor(cls_sum) * 0.5, torch.as_tensor(dfl_sum) * 1.5]) / denominator
+    parts = (
+        torch.stack([torch.as_tensor(box_sum) * 7.5, torch.as_tensor(cls_sum) * 0.5, torch.as_tensor(dfl_sum) * 1.5])
+        / denominator
+    )
     return parts.sum() * batch, parts
 
 
 def _random_boxes(rng, n, num_classes):
-    return np.column_stack([rng.integers(0, num_classes, n), rng.uniform(0.15, 0.85, (n, 2)), rng.uniform(0.05, 0.5, (n, 2))]).astype(np.float32)
+    return np.column_stack(
+        [rng.integers(0, num_classes, n), rng.uniform(0.15, 0.85, (n, 2)), rng.uniform(0.05, 0.5, (n, 2))]
+    ).astype(np.float32)
 
 
 def _random_feats(seed, batch, imgsz, num_classes):
     gen = torch.Generator().manual_seed(seed)
-    return [(torch.randn(batch, 4 * REG_MAX + num_classes, imgsz // s, imgsz // s, generator=gen) * 2).requires_grad_() for s in STRIDES]
+    return [
+        (torch.randn(batch, 4 * REG_MAX + num_classes, imgsz // s, imgsz // s, generator=gen) * 2).requires_grad_()
+        for s in STRIDES
+    ]
 
 
 def _padded(per_image, max_targets):
-    rows = np.concatenate([np.column_stack([np.full(len(g), b, np.float32), g]) for b, g in enumerate(per_image)]).reshape(-1, 6)
+    rows = np.concatenate(
+        [np.column_stack([np.full(len(g), b, np.float32), g]) for b, g in enumerate(per_image)]
+    ).reshape(-1, 6)
     targets, mask = pad_targets(rows, len(per_image), max_targets)
     return torch.from_numpy(targets), torch.from_numpy(mask)
 
@@ -188,7 +203,20 @@ def test_a_few_steps_of_tiny_reduce_the_loss():
 # data; any of them would make the step impossible to capture as a CUDA graph. Indexing
 # with a boolean mask dispatches as plain ``index`` (the nonzero runs inside the kernel),
 # so the recorder names it "index(bool)" by its arguments.
-_SYNCING_OPS = {"_local_scalar_dense", "item", "is_nonzero", "nonzero", "nonzero_static", "masked_select", "equal", "allclose", "_assert_async", "unique", "_unique2", "index(bool)"}
+_SYNCING_OPS = {
+    "_local_scalar_dense",
+    "item",
+    "is_nonzero",
+    "nonzero",
+    "nonzero_static",
+    "masked_select",
+    "equal",
+    "allclose",
+    "_assert_async",
+    "unique",
+    "_unique2",
+    "index(bool)",
+}
 
 
 def _bool_index(args) -> bool:
@@ -206,7 +234,9 @@ def _record_ops(fn):
 
         def __torch_dispatch__(self, func, types, args=(), kwargs=None):
             name = func.overloadpacket.__name__
-            self.names.add(f"{name}(bool)" if name in ("index", "index_put", "index_put_") and _bool_index(args) else name)
+            self.names.add(
+                f"{name}(bool)" if name in ("index", "index_put", "index_put_") and _bool_index(args) else name
+            )
             return func(*args, **(kwargs or {}))
 
     with Recorder() as recorder:

@@ -40,7 +40,10 @@ def test_a_hand_computed_partial_case():
 
     mAP50 = (51/101 + 1) / 2; mAP50_95 = (51/101 + 0.5) / 2."""
     gt = [np.array([[0, 10, 10, 50, 50], [0, 100, 100, 150, 160]], float), np.array([[1, 0, 0, 100, 100]], float)]
-    predictions = [np.array([[10, 10, 50, 50, 0.9, 0], [200, 200, 240, 240, 0.8, 0]], float), np.array([[0, 0, 100, 72, 0.7, 1]], float)]
+    predictions = [
+        np.array([[10, 10, 50, 50, 0.9, 0], [200, 200, 240, 240, 0.8, 0]], float),
+        np.array([[0, 0, 100, 72, 0.7, 1]], float),
+    ]
     result = coco_map(predictions, gt, image_sizes=[(256, 256), (256, 256)])
     assert result["mAP50"] == pytest.approx((51 / 101 + 1) / 2, abs=1e-6)
     assert result["mAP50_95"] == pytest.approx((51 / 101 + 0.5) / 2, abs=1e-6)

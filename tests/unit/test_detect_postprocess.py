@@ -19,7 +19,12 @@ def _iou(a, b):
 def _reference_nms(boxes, scores, *, conf_thres, iou_thres, max_det):
     """Every (box, class) above the threshold, by score (ties in box-then-class order);
     keep one unless a kept box of its class overlaps it by more than iou_thres."""
-    candidates = [(float(scores[a, c]), a, c) for a in range(len(boxes)) for c in range(scores.shape[1]) if scores[a, c] > conf_thres]
+    candidates = [
+        (float(scores[a, c]), a, c)
+        for a in range(len(boxes))
+        for c in range(scores.shape[1])
+        if scores[a, c] > conf_thres
+    ]
     candidates.sort(key=lambda t: -t[0])
     kept = []
     for score, a, c in candidates:
@@ -34,7 +39,9 @@ def _reference_nms(boxes, scores, *, conf_thres, iou_thres, max_det):
 def _random_scene(seed, *, anchors=150, classes=3):
     gen = torch.Generator().manual_seed(seed)
     # Centres clustered on a 10 px lattice so that many boxes overlap, as a detector's do.
-    centres = (torch.rand(anchors, 2, generator=gen) * 60 + 20).round(decimals=-1) + torch.randn(anchors, 2, generator=gen) * 3
+    centres = (torch.rand(anchors, 2, generator=gen) * 60 + 20).round(decimals=-1) + torch.randn(
+        anchors, 2, generator=gen
+    ) * 3
     sizes = torch.rand(anchors, 2, generator=gen) * 20 + 5
     boxes = torch.cat((centres - sizes / 2, centres + sizes / 2), 1)
     # Scores rounded to two decimals: ties happen, and the order among them must match.
@@ -55,7 +62,9 @@ def test_nms_equals_the_straightforward_reference(seed, iou_thres, max_det):
 
 def test_nms_is_class_aware_and_per_image():
     box = torch.tensor([[10.0, 10.0, 30.0, 30.0], [11.0, 10.0, 31.0, 30.0]])
-    scores = torch.tensor([[[0.9, 0.0], [0.8, 0.0]], [[0.9, 0.0], [0.0, 0.8]]])  # image 1: the overlap is of another class
+    scores = torch.tensor(
+        [[[0.9, 0.0], [0.8, 0.0]], [[0.9, 0.0], [0.0, 0.8]]]
+    )  # image 1: the overlap is of another class
     got = nms(torch.stack((box, box)), scores, conf_thres=0.1, iou_thres=0.5)
     assert got[0][:, 5].tolist() == [0.0] and got[0][:, 4].tolist() == pytest.approx([0.9])
     assert got[1][:, 5].tolist() == [0.0, 1.0]

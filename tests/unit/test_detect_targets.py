@@ -10,7 +10,15 @@ from pixpool.shared.errors import CapacityError, ConfigError
 
 
 def test_rows_fill_each_images_first_slots_in_order():
-    rows = np.array([[2, 1, 0.5, 0.5, 0.2, 0.2], [0, 3, 0.1, 0.2, 0.3, 0.4], [2, 0, 0.9, 0.9, 0.1, 0.1], [0, 4, 0.5, 0.6, 0.7, 0.8]], np.float32)
+    rows = np.array(
+        [
+            [2, 1, 0.5, 0.5, 0.2, 0.2],
+            [0, 3, 0.1, 0.2, 0.3, 0.4],
+            [2, 0, 0.9, 0.9, 0.1, 0.1],
+            [0, 4, 0.5, 0.6, 0.7, 0.8],
+        ],
+        np.float32,
+    )
     targets, mask = pad_targets(rows, 4, 3)
     assert targets.shape == (4, 3, 5) and targets.dtype == np.float32 and mask.shape == (4, 3) and mask.dtype == bool
     np.testing.assert_array_equal(mask, [[1, 1, 0], [0, 0, 0], [1, 1, 0], [0, 0, 0]])
@@ -35,7 +43,12 @@ def test_overflow_names_the_file_the_count_and_the_fix():
     with pytest.raises(CapacityError) as err:
         pad_targets(rows, 2, 4, files=["a.jpg", "crowd.jpg"])
     text = str(err.value)
-    assert "'crowd.jpg'" in text and "5 boxes" in text and "max_targets=4" in text and "raise max_targets to at least 5" in text
+    assert (
+        "'crowd.jpg'" in text
+        and "5 boxes" in text
+        and "max_targets=4" in text
+        and "raise max_targets to at least 5" in text
+    )
 
 
 def test_overflow_without_files_names_the_batch_index():

@@ -90,7 +90,10 @@ def test_compare_passes_the_same_distribution_and_fails_a_shifted_one():
 
 
 def test_markdown_table_has_one_row_per_comparison():
-    rows = [fs.compare_mean("ok", [1.0, 2.0, 3.0], [1.0, 2.0, 3.0], 0.01), fs.compare_ks("off", [0.0, 0.1, 0.2], [5.0, 5.1, 5.2], 0.5)]
+    rows = [
+        fs.compare_mean("ok", [1.0, 2.0, 3.0], [1.0, 2.0, 3.0], 0.01),
+        fs.compare_ks("off", [0.0, 0.1, 0.2], [5.0, 5.1, 5.2], 0.5),
+    ]
     text = fs.markdown(rows)
     lines = text.splitlines()
     assert len(lines) == 4

@@ -48,10 +48,20 @@ def test_sizes():
 
 def _sample(t: float, trainers: int) -> dict:
     ring = 79 << 20
-    return {"time_unix": t, "memory": {
-        "snapshot": "pixpool-snap-x", "segments": {"pixpool-snap-x-img": {"bytes": 455 << 20, "resident_bytes": 455 << 20}},
-        "ring_bytes": trainers * ring, "service_pss_bytes": (705 << 20) + trainers * ring, "trainers_pss_bytes": trainers * (300 << 20),
-        "trainers": trainers, "decoded_bytes": 114 << 20, "uint8_caches_bytes": trainers * (114 << 20), "break_even_trainers": 21}}
+    return {
+        "time_unix": t,
+        "memory": {
+            "snapshot": "pixpool-snap-x",
+            "segments": {"pixpool-snap-x-img": {"bytes": 455 << 20, "resident_bytes": 455 << 20}},
+            "ring_bytes": trainers * ring,
+            "service_pss_bytes": (705 << 20) + trainers * ring,
+            "trainers_pss_bytes": trainers * (300 << 20),
+            "trainers": trainers,
+            "decoded_bytes": 114 << 20,
+            "uint8_caches_bytes": trainers * (114 << 20),
+            "break_even_trainers": 21,
+        },
+    }
 
 
 def test_plot_draws_a_record(tmp_path):
@@ -83,8 +93,20 @@ def test_plot_draws_training_results(tmp_path):
 
     from pixpool.client.plot import plot_any, read_record
 
-    rows = [{"epoch": e, "loss": 100 - 5 * e, "box": 3.0, "cls": 2.0, "dfl": 1.5, "lr": 0.01 / (e + 1), "data_wait_fraction": 0.05,
-             "mAP50": 0.02 * e, "mAP50_95": 0.01 * e} for e in range(6)]
+    rows = [
+        {
+            "epoch": e,
+            "loss": 100 - 5 * e,
+            "box": 3.0,
+            "cls": 2.0,
+            "dfl": 1.5,
+            "lr": 0.01 / (e + 1),
+            "data_wait_fraction": 0.05,
+            "mAP50": 0.02 * e,
+            "mAP50_95": 0.01 * e,
+        }
+        for e in range(6)
+    ]
     record = tmp_path / "results.jsonl"
     record.write_text("".join(json.dumps(r) + "\n" for r in rows))
     out = plot_any(read_record(record), tmp_path / "results.png")

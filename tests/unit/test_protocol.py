@@ -14,7 +14,16 @@ from pixpool.shared.errors import ProtocolError
 def test_round_trip_keeps_fields():
     frame = proto.encode("release", trainer_id=3, token=99, slot=1, epoch=0, batch=4, generation=2)
     msg = proto.decode(frame)
-    assert msg == {"v": proto.PROTOCOL_VERSION, "op": "release", "trainer_id": 3, "token": 99, "slot": 1, "epoch": 0, "batch": 4, "generation": 2}
+    assert msg == {
+        "v": proto.PROTOCOL_VERSION,
+        "op": "release",
+        "trainer_id": 3,
+        "token": 99,
+        "slot": 1,
+        "epoch": 0,
+        "batch": 4,
+        "generation": 2,
+    }
 
 
 def test_version_mismatch_names_both_versions():
@@ -28,15 +37,44 @@ def test_version_mismatch_names_both_versions():
     "frame, words",
     [
         (b"", "not one valid msgpack"),
-        (proto.encode("release", trainer_id=1, token=2, slot=3, epoch=0, batch=0, generation=1)[:-2], "not one valid msgpack"),
+        (
+            proto.encode("release", trainer_id=1, token=2, slot=3, epoch=0, batch=0, generation=1)[:-2],
+            "not one valid msgpack",
+        ),
         (proto.encode("status") + b"\x01", "not one valid msgpack"),
         (msgpack.packb([1, 2, 3]), "must be a msgpack map"),
         (msgpack.packb({"v": proto.PROTOCOL_VERSION, "op": "launch"}), "unknown op"),
-        (msgpack.packb({"v": proto.PROTOCOL_VERSION, "op": "ready", "trainer_id": 1, "slot": 0, "epoch": 0, "batch": 0, "size": 1, "n_targets": 0}), "not a request"),
-        (msgpack.packb({"v": proto.PROTOCOL_VERSION, "op": "release", "trainer_id": 1, "token": 2}), "lacks field 'slot'"),
-        (msgpack.packb({"v": proto.PROTOCOL_VERSION, "op": "release", "trainer_id": 1, "token": 2, "slot": "0"}), "field 'slot' must be int"),
-        (msgpack.packb({"v": proto.PROTOCOL_VERSION, "op": "release", "trainer_id": 1, "token": 2, "slot": True}), "got bool"),
-        (msgpack.packb({"v": proto.PROTOCOL_VERSION, "op": "release", "trainer_id": 1, "token": 2, "slot": 1 << 63}), "out of range"),
+        (
+            msgpack.packb(
+                {
+                    "v": proto.PROTOCOL_VERSION,
+                    "op": "ready",
+                    "trainer_id": 1,
+                    "slot": 0,
+                    "epoch": 0,
+                    "batch": 0,
+                    "size": 1,
+                    "n_targets": 0,
+                }
+            ),
+            "not a request",
+        ),
+        (
+            msgpack.packb({"v": proto.PROTOCOL_VERSION, "op": "release", "trainer_id": 1, "token": 2}),
+            "lacks field 'slot'",
+        ),
+        (
+            msgpack.packb({"v": proto.PROTOCOL_VERSION, "op": "release", "trainer_id": 1, "token": 2, "slot": "0"}),
+            "field 'slot' must be int",
+        ),
+        (
+            msgpack.packb({"v": proto.PROTOCOL_VERSION, "op": "release", "trainer_id": 1, "token": 2, "slot": True}),
+            "got bool",
+        ),
+        (
+            msgpack.packb({"v": proto.PROTOCOL_VERSION, "op": "release", "trainer_id": 1, "token": 2, "slot": 1 << 63}),
+            "out of range",
+        ),
         (msgpack.packb({"v": proto.PROTOCOL_VERSION, "op": "status", "x": msgpack.ExtType(1, b"zz")}), None),
         (b"\x00" * (proto.MAX_FRAME_BYTES + 1), "exceeds the limit"),
     ],
@@ -87,7 +125,12 @@ def test_every_declared_error_code_comes_back_as_its_class():
     for raised, expected in cases:
         back = proto.error_from(proto.decode(proto.error_frame_for(raised), reply=True))
         assert type(back) is expected and str(back) == str(raised)
-    assert proto.error_from(proto.decode(proto.error_frame_for(errors.ConfigError.for_field("slots", 99, "x")), reply=True)).field == "slots"
+    assert (
+        proto.error_from(
+            proto.decode(proto.error_frame_for(errors.ConfigError.for_field("slots", 99, "x")), reply=True)
+        ).field
+        == "slots"
+    )
     assert type(proto.error_from({"op": "error", "code": "from-a-newer-daemon", "message": "m"})) is errors.PixpoolError
     with pytest.raises(ValueError, match="undeclared error code"):
         proto.error_frame("made-up", "m")
@@ -117,8 +160,11 @@ _ATTACH = {"op": "attach", "settings": {}, "pid": 1, "host": "h", "slots": 2, "d
         ({**_ATTACH, "delivery": "carrier pigeon"}, "delivery", "not one of"),
         ({**_ATTACH, "pid": -5}, "pid", "out of range"),
         ({"op": "heartbeat", "trainer_id": 1, "token": 2, "data_wait_s": float("nan")}, "data_wait_s", "out of range"),
-        ({"op": "prove", "trainer_id": 1, "token": 2, "nonce": "0" * (proto.MAX_NONCE_CHARS + 1)}, "nonce",
-         "over the limit"),
+        (
+            {"op": "prove", "trainer_id": 1, "token": 2, "nonce": "0" * (proto.MAX_NONCE_CHARS + 1)},
+            "nonce",
+            "over the limit",
+        ),
         ({"op": "start", "trainer_id": 1, "token": 2, "epoch": -1, "batch": 0}, "epoch", "out of range"),
     ],
 )
@@ -134,7 +180,16 @@ def test_request_fields_are_bounded_and_named(fields, field, words):
 def test_optional_fields_may_be_left_out_and_bounded_ones_pass():
     assert proto.decode(proto.encode("records", start=0))["start"] == 0
     assert proto.decode(proto.encode("heartbeat", trainer_id=1, token=2))["op"] == "heartbeat"
-    msg = proto.decode(proto.encode("attach", settings={}, pid=1, host="h" * proto.MAX_HOST_CHARS, slots=2,
-                                    delivery="frames", pid_ns="pid:[4026531836]"))
+    msg = proto.decode(
+        proto.encode(
+            "attach",
+            settings={},
+            pid=1,
+            host="h" * proto.MAX_HOST_CHARS,
+            slots=2,
+            delivery="frames",
+            pid_ns="pid:[4026531836]",
+        )
+    )
     assert len(msg["host"]) == proto.MAX_HOST_CHARS
     assert proto.decode(proto.encode("health"))["op"] == "health"

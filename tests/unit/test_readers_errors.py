@@ -43,6 +43,7 @@ def test_copy_reads_cleanly(ds):
 
 # ---- COCO json -----------------------------------------------------------------------------
 
+
 def test_missing_json(ds):
     _raises(ds / "annotations" / "nope.json", "nope.json", error=MissingFileError)
 
@@ -97,7 +98,10 @@ def test_missing_image_file(ds):
 def test_file_name_outside_the_images_folder_is_refused(ds, file_name):
     (ds / "outside.jpg").write_bytes((ds / "images" / "train" / "synth_0000.jpg").read_bytes())
     path = _edit_json(ds, lambda d: d["images"][2].update(file_name=file_name))
-    err = _raises(path, f"images[2] (id {json.loads(path.read_text())['images'][2]['id']}): field 'file_name' {file_name!r} points outside the images folder")
+    err = _raises(
+        path,
+        f"images[2] (id {json.loads(path.read_text())['images'][2]['id']}): field 'file_name' {file_name!r} points outside the images folder",
+    )
     assert err.path == str(path)
 
 
@@ -119,6 +123,7 @@ def test_crowd_and_degenerate_annotations_are_left_out(ds):
         d["annotations"][0]["iscrowd"] = 1
         d["annotations"][0]["segmentation"] = {"size": [10, 10], "counts": "abc"}
         d["annotations"][1]["bbox"][2] = 0
+
     path = _edit_json(ds, change)
     dataset, stats = read_dataset(path)
     assert stats.crowd_skipped == 1 and stats.degenerate_skipped == 1
@@ -127,6 +132,7 @@ def test_crowd_and_degenerate_annotations_are_left_out(ds):
 
 
 # ---- YOLO labels ---------------------------------------------------------------------------
+
 
 def _label(ds: Path, text: str, name: str = "synth_0004.txt") -> Path:
     path = ds / "labels" / "train" / name
@@ -175,6 +181,7 @@ def test_non_utf8_label_file(ds):
 
 
 # ---- data.yaml -----------------------------------------------------------------------------
+
 
 def test_yaml_unreadable(ds):
     (ds / "data.yaml").write_text("train: [unclosed\nnames: {")

@@ -18,7 +18,11 @@ def test_a_segment_others_may_write_is_refused(shm_name):
     os.chmod(shm_path(name), 0o622)
     with pytest.raises(UntrustedSegmentError, match=r"mode 0622: group or others may write it") as err:
         SharedSegment.attach(name)
-    assert err.value.path == shm_path(name) and isinstance(err.value, PermissionError) and isinstance(err.value, SnapshotError)
+    assert (
+        err.value.path == shm_path(name)
+        and isinstance(err.value, PermissionError)
+        and isinstance(err.value, SnapshotError)
+    )
 
 
 def test_a_symlink_under_a_segment_name_is_refused(shm_name, tmp_path):

@@ -22,8 +22,18 @@ import pixpool.integrations
 import pixpool.server
 import pixpool.shared
 
-SIDES = {"server": pixpool.server, "client": pixpool.client, "shared": pixpool.shared, "integrations": pixpool.integrations}
-FORBIDDEN = {"shared": {"server", "client", "integrations"}, "client": {"server", "integrations"}, "server": {"client", "integrations"}, "integrations": {"server"}}
+SIDES = {
+    "server": pixpool.server,
+    "client": pixpool.client,
+    "shared": pixpool.shared,
+    "integrations": pixpool.integrations,
+}
+FORBIDDEN = {
+    "shared": {"server", "client", "integrations"},
+    "client": {"server", "integrations"},
+    "server": {"client", "integrations"},
+    "integrations": {"server"},
+}
 
 
 def _modules(side: str):
@@ -86,18 +96,34 @@ def test_the_walk_sees_relative_and_lazy_imports(tmp_path):
 
 
 def test_ultralytics_is_imported_only_by_its_integration():
-    importers = sorted(module for side in SIDES for path, module, is_package in _modules(side)
-                       if any(name == "ultralytics" or name.startswith("ultralytics.") for _, name in _imported(path, module, is_package)))
+    importers = sorted(
+        module
+        for side in SIDES
+        for path, module, is_package in _modules(side)
+        if any(
+            name == "ultralytics" or name.startswith("ultralytics.") for _, name in _imported(path, module, is_package)
+        )
+    )
     assert importers, "the walk must see the integration's imports of ultralytics"
     home = "pixpool.integrations.ultralytics"
     assert all(m == home or m.startswith(home + ".") for m in importers), importers
     # The mapping and the batch layout stay importable without Ultralytics.
-    assert not {"pixpool.integrations.ultralytics.hyp", "pixpool.integrations.ultralytics.batches", "pixpool.integrations.ultralytics.loader"} & set(importers)
+    assert not {
+        "pixpool.integrations.ultralytics.hyp",
+        "pixpool.integrations.ultralytics.batches",
+        "pixpool.integrations.ultralytics.loader",
+    } & set(importers)
 
 
 def test_every_module_is_walked():
     walked = {m for side in SIDES for _, m, _ in _modules(side)}
-    for expected in ("pixpool.shared.stream.protocol", "pixpool.server.daemon.service", "pixpool.server.snapshot.prepare",
-                     "pixpool.client.iterator", "pixpool.client.commands.train", "pixpool.server.commands.serve",
-                     "pixpool.integrations.ultralytics.trainer"):
+    for expected in (
+        "pixpool.shared.stream.protocol",
+        "pixpool.server.daemon.service",
+        "pixpool.server.snapshot.prepare",
+        "pixpool.client.iterator",
+        "pixpool.client.commands.train",
+        "pixpool.server.commands.serve",
+        "pixpool.integrations.ultralytics.trainer",
+    ):
         assert expected in walked

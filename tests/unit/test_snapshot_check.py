@@ -40,8 +40,19 @@ def test_the_error_names_both_snapshots_what_changed_and_the_opt_in():
     err = sc.refusal(before, after, endpoint="ipc:///tmp/x/daemon.sock", position=(3, 7))
     assert isinstance(err, SnapshotChangedError) and isinstance(err, SnapshotError) and isinstance(err, RuntimeError)
     text = str(err)
-    for part in ("a" * 16, "c" * 16, "24 records", "20 records", "4 records fewer", "added ['fish']",
-                 "removed ['bird']", "epoch 3 short at batch 7", "follow_snapshot=True", "--follow-snapshot", "ipc:///tmp/x/daemon.sock"):
+    for part in (
+        "a" * 16,
+        "c" * 16,
+        "24 records",
+        "20 records",
+        "4 records fewer",
+        "added ['fish']",
+        "removed ['bird']",
+        "epoch 3 short at batch 7",
+        "follow_snapshot=True",
+        "--follow-snapshot",
+        "ipc:///tmp/x/daemon.sock",
+    ):
         assert part in text, f"{part!r} missing from: {text}"
     assert err.before is before and err.after is after
 

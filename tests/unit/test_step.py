@@ -36,8 +36,18 @@ def _batch(seed=0):
 
 
 def test_the_step_learns_moves_the_ema_and_reads_losses_rarely():
-    step = DetectorStep(num_classes=3, batch_size=4, imgsz=64, max_targets=4, total_steps=60, scale="tiny", optimizer="AdamW", lr=0.002,
-                        warmup_steps=5, seed=1)
+    step = DetectorStep(
+        num_classes=3,
+        batch_size=4,
+        imgsz=64,
+        max_targets=4,
+        total_steps=60,
+        scale="tiny",
+        optimizer="AdamW",
+        lr=0.002,
+        warmup_steps=5,
+        seed=1,
+    )
     images, rows = _batch()
     ema_before = [p.clone() for p in step.ema.parameters()]
     for _ in range(10):
@@ -69,7 +79,9 @@ def test_the_feeder_refuses_out_of_order_use_and_a_wrong_shape():
         feeder.take()
     feeder.put(torch.zeros(2, 3, 32, 32, dtype=torch.uint8), np.zeros((2, 3, 5), np.float32), np.zeros((2, 3), bool))
     with pytest.raises(RuntimeError, match="already waiting"):
-        feeder.put(torch.zeros(2, 3, 32, 32, dtype=torch.uint8), np.zeros((2, 3, 5), np.float32), np.zeros((2, 3), bool))
+        feeder.put(
+            torch.zeros(2, 3, 32, 32, dtype=torch.uint8), np.zeros((2, 3, 5), np.float32), np.zeros((2, 3), bool)
+        )
     step = DetectorStep(num_classes=2, batch_size=2, imgsz=64, max_targets=4, total_steps=10, scale="tiny")
     with pytest.raises(ValueError, match=r"\(1, 3, 64, 64\).*\(2, 3, 64, 64\)"):
         step.step(np.zeros((1, 3, 64, 64), np.uint8), np.zeros((0, 6), np.float32))

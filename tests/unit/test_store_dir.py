@@ -48,7 +48,9 @@ def test_a_store_must_be_an_existing_directory_nobody_else_can_rewrite(tmp_path)
     assert store.check_store(d) == os.path.realpath(d)
     link = tmp_path / "link"
     link.symlink_to(d)
-    assert store.check_store(link) == os.path.realpath(d), "a store is known by its real path (the one /proc/PID/maps shows)"
+    assert store.check_store(link) == os.path.realpath(d), (
+        "a store is known by its real path (the one /proc/PID/maps shows)"
+    )
 
 
 def test_a_network_file_system_is_refused(tmp_path, monkeypatch):

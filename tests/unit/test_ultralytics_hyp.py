@@ -56,10 +56,18 @@ def test_each_augmentation_key_lands_in_its_field_alone(key):
 
 
 def test_all_keys_together_and_the_stream_fields():
-    settings = hyp.stream_settings({**VALUES, "batch": 24, "seed": 7, "lr0": 0.02, "optimizer": "SGD"}, rank=1, world_size=2)
+    settings = hyp.stream_settings(
+        {**VALUES, "batch": 24, "seed": 7, "lr0": 0.02, "optimizer": "SGD"}, rank=1, world_size=2
+    )
     for key, value in VALUES.items():
         assert getattr(settings.augment, hyp.AUGMENT_KEYS[key]) == value, key
-    assert (settings.batch_size, settings.seed, settings.rank, settings.world_size, settings.shuffle) == (24, 7, 1, 2, True)
+    assert (settings.batch_size, settings.seed, settings.rank, settings.world_size, settings.shuffle) == (
+        24,
+        7,
+        1,
+        2,
+        True,
+    )
     assert settings.augment.augment is True
     # Ultralytics gives each DDP rank batch // world_size.
     assert hyp.stream_settings({"batch": 24}, batch_size=12, rank=0, world_size=2).batch_size == 12
@@ -125,7 +133,9 @@ def test_no_op_values_and_settings_outside_the_route_pass(key, value):
     hyp.stream_settings({key: value})
 
 
-@pytest.mark.parametrize("key, value", [("translate", 0.95), ("perspective", 0.01), ("mosaic", 1.5), ("imgsz", 16), ("batch", 5000)])
+@pytest.mark.parametrize(
+    "key, value", [("translate", 0.95), ("perspective", 0.01), ("mosaic", 1.5), ("imgsz", 16), ("batch", 5000)]
+)
 def test_out_of_range_values_name_the_ultralytics_key(key, value):
     with pytest.raises(ConfigError) as info:
         hyp.stream_settings({key: value})
