@@ -19,9 +19,9 @@ import time
 from contextlib import contextmanager
 from typing import Iterator
 
+from ..shared.errors import DaemonStopped, DaemonTimeout
 from ..shared.transport import endpoint as ep
 from ..shared.transport.control import request_status
-from ..shared.errors import DaemonStopped, DaemonTimeout
 from ..shared.transport.spawn import python_argv
 
 _POLL_S = 0.1

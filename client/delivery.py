@@ -22,8 +22,8 @@ import logging
 
 import numpy as np
 
-from ..shared.stream import protocol as proto
 from ..shared.errors import PixpoolError, ProtocolError
+from ..shared.stream import protocol as proto
 from ..shared.transport.ring import Ring, RingLayout
 
 log = logging.getLogger(__name__)

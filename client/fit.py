@@ -28,9 +28,9 @@ from pathlib import Path
 
 import numpy as np
 
+from ..shared.errors import ConfigError
 from ..shared.stream.config import AugmentConfig
 from ..shared.stream.digest import batch_digest
-from ..shared.errors import ConfigError
 from ._torch import require_torch
 
 log = logging.getLogger(__name__)

@@ -44,14 +44,14 @@ from typing import Any, Iterator
 import numpy as np
 import zmq
 
-from ..shared.transport import endpoint as ep
+from ..shared.errors import ConfigError, DaemonStopped, DaemonTimeout, PixpoolError, ProtocolError
 from ..shared.stream import protocol as proto
 from ..shared.stream.config import StreamSettings
-from ..shared.errors import ConfigError, DaemonStopped, DaemonTimeout, PixpoolError, ProtocolError
+from ..shared.transport import endpoint as ep
 from ..shared.transport.procmem import pid_namespace
 from ..shared.transport.ring import DEFAULT_SLOTS
-from ._torch import require_torch
 from . import snapshot_check
+from ._torch import require_torch
 from .auth_watch import AuthWatch
 from .delivery import delivery_for, map_ring, open_reader
 

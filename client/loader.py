@@ -45,10 +45,10 @@ from __future__ import annotations
 import os
 from typing import Any, Iterator
 
-from ..shared.stream.config import AugmentConfig, StreamSettings
 from ..shared.errors import ConfigError
-from ..shared.transport.ring import DEFAULT_SLOTS
+from ..shared.stream.config import AugmentConfig, StreamSettings
 from ..shared.stream.sampler import num_batches
+from ..shared.transport.ring import DEFAULT_SLOTS
 from ._torch import require_torch
 from .iterator import Client
 

@@ -12,10 +12,10 @@ from __future__ import annotations
 
 import os
 
+from ..shared.cli.text import format_table, human_bytes
 from ..shared.transport import store as _store
 from ..shared.transport.names import parse, shm_path
 from ..shared.transport.procmem import ProcessMemory
-from ..shared.cli.text import format_table, human_bytes
 
 
 # -- snapshot bytes ----------------------------------------------------------------------

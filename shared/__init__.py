@@ -4,7 +4,6 @@ and shards, HSV tables), the wire protocol, shared-memory names, segments and ri
 It imports neither ``pixpool.server`` nor ``pixpool.client`` (a test walks the imports).
 """
 
-from .stream.config import FILL_VALUE, AugmentConfig, DaemonConfig, StreamSettings
 from .errors import (
     CapacityError,
     ConfigError,
@@ -20,6 +19,7 @@ from .errors import (
     RenderError,
     SnapshotError,
 )
+from .stream.config import FILL_VALUE, AugmentConfig, DaemonConfig, StreamSettings
 from .stream.records import Dataset, Record, Targets
 
 __version__ = "0.1.0"

@@ -58,8 +58,8 @@ def _demo(workdir: Path, args: argparse.Namespace) -> int:
 
     import yaml
 
-    from ...shared.stream.config import AugmentConfig
     from ...shared.errors import DaemonStopped, DaemonTimeout
+    from ...shared.stream.config import AugmentConfig
     from ...shared.transport.names import list_segments, ring_prefix
     from ...shared.transport.spawn import spawn_context
     from .._torch import require_torch

@@ -12,9 +12,9 @@ from __future__ import annotations
 
 import argparse
 
+from ...shared.errors import ConfigError
 from ...shared.stream import digest
 from ...shared.stream.config import StreamSettings
-from ...shared.errors import ConfigError
 
 
 def configure(parser: argparse.ArgumentParser, name: str) -> None:

@@ -13,8 +13,8 @@ from __future__ import annotations
 import argparse
 import json
 
-from ...shared.stream.config import AugmentConfig
 from ...shared.cli.flags import add_fields, from_args, parse_bool
+from ...shared.stream.config import AugmentConfig
 
 
 def configure(parser: argparse.ArgumentParser, name: str) -> None:

@@ -19,8 +19,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from ...shared.stream.config import AugmentConfig, StreamSettings
 from ...shared.errors import ConfigError
+from ...shared.stream.config import AugmentConfig, StreamSettings
 
 # Ultralytics key -> AugmentConfig field (same meaning, same units).
 AUGMENT_KEYS: dict[str, str] = {

@@ -41,9 +41,9 @@ from ultralytics.utils.patches import override_configs
 
 from ...client.child import serve_child
 from ...client.loader import Loader, distributed_rank
+from ...shared.errors import ConfigError
 from ...shared.transport import endpoint as ep
 from ...shared.transport.control import request_status
-from ...shared.errors import ConfigError
 from . import hyp
 from .loader import TrainLoader
 

@@ -25,8 +25,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ...shared.stream.config import StreamSettings
 from ...shared.errors import ConfigError
+from ...shared.stream.config import StreamSettings
 from ...shared.stream.hsv_tables import tables
 from ...shared.stream.rng import hsv_gains
 from ...shared.stream.sampler import batch_samples

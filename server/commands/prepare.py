@@ -12,8 +12,8 @@ import json
 import os
 import sys
 
-from ...shared.stream.config import DaemonConfig, check_value
 from ...shared.cli.flags import add_fields
+from ...shared.stream.config import DaemonConfig, check_value
 
 
 def configure(parser: argparse.ArgumentParser, name: str) -> None:

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import argparse
 
-from ...shared.stream.config import DaemonConfig
 from ...shared.cli.flags import add_fields, from_args
+from ...shared.stream.config import DaemonConfig
 
 
 def configure(parser: argparse.ArgumentParser, name: str) -> None:

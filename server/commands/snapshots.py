@@ -32,8 +32,8 @@ import os
 
 
 def configure(parser: argparse.ArgumentParser, name: str) -> None:
-    from ...shared.stream.config import DaemonConfig
     from ...shared.cli.flags import add_fields
+    from ...shared.stream.config import DaemonConfig
 
     add_fields(parser, DaemonConfig, only=("store",))
     if name == "ls":

@@ -32,11 +32,11 @@ import os
 
 import zmq
 
-from ...shared.transport import endpoint as ep
+from ...shared.errors import CapacityError, ConfigError
 from ...shared.stream import protocol as proto
 from ...shared.stream.config import DaemonConfig, StreamSettings
+from ...shared.transport import endpoint as ep
 from ...shared.transport.control import request_status
-from ...shared.errors import CapacityError, ConfigError
 from ...shared.transport.ring import MAX_SLOTS, MIN_SLOTS, RingLayout
 from ...shared.transport.store import check_store, free_nbytes, size_nbytes
 from .authorized import AuthorizedKeys

@@ -26,8 +26,8 @@ import os
 import threading
 from pathlib import Path
 
-from ...shared.transport.endpoint import check_keys_dir
 from ...shared.errors import ConfigError
+from ...shared.transport.endpoint import check_keys_dir
 
 log = logging.getLogger(__name__)
 

@@ -17,8 +17,8 @@ import os
 import signal
 import threading
 
-from ...shared.stream.config import DaemonConfig
 from ...shared.errors import ConfigError
+from ...shared.stream.config import DaemonConfig
 
 log = logging.getLogger(__name__)
 

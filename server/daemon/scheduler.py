@@ -39,8 +39,8 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from ...shared.stream.config import StreamSettings
 from ...shared.errors import ProtocolError
+from ...shared.stream.config import StreamSettings
 
 
 @dataclass(frozen=True)

@@ -37,9 +37,9 @@ from typing import Any
 
 import zmq
 
+from ...shared.errors import ConfigError, DaemonStopped, NotAuthorized, PixpoolError, ProtocolError
 from ...shared.stream import protocol as proto
 from ...shared.stream.config import DaemonConfig, StreamSettings
-from ...shared.errors import ConfigError, DaemonStopped, NotAuthorized, PixpoolError, ProtocolError
 from ...shared.transport.procmem import pid_namespace
 from ...shared.transport.spawn import spawn_context
 from ...shared.transport.store import check_store

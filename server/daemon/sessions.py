@@ -28,9 +28,9 @@ from typing import Callable
 import psutil
 import zmq
 
+from ...shared.errors import CapacityError
 from ...shared.stream import protocol as proto
 from ...shared.stream.config import StreamSettings
-from ...shared.errors import CapacityError
 from ...shared.transport.names import new_ring_token, ring_segment
 from ...shared.transport.procmem import pid_namespace
 from ...shared.transport.ring import Ring, RingLayout

@@ -44,8 +44,8 @@ from typing import Any, Callable
 
 import zmq
 
-from ...shared.stream import protocol as proto
 from ...shared.errors import ProtocolError
+from ...shared.stream import protocol as proto
 from .scheduler import Job, Scheduler
 from .worker import worker_main
 

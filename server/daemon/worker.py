@@ -41,9 +41,9 @@ def worker_main(
     # rasterisation imports it, on first use (single-threaded calls on small masks).
     import msgpack
 
+    from ...shared.errors import ProtocolError
     from ...shared.stream import protocol as proto
     from ...shared.stream.config import StreamSettings
-    from ...shared.errors import ProtocolError
     from ...shared.transport.ring import Ring
     from . import renderer as _renderer
 

@@ -13,8 +13,8 @@ import logging
 import os
 from pathlib import Path
 
-from ...shared.stream.config import DEFAULT_MAX_INSTANCES, check_value
 from ...shared.errors import DatasetError, MissingFileError
+from ...shared.stream.config import DEFAULT_MAX_INSTANCES, check_value
 from ...shared.stream.records import Dataset
 from ._common import ReaderStats
 from .coco import read_coco

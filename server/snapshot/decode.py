@@ -19,8 +19,8 @@ import os
 import cv2
 import numpy as np
 
-from ...shared.stream.config import FILL_VALUE
 from ...shared.errors import ImageDecodeError, MissingFileError
+from ...shared.stream.config import FILL_VALUE
 from .decoder_warnings import capture_fd2, pass_through, split_corrupt
 
 # Decoding runs one image per process; OpenCV's own thread pool would only oversubscribe

@@ -26,10 +26,10 @@ from __future__ import annotations
 import hashlib
 import os
 
-from ...shared.stream.config import FILL_VALUE
 from ...shared.errors import MissingFileError
-from ...shared.transport.names import snapshot_base, snapshot_parts
+from ...shared.stream.config import FILL_VALUE
 from ...shared.stream.records import Dataset
+from ...shared.transport.names import snapshot_base, snapshot_parts
 from . import layout
 
 NAME_HEX_DIGITS = 16

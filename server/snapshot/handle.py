@@ -23,9 +23,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from ...shared.errors import SnapshotError
+from ...shared.stream.records import Targets
 from ...shared.transport.holds import remove_unused
 from ...shared.transport.names import SHM_DIR, SNAPSHOT_PARTS, list_segments, parse, shm_path, snapshot_parts
-from ...shared.stream.records import Targets
 from ...shared.transport.shm import SharedSegment, read_prefix
 from . import layout
 

@@ -59,8 +59,8 @@ from dataclasses import dataclass
 import numpy as np
 import psutil
 
-from ...shared.stream.config import FILL_VALUE, check_value
 from ...shared.errors import CapacityError, DatasetError, ImageDecodeError, MissingFileError, SnapshotError
+from ...shared.stream.config import FILL_VALUE, check_value
 from ...shared.stream.records import Dataset
 from ...shared.transport.shm import SharedSegment
 from ...shared.transport.store import check_store, free_nbytes, is_memory

@@ -15,8 +15,8 @@ import json
 import numpy as np
 
 from ..cli import flags
-from .config import AugmentConfig, DaemonConfig, StreamSettings, check_value
 from ..errors import ConfigError
+from .config import AugmentConfig, DaemonConfig, StreamSettings, check_value
 from .sampler import num_batches
 
 

@@ -62,7 +62,6 @@ from typing import Any
 
 import msgpack
 
-from .config import SPLITS
 from ..errors import (
     CapacityError,
     ConfigError,
@@ -74,6 +73,7 @@ from ..errors import (
     RenderError,
     SnapshotError,
 )
+from .config import SPLITS
 
 PROTOCOL_VERSION = 3  # 2: ready and release name the batch (epoch, batch, generation); 3: store and the locality proof
 # How a trainer receives batch bytes (``attach``'s ``delivery``): in place from its ring's

@@ -29,8 +29,8 @@ import functools
 
 import numpy as np
 
-from .config import StreamSettings
 from ..errors import ConfigError
+from .config import StreamSettings
 from .rng import shuffle_generator
 
 

@@ -61,8 +61,8 @@ from typing import Any
 
 import numpy as np
 
-from . import holds
 from ..errors import CapacityError, ConfigError, SnapshotError
+from . import holds
 from .names import SHM_DIR
 from .shm import SharedSegment, unlink_segment
 from .store import free_nbytes

@@ -49,8 +49,8 @@ import os
 import stat
 import weakref
 
-from . import holds
 from ..errors import UntrustedSegmentError
+from . import holds
 from .names import SHM_DIR, expected_owner
 
 _MODE = 0o600

@@ -10,9 +10,9 @@ import numpy as np
 
 from pixpool.server.snapshot.handle import read_header
 from pixpool.shared.errors import SnapshotError
+from pixpool.shared.stream.records import Dataset, Record
 from pixpool.shared.transport.names import kind_of, list_segments, ring_prefix
 from pixpool.shared.transport.names import snapshot_parts as parts_of_base
-from pixpool.shared.stream.records import Dataset, Record
 from pixpool.shared.transport.shm import unlink_segment
 
 

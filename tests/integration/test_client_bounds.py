@@ -16,10 +16,10 @@ import zmq
 import zmq.auth
 
 from helpers.daemon import WAIT_S, ask_status, real_daemon
-from pixpool.shared.transport import endpoint as ep
-from pixpool.shared.stream import protocol as proto
 from pixpool.shared.cli import main
+from pixpool.shared.stream import protocol as proto
 from pixpool.shared.stream.config import AugmentConfig, StreamSettings
+from pixpool.shared.transport import endpoint as ep
 from pixpool.shared.transport.endpoint import write_keys
 
 IMGSZ = 160

@@ -230,8 +230,8 @@ def test_bad_requests_get_clear_errors_and_daemon_keeps_serving(daemon, dealer):
 
 
 def test_socket_dir_is_private(tmp_path):
-    from pixpool.shared.transport.endpoint import socket_dir
     from pixpool.shared.errors import ConfigError
+    from pixpool.shared.transport.endpoint import socket_dir
 
     made = socket_dir(tmp_path / "s", create=True)
     assert (made.stat().st_mode & 0o777) == 0o700

@@ -13,9 +13,9 @@ import pytest
 
 from helpers.daemon import WAIT_S, digest_of, real_daemon, reference_stream
 from pixpool.client.iterator import Client
+from pixpool.shared.errors import ConfigError, NotAuthorized
 from pixpool.shared.stream import protocol as proto
 from pixpool.shared.stream.config import AugmentConfig, StreamSettings
-from pixpool.shared.errors import ConfigError, NotAuthorized
 
 IMGSZ = 160
 

@@ -24,11 +24,11 @@ from pixpool.server.snapshot.fingerprint import lineage_of
 from pixpool.server.snapshot.handle import list_snapshots
 from pixpool.server.snapshot.prepare import prepare_snapshot
 from pixpool.shared.cli import main
+from pixpool.shared.errors import ConfigError
 from pixpool.shared.stream.config import AugmentConfig, DaemonConfig, StreamSettings
 from pixpool.shared.stream.digest import batch_digest
-from pixpool.shared.errors import ConfigError
-from pixpool.shared.transport.names import list_segments
 from pixpool.shared.stream.sampler import num_batches
+from pixpool.shared.transport.names import list_segments
 
 IMGSZ = 96
 

@@ -24,8 +24,8 @@ from helpers.daemon import (
 )
 from pixpool.client.iterator import Client
 from pixpool.server.daemon.renderer import RENDERER_ENV
-from pixpool.shared.stream.config import AugmentConfig, StreamSettings
 from pixpool.shared.errors import DaemonStopped, DaemonTimeout
+from pixpool.shared.stream.config import AugmentConfig, StreamSettings
 from pixpool.shared.transport.names import list_segments, user_prefix
 
 IMGSZ = 160
@@ -284,8 +284,8 @@ def test_second_daemon_on_the_same_socket_dir_is_refused(synthetic_data):
     import pytest
 
     from pixpool.server.daemon.run import run_daemon
-    from pixpool.shared.stream.config import DaemonConfig
     from pixpool.shared.errors import ConfigError
+    from pixpool.shared.stream.config import DaemonConfig
 
     with real_daemon(synthetic_data.coco_json, imgsz=IMGSZ, workers=1) as (proc, d):
         with pytest.raises(ConfigError, match="another pixpool daemon already serves"):

@@ -14,8 +14,8 @@ import pytest
 
 from helpers.daemon import WAIT_S, real_daemon
 from pixpool.client.fit import FitConfig, fit
-from pixpool.shared.stream.config import AugmentConfig
 from pixpool.shared.errors import ConfigError
+from pixpool.shared.stream.config import AugmentConfig
 
 IMGSZ = 64
 

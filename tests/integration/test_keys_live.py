@@ -16,9 +16,9 @@ import pytest
 
 from helpers.daemon import WAIT_S, ask_status, real_daemon, wait_for
 from pixpool.client.iterator import Client
+from pixpool.shared.errors import NotAuthorized
 from pixpool.shared.stream.config import AugmentConfig, StreamSettings
 from pixpool.shared.transport.endpoint import write_keys
-from pixpool.shared.errors import NotAuthorized
 
 IMGSZ = 160
 # A refused handshake is reported within a round trip; 10 s is far under the trainer's 60 s

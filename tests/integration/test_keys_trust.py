@@ -14,8 +14,8 @@ import pytest
 from helpers.daemon import WAIT_S, short_socket_dir
 from helpers.users import as_user
 from pixpool.client.child import cli_command
-from pixpool.shared.transport.endpoint import check_keys_dir, check_server_keys, write_keys
 from pixpool.shared.errors import ConfigError
+from pixpool.shared.transport.endpoint import check_keys_dir, check_server_keys, write_keys
 
 
 @pytest.fixture

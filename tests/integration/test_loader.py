@@ -17,9 +17,9 @@ from helpers.daemon import WAIT_S, ask_status, real_daemon, reference_stream
 from pixpool.client import attach
 from pixpool.client.loader import distributed_rank
 from pixpool.server.readers import load_dataset
+from pixpool.shared.errors import ConfigError
 from pixpool.shared.stream.config import AugmentConfig, StreamSettings
 from pixpool.shared.stream.digest import batch_digest
-from pixpool.shared.errors import ConfigError
 
 IMGSZ = 96
 

@@ -20,8 +20,8 @@ from helpers.snapshot import created_by_me
 from helpers.trainers import holding_trainers
 from pixpool.client.iterator import Client
 from pixpool.shared.cli import main
-from pixpool.shared.stream.config import AugmentConfig, StreamSettings
 from pixpool.shared.errors import CapacityError
+from pixpool.shared.stream.config import AugmentConfig, StreamSettings
 from pixpool.shared.transport.names import list_segments, ring_prefix
 from pixpool.shared.transport.procmem import parse_rollup
 

@@ -21,9 +21,9 @@ import zmq
 
 from helpers.daemon import WAIT_S, real_daemon
 from pixpool.client.iterator import Client
-from pixpool.shared.transport import endpoint as ep
 from pixpool.shared.stream import protocol as proto
 from pixpool.shared.stream.config import AugmentConfig, StreamSettings
+from pixpool.shared.transport import endpoint as ep
 from pixpool.shared.transport.endpoint import write_keys
 
 IMGSZ = 160

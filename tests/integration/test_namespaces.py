@@ -24,8 +24,8 @@ from helpers.pidns import ns_daemon, pixpool_in_pid_namespace, require_pid_names
 from helpers.snapshot import remove_snapshot
 from pixpool.client.iterator import Client
 from pixpool.server.readers import load_dataset
-from pixpool.shared.stream import protocol as proto
 from pixpool.shared.cli import main
+from pixpool.shared.stream import protocol as proto
 from pixpool.shared.stream.config import AugmentConfig, StreamSettings
 from pixpool.shared.transport.names import parse, shm_path
 

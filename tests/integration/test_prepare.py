@@ -19,8 +19,8 @@ from pixpool.server.snapshot.decode_worker import FAIL_AT_ENV
 from pixpool.server.snapshot.fingerprint import base_name, fingerprint
 from pixpool.server.snapshot.prepare import PreparationTerminated, prepare_snapshot
 from pixpool.shared.errors import CapacityError, ImageDecodeError
-from pixpool.shared.transport.names import list_segments
 from pixpool.shared.stream.records import Dataset
+from pixpool.shared.transport.names import list_segments
 from pixpool.shared.transport.shm import SharedSegment
 
 

@@ -17,9 +17,9 @@ from pixpool.server.readers import load_dataset
 from pixpool.server.snapshot.fingerprint import base_name, fingerprint
 from pixpool.server.snapshot.handle import read_header
 from pixpool.shared.cli import main
+from pixpool.shared.transport.holds import holds_of
 from pixpool.shared.transport.names import list_segments, shm_path, snapshot_base
 from pixpool.shared.transport.names import snapshot_parts as parts_of_base
-from pixpool.shared.transport.holds import holds_of
 
 
 @pytest.fixture

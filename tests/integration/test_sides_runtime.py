@@ -22,8 +22,8 @@ from pixpool.client.child import cli_command, serve_child, stop_child, wait_serv
 from pixpool.client.iterator import Client
 from pixpool.server.readers import load_dataset
 from pixpool.server.snapshot.fingerprint import base_name, fingerprint
-from pixpool.shared.stream.config import AugmentConfig, StreamSettings
 from pixpool.shared.errors import CapacityError, ConfigError
+from pixpool.shared.stream.config import AugmentConfig, StreamSettings
 from pixpool.shared.transport.names import list_segments
 
 IMGSZ = 96

@@ -22,9 +22,9 @@ from helpers.daemon import WAIT_S, ask_status, digest_of, prove, real_daemon, re
 from pixpool.client.iterator import Client
 from pixpool.server.readers import load_dataset
 from pixpool.server.snapshot.prepare import prepare_snapshot
+from pixpool.shared.errors import CapacityError
 from pixpool.shared.stream import protocol as proto
 from pixpool.shared.stream.config import AugmentConfig, StreamSettings
-from pixpool.shared.errors import CapacityError
 from pixpool.shared.transport.names import list_segments, ring_prefix
 
 IMGSZ = 96

@@ -11,8 +11,8 @@ from helpers.daemon import WAIT_S, ask_status, digest_of, real_daemon, reference
 from pixpool.client.iterator import Client
 from pixpool.server.readers import load_dataset
 from pixpool.shared.cli import main
-from pixpool.shared.stream.config import AugmentConfig, StreamSettings
 from pixpool.shared.errors import DaemonStopped
+from pixpool.shared.stream.config import AugmentConfig, StreamSettings
 from pixpool.shared.transport.names import shm_path
 
 IMGSZ = 96

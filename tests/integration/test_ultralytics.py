@@ -29,8 +29,8 @@ import psutil
 
 from helpers.daemon import real_daemon
 from pixpool.integrations.ultralytics import hyp
-from pixpool.shared.stream.config import AugmentConfig
 from pixpool.shared.errors import ConfigError
+from pixpool.shared.stream.config import AugmentConfig
 from pixpool.shared.transport.names import list_segments
 
 pytestmark = pytest.mark.ultralytics

@@ -9,9 +9,9 @@ import pytest
 
 from helpers.sources import ArraySource
 from pixpool.server.augment import affine, hsv, max_targets, render_batch, render_sample
+from pixpool.shared.errors import ConfigError
 from pixpool.shared.stream.config import AugmentConfig, StreamSettings
 from pixpool.shared.stream.digest import batch_digest
-from pixpool.shared.errors import ConfigError
 from pixpool.shared.stream.rng import hsv_gains, sample_generator
 from pixpool.shared.stream.sampler import batch_samples, epoch_indices, num_batches
 

@@ -12,8 +12,8 @@ import pytest
 from helpers.sources import ArraySource
 from pixpool.server.augment import render_batch, render_range
 from pixpool.server.daemon.scheduler import split
-from pixpool.shared.stream.config import AugmentConfig, StreamSettings
 from pixpool.shared.errors import ConfigError
+from pixpool.shared.stream.config import AugmentConfig, StreamSettings
 from pixpool.shared.stream.sampler import num_batches
 
 S = 64

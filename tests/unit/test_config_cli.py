@@ -11,11 +11,11 @@ import dataclasses
 
 import pytest
 
-from pixpool.shared.stream import digest
-from pixpool.shared.cli.main import COMMANDS, main
-from pixpool.shared.stream.config import AugmentConfig, DaemonConfig, StreamSettings
-from pixpool.shared.errors import ConfigError
 from pixpool.shared.cli.flags import flag_of
+from pixpool.shared.cli.main import COMMANDS, main
+from pixpool.shared.errors import ConfigError
+from pixpool.shared.stream import digest
+from pixpool.shared.stream.config import AugmentConfig, DaemonConfig, StreamSettings
 
 
 def _help(capsys, *argv: str) -> str:

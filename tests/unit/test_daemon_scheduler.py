@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from pixpool.server.daemon.scheduler import Scheduler, split
-from pixpool.shared.stream.config import StreamSettings
 from pixpool.shared.errors import ProtocolError
+from pixpool.shared.stream.config import StreamSettings
 
 
 def _sched(*trainers, slots=2, batches=6, parts=1, batch_size=16, last=None):

@@ -7,8 +7,8 @@ import pickle
 import msgpack
 import pytest
 
-from pixpool.shared.stream import protocol as proto
 from pixpool.shared.errors import ProtocolError
+from pixpool.shared.stream import protocol as proto
 
 
 def test_round_trip_keeps_fields():

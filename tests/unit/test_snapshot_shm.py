@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 
 from pixpool.server.snapshot import layout
-from pixpool.shared.transport.names import shm_path
 from pixpool.shared.stream.records import Record
+from pixpool.shared.transport.names import shm_path
 from pixpool.shared.transport.shm import SharedSegment
 
 

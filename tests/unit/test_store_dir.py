@@ -6,8 +6,8 @@ import os
 
 import pytest
 
-from pixpool.shared.transport import store
 from pixpool.shared.errors import ConfigError
+from pixpool.shared.transport import store
 
 _MOUNTINFO = """\
 22 1 252:0 / / rw,relatime shared:1 - ext4 /dev/vda rw

@@ -14,8 +14,8 @@ import pytest
 from pixpool.integrations.ultralytics import hyp
 from pixpool.integrations.ultralytics.command import parse_pairs
 from pixpool.shared.cli import main
-from pixpool.shared.stream.config import AugmentConfig
 from pixpool.shared.errors import ConfigError
+from pixpool.shared.stream.config import AugmentConfig
 
 # One non-default, in-range value per mapped key (each differs from AugmentConfig's default).
 VALUES = {
