@@ -6,7 +6,8 @@ help text and its default in ``--help``; a field marked ``positional`` becomes a
 argument. ``from_args`` builds the dataclass back from the parsed namespace, so validation
 happens once, in the dataclass. Each parser remembers field -> flag so that a
 ``ConfigError`` about a field can be printed with the flag the user typed
-(``flag_names``).
+(``flag_names``). ``to_argv`` is the inverse: the argument list that parses back into an equal
+dataclass, so a process that starts another (a child daemon) writes no flag by hand.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import argparse
 import dataclasses
 from typing import Any, Iterable
 
+from ..errors import ConfigError
 from ..stream.config import field_kind
 
 _FLAGS_ATTR = "_pixpool_flags"
@@ -97,6 +99,51 @@ def from_args(cls: type, args: argparse.Namespace, *, prefix: str = "", **overri
             values[f.name] = getattr(args, prefix + f.name)
     values.update(overrides)
     return cls(**values)
+
+
+def to_argv(config: Any) -> list[str]:
+    """The arguments that ``add_fields`` + ``from_args`` parse back into ``config``.
+
+    Positionals come first, then only the fields that differ from their default: the child
+    runs the same package, so its defaults are these. Bools are written ``--flag 0/1``, sizes
+    as bytes, floats by ``repr`` (exact); a nested dataclass field (``StreamSettings.augment``)
+    contributes its own fields' flags. ConfigError for a value no flag can express (a field
+    without a flag that differs from its default, None where the default is not None, a
+    positional that argparse would read as a flag)."""
+    if not dataclasses.is_dataclass(config) or isinstance(config, type):
+        raise TypeError(f"to_argv takes a configuration dataclass instance, got {type(config).__name__}")
+    positionals: list[str] = []
+    options: list[str] = []
+    for f in dataclasses.fields(config):
+        value = getattr(config, f.name)
+        if f.metadata.get("positional"):
+            text = _arg_text(f, value)
+            if text.startswith("-"):
+                raise ConfigError.for_field(
+                    f.name, value, "starts with '-', which the command line reads as a flag; give it as ./" + text
+                )
+            positionals.append(text)
+            continue
+        default = f.default if f.default is not dataclasses.MISSING else f.default_factory()  # type: ignore[misc]
+        if value == default:
+            continue
+        if dataclasses.is_dataclass(value):
+            options += to_argv(value)
+        elif "help" not in f.metadata:
+            raise ConfigError.for_field(f.name, value, "has no command-line flag; leave it at its default")
+        elif value is None:
+            raise ConfigError.for_field(f.name, value, f"has no command-line form (the default is {default!r})")
+        else:
+            options += [flag_of(f), _arg_text(f, value)]
+    return positionals + options
+
+
+def _arg_text(f: dataclasses.Field, value: Any) -> str:
+    if isinstance(value, bool):
+        return "1" if value else "0"
+    if isinstance(value, float):
+        return repr(value)  # round-trips exactly through float()
+    return str(value)
 
 
 def flag_names(parser: argparse.ArgumentParser) -> dict[str, str]:
