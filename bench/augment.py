@@ -144,9 +144,9 @@ def main(argv: list[str] | None = None) -> int:
         a.flags.writeable = False
     prepared = None
     if args.shm:
-        from pixpool.server.snapshot.prepare import prepare_snapshot
+        from pixpool.server.snapshot.prepare import PrepareOptions, prepare_snapshot
 
-        prepared = prepare_snapshot(dataset, imgsz=args.imgsz, processes=1)
+        prepared = prepare_snapshot(dataset, PrepareOptions(imgsz=args.imgsz, processes=1))
         snap_source = prepared.snapshot
     else:
         snap_source = _Arrays(floats, targets, args.imgsz, convert=False)

@@ -58,14 +58,16 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
 
     from pixpool.server.readers import load_dataset
-    from pixpool.server.snapshot.prepare import prepare_snapshot
+    from pixpool.server.snapshot.prepare import PrepareOptions, prepare_snapshot
     from pixpool.server.synthetic import write_synthetic
     from pixpool.shared.transport import holds
 
     with tempfile.TemporaryDirectory() as tmp:
         data = write_synthetic(tmp, num_images=24, seed=0)
         dataset = load_dataset(data.coco_json)
-        snap = prepare_snapshot(dataset, imgsz=96, processes=1, persist=True, store=args.store).snapshot
+        snap = prepare_snapshot(
+            dataset, PrepareOptions(imgsz=96, processes=1, keep_snapshot=True, store=args.store)
+        ).snapshot
     names = list(snap.segment_names)
     try:
         arms = {"locked": None, "unlocked": _no_hold}

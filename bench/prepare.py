@@ -54,10 +54,10 @@ def plain_loop(paths: list[str], imgsz: int) -> tuple[float, float]:
 
 
 def prepare_once(dataset, imgsz: int, processes: int, dtype: str) -> tuple[float, float]:
-    from pixpool.server.snapshot.prepare import prepare_snapshot
+    from pixpool.server.snapshot.prepare import PrepareOptions, prepare_snapshot
 
     c0, t0 = cpu_s(), time.perf_counter()
-    result = prepare_snapshot(dataset, imgsz=imgsz, processes=processes, dtype=dtype)
+    result = prepare_snapshot(dataset, PrepareOptions(imgsz=imgsz, processes=processes, dtype=dtype))
     seconds, cpu = time.perf_counter() - t0, cpu_s() - c0  # the decode workers are reaped by now
     result.snapshot.close()
     if result.reused:  # someone else's snapshot: never remove it

@@ -39,7 +39,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from pixpool.server.augment import render_batch
     from pixpool.server.readers import load_dataset
-    from pixpool.server.snapshot.prepare import prepare_snapshot
+    from pixpool.server.snapshot.prepare import PrepareOptions, prepare_snapshot
     from pixpool.shared.stream.config import AugmentConfig, StreamSettings
     from pixpool.shared.stream.digest import batch_digest
 
@@ -51,7 +51,10 @@ def main(argv: list[str] | None = None) -> int:
         hsv_on_device=args.hsv_on_device,
         augment=AugmentConfig(imgsz=args.imgsz, copy_paste=args.copy_paste),
     )
-    results = {d: prepare_snapshot(dataset, imgsz=args.imgsz, processes=2, dtype=d) for d in ("float32", "uint8")}
+    results = {
+        d: prepare_snapshot(dataset, PrepareOptions(imgsz=args.imgsz, processes=2, dtype=d))
+        for d in ("float32", "uint8")
+    }
     try:
         snaps = {d: r.snapshot for d, r in results.items()}
         out = np.zeros((16, 3, args.imgsz, args.imgsz), np.uint8)

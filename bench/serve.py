@@ -233,11 +233,11 @@ def main(argv=None) -> int:
     from pixpool.client.status import query_status
     from pixpool.server.daemon.run import stop_process
     from pixpool.server.readers import load_dataset
-    from pixpool.server.snapshot.prepare import prepare_snapshot
+    from pixpool.server.snapshot.prepare import PrepareOptions, prepare_snapshot
     from pixpool.shared.stream.config import AugmentConfig, StreamSettings
 
     dataset = load_dataset(args.data, args.images)
-    prep = prepare_snapshot(dataset, imgsz=args.imgsz, processes=2)
+    prep = prepare_snapshot(dataset, PrepareOptions(imgsz=args.imgsz, processes=2))
     snap = prep.snapshot
     cache = None if args.no_loader else Uint8CacheSource(dataset, args.imgsz)
     daemons = {w: _start_daemon(args.data, args.imgsz, w) for w in worker_counts}

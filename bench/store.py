@@ -122,7 +122,7 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
 
     from pixpool.server.readers import load_dataset
-    from pixpool.server.snapshot.prepare import prepare_snapshot
+    from pixpool.server.snapshot.prepare import PrepareOptions, prepare_snapshot
     from pixpool.shared.transport.store import fs_type, is_memory
 
     coco = Path(args.coco)
@@ -140,7 +140,9 @@ def main(argv=None) -> int:
         )
         dataset = load_dataset(data, images)
         for store in ("/dev/shm", disk):
-            prep = prepare_snapshot(dataset, imgsz=args.imgsz, processes=2, persist=True, store=store)
+            prep = prepare_snapshot(
+                dataset, PrepareOptions(imgsz=args.imgsz, processes=2, keep_snapshot=True, store=store)
+            )
             snaps.append(prep.snapshot)
             snap_nbytes = prep.image_bytes + prep.index_bytes + prep.target_bytes
             prep.snapshot.close()

@@ -136,9 +136,9 @@ def prepare(data_yaml: Path, imgsz: int):
     releases it. (Memory arms let their one daemon prepare its own, so that a uint8 snapshot
     is prepared exactly as ``serve --dtype uint8`` does, and removed when it exits.)"""
     from pixpool.server.readers import load_dataset
-    from pixpool.server.snapshot.prepare import prepare_snapshot
+    from pixpool.server.snapshot.prepare import PrepareOptions, prepare_snapshot
 
-    return prepare_snapshot(load_dataset(str(data_yaml)), imgsz=imgsz, processes=2)
+    return prepare_snapshot(load_dataset(str(data_yaml)), PrepareOptions(imgsz=imgsz, processes=2))
 
 
 def release(prep) -> None:

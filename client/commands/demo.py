@@ -58,8 +58,9 @@ def _demo(workdir: Path, args: argparse.Namespace) -> int:
 
     import yaml
 
+    from ...shared.cli.flags import to_argv
     from ...shared.errors import DaemonStopped, DaemonTimeout
-    from ...shared.stream.config import AugmentConfig
+    from ...shared.stream.config import AugmentConfig, DaemonConfig
     from ...shared.transport.names import list_segments, ring_prefix
     from ...shared.transport.spawn import spawn_context
     from .._torch import require_torch
@@ -81,7 +82,7 @@ def _demo(workdir: Path, args: argparse.Namespace) -> int:
         flush=True,
     )
     before = set(list_segments())
-    serve = [str(data_dir / "data.yaml"), "--imgsz", str(args.imgsz), "--workers", str(args.workers)]
+    serve = to_argv(DaemonConfig(data=str(data_dir / "data.yaml"), imgsz=args.imgsz, workers=args.workers))
     ok = True
     projects = {}
     with serve_child(serve, socket_dir=str(workdir / "sock"), timeout_s=args.timeout_s) as (daemon, sock, status):

@@ -2,43 +2,31 @@
 
 Runs in the user's shell process, as a trainer would: it attaches a ``Client`` to the
 daemon at ``--socket-dir``, or, without it, starts a temporary one with ``pixpool serve``
-as a child process (``--workers N``; stopped with SIGTERM, which removes its rings and the
+as a child process (its ``DaemonConfig`` from the flags, written by ``flags.to_argv``; stopped with SIGTERM, which removes its rings and the
 snapshot it made, before the command returns). The digests hash the slot bytes as they
 arrive. ``--reference`` and ``--in-process`` are the producer's paths
-(``server/commands/digest.py``); both commands take the parser of ``shared/stream/digest.py``.
+(``server/commands/digest.py``); both commands take the parser of ``shared/cli/digest_args.py``.
 """
 
 from __future__ import annotations
 
 import argparse
 
-from ...shared.errors import ConfigError
+from ...shared.cli import digest_args
+from ...shared.cli.flags import to_argv
 from ...shared.stream import digest
-from ...shared.stream.config import StreamSettings
+from ...shared.stream.config import DaemonConfig, StreamSettings
 
 
 def configure(parser: argparse.ArgumentParser, name: str) -> None:
-    digest.configure(parser)
+    digest_args.configure(parser)
 
 
 def run(args: argparse.Namespace) -> int:
-    settings = digest.settings_from(args)
-    if args.socket_dir is None and args.workers < 1:
-        raise ConfigError(f"--workers {args.workers} must be at least 1 for a temporary daemon")
-    workers = None if args.socket_dir is not None else args.workers
-    digests = daemon_digests(
-        settings,
-        args.epoch,
-        args.batches,
-        socket_dir=args.socket_dir,
-        workers=workers,
-        data=args.data,
-        images=args.images,
-        processes=args.processes,
-        dtype=args.dtype,
-        store=args.store,
-    )
-    digest.report(args, "daemon", settings, digests)
+    settings = digest_args.settings_from(args)
+    config = None if args.socket_dir is not None else digest_args.daemon_config_from(args, settings)
+    digests = daemon_digests(settings, args.epoch, args.batches, socket_dir=args.socket_dir, config=config)
+    digest_args.report(args, "daemon", settings, digests)
     return 0
 
 
@@ -48,42 +36,20 @@ def daemon_digests(
     batches: int | None = None,
     *,
     socket_dir: str | None = None,
-    workers: int | None = None,
-    data: str | None = None,
-    images: str | None = None,
-    processes: int = 2,
-    dtype: str = "float32",
+    config: DaemonConfig | None = None,
     timeout_s: float = 300.0,
-    store: str | None = None,
 ) -> list[str]:
     """One sha256 per batch of ``epoch`` (the first ``batches`` of them, or all).
 
-    ``workers`` None: attach to the daemon at ``socket_dir``. Otherwise start a temporary
-    daemon with that many workers serving ``data`` (``images``) at the stream's imgsz, from a
-    snapshot of ``dtype``, its snapshot and rings in ``store`` (default /dev/shm).
+    ``config`` None: attach to the daemon at ``socket_dir``. Otherwise start a temporary
+    daemon from ``config`` (``pixpool serve`` with ``flags.to_argv(config)``), stopped before
+    this returns.
     """
-    if workers is None:
+    if config is None:
         return _collect(settings, epoch, batches, socket_dir, timeout_s)
-    if data is None:
-        raise ConfigError("a temporary daemon needs the dataset: pass data (and images for a COCO json)")
     from ..child import serve_child
 
-    serve = [
-        str(data),
-        "--imgsz",
-        str(settings.augment.imgsz),
-        "--workers",
-        str(workers),
-        "--processes",
-        str(processes),
-        "--dtype",
-        dtype,
-    ]
-    if images is not None:
-        serve += ["--images", str(images)]
-    if store is not None:
-        serve += ["--store", str(store)]
-    with serve_child(serve, timeout_s=timeout_s) as (_, sdir, _):
+    with serve_child(to_argv(config), timeout_s=timeout_s) as (_, sdir, _):
         return _collect(settings, epoch, batches, sdir, timeout_s)
 
 

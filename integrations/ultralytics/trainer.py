@@ -41,7 +41,9 @@ from ultralytics.utils.patches import override_configs
 
 from ...client.child import serve_child
 from ...client.loader import Loader, distributed_rank
+from ...shared.cli.flags import to_argv
 from ...shared.errors import ConfigError
+from ...shared.stream.config import DaemonConfig
 from ...shared.transport import endpoint as ep
 from ...shared.transport.control import request_status
 from . import hyp
@@ -100,16 +102,25 @@ class PixpoolDetectionTrainer(DetectionTrainer):
             raise ConfigError(
                 f"no pixpool daemon answers at {ep.socket_path(self.pixpool_socket_dir)} in DDP rank {RANK}; the launching process starts it and passes {SOCKET_DIR_ENV}"
             )
-        workers = os.environ.get(WORKERS_ENV) or "2"
+        workers = os.environ.get(WORKERS_ENV)
+        if workers is not None and not workers.strip().isdigit():
+            raise ConfigError(
+                f"{WORKERS_ENV}={workers!r} is not a worker count; set a whole number such as 2, or unset it"
+            )
+        count = {"workers": int(workers)} if workers else {}  # else DaemonConfig's default
         imgsz = check_imgsz(self.args.imgsz, stride=32, floor=32, max_dim=1)
         tmp = tempfile.mkdtemp(prefix="pixpool-ul-")
         previous = os.environ.get(SOCKET_DIR_ENV)
         try:
             data_yaml = Path(tmp) / "train.yaml"
             data_yaml.write_text(yaml.safe_dump(self._train_split()))
-            args = [str(data_yaml), "--imgsz", str(imgsz), "--workers", str(workers), "--no-val"]
-            log.info("pixpool: starting a daemon (%s workers, imgsz %d) for %s", workers, imgsz, self.data["train"])
-            with serve_child(args, socket_dir=self.pixpool_socket_dir, timeout_s=self.pixpool_timeout_s * 5) as (
+            config = DaemonConfig(data=str(data_yaml), imgsz=imgsz, no_val=True, **count)
+            log.info(
+                "pixpool: starting a daemon (%s workers, imgsz %d) for %s", config.workers, imgsz, self.data["train"]
+            )
+            with serve_child(
+                to_argv(config), socket_dir=self.pixpool_socket_dir, timeout_s=self.pixpool_timeout_s * 5
+            ) as (
                 _,
                 sdir,
                 status,

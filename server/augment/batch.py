@@ -78,12 +78,9 @@ def render_batch(
     ``Batch.images`` is then its first B entries. ``timings`` (dict) accumulates
     seconds per stage for the benchmark.
     """
+    settings = settings.for_imgsz(source.imgsz)  # imgsz None: the source's; another value: ConfigError
     cfg = settings.augment
     size = cfg.imgsz
-    if source.imgsz != size:
-        raise ConfigError(
-            f"the source is prepared at imgsz {source.imgsz} but the stream asks for imgsz {size}; prepare at {size} or set imgsz={source.imgsz}"
-        )
     samples = batch_samples(len(source), settings, epoch, batch)
     count = len(samples)
     images = _output(images_out, count, size)
@@ -168,12 +165,9 @@ def render_range(
     batch (tests/unit/test_augment_range.py). ``images_out``: uint8 C-contiguous
     (>= stop - start, 3, S, S), e.g. those positions of a ring slot.
     """
+    settings = settings.for_imgsz(source.imgsz)  # imgsz None: the source's; another value: ConfigError
     cfg = settings.augment
     size = cfg.imgsz
-    if source.imgsz != size:
-        raise ConfigError(
-            f"the source is prepared at imgsz {source.imgsz} but the stream asks for imgsz {size}; prepare at {size} or set imgsz={source.imgsz}"
-        )
     every = batch_samples(len(source), settings, epoch, batch)
     if not 0 <= start <= stop <= len(every):
         raise ConfigError(

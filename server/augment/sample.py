@@ -99,6 +99,7 @@ def render(
     source: ImageSource, index: int, settings: StreamSettings, epoch: int, *, timings: dict[str, float] | None = None
 ) -> Pending:
     """Draw record ``index`` of ``epoch`` as a ``Pending`` sample (labels final, pixels not yet rendered)."""
+    settings = settings.for_imgsz(source.imgsz)  # the same object unless imgsz is None (render_sample's callers)
     cfg = settings.augment
     size = cfg.imgsz
     rng = sample_generator(settings.seed, epoch, index)

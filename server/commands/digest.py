@@ -4,11 +4,11 @@ Runs in the user's shell process, on the producer side (it reads the dataset and
 
 - ``--reference``: the in-process reference pipeline (decode per sample, no snapshot);
 - ``--in-process``: render from the shared-memory snapshot in this process: it re-attaches
-  an existing one for the same dataset and imgsz, or prepares one; a snapshot it prepared
+  an existing one for the same dataset and imgsz, or prepares one (``DaemonConfig.prepare_options``); a snapshot it prepared
   itself is removed at exit (also on errors and Ctrl-C) unless ``--keep-snapshot``.
 
 Without either flag the command is the trainer's (``client/commands/digest.py``: the
-batches as a daemon delivers them); both take the parser of ``shared/stream/digest.py``, and
+batches as a daemon delivers them); both take the parser of ``shared/cli/digest_args.py``, and
 equal digests from the paths, for the same flags, are the parity claim made visible.
 """
 
@@ -16,8 +16,9 @@ from __future__ import annotations
 
 import argparse
 
+from ...shared.cli import digest_args
 from ...shared.stream import digest
-from ...shared.stream.config import StreamSettings
+from ...shared.stream.config import DaemonConfig, StreamSettings
 from ...shared.stream.source import ImageSource
 
 
@@ -34,33 +35,34 @@ def digest_stream(source: ImageSource, settings: StreamSettings, epoch: int, bat
 
 
 def configure(parser: argparse.ArgumentParser, name: str) -> None:
-    digest.configure(parser)
+    digest_args.configure(parser)
 
 
 def run(args: argparse.Namespace) -> int:
     from ..readers import load_dataset
 
-    settings = digest.settings_from(args)
-    dataset = load_dataset(args.data, args.images)
+    settings = digest_args.settings_from(args)
+    config = digest_args.daemon_config_from(args, settings)
+    # The stream renders at the snapshot's imgsz, as a daemon's trainer that names none would.
+    settings = settings.for_imgsz(config.imgsz)
+    dataset = load_dataset(config.data, config.images)
     if args.reference:
         from ..snapshot.reference import ReferenceSource
 
-        digests = digest_stream(ReferenceSource(dataset, settings.augment.imgsz), settings, args.epoch, args.batches)
+        digests = digest_stream(ReferenceSource(dataset, config.imgsz), settings, args.epoch, args.batches)
         path = "reference"
     else:
-        digests = _digest_snapshot(dataset, settings, args)
+        digests = _digest_snapshot(dataset, settings, config, args)
         path = "snapshot"
-    digest.report(args, path, settings, digests)
+    digest_args.report(args, path, settings, digests)
     return 0
 
 
-def _digest_snapshot(dataset, settings: StreamSettings, args: argparse.Namespace) -> list[str]:
+def _digest_snapshot(dataset, settings: StreamSettings, config: DaemonConfig, args: argparse.Namespace) -> list[str]:
     from ..snapshot.prepare import prepare_snapshot
 
-    snapshot = prepare_snapshot(
-        dataset, imgsz=settings.augment.imgsz, processes=args.processes, dtype=args.dtype, store=args.store
-    ).snapshot
+    snapshot = prepare_snapshot(dataset, config.prepare_options()).snapshot
     try:
         return digest_stream(snapshot, settings, args.epoch, args.batches)
     finally:
-        snapshot.release(keep=args.keep_snapshot)
+        snapshot.release(keep=config.keep_snapshot)

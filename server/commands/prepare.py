@@ -8,31 +8,20 @@ failure nothing is left behind (see ``server/snapshot/prepare.py``).
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import sys
 
-from ...shared.cli.flags import add_fields
-from ...shared.stream.config import DaemonConfig, check_value
+from ...shared.cli.flags import add_fields, from_args
+from ...shared.stream.config import DaemonConfig, PrepareOptions
+
+# Every flag is the DaemonConfig field a daemon would prepare with (``DaemonConfig.prepare_options``).
+_FIELDS = ("data", "images", *(f.name for f in dataclasses.fields(PrepareOptions) if f.name != "keep_snapshot"))
 
 
 def configure(parser: argparse.ArgumentParser, name: str) -> None:
-    add_fields(
-        parser,
-        DaemonConfig,
-        only=(
-            "data",
-            "images",
-            "imgsz",
-            "processes",
-            "dtype",
-            "memory_budget_nbytes",
-            "max_instances_per_image",
-            "allow_unlabelled",
-            "prepare_wait_s",
-            "store",
-        ),
-    )
+    add_fields(parser, DaemonConfig, only=_FIELDS)
     parser.add_argument("--json", action="store_true", help="print one JSON object instead of the table")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
 
@@ -44,26 +33,22 @@ def run(args: argparse.Namespace) -> int:
     from ..snapshot.fingerprint import lineage_of
     from ..snapshot.prepare import PreparationTerminated, prepare_snapshot
 
-    check_value("dtype", "str", args.dtype)  # before the dataset is read: a typo costs nothing
+    # Validated before the dataset is read: a typo costs nothing. What `pixpool prepare` makes
+    # stays until `pixpool clean` (keep_snapshot): that is its purpose.
+    config = from_args(DaemonConfig, args)
+    options = config.prepare_options(keep_snapshot=True)
     dataset, stats = read_dataset(
-        args.data,
-        args.images,
-        max_instances_per_image=args.max_instances_per_image,
-        allow_unlabelled=args.allow_unlabelled,
+        config.data,
+        config.images,
+        max_instances_per_image=options.max_instances_per_image,
+        allow_unlabelled=options.allow_unlabelled,
     )
     try:
-        # What `pixpool prepare` makes stays until `pixpool clean` (persist): that is its purpose.
         result = prepare_snapshot(
             dataset,
-            imgsz=args.imgsz,
-            processes=args.processes,
-            dtype=args.dtype,
-            budget_nbytes=args.memory_budget_nbytes,
+            options,
             progress=not (args.json or args.no_progress) and sys.stderr.isatty(),
-            persist=True,
-            lineage=lineage_of(args.data, args.images, args.imgsz, args.dtype),
-            wait_s=args.prepare_wait_s,
-            store=args.store,
+            lineage=lineage_of(config.data, config.images, options.imgsz, options.dtype),
         )
     except PreparationTerminated:
         print("pixpool prepare: terminated (SIGTERM); no snapshot was left behind", file=sys.stderr)

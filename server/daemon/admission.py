@@ -17,7 +17,7 @@ Runs in the daemon process.
 - ``sweep_rings`` removes the rings nobody holds (``shared.holds``): a live daemon maps
   each of its rings, so an unheld ring is a dead daemon's, whatever the pid in its name
   (PID 1 in every container); run at start and every ``SWEEP_EVERY_S`` while serving.
-- ``ring_for`` decides an ``attach``: the trainer's settings against the snapshot and the
+- ``ring_for`` decides an ``attach``: the trainer's settings (at the snapshot's imgsz) and the
   ring's bytes against the budgets
   (per ring, all rings, and the memory budget of snapshot plus rings). A refusal is an
   ``error`` reply to that trainer only; the others are served on.
@@ -233,13 +233,10 @@ def ring_for(
     trainers: int,
     snapshot_nbytes: int,
 ) -> RingLayout:
-    """The ring an ``attach`` gets, or ConfigError/CapacityError saying what to change."""
-    if settings.augment.imgsz != source.imgsz:
-        raise ConfigError(
-            f"trainer asks for imgsz {settings.augment.imgsz} but the daemon's snapshot is prepared at {source.imgsz}; "
-            f"set augment.imgsz={source.imgsz} or serve another snapshot",
-            field="imgsz",
-        )
+    """The ring an ``attach`` gets, or ConfigError/CapacityError saying what to change.
+
+    ``settings`` are already at the snapshot's imgsz (``StreamSettings.for_imgsz``, which
+    refused a trainer asking for another): the ring is sized by ``source.imgsz``."""
     slots = msg["slots"]
     if not MIN_SLOTS <= slots <= MAX_SLOTS:
         raise ConfigError(

@@ -12,13 +12,14 @@ rings itself.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import signal
 import threading
 
-from ...shared.errors import ConfigError
-from ...shared.stream.config import DaemonConfig
+from ...shared.errors import CapacityError, ConfigError
+from ...shared.stream.config import DaemonConfig, PrepareOptions
 
 log = logging.getLogger(__name__)
 
@@ -51,11 +52,11 @@ def run_daemon(config: DaemonConfig) -> None:
     try:
         datasets = _datasets(config)
         info, files = {}, {}
-        budget = config.memory_budget_nbytes
+        options = config.prepare_options()
         for split, (dataset, lineage) in datasets.items():
-            snaps[split], info[split] = _prepare(dataset, config, budget, lineage)
-            if budget is not None and split == "train":
-                budget -= sum(snaps[split].nbytes.values())  # the validation snapshot gets what is left
+            snaps[split], info[split] = _prepare(dataset, options, lineage)
+            if options.memory_budget_nbytes is not None and split == "train":
+                options = _budget_left(options, sum(snaps[split].nbytes.values()))  # the validation snapshot's
             files[split] = tuple(r.image_path for r in dataset.records)
         Daemon(snaps, config, snapshot_info=info, files=files, names=tuple(datasets["train"][0].names)).serve()
     finally:
@@ -105,25 +106,26 @@ def _datasets(config: DaemonConfig) -> dict:
     return out
 
 
-def _prepare(dataset, config: DaemonConfig, budget_nbytes: int | None, lineage: str):
+def _budget_left(options: PrepareOptions, train_nbytes: int) -> PrepareOptions:
+    """The options of the validation snapshot: the memory budget less the training snapshot."""
+    budget = options.memory_budget_nbytes
+    if train_nbytes >= budget:
+        raise CapacityError(
+            f"the training snapshot takes {train_nbytes} bytes, the whole memory budget of {budget} bytes, and leaves "
+            "nothing for the validation set; raise the budget (--memory-budget) or serve no validation set (--no-val)"
+        )
+    return dataclasses.replace(options, memory_budget_nbytes=budget - train_nbytes)
+
+
+def _prepare(dataset, options: PrepareOptions, lineage: str):
     from ..snapshot.fingerprint import content_fingerprint
     from ..snapshot.prepare import prepare_snapshot
 
-    result = prepare_snapshot(
-        dataset,
-        imgsz=config.imgsz,
-        processes=config.processes,
-        dtype=config.dtype,
-        budget_nbytes=budget_nbytes,
-        persist=config.keep_snapshot,
-        lineage=lineage,
-        wait_s=config.prepare_wait_s,
-        store=config.store,
-    )
+    result = prepare_snapshot(dataset, options, lineage=lineage)
     snap = result.snapshot
     # The float32 fingerprint is the content's whatever the arena's dtype; only a uint8
     # snapshot pays a second pass (one stat per image file) to compute it.
-    content = snap.fingerprint if snap.dtype == "float32" else content_fingerprint(dataset, imgsz=config.imgsz)
+    content = snap.fingerprint if snap.dtype == "float32" else content_fingerprint(dataset, imgsz=options.imgsz)
     log.info(
         "snapshot %s %s (%d records, %.1f s)",
         snap.name,

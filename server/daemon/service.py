@@ -315,6 +315,8 @@ class Daemon:
                 "--val DATA, or a data.yaml that names val:",
                 field="split",
             )
+        # A trainer that names no imgsz trains at the snapshot's; one naming another is refused here.
+        settings = settings.for_imgsz(source.imgsz)
         # Where the trainer came in (ipc or TCP) does not decide its delivery: ``prove`` does.
         layout = admission.ring_for(
             msg,
@@ -338,6 +340,7 @@ class Daemon:
                 ring=t.ring.name,
                 layout=layout.to_dict(),
                 num_records=len(source),
+                imgsz=source.imgsz,
                 daemon_pid=self.pid,
                 host=self.host,
                 names=self.names,

@@ -47,6 +47,8 @@ here before re-raising.
 
 from __future__ import annotations
 
+import dataclasses
+import errno
 import logging
 import os
 import signal
@@ -54,13 +56,15 @@ import threading
 import time
 from concurrent.futures import FIRST_EXCEPTION, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
+from contextlib import contextmanager
 from dataclasses import dataclass
+from typing import Callable, Iterator
 
 import numpy as np
 import psutil
 
 from ...shared.errors import CapacityError, DatasetError, ImageDecodeError, MissingFileError, SnapshotError
-from ...shared.stream.config import FILL_VALUE, check_value
+from ...shared.stream.config import FILL_VALUE, PrepareOptions
 from ...shared.stream.records import Dataset
 from ...shared.transport.shm import SharedSegment
 from ...shared.transport.store import check_store, free_nbytes, is_memory
@@ -227,193 +231,247 @@ def _plan(records, imgsz: int, itemsize: int = 4):
 
 
 def prepare_snapshot(
-    dataset: Dataset,
-    *,
-    imgsz: int = 640,
-    processes: int = 2,
-    dtype: str = "float32",
-    progress: bool = False,
-    budget_nbytes: int | None = None,
-    persist: bool = False,
-    lineage: str | None = None,
-    wait_s: float = 600.0,
-    store: str | None = None,
+    dataset: Dataset, options: PrepareOptions | None = None, *, progress: bool = False, lineage: str | None = None
 ) -> PrepareResult:
     """Decode ``dataset`` into a snapshot (or re-attach an identical one); see module docstring.
 
-    ``store`` is the directory the segments go in (``shared.store``; default /dev/shm),
-    checked before anything else. ``persist`` marks a new snapshot to stay in the store until ``pixpool clean`` (no
-    process removes it on exit). ``lineage`` (``fingerprint.lineage_of``) names where the
-    dataset came from: once a new snapshot of that lineage is complete, older ones of the
-    same lineage that nobody maps are removed, since their inputs have changed since.
-    While another live process prepares the same snapshot, this one waits up to ``wait_s``
-    for it and attaches the result. ``budget_nbytes`` (``DaemonConfig.memory_budget_nbytes``) is
-    the most the snapshot may take: a larger one is refused before anything is allocated,
-    or not re-attached. ``dtype`` (``config.SNAPSHOT_DTYPES``) is the arena's pixel type:
-    ``float32`` centred, or ``uint8`` (the same integers + the fill, a quarter of the bytes);
-    it is part of the fingerprint, so only a snapshot of the same dtype is re-attached."""
+    ``options`` (``DaemonConfig.prepare_options()``; default ``PrepareOptions()``) were
+    validated when they were made. ``options.store`` is the directory the segments go in
+    (``shared.store``), checked before anything else. ``keep_snapshot`` marks a new snapshot to
+    stay in the store until ``pixpool clean`` (no process removes it on exit). ``lineage``
+    (``fingerprint.lineage_of``) names where the dataset came from: once a new snapshot of that
+    lineage is complete, older ones of the same lineage that nobody maps are removed, since
+    their inputs have changed since. While another live process prepares the same snapshot,
+    this one waits up to ``prepare_wait_s`` for it and attaches the result.
+    ``memory_budget_nbytes`` is the most the snapshot may take: a larger one is refused before
+    anything is allocated, or not re-attached. ``dtype`` (``config.SNAPSHOT_DTYPES``) is the
+    arena's pixel type: ``float32`` centred, or ``uint8`` (the same integers + the fill, a
+    quarter of the bytes); it is part of the fingerprint, so only a snapshot of the same dtype
+    is re-attached."""
     t0 = time.perf_counter()
-    store = check_store(store)
-    check_value("imgsz", "int", imgsz)
-    check_value("processes", "int", processes)
-    check_value("dtype", "str", dtype)
+    if options is None:
+        options = PrepareOptions()
+    elif not isinstance(options, PrepareOptions):
+        raise TypeError(
+            f"prepare_snapshot takes PrepareOptions (DaemonConfig.prepare_options()), got {type(options).__name__}"
+        )
+    options = dataclasses.replace(options, store=check_store(options.store))
     records = dataset.records
     if not records:
         raise SnapshotError("the dataset has no records; nothing to prepare")
-    check_value("prepare_wait_s", "float", wait_s)
-    fp = fingerprint(dataset, imgsz=imgsz, dtype=dtype)
+    fp = fingerprint(dataset, imgsz=options.imgsz, dtype=options.dtype)
     base = base_name(fp)
     names = segment_names(fp)
-    deadline = time.monotonic() + wait_s
+    deadline = time.monotonic() + options.prepare_wait_s
     told = False
     while True:
         try:
-            existing = existing_snapshot(base, names, store=store)
+            existing = existing_snapshot(base, names, store=options.store)
             if existing is not None:
                 try:
                     check_budget(
-                        sum(existing.nbytes.values()), budget_nbytes, what=f"the existing snapshot {base}", imgsz=imgsz
+                        sum(existing.nbytes.values()),
+                        options.memory_budget_nbytes,
+                        what=f"the existing snapshot {base}",
+                        imgsz=options.imgsz,
                     )
                 except CapacityError:
                     existing.close()
                     raise
                 return _result(existing, reused=True, seconds=time.perf_counter() - t0, processes=0)
-            return _build(
-                dataset,
-                imgsz=imgsz,
-                processes=processes,
-                dtype=dtype,
-                progress=progress,
-                persist=persist,
-                lineage=lineage,
-                fp=fp,
-                base=base,
-                names=names,
-                t0=t0,
-                budget_nbytes=budget_nbytes,
-                store=store,
-            )
+            build = _Build(dataset, options, fp=fp, base=base, names=names, lineage=lineage)
+            snap = build.run(progress=progress)
+            return _result(snap, reused=False, seconds=time.perf_counter() - t0, processes=options.processes)
         except BeingPrepared as exc:
             # Another process prepares the same snapshot: wait for it and attach its
             # result rather than fail (or decode everything a second time).
             if time.monotonic() >= deadline:
                 raise SnapshotError(
-                    f"{exc}; waited {wait_s} s for it to finish (raise prepare_wait_s, or stop that process)"
+                    f"{exc}; waited {options.prepare_wait_s} s for it to finish (raise prepare_wait_s, or stop that process)"
                 ) from None
             if not told:
-                log.info("%s; waiting for it (up to %.0f s) to attach its snapshot", exc, wait_s)
+                log.info("%s; waiting for it (up to %.0f s) to attach its snapshot", exc, options.prepare_wait_s)
                 told = True
             time.sleep(_WAIT_POLL_S)  # polling interval of a bounded wait for the other preparation
 
 
-def _build(
-    dataset: Dataset,
-    *,
-    imgsz: int,
-    processes: int,
-    dtype: str,
-    progress: bool,
-    persist: bool,
-    lineage: str | None,
-    fp: str,
-    base: str,
-    names: dict[str, str],
-    t0: float,
-    budget_nbytes: int | None = None,
-    store: str = "/dev/shm",
-) -> PrepareResult:
-    """Prepare a new snapshot under ``base`` (module docstring, steps 2-7)."""
-    records = dataset.records
-    n = len(records)
-    workers = min(processes, n) - 1  # the preparing process is one of the decoders
-    created: list[SharedSegment] = []
-    pool = None
-    old_term = None
-    in_main = threading.current_thread() is threading.main_thread()
-    if in_main:
-        old_term = signal.signal(signal.SIGTERM, _raise_terminated)
-    try:
-        if workers > 0:
-            # Start the workers first: their start-up overlaps the header reads, the
-            # allocation and this process's own decoding of the first records.
-            ctx = decode_context()
-            share = WorkShare(n, ctx)
-            pool = _start_pool(ctx, workers, share)
-        else:
-            share = WorkShare(n)
-        # Exact sizes from image headers, before decoding or allocating anything.
-        code = layout.CODE_OF[dtype]
-        index, sections, sizes, max_inst = _plan(records, imgsz, layout.DTYPE_CODES[code].itemsize)
-        check_budget(sum(sizes.values()), budget_nbytes, what=f"the snapshot of {n} records", imgsz=imgsz)
-        check_capacity(sum(sizes.values()), imgsz=imgsz, store=store)
+@dataclass
+class _Plan:
+    """What a new snapshot will hold, from image headers alone (``_plan``)."""
+
+    index: np.ndarray
+    sections: layout.TargetSections
+    sizes: dict[str, int]  # meta, tgt, img -> bytes
+    max_instances: int
+
+    @property
+    def nbytes(self) -> int:
+        return sum(self.sizes.values())
+
+
+class _Build:
+    """A new snapshot under ``base`` (module docstring, steps 2-7), one named step each.
+
+    ``run`` takes the steps in order inside ``_preparing``, which rolls back (``rollback``)
+    what the steps created so far when any of them fails or the process is told to stop."""
+
+    def __init__(
+        self,
+        dataset: Dataset,
+        options: PrepareOptions,
+        *,
+        fp: str,
+        base: str,
+        names: dict[str, str],
+        lineage: str | None,
+    ):
+        self.dataset, self.options, self.fp, self.base, self.names, self.lineage = (
+            dataset, options, fp, base, names, lineage
+        )  # fmt: skip
+        self.records = dataset.records
+        self.workers = min(options.processes, len(self.records)) - 1  # the preparing process is one of the decoders
+        self.code = layout.CODE_OF[options.dtype]
+        self.created: list[SharedSegment] = []
+        self.pool: ProcessPoolExecutor | None = None
+
+    def run(self, *, progress: bool) -> Snapshot:
+        with _preparing(self.rollback):
+            share = self.start_decoders()
+            plan = self.plan()
+            self.allocate(plan)
+            self.decode(plan, share, progress=progress)
+            self.install()
+        # Attach before closing the creator's mappings, so that at no moment does no process
+        # map the finished snapshot (leak checks treat unmapped new segments as orphans).
+        snap = Snapshot(self.base, owner=True, store=self.options.store)
+        for seg in self.created:
+            seg.close()
+        if self.lineage:
+            remove_superseded(self.lineage, keep=self.base, store=self.options.store)
+        return snap
+
+    def start_decoders(self) -> WorkShare:
+        """Step 2: the workers start first, so that their start-up overlaps the header reads,
+        the allocation and this process's own decoding of the first records."""
+        n = len(self.records)
+        if self.workers <= 0:
+            return WorkShare(n)
+        ctx = decode_context()
+        share = WorkShare(n, ctx)
+        self.pool = _start_pool(ctx, self.workers, share)
+        return share
+
+    def plan(self) -> _Plan:
+        """Steps 3-4: exact sizes from image headers, checked against the budget and the store
+        before anything is decoded or allocated."""
+        opts = self.options
+        plan = _Plan(*_plan(self.records, opts.imgsz, layout.DTYPE_CODES[self.code].itemsize))
+        what = f"the snapshot of {len(self.records)} records"
+        check_budget(plan.nbytes, opts.memory_budget_nbytes, what=what, imgsz=opts.imgsz)
+        check_capacity(plan.nbytes, imgsz=opts.imgsz, store=opts.store)
+        return plan
+
+    def allocate(self, plan: _Plan) -> None:
+        """Step 5: the three segments, then the header (not complete), index and targets."""
+        opts, names = self.options, self.names
         try:
             for part in ("meta", "tgt", "img"):
                 # meta and tgt are written through this process's mapping: their pages are
                 # reserved now so a full /dev/shm is ENOSPC here, never SIGBUS later. The
                 # arena is only ever written with pwrite, which reports ENOSPC itself
                 # (module docstring).
-                created.append(SharedSegment.create(names[part], sizes[part], reserve=(part != "img"), store=store))
+                self.created.append(
+                    SharedSegment.create(names[part], plan.sizes[part], reserve=(part != "img"), store=opts.store)
+                )
         except FileExistsError as exc:
             raise BeingPrepared(
-                f"snapshot {base!r} appeared while preparing ({exc.filename}): another process is preparing it"
+                f"snapshot {self.base!r} appeared while preparing ({exc.filename}): another process is preparing it"
             ) from None
         except OSError as exc:
-            if exc.errno in (28, 12):  # ENOSPC, ENOMEM
+            if exc.errno in (errno.ENOSPC, errno.ENOMEM):
                 raise CapacityError(
-                    f"the store {store} could not reserve {sum(sizes.values())} bytes for snapshot {base!r} ({exc.strerror}); "
-                    f"use a smaller --imgsz, enlarge {store} or choose another --store"
+                    f"the store {opts.store} could not reserve {plan.nbytes} bytes for snapshot {self.base!r} "
+                    f"({exc.strerror}); use a smaller --imgsz, enlarge {opts.store} or choose another --store"
                 ) from None
             raise
-        meta, tgt, img = created
+        meta, tgt, _ = self.created
+        n, sections, sizes = len(self.records), plan.sections, plan.sizes
         header = layout.Header(
             magic=layout.MAGIC, layout_version=layout.LAYOUT_VERSION, complete=0, records=n, instances=sections.instances,
-            points=sections.points, max_instances=max_inst, imgsz=imgsz, dtype_code=code, fill=float(FILL_VALUE),
-            meta_nbytes=sizes["meta"], image_nbytes=sizes["img"], target_nbytes=sizes["tgt"],
-            creator_pid=os.getpid(), created_unix=time.time(), fingerprint=fp, persist=int(bool(persist)), lineage=lineage or "",
+            points=sections.points, max_instances=plan.max_instances, imgsz=opts.imgsz, dtype_code=self.code,
+            fill=float(FILL_VALUE), meta_nbytes=sizes["meta"], image_nbytes=sizes["img"], target_nbytes=sizes["tgt"],
+            creator_pid=os.getpid(), created_unix=time.time(), fingerprint=self.fp, persist=int(bool(opts.keep_snapshot)),
+            lineage=self.lineage or "",
         )  # fmt: skip
         meta.buf[: layout.HEADER_NBYTES] = layout.pack_header(header)
-        layout.index_view(meta.buf, n)[:] = index
-        layout.pack_targets(records, *layout.target_views(tgt.buf, sections))
+        layout.index_view(meta.buf, n)[:] = plan.index
+        layout.pack_targets(self.records, *layout.target_views(tgt.buf, sections))
 
+    def decode(self, plan: _Plan, share: WorkShare, *, progress: bool) -> None:
+        """Step 6: this process and the workers decode every record into the arena; the
+        workers are stopped once the last record is written."""
+        opts, arena, index = self.options, self.names["img"], plan.index
         tasks = [(i, rec.image_path, int(index[i]["image_offset"]), int(index[i]["height"]), int(index[i]["width"]),
-                  int(index[i]["orig_height"]), int(index[i]["orig_width"])) for i, rec in enumerate(records)]  # fmt: skip
-        bar = _progress_bar(n, progress)
+                  int(index[i]["orig_height"]), int(index[i]["orig_width"])) for i, rec in enumerate(self.records)]  # fmt: skip
+        bar = _progress_bar(len(self.records), progress)
         try:
             futures = (
-                [pool.submit(worker_decode, names["img"], tasks, imgsz, dtype, store) for _ in range(workers)]
-                if pool
+                [
+                    self.pool.submit(worker_decode, arena, tasks, opts.imgsz, opts.dtype, opts.store)
+                    for _ in range(self.workers)
+                ]
+                if self.pool
                 else []
             )
 
             def after_each() -> None:
-                _raise_worker_failure(futures, names["img"])
+                _raise_worker_failure(futures, arena)
                 bar.update(share.done - bar.n)
 
-            decode_shared(share, names["img"], tasks, imgsz, after_each, dtype=dtype, store=store)
-            _wait_for_workers(share, futures, bar, names["img"])
+            decode_shared(share, arena, tasks, opts.imgsz, after_each, dtype=opts.dtype, store=opts.store)
+            _wait_for_workers(share, futures, bar, arena)
         finally:
             bar.close()
-        if pool is not None:
-            _stop_pool(pool, futures)
-            pool = None
-        for seg in created:
+        if self.pool is not None:
+            _stop_pool(self.pool, futures)
+            self.pool = None
+
+    def install(self) -> None:
+        """Step 7: everything else is written; only now does the snapshot become usable."""
+        for seg in self.created:
             seg.flush()
-        # Everything else is written; only now does the snapshot become usable.
+        meta = self.created[0]
         meta.buf[layout.COMPLETE_OFFSET : layout.COMPLETE_OFFSET + 4] = layout.COMPLETE_MARK.to_bytes(4, "little")
         meta.flush()
+
+    def rollback(self) -> None:
+        """Remove every segment created so far and stop the workers (all or nothing)."""
+        # Unlink first: a worker keeps its own descriptor and can finish writing into an
+        # unlinked file harmlessly, while stopping the pool may take seconds.
+        for seg in self.created:
+            seg.close()
+            seg.unlink()
+        if self.pool is not None:
+            _kill_pool(self.pool)
+
+
+@contextmanager
+def _preparing(rollback: Callable[[], None]) -> Iterator[None]:
+    """While preparing, SIGTERM raises ``PreparationTerminated``; on any exception
+    ``rollback`` runs with SIGTERM and SIGINT ignored (a second signal must not cut it short),
+    then the exception goes on. Every handler is restored on the way out. Outside the main
+    thread, where Python sets no handlers, only the rollback."""
+    in_main = threading.current_thread() is threading.main_thread()
+    old_term = signal.signal(signal.SIGTERM, _raise_terminated) if in_main else None
+    try:
+        yield
     except BaseException:
         old_int = None
-        if in_main:  # a second SIGTERM or Ctrl-C must not cut the rollback short
+        if in_main:
             signal.signal(signal.SIGTERM, signal.SIG_IGN)
             old_int = signal.signal(signal.SIGINT, signal.SIG_IGN)
         try:
-            # Unlink first: a worker keeps its own descriptor and can finish writing into
-            # an unlinked file harmlessly, while stopping the pool may take seconds.
-            for seg in created:
-                seg.close()
-                seg.unlink()
-            if pool is not None:
-                _kill_pool(pool)
+            rollback()
         finally:
             if in_main:
                 signal.signal(signal.SIGINT, old_int if old_int is not None else signal.default_int_handler)
@@ -421,14 +479,6 @@ def _build(
     finally:
         if in_main:
             signal.signal(signal.SIGTERM, old_term if old_term is not None else signal.SIG_DFL)
-    # Attach before closing the creator's mappings, so that at no moment does no process
-    # map the finished snapshot (leak checks treat unmapped new segments as orphans).
-    snap = Snapshot(base, owner=True, store=store)
-    for seg in created:
-        seg.close()
-    if lineage:
-        remove_superseded(lineage, keep=base, store=store)
-    return _result(snap, reused=False, seconds=time.perf_counter() - t0, processes=processes)
 
 
 def decode_context():

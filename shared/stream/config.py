@@ -6,6 +6,7 @@ Code both sides import.
 - ``StreamSettings``: one trainer's stream (seed, batch, shard, augmentation); travels as a
   plain dict (msgpack) from trainer to daemon, where ``from_dict`` validates it again.
 - ``DaemonConfig``: everything ``pixpool serve`` (or ``run_daemon``) needs.
+- ``PrepareOptions``: the part of it a preparation needs (``DaemonConfig.prepare_options``).
 
 Each field's help text and, where it differs from ``--field-name``, its flag live in the
 field's metadata: the command lines are generated from the fields (``shared/cli/flags.py``), so
@@ -41,7 +42,8 @@ def _opt(default: Any, help: str, **extra: Any) -> Any:
 class AugmentConfig:
     """The YOLO training route's settings; defaults are the customary YOLO ones."""
 
-    imgsz: int = _opt(640, "training image size in pixels (square)")
+    # None: the daemon's imgsz, which it resolves at attach (``StreamSettings.for_imgsz``).
+    imgsz: int | None = _opt(None, "training image size in pixels (square, a multiple of 32); none: the daemon's")
     mosaic: float = _opt(1.0, "probability of a 4-image mosaic")
     degrees: float = _opt(0.0, "rotation range, +/- degrees")
     translate: float = _opt(0.1, "translation range, fraction of imgsz")
@@ -70,6 +72,20 @@ class AugmentConfig:
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "AugmentConfig":
         return _from_dict(cls, data)
+
+    def for_imgsz(self, imgsz: int) -> "AugmentConfig":
+        """This config at the daemon's ``imgsz``: None takes it, the same value is kept, another
+        value is a ConfigError naming ``imgsz`` and both values."""
+        if self.imgsz is None:
+            return dataclasses.replace(self, imgsz=imgsz)
+        if self.imgsz != imgsz:
+            raise ConfigError(
+                f"the trainer asks for imgsz {self.imgsz} but the daemon serves imgsz {imgsz} (its snapshot is prepared "
+                f"for it); leave imgsz unset to train at the daemon's, or serve the data with --imgsz {self.imgsz}",
+                field="imgsz",
+                value=self.imgsz,
+            )
+        return self
 
     def mosaic_closed(self, epoch: int) -> bool:
         """True in the last ``close_mosaic`` epochs (mosaic, copy-paste, mixup off)."""
@@ -103,6 +119,13 @@ class StreamSettings:
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
 
+    def for_imgsz(self, imgsz: int) -> "StreamSettings":
+        """These settings at the daemon's (the snapshot's) ``imgsz`` (``AugmentConfig.for_imgsz``):
+        the one place a trainer's imgsz meets the daemon's, at attach and wherever a stream is
+        rendered in-process."""
+        augment = self.augment.for_imgsz(imgsz)
+        return self if augment is self.augment else dataclasses.replace(self, augment=augment)
+
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "StreamSettings":
         if not isinstance(data, dict):
@@ -133,7 +156,11 @@ class DaemonConfig:
     )
     val_images: str | None = _opt(None, "image folder for a COCO json given as --val", metavar="DIR")
     no_val: bool = _opt(False, "serve no validation set, not even a data.yaml's val:")
-    imgsz: int = _opt(640, "long side of the prepared images in pixels")
+    imgsz: int = _opt(
+        640,
+        "training image size in pixels (a multiple of 32): the snapshot is prepared for it (long side = imgsz) "
+        "and a trainer that names no imgsz trains at it",
+    )
     processes: int = _opt(2, "decoder processes when preparing")
     dtype: str = _opt(
         "float32",
@@ -215,6 +242,43 @@ class DaemonConfig:
                 "tcp", self.tcp, "requires CURVE keys: make them with `pixpool keys DIR` and set {keys_dir}"
             )
 
+    def prepare_options(self, **overrides: Any) -> "PrepareOptions":
+        """The settings of this daemon's preparation (``prepare_snapshot``): the same fields,
+        already validated here; ``overrides`` replace some (``keep_snapshot=True``)."""
+        values = {f.name: getattr(self, f.name) for f in dataclasses.fields(PrepareOptions)}
+        return PrepareOptions(**{**values, **overrides})
+
+
+def _as_in(cls: type, name: str) -> Any:
+    """A field declared as ``cls``'s field ``name`` is: the same default, help and flag."""
+    f = next(f for f in dataclasses.fields(cls) if f.name == name)
+    return field(default=f.default, metadata=f.metadata)
+
+
+@dataclass(frozen=True)
+class PrepareOptions:
+    """How a dataset is read and decoded into a snapshot (``prepare_snapshot``, ``pixpool prepare``).
+
+    Each field is the ``DaemonConfig`` field of the same name (``DaemonConfig.prepare_options``
+    makes one), declared there once. ``keep_snapshot``: the snapshot stays in the store until
+    ``pixpool clean`` (no process removes it on exit); ``pixpool prepare`` sets it.
+    """
+
+    imgsz: int = _as_in(DaemonConfig, "imgsz")
+    dtype: str = _as_in(DaemonConfig, "dtype")
+    processes: int = _as_in(DaemonConfig, "processes")
+    store: str = _as_in(DaemonConfig, "store")
+    max_instances_per_image: int = _as_in(DaemonConfig, "max_instances_per_image")
+    allow_unlabelled: bool = _as_in(DaemonConfig, "allow_unlabelled")
+    memory_budget_nbytes: int | None = _as_in(DaemonConfig, "memory_budget_nbytes")
+    prepare_wait_s: float = _as_in(DaemonConfig, "prepare_wait_s")
+    keep_snapshot: bool = _as_in(DaemonConfig, "keep_snapshot")
+
+    def __post_init__(self) -> None:
+        _validate(self)
+        if not self.store:
+            raise ConfigError.for_field("store", self.store, "is empty; name a directory such as /dev/shm")
+
 
 _RANGES: dict[str, tuple[float, float]] = {
     "imgsz": (32, 8192),
@@ -254,6 +318,9 @@ _RANGES: dict[str, tuple[float, float]] = {
     "shm_warn_free_nbytes": (0, 1 << 60),
     "metrics_port": (1, 65535),
 }
+# Settings that must be a multiple of a step: the detector's largest stride (32) divides imgsz,
+# both where a daemon prepares its snapshot and where a trainer sizes its model.
+_MULTIPLES: dict[str, int] = {"imgsz": 32}
 # Settings that take one of a few words.
 _CHOICES: dict[str, tuple[str, ...]] = {
     "dtype": SNAPSHOT_DTYPES,
@@ -280,6 +347,11 @@ def check_value(name: str, kind: str, value: Any) -> None:
         lo, hi = _RANGES.get(name, (float("-inf"), float("inf")))
         if not lo <= value <= hi:
             raise ConfigError.for_field(name, value, f"is out of range; use {lo} to {hi}")
+        step = _MULTIPLES.get(name)
+        if step is not None and value % step:
+            below = max(int(value // step) * step, int(lo))
+            above = min(below + step, int(hi))
+            raise ConfigError.for_field(name, value, f"is not a multiple of {step}; use {below} or {above}")
     elif kind == "str":
         if not isinstance(value, str):
             raise ConfigError.for_field(name, value, "must be a string")

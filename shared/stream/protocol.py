@@ -9,7 +9,8 @@ wrong; the daemon turns that into an ``error`` reply and keeps serving.
 Operations (-> daemon, <- trainer):
 
 - ``attach`` -> {settings, pid, host, slots, delivery, pid_ns (optional)}; reply ``attached``
-  <- {trainer_id, token, ring, layout, num_records, daemon_pid, host, names (class names),
+  <- {trainer_id, token, ring, layout, num_records, imgsz (the training size: the trainer's
+  ``augment.imgsz``, which None takes from here), daemon_pid, host, names (class names),
   store (the directory the ring is in), pid_ns (the daemon's PID namespace), snapshot
   (optional: {fingerprint, name, records}, the snapshot this trainer's split streams, which a
   trainer attaching again after a restart compares with the one it began on)}. ``delivery``
@@ -138,6 +139,7 @@ _SCHEMA: dict[str, dict[str, Field]] = {
         "ring": _STR,
         "layout": _MAP,
         "num_records": _INT,
+        "imgsz": _INT,
         "daemon_pid": _INT,
         "host": _STR,
         "store": _STR,

@@ -19,7 +19,7 @@ import pytest
 from helpers.daemon import WAIT_S, ask_status, digest_of, prove, real_daemon, reference_stream, segments_of, wait_for
 from pixpool.client.iterator import Client
 from pixpool.shared.stream import protocol as proto
-from pixpool.shared.stream.config import AugmentConfig, StreamSettings
+from pixpool.shared.stream.config import AugmentConfig, DaemonConfig, StreamSettings
 from pixpool.shared.transport.names import shm_path, user_prefix
 
 IMGSZ = 160
@@ -171,7 +171,8 @@ def test_daemon_digests_running_and_temporary_daemon(daemon, dataset, synthetic_
     ref = reference_stream(dataset, s, 1)[0]
     assert daemon_digests(s, 1, 3, socket_dir=d) == ref[:3]
     # A temporary daemon with one worker, started and stopped by the call.
-    assert daemon_digests(s, 1, None, workers=1, data=synthetic_data.coco_json, timeout_s=WAIT_S) == ref
+    temporary = DaemonConfig(data=str(synthetic_data.coco_json), imgsz=IMGSZ, workers=1)
+    assert daemon_digests(s, 1, None, config=temporary, timeout_s=WAIT_S) == ref
 
 
 def _ask(sock, frame: bytes) -> dict:
@@ -211,6 +212,14 @@ def test_bad_requests_get_clear_errors_and_daemon_keeps_serving(daemon, dealer):
         ),
     )
     assert r["op"] == "error" and "imgsz 320" in r["message"] and "160" in r["message"]
+    # A trainer that names no imgsz trains at the daemon's: the reply says which, the ring is sized for it.
+    r = _ask(
+        sock,
+        proto.encode("attach", settings=StreamSettings().to_dict(), pid=os.getpid(), host="x", slots=2, delivery="shm"),
+    )
+    assert (r["op"], r["imgsz"], r["layout"]["imgsz"]) == ("attached", IMGSZ, IMGSZ)
+    gone = _ask(sock, proto.encode("detach", trainer_id=r["trainer_id"], token=r["token"]))
+    assert gone["op"] == "detached"
     att = _ask(
         sock, proto.encode("attach", settings=settings(1).to_dict(), pid=os.getpid(), host="x", slots=2, delivery="shm")
     )

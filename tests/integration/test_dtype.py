@@ -22,7 +22,7 @@ from pixpool.server.readers import load_dataset
 from pixpool.server.snapshot import layout
 from pixpool.server.snapshot.fingerprint import lineage_of
 from pixpool.server.snapshot.handle import list_snapshots
-from pixpool.server.snapshot.prepare import prepare_snapshot
+from pixpool.server.snapshot.prepare import PrepareOptions, prepare_snapshot
 from pixpool.shared.cli import main
 from pixpool.shared.errors import ConfigError
 from pixpool.shared.stream.config import AugmentConfig, DaemonConfig, StreamSettings
@@ -49,9 +49,9 @@ ROUTES = {
 
 def _prepare_pair(dataset, imgsz: int):
     """(float32 result, uint8 result), prepared here; the caller removes both."""
-    f32 = prepare_snapshot(dataset, imgsz=imgsz, processes=1)
+    f32 = prepare_snapshot(dataset, PrepareOptions(imgsz=imgsz, processes=1))
     try:
-        u8 = prepare_snapshot(dataset, imgsz=imgsz, processes=2, dtype="uint8")
+        u8 = prepare_snapshot(dataset, PrepareOptions(imgsz=imgsz, processes=2, dtype="uint8"))
     except BaseException:
         _remove(f32)
         raise
@@ -121,9 +121,9 @@ def test_prepared_pixels_are_the_reference_decode(pair):
 def test_coco128_prepared_pixels_are_the_reference_decode(coco128):
     # Real photos, every record resized (320 < their long side), two decoders of each dtype.
     dataset = load_dataset(coco128 / "annotations" / "instances_train2017.json", coco128 / "images" / "train2017")
-    f32 = prepare_snapshot(dataset, imgsz=320, processes=2)
+    f32 = prepare_snapshot(dataset, PrepareOptions(imgsz=320, processes=2))
     try:
-        u8 = prepare_snapshot(dataset, imgsz=320, processes=2, dtype="uint8")
+        u8 = prepare_snapshot(dataset, PrepareOptions(imgsz=320, processes=2, dtype="uint8"))
         try:
             for i, rec in enumerate(dataset.records):
                 ref = _reference_decode(rec.image_path, 320)
@@ -154,7 +154,9 @@ def test_batches_are_byte_identical_across_dtypes(pair, name):
 
 def test_reuse_matches_the_same_dtype_only(pair):
     dataset, f32, u8 = pair
-    again = {d: prepare_snapshot(dataset, imgsz=IMGSZ, processes=1, dtype=d) for d in ("uint8", "float32")}
+    again = {
+        d: prepare_snapshot(dataset, PrepareOptions(imgsz=IMGSZ, processes=1, dtype=d)) for d in ("uint8", "float32")
+    }
     try:
         assert (
             again["uint8"].reused
@@ -181,23 +183,24 @@ def test_a_new_snapshot_of_one_dtype_never_supersedes_the_other(synthetic_copy):
     try:
         u8 = prepare_snapshot(
             load_dataset(data),
-            imgsz=64,
-            processes=1,
-            dtype="uint8",
-            persist=True,
+            PrepareOptions(imgsz=64, processes=1, dtype="uint8", keep_snapshot=True),
             lineage=lineage_of(data, None, 64, "uint8"),
         )
         made.append(u8.snapshot.name)
         u8.snapshot.close()
         assert lineage_of(data, None, 64, "uint8") != lineage_of(data, None, 64, "float32")
         f32 = prepare_snapshot(
-            load_dataset(data), imgsz=64, processes=1, persist=True, lineage=lineage_of(data, None, 64, "float32")
+            load_dataset(data),
+            PrepareOptions(imgsz=64, processes=1, keep_snapshot=True),
+            lineage=lineage_of(data, None, 64, "float32"),
         )
         made.append(f32.snapshot.name)
         f32.snapshot.close()
         (synthetic_copy / "images" / "train" / "synth_0001.jpg").touch()  # a changed input: a new float32 snapshot
         f32b = prepare_snapshot(
-            load_dataset(data), imgsz=64, processes=1, persist=True, lineage=lineage_of(data, None, 64, "float32")
+            load_dataset(data),
+            PrepareOptions(imgsz=64, processes=1, keep_snapshot=True),
+            lineage=lineage_of(data, None, 64, "float32"),
         )
         made.append(f32b.snapshot.name)
         f32b.snapshot.close()
@@ -252,7 +255,7 @@ def test_the_python_api_refuses_an_unknown_dtype(synthetic_data):
     assert info.value.field == "dtype"
     before = set(list_segments())
     with pytest.raises(ConfigError, match="field 'dtype'"):
-        prepare_snapshot(load_dataset(synthetic_data.coco_json), imgsz=64, processes=1, dtype="int8")
+        prepare_snapshot(load_dataset(synthetic_data.coco_json), PrepareOptions(imgsz=64, processes=1, dtype="int8"))
     assert created_by_me(before) == []
 
 
@@ -260,9 +263,9 @@ def test_daemon_digest_of_a_uint8_snapshot_equals_the_reference(synthetic_data, 
     """Through a temporary daemon (``pixpool digest --dtype uint8 --workers 1``): the bytes a
     trainer receives from a uint8 snapshot are the reference pipeline's."""
     before = set(list_segments())
-    # imgsz 80: not the module's snapshots (this process maps those; the digest commands must
+    # imgsz 128: not the module's snapshots (this process maps those; the digest commands must
     # make, and remove, their own)
-    flags = [str(synthetic_data.coco_json), "--seed", "6", "--batches", "3", "--batch-size", "8", "--imgsz", "80", "--copy-paste", "0.5", "--mixup", "0.3",
+    flags = [str(synthetic_data.coco_json), "--seed", "6", "--batches", "3", "--batch-size", "8", "--imgsz", "128", "--copy-paste", "0.5", "--mixup", "0.3",
              "--degrees", "5", "--flipud", "0.5", "--json"]  # fmt: skip
     assert main(["digest", *flags, "--workers", "1", "--dtype", "uint8"]) == 0
     daemon = json.loads(capsys.readouterr().out)
@@ -275,7 +278,7 @@ def test_daemon_digest_of_a_uint8_snapshot_equals_the_reference(synthetic_data, 
 
 
 def test_status_and_memory_report_the_dtype_held(synthetic_data, capsys):
-    with real_daemon(synthetic_data.coco_json, imgsz=72, workers=1, dtype="uint8") as (_, d):
+    with real_daemon(synthetic_data.coco_json, imgsz=160, workers=1, dtype="uint8") as (_, d):
         assert main(["memory", "--socket-dir", d, "--json"]) == 0
         mem = json.loads(capsys.readouterr().out)
         assert main(["status", "--socket-dir", d, "--json"]) == 0

@@ -303,7 +303,7 @@ def test_creator_daemon_leaves_a_snapshot_another_process_maps(synthetic_data):
     from pixpool.server.snapshot.handle import Snapshot
     from pixpool.shared.transport.shm import unlink_segment
 
-    with real_daemon(synthetic_data.coco_json, imgsz=176, workers=1) as (proc, d):
+    with real_daemon(synthetic_data.coco_json, imgsz=192, workers=1) as (proc, d):
         st = ask_status(d)
         assert not st["snapshot"]["reused"], "this test needs the daemon to be the creator"
         other = Snapshot.attach(st["snapshot"]["name"])  # e.g. a second daemon re-attached it

@@ -16,7 +16,7 @@ from pixpool.shared.stream import protocol as proto
 from pixpool.shared.stream.config import AugmentConfig, StreamSettings
 from pixpool.shared.transport.names import list_segments, shm_path
 
-IMGSZ = 112
+IMGSZ = 224  # a multiple of 32 no other module prepares
 
 
 def _exists(names) -> list[bool]:

@@ -13,7 +13,7 @@ import pytest
 from pixpool.server.augment import render_batch, render_sample
 from pixpool.server.augment.labels import pack
 from pixpool.server.readers import load_dataset
-from pixpool.server.snapshot.prepare import prepare_snapshot
+from pixpool.server.snapshot.prepare import PrepareOptions, prepare_snapshot
 from pixpool.server.snapshot.reference import ReferenceSource
 from pixpool.shared.stream.config import AugmentConfig, StreamSettings
 from pixpool.shared.stream.digest import batch_digest
@@ -28,7 +28,7 @@ ROUTES = {
 
 
 def _prepared(dataset, imgsz: int):
-    result = prepare_snapshot(dataset, imgsz=imgsz, processes=1)
+    result = prepare_snapshot(dataset, PrepareOptions(imgsz=imgsz, processes=1))
     return result
 
 

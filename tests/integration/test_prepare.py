@@ -17,7 +17,7 @@ from pixpool.server.readers import load_dataset
 from pixpool.server.snapshot import decode, prepare
 from pixpool.server.snapshot.decode_worker import FAIL_AT_ENV
 from pixpool.server.snapshot.fingerprint import base_name, fingerprint
-from pixpool.server.snapshot.prepare import PreparationTerminated, prepare_snapshot
+from pixpool.server.snapshot.prepare import PreparationTerminated, PrepareOptions, prepare_snapshot
 from pixpool.shared.errors import CapacityError, ImageDecodeError
 from pixpool.shared.stream.records import Dataset
 from pixpool.shared.transport.names import list_segments
@@ -55,7 +55,7 @@ def test_coco128_float32_is_exactly_four_times_uint8(coco128, prepared, tmp_path
     dataset = _private(
         load_dataset(coco128 / "annotations" / "instances_train2017.json", coco128 / "images" / "train2017"), tmp_path
     )
-    result = prepare_snapshot(dataset, imgsz=640, processes=2)
+    result = prepare_snapshot(dataset, PrepareOptions(imgsz=640, processes=2))
     prepared.append(result)
     assert not result.reused and result.records == len(dataset) == 128
     assert result.image_bytes == 4 * result.decoded_bytes
@@ -82,7 +82,7 @@ def test_coco128_float32_is_exactly_four_times_uint8(coco128, prepared, tmp_path
 
 def test_second_prepare_reuses_and_decodes_nothing(store, synthetic_data, prepared, monkeypatch):
     dataset = load_dataset(synthetic_data.coco_json)
-    first = prepare_snapshot(dataset, imgsz=160, processes=1, store=store)
+    first = prepare_snapshot(dataset, PrepareOptions(imgsz=160, processes=1, store=store))
     prepared.append(first)
     checksum = first.snapshot.checksum()
 
@@ -94,7 +94,9 @@ def test_second_prepare_reuses_and_decodes_nothing(store, synthetic_data, prepar
 
     monkeypatch.setattr(decode, "decode_bgr", forbidden)
     monkeypatch.setattr(prepare, "header_size_hw", forbidden)
-    second = prepare_snapshot(load_dataset(synthetic_data.coco_json), imgsz=160, processes=2, store=store)
+    second = prepare_snapshot(
+        load_dataset(synthetic_data.coco_json), PrepareOptions(imgsz=160, processes=2, store=store)
+    )
     prepared.append(second)
     assert os.path.isfile(os.path.join(store, first.snapshot.name + "-img")) and first.snapshot.store == store
     assert second.reused and not first.reused
@@ -132,7 +134,7 @@ def test_pixels_changed_with_size_and_mtime_kept_are_prepared_again(tmp_path, pr
     back: the old snapshot must not be re-attached (stale pixels)."""
     paths = write_jpegs(tmp_path / "img", [(40, 60), (50, 30)])
     ds = dataset_of(paths, [])
-    first = prepare_snapshot(ds, imgsz=64, processes=1)
+    first = prepare_snapshot(ds, PrepareOptions(imgsz=64, processes=1))
     prepared.append(first)
     data = bytearray(open(paths[0], "rb").read())
     st = os.stat(paths[0])
@@ -145,7 +147,7 @@ def test_pixels_changed_with_size_and_mtime_kept_are_prepared_again(tmp_path, pr
     os.utime(paths[0], ns=(st.st_atime_ns, st.st_mtime_ns))
     after = os.stat(paths[0])
     assert (after.st_size, after.st_mtime_ns, after.st_ino) == (st.st_size, st.st_mtime_ns, st.st_ino)
-    second = prepare_snapshot(ds, imgsz=64, processes=1)
+    second = prepare_snapshot(ds, PrepareOptions(imgsz=64, processes=1))
     prepared.append(second)
     assert not second.reused and second.snapshot.name != first.snapshot.name
     assert not np.array_equal(second.snapshot.image(0), first.snapshot.image(0)), (
@@ -160,7 +162,7 @@ def test_failure_at_record_k_leaves_no_segment(synthetic_data, processes, monkey
     before = set(list_segments(store))
     monkeypatch.setenv(FAIL_AT_ENV, "7")  # the decoder that claims record 7 fails (spawned ones too)
     with pytest.raises(ImageDecodeError, match="injected failure at record 7") as info:
-        prepare_snapshot(dataset, imgsz=160, processes=processes, store=store)
+        prepare_snapshot(dataset, PrepareOptions(imgsz=160, processes=processes, store=store))
     assert dataset.records[7].image_path in str(info.value)
     assert created_by_me(before, store) == []
     assert not any(s.startswith(base_name(fingerprint(dataset, imgsz=160))) for s in list_segments(store))
@@ -195,7 +197,7 @@ def test_keyboard_interrupt_leaves_no_segment(synthetic_data, monkeypatch, proce
 
     count = _decode_calls_then(monkeypatch, 5, interrupt)
     with pytest.raises(KeyboardInterrupt):
-        prepare_snapshot(dataset, imgsz=160, processes=processes, store=store)
+        prepare_snapshot(dataset, PrepareOptions(imgsz=160, processes=processes, store=store))
     assert count["n"] == 5
     assert created_by_me(before, store) == []
 
@@ -207,7 +209,7 @@ def test_sigterm_leaves_no_segment_and_restores_handler(synthetic_data, monkeypa
     handler_before = signal.getsignal(signal.SIGTERM)
     _decode_calls_then(monkeypatch, 3, lambda: os.kill(os.getpid(), signal.SIGTERM))
     with pytest.raises(PreparationTerminated):
-        prepare_snapshot(dataset, imgsz=160, processes=processes)
+        prepare_snapshot(dataset, PrepareOptions(imgsz=160, processes=processes))
     assert created_by_me(before) == []
     assert signal.getsignal(signal.SIGTERM) == handler_before
 
@@ -220,7 +222,7 @@ def test_capacity_refused_before_allocating(synthetic_data, monkeypatch, store):
         # A disk store's pages are page cache: little memory is no reason to refuse, little room is.
         monkeypatch.setattr(prepare, "free_nbytes", lambda path: 1000 if path == store else os.statvfs(path).f_bavail)
     with pytest.raises(CapacityError) as info:
-        prepare_snapshot(dataset, imgsz=160, processes=1, store=store)
+        prepare_snapshot(dataset, PrepareOptions(imgsz=160, processes=1, store=store))
     msg = str(info.value)
     assert "1000 bytes" in msg and "--imgsz" in msg
     if store != "/dev/shm":
@@ -236,9 +238,9 @@ def test_a_disk_store_does_not_need_the_memory(store, synthetic_data, monkeypatc
     dataset = load_dataset(synthetic_data.coco_json)
     if is_memory(store):
         with pytest.raises(CapacityError, match="bytes of memory are available"):
-            prepare_snapshot(dataset, imgsz=96, processes=1, store=store)
+            prepare_snapshot(dataset, PrepareOptions(imgsz=96, processes=1, store=store))
         return
-    result = prepare_snapshot(dataset, imgsz=96, processes=1, store=store)
+    result = prepare_snapshot(dataset, PrepareOptions(imgsz=96, processes=1, store=store))
     prepared.append(result)
     assert len(result.snapshot) == len(dataset) and not result.reused
 
@@ -249,7 +251,7 @@ def test_stale_incomplete_snapshot_is_replaced(store, synthetic_data, prepared):
     # What a killed preparation leaves: a meta segment without the completeness mark.
     with SharedSegment.create(base + "-meta", 4096, store=store) as stale:
         stale.buf[:8] = b"PIXPSNAP"
-    result = prepare_snapshot(dataset, imgsz=160, processes=1, store=store)
+    result = prepare_snapshot(dataset, PrepareOptions(imgsz=160, processes=1, store=store))
     prepared.append(result)
     assert not result.reused and result.snapshot.name == base
     assert len(result.snapshot) == len(dataset)
@@ -281,7 +283,7 @@ def test_odd_image_kinds_become_3_channel_8_bit(tmp_path, prepared):
     assert prepare.header_size_hw(paths[3]) == (80, 40)
     assert prepare.header_size_hw(paths[4]) == (50, 20)
     dataset = dataset_of(paths)
-    result = prepare_snapshot(dataset, imgsz=64, processes=1)
+    result = prepare_snapshot(dataset, PrepareOptions(imgsz=64, processes=1))
     prepared.append(result)
     snap = result.snapshot
     for i, path in enumerate(paths):
@@ -322,7 +324,7 @@ def test_snapshot_being_prepared_by_live_process_is_waited_for_then_refused(synt
         with pytest.raises(
             SnapshotError, match=rf"being prepared by live process\(es\) \[{holder.pid}\].*; waited 0.3 s"
         ):
-            prepare_snapshot(dataset, imgsz=160, processes=1, wait_s=0.3)
+            prepare_snapshot(dataset, PrepareOptions(imgsz=160, processes=1, prepare_wait_s=0.3))
     finally:
         holder.stdin.close()
         holder.wait(timeout=30)
@@ -337,6 +339,6 @@ def test_header_size_mismatch_names_the_file(tmp_path, monkeypatch):
     real = prepare.header_size_hw
     monkeypatch.setattr(prepare, "header_size_hw", lambda p: (41, 60) if p == paths[0] else real(p))
     with pytest.raises(ImageDecodeError, match="differs from the header size") as info:
-        prepare_snapshot(dataset_of(paths), imgsz=64, processes=1)
+        prepare_snapshot(dataset_of(paths), PrepareOptions(imgsz=64, processes=1))
     assert paths[0] in str(info.value)
     assert created_by_me(before) == []

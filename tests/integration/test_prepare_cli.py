@@ -404,7 +404,7 @@ def test_clean_decisions():
 
 def test_clean_keep_complete_removes_stale_rings_but_keeps_snapshots(synthetic_data, capsys):
     """What a service manager runs after the daemon stops: the prepared snapshot stays for the restart."""
-    from pixpool.server.snapshot.prepare import prepare_snapshot
+    from pixpool.server.snapshot.prepare import PrepareOptions, prepare_snapshot
     from pixpool.shared.transport.names import ring_segment
     from pixpool.shared.transport.shm import SharedSegment
 
@@ -412,7 +412,7 @@ def test_clean_keep_complete_removes_stale_rings_but_keeps_snapshots(synthetic_d
     dead.wait(30)
     ring = ring_segment(dead.pid, "01")
     SharedSegment.create(ring, 4096).close()
-    result = prepare_snapshot(load_dataset(synthetic_data.coco_json), imgsz=64, processes=1)
+    result = prepare_snapshot(load_dataset(synthetic_data.coco_json), PrepareOptions(imgsz=64, processes=1))
     snap = result.snapshot
     names = list(snap.segment_names)
     snap.close()

@@ -18,7 +18,7 @@ from pixpool.server.snapshot import decode_worker as prepare_worker
 from pixpool.server.snapshot import prepare
 from pixpool.server.snapshot.decode_worker import WorkShare
 from pixpool.server.snapshot.fingerprint import base_name, fingerprint
-from pixpool.server.snapshot.prepare import prepare_snapshot
+from pixpool.server.snapshot.prepare import PrepareOptions, prepare_snapshot
 from pixpool.shared.errors import CapacityError, ImageDecodeError
 from pixpool.shared.transport.names import list_segments
 
@@ -38,7 +38,7 @@ def _prepare_and_remove(dataset, processes: int) -> tuple[str, np.ndarray]:
     """(sha256 of every record's image bytes, a copy of image 3); the snapshot is removed.
 
     Not ``Snapshot.checksum``: the header holds the creation time, which differs."""
-    result = prepare_snapshot(dataset, imgsz=IMGSZ, processes=processes)
+    result = prepare_snapshot(dataset, PrepareOptions(imgsz=IMGSZ, processes=processes))
     try:
         assert not result.reused
         snap = result.snapshot
@@ -93,7 +93,7 @@ def test_failure_in_a_worker_at_record_k_leaves_no_segment(synthetic_data, monke
     _hold_parent_until_workers_claimed(monkeypatch, 7)  # record 7 is a worker's
     monkeypatch.setenv(prepare_worker.FAIL_AT_ENV, "7")  # the decoder that claims record 7 fails
     with pytest.raises(ImageDecodeError, match="injected failure at record 7") as info:
-        prepare_snapshot(dataset, imgsz=IMGSZ, processes=2)
+        prepare_snapshot(dataset, PrepareOptions(imgsz=IMGSZ, processes=2))
     assert dataset.records[7].image_path in str(info.value)
     assert created_by_me(before) == []
     assert not any(s.startswith(base_name(fingerprint(dataset, imgsz=IMGSZ))) for s in list_segments())
@@ -131,7 +131,7 @@ def test_full_shm_at_the_write_is_a_capacity_error_and_rolls_back(synthetic_data
 
     monkeypatch.setattr(prepare_worker.os, "pwrite", full_after_two)
     with pytest.raises(CapacityError, match="/dev/shm ran out of space") as info:
-        prepare_snapshot(dataset, imgsz=IMGSZ, processes=1)
+        prepare_snapshot(dataset, PrepareOptions(imgsz=IMGSZ, processes=1))
     assert any(r.image_path in str(info.value) for r in dataset.records[:3])
     assert created_by_me(before) == []
 

@@ -10,14 +10,14 @@ import pytest
 from helpers.snapshot import remove_snapshot
 from pixpool.server.readers import load_dataset
 from pixpool.server.snapshot.handle import Snapshot, list_snapshots
-from pixpool.server.snapshot.prepare import prepare_snapshot
+from pixpool.server.snapshot.prepare import PrepareOptions, prepare_snapshot
 from pixpool.shared.errors import SnapshotError
 from pixpool.shared.transport.names import snapshot_base
 
 
 @pytest.fixture(scope="module")
 def snapshot(synthetic_data):
-    result = prepare_snapshot(load_dataset(synthetic_data.coco_json), imgsz=320, processes=1)
+    result = prepare_snapshot(load_dataset(synthetic_data.coco_json), PrepareOptions(imgsz=320, processes=1))
     try:
         yield result.snapshot
     finally:

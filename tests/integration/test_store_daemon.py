@@ -21,7 +21,7 @@ import pytest
 from helpers.daemon import WAIT_S, ask_status, digest_of, prove, real_daemon, reference_stream
 from pixpool.client.iterator import Client
 from pixpool.server.readers import load_dataset
-from pixpool.server.snapshot.prepare import prepare_snapshot
+from pixpool.server.snapshot.prepare import PrepareOptions, prepare_snapshot
 from pixpool.shared.errors import CapacityError
 from pixpool.shared.stream import protocol as proto
 from pixpool.shared.stream.config import AugmentConfig, StreamSettings
@@ -117,7 +117,7 @@ def test_a_dataset_larger_than_a_tmpfs_fails_there_cleanly_and_serves_from_disk(
             pytest.skip(f"cannot mount a tmpfs here: {r.stderr.strip()}")
         mounted = True
         with pytest.raises(CapacityError) as info:
-            prepare_snapshot(dataset, imgsz=IMGSZ * 2, processes=2, store=small)
+            prepare_snapshot(dataset, PrepareOptions(imgsz=IMGSZ * 2, processes=2, store=small))
         text = str(info.value)
         assert f"the store {small} has" in text and "--store DIR" in text
         assert os.listdir(small) == [], "a refused preparation left files in the tmpfs"

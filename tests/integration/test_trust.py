@@ -17,7 +17,7 @@ from helpers.users import as_user, cli_as
 from pixpool.server.readers import load_dataset
 from pixpool.server.snapshot.fingerprint import base_name, fingerprint
 from pixpool.server.snapshot.handle import Snapshot
-from pixpool.server.snapshot.prepare import prepare_snapshot
+from pixpool.server.snapshot.prepare import PrepareOptions, prepare_snapshot
 from pixpool.shared.cli import main
 from pixpool.shared.errors import CapacityError, ConfigError, UntrustedSegmentError
 from pixpool.shared.transport.names import shm_path, snapshot_base, snapshot_parts
@@ -44,7 +44,7 @@ def _unlink_all(names) -> None:
 def _poisoned_copy(dataset) -> dict[str, bytes]:
     """The bytes of this dataset's real snapshot with its pixels changed, keyed by the
     victim's segment names; the real snapshot is gone again afterwards."""
-    result = prepare_snapshot(dataset, imgsz=IMGSZ, processes=1)
+    result = prepare_snapshot(dataset, PrepareOptions(imgsz=IMGSZ, processes=1))
     snap = result.snapshot
     files = {}
     for name in snap.segment_names:
@@ -66,7 +66,7 @@ def test_snapshot_planted_by_another_user_is_refused_by_name(other_user, synthet
     as_user(other_user, _write_world_writable, files, mode)
     try:
         with pytest.raises(UntrustedSegmentError) as err:
-            prepare_snapshot(dataset, imgsz=IMGSZ, processes=1)
+            prepare_snapshot(dataset, PrepareOptions(imgsz=IMGSZ, processes=1))
         text = str(err.value)
         assert "/dev/shm/" + base_name(fingerprint(dataset, imgsz=IMGSZ)) in text
         assert f"uid {other_user.uid} ({other_user.name})" in text and f"mode {mode:04o}" in text and "remove" in text
@@ -82,7 +82,7 @@ def test_snapshot_planted_by_another_user_is_refused_by_name(other_user, synthet
 
 def test_own_snapshot_made_world_writable_is_refused(store, synthetic_data):
     dataset = load_dataset(synthetic_data.coco_json)
-    result = prepare_snapshot(dataset, imgsz=IMGSZ, processes=1, store=store)
+    result = prepare_snapshot(dataset, PrepareOptions(imgsz=IMGSZ, processes=1, store=store))
     snap = result.snapshot
     snap.close()
     img = snapshot_parts(snap.name)["img"]
@@ -93,7 +93,7 @@ def test_own_snapshot_made_world_writable_is_refused(store, synthetic_data):
             UntrustedSegmentError,
             match=rf"{re.escape(shm_path(img, store))} .*mode 0666: group or others may write it.*{re.escape(hint)}",
         ):
-            prepare_snapshot(dataset, imgsz=IMGSZ, processes=1, store=store)
+            prepare_snapshot(dataset, PrepareOptions(imgsz=IMGSZ, processes=1, store=store))
     finally:
         remove_snapshot(snap.name, store)
 
@@ -106,15 +106,15 @@ def test_a_store_others_could_write_or_own_is_refused(tmp_path, other_user, synt
     open_dir.mkdir()
     os.chmod(open_dir, 0o777)
     with pytest.raises(ConfigError, match=rf"store {re.escape(str(open_dir))} has mode 0777.*sticky"):
-        prepare_snapshot(dataset, imgsz=IMGSZ, processes=1, store=str(open_dir))
+        prepare_snapshot(dataset, PrepareOptions(imgsz=IMGSZ, processes=1, store=str(open_dir)))
     os.chmod(open_dir, 0o1777)  # sticky, as /dev/shm: others cannot remove or rename our files
-    result = prepare_snapshot(dataset, imgsz=IMGSZ, processes=1, store=str(open_dir))
+    result = prepare_snapshot(dataset, PrepareOptions(imgsz=IMGSZ, processes=1, store=str(open_dir)))
     result.snapshot.release()
     theirs = tmp_path / "theirs"
     theirs.mkdir()
     os.chown(theirs, other_user.uid, other_user.gid)
     with pytest.raises(ConfigError, match=f"belongs to uid {other_user.uid}"):
-        prepare_snapshot(dataset, imgsz=IMGSZ, processes=1, store=str(theirs))
+        prepare_snapshot(dataset, PrepareOptions(imgsz=IMGSZ, processes=1, store=str(theirs)))
     assert (
         main(["serve", str(synthetic_data.coco_json), "--imgsz", str(IMGSZ), "--store", str(tmp_path / "missing")]) == 1
     )
@@ -179,7 +179,7 @@ def _plant_own(names) -> None:
 
 def test_ls_and_clean_act_on_the_callers_own_segments_only(other_user, synthetic_data, capsys):
     dataset = load_dataset(synthetic_data.coco_json)
-    result = prepare_snapshot(dataset, imgsz=IMGSZ, processes=1)
+    result = prepare_snapshot(dataset, PrepareOptions(imgsz=IMGSZ, processes=1))
     mine = result.snapshot
     mine.close()
     theirs = list(snapshot_parts(snapshot_base("feedfacefeedface", uid=other_user.uid)).values())
@@ -203,7 +203,7 @@ def test_ls_and_clean_act_on_the_callers_own_segments_only(other_user, synthetic
         out = capsys.readouterr().out
         assert all(os.path.exists(shm_path(n)) for n in theirs)
         assert f"uid {other_user.uid}: 3)" in out and f"removed {mine.segment_names[0]}" in out
-        result = prepare_snapshot(dataset, imgsz=IMGSZ, processes=1)
+        result = prepare_snapshot(dataset, PrepareOptions(imgsz=IMGSZ, processes=1))
         mine = result.snapshot
         mine.close()
         assert main(["ls", "--json"]) == 0

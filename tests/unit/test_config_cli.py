@@ -11,10 +11,10 @@ import dataclasses
 
 import pytest
 
+from pixpool.shared.cli import digest_args
 from pixpool.shared.cli.flags import flag_of
 from pixpool.shared.cli.main import COMMANDS, main
 from pixpool.shared.errors import ConfigError
-from pixpool.shared.stream import digest
 from pixpool.shared.stream.config import AugmentConfig, DaemonConfig, StreamSettings
 
 
@@ -76,9 +76,9 @@ def test_python_names_the_field_and_the_cli_names_the_flag(capsys, tmp_path):
 
 def test_bool_flags_alone_or_with_a_value(capsys):
     parser = argparse.ArgumentParser()
-    digest.configure(parser)
+    digest_args.configure(parser)
     args = parser.parse_args(["data.json", "--shuffle", "0", "--hsv-on-device"])
-    settings = digest.settings_from(args)
+    settings = digest_args.settings_from(args)
     assert settings.shuffle is False and settings.hsv_on_device is True
     with pytest.raises(SystemExit):
         parser.parse_args(["data.json", "--shuffle", "maybe"])
@@ -86,15 +86,38 @@ def test_bool_flags_alone_or_with_a_value(capsys):
 
 
 def test_one_range_check_for_imgsz(capsys):
-    from pixpool.server.snapshot.prepare import prepare_snapshot
+    from pixpool.server.snapshot.prepare import PrepareOptions, prepare_snapshot
 
     for make in (
         lambda: AugmentConfig(imgsz=16),
         lambda: DaemonConfig(data="x", imgsz=16),
-        lambda: prepare_snapshot(None, imgsz=16),
+        lambda: prepare_snapshot(None, PrepareOptions(imgsz=16)),
     ):
         with pytest.raises(ConfigError, match=r"field 'imgsz' = 16 is out of range; use 32 to 8192"):
             make()
+
+
+@pytest.mark.parametrize("value, nearest", [(300, "288 or 320"), (33, "32 or 64"), (8191, "8160 or 8192")])
+def test_imgsz_is_a_multiple_of_32_for_the_daemon_and_the_trainer_alike(capsys, tmp_path, value, nearest):
+    # One rule, one message: `serve --imgsz 300` is refused as `train --imgsz 300` is.
+    for make in (lambda: AugmentConfig(imgsz=value), lambda: DaemonConfig(data="x", imgsz=value)):
+        with pytest.raises(ConfigError, match=rf"field 'imgsz' = {value} is not a multiple of 32; use {nearest}$"):
+            make()
+    for command in ("serve", "prepare", "train", "digest"):
+        data = [] if command == "train" else [str(tmp_path / "x.json")]  # refused before the file is looked for
+        assert main([command, *data, "--imgsz", str(value)]) == 1
+        err = capsys.readouterr().err
+        assert f"--imgsz {value} is not a multiple of 32; use {nearest} (field 'imgsz')" in err, (command, err)
+
+
+def test_a_trainer_without_imgsz_takes_the_daemons_and_another_is_refused():
+    settings = StreamSettings(seed=3)
+    assert settings.augment.imgsz is None
+    at = settings.for_imgsz(320)
+    assert at.augment.imgsz == 320 and at.seed == 3 and at.for_imgsz(320) is at
+    with pytest.raises(ConfigError, match=r"asks for imgsz 640 but the daemon serves imgsz 320") as err:
+        StreamSettings(augment=AugmentConfig(imgsz=640)).for_imgsz(320)
+    assert err.value.field == "imgsz"
 
 
 def test_dispatcher_sides():

@@ -71,7 +71,11 @@ def test_every_field_round_trips(config, parse):
 
 @pytest.mark.parametrize(
     "config, parse",
-    [(DaemonConfig(data="d.yaml"), _parse_daemon), (StreamSettings(), _parse_stream), (AugmentConfig(), _parse_augment)],
+    [
+        (DaemonConfig(data="d.yaml"), _parse_daemon),
+        (StreamSettings(), _parse_stream),
+        (AugmentConfig(), _parse_augment),
+    ],
     ids=["DaemonConfig", "StreamSettings", "AugmentConfig"],
 )
 def test_defaults_are_left_out(config, parse):
@@ -82,7 +86,9 @@ def test_defaults_are_left_out(config, parse):
 
 def test_the_spellings_a_reader_sees():
     argv = to_argv(
-        DaemonConfig(data="d.yaml", imgsz=320, keep_snapshot=True, memory_budget_nbytes=8 << 30, keys_dir="k", tcp="h:1")
+        DaemonConfig(
+            data="d.yaml", imgsz=320, keep_snapshot=True, memory_budget_nbytes=8 << 30, keys_dir="k", tcp="h:1"
+        )
     )
     assert argv[0] == "d.yaml"  # positionals first
     pairs = dict(zip(argv[1::2], argv[2::2]))
