@@ -6,12 +6,15 @@ as Ultralytics parses them, plus two of pixpool's: ``socket_dir=DIR`` (the daemo
 default: the default socket directory) and ``workers=N`` (the workers of the daemon this
 command starts when none answers there; Ultralytics' validation loader gets it too).
 ``plots`` defaults to false (Ultralytics' plots download a font). Needs the
-``pixpool[ultralytics]`` extra; without it the command says so.
+``pixpool[ultralytics]`` extra; without it the command says so. A mistyped key, a missing
+data file or a weights download that cannot happen ends in one error line naming the key or
+file (``failures.py``), and a refused run leaves no run folder behind.
 """
 
 from __future__ import annotations
 
 import argparse
+import logging
 
 from ...shared.errors import ConfigError
 
@@ -52,10 +55,11 @@ def parse_pairs(pairs: list[str], value=lambda v: v) -> dict:
 
 
 def run(args: argparse.Namespace) -> int:
-    from . import require_ultralytics
+    from . import failures, require_ultralytics
 
     require_ultralytics("pixpool yolo train")
-    from ultralytics.cfg import smart_value
+    failures.check_cv2()
+    from ultralytics.cfg import DEFAULT_CFG_DICT, smart_value
 
     from .run import train
 
@@ -67,9 +71,35 @@ def run(args: argparse.Namespace) -> int:
         )
     overrides.setdefault("plots", False)
     socket_dir = overrides.pop("socket_dir", None)
-    metrics = train(socket_dir=None if socket_dir is None else str(socket_dir), **overrides)
+    _check_keys(overrides)
+    try:
+        metrics = train(socket_dir=None if socket_dir is None else str(socket_dir), **overrides)
+    except (SyntaxError, RuntimeError, ConnectionError, FileNotFoundError) as exc:
+        # The mistakes a user makes become one line naming the key or file (``failures.explain``).
+        shaped = failures.explain(exc, overrides=overrides, valid_keys=DEFAULT_CFG_DICT)
+        if shaped is None:
+            raise
+        raise shaped from None
     results = getattr(metrics, "results_dict", None) or {}
     shown = ", ".join(f"{k} {v:.4f}" for k, v in results.items() if isinstance(v, float))
     save_dir = getattr(metrics, "save_dir", None)
     print(f"pixpool yolo train: done; {shown}" + (f"; results in {save_dir}" if save_dir else ""), flush=True)
     return 0
+
+
+def _check_keys(overrides: dict) -> None:
+    """Ultralytics' own key check, before anything starts, without the help screen it logs
+    first (its ``SyntaxError`` becomes one line: ``failures.explain``)."""
+    from ultralytics.cfg import DEFAULT_CFG_DICT, check_dict_alignment
+    from ultralytics.utils import LOGGER
+
+    from . import failures
+
+    level = LOGGER.level
+    LOGGER.setLevel(logging.WARNING)
+    try:
+        check_dict_alignment(DEFAULT_CFG_DICT, dict(overrides))
+    except SyntaxError as exc:
+        raise failures.explain(exc, overrides=overrides, valid_keys=DEFAULT_CFG_DICT) from None
+    finally:
+        LOGGER.setLevel(level)

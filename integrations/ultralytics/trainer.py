@@ -46,7 +46,7 @@ from ...shared.errors import ConfigError
 from ...shared.stream.config import DaemonConfig
 from ...shared.transport import endpoint as ep
 from ...shared.transport.control import request_status
-from . import hyp
+from . import failures, hyp
 from .loader import TrainLoader
 
 log = logging.getLogger(__name__)
@@ -78,9 +78,14 @@ class PixpoolDetectionTrainer(DetectionTrainer):
     """
 
     def __init__(self, cfg=DEFAULT_CFG, overrides: dict[str, Any] | None = None, _callbacks: dict | None = None):
-        super().__init__(cfg, overrides, _callbacks)
-        hyp.check_supported(vars(self.args))
-        hyp.augment_config(vars(self.args))  # ranges, before any process starts
+        try:
+            super().__init__(cfg, overrides, _callbacks)
+            hyp.check_supported(vars(self.args))
+            hyp.augment_config(vars(self.args))  # ranges, before any process starts
+        except BaseException:
+            # Ultralytics made the run folder before reading data= (and before these checks).
+            failures.remove_unused_run(getattr(self, "save_dir", None))
+            raise
         self.pixpool_socket_dir = os.environ.get(SOCKET_DIR_ENV) or None
         self.pixpool_timeout_s = float(os.environ.get(TIMEOUT_ENV, "120"))
         self.pixpool_status: dict | None = None
@@ -88,8 +93,12 @@ class PixpoolDetectionTrainer(DetectionTrainer):
 
     # -- the daemon ---------------------------------------------------------------------
     def train(self):
-        with self._daemon():
-            return super().train()
+        try:
+            with self._daemon():
+                return super().train()
+        except BaseException:
+            failures.remove_unused_run(self.save_dir)  # refused before the first epoch: no folder left
+            raise
 
     @contextmanager
     def _daemon(self) -> Iterator[None]:

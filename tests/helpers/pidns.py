@@ -23,6 +23,8 @@ import psutil
 import pytest
 
 from helpers.daemon import WAIT_S, ask_status
+from pixpool.shared.cli.flags import to_argv
+from pixpool.shared.stream.config import DaemonConfig
 
 UNSHARE = ["unshare", "--pid", "--fork", "--mount-proc"]
 
@@ -93,9 +95,8 @@ def ns_daemon(data, socket_dir: str, *, imgsz: int, workers: int = 1, extra: tup
     """``pixpool serve data`` as PID 1 of a new PID namespace, serving ``socket_dir``; waits
     until it answers ``status`` with its workers up. Killed (SIGKILL, the whole namespace
     with it) and reaped on exit unless the test stopped it."""
-    argv = [*UNSHARE, sys.executable, "-m", "pixpool.shared.cli", "serve", str(data), "--imgsz", str(imgsz),
-            "--workers", str(workers),
-            "--processes", "1", "--socket-dir", socket_dir, *extra]  # fmt: skip
+    config = DaemonConfig(data=str(data), imgsz=imgsz, workers=workers, processes=1, socket_dir=socket_dir)
+    argv = [*UNSHARE, sys.executable, "-m", "pixpool.shared.cli", "serve", *to_argv(config), *extra]
     log = tempfile.TemporaryFile("w+")  # a file, not a pipe: a chatty daemon never blocks on it
     proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=log, text=True, env=_env())
     try:
