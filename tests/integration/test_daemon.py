@@ -170,6 +170,10 @@ def test_daemon_digests_running_and_temporary_daemon(daemon, dataset, synthetic_
     s = settings(9)
     ref = reference_stream(dataset, s, 1)[0]
     assert daemon_digests(s, 1, 3, socket_dir=d) == ref[:3]
+    # A stream that names no imgsz is rendered at the daemon's: the same bytes.
+    unnamed = StreamSettings(seed=s.seed, batch_size=s.batch_size)
+    assert unnamed.augment.imgsz is None and unnamed.for_imgsz(IMGSZ) == s
+    assert daemon_digests(unnamed, 1, 2, socket_dir=d) == ref[:2]
     # A temporary daemon with one worker, started and stopped by the call.
     temporary = DaemonConfig(data=str(synthetic_data.coco_json), imgsz=IMGSZ, workers=1)
     assert daemon_digests(s, 1, None, config=temporary, timeout_s=WAIT_S) == ref
