@@ -151,3 +151,18 @@ def test_every_preparing_command_has_the_dtype_flag_with_its_choices(capsys, com
     text = " ".join(_help(capsys, command).split())
     assert "--dtype float32|uint8" in text and "(default float32)" in text.rsplit("--dtype float32|uint8", 1)[1][:200]
     assert DaemonConfig(data="x").dtype == "float32" and DaemonConfig(data="x", dtype="uint8").dtype == "uint8"
+
+
+def test_preparation_options_are_the_daemons_fields_declared_once():
+    from pixpool.shared.stream.config import PrepareOptions
+
+    daemon = {f.name: f for f in dataclasses.fields(DaemonConfig)}
+    for f in dataclasses.fields(PrepareOptions):
+        assert f.name in daemon, f"PrepareOptions.{f.name} is no DaemonConfig field"
+        assert (f.default, dict(f.metadata)) == (daemon[f.name].default, dict(daemon[f.name].metadata))
+    config = DaemonConfig(data="d.yaml", imgsz=320, dtype="uint8", processes=3, memory_budget_nbytes=1 << 30)
+    options = config.prepare_options(keep_snapshot=True)
+    assert (options.imgsz, options.dtype, options.processes, options.memory_budget_nbytes) == (320, "uint8", 3, 1 << 30)
+    assert options.keep_snapshot and not config.keep_snapshot
+    with pytest.raises(ConfigError, match="field 'prepare_wait_s' = -1.0 is out of range"):
+        config.prepare_options(prepare_wait_s=-1.0)
