@@ -259,6 +259,38 @@ def test_yolo_train_refuses_unsupported_settings_by_name(synthetic_copy, tmp_pat
     assert "starting a daemon" not in err and not children
 
 
+# No network, whatever the machine: a proxy on a closed port refuses every download at once.
+_NO_NETWORK = {k: "http://127.0.0.1:9" for k in ("HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy", "ALL_PROXY")}
+
+
+@pytest.mark.parametrize(
+    "pair, said",
+    [
+        ("epoch=3", "error: epoch=3 is not an Ultralytics setting (did you mean epochs=?)"),
+        ("data={tmp}/missing.yaml", "error: data={tmp}/missing.yaml: '{tmp}/missing.yaml' does not exist"),
+        ("model=yolo11n.pt", "error: model=yolo11n.pt: the weights could not be downloaded from https://"),
+    ],
+    ids=["mistyped-key", "missing-data", "offline-weights"],
+)
+def test_yolo_train_mistakes_end_in_one_line_and_leave_no_run_folder(synthetic_copy, tmp_path, offline, pair, said):
+    pair, said = pair.format(tmp=tmp_path), said.format(tmp=tmp_path)
+    pairs = {"data": str(synthetic_copy / "data.yaml"), "model": "yolo11n.yaml", "epochs": "1", "imgsz": "64"}
+    pairs.update([pair.split("=", 1)])
+    argv = [*[f"{k}={v}" for k, v in pairs.items()], "device=cpu", f"project={tmp_path / 'runs'}", "name=run"]
+    proc = subprocess.run(
+        [sys.executable, "-m", "pixpool.shared.cli", "yolo", "train", *argv],
+        env={**os.environ, **offline, **_NO_NETWORK},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 1, proc.stderr[-3000:]
+    assert said in proc.stderr and "Traceback" not in proc.stderr, proc.stderr[-3000:]
+    errors = [line for line in proc.stderr.splitlines() if "error:" in line]
+    assert len(errors) == 1 and errors[0].startswith("pixpool yolo: error: "), errors
+    assert not (tmp_path / "runs" / "run").exists(), "a refused run left its run folder"
+
+
 @pytest.mark.parametrize("how", ["ctrl-c", "error"])
 def test_yolo_train_stops_the_daemon_it_started_on_ctrl_c_and_on_errors(synthetic_copy, tmp_path, offline, how):
     from helpers.daemon import wait_for
