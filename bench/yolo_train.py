@@ -177,6 +177,8 @@ class PssSampler:
 
 def _run_arm(arm: str, concurrent: int, opts: argparse.Namespace, data: Path, work: Path, tag: str) -> dict:
     from pixpool.client.child import serve_child
+    from pixpool.shared.cli.flags import to_argv
+    from pixpool.shared.stream.config import DaemonConfig
 
     env = {**os.environ, "YOLO_OFFLINE": "1", "YOLO_CONFIG_DIR": str(work / "ycfg")}
     results = [work / f"{tag}-{i}.json" for i in range(concurrent)]
@@ -229,9 +231,8 @@ def _run_arm(arm: str, concurrent: int, opts: argparse.Namespace, data: Path, wo
                 {"train": str(COCO128 / d["train"]), "names": [d["names"][i] for i in range(len(d["names"]))]}
             )
         )
-        with serve_child(
-            [str(train_yaml), "--imgsz", str(opts.imgsz), "--workers", str(opts.workers), "--no-val"], timeout_s=600
-        ) as (daemon, sdir, _):
+        config = DaemonConfig(data=str(train_yaml), imgsz=opts.imgsz, workers=opts.workers, no_val=True)
+        with serve_child(to_argv(config), timeout_s=600) as (daemon, sdir, _):
             procs = start_children({"PIXPOOL_SOCKET_DIR": sdir})
             with PssSampler([daemon.pid] + [p.pid for p in procs]) as pss:
                 wait(procs)
