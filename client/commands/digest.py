@@ -2,10 +2,11 @@
 
 Runs in the user's shell process, as a trainer would: it attaches a ``Client`` to the
 daemon at ``--socket-dir``, or, without it, starts a temporary one with ``pixpool serve``
-as a child process (its ``DaemonConfig`` from the flags, written by ``flags.to_argv``; stopped with SIGTERM, which removes its rings and the
-snapshot it made, before the command returns). The digests hash the slot bytes as they
-arrive. ``--reference`` and ``--in-process`` are the producer's paths
-(``server/commands/digest.py``); both commands take the parser of ``shared/cli/digest_args.py``.
+as a child process (its ``DaemonConfig`` from the flags, written by ``flags.to_argv``;
+stopped with SIGTERM, which removes its rings and the snapshot it made, before the command
+returns). The digests hash the slot bytes as they arrive. ``--reference`` and
+``--in-process`` are the producer's paths (``server/commands/digest.py``); both commands
+take the parser of ``shared/cli/digest_args.py``.
 """
 
 from __future__ import annotations

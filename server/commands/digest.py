@@ -4,12 +4,13 @@ Runs in the user's shell process, on the producer side (it reads the dataset and
 
 - ``--reference``: the in-process reference pipeline (decode per sample, no snapshot);
 - ``--in-process``: render from the shared-memory snapshot in this process: it re-attaches
-  an existing one for the same dataset and imgsz, or prepares one (``DaemonConfig.prepare_options``); a snapshot it prepared
-  itself is removed at exit (also on errors and Ctrl-C) unless ``--keep-snapshot``.
+  an existing one for the same dataset and imgsz, or prepares one
+  (``DaemonConfig.prepare_options``); a snapshot it prepared itself is removed at exit
+  (also on errors and Ctrl-C) unless ``--keep-snapshot``.
 
 Without either flag the command is the trainer's (``client/commands/digest.py``: the
-batches as a daemon delivers them); both take the parser of ``shared/cli/digest_args.py``, and
-equal digests from the paths, for the same flags, are the parity claim made visible.
+batches as a daemon delivers them); both take the parser of ``shared/cli/digest_args.py``,
+and equal digests from the paths, for the same flags, are the parity claim made visible.
 """
 
 from __future__ import annotations
