@@ -72,8 +72,10 @@ def test_ultralytics_defaults_map_onto_pixpool_defaults():
     cfg = hyp.augment_config(DEFAULT_CFG_DICT)
     mine = AugmentConfig().to_dict()
     theirs = cfg.to_dict()
-    assert {k: theirs[k] for k in mine if k not in ("close_mosaic", "epochs")} == {
-        k: mine[k] for k in mine if k not in ("close_mosaic", "epochs")
+    # imgsz: Ultralytics always names one; pixpool's default (None) is the daemon's.
+    assert mine["imgsz"] is None and theirs["imgsz"] == DEFAULT_CFG_DICT["imgsz"]
+    assert {k: theirs[k] for k in mine if k not in ("close_mosaic", "epochs", "imgsz")} == {
+        k: mine[k] for k in mine if k not in ("close_mosaic", "epochs", "imgsz")
     }
     assert (cfg.close_mosaic, cfg.epochs) == (DEFAULT_CFG_DICT["close_mosaic"], DEFAULT_CFG_DICT["epochs"])
 
