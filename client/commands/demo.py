@@ -6,9 +6,15 @@ serve`` runs as a child process (the daemon owns every segment) serving the set'
 ``data.yaml``, training and validation split. Several trainer processes (spawn) attach
 with different seeds and train the reference detector (``--model tiny`` by default, a CPU
 size) with ``fit``; the demo prints each trainer's validation mAP per epoch and the memory
-the service retains against per-trainer uint8 caches, draws each run's results as a PNG,
-then stops the daemon with SIGTERM and checks that no segment of the project is left
+the service retains against per-trainer uint8 caches (validation streams are part of their
+trainer, not more trainers), draws each run's results as a PNG, then stops the daemon with SIGTERM and checks that no segment of the project is left
 behind. The exit status is non-zero if any of that fails. Needs the trainer extra.
+
+Each trainer writes into ``PROJECT/trainer-N``; ``PROJECT`` is taken as ``pixpool train``
+takes its run folder (``client/run_dir.py``): when it exists, the next free name
+(``pixpool-demo-runs2``, ...), made once the daemon serves, so an earlier demo's results and
+plots are never mixed with this one's. Each trainer gets its ``FitConfig`` as the dataclass
+(pickled by the spawn), not as a dict to rebuild.
 """
 
 from __future__ import annotations
@@ -38,7 +44,9 @@ def configure(parser: argparse.ArgumentParser, name: str) -> None:
         "next free name (DIR2, DIR3, ...) (default ./pixpool-demo-runs)",
     )
     parser.add_argument(
-        "--exist-ok", action="store_true", help="write into --project even if it exists (each trainer's results start afresh)"
+        "--exist-ok",
+        action="store_true",
+        help="write into --project even if it exists (each trainer's results start afresh)",
     )
     parser.add_argument("--num-images", type=int, default=48, help="synthetic images (default 48)")
     parser.add_argument("--imgsz", type=int, default=128, help="training image size (default 128)")
