@@ -78,7 +78,9 @@ def resumed_config(config: FitConfig, ckpt: dict, *, given: set[str]) -> FitConf
         saved["project"] = str(folder)
         now["project"] = config.project
     if differ:
-        listed = ", ".join(f"{flag_of_path(p)} {now[p]!r} (field {p!r}; the checkpoint has {saved[p]!r})" for p in differ)
+        listed = ", ".join(
+            f"{flag_of_path(p)} {now[p]!r} (field {p!r}; the checkpoint has {saved[p]!r})" for p in differ
+        )
         raise ConfigError(
             f"{where} was trained with other settings than given: {listed}. Leave these flags out to continue the "
             "run as it was saved, or start a new run without --resume",
@@ -99,9 +101,7 @@ def resumed_config(config: FitConfig, ckpt: dict, *, given: set[str]) -> FitConf
             )
         epochs = config.epochs
     elif config.extend:
-        raise ConfigError(
-            f"--extend needs --epochs larger than the checkpoint's {epochs} ({where})", field="extend"
-        )
+        raise ConfigError(f"--extend needs --epochs larger than the checkpoint's {epochs} ({where})", field="extend")
     if next_epoch >= epochs:
         raise ConfigError(
             f"{where} already finished epoch {next_epoch} of {epochs}; to train on, pass a larger --epochs "

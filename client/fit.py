@@ -26,8 +26,8 @@ import logging
 import os
 import random
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 import numpy as np
 
@@ -174,7 +174,11 @@ def fit(
                     "settings": flat_settings(ran),
                     "snapshot": dict(train.client.snapshot),
                     "best": best,
-                    "rng": {"torch": torch.get_rng_state(), "numpy": np.random.get_state(), "python": random.getstate()},
+                    "rng": {
+                        "torch": torch.get_rng_state(),
+                        "numpy": np.random.get_state(),
+                        "python": random.getstate(),
+                    },
                 }
                 ckpt_path = checkpoint.save(folder, state, improved=improved, torch=torch)
                 with results.open(mode) as f:

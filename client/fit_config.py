@@ -20,13 +20,22 @@ at 0/1 are taken from torch.distributed or ``RANK``/``WORLD_SIZE`` (``loader.dis
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Any, Iterator
+from typing import Any
 
 from ..shared.errors import ConfigError
 from ..shared.stream.config import AugmentConfig, StreamSettings, check_value, field_kind
 
-__all__ = ["FitConfig", "DETECTOR_SCALES", "FIT_SET_FIELDS", "flat_settings", "explicit_settings", "flag_of_path"]
+__all__ = [
+    "DETECTOR_SCALES",
+    "FIT_SET_FIELDS",
+    "FitConfig",
+    "explicit_settings",
+    "flag_of_path",
+    "flat_settings",
+    "from_flat",
+]
 
 # The reference detector's scales (``client/detect/model.py`` ``SCALES``, which imports torch;
 # a unit test keeps the two equal).
@@ -139,7 +148,9 @@ _MINIMA = {
 
 
 def _refused(name: str, value: object, problem: str) -> ConfigError:
-    return ConfigError(f"FitConfig field {name!r} ({flag_of_path(name)}) = {value!r} {problem}", field=name, value=value)
+    return ConfigError(
+        f"FitConfig field {name!r} ({flag_of_path(name)}) = {value!r} {problem}", field=name, value=value
+    )
 
 
 # -- settings by path: "epochs", "stream.seed", "stream.augment.mosaic" --------------------

@@ -23,7 +23,9 @@ from pixpool.shared.stream.config import AugmentConfig, StreamSettings
 # -- attach(settings=None, **overrides) --------------------------------------------------------
 def test_attach_declares_no_stream_or_augmentation_field_again():
     params = set(inspect.signature(attach).parameters)
-    declared = {f.name for f in dataclasses.fields(StreamSettings)} | {f.name for f in dataclasses.fields(AugmentConfig)}
+    declared = {f.name for f in dataclasses.fields(StreamSettings)} | {
+        f.name for f in dataclasses.fields(AugmentConfig)
+    }
     assert params & declared == set(), params & declared
     assert {"settings", "overrides", "endpoint", "keys_dir", "device", "timeout_s", "slots", "store"} <= params
     assert {"zero_copy", "follow_snapshot"} <= params
@@ -32,7 +34,10 @@ def test_attach_declares_no_stream_or_augmentation_field_again():
 def test_an_unknown_override_is_named_with_the_known_fields(monkeypatch):
     monkeypatch.delenv("RANK", raising=False)
     monkeypatch.delenv("WORLD_SIZE", raising=False)
-    with pytest.raises(ConfigError, match=r"unknown field\(s\) \['mosiac'\].*StreamSettings fields: .*'seed'.*AugmentConfig fields: .*'mosaic'") as info:
+    with pytest.raises(
+        ConfigError,
+        match=r"unknown field\(s\) \['mosiac'\].*StreamSettings fields: .*'seed'.*AugmentConfig fields: .*'mosaic'",
+    ) as info:
         stream_settings(mosiac=1.0)
     assert info.value.field == "mosiac"
     with pytest.raises(ConfigError, match="'mosaic' = 2.0 is out of range"):
@@ -49,9 +54,10 @@ def test_overrides_apply_to_the_settings_given(monkeypatch):
     # A StreamSettings is taken as given (its rank too); overrides change only what they name.
     base = StreamSettings(seed=9, batch_size=2, augment=AugmentConfig(imgsz=64, degrees=5.0))
     s = stream_settings(base, mosaic=0.0, drop_last=True)
-    assert s == dataclasses.replace(
-        base, drop_last=True, augment=dataclasses.replace(base.augment, mosaic=0.0)
-    ) and (s.rank, s.world_size) == (0, 1)
+    assert s == dataclasses.replace(base, drop_last=True, augment=dataclasses.replace(base.augment, mosaic=0.0)) and (
+        s.rank,
+        s.world_size,
+    ) == (0, 1)
     assert stream_settings(base, augment=AugmentConfig(imgsz=32)).augment == AugmentConfig(imgsz=32)
     assert stream_settings(base) is not None and stream_settings(base).augment.augment is True
 
@@ -107,7 +113,13 @@ def test_existing_flag_spellings_keep_working():
     argv += ["--optimizer", "AdamW", "--project", "runs/x"]
     args = parser.parse_args(argv)
     c = train_cmd.config_from_args(args)
-    assert (args.socket_dir, args.endpoint, args.keys, args.timeout_s, args.json) == ("/s", "tcp://h:1", "/k", 5.0, True)
+    assert (args.socket_dir, args.endpoint, args.keys, args.timeout_s, args.json) == (
+        "/s",
+        "tcp://h:1",
+        "/k",
+        5.0,
+        True,
+    )
     assert (c.scale, c.validate, c.progress, c.follow_snapshot, c.epochs, c.lr) == ("tiny", False, False, True, 3, 0.02)
     assert (c.stream.batch_size, c.stream.seed, c.stream.hsv_on_device) == (4, 7, True)
     assert (c.stream.augment.imgsz, c.stream.augment.scale) == (96, 0.25)  # --scale is augmentation, --model the size
@@ -150,7 +162,7 @@ def test_fitconfig_crosses_a_spawn_as_a_dataclass():
     assert pickle.loads(pickle.dumps(config)) == config
     from pixpool.client.fit import fit_process
 
-    assert list(inspect.signature(fit_process).parameters)[0] == "config"
+    assert next(iter(inspect.signature(fit_process).parameters)) == "config"
     assert inspect.signature(fit_process).parameters["config"].annotation in (FitConfig, "FitConfig")
 
 
