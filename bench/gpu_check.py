@@ -111,20 +111,19 @@ def data_wait(data: str, batch_size: int, imgsz: int, steps: int, scale: str, wo
 
     from pixpool.client.fit import FitConfig, fit
     from pixpool.server.daemon.run import stop_process
-    from pixpool.shared.stream.config import AugmentConfig
+    from pixpool.shared.stream.config import AugmentConfig, StreamSettings
 
     d = tempfile.mkdtemp(prefix="pxg-")
     proc = _daemon(data, imgsz, workers, d)
     try:
         config = FitConfig(
             epochs=100,
-            batch_size=batch_size,
             scale=scale,
             project=str(Path(d) / "run"),
             progress=False,
             validate=False,
             max_steps=steps,
-            augment=AugmentConfig(imgsz=imgsz),
+            stream=StreamSettings(batch_size=batch_size, augment=AugmentConfig(imgsz=imgsz)),
         )
         report = fit(config, socket_dir=d, timeout_s=WAIT_S)
     finally:
@@ -214,7 +213,7 @@ def paired_fits(data: str, batch_size: int, imgsz: int, epochs: int, pairs: int,
 def _pixpool_fit_arm(data: str, batch_size: int, imgsz: int, epochs: int, scale: str, workers: int) -> float:
     from pixpool.client.fit import FitConfig, fit
     from pixpool.server.daemon.run import stop_process
-    from pixpool.shared.stream.config import AugmentConfig
+    from pixpool.shared.stream.config import AugmentConfig, StreamSettings
 
     t0 = time.perf_counter()  # the daemon's preparation is inside the timer, as the DataLoader's cache is
     d = tempfile.mkdtemp(prefix="pxg-")
@@ -223,12 +222,11 @@ def _pixpool_fit_arm(data: str, batch_size: int, imgsz: int, epochs: int, scale:
         fit(
             FitConfig(
                 epochs=epochs,
-                batch_size=batch_size,
                 scale=scale,
                 project=str(Path(d) / "run"),
                 progress=False,
                 validate=False,
-                augment=AugmentConfig(imgsz=imgsz),
+                stream=StreamSettings(batch_size=batch_size, augment=AugmentConfig(imgsz=imgsz)),
             ),
             socket_dir=d,
             timeout_s=WAIT_S,

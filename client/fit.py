@@ -5,13 +5,16 @@ Per epoch: the training stream (``attach``, ``drop_last`` so every batch fills t
 step) through ``DetectorStep``, a progress bar (loss, img/s, share of time spent waiting for
 data), validation of the EMA model on the daemon's val split (letterboxed route, in order;
 torch-only NMS; mAP@[.5:.95] and mAP@.5 by pycocotools' COCOeval, in the letterboxed
-frame), one JSON line of metrics in ``PROJECT/results.jsonl``, and ``PROJECT/last.pt``
-(plus ``best.pt`` when mAP improved).
+frame), one JSON line of metrics in ``RUN/results.jsonl``, and ``RUN/last.pt`` (plus
+``best.pt`` when mAP improved). ``RUN`` is ``project``, or its next free name when it
+exists (``run_dir.py``), made once the run has attached.
 
-A checkpoint holds the model, EMA, optimizer, step count, the next epoch, the RNG states and
-the settings; ``resume`` continues to the run's total ``epochs`` on the exact stream: every
-sample's bytes derive from (seed, epoch, index), so the resumed run sees the batches an
-uninterrupted run would, and on the CPU computes the same losses.
+A checkpoint (``checkpoint.py``) holds the model, EMA, optimizer, step count, the next
+epoch, the RNG states, the run's settings and the snapshot it trained on. ``resume`` alone
+restores them and continues in the checkpoint's folder to the run's total ``epochs`` on the
+exact stream: every sample's bytes derive from (seed, epoch, index), so the resumed run sees
+the batches an uninterrupted run would, and on the CPU computes the same losses. A larger
+``epochs`` needs ``extend`` and is not exact (``FitConfig.extend``).
 """
 
 from __future__ import annotations
@@ -23,49 +26,20 @@ import logging
 import os
 import random
 import time
-from dataclasses import dataclass, field
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
 
 from ..shared.errors import ConfigError
-from ..shared.stream.config import AugmentConfig
 from ..shared.stream.digest import batch_digest
+from . import checkpoint, run_dir, snapshot_check
 from ._torch import require_torch
+from .fit_config import FitConfig, explicit_settings, flat_settings
+
+__all__ = ["FitConfig", "fit", "fit_process"]
 
 log = logging.getLogger(__name__)
-
-CHECKPOINT_VERSION = 1
-
-
-@dataclass(frozen=True)
-class FitConfig:
-    """What a training run is; ``augment`` is the stream's augmentation (``epochs`` is set from ``epochs``)."""
-
-    epochs: int = 10
-    batch_size: int = 16
-    seed: int = 0
-    scale: str = "n"
-    optimizer: str = "SGD"
-    lr: float = 0.01
-    warmup_epochs: float = 1.0
-    schedule: str = "cosine"
-    device: str | None = None
-    project: str = "runs/train"
-    resume: str | None = None
-    validate: bool = True
-    val_batch_size: int = 16
-    conf_thres: float = 0.001
-    iou_thres: float = 0.7
-    max_det: int = 300
-    max_steps: int | None = None
-    hsv_on_device: bool = False
-    threads: int | None = None  # torch CPU threads (the demo gives each of its trainers its share of the cores)
-    record_digests: bool = False  # a sha256 over each epoch's batch digests in results.jsonl (costs a hash per batch)
-    follow_snapshot: bool = False  # go on when a restarted daemon serves another dataset (else SnapshotChangedError)
-    log_every: int = 10
-    progress: bool = True
-    augment: AugmentConfig = field(default_factory=AugmentConfig)
 
 
 def fit(
@@ -75,59 +49,75 @@ def fit(
     endpoint=None,
     keys_dir=None,
     timeout_s: float = 120.0,
-    on_attached=None,
-    on_epoch=None,
+    given: set[str] | None = None,
+    on_attached: Callable[[Path, FitConfig], None] | None = None,
+    on_epoch: Callable[[dict], None] | None = None,
 ) -> dict:
-    """Train (see module docstring); returns the report ``pixpool train --json`` prints."""
+    """Train (see module docstring); returns the report ``pixpool train --json`` prints.
+
+    ``given``: with ``resume``, the settings the caller set on purpose (paths such as
+    ``stream.seed``, ``checkpoint.resumed_config``), each of which must equal the
+    checkpoint's; default: the fields of ``config`` that differ from their defaults.
+    ``on_attached(run_folder, config)``: called once the run folder exists, before the first
+    step, with the config the run goes on with (a resumed run's restored settings)."""
     torch = require_torch("pixpool train")
-    from .loader import attach
+    from .loader import attach, distributed_rank
     from .step import DetectorStep
 
+    given = explicit_settings(config) if given is None else set(given)
+    config = _with_rank(config, distributed_rank(), given)
+    ckpt = None
+    if config.resume:
+        ckpt = checkpoint.load(config.resume, torch)
+        config = checkpoint.resumed_config(config, ckpt, given=given)
     device = config.device or ("cuda" if torch.cuda.is_available() else "cpu")
     if config.threads is not None:
         torch.set_num_threads(config.threads)
     if device == "cpu":
         torch.use_deterministic_algorithms(True, warn_only=True)
-    ckpt = _load_checkpoint(config.resume, torch) if config.resume else None
-    if ckpt is not None:
-        _check_resumable(config, ckpt)
-    project = Path(config.project)
-    project.mkdir(parents=True, exist_ok=True)
-    aug = dataclasses.replace(config.augment, epochs=config.epochs)
     start_epoch = ckpt["next_epoch"] if ckpt else 0
+    batch_size = config.stream.batch_size
+    stream = dataclasses.replace(
+        config.stream,
+        drop_last=True,
+        start_epoch=start_epoch,
+        split="train",
+        augment=dataclasses.replace(config.stream.augment, epochs=config.epochs),
+    )
     # With HSV on the device the client moves each batch there and applies it; else the step's
     # pinned staging copies the slot view.
-    on_device = dict(hsv_on_device=True, device=device) if config.hsv_on_device else {}
+    on_device = {"device": device} if stream.hsv_on_device else {}
     # zero_copy: ``_train_epoch`` hands each batch to the step (a copy into its static or pinned
     # buffers, or the client's copy to the device) before it asks for the next, and keeps none.
     with attach(
         socket_dir,
+        settings=stream,
         endpoint=endpoint,
         keys_dir=keys_dir,
-        batch_size=config.batch_size,
-        seed=config.seed,
-        drop_last=True,
-        start_epoch=start_epoch,
         timeout_s=timeout_s,
         zero_copy=True,
         follow_snapshot=config.follow_snapshot,
         **on_device,
-        **dataclasses.asdict(aug),
     ) as train:
         if train.num_classes < 1:
             raise ConfigError(
                 "the daemon did not say how many classes its dataset has; serve a COCO json or a data.yaml with names"
             )
+        if ckpt is not None:
+            _check_snapshot(ckpt, train.client, config)
+        # The square size the daemon renders: the stream's imgsz, or the daemon's where it names none.
+        imgsz = train.client.layout.imgsz
         steps_per_epoch = len(train)
         if steps_per_epoch < 1:
             raise ConfigError(
-                f"the dataset's shard has fewer records than one batch of {config.batch_size}; use a smaller batch_size (--batch-size)"
+                f"the dataset's shard has fewer records than one batch of {batch_size}; "
+                "use a smaller batch_size (--batch-size)"
             )
-        per_image = max(1, train.client.layout.max_targets // config.batch_size)
+        per_image = max(1, train.client.layout.max_targets // batch_size)
         step = DetectorStep(
             num_classes=train.num_classes,
-            batch_size=config.batch_size,
-            imgsz=aug.imgsz,
+            batch_size=batch_size,
+            imgsz=imgsz,
             max_targets=per_image,
             total_steps=config.epochs * steps_per_epoch,
             device=device,
@@ -136,39 +126,64 @@ def fit(
             lr=config.lr,
             warmup_steps=max(1, round(config.warmup_epochs * steps_per_epoch)),
             schedule=config.schedule,
-            seed=config.seed,
+            seed=stream.seed,
         )
         best = float("-inf")  # mAP50-95 with validation, else minus the loss
         if ckpt is not None:
             step.load_state_dict(ckpt["step"])
             _set_rng(ckpt["rng"], torch)
             best = ckpt["best"]
-        val = _val_loader(train, socket_dir, endpoint, keys_dir, config, aug, timeout_s) if config.validate else None
-        if on_attached is not None:
-            on_attached()
-        report = {
-            "epochs": config.epochs,
-            "start_epoch": start_epoch,
-            "device": str(device),
-            "graph": step.use_graph,
-            "steps": 0,
-            "images": 0,
-            "train_s": 0.0,
-            "wait_s": 0.0,
-            "history": [],
-        }
-        results = project / "results.jsonl"
+        val = _val_loader(train, socket_dir, endpoint, keys_dir, config, imgsz, timeout_s) if config.validate else None
         try:
+            # Made only now: every refusal (settings, checkpoint, snapshot, the daemon's) came before.
+            folder = Path(config.resume).parent if ckpt else run_dir.claim(config.project, exist_ok=config.exist_ok)
+            # What the checkpoint records: the settings as they ran, imgsz as the daemon served it.
+            ran = dataclasses.replace(
+                config,
+                stream=dataclasses.replace(
+                    config.stream, augment=dataclasses.replace(config.stream.augment, imgsz=imgsz)
+                ),
+            )
+            if on_attached is not None:
+                on_attached(folder, config)
+            report = {
+                "epochs": config.epochs,
+                "start_epoch": start_epoch,
+                "run_dir": str(folder),
+                "device": str(device),
+                "graph": step.use_graph,
+                "steps": 0,
+                "images": 0,
+                "train_s": 0.0,
+                "wait_s": 0.0,
+                "history": [],
+            }
+            results = folder / "results.jsonl"
+            # A resumed run goes on with its file; a new one (also into a reused folder) starts its own.
+            mode = "a" if ckpt else "w"
             for epoch in range(start_epoch, config.epochs):
                 row = _train_epoch(train, step, epoch, config, report)
                 if val is not None:
-                    row.update(_validate(step.ema, val, config, aug.imgsz, device, torch))
+                    row.update(_validate(step.ema, val, config, imgsz, device, torch))
                 score = row.get("mAP50_95", -row["loss"])
                 improved = score > best
                 best = max(best, score)
-                ckpt_path = _save_checkpoint(project, step, epoch, config, best, improved, torch)
-                with results.open("a") as f:
+                state = {
+                    "step": step.state_dict(),
+                    "next_epoch": epoch + 1,
+                    "settings": flat_settings(ran),
+                    "snapshot": dict(train.client.snapshot),
+                    "best": best,
+                    "rng": {
+                        "torch": torch.get_rng_state(),
+                        "numpy": np.random.get_state(),
+                        "python": random.getstate(),
+                    },
+                }
+                ckpt_path = checkpoint.save(folder, state, improved=improved, torch=torch)
+                with results.open(mode) as f:
                     f.write(json.dumps(row) + "\n")
+                mode = "a"
                 report["history"].append(row)
                 report["checkpoint"] = str(ckpt_path)
                 if on_epoch is not None:
@@ -189,7 +204,28 @@ def fit(
     return report
 
 
-def _val_loader(train, socket_dir, endpoint, keys_dir, config: FitConfig, aug: AugmentConfig, timeout_s: float):
+def _with_rank(config: FitConfig, env: tuple[int, int], given: set[str]) -> FitConfig:
+    """Rank and world size left at 0/1 come from torch.distributed or RANK/WORLD_SIZE (``env``);
+    taken from there they count as given (a resume under another world size is refused)."""
+    if (config.stream.rank, config.stream.world_size) != (0, 1) or env == (0, 1):
+        return config
+    given.update(("stream.rank", "stream.world_size"))
+    rank, world_size = env
+    return dataclasses.replace(config, stream=dataclasses.replace(config.stream, rank=rank, world_size=world_size))
+
+
+def _check_snapshot(ckpt: dict, client, config: FitConfig) -> None:
+    """Refuse to resume onto another snapshot than the run trained on, unless ``follow_snapshot``."""
+    before, after = checkpoint.saved_snapshot(ckpt), client.snapshot
+    if before is None or not snapshot_check.changed(before, after):
+        return
+    error = checkpoint.snapshot_refusal(before, after, checkpoint=config.resume, endpoint=client.endpoint)
+    if not config.follow_snapshot:
+        raise error
+    log.warning("resuming on another snapshot (follow_snapshot=True): %s", error)
+
+
+def _val_loader(train, socket_dir, endpoint, keys_dir, config: FitConfig, imgsz: int, timeout_s: float):
     from .loader import attach
 
     # zero_copy: ``_validate`` keeps only what it computes from a batch (predictions, boxes).
@@ -200,7 +236,9 @@ def _val_loader(train, socket_dir, endpoint, keys_dir, config: FitConfig, aug: A
             keys_dir=keys_dir,
             batch_size=config.val_batch_size,
             split="val",
-            imgsz=aug.imgsz,
+            imgsz=imgsz,
+            rank=train.settings.rank,
+            world_size=train.settings.world_size,
             timeout_s=timeout_s,
             zero_copy=True,
             follow_snapshot=config.follow_snapshot,
@@ -298,90 +336,23 @@ def _validate(model, val, config: FitConfig, imgsz: int, device, torch) -> dict:
     return coco_map(predictions, truth, image_sizes=[(imgsz, imgsz)] * len(truth))
 
 
-# -- checkpoints ---------------------------------------------------------------------------
-def _settings(config: FitConfig) -> dict:
-    d = dataclasses.asdict(config)
-    transients = (
-        "resume",
-        "device",
-        "progress",
-        "max_steps",
-        "project",
-        "threads",
-        "record_digests",
-        "follow_snapshot",
-    )
-    for transient in transients:
-        d.pop(transient)
-    return d
-
-
-def _save_checkpoint(project: Path, step, epoch: int, config: FitConfig, best: float, improved: bool, torch) -> Path:
-    state = {
-        "version": CHECKPOINT_VERSION,
-        "step": step.state_dict(),
-        "next_epoch": epoch + 1,
-        "settings": _settings(config),
-        "best": best,
-        "rng": {"torch": torch.get_rng_state(), "numpy": np.random.get_state(), "python": random.getstate()},
-    }
-    last = project / "last.pt"
-    tmp = project / "last.pt.tmp"
-    torch.save(state, tmp)
-    os.replace(tmp, last)  # a killed save never leaves a half-written last.pt
-    if improved:
-        torch.save(state, project / "best.pt")
-    return last
-
-
-def _load_checkpoint(path: str, torch) -> dict:
-    p = Path(path)
-    if not p.is_file():
-        raise ConfigError(
-            f"checkpoint {p} does not exist; pass the last.pt of an earlier run (--resume)", field="resume"
-        )
-    state = torch.load(p, map_location="cpu", weights_only=False)
-    if not isinstance(state, dict) or state.get("version") != CHECKPOINT_VERSION:
-        raise ConfigError(f"{p} is not a pixpool checkpoint of version {CHECKPOINT_VERSION}", field="resume")
-    return state
-
-
-def _check_resumable(config: FitConfig, ckpt: dict) -> None:
-    saved = ckpt["settings"]
-    now = _settings(config)
-    changed = sorted(k for k in now if k not in ("epochs",) and now[k] != saved.get(k))
-    if changed:
-        raise ConfigError(
-            f"{config.resume} was trained with other settings ({', '.join(f'{k}={saved.get(k)!r}' for k in changed)}); "
-            "resume with the same settings (only --epochs may grow)",
-            field="resume",
-        )
-    if ckpt["next_epoch"] >= config.epochs:
-        raise ConfigError(
-            f"{config.resume} already finished epoch {ckpt['next_epoch']} of {config.epochs}; pass a larger --epochs to train on",
-            field="epochs",
-        )
-
-
 def _set_rng(rng: dict, torch) -> None:
     torch.set_rng_state(rng["torch"])
     np.random.set_state(rng["numpy"])
     random.setstate(rng["python"])
 
 
-def fit_process(config_dict: dict, socket_dir: str, queue) -> None:
+def fit_process(config: FitConfig, socket_dir: str, queue) -> None:
     """Entry point of a spawned trainer process (the demo's): fit, reporting to ``queue``.
 
-    Puts ("attached", pid, None), ("epoch", pid, row) per epoch, then ("done", pid, report)
-    or ("error", pid, text)."""
+    Puts ("attached", pid, run_folder), ("epoch", pid, row) per epoch, then ("done", pid,
+    report) or ("error", pid, text)."""
     pid = os.getpid()
     try:
-        augment = AugmentConfig.from_dict(config_dict.pop("augment"))
-        config = FitConfig(**config_dict, augment=augment)
         report = fit(
             config,
             socket_dir=socket_dir,
-            on_attached=lambda: queue.put(("attached", pid, None)),
+            on_attached=lambda folder, _: queue.put(("attached", pid, str(folder))),
             on_epoch=lambda row: queue.put(("epoch", pid, row)),
         )
         queue.put(("done", pid, {k: v for k, v in report.items() if k != "history"}))

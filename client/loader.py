@@ -3,10 +3,10 @@
 Runs in the trainer process. Code written against a DataLoader and a ``DistributedSampler``
 keeps working::
 
-    loader = pixpool.client.attach(batch_size=16, seed=0, imgsz=640, mosaic=1.0)
+    loader = pixpool.client.attach(batch_size=16, seed=0, mosaic=1.0)
     for epoch in range(epochs):
         loader.set_epoch(epoch)
-        for images, targets in loader:     # uint8 (B, 3, S, S) RGB; float32 (n, 6)
+        for images, targets in loader:     # uint8 (B, 3, S, S) RGB; float32 (n, 6): see attach()
             ...
     loader.close()                          # or use it as a context manager
 
@@ -42,6 +42,7 @@ device first; the Ultralytics loader's batches are moved and converted by the tr
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from typing import Any, Iterator
 
@@ -157,19 +158,17 @@ class Loader:
         self.close()
 
 
+# Settings ``attach`` takes by name besides ``settings``: StreamSettings' own fields and AugmentConfig's.
+_STREAM_FIELDS = frozenset(f.name for f in dataclasses.fields(StreamSettings)) - {"augment"}
+_AUGMENT_FIELDS = frozenset(f.name for f in dataclasses.fields(AugmentConfig))
+# Overrides whose None means "not given" (the defaults below apply).
+_NONE_IS_UNSET = ("rank", "world_size", "shuffle")
+
+
 def attach(
     socket_dir: str | os.PathLike | None = None,
     *,
-    batch_size: int = 16,
-    seed: int = 0,
-    imgsz: int = 640,
-    rank: int | None = None,
-    world_size: int | None = None,
-    shuffle: bool | None = None,
-    drop_last: bool = False,
-    start_epoch: int = 0,
-    hsv_on_device: bool = False,
-    split: str = "train",
+    settings: StreamSettings | None = None,
     endpoint: str | None = None,
     keys_dir: str | os.PathLike | None = None,
     device: Any = None,
@@ -178,46 +177,39 @@ def attach(
     store: str | os.PathLike | None = None,
     zero_copy: bool = False,
     follow_snapshot: bool = False,
-    **augment: Any,
+    **overrides: Any,
 ) -> Loader:
     """A DataLoader-like view of the daemon's stream (see module docstring).
 
-    ``augment`` takes every ``AugmentConfig`` field (``mosaic``, ``degrees``, ``copy_paste``,
-    ``close_mosaic``, ``epochs``, ...); an unknown one is a ConfigError naming it.
-    ``split="val"`` streams the daemon's validation set, by default through the validation
-    route (``augment=False``: letterboxed, no randomness) and in dataset order (``shuffle``
-    defaults to true for training, false for validation). ``store`` is where this process
-    sees the daemon's store, where that differs from the daemon's own path (a container).
+    The stream is ``settings`` (a ``StreamSettings``; default: its defaults) with
+    ``overrides`` applied: any field of ``StreamSettings`` (``batch_size``, ``seed``,
+    ``rank``, ``world_size``, ``shuffle``, ``drop_last``, ``start_epoch``, ``hsv_on_device``,
+    ``split``) or of ``AugmentConfig`` (``imgsz``, ``mosaic``, ``degrees``, ``copy_paste``,
+    ``close_mosaic``, ``epochs``, ``augment``, ...) by name, validated by those classes (an
+    unknown name is a ConfigError naming it and the known ones); ``augment=`` takes a whole
+    ``AugmentConfig`` too. Unless given (here or by ``settings``): ``rank``/``world_size``
+    come from ``torch.distributed``, else ``RANK``/``WORLD_SIZE``, else 0/1; ``split="val"``
+    streams the daemon's validation set through the validation route (``augment=False``:
+    letterboxed, no randomness) in dataset order (``shuffle=False``).
 
+    Each batch unpacks as ``images, targets``: ``images`` uint8 (B, 3, S, S) RGB, S the
+    stream's ``imgsz``; ``targets`` float32 (n, 6), one row per object:
+    ``(batch_index, class, cx, cy, w, h)``, ``batch_index`` the image's position in the batch
+    (0..B-1), ``class`` the class id (an index into ``loader.names``), the box centre and
+    size normalised by S (0..1), rows in image order. It also carries ``indices``, ``files``,
+    ``epoch`` and ``batch``.
+
+    Connection options: ``endpoint`` (``tcp://HOST:PORT``, with ``keys_dir``), ``device``
+    (move batches there), ``timeout_s``, ``slots`` (ring slots), ``store`` (where this process
+    sees the daemon's store, where that differs from the daemon's own path: a container).
     ``zero_copy=True``: each batch is a view of its ring slot, valid only until the next batch
     is asked for (saves one copy of the batch per step; for loops that never keep a batch).
     ``follow_snapshot=True``: when the daemon comes back after a restart serving another
     snapshot (a new dataset version), warn and go on with it at the same epoch and batch
     position instead of raising ``SnapshotChangedError``.
     """
-    if split == "val":
-        augment.setdefault("augment", False)
-    if shuffle is None:
-        shuffle = split != "val"
-    if rank is None or world_size is None:
-        env_rank, env_world = distributed_rank()
-        rank = env_rank if rank is None else rank
-        world_size = env_world if world_size is None else world_size
-    aug = AugmentConfig.from_dict({"imgsz": imgsz, **augment})
-    settings = StreamSettings(
-        seed=seed,
-        batch_size=batch_size,
-        rank=rank,
-        world_size=world_size,
-        shuffle=shuffle,
-        drop_last=drop_last,
-        start_epoch=start_epoch,
-        hsv_on_device=hsv_on_device,
-        split=split,
-        augment=aug,
-    )
     return Loader(
-        settings,
+        stream_settings(settings, **overrides),
         socket_dir=socket_dir,
         endpoint=endpoint,
         keys_dir=keys_dir,
@@ -228,3 +220,33 @@ def attach(
         zero_copy=zero_copy,
         follow_snapshot=follow_snapshot,
     )
+
+
+def stream_settings(settings: StreamSettings | None = None, /, **overrides: Any) -> StreamSettings:
+    """``settings`` (default: ``StreamSettings()``) with ``overrides`` by field name, as ``attach`` takes them."""
+    if settings is not None and not isinstance(settings, StreamSettings):
+        raise ConfigError(f"settings must be a StreamSettings, got {type(settings).__name__}", field="settings")
+    overrides = {k: v for k, v in overrides.items() if not (k in _NONE_IS_UNSET and v is None)}
+    unknown = sorted(set(overrides) - _STREAM_FIELDS - _AUGMENT_FIELDS)
+    if unknown:
+        raise ConfigError(
+            f"unknown field(s) {unknown} for attach(); StreamSettings fields: {sorted(_STREAM_FIELDS)}; "
+            f"AugmentConfig fields: {sorted(_AUGMENT_FIELDS)}",
+            field=unknown[0],
+        )
+    base = settings if settings is not None else StreamSettings()
+    augment = base.augment
+    if isinstance(overrides.get("augment"), AugmentConfig):
+        augment = overrides.pop("augment")
+    stream = {k: v for k, v in overrides.items() if k in _STREAM_FIELDS}
+    aug = {k: v for k, v in overrides.items() if k in _AUGMENT_FIELDS}
+    if settings is None:
+        if stream.get("split") == "val":
+            aug.setdefault("augment", False)
+            stream.setdefault("shuffle", False)
+        if "rank" not in stream or "world_size" not in stream:
+            env_rank, env_world = distributed_rank()
+            stream.setdefault("rank", env_rank)
+            stream.setdefault("world_size", env_world)
+    augment = AugmentConfig.from_dict({**augment.to_dict(), **aug}) if aug else augment
+    return StreamSettings.from_dict({**base.to_dict(), **stream, "augment": augment})

@@ -137,7 +137,9 @@ def memory_report(status: dict, *, store: str | None = None) -> dict:
     ]
     ring_bytes = sum(segs[r]["resident_bytes"] for r in ring_segs)
     decoded = int(snap.get("decoded_bytes", 0))
-    n = len(status["trainers"])
+    # Training streams only: a trainer's validation stream (``split`` "val") is part of that
+    # trainer, not another one; its ring is counted in ``ring_bytes`` all the same.
+    n = sum(1 for t in status["trainers"] if t.get("split", "train") == "train")
     return {
         "snapshot": snap.get("name", ""),
         "snapshots": sorted({info.get("name", "") for info in (status.get("splits") or {"train": snap}).values()}),

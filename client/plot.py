@@ -126,12 +126,13 @@ def plot(samples: list[dict], out: str | Path, *, width_px: int = 1200, height_p
     ax.legend(loc="upper left", fontsize="small")
     last = samples[-1]["memory"]
     n = last["trainers"]
-    labels = ["pixpool service", "one uint8 cache", f"uint8 cache x {n} trainer(s)"]
+    labels = ["pixpool service", "one uint8 cache", f"uint8 cache x {n} trainer{'' if n == 1 else 's'}"]
     values = [last["service_pss_bytes"] / _MIB, last["decoded_bytes"] / _MIB, last["uint8_caches_bytes"] / _MIB]
     bar.bar(labels, values, color=["tab:blue", "tab:gray", "tab:orange"])
     bar.set_ylabel("MiB")
     k = last["break_even_trainers"]
-    bar.set_title(f"retained vs decoded (break-even: {'trainer ' + str(k) if k else 'n/a'})", fontsize="medium")
+    even = f"from {k} trainer{'' if k == 1 else 's'} on" if k else "n/a"
+    bar.set_title(f"retained vs decoded (break-even: {even})", fontsize="medium")
     bar.tick_params(axis="x", labelsize="small", rotation=15)
     fig.tight_layout()
     out = Path(out)

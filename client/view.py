@@ -22,6 +22,11 @@ def _table(*headers: str) -> Table:
     return t
 
 
+def trainers(count: int) -> str:
+    """A count of trainers in words: "1 trainer", "11 trainers" (never "trainer 11", which reads like an id)."""
+    return f"{count} trainer{'' if count == 1 else 's'}"
+
+
 def memory_lines(mem: dict) -> Text:
     """Retained against decoded, the break-even line, the store."""
     decoded, n = mem["decoded_bytes"], mem["trainers"]
@@ -33,7 +38,7 @@ def memory_lines(mem: dict) -> Text:
     )
     out.append(f"decoded uint8 cache of the same images: {human_bytes(decoded)} once")
     if n:
-        out.append(f", {human_bytes(mem['uint8_caches_bytes'])} if each of the {n} trainer(s) kept its own")
+        out.append(f", {human_bytes(mem['uint8_caches_bytes'])} if each of the {trainers(n)} kept its own")
     out.append("\n")
     k = mem["break_even_trainers"]
     if k is None:
@@ -46,7 +51,7 @@ def memory_lines(mem: dict) -> Text:
     else:
         now = "reached" if n >= k else "not yet"
         out.append(
-            f"break-even: from trainer {k} on, less than a uint8 cache each ({n} now: {now})",
+            f"break-even: from {trainers(k)} on, less than a uint8 cache each ({n} now: {now})",
             style="green" if n >= k else "yellow",
         )
     out.append(

@@ -6,9 +6,15 @@ serve`` runs as a child process (the daemon owns every segment) serving the set'
 ``data.yaml``, training and validation split. Several trainer processes (spawn) attach
 with different seeds and train the reference detector (``--model tiny`` by default, a CPU
 size) with ``fit``; the demo prints each trainer's validation mAP per epoch and the memory
-the service retains against per-trainer uint8 caches, draws each run's results as a PNG,
-then stops the daemon with SIGTERM and checks that no segment of the project is left
+the service retains against per-trainer uint8 caches (validation streams are part of their
+trainer, not more trainers), draws each run's results as a PNG, then stops the daemon with SIGTERM and checks that no segment of the project is left
 behind. The exit status is non-zero if any of that fails. Needs the trainer extra.
+
+Each trainer writes into ``PROJECT/trainer-N``; ``PROJECT`` is taken as ``pixpool train``
+takes its run folder (``client/run_dir.py``): when it exists, the next free name
+(``pixpool-demo-runs2``, ...), made once the daemon serves, so an earlier demo's results and
+plots are never mixed with this one's. Each trainer gets its ``FitConfig`` as the dataclass
+(pickled by the spawn), not as a dict to rebuild.
 """
 
 from __future__ import annotations
@@ -34,7 +40,13 @@ def configure(parser: argparse.ArgumentParser, name: str) -> None:
         "--project",
         metavar="DIR",
         default="pixpool-demo-runs",
-        help="where each trainer's results and checkpoints go (default ./pixpool-demo-runs)",
+        help="where each trainer's results and checkpoints go, in DIR/trainer-N; if DIR exists the demo takes the "
+        "next free name (DIR2, DIR3, ...) (default ./pixpool-demo-runs)",
+    )
+    parser.add_argument(
+        "--exist-ok",
+        action="store_true",
+        help="write into --project even if it exists (each trainer's results start afresh)",
     )
     parser.add_argument("--num-images", type=int, default=48, help="synthetic images (default 48)")
     parser.add_argument("--imgsz", type=int, default=128, help="training image size (default 128)")
@@ -54,19 +66,18 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _demo(workdir: Path, args: argparse.Namespace) -> int:
-    import dataclasses
-
     import yaml
 
     from ...shared.cli.flags import to_argv
     from ...shared.errors import DaemonStopped, DaemonTimeout
-    from ...shared.stream.config import AugmentConfig, DaemonConfig
+    from ...shared.stream.config import AugmentConfig, DaemonConfig, StreamSettings
     from ...shared.transport.names import list_segments, ring_prefix
     from ...shared.transport.spawn import spawn_context
     from .._torch import require_torch
     from ..child import cli_command, serve_child
     from ..fit import FitConfig, fit_process
     from ..memory import memory_report
+    from ..run_dir import claim
     from ..status import query_status
 
     require_torch("pixpool demo (its trainers)")
@@ -93,26 +104,26 @@ def _demo(workdir: Path, args: argparse.Namespace) -> int:
         ctx = spawn_context()
         results = ctx.Queue()
         trainers = []
+        # Made once the daemon serves: a demo that fails before leaves no empty folder.
+        runs = claim(args.project, exist_ok=args.exist_ok)
+        print(f"      runs go to {runs}", flush=True)
         try:
             for i in range(args.trainers):
-                project = Path(args.project) / f"trainer-{i}"
+                project = runs / f"trainer-{i}"
                 config = FitConfig(
                     epochs=args.epochs,
-                    batch_size=args.batch_size,
-                    seed=i,
                     scale=args.model,
                     optimizer="AdamW",
                     lr=0.002,
                     device="cpu",
                     project=str(project),
+                    exist_ok=args.exist_ok,
                     progress=False,
                     log_every=1000,
-                    augment=AugmentConfig(imgsz=args.imgsz),
                     threads=max(1, (os.cpu_count() or 1) // args.trainers),
+                    stream=StreamSettings(seed=i, batch_size=args.batch_size, augment=AugmentConfig(imgsz=args.imgsz)),
                 )
-                p = ctx.Process(
-                    target=fit_process, args=(dataclasses.asdict(config), sock, results), name=f"pixpool-trainer-{i}"
-                )
+                p = ctx.Process(target=fit_process, args=(config, sock, results), name=f"pixpool-trainer-{i}")
                 p.start()
                 trainers.append(p)
                 projects[p.pid] = (i, project)
@@ -130,6 +141,7 @@ def _demo(workdir: Path, args: argparse.Namespace) -> int:
                     continue
                 if kind == "attached":
                     attached.add(pid)
+                    projects[pid] = (projects[pid][0], Path(payload))  # the folder the trainer's run claimed
                 elif kind == "epoch":
                     r = payload
                     print(

@@ -57,9 +57,12 @@ def add_fields(
     prefix: str = "",
     only: Iterable[str] | None = None,
     exclude: Iterable[str] = (),
+    suppress_defaults: bool = False,
 ) -> None:
     """Add one argument per field of ``cls`` (dest ``prefix + name``), to a titled group if
-    given; ``only``/``exclude`` choose the fields."""
+    given; ``only``/``exclude`` choose the fields. ``suppress_defaults``: a flag not given
+    leaves no attribute (``from_args`` then takes the field's default), so the caller can
+    tell the flags given from the defaults."""
     target = parser.add_argument_group(group) if group else parser
     keep, skip = (set(only) if only is not None else None), set(exclude)
     known = _flag_table(parser)
@@ -87,7 +90,14 @@ def add_fields(
             # Choices are checked by the dataclass (ConfigError names the field and the choices), not by argparse.
             extra = dict(metavar=f.metadata.get("metavar", "|".join(choices) if choices else kind.upper()))
         shown = "none" if default is None and optional else default
-        target.add_argument(flag, dest=dest, type=conv, default=default, help=f"{text} (default {shown})", **extra)
+        target.add_argument(
+            flag,
+            dest=dest,
+            type=conv,
+            default=argparse.SUPPRESS if suppress_defaults else default,
+            help=f"{text} (default {shown})",
+            **extra,
+        )
         known[f.name] = flag
 
 

@@ -335,16 +335,13 @@ def test_train_with_hsv_on_device_applies_it(daemon, monkeypatch, tmp_path):
     )
     config = FitConfig(
         epochs=1,
-        batch_size=4,
-        seed=9,
         scale="tiny",
         device="cpu",
-        project=str(tmp_path),
+        project=str(tmp_path / "run"),
         progress=False,
         validate=False,
         max_steps=2,
-        hsv_on_device=True,
-        augment=AugmentConfig(imgsz=IMGSZ),
+        stream=StreamSettings(seed=9, batch_size=4, hsv_on_device=True, augment=AugmentConfig(imgsz=IMGSZ)),
     )
     report = fit(config, socket_dir=daemon[1], timeout_s=WAIT_S)
     assert report["steps"] == 2 and len(calls) >= 2 and calls[0][0] == 4

@@ -12,7 +12,10 @@ from pixpool.shared.transport.names import list_segments
 
 def test_demo_runs_two_trainers_and_leaves_nothing(tmp_path):
     before = set(list_segments())
-    runs = tmp_path / "runs"
+    # An earlier run's project folder: the demo takes the next free name and leaves it alone.
+    (tmp_path / "runs").mkdir()
+    (tmp_path / "runs" / "results.jsonl").write_text("earlier\n")
+    runs = tmp_path / "runs2"
     proc = subprocess.run(
         [
             sys.executable,
@@ -22,7 +25,7 @@ def test_demo_runs_two_trainers_and_leaves_nothing(tmp_path):
             "--workdir",
             str(tmp_path),
             "--project",
-            str(runs),
+            str(tmp_path / "runs"),
             "--num-images",
             "16",
             "--imgsz",
@@ -45,6 +48,9 @@ def test_demo_runs_two_trainers_and_leaves_nothing(tmp_path):
     assert proc.returncode == 0, proc.stdout + proc.stderr
     out = proc.stdout
     assert "2 trainers attached" in out and "decoded uint8 cache of the same images" in out
+    assert f"runs go to {runs}" in out and (tmp_path / "runs" / "results.jsonl").read_text() == "earlier\n"
+    # Two trainers, each with a training and a validation stream: counted as the 2 trainers they are.
+    assert "if each of the 2 trainers kept its own" in " ".join(out.split()), out  # rich wraps at 80 columns
     # Each trainer validated after each of its epochs, on its own stream, and drew its results.
     assert len(re.findall(r"trainer [01] \(seed [01]\): epoch [12]/2 loss [\d.]+ mAP50 [\d.]+", out)) == 4, out
     for i in (0, 1):

@@ -15,7 +15,7 @@ import pytest
 from helpers.daemon import WAIT_S, real_daemon
 from pixpool.client.fit import FitConfig, fit
 from pixpool.shared.errors import ConfigError
-from pixpool.shared.stream.config import AugmentConfig
+from pixpool.shared.stream.config import AugmentConfig, StreamSettings
 
 IMGSZ = 64
 
@@ -23,8 +23,6 @@ IMGSZ = 64
 def _config(tmp_path, name: str, epochs: int, **extra) -> FitConfig:
     return FitConfig(
         epochs=epochs,
-        batch_size=8,
-        seed=5,
         scale="tiny",
         optimizer="AdamW",
         lr=0.002,
@@ -33,7 +31,7 @@ def _config(tmp_path, name: str, epochs: int, **extra) -> FitConfig:
         validate=False,
         log_every=1,
         record_digests=True,
-        augment=AugmentConfig(imgsz=IMGSZ, mosaic=0.5),
+        stream=StreamSettings(seed=5, batch_size=8, augment=AugmentConfig(imgsz=IMGSZ, mosaic=0.5)),
         **extra,
     )
 
@@ -41,28 +39,32 @@ def _config(tmp_path, name: str, epochs: int, **extra) -> FitConfig:
 def test_resume_continues_the_exact_run(synthetic_data, tmp_path):
     with real_daemon(synthetic_data.coco_json, imgsz=IMGSZ, workers=1) as (_, d):
         straight = fit(_config(tmp_path, "straight", 2), socket_dir=d, timeout_s=WAIT_S)
-        first = fit(_config(tmp_path, "parts", 1), socket_dir=d, timeout_s=WAIT_S)
+        per_epoch = straight["steps"] // 2
+        # Stopped at the end of epoch 0 of a 2-epoch run, as a killed run leaves its last.pt.
+        first = fit(_config(tmp_path, "parts", 2, max_steps=per_epoch), socket_dir=d, timeout_s=WAIT_S)
+        last_pt = str(tmp_path / "parts" / "last.pt")
+        # Only the checkpoint (and what this call prints and records): every setting comes back.
         resumed = fit(
-            _config(tmp_path, "parts", 2, resume=str(tmp_path / "parts" / "last.pt")), socket_dir=d, timeout_s=WAIT_S
+            FitConfig(resume=last_pt, progress=False, log_every=1, record_digests=True), socket_dir=d, timeout_s=WAIT_S
         )
-        with pytest.raises(ConfigError, match="other settings.*seed=5"):
+        with pytest.raises(ConfigError, match=r"--seed 6 \(field 'stream.seed'; the checkpoint has 5\)"):
             fit(
-                dataclasses.replace(_config(tmp_path, "parts", 3, resume=str(tmp_path / "parts" / "last.pt")), seed=6),
+                dataclasses.replace(_config(tmp_path, "parts", 2, resume=last_pt), stream=StreamSettings(seed=6)),
                 socket_dir=d,
                 timeout_s=WAIT_S,
             )
     assert [r["epoch"] for r in straight["history"]] == [0, 1] and resumed["start_epoch"] == 1
-    assert (
-        first["history"][0]["loss"] == straight["history"][0]["loss"]
-    )  # the warm-up epoch does not depend on the total
+    assert resumed["run_dir"] == str(tmp_path / "parts") and resumed["epochs"] == 2
+    assert first["history"][0]["loss"] == straight["history"][0]["loss"]
     assert resumed["history"][0]["data_sha256"] == straight["history"][1]["data_sha256"]  # the same batches...
     assert resumed["history"][0]["data_sha256"] != straight["history"][0]["data_sha256"]  # (each epoch its own)
-    assert (
-        resumed["history"][0]["loss"] == straight["history"][1]["loss"]
-    )  # ...and the same state: the same loss, exactly
+    # ...and the same state and schedule: the same loss and learning rate, exactly.
+    assert resumed["history"][0]["loss"] == straight["history"][1]["loss"]
+    assert resumed["history"][0]["lr"] == straight["history"][1]["lr"]
     lines = (tmp_path / "parts" / "results.jsonl").read_text().splitlines()
     assert [json.loads(line)["epoch"] for line in lines] == [0, 1]
     assert (tmp_path / "parts" / "best.pt").is_file() and resumed["checkpoint"].endswith("last.pt")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["parts", "straight"]  # no folder for the refused run
 
 
 def test_validation_reports_coco_map(synthetic_data, tmp_path):
@@ -86,14 +88,12 @@ def test_the_detector_learns_the_synthetic_shapes(tmp_path):
     with real_daemon(data.data_yaml, imgsz=128, workers=1) as (_, d):
         config = FitConfig(
             epochs=30,
-            batch_size=8,
-            seed=0,
             scale="tiny",
             optimizer="AdamW",
             lr=0.002,
             project=str(tmp_path / "run"),
             progress=False,
-            augment=AugmentConfig(imgsz=128),
+            stream=StreamSettings(seed=0, batch_size=8, augment=AugmentConfig(imgsz=128)),
         )
         report = fit(config, socket_dir=d, timeout_s=WAIT_S)
     maps = [r["mAP50"] for r in report["history"]]
