@@ -314,6 +314,8 @@ class Client:
                             self.timings["batches"] = self.timings.get("batches", 0) + 1
                         flow.held = msg
                         yield out
+                        if self.closed:
+                            raise self._closed_error()  # closed while the caller held this batch
                         if self._generation != mine:
                             raise PixpoolError(
                                 f"this iterator over epoch {epoch} was replaced by a newer Client.epoch() call; "

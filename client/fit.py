@@ -75,6 +75,7 @@ def fit(
     endpoint=None,
     keys_dir=None,
     timeout_s: float = 120.0,
+    wait_s: float = 0.0,
     on_attached=None,
     on_epoch=None,
 ) -> dict:
@@ -109,6 +110,7 @@ def fit(
         drop_last=True,
         start_epoch=start_epoch,
         timeout_s=timeout_s,
+        wait_s=wait_s,
         zero_copy=True,
         follow_snapshot=config.follow_snapshot,
         **on_device,

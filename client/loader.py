@@ -177,6 +177,7 @@ def attach(
     keys_dir: str | os.PathLike | None = None,
     device: Any = None,
     timeout_s: float = 60.0,
+    wait_s: float = 0.0,
     slots: int = DEFAULT_SLOTS,
     store: str | os.PathLike | None = None,
     zero_copy: bool = False,
@@ -191,6 +192,8 @@ def attach(
     route (``augment=False``: letterboxed, no randomness) and in dataset order (``shuffle``
     defaults to true for training, false for validation). ``store`` is where this process
     sees the daemon's store, where that differs from the daemon's own path (a container).
+    Without a daemon at ``socket_dir`` it fails at once (``DaemonNotFound``); ``wait_s``
+    waits that many seconds for one that is still starting.
 
     ``zero_copy=True``: each batch is a view of its ring slot, valid only until the next batch
     is asked for (saves one copy of the batch per step; for loops that never keep a batch).
@@ -226,6 +229,7 @@ def attach(
         keys_dir=keys_dir,
         device=device,
         timeout_s=timeout_s,
+        wait_s=wait_s,
         slots=slots,
         store=store,
         zero_copy=zero_copy,

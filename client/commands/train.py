@@ -62,7 +62,13 @@ def configure(parser: argparse.ArgumentParser, name: str) -> None:
         help="if the daemon is restarted on another dataset, go on with it (default: stop with SnapshotChangedError)",
     )
     parser.add_argument(
-        "--timeout-s", type=float, default=120.0, help="how long to wait for the daemon and each batch (default 120)"
+        "--timeout-s", type=float, default=120.0, help="how long to wait for the daemon's replies (default 120)"
+    )
+    parser.add_argument(
+        "--wait-s",
+        type=float,
+        default=0.0,
+        help="how long to wait for a daemon that is still starting (default 0: no daemon at --socket-dir fails at once)",
     )
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
     parser.add_argument("--json", action="store_true", help="print the final report as JSON")
@@ -115,6 +121,7 @@ def run(args: argparse.Namespace) -> int:
         endpoint=args.endpoint,
         keys_dir=args.keys,
         timeout_s=args.timeout_s,
+        wait_s=args.wait_s,
         on_epoch=show,
     )
     if args.json:
