@@ -58,7 +58,8 @@ class Batch(namedtuple("Batch", ("images", "targets"))):
         return _restore, (self.images, self.targets, {k: getattr(self, k) for k in _META})
 
     def __repr__(self) -> str:
-        return f"Batch(epoch={self.epoch}, batch={self.batch}, images={_shape(self.images)}, targets={_shape(self.targets)})"
+        shapes = f"images={_shape(self.images)}, targets={_shape(self.targets)}"
+        return f"Batch(epoch={self.epoch}, batch={self.batch}, {shapes})"
 
 
 def _two(items) -> tuple[Any, Any]:

@@ -82,8 +82,12 @@ def configure(parser: argparse.ArgumentParser, name: str) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from ...shared.transport import endpoint as ep
     from .._torch import require_torch
+    from ..daemon_socket import await_daemon
 
+    # Before torch loads (seconds): without a daemon there is nothing to train on.
+    await_daemon(args.endpoint or ep.ipc_endpoint(args.socket_dir), wait_s=args.wait_s)
     require_torch("pixpool train")
     from ..fit import FitConfig, fit
 

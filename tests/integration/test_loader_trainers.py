@@ -7,6 +7,8 @@ Integration tests: one spawned daemon over the synthetic set (24 records), CPU o
 
 from __future__ import annotations
 
+import time
+
 import pytest
 import torch
 
@@ -81,3 +83,20 @@ def test_a_closed_loader_says_so(daemon_dir):
     with pytest.raises(ClosedError, match="is closed"):
         loader.client.epoch(0)
     loader.close()  # closing again is harmless
+
+
+def test_pixpool_train_and_attach_without_a_daemon_fail_at_once(tmp_path, capsys):
+    from pixpool.shared.cli import main
+    from pixpool.shared.errors import DaemonNotFound
+
+    missing = tmp_path / "no-daemon-here"
+    t0 = time.monotonic()
+    rc = main(["train", "--socket-dir", str(missing), "--project", str(tmp_path / "run"), "--no-progress"])
+    assert rc == 1 and time.monotonic() - t0 < 2.0 + 1.0
+    err = capsys.readouterr().err
+    assert f"no pixpool daemon at {missing}" in err and f"pixpool serve DATA --socket-dir {missing}" in err
+    assert "--wait-s" in err
+    t0 = time.monotonic()
+    with pytest.raises(DaemonNotFound, match="does not exist"):
+        attach(missing, batch_size=4, imgsz=IMGSZ)
+    assert time.monotonic() - t0 < 2.0 + 1.0

@@ -113,3 +113,20 @@ def test_wait_s_must_be_seconds(sdir, bad):
     with pytest.raises(ConfigError, match="wait_s"):
         Client(StreamSettings(), socket_dir=sdir, wait_s=bad)
 
+
+
+def test_a_daemon_that_listens_but_does_not_answer_is_waited_for_and_named(sdir, monkeypatch, caplog):
+    from pixpool.client import connection
+
+    monkeypatch.setattr(connection, "SAY_EVERY_S", 0.2)
+    silent = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)  # accepts connections, never speaks
+    silent.bind(str(sdir / "daemon.sock"))
+    silent.listen()
+    try:
+        with caplog.at_level(logging.WARNING, logger=connection.__name__):
+            with pytest.raises(DaemonTimeout, match=f"no reply to attach from a pixpool daemon at ipc://{sdir}"):
+                Client(StreamSettings(), socket_dir=sdir, timeout_s=1.0)
+    finally:
+        silent.close()
+    waits = [r.getMessage() for r in caplog.records if "has not answered yet" in r.getMessage()]
+    assert waits and f"ipc://{sdir}/daemon.sock" in waits[0] and "of 1 s" in waits[0]
