@@ -13,13 +13,14 @@ and ``fit`` pull in torch).
 
 from importlib import import_module
 
-__all__ = ["attach", "Loader", "Client", "TrainerBatch", "DetectorStep", "fit", "FitConfig", "apply_hsv"]
+__all__ = ["attach", "Loader", "Batch", "Client", "TrainerBatch", "DetectorStep", "fit", "FitConfig", "apply_hsv"]
 
 _WHERE = {
     "attach": "loader",
     "Loader": "loader",
-    "Client": "iterator",
-    "TrainerBatch": "iterator",
+    "Batch": "batch",
+    "Client": "client",
+    "TrainerBatch": "client",
     "DetectorStep": "step",
     "fit": "fit",
     "FitConfig": "fit",

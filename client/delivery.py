@@ -1,10 +1,11 @@
 """Where a trainer finds an announced batch's bytes: the trainer's side of delivery, in one place.
 
 Runs in the trainer process, inside ``Client``. The daemon's side is
-``pixpool.server.daemon.delivery``; the choice is made once per attach, by proof: the
-trainer maps the ring it was given through the daemon's store path (or the path this
-process sees that store under), reads the nonce in its header (``map_ring``) and sends it
-back; the daemon answers which delivery it gets (``shared/stream/protocol.py``, ``prove``):
+``pixpool.server.daemon.delivery``; the choice is made once per attach, by proof
+(``prove``): the trainer maps the ring it was given through the daemon's store path (or the
+path this process sees that store under), reads the nonce in its header (``map_ring``) and
+sends it back; the daemon answers which delivery it gets (``shared/stream/protocol.py``,
+``prove``):
 
 - ``SlotReader`` (``DELIVERY_SHM``): the trainer maps its ring (read-write, as the
   daemon created it) and reads each slot in place, after checking that the slot header
@@ -25,6 +26,7 @@ import numpy as np
 from ..shared.errors import PixpoolError, ProtocolError
 from ..shared.stream import protocol as proto
 from ..shared.transport.ring import Ring, RingLayout
+from .connection import KEEP_WAITING, Connection, Peer
 
 log = logging.getLogger(__name__)
 
@@ -106,3 +108,23 @@ def open_reader(attached: dict, delivery: str, ring: Ring | None) -> SlotReader 
     if ring is not None:
         ring.close()
     return FrameReader(layout)
+
+
+def prove(conn: Connection, attached: dict, *, asked: str, store: str | None, deadline: float, peer: Peer):
+    """(granted delivery, mapped ring or None): the locality handshake for an ``attached``
+    reply. A trainer that asked for frames proves nothing; one that cannot map its ring
+    sends an empty nonce and gets frames."""
+    if asked != proto.DELIVERY_SHM:
+        return proto.DELIVERY_FRAMES, None
+    ring, nonce = map_ring(attached, store)
+
+    def proved(msg: dict, frames: list):
+        return msg["delivery"] if msg["trainer_id"] == attached["trainer_id"] else KEEP_WAITING
+
+    try:
+        conn.send("prove", trainer_id=attached["trainer_id"], token=attached["token"], nonce=nonce)
+        return conn.wait({"proved": proved}, deadline=deadline, what="reply to prove", peer=peer), ring
+    except BaseException:
+        if ring is not None:
+            ring.close()
+        raise

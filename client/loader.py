@@ -18,13 +18,17 @@ keeps working::
   iteration moves on to the next epoch, so shuffling and augmentation differ per epoch as
   a ``DataLoader(shuffle=True)`` user expects.
 - Each batch unpacks as ``images, targets`` and carries ``indices`` (record indices),
-  ``files`` (their image files), ``epoch`` and ``batch``. ``names`` and ``num_classes`` come
+  ``files`` (their image files), ``epoch`` and ``batch``; it is a named tuple that trainers'
+  collection utilities (Lightning's device transfer, torch's pin-memory and convert helpers)
+  rebuild with all of that (``client/batch.py``). ``names`` and ``num_classes`` come
   from the daemon.
+- A closed loader (``close()``, or after its ``with`` block) raises ``ClosedError`` when
+  iterated or asked its ``len()``.
 - A batch is the user's, as a DataLoader's is: it stays valid for as long as it is held
   (``list(loader)``, a batch kept for a plot or a later step). ``zero_copy=True`` opts into
   views of the ring slot instead, valid only until the next batch is asked for.
 - If the daemon is restarted on another dataset (``SnapshotChangedError``, see
-  ``client/iterator.py``) the loader stops, unless ``follow_snapshot=True``.
+  ``client/client.py``) the loader stops, unless ``follow_snapshot=True``.
 
 Why an owned copy, not a slot kept until the batch is unreferenced. The ring has 2-3 slots
 per trainer and the daemon renders into the next free one while the trainer steps, so a
@@ -46,34 +50,13 @@ import dataclasses
 import os
 from typing import Any, Iterator
 
-from ..shared.errors import ConfigError
+from ..shared.errors import ClosedError, ConfigError
 from ..shared.stream.config import AugmentConfig, StreamSettings
 from ..shared.stream.sampler import num_batches
 from ..shared.transport.ring import DEFAULT_SLOTS
 from ._torch import require_torch
-from .iterator import Client
-
-
-class Batch(tuple):
-    """``(images, targets)`` with the batch's ``indices``, ``files``, ``epoch`` and ``batch``."""
-
-    indices: Any
-    files: list[str]
-    epoch: int
-    batch: int
-
-    def __new__(cls, images, targets, *, indices, files, epoch: int, batch: int):
-        self = super().__new__(cls, (images, targets))
-        self.indices, self.files, self.epoch, self.batch = indices, files, epoch, batch
-        return self
-
-    @property
-    def images(self):
-        return self[0]
-
-    @property
-    def targets(self):
-        return self[1]
+from .batch import Batch
+from .client import Client
 
 
 def distributed_rank() -> tuple[int, int]:
@@ -98,12 +81,16 @@ class Loader:
 
     def __init__(self, settings: StreamSettings, *, zero_copy: bool = False, **client_options: Any):
         require_torch("pixpool.client.attach (it yields torch tensors)")
-        self.settings = settings
         self.zero_copy = bool(zero_copy)
         self.client = Client(settings, as_torch=True, fetch_files=True, zero_copy=self.zero_copy, **client_options)
         self.epoch = settings.start_epoch
         self._pinned: int | None = None  # set_epoch's choice for the next iteration
         self._started = False
+
+    @property
+    def settings(self) -> StreamSettings:
+        """The stream's settings, with the daemon's imgsz where the trainer left it to the daemon."""
+        return self.client.settings
 
     @property
     def names(self) -> list[str]:
@@ -127,10 +114,26 @@ class Loader:
         self._pinned = epoch
         self.epoch = epoch
 
+    @property
+    def closed(self) -> bool:
+        return self.client.closed
+
+    def _check_open(self, what: str) -> None:
+        if self.client.closed:
+            raise ClosedError(
+                f"{what} a closed pixpool loader (attached to {self.client.endpoint}); use it before close(), "
+                "inside its with block, or attach() again"
+            )
+
     def __len__(self) -> int:
+        self._check_open("len() of")
         return num_batches(self.client.num_records, self.settings, self.epoch)
 
     def __iter__(self) -> Iterator[Batch]:
+        self._check_open("iterating over")
+        return self._batches()
+
+    def _batches(self) -> Iterator[Batch]:
         if self._pinned is not None:
             self.epoch, self._pinned = self._pinned, None
         elif self._started:
@@ -173,6 +176,7 @@ def attach(
     keys_dir: str | os.PathLike | None = None,
     device: Any = None,
     timeout_s: float = 60.0,
+    wait_s: float = 0.0,
     slots: int = DEFAULT_SLOTS,
     store: str | os.PathLike | None = None,
     zero_copy: bool = False,
@@ -202,6 +206,8 @@ def attach(
     Connection options: ``endpoint`` (``tcp://HOST:PORT``, with ``keys_dir``), ``device``
     (move batches there), ``timeout_s``, ``slots`` (ring slots), ``store`` (where this process
     sees the daemon's store, where that differs from the daemon's own path: a container).
+    Without a daemon at ``socket_dir`` it fails at once (``DaemonNotFound``); ``wait_s``
+    waits that many seconds for one that is still starting.
     ``zero_copy=True``: each batch is a view of its ring slot, valid only until the next batch
     is asked for (saves one copy of the batch per step; for loops that never keep a batch).
     ``follow_snapshot=True``: when the daemon comes back after a restart serving another
@@ -215,6 +221,7 @@ def attach(
         keys_dir=keys_dir,
         device=device,
         timeout_s=timeout_s,
+        wait_s=wait_s,
         slots=slots,
         store=store,
         zero_copy=zero_copy,

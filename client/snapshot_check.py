@@ -12,7 +12,11 @@ of the same data (the very same batches) counts as the same snapshot.
 
 from __future__ import annotations
 
+import logging
+
 from ..shared.errors import SnapshotChangedError
+
+log = logging.getLogger(__name__)
 
 _FP_SHOWN = 16  # hex digits of a fingerprint shown in messages (the snapshot name's share)
 
@@ -78,3 +82,27 @@ def refusal(before: dict, after: dict, *, endpoint: str, position: tuple[int, in
         before=before,
         after=after,
     )
+
+
+class StreamSnapshot:
+    """The snapshot one trainer's stream is on: fixed at the first attach (``identity``);
+    ``check`` refuses another one at a later attach, or follows it (``follow``, counted in
+    ``changes``)."""
+
+    def __init__(self, *, follow: bool):
+        self.follow = follow
+        self.identity: dict = {}
+        self.changes = 0
+
+    def check(self, attached: dict, *, endpoint: str, position: tuple[int, int]) -> None:
+        """Raise ``SnapshotChangedError`` where ``attached`` serves another snapshot than the
+        stream's, unless following; the caller detaches from that daemon first."""
+        after = identity(attached)
+        before = self.identity
+        if before and changed(before, after):
+            error = refusal(before, after, endpoint=endpoint, position=position)
+            if not self.follow:
+                raise error
+            log.warning("following the daemon onto another snapshot (follow_snapshot=True): %s", error)
+            self.changes += 1
+        self.identity = after

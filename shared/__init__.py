@@ -6,7 +6,9 @@ It imports neither ``pixpool.server`` nor ``pixpool.client`` (a test walks the i
 
 from .errors import (
     CapacityError,
+    ClosedError,
     ConfigError,
+    DaemonNotFound,
     DaemonStopped,
     DaemonTimeout,
     DatasetError,
@@ -44,5 +46,7 @@ __all__ = [
     "MissingExtraError",
     "DaemonStopped",
     "DaemonTimeout",
+    "DaemonNotFound",
+    "ClosedError",
     "NotAuthorized",
 ]

@@ -139,3 +139,18 @@ class DaemonStopped(PixpoolError, ConnectionError):
 
 class DaemonTimeout(PixpoolError, TimeoutError):
     """No daemon answered within the allowed time."""
+
+
+class DaemonNotFound(DaemonTimeout):
+    """No daemon listens where the trainer looked: the socket directory does not exist, holds
+    no ``daemon.sock``, or only one a killed daemon left. Raised at once (a ``DaemonTimeout``
+    of zero seconds, so code that caught the old wait still catches it) unless the trainer
+    asked to wait for a daemon that is still starting (``wait_s``). ``socket_dir`` names it."""
+
+    def __init__(self, message: str, *, socket_dir: str | None = None):
+        super().__init__(message)
+        self.socket_dir = socket_dir
+
+
+class ClosedError(PixpoolError, RuntimeError):
+    """A ``Client`` or a loader was used after ``close()`` (or after its ``with`` block)."""

@@ -57,7 +57,7 @@ def daemon_digests(
 def _collect(
     settings: StreamSettings, epoch: int, batches: int | None, socket_dir: str | None, timeout_s: float
 ) -> list[str]:
-    from ..iterator import Client
+    from ..client import Client
 
     out = []
     with Client(settings, socket_dir=socket_dir, timeout_s=timeout_s, as_torch=False) as client:

@@ -37,7 +37,13 @@ def configure(parser: argparse.ArgumentParser, name: str) -> None:
     parser.add_argument("--endpoint", default=None, help="tcp://HOST:PORT of a remote daemon (needs --keys)")
     parser.add_argument("--keys", metavar="DIR", default=None, help="CURVE key directory for TCP")
     parser.add_argument(
-        "--timeout-s", type=float, default=120.0, help="how long to wait for the daemon and each batch (default 120)"
+        "--timeout-s", type=float, default=120.0, help="how long to wait for the daemon's replies (default 120)"
+    )
+    parser.add_argument(
+        "--wait-s",
+        type=float,
+        default=0.0,
+        help="how long to wait for a daemon that is still starting (default 0: no daemon at --socket-dir fails at once)",
     )
     parser.add_argument("--json", action="store_true", help="print the final report as JSON (implies --no-progress)")
     add_fields(parser, FitConfig, group="the run (FitConfig)", prefix="run_", suppress_defaults=True)
@@ -81,8 +87,12 @@ def config_from_args(args: argparse.Namespace) -> FitConfig:
 
 
 def run(args: argparse.Namespace) -> int:
+    from ...shared.transport import endpoint as ep
     from .._torch import require_torch
+    from ..daemon_socket import await_daemon
 
+    # Before torch loads (seconds): without a daemon there is nothing to train on.
+    await_daemon(args.endpoint or ep.ipc_endpoint(args.socket_dir), wait_s=args.wait_s)
     require_torch("pixpool train")
     from ..fit import fit
 
@@ -110,6 +120,7 @@ def run(args: argparse.Namespace) -> int:
         endpoint=args.endpoint,
         keys_dir=args.keys,
         timeout_s=args.timeout_s,
+        wait_s=args.wait_s,
         given=given(args),
         on_attached=started,
         on_epoch=show,

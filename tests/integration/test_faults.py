@@ -92,8 +92,8 @@ def test_worker_killed_mid_batch_reruns_only_its_samples_stream_unchanged(synthe
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
 def test_daemon_stop_signal_reaches_waiting_trainer_and_unlinks(synthetic_data, sig):
     with real_daemon(synthetic_data.coco_json, imgsz=IMGSZ, workers=1, wait=False) as (proc, d):
-        # The trainer starts before the daemon is up and waits for it.
-        with Client(settings(12, batch_size=2), socket_dir=d, timeout_s=WAIT_S, slots=2) as c:
+        # The trainer starts before the daemon is up and waits for it (wait_s: else it fails at once).
+        with Client(settings(12, batch_size=2), socket_dir=d, timeout_s=WAIT_S, wait_s=WAIT_S, slots=2) as c:
             st = wait_for(lambda: (x := ask_status(d)) and all(w["pid"] for w in x["workers"]) and x, 30, "workers up")
             workers = [psutil.Process(w["pid"]) for w in st["workers"]]
             snap = st["snapshot"]

@@ -1,0 +1,362 @@
+"""``Client``: a trainer's stream from a pixpool daemon, one epoch's batches at a time, in order.
+
+Runs in the trainer process. The Client composes the trainer side's parts, each in its
+module: ``daemon_socket`` (is a daemon there at all: fail at once, or wait), ``connection``
+(the main socket and its reply tables), ``snapshot_check`` (which snapshot the stream is
+on), ``delivery`` (the locality proof and the reader of the batch bytes), ``record_files``
+(the records' file names), ``heartbeat`` (the thread that says this trainer is alive),
+``flow`` (start, ready, release) and ``tensors`` (what a batch is handed out as). What is
+left here is their order: attach, iterate, attach again after a daemon restart, close.
+
+Batch lifetime: by default (``zero_copy=True``, this low-level API's contract) the images
+and targets of a batch yielded by ``epoch()`` are a view of a ring slot (local) or of the
+received frames (TCP). They stay valid until the next batch is requested; then the slot is
+released to the daemon (credit-based backpressure). Copy what must outlive that, or pass
+``zero_copy=False`` for batches the caller owns (``attach()``'s default; the cost is in
+``client/loader.py``).
+
+Faults, as the trainer sees them:
+- no daemon: ``DaemonNotFound`` at once, naming the socket directory (``daemon_socket.py``),
+  unless ``wait_s`` asks to wait that long for one that is still starting; a daemon that
+  listens gets ``timeout_s`` to answer the attach (``DaemonTimeout`` says where it looked);
+  either wait says every few seconds that it still waits;
+- the daemon stops cleanly: ``DaemonStopped`` with the daemon's reason;
+- the daemon dies (it no longer holds this trainer's ring, seen from any PID namespace:
+  ``Ring.daemon_alive``; or it falls silent; or the restarted one no longer knows this
+  trainer): the client attaches again within ``timeout_s`` and resumes at its epoch and
+  batch position, if the daemon serves the snapshot the stream began on
+  (``snapshot_check.py``); moving to the new ring, it removes the dead daemon's old one as
+  the last one out. On another snapshot (a new dataset version) it stops with
+  ``SnapshotChangedError`` naming both, unless ``follow_snapshot=True`` (then it warns and
+  goes on with the new one);
+- a batch does not come within ``timeout_s``: if the daemon still answers this trainer's
+  heartbeats it is slow, not gone (a stalled worker, a busy machine), and the client logs
+  a warning and keeps waiting; only a daemon that answers nothing is ``DaemonTimeout``
+  (or, once attached, lost and attached again);
+- over TCP, the daemon refuses this trainer's CURVE key (not in its ``authorized/``, or
+  removed from it while attached): ``NotAuthorized`` at once (``auth_watch.py``);
+- the Client was closed: ``ClosedError``.
+
+``imgsz``: a stream whose ``settings.augment.imgsz`` is None takes the daemon's (the
+``attached`` reply's ``imgsz``, else its ring layout's); ``client.settings`` is the
+stream's settings with it filled in, and a reattach asks for that same size.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+import socket as _socket
+import time
+from typing import Any, Iterator
+
+import zmq
+
+from ..shared.errors import ClosedError, ConfigError, DaemonTimeout, PixpoolError, SnapshotChangedError
+from ..shared.stream import protocol as proto
+from ..shared.stream.config import StreamSettings
+from ..shared.transport import endpoint as ep
+from ..shared.transport.procmem import pid_namespace
+from ..shared.transport.ring import DEFAULT_SLOTS
+from .connection import KEEP_WAITING, Connection, Lost
+from .daemon_socket import await_daemon
+from .delivery import delivery_for, open_reader, prove
+from .flow import Flow
+from .heartbeat import Heartbeat
+from .record_files import fetch_files
+from .snapshot_check import StreamSnapshot
+from .tensors import Conversion, TrainerBatch, to_batch
+
+__all__ = ["Client", "TrainerBatch"]
+
+log = logging.getLogger(__name__)
+
+
+def settings_with_daemon_imgsz(settings: StreamSettings, attached: dict) -> StreamSettings:
+    """``settings`` with ``augment.imgsz`` taken from the daemon where the trainer left it
+    None (the ``attached`` reply's ``imgsz``; from a daemon that does not send it, the ring
+    layout's, which is the snapshot's size too)."""
+    if settings.augment.imgsz is not None:
+        return settings
+    imgsz = attached.get("imgsz") or attached["layout"]["imgsz"]
+    return dataclasses.replace(settings, augment=dataclasses.replace(settings.augment, imgsz=int(imgsz)))
+
+
+class Client:
+    """Attach a training stream to a pixpool daemon (local ipc, or TCP with CURVE keys)."""
+
+    def __init__(
+        self,
+        settings: StreamSettings,
+        *,
+        socket_dir: str | os.PathLike | None = None,
+        endpoint: str | None = None,
+        keys_dir: str | os.PathLike | None = None,
+        timeout_s: float = 60.0,
+        wait_s: float = 0.0,
+        slots: int = DEFAULT_SLOTS,
+        as_torch: bool | None = None,
+        device: Any = None,
+        heartbeat_interval_s: float = 1.0,
+        timings: dict | None = None,
+        fetch_files: bool = False,
+        store: str | os.PathLike | None = None,
+        zero_copy: bool = True,
+        follow_snapshot: bool = False,
+    ):
+        if not isinstance(settings, StreamSettings):
+            raise TypeError(f"settings must be a StreamSettings, got {type(settings).__name__}")
+        if isinstance(wait_s, bool) or not isinstance(wait_s, (int, float)) or not wait_s >= 0:
+            raise ConfigError.for_field("wait_s", wait_s, "must be a number of seconds >= 0 (0: fail at once)")
+        self.settings = settings  # with the daemon's imgsz filled in once attached
+        self.endpoint = endpoint or ep.ipc_endpoint(socket_dir)
+        self.remote = delivery_for(self.endpoint) == proto.DELIVERY_FRAMES
+        # ``store``: where this process sees the daemon's store (a container may mount it
+        # elsewhere); default the path the daemon names. Over ipc the client always tries
+        # to map its ring; over TCP only when told where the store is.
+        self.store = os.fspath(store) if store is not None else None
+        self._asked = proto.DELIVERY_SHM if (not self.remote or self.store is not None) else proto.DELIVERY_FRAMES
+        self.delivery = self._asked  # what the daemon granted, once attached
+        if self.remote and keys_dir is None:
+            raise ConfigError(
+                f"{self.endpoint}: TCP needs CURVE keys; pass keys_dir (made by `pixpool keys DIR`)", field="keys_dir"
+            )
+        self.keys_dir = keys_dir
+        self.timeout_s = float(timeout_s)
+        self.wait_s = float(wait_s)
+        self.slots = slots
+        # None: torch when a device is given or HSV runs on the device; False: raw numpy
+        # slot views (device HSV then is the caller's job, e.g. digests of the slot bytes).
+        self.as_torch = (device is not None or settings.hsv_on_device) if as_torch is None else bool(as_torch)
+        self.device = device
+        self.heartbeat_interval_s = heartbeat_interval_s
+        # Optional: accumulates "deliver_s" (ready message received -> batch built, tensors
+        # included) and "batches", for bench/serve.py.
+        self.timings = timings
+        self.zero_copy = bool(zero_copy)
+        self._conversion = Conversion(as_torch=self.as_torch, zero_copy=self.zero_copy, device=device)
+        self.follow_snapshot = bool(follow_snapshot)
+        self._snapshot = StreamSnapshot(follow=self.follow_snapshot)
+        # The daemon's class names (from attach) and, with ``fetch_files``, every record's
+        # image file name (``records`` requests right after attach, before any batch flows).
+        self.fetch_files = fetch_files
+        self.names: list[str] = []
+        self.files: list[str] = []
+        self.num_records = 0
+        self.layout = None
+        self.position: tuple[int, int] = (settings.start_epoch, 0)
+        self.reattaches = 0
+        # Seconds this trainer spent waiting for the daemon's batches (the heartbeat reports it).
+        self.data_wait_s = 0.0
+        self.closed = False
+        self._ctx = zmq.Context()
+        self._conn = Connection(
+            self._ctx, self.endpoint, remote=self.remote, keys_dir=keys_dir, timeout_s=self.timeout_s
+        )
+        self._reader = None  # delivery.SlotReader or FrameReader, from the attach reply
+        self._ident: tuple[int, int] | None = None  # (trainer_id, token); read by the heartbeat thread
+        self._flow: Flow | None = None
+        self._generation = 0  # bumped by each epoch() call
+        self._heartbeat = Heartbeat(
+            self._conn.socket,
+            interval_s=heartbeat_interval_s,
+            identity=lambda: self._ident,
+            data_wait_s=lambda: self.data_wait_s,
+        )
+        try:
+            self._attach(wait_s=self.wait_s)
+        except BaseException:
+            self._teardown()
+            raise
+        self._heartbeat.start()
+
+    # -- what the connection asks (``connection.Peer``) ---------------------------------
+    @property
+    def ident(self) -> tuple[int, int] | None:
+        return self._ident
+
+    def daemon_gone(self) -> bool:
+        if self._heartbeat.lost is not None and self._heartbeat.lost == self._ident:
+            return True
+        ring = self._ring
+        if ring is not None and not ring.daemon_alive():
+            return True  # the daemon no longer maps this trainer's ring: dead, or detached it
+        return self._heartbeat.silent()
+
+    def daemon_answers(self) -> bool:
+        """The daemon answered this trainer's heartbeat lately (its loop runs)."""
+        return self._ident is not None and self._heartbeat.answered_lately()
+
+    @property
+    def snapshot(self) -> dict:
+        """The snapshot this stream is on (``snapshot_check.identity``), fixed at the first attach."""
+        return self._snapshot.identity
+
+    @property
+    def snapshot_changes(self) -> int:
+        return self._snapshot.changes
+
+    @property
+    def _ring(self):
+        """The mapped ring of a local trainer (None over TCP, where bytes come as frames)."""
+        return self._reader.ring if self._reader is not None else None
+
+    # -- attach -------------------------------------------------------------------------
+    def _attach(self, *, wait_s: float) -> None:
+        await_daemon(self.endpoint, wait_s=wait_s)
+        self._conn.open()
+        self._conn.send(
+            "attach",
+            settings=self.settings.to_dict(),
+            pid=os.getpid(),
+            host=_socket.gethostname(),
+            slots=self.slots,
+            delivery=self._asked,
+            pid_ns=pid_namespace(),
+        )
+        deadline = time.monotonic() + self.timeout_s
+        attached = self._conn.wait(
+            {"attached": lambda msg, frames: msg}, deadline=deadline, what="reply to attach", peer=self
+        )
+        try:
+            self._snapshot.check(attached, endpoint=self.endpoint, position=self.position)
+        except SnapshotChangedError:
+            self._detach(attached["trainer_id"], attached["token"])  # so that daemon removes the new ring
+            raise
+        if self._reader is not None:
+            self._reader.close()
+            self._reader = None
+        self.settings = settings_with_daemon_imgsz(self.settings, attached)
+        self.num_records = attached["num_records"]
+        self.names = list(attached.get("names") or [])
+        self._heartbeat.reset()
+        self._ident = (attached["trainer_id"], attached["token"])
+        self._flow = Flow(self._conn, self._ident, peer=self, timeout_s=self.timeout_s)
+        granted, ring = prove(self._conn, attached, asked=self._asked, store=self.store, deadline=deadline, peer=self)
+        self._reader = open_reader(attached, granted, ring)
+        self.delivery = self._reader.delivery
+        self.layout = self._reader.layout
+        if self.fetch_files:
+            self.files = fetch_files(self._conn, deadline=time.monotonic() + self.timeout_s, peer=self)
+
+    def _reattach(self) -> None:
+        log.warning(
+            "pixpool daemon at %s went away; attaching again (position epoch %d batch %d)",
+            self.endpoint,
+            *self.position,
+        )
+        deadline = time.monotonic() + self.timeout_s
+        self._ident = None
+        self._flow = None
+        while True:
+            try:
+                # A restarted daemon binds its socket only once its snapshot is ready: wait for it.
+                self._attach(wait_s=max(0.0, deadline - time.monotonic()))
+                self.reattaches += 1
+                return
+            except (Lost, DaemonTimeout):  # not SnapshotChangedError: that one ends the stream
+                if time.monotonic() > deadline:
+                    raise DaemonTimeout(
+                        f"the pixpool daemon at {self.endpoint} went away and none came back within {self.timeout_s} s"
+                    ) from None
+
+    def _detach(self, trainer_id: int, token: int) -> None:
+        """Say goodbye for an identity and wait briefly for the answer; a daemon that does not
+        answer sweeps a silent trainer anyway."""
+        try:
+            self._conn.send("detach", trainer_id=trainer_id, token=token)
+
+            def detached(msg: dict, frames: list):
+                return msg if msg["trainer_id"] == trainer_id else KEEP_WAITING
+
+            deadline = time.monotonic() + min(2.0, self.timeout_s)
+            self._conn.wait({"detached": detached}, deadline=deadline, what="reply to detach", peer=self)
+        except (PixpoolError, Lost, zmq.ZMQError) as exc:
+            log.info("detaching trainer %d from the pixpool daemon at %s: %s", trainer_id, self.endpoint, exc)
+
+    # -- iteration ----------------------------------------------------------------------
+    def epoch(self, epoch: int, *, start_batch: int = 0) -> Iterator[TrainerBatch]:
+        """Yield the batches of ``epoch`` from ``start_batch`` on, in order.
+
+        One iterator at a time: starting another one ends this one.
+        """
+        if self.closed:
+            raise self._closed_error()
+        return self._epoch(epoch, start_batch)
+
+    def _closed_error(self) -> ClosedError:
+        return ClosedError(
+            f"this Client of the pixpool daemon at {self.endpoint} is closed; "
+            "iterate before close() (inside its with block), or make a new one"
+        )
+
+    def _epoch(self, epoch: int, start_batch: int) -> Iterator[TrainerBatch]:
+        self._generation += 1
+        mine = self._generation
+        b = start_batch
+        self.position = (epoch, b)
+        try:
+            while True:
+                try:
+                    flow = self._flow
+                    if flow is None:
+                        raise self._closed_error()  # closed while this iterator was suspended
+                    n = flow.start(epoch, b)
+                    while b < n:
+                        t_wait = time.perf_counter()
+                        msg, frames = flow.next_ready(epoch, b)
+                        t0 = time.perf_counter()
+                        self.data_wait_s += t0 - t_wait
+                        out = to_batch(self._reader.arrays(msg, frames), msg, self._conversion, self.settings)
+                        if self.timings is not None:
+                            self.timings["deliver_s"] = self.timings.get("deliver_s", 0.0) + time.perf_counter() - t0
+                            self.timings["batches"] = self.timings.get("batches", 0) + 1
+                        flow.held = msg
+                        yield out
+                        if self.closed:
+                            raise self._closed_error()  # closed while the caller held this batch
+                        if self._generation != mine:
+                            raise PixpoolError(
+                                f"this iterator over epoch {epoch} was replaced by a newer Client.epoch() call; "
+                                "use one at a time"
+                            )
+                        flow.release_held()
+                        b += 1
+                        self.position = (epoch, b)
+                    return
+                except Lost:
+                    self._reattach()
+        finally:
+            # Only the current iterator owns the held slot (an old one may be collected late).
+            if self._generation == mine and self._flow is not None and self._conn.usable:
+                try:
+                    self._flow.release_held()
+                except zmq.ZMQError:
+                    pass
+
+    # -- lifetime -----------------------------------------------------------------------
+    def close(self) -> None:
+        """Detach (the daemon unlinks this trainer's ring) and close everything; idempotent."""
+        if self.closed:
+            return
+        if self._ident is not None and self._conn.usable:
+            self._flow = None  # what it holds goes with the ring
+            self._detach(*self._ident)
+        self._ident = None
+        self._teardown()
+
+    def _teardown(self) -> None:
+        self.closed = True
+        self._heartbeat.stop()
+        self._conn.close()
+        if self._reader is not None:
+            self._reader.close()
+            self._reader = None
+        self._ctx.term()
+
+    def __enter__(self) -> "Client":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
