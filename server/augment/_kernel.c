@@ -195,15 +195,23 @@ scalar : {
 
 static inline int holds_taps(const Tile *t, int x0, int y0) { return x0 >= t->xa0 && x0 + 1 < t->xa1 && y0 >= t->ya0 && y0 + 1 < t->ya1; }
 
-/* Per-sample column tables of the axis-aligned map, and the run cache of its row pairs. */
+/* The axis-aligned map, separably. u depends on x alone and v on y alone, so the definition's
+ * "top" and "bot" of output pixel (x, y) are the horizontal blends of canvas rows y0 and
+ * y0 + 1 at column x: H_r[x] = T(x0, r) (1 - fx) + T(x0 + 1, r) fx, a function of (r, x).
+ * Each canvas row's H is computed once and kept (two slots: rows r and r + 1 differ in
+ * parity), and every output row is one dense blend s = H_y0 (1 - fy) + H_y0+1 fy over its
+ * 3 S floats: the same operations in the same order as the definition, shared by the output
+ * rows that read the same canvas row (all of them twice when the map enlarges). */
 typedef struct {
     int *x0;
     float *fx, *ifx;
     signed char *valid;
-    int *cls;     /* per column: tile index of all four taps, CLS_ZERO or CLS_MIXED */
+    int *cls;     /* per column: tile index of both taps of the cached row key, CLS_ZERO or CLS_MIXED */
     int *runs;    /* (start, end, cls) triples */
     int nruns;
-    int key0, key1; /* tile coverage bits of the cached row pair, -1 = none cached */
+    int key;      /* tile coverage bits the runs were built for, -1 = none */
+    float *h[2];  /* H of canvas row tag[r & 1], 3 S (+ padding) floats each */
+    int tag[2];
 } Axis;
 
 static int axis_init(Axis *A, const Layer *L, int size) {
@@ -213,9 +221,11 @@ static int axis_init(Axis *A, const Layer *L, int size) {
     A->valid = malloc(size);
     A->cls = malloc(sizeof(int) * size);
     A->runs = malloc(sizeof(int) * 3 * size);
-    A->key0 = A->key1 = -1;
+    A->h[0] = calloc(6 * (size_t)size + 32, sizeof(float));
+    A->h[1] = A->h[0] ? A->h[0] + 3 * (size_t)size + 16 : NULL;
+    A->key = -1, A->tag[0] = A->tag[1] = INT32_MIN;
     A->nruns = 0;
-    if (!A->x0 || !A->fx || !A->ifx || !A->valid || !A->cls || !A->runs) return -1;
+    if (!A->x0 || !A->fx || !A->ifx || !A->valid || !A->cls || !A->runs || !A->h[0]) return -1;
     const double a = L->m[0], c = L->m[2];
     for (int x = 0; x < size; x++) {
         double u = a * (double)x + c; /* = a*x + (b*y + c) with b = 0 */
@@ -230,7 +240,7 @@ static int axis_init(Axis *A, const Layer *L, int size) {
 }
 
 static void axis_free(Axis *A) {
-    free(A->x0), free(A->fx), free(A->ifx), free(A->valid), free(A->cls), free(A->runs);
+    free(A->x0), free(A->fx), free(A->ifx), free(A->valid), free(A->cls), free(A->runs), free(A->h[0]);
 }
 
 static int row_bits(const Layer *L, int cy) {
@@ -240,26 +250,87 @@ static int row_bits(const Layer *L, int cy) {
     return bits;
 }
 
-static void axis_runs(Axis *A, const Layer *L, int size, int r0, int r1) {
+/* Runs of the columns of a canvas row r whose two taps lie in one tile, in none, or mixed. */
+static void axis_runs(Axis *A, const Layer *L, int size, int r) {
     for (int x = 0; x < size; x++) {
         if (!A->valid[x]) {
             A->cls[x] = CLS_ZERO;
             continue;
         }
         int x0 = A->x0[x];
-        int t00 = tile_at(L, x0, r0), t01 = tile_at(L, x0 + 1, r0), t10 = tile_at(L, x0, r1), t11 = tile_at(L, x0 + 1, r1);
-        if (t00 == t01 && t00 == t10 && t00 == t11) A->cls[x] = t00 >= 0 ? t00 : CLS_ZERO;
-        else A->cls[x] = CLS_MIXED;
+        int t0 = tile_at(L, x0, r), t1 = tile_at(L, x0 + 1, r);
+        A->cls[x] = t0 == t1 ? (t0 >= 0 ? t0 : CLS_ZERO) : CLS_MIXED;
     }
     A->nruns = 0;
     int start = 0;
     for (int x = 1; x <= size; x++) {
         if (x == size || A->cls[x] != A->cls[start]) {
-            int *r = &A->runs[3 * A->nruns++];
-            r[0] = start, r[1] = x, r[2] = A->cls[start];
+            int *run = &A->runs[3 * A->nruns++];
+            run[0] = start, run[1] = x, run[2] = A->cls[start];
             start = x;
         }
     }
+}
+
+/* H of canvas row r into dst (3 S floats; dst[3 S] is scratch). */
+static void axis_hrow(Axis *A, const Layer *L, int size, int r, float *dst) {
+    const int key = row_bits(L, r);
+    if (!key) {
+        memset(dst, 0, sizeof(float) * 3 * size);
+        return;
+    }
+    if (key != A->key) {
+        axis_runs(A, L, size, r);
+        A->key = key;
+    }
+    for (int n = 0; n < A->nruns; n++) {
+        const int *run = &A->runs[3 * n];
+        if (run[2] == CLS_ZERO) {
+            memset(dst + 3 * run[0], 0, sizeof(float) * 3 * (run[1] - run[0]));
+        } else if (run[2] == CLS_MIXED) {
+            for (int x = run[0]; x < run[1]; x++) {
+                const int x0 = A->x0[x], t0 = tile_at(L, x0, r), t1 = tile_at(L, x0 + 1, r);
+                for (int c = 0; c < 3; c++) {
+                    const float p0 = t0 >= 0 ? tap(&L->tiles[t0], x0, r, c) : 0.0f;
+                    const float p1 = t1 >= 0 ? tap(&L->tiles[t1], x0 + 1, r, c) : 0.0f;
+                    dst[3 * x + c] = p0 * A->ifx[x] + p1 * A->fx[x];
+                }
+            }
+        } else {
+            const Tile *t = &L->tiles[run[2]];
+            const char *rp = t->base + (Py_ssize_t)(r - t->oy) * t->row;
+            /* x0 is monotonic in x (floor of a linear map): if the vector reads at both ends
+             * stay inside the image, every pixel's do, and the loop needs no test. */
+            const Py_ssize_t last = (A->x0[run[0]] > A->x0[run[1] - 1] ? A->x0[run[0]] : A->x0[run[1] - 1]) - t->ox;
+            const Py_ssize_t esz = t->u8 ? 1 : 4;
+            if (rp + (last * 3 + 7) * esz > t->end) {
+                for (int x = run[0]; x < run[1]; x++)
+                    for (int c = 0; c < 3; c++) dst[3 * x + c] = tap(t, A->x0[x], r, c) * A->ifx[x] + tap(t, A->x0[x] + 1, r, c) * A->fx[x];
+            } else if (t->u8) {
+                const uint8_t *a0 = (const uint8_t *)rp - (Py_ssize_t)t->ox * 3;
+                const v4 fill = V_SET(FILL);
+                for (int x = run[0]; x < run[1]; x++) {
+                    const uint8_t *a = a0 + (Py_ssize_t)A->x0[x] * 3;
+                    V_STORE(dst + 3 * x, V_ADD(V_MUL(V_SUB(v_load_u8(a), fill), V_SET(A->ifx[x])), V_MUL(V_SUB(v_load_u8(a + 3), fill), V_SET(A->fx[x]))));
+                }
+            } else {
+                const float *a0 = (const float *)rp - (Py_ssize_t)t->ox * 3;
+                for (int x = run[0]; x < run[1]; x++) {
+                    const float *a = a0 + (Py_ssize_t)A->x0[x] * 3;
+                    V_STORE(dst + 3 * x, V_ADD(V_MUL(V_LOAD(a), V_SET(A->ifx[x])), V_MUL(V_LOAD(a + 3), V_SET(A->fx[x]))));
+                }
+            }
+        }
+    }
+}
+
+static const float *axis_h(Axis *A, const Layer *L, int size, int r) {
+    const int slot = r & 1;
+    if (A->tag[slot] != r) {
+        axis_hrow(A, L, size, r, A->h[slot]);
+        A->tag[slot] = r;
+    }
+    return A->h[slot];
 }
 
 static void axis_row(Axis *A, const Layer *L, int size, int y, float *dst) {
@@ -271,63 +342,25 @@ static void axis_row(Axis *A, const Layer *L, int size, int y, float *dst) {
     double yf = floor(v);
     int r0 = (int)yf;
     float fy = (float)(v - yf), ify = 1.0f - fy;
-    int k0 = row_bits(L, r0), k1 = row_bits(L, r0 + 1);
-    if (k0 != A->key0 || k1 != A->key1) {
-        axis_runs(A, L, size, r0, r0 + 1);
-        A->key0 = k0, A->key1 = k1;
-    }
-    for (int n = 0; n < A->nruns; n++) {
-        const int *run = &A->runs[3 * n];
-        if (run[2] == CLS_ZERO) {
-            memset(dst + 3 * run[0], 0, sizeof(float) * 3 * (run[1] - run[0]));
-        } else if (run[2] == CLS_MIXED) {
-            for (int x = run[0]; x < run[1]; x++) sample_px(L, L->m[0] * (double)x + L->m[2], v, dst + 3 * x);
-        } else {
-            const Tile *t = &L->tiles[run[2]];
-            const v4 vfy = V_SET(fy), vify = V_SET(ify);
-            /* x0 is monotonic in x (floor of a linear map): if the vector reads of both ends
-             * stay inside the image, every pixel's do, and the loop needs no test. */
-            const char *r0p = t->base + (Py_ssize_t)(r0 - t->oy) * t->row;
-            Py_ssize_t last = (A->x0[run[0]] > A->x0[run[1] - 1] ? A->x0[run[0]] : A->x0[run[1] - 1]) - t->ox;
-            Py_ssize_t esz = t->u8 ? 1 : 4;
-            if (r0p + t->row + (last * 3 + 7) * esz > t->end) {
-                for (int x = run[0]; x < run[1]; x++) bilerp_tile(t, A->x0[x], r0, V_SET(A->fx[x]), V_SET(A->ifx[x]), vfy, vify, dst + 3 * x);
-            } else if (t->u8) {
-                const uint8_t *a0 = (const uint8_t *)r0p - (Py_ssize_t)t->ox * 3, *b0 = a0 + t->row;
-                const v4 fill = V_SET(FILL);
-                for (int x = run[0]; x < run[1]; x++) {
-                    const uint8_t *a = a0 + (Py_ssize_t)A->x0[x] * 3, *b = b0 + (Py_ssize_t)A->x0[x] * 3;
-                    v4 fx = V_SET(A->fx[x]), ifx = V_SET(A->ifx[x]);
-                    v4 top = V_ADD(V_MUL(V_SUB(v_load_u8(a), fill), ifx), V_MUL(V_SUB(v_load_u8(a + 3), fill), fx));
-                    v4 bot = V_ADD(V_MUL(V_SUB(v_load_u8(b), fill), ifx), V_MUL(V_SUB(v_load_u8(b + 3), fill), fx));
-                    V_STORE(dst + 3 * x, V_ADD(V_MUL(top, vify), V_MUL(bot, vfy)));
-                }
-            } else {
-                const float *a0 = (const float *)r0p - (Py_ssize_t)t->ox * 3, *b0 = (const float *)(r0p + t->row) - (Py_ssize_t)t->ox * 3;
-                for (int x = run[0]; x < run[1]; x++) {
-                    const float *a = a0 + (Py_ssize_t)A->x0[x] * 3, *b = b0 + (Py_ssize_t)A->x0[x] * 3;
-                    v4 fx = V_SET(A->fx[x]), ifx = V_SET(A->ifx[x]);
-                    v4 top = V_ADD(V_MUL(V_LOAD(a), ifx), V_MUL(V_LOAD(a + 3), fx));
-                    v4 bot = V_ADD(V_MUL(V_LOAD(b), ifx), V_MUL(V_LOAD(b + 3), fx));
-                    V_STORE(dst + 3 * x, V_ADD(V_MUL(top, vify), V_MUL(bot, vfy)));
-                }
-            }
-        }
-    }
+    const float *top = axis_h(A, L, size, r0), *bot = axis_h(A, L, size, r0 + 1);
+    const v4 vfy = V_SET(fy), vify = V_SET(ify);
+    const int n3 = 3 * size;
+    for (int i = 0; i < n3; i += 4) V_STORE(dst + i, V_ADD(V_MUL(V_LOAD(top + i), vify), V_MUL(V_LOAD(bot + i), vfy)));
 }
 
 /* The general map (rotation, shear, perspective), one row segment of at most BLOCK output
- * columns at a time, in three passes over small arrays instead of one branchy pass per pixel:
- *   1. coordinates: the definition's double-precision u, v for every column (a loop of the
- *      same operations per column, no tests; the division only for a perspective map);
+ * columns at a time. The segment's two ends decide first (segment_class): when every column
+ * reads all four taps from one tile, one loop with no test per pixel (general_uniform); when
+ * no column reaches a tile, zeros. That is most segments: a row crosses a tile's edge once or
+ * twice. The others take three passes over small arrays:
+ *   1. coordinates: the definition's double-precision u, v for every column (the same
+ *      operations per column, no tests; the division only for a perspective map);
  *   2. classes: per column the tile that holds all four taps (and whose vector reads stay
- *      inside its image), CLS_ZERO where no tap can reach a tile, CLS_MIXED otherwise,
- *      computed with selects, and the byte offset of tap (x0, y0) in that tile;
+ *      inside its image), CLS_ZERO where no tap lies in a tile (outside, mosaic gaps: the
+ *      bilinear of four zeros is 0), CLS_MIXED otherwise, computed with selects, and the
+ *      byte offset of tap (x0, y0) in that tile;
  *   3. runs of one class: the one-tile bilinear with no test per pixel, zeros, or the per-tap
- *      lookup for the few boundary pixels.
- * For an affine map the columns of one tile form one interval per row (u and v are monotonic
- * in x, so is each rounded step), so a segment has a handful of runs; the classes are
- * computed per pixel anyway, which also holds for a perspective map. */
+ *      lookup for the few boundary pixels. */
 #define BLOCK 64
 typedef struct {
     double u[BLOCK], v[BLOCK];
@@ -362,7 +395,12 @@ static void general_classes(const Layer *L, int n, Segment *S) {
         const double uc = in ? u : 0.0, vc = in ? v : 0.0;         /* |uc|, |vc| < 2^31: floor by truncation */
         int x0 = (int)uc, y0 = (int)vc;
         x0 -= (double)x0 > uc, y0 -= (double)y0 > vc;
-        int cls = in ? CLS_MIXED : CLS_ZERO;
+        int touch = 0; /* some tap lies in some tile: else the bilinear of four zeros */
+        for (int k = 0; k < L->ntiles; k++) {
+            const Tile *t = &L->tiles[k];
+            touch |= x0 + 1 >= t->xa0 && x0 < t->xa1 && y0 + 1 >= t->ya0 && y0 < t->ya1;
+        }
+        int cls = in && touch ? CLS_MIXED : CLS_ZERO;
         for (int k = L->ntiles - 1; k >= 0; k--) cls = in && holds_taps(&L->tiles[k], x0, y0) ? k : cls;
         S->x0[i] = x0, S->y0[i] = y0, S->cls[i] = cls;
         S->fx[i] = (float)(uc - (double)x0), S->fy[i] = (float)(vc - (double)y0); /* exact subtraction */
