@@ -55,13 +55,23 @@ def build_kernel(ref: str, where: Path) -> Path:
         ).stdout
         (src / name).write_bytes(text)
     setup_text = (ROOT / "setup.py").read_text()
-    found = re.search(r"KERNEL_FLAGS = (\[.*?\])", setup_text, re.S)
+    found = re.search(r"KERNEL_FLAGS = (\[.*?\])", setup_text, re.DOTALL)
     if not found:
         raise SystemExit("setup.py has no KERNEL_FLAGS list: cannot build the base kernel with the same flags")
     flags = ast.literal_eval(found.group(1))
     out = where / f"_kernel{sysconfig.get_config_var('EXT_SUFFIX')}"
     cc = os.environ.get("CC", "cc")
-    cmd = [cc, "-shared", "-fPIC", *flags, "-I", sysconfig.get_paths()["include"], str(src / "_kernel.c"), "-o", str(out)]
+    cmd = [
+        cc,
+        "-shared",
+        "-fPIC",
+        *flags,
+        "-I",
+        sysconfig.get_paths()["include"],
+        str(src / "_kernel.c"),
+        "-o",
+        str(out),
+    ]
     subprocess.run(cmd, check=True)
     return out
 

@@ -121,7 +121,9 @@ def test_general_map_over_mosaic_tiles_equals_the_numpy_twin(settings: dict, dty
             got = _kernel_floats(size, tiles, inv)
             want = _twin(tiles, hw, inv, size) + FILL
             bad = np.argwhere((got != want).any(axis=-1))
-            assert got.tobytes() == want.tobytes(), f"size {size}: {len(bad)} pixels differ, first (y, x) {bad[:3].tolist()}"
+            assert got.tobytes() == want.tobytes(), (
+                f"size {size}: {len(bad)} pixels differ, first (y, x) {bad[:3].tolist()}"
+            )
 
 
 @pytest.mark.parametrize("dtype", ["float32", "uint8"])
@@ -137,7 +139,13 @@ def test_maps_onto_the_last_pixel_and_off_the_canvas_equal_the_numpy_twin(dtype:
     maps = []
     for a in (0.2, 3.0, 45.0, 91.0, -30.0):
         ca, sa = np.cos(np.deg2rad(a)), np.sin(np.deg2rad(a))
-        for tx, ty in ((0.0, 0.0), (size - 2.0, size - 2.0), (size - 1.0, 0.5), (-size / 2, size / 3), (1.5 * size, -0.5)):
+        for tx, ty in (
+            (0.0, 0.0),
+            (size - 2.0, size - 2.0),
+            (size - 1.0, 0.5),
+            (-size / 2, size / 3),
+            (1.5 * size, -0.5),
+        ):
             maps.append(np.array([[ca, -sa, tx], [sa, ca, ty], [0, 0, 1]]))  # canvas <- output, as the inverse is
     maps.append(np.array([[1.0, 0.01, 0.0], [0.02, 1.0, 0.0], [0.0125, 0.0, -0.5]]))  # w = 0 at x = 40
     maps.append(np.array([[0.7, 0.2, 5.0], [-0.1, 0.9, 3.0], [0.0004, -0.0003, 1.0]]))
