@@ -72,7 +72,9 @@ HUE_MIN_SV = 32
 _STDOUT = [sys.stdout]
 
 
-def build_loader(data_dir: Path, *, task: str, workers: int, batch: int, imgsz: int, hsv: bool = True):
+def build_loader(
+    data_dir: Path, *, task: str, workers: int, batch: int, imgsz: int, hsv: bool = True, geometry: dict | None = None
+):
     import yaml
     from ultralytics.cfg import get_cfg
     from ultralytics.data.build import build_dataloader, build_yolo_dataset
@@ -83,6 +85,7 @@ def build_loader(data_dir: Path, *, task: str, workers: int, batch: int, imgsz: 
     img_path = str(data_dir / spec["train"])
     data = {"names": names, "nc": len(names), "channels": 3, "train": img_path, "val": img_path, "path": str(data_dir)}
     hyp = dict(SEGMENT if task == "segment" else DETECT)
+    hyp.update(geometry or {})  # --geometry: degrees, shear, perspective (the general-affine route)
     if not hsv:
         hyp.update(hsv_h=0.0, hsv_s=0.0, hsv_v=0.0)
     cfg = get_cfg(
@@ -108,7 +111,14 @@ def cmd_throughput(args) -> dict:
 
     torch.set_num_threads(1)
     cv2.setNumThreads(1)
-    _, loader = build_loader(args.data_dir, task=args.task, workers=args.workers, batch=args.batch, imgsz=args.imgsz)
+    _, loader = build_loader(
+        args.data_dir,
+        task=args.task,
+        workers=args.workers,
+        batch=args.batch,
+        imgsz=args.imgsz,
+        geometry=json.loads(args.geometry),
+    )
     for batch in loader:  # warm-up epoch: workers started, first batches prefetched
         int(batch["img"][0, 0, 0, 0])
     n = 0
@@ -133,7 +143,14 @@ def cmd_hold(args) -> dict:
     import torch
 
     torch.set_num_threads(1)
-    _, loader = build_loader(args.data_dir, task=args.task, workers=args.workers, batch=args.batch, imgsz=args.imgsz)
+    _, loader = build_loader(
+        args.data_dir,
+        task=args.task,
+        workers=args.workers,
+        batch=args.batch,
+        imgsz=args.imgsz,
+        geometry=json.loads(args.geometry),
+    )
     it = iter(loader)
     for _ in range(2):
         int(next(it)["img"][0, 0, 0, 0])
@@ -238,6 +255,7 @@ def main(argv=None) -> int:
         p.add_argument("--seed", type=int, default=0)
         p.add_argument("--hsv", type=int, default=1)
         p.add_argument("--out", type=Path, default=None)
+        p.add_argument("--geometry", default="{}", help="JSON object of degrees / shear / perspective overrides")
     args = parser.parse_args(argv)
     # Ultralytics logs to stdout; keep stdout for the one JSON line.
     _STDOUT[0] = sys.stdout

@@ -22,7 +22,7 @@ fused route ``source`` (fetch + draws), ``labels``, ``copy_paste`` (draws + mask
 ``kernel`` (every pixel: resample, paste, mixup, fill, quantise, flips, HSV, write).
 
     python bench/augment.py [--data coco128.json] [--imgsz 640] [--runs 5] [--batches 4]
-        [--copy-paste 0.5] [--mixup 0.5] [--degrees 10] [--perspective 0.0005]
+        [--copy-paste 0.5] [--mixup 0.5] [--degrees 10] [--shear 2] [--perspective 0.0005]
         [--base REF|none] [--write docs/benchmarks.md]
 """
 
@@ -129,6 +129,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--copy-paste", type=float, default=0.0)
     p.add_argument("--mixup", type=float, default=0.0)
     p.add_argument("--degrees", type=float, default=0.0, help="rotation: the general-affine path")
+    p.add_argument("--shear", type=float, default=0.0, help="shear: the general-affine path too")
     p.add_argument("--perspective", type=float, default=0.0)
     p.add_argument("--base", default=BASE_REF, help="git ref of the OpenCV route to compare, or none")
     p.add_argument("--shm", action="store_true", help="read from a real prepared snapshot in /dev/shm")
@@ -157,6 +158,7 @@ def main(argv: list[str] | None = None) -> int:
         copy_paste=args.copy_paste,
         mixup=args.mixup,
         degrees=args.degrees,
+        shear=args.shear,
         perspective=args.perspective,
     )
     st = StreamSettings(seed=0, batch_size=16, augment=aug)
@@ -200,13 +202,14 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _variant(args) -> str:
-    return f"copy-paste {args.copy_paste}, mixup {args.mixup}, degrees {args.degrees}, perspective {args.perspective}"
+    shear = f", shear {args.shear}" if args.shear else ""  # absent when 0: earlier sections keep their names
+    return f"copy-paste {args.copy_paste}, mixup {args.mixup}, degrees {args.degrees}{shear}, perspective {args.perspective}"
 
 
 def _table(results, floor: list[float], args, batches: int, load) -> str:
     flags = "".join(
         f" --{k} {getattr(args, k.replace('-', '_'))}"
-        for k in ("copy-paste", "mixup", "degrees", "perspective")
+        for k in ("copy-paste", "mixup", "degrees", "shear", "perspective")
         if getattr(args, k.replace("-", "_"))
     )
     lines = [

@@ -30,8 +30,11 @@ children). Every consumer has taken two batches and holds its loader. For the fl
 snapshot and, when this pixpool has ``--dtype``, the uint8 one (otherwise that arm is
 skipped and says so).
 
+``--geometry degrees=10,shear=2[,perspective=0.0005]`` sets the general-affine hyper-parameters
+of both arms for the speed pairs (issue 19: the rotated route).
+
 Usage: ``python bench/vs_ultralytics.py [--quick] [--what speed,memory] [--dtype float32,uint8]
-[--pairs 3] [--epochs 4] [--write docs/benchmarks.md]``.
+[--pairs 3] [--epochs 4] [--geometry degrees=10,shear=2] [--write docs/benchmarks.md]``.
 """
 
 from __future__ import annotations
@@ -292,7 +295,7 @@ def speed(args, dirs: dict, ul_python: str) -> list[dict]:
     try:
         for r in range(args.pairs):
             for i, (label, task, pw, dev, uw) in enumerate(pairs):
-                route = SEGMENT if task == "segment" else DETECT
+                route = {**(SEGMENT if task == "segment" else DETECT), **args.geometry}
                 # Alternate which arm goes first, round by round.
                 arms = ["ul", "px"] if (r + i) % 2 else ["px", "ul"]
                 for arm in arms:
@@ -320,6 +323,7 @@ def speed(args, dirs: dict, ul_python: str) -> list[dict]:
                             epochs=args.epochs,
                             batch=args.batch,
                             imgsz=args.imgsz,
+                            geometry=json.dumps(args.geometry),
                         )
                         ul.setdefault((task, uw), []).append(res["img_per_s"])
                 print(
@@ -554,6 +558,20 @@ def write_section(path: Path, key: str, heading: str, text: str) -> None:
     path.write_text(doc)
 
 
+def _geometry(parser: argparse.ArgumentParser, text: str) -> dict[str, float]:
+    """``degrees=10,shear=2`` -> {"degrees": 10.0, "shear": 2.0}; only the general-affine hyper-parameters."""
+    out = {}
+    for item in (t.strip() for t in text.split(",") if t.strip()):
+        key, _, value = item.partition("=")
+        if key not in ("degrees", "shear", "perspective"):
+            parser.error(f"--geometry {text!r}: {key!r} is not one of degrees, shear, perspective")
+        try:
+            out[key] = float(value)
+        except ValueError:
+            parser.error(f"--geometry {text!r}: {key} needs a number, got {value!r}")
+    return out
+
+
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["--trainer"]:
@@ -583,6 +601,11 @@ def main(argv=None) -> int:
     parser.add_argument("--imgsz", type=int, default=640)
     parser.add_argument("--batch", type=int, default=16)
     parser.add_argument(
+        "--geometry",
+        default="",
+        help="speed pairs: degrees, shear, perspective for both arms, e.g. degrees=10,shear=2 (default: none, the detect defaults)",
+    )
+    parser.add_argument(
         "--ul-python", default=DEFAULT_UL_PYTHON, help="Python of a venv with Ultralytics (env PIXPOOL_UL_PYTHON)"
     )
     parser.add_argument("--coco128", type=Path, default=COCO128_DIR)
@@ -596,6 +619,7 @@ def main(argv=None) -> int:
     args.epochs = args.epochs or (3 if args.quick else 8)
     args.trainers = [int(n) for n in args.trainers.split(",")]
     args.tasks = [t.strip() for t in args.tasks.split(",") if t.strip()]
+    args.geometry = _geometry(parser, args.geometry)
     what = {w.strip() for w in args.what.split(",")}
     if what - {"speed", "memory"}:
         parser.error(f"--what {args.what!r}: use speed, memory or speed,memory")

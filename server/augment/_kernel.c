@@ -106,6 +106,7 @@ typedef struct {
     int u8;           /* uint8 pixels (else float32) */
     int ox, oy;       /* canvas position of pixel (0, 0) */
     int xa0, ya0, xa1, ya1;
+    int yfast; /* the last y0 whose vector reads of taps up to x0 = xa1 - 2 stay inside the image */
 } Tile;
 
 typedef struct {
@@ -194,15 +195,23 @@ scalar : {
 
 static inline int holds_taps(const Tile *t, int x0, int y0) { return x0 >= t->xa0 && x0 + 1 < t->xa1 && y0 >= t->ya0 && y0 + 1 < t->ya1; }
 
-/* Per-sample column tables of the axis-aligned map, and the run cache of its row pairs. */
+/* The axis-aligned map, separably. u depends on x alone and v on y alone, so the definition's
+ * "top" and "bot" of output pixel (x, y) are the horizontal blends of canvas rows y0 and
+ * y0 + 1 at column x: H_r[x] = T(x0, r) (1 - fx) + T(x0 + 1, r) fx, a function of (r, x).
+ * Each canvas row's H is computed once and kept (two slots: rows r and r + 1 differ in
+ * parity), and every output row is one dense blend s = H_y0 (1 - fy) + H_y0+1 fy over its
+ * 3 S floats: the same operations in the same order as the definition, shared by the output
+ * rows that read the same canvas row (all of them twice when the map enlarges). */
 typedef struct {
     int *x0;
     float *fx, *ifx;
     signed char *valid;
-    int *cls;     /* per column: tile index of all four taps, CLS_ZERO or CLS_MIXED */
+    int *cls;     /* per column: tile index of both taps of the cached row key, CLS_ZERO or CLS_MIXED */
     int *runs;    /* (start, end, cls) triples */
     int nruns;
-    int key0, key1; /* tile coverage bits of the cached row pair, -1 = none cached */
+    int key;      /* tile coverage bits the runs were built for, -1 = none */
+    float *h[2];  /* H of canvas row tag[r & 1], 3 S (+ padding) floats each */
+    int tag[2];
 } Axis;
 
 static int axis_init(Axis *A, const Layer *L, int size) {
@@ -212,9 +221,11 @@ static int axis_init(Axis *A, const Layer *L, int size) {
     A->valid = malloc(size);
     A->cls = malloc(sizeof(int) * size);
     A->runs = malloc(sizeof(int) * 3 * size);
-    A->key0 = A->key1 = -1;
+    A->h[0] = calloc(6 * (size_t)size + 32, sizeof(float));
+    A->h[1] = A->h[0] ? A->h[0] + 3 * (size_t)size + 16 : NULL;
+    A->key = -1, A->tag[0] = A->tag[1] = INT32_MIN;
     A->nruns = 0;
-    if (!A->x0 || !A->fx || !A->ifx || !A->valid || !A->cls || !A->runs) return -1;
+    if (!A->x0 || !A->fx || !A->ifx || !A->valid || !A->cls || !A->runs || !A->h[0]) return -1;
     const double a = L->m[0], c = L->m[2];
     for (int x = 0; x < size; x++) {
         double u = a * (double)x + c; /* = a*x + (b*y + c) with b = 0 */
@@ -229,7 +240,7 @@ static int axis_init(Axis *A, const Layer *L, int size) {
 }
 
 static void axis_free(Axis *A) {
-    free(A->x0), free(A->fx), free(A->ifx), free(A->valid), free(A->cls), free(A->runs);
+    free(A->x0), free(A->fx), free(A->ifx), free(A->valid), free(A->cls), free(A->runs), free(A->h[0]);
 }
 
 static int row_bits(const Layer *L, int cy) {
@@ -239,26 +250,87 @@ static int row_bits(const Layer *L, int cy) {
     return bits;
 }
 
-static void axis_runs(Axis *A, const Layer *L, int size, int r0, int r1) {
+/* Runs of the columns of a canvas row r whose two taps lie in one tile, in none, or mixed. */
+static void axis_runs(Axis *A, const Layer *L, int size, int r) {
     for (int x = 0; x < size; x++) {
         if (!A->valid[x]) {
             A->cls[x] = CLS_ZERO;
             continue;
         }
         int x0 = A->x0[x];
-        int t00 = tile_at(L, x0, r0), t01 = tile_at(L, x0 + 1, r0), t10 = tile_at(L, x0, r1), t11 = tile_at(L, x0 + 1, r1);
-        if (t00 == t01 && t00 == t10 && t00 == t11) A->cls[x] = t00 >= 0 ? t00 : CLS_ZERO;
-        else A->cls[x] = CLS_MIXED;
+        int t0 = tile_at(L, x0, r), t1 = tile_at(L, x0 + 1, r);
+        A->cls[x] = t0 == t1 ? (t0 >= 0 ? t0 : CLS_ZERO) : CLS_MIXED;
     }
     A->nruns = 0;
     int start = 0;
     for (int x = 1; x <= size; x++) {
         if (x == size || A->cls[x] != A->cls[start]) {
-            int *r = &A->runs[3 * A->nruns++];
-            r[0] = start, r[1] = x, r[2] = A->cls[start];
+            int *run = &A->runs[3 * A->nruns++];
+            run[0] = start, run[1] = x, run[2] = A->cls[start];
             start = x;
         }
     }
+}
+
+/* H of canvas row r into dst (3 S floats; dst[3 S] is scratch). */
+static void axis_hrow(Axis *A, const Layer *L, int size, int r, float *dst) {
+    const int key = row_bits(L, r);
+    if (!key) {
+        memset(dst, 0, sizeof(float) * 3 * size);
+        return;
+    }
+    if (key != A->key) {
+        axis_runs(A, L, size, r);
+        A->key = key;
+    }
+    for (int n = 0; n < A->nruns; n++) {
+        const int *run = &A->runs[3 * n];
+        if (run[2] == CLS_ZERO) {
+            memset(dst + 3 * run[0], 0, sizeof(float) * 3 * (run[1] - run[0]));
+        } else if (run[2] == CLS_MIXED) {
+            for (int x = run[0]; x < run[1]; x++) {
+                const int x0 = A->x0[x], t0 = tile_at(L, x0, r), t1 = tile_at(L, x0 + 1, r);
+                for (int c = 0; c < 3; c++) {
+                    const float p0 = t0 >= 0 ? tap(&L->tiles[t0], x0, r, c) : 0.0f;
+                    const float p1 = t1 >= 0 ? tap(&L->tiles[t1], x0 + 1, r, c) : 0.0f;
+                    dst[3 * x + c] = p0 * A->ifx[x] + p1 * A->fx[x];
+                }
+            }
+        } else {
+            const Tile *t = &L->tiles[run[2]];
+            const char *rp = t->base + (Py_ssize_t)(r - t->oy) * t->row;
+            /* x0 is monotonic in x (floor of a linear map): if the vector reads at both ends
+             * stay inside the image, every pixel's do, and the loop needs no test. */
+            const Py_ssize_t last = (A->x0[run[0]] > A->x0[run[1] - 1] ? A->x0[run[0]] : A->x0[run[1] - 1]) - t->ox;
+            const Py_ssize_t esz = t->u8 ? 1 : 4;
+            if (rp + (last * 3 + 7) * esz > t->end) {
+                for (int x = run[0]; x < run[1]; x++)
+                    for (int c = 0; c < 3; c++) dst[3 * x + c] = tap(t, A->x0[x], r, c) * A->ifx[x] + tap(t, A->x0[x] + 1, r, c) * A->fx[x];
+            } else if (t->u8) {
+                const uint8_t *a0 = (const uint8_t *)rp - (Py_ssize_t)t->ox * 3;
+                const v4 fill = V_SET(FILL);
+                for (int x = run[0]; x < run[1]; x++) {
+                    const uint8_t *a = a0 + (Py_ssize_t)A->x0[x] * 3;
+                    V_STORE(dst + 3 * x, V_ADD(V_MUL(V_SUB(v_load_u8(a), fill), V_SET(A->ifx[x])), V_MUL(V_SUB(v_load_u8(a + 3), fill), V_SET(A->fx[x]))));
+                }
+            } else {
+                const float *a0 = (const float *)rp - (Py_ssize_t)t->ox * 3;
+                for (int x = run[0]; x < run[1]; x++) {
+                    const float *a = a0 + (Py_ssize_t)A->x0[x] * 3;
+                    V_STORE(dst + 3 * x, V_ADD(V_MUL(V_LOAD(a), V_SET(A->ifx[x])), V_MUL(V_LOAD(a + 3), V_SET(A->fx[x]))));
+                }
+            }
+        }
+    }
+}
+
+static const float *axis_h(Axis *A, const Layer *L, int size, int r) {
+    const int slot = r & 1;
+    if (A->tag[slot] != r) {
+        axis_hrow(A, L, size, r, A->h[slot]);
+        A->tag[slot] = r;
+    }
+    return A->h[slot];
 }
 
 static void axis_row(Axis *A, const Layer *L, int size, int y, float *dst) {
@@ -270,89 +342,225 @@ static void axis_row(Axis *A, const Layer *L, int size, int y, float *dst) {
     double yf = floor(v);
     int r0 = (int)yf;
     float fy = (float)(v - yf), ify = 1.0f - fy;
-    int k0 = row_bits(L, r0), k1 = row_bits(L, r0 + 1);
-    if (k0 != A->key0 || k1 != A->key1) {
-        axis_runs(A, L, size, r0, r0 + 1);
-        A->key0 = k0, A->key1 = k1;
-    }
-    for (int n = 0; n < A->nruns; n++) {
-        const int *run = &A->runs[3 * n];
-        if (run[2] == CLS_ZERO) {
-            memset(dst + 3 * run[0], 0, sizeof(float) * 3 * (run[1] - run[0]));
-        } else if (run[2] == CLS_MIXED) {
-            for (int x = run[0]; x < run[1]; x++) sample_px(L, L->m[0] * (double)x + L->m[2], v, dst + 3 * x);
-        } else {
-            const Tile *t = &L->tiles[run[2]];
-            const v4 vfy = V_SET(fy), vify = V_SET(ify);
-            /* x0 is monotonic in x (floor of a linear map): if the vector reads of both ends
-             * stay inside the image, every pixel's do, and the loop needs no test. */
-            const char *r0p = t->base + (Py_ssize_t)(r0 - t->oy) * t->row;
-            Py_ssize_t last = (A->x0[run[0]] > A->x0[run[1] - 1] ? A->x0[run[0]] : A->x0[run[1] - 1]) - t->ox;
-            Py_ssize_t esz = t->u8 ? 1 : 4;
-            if (r0p + t->row + (last * 3 + 7) * esz > t->end) {
-                for (int x = run[0]; x < run[1]; x++) bilerp_tile(t, A->x0[x], r0, V_SET(A->fx[x]), V_SET(A->ifx[x]), vfy, vify, dst + 3 * x);
-            } else if (t->u8) {
-                const uint8_t *a0 = (const uint8_t *)r0p - (Py_ssize_t)t->ox * 3, *b0 = a0 + t->row;
-                const v4 fill = V_SET(FILL);
-                for (int x = run[0]; x < run[1]; x++) {
-                    const uint8_t *a = a0 + (Py_ssize_t)A->x0[x] * 3, *b = b0 + (Py_ssize_t)A->x0[x] * 3;
-                    v4 fx = V_SET(A->fx[x]), ifx = V_SET(A->ifx[x]);
-                    v4 top = V_ADD(V_MUL(V_SUB(v_load_u8(a), fill), ifx), V_MUL(V_SUB(v_load_u8(a + 3), fill), fx));
-                    v4 bot = V_ADD(V_MUL(V_SUB(v_load_u8(b), fill), ifx), V_MUL(V_SUB(v_load_u8(b + 3), fill), fx));
-                    V_STORE(dst + 3 * x, V_ADD(V_MUL(top, vify), V_MUL(bot, vfy)));
-                }
-            } else {
-                const float *a0 = (const float *)r0p - (Py_ssize_t)t->ox * 3, *b0 = (const float *)(r0p + t->row) - (Py_ssize_t)t->ox * 3;
-                for (int x = run[0]; x < run[1]; x++) {
-                    const float *a = a0 + (Py_ssize_t)A->x0[x] * 3, *b = b0 + (Py_ssize_t)A->x0[x] * 3;
-                    v4 fx = V_SET(A->fx[x]), ifx = V_SET(A->ifx[x]);
-                    v4 top = V_ADD(V_MUL(V_LOAD(a), ifx), V_MUL(V_LOAD(a + 3), fx));
-                    v4 bot = V_ADD(V_MUL(V_LOAD(b), ifx), V_MUL(V_LOAD(b + 3), fx));
-                    V_STORE(dst + 3 * x, V_ADD(V_MUL(top, vify), V_MUL(bot, vfy)));
-                }
-            }
+    const float *top = axis_h(A, L, size, r0), *bot = axis_h(A, L, size, r0 + 1);
+    const v4 vfy = V_SET(fy), vify = V_SET(ify);
+    const int n3 = 3 * size;
+    for (int i = 0; i < n3; i += 4) V_STORE(dst + i, V_ADD(V_MUL(V_LOAD(top + i), vify), V_MUL(V_LOAD(bot + i), vfy)));
+}
+
+/* The general map (rotation, shear, perspective), one row segment of at most BLOCK output
+ * columns at a time. The segment's two ends decide first (segment_class): when every column
+ * reads all four taps from one tile, one loop with no test per pixel (general_uniform); when
+ * no column reaches a tile, zeros. That is most segments: a row crosses a tile's edge once or
+ * twice. The others take three passes over small arrays:
+ *   1. coordinates: the definition's double-precision u, v for every column (the same
+ *      operations per column, no tests; the division only for a perspective map);
+ *   2. classes: per column the tile that holds all four taps (and whose vector reads stay
+ *      inside its image), CLS_ZERO where no tap lies in a tile (outside, mosaic gaps: the
+ *      bilinear of four zeros is 0), CLS_MIXED otherwise, computed with selects, and the
+ *      byte offset of tap (x0, y0) in that tile;
+ *   3. runs of one class: the one-tile bilinear with no test per pixel, zeros, or the per-tap
+ *      lookup for the few boundary pixels. */
+#define BLOCK 64
+typedef struct {
+    double u[BLOCK], v[BLOCK];
+    int x0[BLOCK], y0[BLOCK], cls[BLOCK];
+    float fx[BLOCK], fy[BLOCK];
+    Py_ssize_t off[BLOCK];
+} Segment;
+
+static void general_coords(const Layer *L, int persp, int xa, int n, int y, Segment *S) {
+    const double *m = L->m;
+    const double yd = (double)y;
+    const double cu = m[1] * yd + m[2], cv = m[4] * yd + m[5];
+    if (persp) {
+        const double cw = m[7] * yd + m[8];
+        for (int i = 0; i < n; i++) {
+            const double xd = (double)(xa + i), w = m[6] * xd + cw;
+            S->u[i] = (m[0] * xd + cu) / w, S->v[i] = (m[3] * xd + cv) / w;
+        }
+    } else {
+        for (int i = 0; i < n; i++) {
+            const double xd = (double)(xa + i);
+            S->u[i] = m[0] * xd + cu, S->v[i] = m[3] * xd + cv;
         }
     }
 }
 
-/* One pixel of the general map (the definition's formula; the division is skipped for an
- * affine map, where it is by 1). ``hint``: the tile the last pixel read. */
-static inline void general_px(const Layer *L, int persp, int x, int y, float *dst, int *hint) {
-    const double *m = L->m;
-    double xd = (double)x, yd = (double)y;
-    double u = m[0] * xd + (m[1] * yd + m[2]), v = m[3] * xd + (m[4] * yd + m[5]);
-    if (persp) {
-        double w = m[6] * xd + (m[7] * yd + m[8]);
-        u = u / w, v = v / w;
+static void general_classes(const Layer *L, int n, Segment *S) {
+    const double ulo = L->bx0 - 1, uhi = L->bx1, vlo = L->by0 - 1, vhi = L->by1;
+    for (int i = 0; i < n; i++) {
+        const double u = S->u[i], v = S->v[i];
+        const int in = u >= ulo && u < uhi && v >= vlo && v < vhi; /* false for NaN too */
+        const double uc = in ? u : 0.0, vc = in ? v : 0.0;         /* |uc|, |vc| < 2^31: floor by truncation */
+        int x0 = (int)uc, y0 = (int)vc;
+        x0 -= (double)x0 > uc, y0 -= (double)y0 > vc;
+        int touch = 0; /* some tap lies in some tile: else the bilinear of four zeros */
+        for (int k = 0; k < L->ntiles; k++) {
+            const Tile *t = &L->tiles[k];
+            touch |= x0 + 1 >= t->xa0 && x0 < t->xa1 && y0 + 1 >= t->ya0 && y0 < t->ya1;
+        }
+        int cls = in && touch ? CLS_MIXED : CLS_ZERO;
+        for (int k = L->ntiles - 1; k >= 0; k--) cls = in && holds_taps(&L->tiles[k], x0, y0) ? k : cls;
+        S->x0[i] = x0, S->y0[i] = y0, S->cls[i] = cls;
+        S->fx[i] = (float)(uc - (double)x0), S->fy[i] = (float)(vc - (double)y0); /* exact subtraction */
     }
-    if (u >= L->bx0 - 1 && u < L->bx1 && v >= L->by0 - 1 && v < L->by1 && L->ntiles) {
-        int x0 = (int)u, y0 = (int)v, k = -1; /* |u|, |v| < 2^31 here: floor by truncation */
-        x0 -= (double)x0 > u, y0 -= (double)y0 > v;
-        double xf = (double)x0, yf = (double)y0;
-        if (holds_taps(&L->tiles[*hint], x0, y0)) k = *hint;
-        else
-            for (int j = 0; j < L->ntiles; j++)
-                if (holds_taps(&L->tiles[j], x0, y0)) k = *hint = j;
-        if (k >= 0) {
-            float fx = (float)(u - xf), fy = (float)(v - yf);
-            bilerp_tile(&L->tiles[k], x0, y0, V_SET(fx), V_SET(1.0f - fx), V_SET(fy), V_SET(1.0f - fy), dst);
-            return;
+    for (int i = 0; i < n; i++) {
+        const int k = S->cls[i];
+        if (k < 0) continue;
+        const Tile *t = &L->tiles[k];
+        const Py_ssize_t esz = t->u8 ? 1 : 4;
+        const Py_ssize_t off = (Py_ssize_t)(S->y0[i] - t->oy) * t->row + (Py_ssize_t)(S->x0[i] - t->ox) * 3 * esz;
+        /* The vector reads of the lower taps end 7 elements past tap (x0, y0 + 1); at the
+         * image's last pixel that is beyond the buffer, and the per-tap lookup takes it. */
+        const int fits = t->base + off + t->row + 7 * esz <= t->end;
+        S->off[i] = off, S->cls[i] = fits ? k : CLS_MIXED;
+    }
+}
+
+static void general_run_u8(const Tile *t, const Segment *S, int i0, int i1, float *dst) {
+    const uint8_t *base = (const uint8_t *)t->base;
+    const Py_ssize_t row = t->row;
+    const v4 fill = V_SET(FILL), one = V_SET(1.0f);
+    for (int i = i0; i < i1; i++) {
+        const uint8_t *a = base + S->off[i], *b = a + row;
+        const v4 fx = V_SET(S->fx[i]), fy = V_SET(S->fy[i]), ifx = V_SUB(one, fx), ify = V_SUB(one, fy);
+        v4 top = V_ADD(V_MUL(V_SUB(v_load_u8(a), fill), ifx), V_MUL(V_SUB(v_load_u8(a + 3), fill), fx));
+        v4 bot = V_ADD(V_MUL(V_SUB(v_load_u8(b), fill), ifx), V_MUL(V_SUB(v_load_u8(b + 3), fill), fx));
+        V_STORE(dst + 3 * i, V_ADD(V_MUL(top, ify), V_MUL(bot, fy)));
+    }
+}
+
+static void general_run_f32(const Tile *t, const Segment *S, int i0, int i1, float *dst) {
+    const char *base = t->base;
+    const Py_ssize_t row = t->row;
+    const v4 one = V_SET(1.0f);
+    for (int i = i0; i < i1; i++) {
+        const float *a = (const float *)(base + S->off[i]), *b = (const float *)(base + S->off[i] + row);
+        const v4 fx = V_SET(S->fx[i]), fy = V_SET(S->fy[i]), ifx = V_SUB(one, fx), ify = V_SUB(one, fy);
+        v4 top = V_ADD(V_MUL(V_LOAD(a), ifx), V_MUL(V_LOAD(a + 3), fx));
+        v4 bot = V_ADD(V_MUL(V_LOAD(b), ifx), V_MUL(V_LOAD(b + 3), fx));
+        V_STORE(dst + 3 * i, V_ADD(V_MUL(top, ify), V_MUL(bot, fy)));
+    }
+}
+
+/* Whether every column of the segment reads all four taps from tile k, with vector reads
+ * inside its image (k), or none reaches any tile (CLS_ZERO), decided from its two ends;
+ * CLS_MIXED: neither is certain, classify column by column. For an affine map u and v are
+ * monotonic along the row (each rounded operation is), so the floors of the inner columns lie
+ * between those of the ends. A perspective map's u and v are monotonic too where w > 0, up to
+ * rounding (a few ulps): its ends must lie a whole pixel inside the box (``margin``). */
+static int segment_class(const Layer *L, int persp, int xa, int n, int y) {
+    const double *m = L->m;
+    const double yd = (double)y, xe[2] = {(double)xa, (double)(xa + n - 1)};
+    double u[2], v[2];
+    for (int e = 0; e < 2; e++) {
+        u[e] = m[0] * xe[e] + (m[1] * yd + m[2]), v[e] = m[3] * xe[e] + (m[4] * yd + m[5]);
+        if (persp) {
+            const double w = m[6] * xe[e] + (m[7] * yd + m[8]);
+            if (!(w > 0.0)) return CLS_MIXED;
+            u[e] = u[e] / w, v[e] = v[e] / w;
+        }
+        if (!(fabs(u[e]) < 1e9 && fabs(v[e]) < 1e9)) return CLS_MIXED; /* also NaN */
+    }
+    const int margin = persp ? 1 : 0;
+    const double ulo = L->bx0 - 1 - margin, uhi = L->bx1 + margin, vlo = L->by0 - 1 - margin, vhi = L->by1 + margin;
+    if ((u[0] < ulo && u[1] < ulo) || (u[0] >= uhi && u[1] >= uhi) || (v[0] < vlo && v[1] < vlo) || (v[0] >= vhi && v[1] >= vhi))
+        return CLS_ZERO;
+    const double x0a = floor(u[0]), x0b = floor(u[1]), y0a = floor(v[0]), y0b = floor(v[1]);
+    const double xmin = (x0a < x0b ? x0a : x0b) - margin, xmax = (x0a < x0b ? x0b : x0a) + margin;
+    const double ymin = (y0a < y0b ? y0a : y0b) - margin, ymax = (y0a < y0b ? y0b : y0a) + margin;
+    for (int k = 0; k < L->ntiles; k++) {
+        const Tile *t = &L->tiles[k];
+        /* Tiles are tried in order, as tile_at does: a column inside tile k is inside no earlier one. */
+        if (xmin >= t->xa0 && xmax <= t->xa1 - 2 && ymin >= t->ya0 && ymax <= t->yfast && t->xa0 >= 0 && t->ya0 >= 0) {
+            int earlier = 0;
+            for (int j = 0; j < k; j++) earlier |= L->tiles[j].xa0 < t->xa1 && t->xa0 < L->tiles[j].xa1 && L->tiles[j].ya0 < t->ya1 && t->ya0 < L->tiles[j].ya1;
+            return earlier ? CLS_MIXED : k;
         }
     }
-    sample_px(L, u, v, dst);
+    return CLS_MIXED;
+}
+
+/* A segment that reads only tile t: per column the definition's map, the floors (u, v >= 0
+ * here, so truncation), the weights and the one-tile bilinear, with no test. */
+#define UNIFORM_BODY(LOAD_TAPS)                                                                   \
+    for (int i = 0; i < n; i++) {                                                                 \
+        const double xd = (double)(xa + i);                                                       \
+        double u = m[0] * xd + cu, v = m[3] * xd + cv;                                            \
+        if (persp) {                                                                              \
+            const double w = m[6] * xd + cw;                                                      \
+            u = u / w, v = v / w;                                                                 \
+        }                                                                                         \
+        const int x0 = (int)u, y0 = (int)v;                                                       \
+        const v4 fx = V_SET((float)(u - (double)x0)), fy = V_SET((float)(v - (double)y0));        \
+        const v4 ifx = V_SUB(one, fx), ify = V_SUB(one, fy);                                      \
+        const Py_ssize_t off = (Py_ssize_t)y0 * row + (Py_ssize_t)x0 * step + origin;             \
+        __builtin_prefetch((const char *)t->base + off + ahead);                                  \
+        __builtin_prefetch((const char *)t->base + off + ahead + row);                            \
+        v4 p00, p01, p10, p11;                                                                    \
+        LOAD_TAPS;                                                                                \
+        v4 top = V_ADD(V_MUL(p00, ifx), V_MUL(p01, fx));                                          \
+        v4 bot = V_ADD(V_MUL(p10, ifx), V_MUL(p11, fx));                                          \
+        V_STORE(dst + 3 * i, V_ADD(V_MUL(top, ify), V_MUL(bot, fy)));                             \
+    }
+
+static void general_uniform(const Layer *L, const Tile *t, int persp, int xa, int n, int y, float *dst) {
+    const double *m = L->m;
+    const double yd = (double)y, cu = m[1] * yd + m[2], cv = m[4] * yd + m[5], cw = m[7] * yd + m[8];
+    const v4 one = V_SET(1.0f), fill = V_SET(FILL);
+    const Py_ssize_t row = t->row, step = t->u8 ? 3 : 12, origin = -(Py_ssize_t)t->oy * row - (Py_ssize_t)t->ox * step;
+    /* Where the next output row reads (about u + m1, v + m4): fetched while this row computes.
+     * A hint only; the values do not depend on it. */
+    const double dv = m[4] > 0.0 ? m[4] : 0.0, du = m[1];
+    const Py_ssize_t ahead = (Py_ssize_t)(dv + 1.0) * row + (Py_ssize_t)du * step;
+    if (t->u8) {
+        const uint8_t *base = (const uint8_t *)t->base;
+        UNIFORM_BODY(const uint8_t *a = base + off; const uint8_t *b = a + row; p00 = V_SUB(v_load_u8(a), fill);
+                     p01 = V_SUB(v_load_u8(a + 3), fill); p10 = V_SUB(v_load_u8(b), fill); p11 = V_SUB(v_load_u8(b + 3), fill))
+    } else {
+        const char *base = t->base;
+        UNIFORM_BODY(const float *a = (const float *)(base + off); const float *b = (const float *)(base + off + row);
+                     p00 = V_LOAD(a); p01 = V_LOAD(a + 3); p10 = V_LOAD(b); p11 = V_LOAD(b + 3))
+    }
+}
+
+/* Columns xa .. xa + n - 1 of output row y into dst (dst[3 i] is column xa + i). */
+static void general_segment(const Layer *L, int persp, int xa, int n, int y, float *dst, Segment *S) {
+    const int whole = segment_class(L, persp, xa, n, y);
+    if (whole == CLS_ZERO) {
+        memset(dst, 0, sizeof(float) * 3 * n);
+        return;
+    }
+    if (whole >= 0) {
+        general_uniform(L, &L->tiles[whole], persp, xa, n, y, dst);
+        return;
+    }
+    general_coords(L, persp, xa, n, y, S);
+    general_classes(L, n, S);
+    for (int i0 = 0; i0 < n;) {
+        const int k = S->cls[i0];
+        int i1 = i0 + 1;
+        while (i1 < n && S->cls[i1] == k) i1++;
+        if (k == CLS_ZERO) memset(dst + 3 * i0, 0, sizeof(float) * 3 * (i1 - i0));
+        else if (k == CLS_MIXED)
+            for (int i = i0; i < i1; i++) sample_px(L, S->u[i], S->v[i], dst + 3 * i);
+        else if (L->tiles[k].u8) general_run_u8(&L->tiles[k], S, i0, i1, dst);
+        else general_run_f32(&L->tiles[k], S, i0, i1, dst);
+        i0 = i1;
+    }
 }
 
 /* Rows y0 .. y0 + ny - 1 of the general map into buf (row stride ``stride`` floats), in
  * blocks of BLOCK columns: a rotated map reads the source along slanted lines, and a block
  * keeps what it reads in cache (row by row it would sweep a hundred source rows). The
  * values do not depend on the order. */
-#define BLOCK 64
 static void general_strip(const Layer *L, int size, int y0, int ny, float *buf, Py_ssize_t stride) {
-    int persp = !(L->m[6] == 0.0 && L->m[7] == 0.0 && L->m[8] == 1.0), hint = 0;
+    const int persp = !(L->m[6] == 0.0 && L->m[7] == 0.0 && L->m[8] == 1.0);
+    Segment S;
     for (int bx = 0; bx < size; bx += BLOCK) {
-        int bx1 = bx + BLOCK < size ? bx + BLOCK : size;
-        for (int k = 0; k < ny; k++)
-            for (int x = bx; x < bx1; x++) general_px(L, persp, x, y0 + k, buf + k * stride + 3 * x, &hint);
+        const int n = size - bx < BLOCK ? size - bx : BLOCK;
+        for (int k = 0; k < ny; k++) general_segment(L, persp, bx, n, y0 + k, buf + k * stride + 3 * bx, &S);
     }
 }
 
@@ -481,6 +689,11 @@ static int parse_layer(PyObject *obj, Layer *L, int size) {
             return -1;
         }
         t->base = (const char *)view->buf, t->end = t->base + view->len, t->row = view->strides[0], t->u8 = u8;
+        {   /* bilerp reads 7 elements from tap (x0, y0 + 1): the largest y0 where that fits for every x0 */
+            const Py_ssize_t esz = u8 ? 1 : 4, room = view->len - 7 * esz - (Py_ssize_t)(t->xa1 - 2 - t->ox) * 3 * esz;
+            const Py_ssize_t rows = room < 0 ? -1 : room / t->row; /* row pairs (y0 + 1 - oy) <= rows fit */
+            t->yfast = rows - 1 + t->oy < t->ya1 - 2 ? (int)(rows - 1 + t->oy) : t->ya1 - 2;
+        }
         if (L->ntiles == 0) L->bx0 = t->xa0, L->by0 = t->ya0, L->bx1 = t->xa1, L->by1 = t->ya1;
         else {
             L->bx0 = t->xa0 < L->bx0 ? t->xa0 : L->bx0, L->by0 = t->ya0 < L->by0 ? t->ya0 : L->by0;
@@ -521,6 +734,85 @@ static void layer_strip(Layer *L, Axis *A, int size, int y0, int ny, float *buf,
         for (int k = 0; k < ny; k++) apply_mask(L, size, y0 + k, buf + k * stride, tmp);
 }
 
+/* This thread's work rows, grown as needed and kept: a fresh calloc of a few hundred KB per
+ * sample is a fresh mmap, and its page faults cost more than the row arithmetic. */
+static __thread void *work_buf;
+static __thread size_t work_cap;
+static float *work_rows(size_t nbytes) {
+    if (nbytes > work_cap) {
+        void *p = calloc(1, nbytes);
+        if (!p) return NULL;
+        free(work_buf);
+        work_buf = p, work_cap = nbytes;
+    }
+    return (float *)work_buf;
+}
+
+/* Steps 6 and 7 for one row: f = s + 114 (one layer, ``rb`` NULL) or (s1 + 114) r + (s2 + 114)(1 - r)
+ * over the interleaved B G R floats of ``ra``, written back when ``keep`` (the float image),
+ * and q = clip(rint(f), 0, 255) split into the planes pb, pg, pr (each padded to 16 bytes
+ * past ``size``; pb NULL: no planes). Groups of 16 pixels: 12 vectors of 4 floats are
+ * transposed into 4 of each channel, quantised and packed; the lanes past the row end read
+ * the row's padding and land in the planes' padding. */
+static void out_row(float *ra, const float *rb, float ratio, float iratio, int size, int keep, uint8_t *pb, uint8_t *pg, uint8_t *pr) {
+    const v4 fill = V_SET(FILL), vr = V_SET(ratio), vir = V_SET(iratio);
+    const int n3 = 3 * size;
+    if (!pb) {
+        for (int i = 0; i < n3; i += 4) {
+            v4 f = rb ? V_ADD(V_MUL(V_ADD(V_LOAD(ra + i), fill), vr), V_MUL(V_ADD(V_LOAD(rb + i), fill), vir)) : V_ADD(V_LOAD(ra + i), fill);
+            V_STORE(ra + i, f);
+        }
+        return;
+    }
+    for (int x = 0; x < size; x += 16) {
+        v4 f[12];
+        for (int j = 0; j < 12; j++) {
+            const int i = 3 * x + 4 * j;
+            f[j] = rb ? V_ADD(V_MUL(V_ADD(V_LOAD(ra + i), fill), vr), V_MUL(V_ADD(V_LOAD(rb + i), fill), vir)) : V_ADD(V_LOAD(ra + i), fill);
+            if (keep) V_STORE(ra + i, f[j]);
+        }
+#if defined(__SSE2__) && !defined(PIXPOOL_SCALAR)
+        __m128i cb[4], cg[4], cr[4];
+        for (int g = 0; g < 4; g++) { /* pixels 4g .. 4g + 3: a = b0 g0 r0 b1, b = g1 r1 b2 g2, c = r2 b3 g3 r3 */
+            const __m128 a = f[3 * g], b = f[3 * g + 1], c = f[3 * g + 2];
+            const __m128 bc = _mm_shuffle_ps(b, c, _MM_SHUFFLE(1, 1, 2, 2));        /* b2 b2 c1 c1 */
+            const __m128 B = _mm_shuffle_ps(a, bc, _MM_SHUFFLE(2, 0, 3, 0));        /* b0 b1 b2 b3 */
+            const __m128 ab = _mm_shuffle_ps(a, b, _MM_SHUFFLE(0, 0, 1, 1));        /* g0 g0 g1 g1 */
+            const __m128 bc2 = _mm_shuffle_ps(b, c, _MM_SHUFFLE(2, 2, 3, 3));       /* g2 g2 g3 g3 */
+            const __m128 G = _mm_shuffle_ps(ab, bc2, _MM_SHUFFLE(2, 0, 2, 0));      /* g0 g1 g2 g3 */
+            const __m128 ab2 = _mm_shuffle_ps(a, b, _MM_SHUFFLE(1, 1, 2, 2));       /* r0 r0 r1 r1 */
+            const __m128 cc = _mm_shuffle_ps(c, c, _MM_SHUFFLE(3, 3, 0, 0));        /* r2 r2 r3 r3 */
+            const __m128 R = _mm_shuffle_ps(ab2, cc, _MM_SHUFFLE(2, 0, 2, 0));      /* r0 r1 r2 r3 */
+            cb[g] = _mm_cvtps_epi32(B), cg[g] = _mm_cvtps_epi32(G), cr[g] = _mm_cvtps_epi32(R);
+        }
+        _mm_storeu_si128((__m128i *)(pb + x), _mm_packus_epi16(_mm_packs_epi32(cb[0], cb[1]), _mm_packs_epi32(cb[2], cb[3])));
+        _mm_storeu_si128((__m128i *)(pg + x), _mm_packus_epi16(_mm_packs_epi32(cg[0], cg[1]), _mm_packs_epi32(cg[2], cg[3])));
+        _mm_storeu_si128((__m128i *)(pr + x), _mm_packus_epi16(_mm_packs_epi32(cr[0], cr[1]), _mm_packs_epi32(cr[2], cr[3])));
+#else
+        float t[48];
+        uint8_t q[48];
+        for (int j = 0; j < 12; j++) V_STORE(t + 4 * j, f[j]);
+        v_quant16(t, q), v_quant16(t + 16, q + 16), v_quant16(t + 32, q + 32);
+        for (int p = 0; p < 16; p++) pb[x + p] = q[3 * p], pg[x + p] = q[3 * p + 1], pr[x + p] = q[3 * p + 2];
+#endif
+    }
+}
+
+/* dst[i] = src[n - 1 - i] for i < n. */
+static void copy_reversed(uint8_t *dst, const uint8_t *src, int n) {
+    int i = 0;
+#if defined(__SSE2__) && !defined(PIXPOOL_SCALAR)
+    for (; i + 16 <= n; i += 16) {
+        __m128i v = _mm_loadu_si128((const __m128i *)(src + n - 16 - i));
+        v = _mm_shuffle_epi32(v, _MM_SHUFFLE(0, 1, 2, 3));                               /* reverse the 4 dwords */
+        v = _mm_shufflehi_epi16(_mm_shufflelo_epi16(v, _MM_SHUFFLE(2, 3, 0, 1)), _MM_SHUFFLE(2, 3, 0, 1)); /* words in dwords */
+        v = _mm_or_si128(_mm_slli_epi16(v, 8), _mm_srli_epi16(v, 8));                     /* bytes in words */
+        _mm_storeu_si128((__m128i *)(dst + i), v);
+    }
+#endif
+    for (; i < n; i++) dst[i] = src[n - 1 - i];
+}
+
 static int is_axis(const Layer *L) { return L->m[1] == 0.0 && L->m[3] == 0.0 && L->m[6] == 0.0 && L->m[7] == 0.0 && L->m[8] == 1.0; }
 
 static PyObject *py_render(PyObject *self, PyObject *args) {
@@ -538,7 +830,7 @@ static PyObject *py_render(PyObject *self, PyObject *args) {
     int axis_ok[2] = {0, 0};
     Py_buffer out = {0}, floats = {0}, tables = {0};
     int have_out = 0, have_floats = 0, have_tables = 0, nparsed = 0;
-    float *rows = NULL;
+    float *rows = NULL; /* this thread's work rows (work_rows), kept for its next call */
     PyObject *result = NULL;
     for (int i = 0; i < nl; i++) {
         if (parse_layer(PyTuple_GET_ITEM(layers_obj, i), &layers[i], size) < 0) {
@@ -571,10 +863,11 @@ static PyObject *py_render(PyObject *self, PyObject *args) {
             goto done;
         }
     }
-    /* Work rows: three float rows of 3 S (+16 padding, zeroed: vector tails read it), the
-     * quantised interleaved row, three planar byte rows and three int32 rows for HSV. */
-    const Py_ssize_t frow = 3 * (Py_ssize_t)size + 16, prow = (Py_ssize_t)size + 16;
-    rows = calloc(1, sizeof(float) * (2 * STRIP + 1) * frow + frow + 3 * prow + sizeof(int32_t) * 3 * prow);
+    /* Work rows: three float rows of 3 S (+48 padding: the vector tails read up to the next
+     * multiple of 16 pixels; what they read there reaches no output), the quantised
+     * interleaved row, three planar byte rows and three int32 rows for HSV. */
+    const Py_ssize_t frow = 3 * (Py_ssize_t)size + 48, prow = (Py_ssize_t)size + 16;
+    rows = work_rows(sizeof(float) * (2 * STRIP + 1) * frow + frow + 3 * prow + sizeof(int32_t) * 3 * prow);
     if (!rows) {
         PyErr_NoMemory();
         goto done;
@@ -614,14 +907,10 @@ static PyObject *py_render(PyObject *self, PyObject *args) {
                 if (nl == 2) layer_strip(&layers[1], axis_ok[1] ? &axes[1] : NULL, size, y, ny, sb, frow, tmp);
             }
             float *ra = sa + k * frow, *rb = sb + k * frow;
-            const v4 fill = V_SET(FILL);
-            if (nl == 2) {
-                const v4 vr = V_SET(ratio), vir = V_SET(iratio);
-                for (int i = 0; i < n3; i += 4) V_STORE(ra + i, V_ADD(V_MUL(V_ADD(V_LOAD(ra + i), fill), vr), V_MUL(V_ADD(V_LOAD(rb + i), fill), vir)));
-            } else {
-                for (int i = 0; i < n3; i += 4) V_STORE(ra + i, V_ADD(V_LOAD(ra + i), fill));
-            }
-            int yo = flip_ud ? size - 1 - y : y;
+            const int yo = flip_ud ? size - 1 - y : y;
+            /* Steps 6 and 7: the float image f (written back into ra for ``floats``) and its
+             * quantised B, G, R planes. */
+            out_row(ra, nl == 2 ? rb : NULL, ratio, iratio, size, fl != NULL, planes ? pb : NULL, pg, pr);
             if (fl) {
                 float *frow_out = fl + (Py_ssize_t)yo * n3;
                 if (!flip_lr) memcpy(frow_out, ra, sizeof(float) * n3);
@@ -629,15 +918,13 @@ static PyObject *py_render(PyObject *self, PyObject *args) {
                     for (int x = 0; x < size; x++) memcpy(frow_out + 3 * (size - 1 - x), ra + 3 * x, sizeof(float) * 3);
             }
             if (!planes) continue;
-            for (int i = 0; i < n3; i += 16) v_quant16(ra + i, q + i);
-            if (!flip_lr)
-                for (int x = 0; x < size; x++) pb[x] = q[3 * x], pg[x] = q[3 * x + 1], pr[x] = q[3 * x + 2];
-            else /* the left-right flip rides on the split into planes */
-                for (int x = 0, xo = size - 1; x < size; x++, xo--) pb[xo] = q[3 * x], pg[xo] = q[3 * x + 1], pr[xo] = q[3 * x + 2];
             if (tab) hsv_rows(pr, pg, pb, size, tab32, &plan, hi, si, vi);
             uint8_t *dst[3] = {planes + (Py_ssize_t)yo * size, planes + plane + (Py_ssize_t)yo * size, planes + 2 * plane + (Py_ssize_t)yo * size};
             const uint8_t *srcp[3] = {pr, pg, pb};
-            for (int c = 0; c < 3; c++) memcpy(dst[c], srcp[c], size);
+            if (!flip_lr)
+                for (int c = 0; c < 3; c++) memcpy(dst[c], srcp[c], size);
+            else /* the left-right flip rides on the copy into the output */
+                for (int c = 0; c < 3; c++) copy_reversed(dst[c], srcp[c], size);
         }
         Py_END_ALLOW_THREADS;
     }
@@ -646,7 +933,6 @@ static PyObject *py_render(PyObject *self, PyObject *args) {
 done:
     for (int i = 0; i < nl; i++)
         if (axis_ok[i]) axis_free(&axes[i]);
-    free(rows);
     for (int i = 0; i < nparsed; i++) release_layer(&layers[i]);
     if (have_out) PyBuffer_Release(&out);
     if (have_floats) PyBuffer_Release(&floats);

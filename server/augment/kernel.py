@@ -68,7 +68,9 @@ below in plain numpy and must agree byte for byte.
 
 Nothing else is rounded, and no intermediate image exists: the C kernel keeps a strip of
 16 float rows per layer in cache (the general map fills it in 64-column blocks, which
-keeps a rotated read in cache; the values do not depend on the order).
+keeps a rotated read in cache; the axis-aligned map keeps the step-5 ``top``/``bot`` blend
+of each canvas row, a function of that row and the column alone, for the output rows that
+share it; the values do not depend on the order or on what is kept).
 """
 
 from __future__ import annotations
