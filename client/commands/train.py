@@ -91,12 +91,12 @@ def run(args: argparse.Namespace) -> int:
     from .._torch import require_torch
     from ..daemon_socket import await_daemon
 
-    # Before torch loads (seconds): without a daemon there is nothing to train on.
+    # The settings first (a bad flag is named before anything else), then the daemon, before
+    # torch loads (seconds): without a daemon there is nothing to train on.
+    config = config_from_args(args)
     await_daemon(args.endpoint or ep.ipc_endpoint(args.socket_dir), wait_s=args.wait_s)
     require_torch("pixpool train")
     from ..fit import fit
-
-    config = config_from_args(args)
 
     total = {}
 
