@@ -2,7 +2,7 @@
 
 Runs in whichever process reads a dataset (the CLI, the daemon, the reference pipeline).
 Readers only read files: no shared memory, no processes, so a bad dataset is refused
-before anything is allocated. Both produce ``shared.records.Record`` with normalised
+before anything is allocated. Both produce ``shared.stream.records.Record`` with normalised
 float32 xyxy boxes and one (k, 2) polygon per instance, sorted by image path, so the same
 images read from either format come in the same order with the same targets.
 """

@@ -63,7 +63,7 @@ from ...shared.errors import CapacityError, DatasetError, ImageDecodeError, Miss
 from ...shared.stream.config import FILL_VALUE, check_value
 from ...shared.stream.records import Dataset
 from ...shared.transport.shm import SharedSegment
-from ...shared.transport.store import check_store, free_nbytes, is_memory
+from ...shared.transport.store import DEFAULT_STORE, check_store, free_nbytes, is_memory
 from . import decode, layout
 from .decode_worker import WorkShare, decode_shared, worker_decode, worker_init, worker_started
 from .fingerprint import base_name, fingerprint, segment_names
@@ -172,7 +172,7 @@ def check_budget(total_nbytes: int, budget_nbytes: int | None, *, what: str, img
         )
 
 
-def check_capacity(total_nbytes: int, *, imgsz: int, store: str = "/dev/shm") -> None:
+def check_capacity(total_nbytes: int, *, imgsz: int, store: str = DEFAULT_STORE) -> None:
     """CapacityError unless the store (and, for a store in memory, available memory) can hold ``total_nbytes``."""
     shm_free = free_nbytes(store)
     if total_nbytes > shm_free:
@@ -241,7 +241,7 @@ def prepare_snapshot(
 ) -> PrepareResult:
     """Decode ``dataset`` into a snapshot (or re-attach an identical one); see module docstring.
 
-    ``store`` is the directory the segments go in (``shared.store``; default /dev/shm),
+    ``store`` is the directory the segments go in (``shared.transport.store``; default /dev/shm),
     checked before anything else. ``persist`` marks a new snapshot to stay in the store until ``pixpool clean`` (no
     process removes it on exit). ``lineage`` (``fingerprint.lineage_of``) names where the
     dataset came from: once a new snapshot of that lineage is complete, older ones of the
@@ -320,7 +320,7 @@ def _build(
     names: dict[str, str],
     t0: float,
     budget_nbytes: int | None = None,
-    store: str = "/dev/shm",
+    store: str = DEFAULT_STORE,
 ) -> PrepareResult:
     """Prepare a new snapshot under ``base`` (module docstring, steps 2-7)."""
     records = dataset.records
@@ -433,7 +433,7 @@ def _build(
 
 def decode_context():
     """The multiprocessing context the decode workers start with: spawn (module docstring,
-    step 2), the working directory kept off their ``sys.path`` (``shared.spawn``)."""
+    step 2), the working directory kept off their ``sys.path`` (``shared.transport.spawn``)."""
     from ...shared.transport.spawn import spawn_context
 
     return spawn_context()

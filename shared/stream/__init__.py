@@ -8,6 +8,6 @@
 - ``protocol``: the wire messages between trainers, the daemon and its workers.
 - ``digest``: the SHA-256 of a delivered batch (equal digests, equal bytes).
 
-Nothing here knows how bytes move (``pixpool.shared.transport``) or how a command line is
-parsed (``pixpool.shared.cli``).
+Nothing here knows how bytes move (``pixpool.shared.transport``; ``config`` takes only the
+default store's path from it) or how a command line is parsed (``pixpool.shared.cli``).
 """

@@ -16,6 +16,7 @@ import numpy as np
 
 from ..cli import flags
 from ..errors import ConfigError
+from ..transport.names import DEFAULT_STORE
 from .config import AugmentConfig, DaemonConfig, StreamSettings, check_value
 from .sampler import num_batches
 
@@ -62,8 +63,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--store",
         metavar="DIR",
-        default="/dev/shm",
-        help="the store the snapshot lives in (--in-process, and a temporary daemon; default /dev/shm)",
+        default=DEFAULT_STORE,
+        help=f"the store the snapshot lives in (--in-process, and a temporary daemon; default {DEFAULT_STORE})",
     )
     parser.add_argument("--json", action="store_true", help="print one JSON object instead of lines")
     flags.add_fields(parser, StreamSettings, group="stream (StreamSettings)")
