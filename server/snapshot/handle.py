@@ -84,8 +84,8 @@ class Snapshot:
 
     @classmethod
     def attach(cls, name: str, *, store: str | None = None) -> "Snapshot":
-        """Attach the complete snapshot with base name ``pixpool-snap-<fingerprint>``, read-only
-        (invariant 3: nothing writes a snapshot once it is complete)."""
+        """Attach the complete snapshot with base name ``pixpool-u<uid>-snap-<fingerprint>``, read-only
+        (invariant 3, ``docs/invariants.md``: nothing writes a snapshot once it is complete)."""
         return cls(name, store=store)
 
     # -- attaching ----------------------------------------------------------------------

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import ast
 import importlib
+import re
 from pathlib import Path
 
 import pytest
@@ -84,3 +85,51 @@ def test_the_errno_walk_sees_numbers(tmp_path):
     )
     hits = _errno_literals(f)
     assert len(hits) == 2 and "[28]" in hits[0] and "OSError(2" in hits[1]
+
+
+# -- references in prose ---------------------------------------------------------------------
+REPO = Path(__file__).resolve().parents[2]
+TOP = ("server", "client", "shared", "integrations", "tests", "docs", "deploy", "bench", "examples")
+_PATH = re.compile(rf"(?<![\w./-])((?:{'|'.join(TOP)})/[\w./-]*\w\.(?:py|md|c|h|yaml|yml|json|toml|png|service))\b")
+_INVARIANT = re.compile(r"\binvariants? (\d+)", re.IGNORECASE)
+
+
+def _texts():
+    """(path, text) of the repository's sources and documents."""
+    for top in (*TOP, "README.md", "Dockerfile", "compose.yaml", "pyproject.toml"):
+        root = REPO / top
+        for path in [root] if root.is_file() else sorted(root.rglob("*")):
+            if path.is_file() and path.suffix in {"", ".py", ".md", ".c", ".h", ".yaml", ".yml", ".toml", ".service"}:
+                yield path, path.read_text(errors="replace")
+
+
+def test_every_file_named_in_code_and_docs_exists():
+    stale = [
+        f"{path.relative_to(REPO)}:{text.count(chr(10), 0, m.start()) + 1}: {m.group(1)}"
+        for path, text in _texts()
+        for m in _PATH.finditer(text)
+        if not (REPO / m.group(1)).exists()
+    ]
+    assert stale == [], f"these name files that are not in the repository: {stale}"
+
+
+def test_the_invariants_cited_are_written_down_with_tests_that_exist():
+    doc = (REPO / "docs" / "invariants.md").read_text()
+    numbers = {int(n) for n in re.findall(r"^## (\d+)\. ", doc, re.MULTILINE)}
+    assert numbers == set(range(1, len(numbers) + 1)) and len(numbers) >= 10
+    cited = {
+        (int(m.group(1)), str(path.relative_to(REPO)))
+        for path, text in _texts()
+        if path.name != "invariants.md"
+        for m in _INVARIANT.finditer(text)
+    }
+    assert cited, "the code cites invariants (handle.py, test_augment_range.py); the walk must see them"
+    assert {(n, where) for n, where in cited if n not in numbers} == set()
+    # Every section names tests, and every test named is defined in the file named.
+    for section in re.split(r"^## ", doc, flags=re.MULTILINE)[1:]:
+        refs = re.findall(r"`(tests/[\w/]+\.py)::(test_\w+)`", section)
+        assert refs, f"invariant {section.split('.')[0]} names no test"
+        for file, name in refs:
+            assert re.search(rf"^def {name}\(", (REPO / file).read_text(), re.MULTILINE), (
+                f"{file}::{name} is not a test"
+            )
