@@ -125,9 +125,11 @@ class _Collector:
         yield from (busy, done)
         vfs = os.statvfs(store)
         free, size = vfs.f_bavail * vfs.f_frsize, vfs.f_blocks * vfs.f_frsize
-        yield GaugeMetricFamily("pixpool_store_free_bytes", "Free bytes in the store (/dev/shm by default)", value=free)
         yield GaugeMetricFamily(
-            "pixpool_store_size_bytes", "Size of the store's file system (/dev/shm by default)", value=size
+            "pixpool_store_free_bytes", f"Free bytes in the store ({DEFAULT_STORE} by default)", value=free
+        )
+        yield GaugeMetricFamily(
+            "pixpool_store_size_bytes", f"Size of the store's file system ({DEFAULT_STORE} by default)", value=size
         )
         # The same figures under their names from before the store could be a folder on disk: deprecated,
         # removed in the next release (docs/memory.md); dashboards move to pixpool_store_*.
