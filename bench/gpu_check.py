@@ -9,7 +9,7 @@ checks need a GPU. Sections:
    within bf16 tolerance (relative ``--tolerance``); median ms per step of each.
 2. **data wait**: ``fit`` fed by a daemon at ``--batch-size`` / ``--imgsz`` (64 / 640 by
    default) for ``--wait-steps`` steps: the share of the step time spent waiting for data.
-3. **paired fits** (the engineering log's standard): the same short fit in fresh processes,
+3. **paired fits** (paired timing, as in ``docs/benchmarks.md``): the same short fit in fresh processes,
    fed by pixpool and by a torch ``DataLoader`` over a decoded uint8 cache running the same
    route, alternating for ``--pairs`` pairs; wall seconds of each and the paired ratio.
 

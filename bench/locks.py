@@ -51,10 +51,12 @@ def _per_call_us(fn, names: list[str], store: str, n: int, *, hold=None) -> floa
 
 
 def main(argv=None) -> int:
+    from pixpool.shared.transport.names import DEFAULT_STORE
+
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=15)
     parser.add_argument("--attaches", type=int, default=300, help="snapshot attaches per arm and round")
-    parser.add_argument("--store", default="/dev/shm")
+    parser.add_argument("--store", default=DEFAULT_STORE)
     args = parser.parse_args(argv)
 
     from pixpool.server.readers import load_dataset

@@ -4,7 +4,7 @@ Runs in one process, one OpenCV thread (``cv2.setNumThreads(1)``): img/s per cor
 snapshots are prepared here from the same dataset and removed at the end. Arms alternate
 (A B, B A, ...) over ``--runs`` runs of ``--batches`` batches of 16; medians, and the
 per-run ratio. The uint8 arm converts each tile where the route reads it
-(``augment/canvas.py``); the batches are checked to be byte-identical before timing.
+(``server/augment/kernel.py``); the batches are checked to be byte-identical before timing.
 
     python bench/route_dtype.py [--data coco128.json] [--imgsz 640] [--runs 7] [--batches 4] [--copy-paste 0.0]
 """

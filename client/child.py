@@ -29,7 +29,7 @@ _POLL_S = 0.1
 
 def cli_command(*args: str) -> list[str]:
     """argv that runs ``pixpool ARGS`` with this interpreter (no PATH lookup), never with the
-    working directory on ``sys.path`` (``shared.spawn``)."""
+    working directory on ``sys.path`` (``shared.transport.spawn``)."""
     return python_argv("pixpool.shared.cli", *args)
 
 

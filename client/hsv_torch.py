@@ -13,7 +13,7 @@ Same tables too (``pixpool.shared.stream.hsv_tables``). What differs is the colo
 BGR<->HSV uses fixed-point tables; here it is the same formulas in float32 with
 rounding to the same integer grid (hue 0..179 in steps of 2 degrees, saturation and
 value 0..255). The results agree to within a level or two on almost every pixel
-(``tests/test_augment_hsv.py`` bounds it); they are not byte-identical, which is why
+(``tests/unit/test_augment_hsv.py`` bounds it); they are not byte-identical, which is why
 the digest and parity tests run with HSV on the CPU.
 """
 

@@ -17,7 +17,7 @@ is charged its PSS less its share of the service's segments.
 Resident against file bytes: in a store in memory (/dev/shm, a tmpfs) every allocated
 page of a segment file is memory (``resident_bytes`` = its allocated blocks). In a store on
 disk a segment's ``bytes`` are file bytes, and only the pages in the page cache are memory:
-``resident_bytes`` is then counted page by page with ``mincore`` (``shared.store``); the
+``resident_bytes`` is then counted page by page with ``mincore`` (``shared.transport.store``); the
 kernel may drop clean ones (and read them again on use), so on a disk store the figures
 are what is in memory now, not what the service would need to hold.
 
@@ -34,14 +34,14 @@ import os
 
 from ..shared.stream import protocol as proto
 from ..shared.transport import store as _store
-from ..shared.transport.names import SHM_DIR, list_segments, parse, shm_path
+from ..shared.transport.names import DEFAULT_STORE, list_segments, parse, shm_path
 from ..shared.transport.procmem import process_memory
 
 
 def segment_figures(store: str | None = None) -> dict[str, dict[str, int]]:
     """Every pixpool segment file in ``store``: name -> {bytes (file size), allocated_bytes
     (its blocks), resident_bytes (in memory; module docstring)}."""
-    store = store or SHM_DIR
+    store = store or DEFAULT_STORE
     memory = _store.is_memory(store)
     out = {}
     for name in list_segments(store):
@@ -74,16 +74,11 @@ def snapshot_segments(status: dict) -> list[str]:
     return sorted({name for info in splits.values() for name in info.get("segments", [])})
 
 
-def shm_figures(store: str | None = None) -> dict[str, int]:
-    st = os.statvfs(store or SHM_DIR)
-    return {"size_bytes": st.f_blocks * st.f_frsize, "free_bytes": st.f_bavail * st.f_frsize}
-
-
 def memory_report(status: dict, *, store: str | None = None) -> dict:
     """The measured figures (see module docstring and ``docs/memory.md``). ``store``: where
     this process sees the daemon's store (default the path the daemon reports)."""
     snap = status["snapshot"]
-    store = store or status["daemon"].get("store") or SHM_DIR
+    store = store or status["daemon"].get("store") or DEFAULT_STORE
     segs = segment_figures(store)
     served = snapshot_segments(status)
     snapshot_segs = [s for s in served if s in segs]
@@ -140,6 +135,7 @@ def memory_report(status: dict, *, store: str | None = None) -> dict:
     # Training streams only: a trainer's validation stream (``split`` "val") is part of that
     # trainer, not another one; its ring is counted in ``ring_bytes`` all the same.
     n = sum(1 for t in status["trainers"] if t.get("split", "train") == "train")
+    where = _store.describe(store)
     return {
         "snapshot": snap.get("name", ""),
         "snapshots": sorted({info.get("name", "") for info in (status.get("splits") or {"train": snap}).values()}),
@@ -161,8 +157,10 @@ def memory_report(status: dict, *, store: str | None = None) -> dict:
         "trainers": n,
         "uint8_caches_bytes": n * decoded,
         "break_even_trainers": break_even(service - ring_bytes, ring_bytes // n if n else None, decoded),
-        "shm": shm_figures(store),
-        "store": _store.describe(store),
+        "store": where,
+        # Deprecated copy of the store's figures under the name they had while the store was always /dev/shm;
+        # removed in the next release (docs/memory.md).
+        "shm": {"size_bytes": where["size_bytes"], "free_bytes": where["free_bytes"]},
         "segments": segs,
     }
 

@@ -12,6 +12,7 @@ from ..shared.errors import DaemonTimeout
 from ..shared.stream.protocol import error_from
 from ..shared.transport import endpoint as ep
 from ..shared.transport.control import request_health, request_status
+from ..shared.transport.names import DEFAULT_STORE
 
 
 def query_status(socket_dir: str | None = None, *, timeout_s: float = 3.0) -> dict:
@@ -45,7 +46,7 @@ def format_status(st: dict) -> str:
     lines = [
         f"daemon pid {d['pid']} on {d['endpoint']}{' and tcp ' + d['tcp'] if d['tcp'] else ''}, up {d['uptime_s']:.0f} s, protocol {d['protocol']}, {d['worker_restarts']} worker restarts",
         f"snapshot {s.get('name', '?')}: {s['records']} records at imgsz {s['imgsz']}, {s.get('dtype', 'float32')} "
-        f"({human_bytes(s.get('image_bytes', 0))} of images) in {d.get('store', '/dev/shm')}"
+        f"({human_bytes(s.get('image_bytes', 0))} of images) in {d.get('store', DEFAULT_STORE)}"
         + (" (re-attached)" if s.get("reused") else ""),
         *[
             f"validation: snapshot {v.get('name', '?')}: {v['records']} records"

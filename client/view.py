@@ -58,12 +58,9 @@ def memory_lines(mem: dict) -> Text:
         f"\nPSS: service {human_bytes(mem['service_pss_bytes'])} (daemon, workers, their segments), "
         f"trainers {human_bytes(mem['trainers_pss_bytes'])}, total {human_bytes(mem['total_pss_bytes'])}\n"
     )
-    shm = mem["shm"]
-    where = mem.get("store", {})
-    out.append(
-        f"{where.get('path', '/dev/shm')}: {human_bytes(shm['free_bytes'])} free of {human_bytes(shm['size_bytes'])}"
-    )
-    if where and not where.get("memory", True):
+    where = mem["store"]
+    out.append(f"{where['path']}: {human_bytes(where['free_bytes'])} free of {human_bytes(where['size_bytes'])}")
+    if not where.get("memory", True):
         out.append(
             f" ({where.get('fs_type') or 'disk'}: {human_bytes(mem.get('snapshot_resident_bytes', 0))} of the snapshot in the page cache)"
         )

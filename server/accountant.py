@@ -3,9 +3,9 @@
 Runs in the producer's commands (``pixpool prepare``) and wherever a snapshot's cost is
 reported. Nothing is estimated where it can be measured: snapshot bytes come from the
 segment files' sizes in the snapshot's store (and, for a store on disk, how much of them
-is in the page cache now: ``shared.store.resident_nbytes``); the decoded-uint8 equivalent is the sum of h * w * 3
-over the snapshot's index (``Snapshot.decoded_nbytes``). What processes hold is measured
-by ``pixpool.shared.transport.procmem``.
+is in the page cache now: ``shared.transport.store.resident_nbytes``); the decoded-uint8
+equivalent is the sum of h * w * 3 over the snapshot's index (``Snapshot.decoded_nbytes``).
+What processes hold is measured by ``pixpool.shared.transport.procmem``.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import os
 
 from ..shared.cli.text import format_table, human_bytes
 from ..shared.transport import store as _store
-from ..shared.transport.names import parse, shm_path
+from ..shared.transport.names import DEFAULT_STORE, parse, shm_path
 from ..shared.transport.procmem import ProcessMemory
 
 
@@ -29,7 +29,7 @@ def snapshot_bytes(snapshot) -> dict:
     (the store is RAM) and ``resident_bytes`` (of ``total_bytes``, what is in memory now:
     every allocated page in a memory store; the page-cached pages on disk).
     """
-    store = getattr(snapshot, "store", None) or "/dev/shm"
+    store = getattr(snapshot, "store", None) or DEFAULT_STORE
     memory = _store.is_memory(store)
     sizes, resident = {}, 0
     for name in snapshot.segment_names:

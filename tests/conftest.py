@@ -46,7 +46,7 @@ def _is_resource_tracker(proc: psutil.Process) -> bool:
 
 
 def _someone_elses(name: str, ours: set[int], users: dict[str, set[int]]) -> bool:
-    """True where a process outside this run holds segment ``name`` (``shared.holds``: seen
+    """True where a process outside this run holds segment ``name`` (``shared.transport.holds``: seen
     from any PID namespace) and none of this run's processes maps it."""
     from pixpool.shared.transport.holds import holds_of
 

@@ -71,7 +71,7 @@ def _demo(workdir: Path, args: argparse.Namespace) -> int:
     from ...shared.cli.flags import to_argv
     from ...shared.errors import DaemonStopped, DaemonTimeout
     from ...shared.stream.config import AugmentConfig, DaemonConfig, StreamSettings
-    from ...shared.transport.names import list_segments, ring_prefix
+    from ...shared.transport.names import DEFAULT_STORE, list_segments, ring_prefix
     from ...shared.transport.spawn import spawn_context
     from .._torch import require_torch
     from ..child import cli_command, serve_child
@@ -183,7 +183,9 @@ def _demo(workdir: Path, args: argparse.Namespace) -> int:
     if left:
         print(f"[5/5] daemon stopped, but segments remain: {left} (run `pixpool clean`)", file=sys.stderr)
         return 1
-    print(f"[5/5] daemon stopped (exit code {daemon.returncode}); no pixpool segment left in /dev/shm", flush=True)
+    print(
+        f"[5/5] daemon stopped (exit code {daemon.returncode}); no pixpool segment left in {DEFAULT_STORE}", flush=True
+    )
     return 0 if ok and daemon.returncode == 0 else 1
 
 

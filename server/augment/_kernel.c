@@ -602,7 +602,7 @@ static hsv_fn hsv_rows = hsv_rows_sse;
 
 /* A gain g (float32) with trunc(min(s g, 255)) = table[s] for every s in 0..255, the lane
  * operations' own result checked entry by entry; -1 if there is none. g is the middle of
- * the gains the table allows (the table is floor(clip(s gain, 0, 255)), shared.hsv_tables). */
+ * the gains the table allows (the table is floor(clip(s gain, 0, 255)), shared.stream.hsv_tables). */
 static float hsv_gain(const int32_t *t) {
     double lo = 0.0, hi = -1.0;
     for (int s = 1; s < 256; s++) {
@@ -622,7 +622,7 @@ static float hsv_gain(const int32_t *t) {
     return g;
 }
 
-/* Whether the tables are what shared.hsv_tables builds, in the form the rows can evaluate
+/* Whether the tables are what shared.stream.hsv_tables builds, in the form the rows can evaluate
  * without lookups: a hue shift c (min(TH[h], 179) = (h + c) mod 180 for every hue h, which
  * then joins each channel's 30 n) and two clipped gains (hsv_gain). Checked entry by entry,
  * so the shortcut gives exactly the tables' values; otherwise the rows look them up. */

@@ -38,7 +38,7 @@ below in plain numpy and must agree byte for byte.
    f = (s1 + 114) * r + (s2 + 114) * (1 - r). f is the float image (``floats``).
 7. *Quantise.* q = clip(rint(f), 0, 255), rint rounding half to even.
 8. *HSV* (when tables are given), on the integer R, G, B of q, with the hue, saturation
-   and value tables ``shared.hsv_tables.tables(gains)`` (TH, TS, TV); all integers, ``//``
+   and value tables ``shared.stream.hsv_tables.tables(gains)`` (TH, TS, TV); all integers, ``//``
    floor division, ``rnd(a / b)`` = (2a + b) // (2b) (round half up; floor for a < 0 too)::
 
        V = max(R, G, B); D = V - min(R, G, B)

@@ -7,7 +7,7 @@ commands look only at segments whose file belongs to the caller (the uid in the 
 the file's owner; root included) and say how many of other users' they skipped; nothing
 here ever unlinks another user's file.
 
-"In use" and "alive" are decided from the store itself (``shared.holds``): every process
+"In use" and "alive" are decided from the store itself (``shared.transport.holds``): every process
 that maps a segment holds a lock on its file, seen from any PID namespace or container
 that shares the store; a ring's daemon holds its ``CREATOR`` lock and its trainer its
 ``CONSUMER`` lock. The pid in a ring's name decides nothing (a daemon in a container is PID
@@ -92,7 +92,7 @@ def plan_clean(
 ) -> tuple[list[str], dict[str, str]]:
     """(segments ``clean`` removes, {kept segment: why}) (pure: decisions only).
 
-    ``holds``: segment -> ``shared.holds.Holds`` (None or absent: gone); ``pids``: segment ->
+    ``holds``: segment -> ``shared.transport.holds.Holds`` (None or absent: gone); ``pids``: segment ->
     pids this namespace sees mapping it, for the reasons only. A snapshot goes as a whole
     when none of its parts is held; a ring when nobody holds it (a live daemon holds every
     ring it serves). A name this release does not parse goes only with ``unrecognised`` and

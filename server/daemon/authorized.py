@@ -11,7 +11,7 @@ owner of the key directory and of ``authorized/``, plus each ``*.key`` file's na
 size and ctime (a key copied in, removed, renamed, rewritten in place or made writable by
 others all change it), so a handshake costs one ``scandir`` and a re-read happens only
 after a change. The folder and its keys must stay
-the daemon user's and writable by nobody else (``shared.endpoint.check_keys_dir``); while
+the daemon user's and writable by nobody else (``shared.transport.endpoint.check_keys_dir``); while
 they are not, no key is admitted (fail closed) and the daemon says so in its log once.
 
 A connection made while a key was authorized stays open after the key is removed (libzmq

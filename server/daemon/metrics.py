@@ -4,7 +4,7 @@ Runs in the daemon process: prometheus-client's HTTP server answers scrapes in a
 its own. The loop never shares live state with that thread: every liveness tick it
 ``publish``es its ``status`` reply (plain dicts, replaced whole, never mutated), and a
 scrape reads the last one plus what it measures itself at that moment (segment sizes in
-/dev/shm, each process's PSS from ``/proc/PID/smaps_rollup``). Names and labels are
+the store, each process's PSS from ``/proc/PID/smaps_rollup``). Names and labels are
 documented in ``docs/memory.md``; a Grafana dashboard for them is ``deploy/grafana-dashboard.json``.
 """
 
@@ -14,7 +14,7 @@ import logging
 import os
 import threading
 
-from ...shared.transport.names import SHM_DIR, shm_path
+from ...shared.transport.names import DEFAULT_STORE, shm_path
 from ...shared.transport.procmem import process_memory
 
 log = logging.getLogger(__name__)
@@ -66,7 +66,7 @@ class _Collector:
         if st is None:
             return
         snap = st["snapshot"]
-        store = st["daemon"].get("store") or SHM_DIR
+        store = st["daemon"].get("store") or DEFAULT_STORE
         seg = GaugeMetricFamily(
             "pixpool_snapshot_bytes",
             "Bytes of each segment of the served snapshot, measured in the store",
@@ -124,14 +124,21 @@ class _Collector:
             done.add_metric([str(w["index"])], w["samples_done"])
         yield from (busy, done)
         vfs = os.statvfs(store)
+        free, size = vfs.f_bavail * vfs.f_frsize, vfs.f_blocks * vfs.f_frsize
         yield GaugeMetricFamily(
-            "pixpool_shm_free_bytes", "Free bytes in the store (/dev/shm by default)", value=vfs.f_bavail * vfs.f_frsize
+            "pixpool_store_free_bytes", f"Free bytes in the store ({DEFAULT_STORE} by default)", value=free
         )
         yield GaugeMetricFamily(
-            "pixpool_shm_size_bytes",
-            "Size of the store's file system (/dev/shm by default)",
-            value=vfs.f_blocks * vfs.f_frsize,
+            "pixpool_store_size_bytes", f"Size of the store's file system ({DEFAULT_STORE} by default)", value=size
         )
+        # The same figures under their names from before the store could be a folder on disk: deprecated,
+        # removed in the next release (docs/memory.md); dashboards move to pixpool_store_*.
+        for kind, value in (("free", free), ("size", size)):
+            yield GaugeMetricFamily(
+                f"pixpool_shm_{kind}_bytes",
+                f"Deprecated: use pixpool_store_{kind}_bytes (removed in the next release)",
+                value=value,
+            )
         yield GaugeMetricFamily("pixpool_trainers", "Trainers attached", value=len(st["trainers"]))
         yield CounterMetricFamily(
             "pixpool_worker_restarts",

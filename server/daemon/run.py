@@ -77,17 +77,26 @@ def _datasets(config: DaemonConfig) -> dict:
     set (``val``, else a data.yaml's own ``val:``); their class names must agree. A split's
     lineage (``fingerprint.lineage_of``) is where its data comes from, so that a newer
     snapshot of a split supersedes only older ones of the same split."""
-    from ..readers import load_dataset, yaml_has_split
+    from ..readers import log_missing_labels, read_dataset, yaml_has_split
     from ..snapshot.fingerprint import lineage_of
 
+    warned: set = set()
+
     def read(data, images, split):
-        dataset = load_dataset(
+        dataset, stats = read_dataset(
             data,
             images,
             max_instances_per_image=config.max_instances_per_image,
             allow_unlabelled=config.allow_unlabelled,
             split=split,
+            warn_missing_labels=False,
         )
+        # One warning per set of images without labels: a data.yaml whose val: is its train:
+        # folder (the demo's) reads the same images twice.
+        missing = (stats.labels_missing, stats.missing_label_example)
+        if missing not in warned:
+            warned.add(missing)
+            log_missing_labels(stats, data)
         return dataset, lineage_of(f"{data}#{split}" if split != "train" else data, images, config.imgsz, config.dtype)
 
     out = {"train": read(config.data, config.images, "train")}

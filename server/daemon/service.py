@@ -15,7 +15,7 @@ wires four parts together and owns none of their details:
   a ring, exactly once per announcement), and ``delivery`` sends it the trainer's way.
 
 The loop is single-threaded: one ``zmq.Poller`` watches the sockets and every worker's
-pipe. Each turn it 1. handles trainer messages (``shared.protocol``; anything malformed
+pipe. Each turn it 1. handles trainer messages (``shared.stream.protocol``; anything malformed
 gets an ``error`` reply with a declared code and the loop goes on), 2. collects finished
 jobs and announces batches in order, 3. every ``_LIVENESS_EVERY_S`` kills stuck workers,
 replaces dead ones and detaches trainers that are gone or silent (and every
@@ -89,7 +89,7 @@ class Daemon:
         # splits (same images) counts once.
         by_name = {getattr(src, "name", id(src)): getattr(src, "nbytes", None) for src in self.sources.values()}
         self.snapshot_nbytes = sum(sum(parts.values()) for parts in by_name.values() if isinstance(parts, dict))
-        self.shm_watch = admission.ShmWatch(config.shm_warn_free_nbytes, self.store)
+        self.shm_watch = admission.ShmWatch(config.store_warn_free_nbytes, self.store)
         self.pid = os.getpid()
         self.pid_ns = pid_namespace()
         self.host = _socket.gethostname()

@@ -10,7 +10,7 @@ must carry, so a trainer id guessed or left over from before a restart is refuse
 
 Locality is proved, not guessed from host names or pids: a session starts with frame
 delivery; a trainer that asked for shm delivery reads the nonce in its ring's header
-(``shared.ring``) through the store path it was told and sends it back (``prove``), and
+(``shared.transport.ring``) through the store path it was told and sends it back (``prove``), and
 only a matching nonce switches it to reading slots in place. Its pid is watched only then,
 and only when it runs in the daemon's own PID namespace (``pid_namespace``); otherwise its
 death is noticed by its silence (``heartbeat_timeout_s``).
@@ -199,7 +199,7 @@ class Sessions:
         """Detach trainers whose process is gone or whose heartbeat is too old.
 
         A trainer that proved it maps its ring holds the ring's ``CONSUMER`` lock
-        (``shared.holds``) for as long as its mapping lives: when that hold is gone, so is the
+        (``shared.transport.holds``) for as long as its mapping lives: when that hold is gone, so is the
         trainer, whatever PID namespace it runs in (a container's trainer is PID 1 there, so
         its pid says nothing here). The pid is watched too where it means something."""
         for t in list(self.trainers.values()):

@@ -5,7 +5,7 @@ the metrics endpoint). Read-only: it only looks at the daemon, its sessions, sch
 supervisor.
 
 The ``status`` reply stays under ``MAX_REPLY_BYTES`` whatever trainers sent: their fields
-are bounded at decode (``shared.protocol``), and the trainer list stops at
+are bounded at decode (``shared.stream.protocol``), and the trainer list stops at
 ``TRAINERS_BUDGET_BYTES`` (``daemon.trainers_total`` says how many there are, so a reader
 knows some were left out). ``health`` is a few numbers: its cost does not grow with the
 sessions, which is what a probe asking every few seconds needs.
@@ -97,6 +97,9 @@ def build_status(d) -> dict:
         "redispatched_jobs": d.supervisor.redispatched,
         "heartbeat_timeout_s": cfg.heartbeat_timeout_s,
         "memory_budget_nbytes": cfg.memory_budget_nbytes,
+        "store_warn_free_nbytes": d.shm_watch.warn_free_nbytes,
+        "store_low": d.shm_watch.low,
+        # Deprecated copies, named as before the store could be a folder on disk (removed in the next release).
         "shm_warn_free_nbytes": d.shm_watch.warn_free_nbytes,
         "shm_low": d.shm_watch.low,
         "metrics": f"http://{cfg.metrics_host}:{cfg.metrics_port}/metrics" if cfg.metrics_port else "",

@@ -92,7 +92,7 @@ def spawn_worker(
     ctx, index: int, sources: dict[str, Any], renderer_name: str, store: str | None = None
 ) -> WorkerHandle:
     """Start one worker with the spawn context; it says hello when ready. ``store``: where
-    the daemon's rings are (``shared.store``)."""
+    the daemon's rings are (``shared.transport.store``)."""
     parent_conn, child_conn = ctx.Pipe(duplex=True)
     proc = ctx.Process(
         target=worker_main,

@@ -2,7 +2,7 @@
 
 Runs in whichever process reads a dataset (the CLI, the daemon, the reference pipeline).
 Readers only read files: no shared memory, no processes, so a bad dataset is refused
-before anything is allocated. Both produce ``shared.records.Record`` with normalised
+before anything is allocated. Both produce ``shared.stream.records.Record`` with normalised
 float32 xyxy boxes and one (k, 2) polygon per instance, sorted by image path, so the same
 images read from either format come in the same order with the same targets.
 """
@@ -29,6 +29,7 @@ __all__ = [
     "label_path_for",
     "yaml_has_split",
     "ReaderStats",
+    "log_missing_labels",
 ]
 
 logger = logging.getLogger(__name__)
@@ -41,8 +42,12 @@ def read_dataset(
     max_instances_per_image: int = DEFAULT_MAX_INSTANCES,
     allow_unlabelled: bool = False,
     split: str = "train",
+    warn_missing_labels: bool = True,
 ) -> tuple[Dataset, ReaderStats]:
-    """Like ``load_dataset``, also returning what the reader found and left out."""
+    """Like ``load_dataset``, also returning what the reader found and left out.
+
+    ``warn_missing_labels=False`` leaves the warning about images without a label file to
+    the caller (``log_missing_labels``), which reads several splits that may be one folder."""
     check_value("max_instances_per_image", "int", max_instances_per_image)
     check_value("allow_unlabelled", "bool", allow_unlabelled)
     path = Path(data)
@@ -61,6 +66,8 @@ def read_dataset(
         result = None
     if result is not None:
         _check_labels(result[1], path, allow_unlabelled)
+        if warn_missing_labels:
+            log_missing_labels(result[1], path)
         return _capped(result, max_instances_per_image, lambda rec: str(label_path_for(rec.image_path)))
     if not path.exists():
         raise MissingFileError(
@@ -73,17 +80,22 @@ def read_dataset(
 
 
 def _check_labels(stats: ReaderStats, origin: Path, allow_unlabelled: bool) -> None:
-    """A YOLO image without a label file is background, by the format's rule; say so.
-    None of them with a label is most often a wrong layout (no ``labels/`` beside
-    ``images/``): refused unless ``allow_unlabelled``."""
-    if not stats.labels_missing:
-        return
-    if stats.labels_missing == stats.records and not allow_unlabelled:
+    """A YOLO image without a label file is background, by the format's rule
+    (``log_missing_labels`` says so). None of them with a label is most often a wrong layout
+    (no ``labels/`` beside ``images/``): refused unless ``allow_unlabelled``."""
+    if stats.labels_missing and stats.labels_missing == stats.records and not allow_unlabelled:
         raise DatasetError(
             f"none of the {stats.records} images has a label file (looked for e.g. {stats.missing_label_example}): every image "
             "would be background. Put the labels in a labels/ folder beside images/, or pass --allow-unlabelled if they really have none",
             path=str(origin),
         )
+
+
+def log_missing_labels(stats: ReaderStats, origin: str | os.PathLike) -> None:
+    """Warn that ``stats.labels_missing`` images of the dataset read from ``origin`` have no
+    label file and are prepared as background (nothing when every image has one)."""
+    if not stats.labels_missing:
+        return
     logger.warning(
         "%s: %d of %d images have no label file (e.g. %s) and are prepared as background",
         origin,

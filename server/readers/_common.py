@@ -89,7 +89,7 @@ def make_record(
     boxes: list[np.ndarray],
     polygons: list[np.ndarray],
 ) -> Record:
-    """Assemble one Record with the dtypes and shapes ``shared.records`` promises."""
+    """Assemble one Record with the dtypes and shapes ``shared.stream.records`` promises."""
     n = len(classes)
     cls = np.asarray(classes, dtype=np.int32).reshape(n)
     box = np.asarray(boxes, dtype=np.float32).reshape(n, 4) if n else np.zeros((0, 4), dtype=np.float32)

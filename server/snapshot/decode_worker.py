@@ -133,7 +133,7 @@ class ArenaWriter:
 
     ``dtype`` float32: each image is centred band by band into a reused buffer first;
     uint8: the resized image's own bytes are written as they are (nothing to convert).
-    ``store``: the directory the arena lives in (``shared.store``).
+    ``store``: the directory the arena lives in (``shared.transport.store``).
     """
 
     def __init__(self, arena_name: str, imgsz: int, dtype: str = "float32", store: str | None = None):
@@ -144,7 +144,7 @@ class ArenaWriter:
         self.name = arena_name
         self.store = store
         try:
-            # Held (shared.holds): while a decoder writes the arena, it is in use.
+            # Held (shared.transport.holds): while a decoder writes the arena, it is in use.
             self.fd = open_held(arena_name, writable=True, store=store)
         except FileNotFoundError:
             from ...shared.errors import SnapshotError
@@ -185,9 +185,9 @@ class ArenaWriter:
         except OSError as exc:
             if exc.errno in (errno.ENOSPC, errno.ENOMEM):
                 from ...shared.errors import CapacityError
-                from ...shared.transport.names import SHM_DIR
+                from ...shared.transport.names import DEFAULT_STORE
 
-                where = self.store or SHM_DIR
+                where = self.store or DEFAULT_STORE
                 raise CapacityError(
                     f"the store {where} ran out of space while writing the image of {path} ({exc.strerror}): "
                     f"something else filled it after the capacity check; free space in {where} or use a smaller --imgsz"

@@ -8,7 +8,7 @@ Every other handle attaches
 read-only (``PROT_READ``), so the arrays it hands out are read-only views into the
 mapping (zero-copy; writing through one raises ValueError).
 
-A handle lives in one store (``shared.store``: /dev/shm by default, or any directory
+A handle lives in one store (``shared.transport.store``: /dev/shm by default, or any directory
 given as ``--store``) and pickles as its base name and store only; it attaches lazily, read-only, in the receiving
 process on first use, so a spawned worker can be given the snapshot as an argument.
 """
@@ -25,7 +25,7 @@ import numpy as np
 from ...shared.errors import SnapshotError
 from ...shared.stream.records import Targets
 from ...shared.transport.holds import remove_unused
-from ...shared.transport.names import SHM_DIR, SNAPSHOT_PARTS, list_segments, parse, shm_path, snapshot_parts
+from ...shared.transport.names import DEFAULT_STORE, SNAPSHOT_PARTS, list_segments, parse, shm_path, snapshot_parts
 from ...shared.transport.shm import SharedSegment, read_prefix
 from . import layout
 
@@ -40,7 +40,7 @@ def read_header(meta_name: str, store: str | None = None) -> layout.Header:
         data = read_prefix(meta_name, layout.HEADER_NBYTES, store=store)  # refuses a file pixpool cannot trust
     except FileNotFoundError:
         raise SnapshotError(
-            f"snapshot segment {meta_name!r} not found in {store or SHM_DIR}; run `pixpool prepare` first"
+            f"snapshot segment {meta_name!r} not found in {store or DEFAULT_STORE}; run `pixpool prepare` first"
         ) from None
     try:
         return layout.unpack_header(data)
@@ -75,7 +75,7 @@ class Snapshot:
 
     def __init__(self, name: str, *, owner: bool = False, store: str | None = None, _lazy: bool = False):
         self.name = name
-        self.store = store or SHM_DIR
+        self.store = store or DEFAULT_STORE
         self._parts = snapshot_parts(name)
         self.owner = owner
         self._segments: dict[str, SharedSegment] | None = None
@@ -84,8 +84,8 @@ class Snapshot:
 
     @classmethod
     def attach(cls, name: str, *, store: str | None = None) -> "Snapshot":
-        """Attach the complete snapshot with base name ``pixpool-snap-<fingerprint>``, read-only
-        (invariant 3: nothing writes a snapshot once it is complete)."""
+        """Attach the complete snapshot with base name ``pixpool-u<uid>-snap-<fingerprint>``, read-only
+        (invariant 3, ``docs/invariants.md``: nothing writes a snapshot once it is complete)."""
         return cls(name, store=store)
 
     # -- attaching ----------------------------------------------------------------------
@@ -97,7 +97,7 @@ class Snapshot:
         try:
             for part in PARTS:
                 try:
-                    # Owner, mode and size are checked on the opened file (shared.shm).
+                    # Owner, mode and size are checked on the opened file (shared.transport.shm).
                     segments[part] = SharedSegment.attach(
                         self._parts[part], expected_nbytes=expected[part], store=self.store
                     )
@@ -259,7 +259,7 @@ class Snapshot:
         process that prepared it, or one that re-attached it: ownership passes to the last
         user) removes it, unless asked to ``keep`` it or it was prepared to persist
         (``pixpool prepare``, ``--keep-snapshot``: header ``persist``), and only once no
-        other process maps it, in any PID namespace (``shared.holds.remove_unused``: a
+        other process maps it, in any PID namespace (``shared.transport.holds.remove_unused``: a
         write lock on every part, refused while anyone holds one). Returns "removed",
         "kept", "in use" (others map it; the last of them removes it) or "gone" (someone
         else removed it already).

@@ -67,7 +67,7 @@ from ...shared.errors import CapacityError, DatasetError, ImageDecodeError, Miss
 from ...shared.stream.config import FILL_VALUE, PrepareOptions
 from ...shared.stream.records import Dataset
 from ...shared.transport.shm import SharedSegment
-from ...shared.transport.store import check_store, free_nbytes, is_memory
+from ...shared.transport.store import DEFAULT_STORE, check_store, free_nbytes, is_memory
 from . import decode, layout
 from .decode_worker import WorkShare, decode_shared, worker_decode, worker_init, worker_started
 from .fingerprint import base_name, fingerprint, segment_names
@@ -176,7 +176,7 @@ def check_budget(total_nbytes: int, budget_nbytes: int | None, *, what: str, img
         )
 
 
-def check_capacity(total_nbytes: int, *, imgsz: int, store: str = "/dev/shm") -> None:
+def check_capacity(total_nbytes: int, *, imgsz: int, store: str = DEFAULT_STORE) -> None:
     """CapacityError unless the store (and, for a store in memory, available memory) can hold ``total_nbytes``."""
     shm_free = free_nbytes(store)
     if total_nbytes > shm_free:
@@ -483,7 +483,7 @@ def _preparing(rollback: Callable[[], None]) -> Iterator[None]:
 
 def decode_context():
     """The multiprocessing context the decode workers start with: spawn (module docstring,
-    step 2), the working directory kept off their ``sys.path`` (``shared.spawn``)."""
+    step 2), the working directory kept off their ``sys.path`` (``shared.transport.spawn``)."""
     from ...shared.transport.spawn import spawn_context
 
     return spawn_context()

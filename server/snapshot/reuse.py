@@ -3,9 +3,9 @@ process is preparing, remove a stale half-built one or one a newer snapshot supe
 
 Runs in the preparing process (``pixpool prepare``, the daemon at start-up), before and
 after a preparation (``prepare.py``). It removes only this user's segments that no live
-process maps, in any PID namespace (``shared.holds``: a preparation in progress holds its
+process maps, in any PID namespace (``shared.transport.holds``: a preparation in progress holds its
 segments, and so does every process that serves a snapshot), and never a file it cannot
-trust (``shared.shm``: another user's, one others may write).
+trust (``shared.transport.shm``: another user's, one others may write).
 """
 
 from __future__ import annotations

@@ -8,6 +8,32 @@
 - ``protocol``: the wire messages between trainers, the daemon and its workers.
 - ``digest``: the SHA-256 of a delivered batch (equal digests, equal bytes).
 
-Nothing here knows how bytes move (``pixpool.shared.transport``) or how a command line is
-parsed (``pixpool.shared.cli``).
+Nothing here knows how bytes move (``pixpool.shared.transport``; ``config`` takes only the
+default store's path from it) or how a command line is parsed (``pixpool.shared.cli``).
 """
+
+from importlib import import_module
+
+_MODULES = ("config", "rng", "sampler", "hsv_tables", "protocol", "records", "source", "digest")
+# The contract's names, each from its module; imported on first use like the modules themselves.
+_WHERE = {
+    "AugmentConfig": "config",
+    "StreamSettings": "config",
+    "DaemonConfig": "config",
+    "FILL_VALUE": "config",
+    "Dataset": "records",
+    "Record": "records",
+    "Targets": "records",
+    "ImageSource": "source",
+    "batch_digest": "digest",
+}
+
+__all__ = [*_MODULES, *_WHERE]
+
+
+def __getattr__(name: str):
+    if name in _MODULES:
+        return import_module(f"{__name__}.{name}")
+    if name in _WHERE:
+        return getattr(import_module(f"{__name__}.{_WHERE[name]}"), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -9,8 +9,9 @@ Code both sides import.
 - ``PrepareOptions``: the part of it a preparation needs (``DaemonConfig.prepare_options``).
 
 Each field's help text and, where it differs from ``--field-name``, its flag live in the
-field's metadata: the command lines are generated from the fields (``shared/cli/flags.py``), so
-every setting is reachable from the CLI with its default in ``--help``. Range checks live
+field's metadata (with ``aliases``: older spellings of the flag, still parsed, deprecated): the
+command lines are generated from the fields (``shared/cli/flags.py``), so every setting is
+reachable from the CLI with its default in ``--help``. Range checks live
 in one table (``_RANGES``); a bad value raises ``ConfigError`` naming the field.
 """
 
@@ -21,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import ConfigError
+from ..transport.names import DEFAULT_STORE
 
 FILL_VALUE = 114.0
 # The datasets a daemon serves: its training set and, when it has one, a validation set.
@@ -143,7 +145,7 @@ class StreamSettings:
 class DaemonConfig:
     """What the producer daemon serves and how (``pixpool serve``, ``run_daemon``).
 
-    Field checks run here; ``pixpool.server.daemon.preflight`` checks what needs the file
+    Field checks run here; ``pixpool.server.preflight`` checks what needs the file
     system (socket directory, keys, address) before any image is decoded.
     """
 
@@ -177,7 +179,7 @@ class DaemonConfig:
     )
     workers: int = _opt(2, "augmentation worker processes")
     store: str = _opt(
-        "/dev/shm",
+        DEFAULT_STORE,
         "directory the snapshot and the batch rings live in, as files mapped with mmap: a tmpfs (RAM), or a folder on a "
         "local disk for a dataset larger than memory (the page cache shares one copy)",
         metavar="DIR",
@@ -215,10 +217,12 @@ class DaemonConfig:
         size=True,
         metavar="SIZE",
     )
-    shm_warn_free_nbytes: int | None = _opt(
+    store_warn_free_nbytes: int | None = _opt(
         None,
         "warn when the store has less free than this (default: a tenth of its size)",
-        flag="--shm-warn-free",
+        flag="--store-warn-free",
+        # The flag's spelling before the store could be a folder on disk; deprecated, removed in the next release.
+        aliases=("--shm-warn-free",),
         size=True,
         metavar="SIZE",
     )
@@ -315,7 +319,7 @@ _RANGES: dict[str, tuple[float, float]] = {
     "max_trainers": (1, 1 << 16),
     "max_trainers_per_client": (1, 1 << 16),
     "memory_budget_nbytes": (1, 1 << 60),
-    "shm_warn_free_nbytes": (0, 1 << 60),
+    "store_warn_free_nbytes": (0, 1 << 60),
     "metrics_port": (1, 65535),
 }
 # Settings that must be a multiple of a step: the detector's largest stride (32) divides imgsz,

@@ -23,7 +23,7 @@ class ImageSource(Protocol):
     def image(self, index: int) -> np.ndarray:
         """(h, w, 3) BGR, long side ``imgsz``, never written: float32 minus the fill value,
         or uint8 (the pixel itself; a ``uint8`` snapshot), which the route centres as it
-        reads it (``augment/canvas.py``), to the same float32 values."""
+        reads it (the kernel, ``server/augment/kernel.py``), to the same float32 values."""
         ...
 
     def targets(self, index: int) -> Targets:

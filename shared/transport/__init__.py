@@ -7,3 +7,28 @@
 - ``procmem``: what processes hold, measured from the kernel.
 - ``spawn``: how children start (never with the working directory on ``sys.path``).
 """
+
+from importlib import import_module
+
+_MODULES = ("names", "store", "shm", "holds", "ring", "endpoint", "control", "procmem", "spawn")
+# The names most code takes from here, each from its module; imported on first use.
+_WHERE = {
+    "DEFAULT_STORE": "names",
+    "list_segments": "names",
+    "check_store": "store",
+    "SharedSegment": "shm",
+    "Ring": "ring",
+    "RingLayout": "ring",
+    "ProcessMemory": "procmem",
+    "process_memory": "procmem",
+}
+
+__all__ = [*_MODULES, *_WHERE]
+
+
+def __getattr__(name: str):
+    if name in _MODULES:
+        return import_module(f"{__name__}.{name}")
+    if name in _WHERE:
+        return getattr(import_module(f"{__name__}.{_WHERE[name]}"), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

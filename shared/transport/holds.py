@@ -1,6 +1,6 @@
 """Holds: who uses a segment, decided from the store itself with open-file-description locks.
 
-Code both sides import; ``shared.shm`` takes the holds, ``pixpool clean``/``ls``, the
+Code both sides import; ``shared.transport.shm`` takes the holds, ``pixpool clean``/``ls``, the
 daemon's sweeps and the snapshot's last-one-out rule ask them. It is the one rule for
 "in use", "alive" and "mine", whatever PID namespace or container the asker runs in.
 
@@ -21,7 +21,7 @@ The rule:
   whole of it (refused while anyone holds anything), checks that the name still is that
   file, unlinks it while holding the lock, and closes. A group (a snapshot's three parts)
   goes only when every part could be locked, or none does.
-- Attaching (``shared.shm``) opens, takes its read lock, then checks that the name still is
+- Attaching (``shared.transport.shm``) opens, takes its read lock, then checks that the name still is
   the file it opened: a remover may have unlinked it in between. Against a remover this is
   race-free: either the attacher's lock comes first and the remover is refused, or the
   remover's lock comes first and the attacher finds the name gone (FileNotFoundError),
@@ -40,7 +40,7 @@ import struct
 import time
 from dataclasses import dataclass
 
-from .names import SHM_DIR
+from .names import DEFAULT_STORE
 
 # Lock bytes (offsets in the segment's file; lengths 1).
 MAPPED, CREATOR, CONSUMER = 0, 1, 2
@@ -151,7 +151,7 @@ def _open_probe(path: str) -> int:
 
 def holds_of(name: str, store: str | None = None) -> Holds | None:
     """The holds on segment ``name`` in ``store`` (default /dev/shm); None if it is gone."""
-    path = os.path.join(store or SHM_DIR, name)
+    path = os.path.join(store or DEFAULT_STORE, name)
     try:
         fd = _open_probe(path)
     except FileNotFoundError:
@@ -170,7 +170,7 @@ def remove_unused(names, store: str | None = None) -> str:
     Returns "removed" (every part that existed is gone), "in use" (some process holds a
     part: nothing was removed) or "gone" (none existed). A name replaced by another file
     between open and lock counts as in use (someone just made it)."""
-    where = store or SHM_DIR
+    where = store or DEFAULT_STORE
     opened: list[tuple[str, int]] = []
     try:
         for name in names:

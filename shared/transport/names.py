@@ -7,7 +7,7 @@ segment is.
 Every name carries the uid of the user whose processes made it (``pixpool-u<uid>-...``):
 /dev/shm is shared by every user of the machine, so two users never collide on a name,
 and ``ls``/``clean`` look at the caller's own names only. The uid in a name is a claim,
-not a proof (anyone may create any name in /dev/shm): ``shared.shm`` checks the file's
+not a proof (anyone may create any name in /dev/shm): ``shared.transport.shm`` checks the file's
 real owner and mode before mapping anything.
 
 - A snapshot is three segments ``pixpool-u<uid>-snap-<fp16>-<part>`` (part meta, img,
@@ -16,7 +16,7 @@ real owner and mode before mapping anything.
 - A batch ring is ``pixpool-u<uid>-ring-<daemon pid>-<random hex>``: the pid is for people
   to read (it is the daemon's pid in its own PID namespace, PID 1 in every container) and
   decides nothing: whether the ring's daemon is alive, or anyone uses the ring, is told by
-  the locks on its file (``shared.holds``). The random part makes the name unguessable,
+  the locks on its file (``shared.transport.holds``). The random part makes the name unguessable,
   so nobody can squat the next ring name before the daemon creates it.
 """
 
@@ -27,9 +27,10 @@ import secrets
 from dataclasses import dataclass
 
 PREFIX = "pixpool"
-# The default store (``shared.store``): every function here that touches files takes
-# ``store``, the directory the segments live in, and falls back to this one.
-SHM_DIR = "/dev/shm"
+# The default store, the one constant for it (``DaemonConfig.store``, every ``--store`` flag and
+# every function that takes ``store`` fall back to it): a tmpfs on every Linux machine.
+# ``shared.transport.store`` says what a store is.
+DEFAULT_STORE = "/dev/shm"
 
 # Snapshot segments: one header+index segment, one image arena, one target segment.
 SNAPSHOT_PARTS = ("meta", "img", "tgt")
@@ -127,13 +128,13 @@ def group_of(name: str) -> str:
 
 def shm_path(name: str, store: str | None = None) -> str:
     """The file of segment ``name`` in ``store`` (default /dev/shm)."""
-    return os.path.join(store or SHM_DIR, name)
+    return os.path.join(store or DEFAULT_STORE, name)
 
 
 def list_segments(store: str | None = None) -> list[str]:
     """Names of every segment in ``store`` (default /dev/shm) that carries the project's prefix."""
     try:
-        names = os.listdir(store or SHM_DIR)
+        names = os.listdir(store or DEFAULT_STORE)
     except FileNotFoundError:
         return []
     return sorted(n for n in names if n.startswith(PREFIX))

@@ -3,7 +3,7 @@
 Code both sides import: the monitor and the memory reports measure processes; ``pixpool
 clean``/``ls`` show which pids map a segment, as far as this PID namespace sees. Nothing
 here decides whether a segment is in use or a daemon alive: /proc shows only this PID
-namespace's processes, and that is ``shared.holds``' job (locks on the files themselves).
+namespace's processes, and that is ``shared.transport.holds``' job (locks on the files themselves).
 Nothing is estimated where it can be measured: per-process RSS/USS/PSS come from the
 kernel's ``/proc/PID/smaps_rollup``, and how much of each pid's mapping of pixpool
 segments is resident (and its PSS share) from ``/proc/PID/smaps``.
@@ -24,15 +24,15 @@ from dataclasses import dataclass, field
 
 import psutil
 
-from .names import PREFIX, SHM_DIR
+from .names import DEFAULT_STORE, PREFIX
 
-_SHM_PREFIX_PATH = os.path.join(SHM_DIR, PREFIX)
+_DEFAULT_PREFIX_PATH = os.path.join(DEFAULT_STORE, PREFIX)
 
 
 def _prefix_path(store: str | None) -> str:
     """What the path of every pixpool segment of ``store`` starts with (a canonical path:
     the kernel shows mapped files by their real path)."""
-    return _SHM_PREFIX_PATH if store is None else os.path.join(store, PREFIX)
+    return _DEFAULT_PREFIX_PATH if store is None else os.path.join(store, PREFIX)
 
 
 # -- /proc parsing (pure) ------------------------------------------------------------------
@@ -93,7 +93,7 @@ def _read_text(path: str) -> str | None:
 def segment_users(store: str | None = None) -> dict[str, set[int]]:
     """pixpool segment name (in ``store``, default /dev/shm) -> live pids that map it or hold
     it open (unreadable pids skipped; only processes in this PID namespace are seen, so this
-    describes and measures; ``shared.holds`` decides "in use")."""
+    describes and measures; ``shared.transport.holds`` decides "in use")."""
     users: dict[str, set[int]] = {}
     me_prefix = _prefix_path(store)
     for entry in os.listdir("/proc"):

@@ -37,14 +37,14 @@ daemon at creation and never sent over a socket. A trainer that reads it back th
 store path it was told has proved it maps this very file (same store, whatever its host
 name or PID namespace), and the daemon then delivers batches in place; otherwise as frames.
 
-Holds (``shared.holds``): the daemon's mapping holds the ring's ``CREATOR`` lock and the
+Holds (``shared.transport.holds``): the daemon's mapping holds the ring's ``CREATOR`` lock and the
 trainer's its ``CONSUMER`` lock, for as long as each maps it, in whatever PID namespace.
 So a trainer knows its daemon is gone when the creator lock is (``daemon_alive``), and a
 ring nobody holds is a dead daemon's leftover, whatever pid its name carries: the trainer
 that moves on is the last one out and removes it (``leave``), and every daemon sweeps
 such rings (``server.daemon.admission.sweep_rings``).
 
-The segment is a ``shared.shm.SharedSegment`` (a file in the daemon's store, never registered with
+The segment is a ``shared.transport.shm.SharedSegment`` (a file in the daemon's store, never registered with
 multiprocessing's resource tracker: bpo-39959). Its whole size is reserved at creation,
 so a full /dev/shm is a clear ``CapacityError`` now rather than a SIGBUS in a worker later,
 and the ring's cost shows in /dev/shm at once.
@@ -63,7 +63,7 @@ import numpy as np
 
 from ..errors import CapacityError, ConfigError, SnapshotError
 from . import holds
-from .names import SHM_DIR
+from .names import DEFAULT_STORE
 from .shm import SharedSegment, unlink_segment
 from .store import free_nbytes
 
@@ -166,7 +166,7 @@ class Ring:
 
     @classmethod
     def create(cls, name: str, layout: RingLayout, *, store: str | None = None) -> "Ring":
-        where = store or SHM_DIR
+        where = store or DEFAULT_STORE
         try:
             segment = SharedSegment.create(name, layout.nbytes, reserve=True, store=store)
         except OSError as exc:

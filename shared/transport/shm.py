@@ -1,4 +1,4 @@
-"""One segment: a file in a store (``shared.store``; /dev/shm by default) mapped with ``mmap``.
+"""One segment: a file in a store (``shared.transport.store``; /dev/shm by default) mapped with ``mmap``.
 
 Runs in every process that touches shared memory. The process that ``create``s a
 segment owns it and is the only one that may ``unlink`` it; every other process
@@ -32,7 +32,7 @@ the expected size. Anything else is ``UntrustedSegmentError`` naming the file, i
 and mode, and what to do. ``create`` is ``O_EXCL`` with mode 0600: it never adopts an
 existing file.
 
-Holds (``shared.holds``): every mapping made here holds an open-file-description read lock
+Holds (``shared.transport.holds``): every mapping made here holds an open-file-description read lock
 on its file for as long as the mapping lives (the creator's also on ``CREATOR``; a
 consumer's, e.g. a ring's trainer, on ``CONSUMER``), so any process that shares the store,
 in any PID namespace, can tell that the segment is in use. ``attach`` takes the lock, then
@@ -51,7 +51,7 @@ import weakref
 
 from ..errors import UntrustedSegmentError
 from . import holds
-from .names import SHM_DIR, expected_owner
+from .names import DEFAULT_STORE, expected_owner
 
 _MODE = 0o600
 
@@ -59,7 +59,7 @@ _MODE = 0o600
 def _segment_path(name: str, store: str | None = None) -> str:
     if not name or "/" in name or name in (".", ".."):
         raise ValueError(f"invalid shared-memory name {name!r}: one path component, no '/'")
-    return os.path.join(store or SHM_DIR, name)
+    return os.path.join(store or DEFAULT_STORE, name)
 
 
 def _user(uid: int) -> str:
@@ -79,7 +79,7 @@ def check_trusted(
     path = _segment_path(name, store)
     mode = stat.S_IMODE(st.st_mode)
     owner = expected_owner(name)
-    clean = f"pixpool clean{'' if (store or SHM_DIR) == SHM_DIR else ' --store ' + store} {name}"
+    clean = f"pixpool clean{'' if (store or DEFAULT_STORE) == DEFAULT_STORE else ' --store ' + store} {name}"
     if not stat.S_ISREG(st.st_mode):
         raise UntrustedSegmentError(
             f"{path} is not a regular file (mode {st.st_mode:o}); pixpool maps only its own segment files. "
@@ -135,7 +135,7 @@ def open_trusted(
 
 
 def open_held(name: str, *, writable: bool = False, store: str | None = None) -> int:
-    """``open_trusted``, holding the file as a mapping would (``shared.holds``): for a process
+    """``open_trusted``, holding the file as a mapping would (``shared.transport.holds``): for a process
     that writes a segment through a descriptor (``pwrite``) rather than a mapping. The hold
     lasts until the caller closes the descriptor. FileNotFoundError where it is being removed."""
     fd = open_trusted(name, writable=writable, store=store)
@@ -196,13 +196,13 @@ class SharedSegment:
         store: str | None = None,
     ):
         self.name = name
-        self.store = store or SHM_DIR
+        self.store = store or DEFAULT_STORE
         self.nbytes = nbytes
         self.owner = owner
         self.writable = writable
         self.inode = inode  # which file this mapping is: ``present`` compares it
         self._mm: mmap.mmap | None = mm
-        self._fd = fd  # holds this mapping's locks (shared.holds); open until close()
+        self._fd = fd  # holds this mapping's locks (shared.transport.holds); open until close()
         self._finalizer = weakref.finalize(self, _close_mapping, mm, fd)
 
     # -- construction ---------------------------------------------------------------

@@ -12,7 +12,7 @@ directory itself must not let anyone else swap them: ``check_store`` refuses a s
 is not a directory, or that a user other than us and root owns, or that group or others
 may write without the sticky bit (the sticky bit, as on /dev/shm and /tmp, keeps others
 from removing or renaming our files). The files in it are checked one by one as before
-(``shared.shm``). A store on a network file system (NFS, SMB, ...) is refused: machines
+(``shared.transport.shm``). A store on a network file system (NFS, SMB, ...) is refused: machines
 mapping one file there do not see each other's writes in order.
 
 Figures: free and total bytes of the store's file system (``statvfs``), whether it is
@@ -32,8 +32,8 @@ import stat
 import numpy as np
 
 from ..errors import ConfigError
+from .names import DEFAULT_STORE
 
-DEFAULT_STORE = "/dev/shm"
 # File systems whose pages are memory: a snapshot there must fit in RAM (and swap).
 MEMORY_FS_TYPES = frozenset({"tmpfs", "ramfs", "hugetlbfs"})
 # File systems shared between machines: a mapping there is not kept coherent across them,

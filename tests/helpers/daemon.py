@@ -19,7 +19,7 @@ import numpy as np
 from pixpool.server.daemon.run import run_daemon, stop_process
 from pixpool.shared.stream.config import DaemonConfig
 from pixpool.shared.transport.control import request_status
-from pixpool.shared.transport.names import list_segments, ring_prefix
+from pixpool.shared.transport.names import DEFAULT_STORE, list_segments, ring_prefix
 
 WAIT_S = 60.0
 
@@ -69,7 +69,7 @@ def kill_children_of(pid: int) -> None:
     psutil.wait_procs(children, timeout=10)
 
 
-def remove_rings_of(pid: int, store: str = "/dev/shm") -> list[str]:
+def remove_rings_of(pid: int, store: str = DEFAULT_STORE) -> list[str]:
     left = [n for n in list_segments(store) if n.startswith(ring_prefix(pid))]
     for n in left:
         try:

@@ -120,7 +120,10 @@ def test_metrics_endpoint_scraped_and_parsed(synthetic_data):
         "pixpool_ring_bytes",
         "pixpool_trainer_batches_total",
         "pixpool_worker_busy_seconds_total",
-        "pixpool_shm_free_bytes",
+        "pixpool_store_free_bytes",
+        "pixpool_store_size_bytes",
+        "pixpool_shm_free_bytes",  # deprecated names, kept for one release
+        "pixpool_shm_size_bytes",
     ):
         assert name in samples, name
     snap = {s.labels["segment"]: s.value for s in samples["pixpool_snapshot_bytes"]}
@@ -191,9 +194,13 @@ def test_prepare_over_budget_is_refused_before_allocating(synthetic_data, capsys
     assert created_by_me(before) == []
 
 
-def test_low_shm_is_reported(synthetic_data):
-    with real_daemon(synthetic_data.coco_json, imgsz=IMGSZ, workers=1, shm_warn_free_nbytes=1 << 60) as (_, d):
+def test_low_store_is_reported(synthetic_data):
+    with real_daemon(synthetic_data.coco_json, imgsz=IMGSZ, workers=1, store_warn_free_nbytes=1 << 60) as (_, d):
         st = wait_for(
-            lambda: (s := ask_status(d)) and s["daemon"]["shm_low"] and s, 10, "the liveness tick that checks /dev/shm"
+            lambda: (s := ask_status(d)) and s["daemon"]["store_low"] and s,
+            10,
+            "the liveness tick that checks the store",
         )
-        assert st["daemon"]["shm_warn_free_nbytes"] == 1 << 60
+        assert st["daemon"]["store_warn_free_nbytes"] == 1 << 60
+        # The deprecated names say the same, for one release.
+        assert st["daemon"]["shm_low"] is True and st["daemon"]["shm_warn_free_nbytes"] == 1 << 60

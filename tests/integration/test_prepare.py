@@ -310,7 +310,7 @@ def test_snapshot_being_prepared_by_live_process_is_waited_for_then_refused(synt
     base = base_name(fingerprint(dataset, imgsz=160))
     seg = SharedSegment.create(base + "-meta", 4096)  # incomplete: no header, no mark
     # The preparer is another process holding the segment as every pixpool mapping does
-    # (shared.holds); this process lets go of its own mapping once that one holds it.
+    # (shared.transport.holds); this process lets go of its own mapping once that one holds it.
     holder = subprocess.Popen(
         [sys.executable, "-c", "import sys; from pixpool.shared.transport.shm import SharedSegment; "
          "s = SharedSegment.attach(sys.argv[1]); "

@@ -369,7 +369,7 @@ def test_sigkill_during_prepare_then_clean_removes_everything(coco128, tmp_path)
 
 
 def test_clean_decisions():
-    """What ``clean`` keeps is what is held (``shared.holds``), whatever pid a ring's name
+    """What ``clean`` keeps is what is held (``shared.transport.holds``), whatever pid a ring's name
     carries: a ring of "live" pid 1 nobody holds goes, a held one stays with its state."""
     from pixpool.server.commands.snapshots import plan_clean
     from pixpool.shared.transport.holds import Holds

@@ -111,7 +111,7 @@ def test_worker_still_starting_at_the_end_is_stopped_cleanly(synthetic_data):
 
 
 def test_decode_workers_are_spawned():
-    # DESIGN: workers start with spawn; a fork would inherit OpenCV's and OpenBLAS's pools.
+    # Decoders start with spawn: a fork would inherit OpenCV's and OpenBLAS's thread pools.
     assert prepare.decode_context().get_start_method() == "spawn"
 
 

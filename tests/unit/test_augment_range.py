@@ -1,7 +1,7 @@
 """``render_range``: any split of a batch into sample ranges is, concatenated, ``render_batch``.
 
 This is what lets every worker render a part of one ring slot: the bytes a trainer gets
-must not depend on how many workers there were (invariant 2).
+must not depend on how many workers there were (invariant 2, ``docs/invariants.md``).
 """
 
 from __future__ import annotations

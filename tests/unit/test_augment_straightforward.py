@@ -246,7 +246,7 @@ def test_standalone_hsv_equals_the_numpy_integer_hsv() -> None:
 
 def test_hsv_with_and_without_table_lookups_equals_the_numpy_integer_hsv() -> None:
     # The rows skip the lookups when the tables are a hue shift and two clipped gains (what
-    # shared.hsv_tables builds; the kernel checks every entry per call) and look up any
+    # shared.stream.hsv_tables builds; the kernel checks every entry per call) and look up any
     # other tables. Both on a grid of colours that meets every hue sector, grey and clip.
     from pixpool.server.augment import _kernel
     from pixpool.server.augment.kernel import apply_hsv_rgb

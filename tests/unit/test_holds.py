@@ -1,4 +1,4 @@
-"""The one rule for "in use" (``shared.holds``), on segments of this process.
+"""The one rule for "in use" (``shared.transport.holds``), on segments of this process.
 
 Unit tests: no process is started. OFD locks belong to open file descriptions, not to
 processes, so a second ``open`` in this very process is another holder, exactly as a

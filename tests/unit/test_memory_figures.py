@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 
 import pytest
 
@@ -112,3 +113,46 @@ def test_plot_draws_training_results(tmp_path):
     out = plot_any(read_record(record), tmp_path / "results.png")
     with Image.open(out) as im:
         assert im.size == (1200, 800) and len(im.convert("L").getcolors(256)) > 16
+
+
+def _idle_status(store) -> dict:
+    """A daemon's status reply with no snapshot segment and no trainer, the daemon being this process."""
+    snapshot = {"name": "", "segments": [], "records": 0, "decoded_bytes": 0}
+    return {
+        "daemon": {"pid": os.getpid(), "store": str(store), "worker_restarts": 0},
+        "snapshot": snapshot,
+        "splits": {"train": snapshot},
+        "workers": [],
+        "trainers": [],
+    }
+
+
+def test_memory_report_has_the_store_block_and_the_deprecated_shm_copy(tmp_path):
+    from pixpool.client.memory import memory_report
+    from pixpool.client.view import memory_lines
+
+    report = memory_report(_idle_status(tmp_path))
+    store, vfs = report["store"], os.statvfs(tmp_path)
+    assert store["path"] == str(tmp_path) and store["size_bytes"] == vfs.f_blocks * vfs.f_frsize
+    # The old block: the same two figures of the same measurement, under their old names.
+    assert report["shm"] == {"size_bytes": store["size_bytes"], "free_bytes": store["free_bytes"]}
+    assert json.loads(json.dumps(report))["shm"] == report["shm"]  # what `pixpool memory --json` prints
+    text = memory_lines(report).plain
+    assert f"{tmp_path}: " in text and "free of" in text
+
+
+def test_metrics_have_store_names_and_the_deprecated_shm_names(tmp_path):
+    pytest.importorskip("prometheus_client")
+    from pixpool.server.daemon.metrics import Metrics, _Collector
+
+    metrics = Metrics("127.0.0.1", 0)  # not started: the collector reads what was published
+    metrics.publish(_idle_status(tmp_path))
+    families = {f.name: f for f in _Collector(metrics).collect()}
+    vfs = os.statvfs(tmp_path)
+    size = vfs.f_blocks * vfs.f_frsize
+    assert families["pixpool_store_size_bytes"].samples[0].value == size
+    for kind in ("free", "size"):
+        new, old = families[f"pixpool_store_{kind}_bytes"], families[f"pixpool_shm_{kind}_bytes"]
+        assert old.samples[0].value == new.samples[0].value and old.type == new.type == "gauge"
+        assert old.documentation.startswith(f"Deprecated: use pixpool_store_{kind}_bytes")
+        assert "Deprecated" not in new.documentation

@@ -4,6 +4,7 @@ the synthetic set give the same images, classes, boxes and polygons."""
 from __future__ import annotations
 
 import json
+import logging
 import os
 from pathlib import Path
 
@@ -203,3 +204,38 @@ def test_coco_reader_prints_nothing(synthetic_data, capsys):
     """pycocotools prints progress to stdout; `pixpool prepare --json` output must stay one object."""
     load_dataset(synthetic_data.coco_json)
     assert capsys.readouterr().out == ""
+
+
+def _label_warnings(caplog) -> list[str]:
+    return [r.getMessage() for r in caplog.records if "no label file" in r.getMessage()]
+
+
+def test_images_without_labels_are_warned_once_when_val_is_the_train_folder(synthetic_copy, caplog):
+    # The synthetic data.yaml (the demo's) serves its train: folder as val: too; image 9 has no label file.
+    from pixpool.server.daemon.run import _datasets
+    from pixpool.shared.stream.config import DaemonConfig
+
+    caplog.set_level(logging.WARNING, logger="pixpool.server.readers")
+    assert set(_datasets(DaemonConfig(data=str(synthetic_copy / "data.yaml")))) == {"train", "val"}
+    warned = _label_warnings(caplog)
+    assert len(warned) == 1, warned
+    assert "1 of 24 images have no label file" in warned[0] and "labels/train/synth_0009.txt" in warned[0]
+
+
+def test_a_val_folder_missing_other_labels_is_warned_about_too(synthetic_copy, caplog):
+    import shutil
+
+    from pixpool.server.daemon.run import _datasets
+    from pixpool.shared.stream.config import DaemonConfig
+
+    shutil.copytree(synthetic_copy / "images" / "train", synthetic_copy / "images" / "val")
+    shutil.copytree(synthetic_copy / "labels" / "train", synthetic_copy / "labels" / "val")
+    (synthetic_copy / "labels" / "val" / "synth_0005.txt").unlink()
+    yaml_path = synthetic_copy / "data.yaml"
+    yaml_path.write_text(yaml_path.read_text().replace("val: images/train", "val: images/val"))
+    caplog.set_level(logging.WARNING, logger="pixpool.server.readers")
+    _datasets(DaemonConfig(data=str(yaml_path)))
+    warned = _label_warnings(caplog)
+    assert len(warned) == 2, warned
+    assert "1 of 24" in warned[0] and "labels/train/synth_0009.txt" in warned[0]
+    assert "2 of 24" in warned[1] and "labels/val/synth_0005.txt" in warned[1]
