@@ -29,7 +29,7 @@ DAEMON = DaemonConfig(
     store="/mnt/store", socket_dir="/run/px", tcp="0.0.0.0:5555", keys_dir="/etc/px-keys", keep_snapshot=True,
     heartbeat_timeout_s=3.5, job_timeout_s=99.0, straggler_factor=2.5, straggler_min_s=0.75, max_ring_nbytes=(1 << 30) + 3,
     max_total_ring_nbytes=5 << 30, max_trainers=9, max_trainers_per_client=4, memory_budget_nbytes=(8 << 30) + 1,
-    shm_warn_free_nbytes=123456789, metrics_port=9100, metrics_host="0.0.0.0",
+    store_warn_free_nbytes=123456789, metrics_port=9100, metrics_host="0.0.0.0",
 )  # fmt: skip
 
 
