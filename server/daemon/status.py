@@ -97,8 +97,8 @@ def build_status(d) -> dict:
         "redispatched_jobs": d.supervisor.redispatched,
         "heartbeat_timeout_s": cfg.heartbeat_timeout_s,
         "memory_budget_nbytes": cfg.memory_budget_nbytes,
-        "shm_warn_free_nbytes": d.shm_watch.warn_free_nbytes,
-        "shm_low": d.shm_watch.low,
+        "shm_warn_free_nbytes": d.store_watch.warn_free_nbytes,
+        "shm_low": d.store_watch.low,
         "metrics": f"http://{cfg.metrics_host}:{cfg.metrics_port}/metrics" if cfg.metrics_port else "",
         "trainers_total": len(d.sessions),
     }
