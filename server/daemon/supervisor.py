@@ -286,8 +286,7 @@ class Supervisor:
             if not idle:
                 return
             w = holders[0]
-            stream = self.scheduler.streams.get(w.job.trainer_id)
-            if stream is None or stream.generation != w.job.generation:
+            if not self.scheduler.still_wanted(w.job):
                 continue  # abandoned work: its result is dropped anyway
             if len(holders) == 1 and now - w.job_started > after:
                 spare = idle.pop(0)
