@@ -95,7 +95,6 @@ static inline void v_quant16(const float *src, uint8_t *dst) {
 #endif
 
 #define MAX_TILES 4
-#define FILL 114.0f
 #define CLS_ZERO (-1)
 #define CLS_MIXED (-2)
 
@@ -104,6 +103,7 @@ typedef struct {
     const char *end;  /* one past the image's last byte: no vector load reaches beyond it */
     Py_ssize_t row;   /* bytes per row */
     int u8;           /* uint8 pixels (else float32) */
+    float fill;       /* what a uint8 tap subtracts: the caller's fill (the snapshot header's) */
     int ox, oy;       /* canvas position of pixel (0, 0) */
     int xa0, ya0, xa1, ya1;
 } Tile;
@@ -121,7 +121,7 @@ typedef struct {
 static inline float tap(const Tile *t, int cx, int cy, int c) {
     const char *p = t->base + (Py_ssize_t)(cy - t->oy) * t->row;
     Py_ssize_t i = (Py_ssize_t)(cx - t->ox) * 3 + c;
-    if (t->u8) return (float)((const uint8_t *)p)[i] - FILL;
+    if (t->u8) return (float)((const uint8_t *)p)[i] - t->fill;
     return ((const float *)p)[i];
 }
 
@@ -164,7 +164,7 @@ static inline __attribute__((always_inline)) void bilerp_tile(const Tile *t, int
     if (t->u8) {
         const uint8_t *a = (const uint8_t *)r0 + o, *b = (const uint8_t *)(r0 + t->row) + o;
         if ((const char *)(b + 7) > t->end) goto scalar;
-        const v4 fill = V_SET(FILL);
+        const v4 fill = V_SET(t->fill);
         p00 = V_SUB(v_load_u8(a), fill), p01 = V_SUB(v_load_u8(a + 3), fill);
         p10 = V_SUB(v_load_u8(b), fill), p11 = V_SUB(v_load_u8(b + 3), fill);
     } else {
@@ -293,7 +293,7 @@ static void axis_row(Axis *A, const Layer *L, int size, int y, float *dst) {
                 for (int x = run[0]; x < run[1]; x++) bilerp_tile(t, A->x0[x], r0, V_SET(A->fx[x]), V_SET(A->ifx[x]), vfy, vify, dst + 3 * x);
             } else if (t->u8) {
                 const uint8_t *a0 = (const uint8_t *)r0p - (Py_ssize_t)t->ox * 3, *b0 = a0 + t->row;
-                const v4 fill = V_SET(FILL);
+                const v4 fill = V_SET(t->fill);
                 for (int x = run[0]; x < run[1]; x++) {
                     const uint8_t *a = a0 + (Py_ssize_t)A->x0[x] * 3, *b = b0 + (Py_ssize_t)A->x0[x] * 3;
                     v4 fx = V_SET(A->fx[x]), ifx = V_SET(A->ifx[x]);
@@ -441,7 +441,7 @@ static void release_layer(Layer *L) {
     L->nviews = 0;
 }
 
-static int parse_layer(PyObject *obj, Layer *L, int size) {
+static int parse_layer(PyObject *obj, Layer *L, int size, float fill) {
     PyObject *inv, *tiles, *mask;
     memset(L, 0, sizeof(*L));
     if (!PyArg_ParseTuple(obj, "OOO", &inv, &tiles, &mask)) return -1;
@@ -480,7 +480,7 @@ static int parse_layer(PyObject *obj, Layer *L, int size) {
             PyErr_SetString(PyExc_ValueError, "a tile rectangle reaches outside its image");
             return -1;
         }
-        t->base = (const char *)view->buf, t->end = t->base + view->len, t->row = view->strides[0], t->u8 = u8;
+        t->base = (const char *)view->buf, t->end = t->base + view->len, t->row = view->strides[0], t->u8 = u8, t->fill = fill;
         if (L->ntiles == 0) L->bx0 = t->xa0, L->by0 = t->ya0, L->bx1 = t->xa1, L->by1 = t->ya1;
         else {
             L->bx0 = t->xa0 < L->bx0 ? t->xa0 : L->bx0, L->by0 = t->ya0 < L->by0 ? t->ya0 : L->by0;
@@ -525,9 +525,12 @@ static int is_axis(const Layer *L) { return L->m[1] == 0.0 && L->m[3] == 0.0 && 
 
 static PyObject *py_render(PyObject *self, PyObject *args) {
     int size, flip_ud, flip_lr;
-    double ratio_d;
+    double ratio_d, fill_d;
     PyObject *out_obj, *floats_obj, *layers_obj, *tables_obj;
-    if (!PyArg_ParseTuple(args, "iOOOppdO", &size, &out_obj, &floats_obj, &layers_obj, &flip_ud, &flip_lr, &ratio_d, &tables_obj)) return NULL;
+    if (!PyArg_ParseTuple(args, "iOOOppdOd", &size, &out_obj, &floats_obj, &layers_obj, &flip_ud, &flip_lr, &ratio_d, &tables_obj, &fill_d)) return NULL;
+    /* The fill the snapshot was centred by (its header's, checked at attach): added back to
+     * every resampled value, and subtracted from every uint8 tap. */
+    const float fillf = (float)fill_d;
     if (size <= 0 || !PyTuple_Check(layers_obj) || PyTuple_GET_SIZE(layers_obj) < 1 || PyTuple_GET_SIZE(layers_obj) > 2) {
         PyErr_SetString(PyExc_ValueError, "size > 0 and a tuple of 1 or 2 layers are required");
         return NULL;
@@ -541,7 +544,7 @@ static PyObject *py_render(PyObject *self, PyObject *args) {
     float *rows = NULL;
     PyObject *result = NULL;
     for (int i = 0; i < nl; i++) {
-        if (parse_layer(PyTuple_GET_ITEM(layers_obj, i), &layers[i], size) < 0) {
+        if (parse_layer(PyTuple_GET_ITEM(layers_obj, i), &layers[i], size, fillf) < 0) {
             release_layer(&layers[i]);
             goto done;
         }
@@ -614,7 +617,7 @@ static PyObject *py_render(PyObject *self, PyObject *args) {
                 if (nl == 2) layer_strip(&layers[1], axis_ok[1] ? &axes[1] : NULL, size, y, ny, sb, frow, tmp);
             }
             float *ra = sa + k * frow, *rb = sb + k * frow;
-            const v4 fill = V_SET(FILL);
+            const v4 fill = V_SET(fillf);
             if (nl == 2) {
                 const v4 vr = V_SET(ratio), vir = V_SET(iratio);
                 for (int i = 0; i < n3; i += 4) V_STORE(ra + i, V_ADD(V_MUL(V_ADD(V_LOAD(ra + i), fill), vr), V_MUL(V_ADD(V_LOAD(rb + i), fill), vir)));
@@ -766,7 +769,7 @@ static PyObject *py_hsv_lookup_free(PyObject *self, PyObject *args) {
 }
 
 static PyMethodDef methods[] = {
-    {"render", py_render, METH_VARARGS, "render(size, out, floats, layers, flip_ud, flip_lr, ratio, tables): one sample in one pass"},
+    {"render", py_render, METH_VARARGS, "render(size, out, floats, layers, flip_ud, flip_lr, ratio, tables, fill): one sample in one pass"},
     {"simd", py_simd, METH_NOARGS, "simd(): the HSV lane width in use (4 or 8)"},
     {"hsv_lookup_free", py_hsv_lookup_free, METH_VARARGS, "hsv_lookup_free(tables): whether the HSV rows evaluate these tables without lookups (tests)"},
     {"hsv", py_hsv, METH_VARARGS, "hsv(image, tables): the integer HSV jitter, in place on uint8 (..., 3) RGB"},
