@@ -47,6 +47,7 @@ here before re-raising.
 
 from __future__ import annotations
 
+import errno
 import logging
 import os
 import signal
@@ -358,7 +359,7 @@ def _build(
                 f"snapshot {base!r} appeared while preparing ({exc.filename}): another process is preparing it"
             ) from None
         except OSError as exc:
-            if exc.errno in (28, 12):  # ENOSPC, ENOMEM
+            if exc.errno in (errno.ENOSPC, errno.ENOMEM):
                 raise CapacityError(
                     f"the store {store} could not reserve {sum(sizes.values())} bytes for snapshot {base!r} ({exc.strerror}); "
                     f"use a smaller --imgsz, enlarge {store} or choose another --store"
