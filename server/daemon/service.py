@@ -15,8 +15,9 @@ wires four parts together and owns none of their details:
   a ring, exactly once per announcement), and ``delivery`` sends it the trainer's way.
 
 The loop is single-threaded: one ``zmq.Poller`` watches the sockets and every worker's
-pipe. Each turn it 1. handles trainer messages (``shared.protocol``; anything malformed
-gets an ``error`` reply with a declared code and the loop goes on), 2. collects finished
+pipe. Each turn it 1. handles trainer messages (``shared.stream.protocol``, dispatched through
+the op -> handler tables at the end of this module; anything malformed gets an ``error``
+reply with a declared code and the loop goes on), 2. collects finished
 jobs and announces batches in order, 3. every ``_LIVENESS_EVERY_S`` kills stuck workers,
 replaces dead ones and detaches trainers that are gone or silent (and every
 ``sweeps.SWEEP_EVERY_S`` removes rings nobody holds: a killed daemon's), 4. hands free
