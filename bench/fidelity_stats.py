@@ -31,7 +31,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-FILL = 114
+from pixpool.shared.stream.config import FILL_VALUE
+
+FILL = int(FILL_VALUE)  # the fill as a uint8 pixel value
 
 
 def ks_statistic(a: np.ndarray, b: np.ndarray) -> float:

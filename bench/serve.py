@@ -63,7 +63,7 @@ COCO128 = (
 
 
 class Uint8CacheSource:
-    """ImageSource over a uint8 decoded cache: centre (float32 - 114) on every use."""
+    """ImageSource over a uint8 decoded cache: centre (float32 - FILL_VALUE) on every use."""
 
     def __init__(self, dataset, imgsz: int):
         from pixpool.server.snapshot.decode import decode_bgr, resize_long_side

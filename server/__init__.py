@@ -35,7 +35,7 @@ _WHERE = {
     "render_batch": "augment.batch",
     "run_daemon": "daemon.run",
     "stop_process": "daemon.run",
-    "preflight": "daemon.admission",
+    "preflight": "daemon.preflight",
     "Daemon": "daemon.service",
 }
 

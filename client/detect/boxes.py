@@ -22,11 +22,6 @@ def xywh_to_xyxy(boxes: torch.Tensor) -> torch.Tensor:
     return torch.cat((centre - size / 2, centre + size / 2), -1)
 
 
-def xyxy_to_xywh(boxes: torch.Tensor) -> torch.Tensor:
-    top_left, bottom_right = boxes[..., :2], boxes[..., 2:4]
-    return torch.cat(((top_left + bottom_right) / 2, bottom_right - top_left), -1)
-
-
 def box_area(boxes: torch.Tensor) -> torch.Tensor:
     return (boxes[..., 2] - boxes[..., 0]).clamp(min=0) * (boxes[..., 3] - boxes[..., 1]).clamp(min=0)
 

@@ -14,8 +14,6 @@ from typing import Any
 
 from . import hyp, require_ultralytics
 
-PIXPOOL_KEYS = ("socket_dir", "workers")
-
 
 @contextmanager
 def _environment(values: dict[str, str | None]) -> Iterator[None]:

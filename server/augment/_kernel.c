@@ -95,7 +95,6 @@ static inline void v_quant16(const float *src, uint8_t *dst) {
 #endif
 
 #define MAX_TILES 4
-#define FILL 114.0f
 #define CLS_ZERO (-1)
 #define CLS_MIXED (-2)
 
@@ -104,6 +103,7 @@ typedef struct {
     const char *end;  /* one past the image's last byte: no vector load reaches beyond it */
     Py_ssize_t row;   /* bytes per row */
     int u8;           /* uint8 pixels (else float32) */
+    float fill;       /* what a uint8 tap subtracts: the caller's fill (the snapshot header's) */
     int ox, oy;       /* canvas position of pixel (0, 0) */
     int xa0, ya0, xa1, ya1;
     int yfast; /* the last y0 whose vector reads of taps up to x0 = xa1 - 2 stay inside the image */
@@ -122,7 +122,7 @@ typedef struct {
 static inline float tap(const Tile *t, int cx, int cy, int c) {
     const char *p = t->base + (Py_ssize_t)(cy - t->oy) * t->row;
     Py_ssize_t i = (Py_ssize_t)(cx - t->ox) * 3 + c;
-    if (t->u8) return (float)((const uint8_t *)p)[i] - FILL;
+    if (t->u8) return (float)((const uint8_t *)p)[i] - t->fill;
     return ((const float *)p)[i];
 }
 
@@ -165,7 +165,7 @@ static inline __attribute__((always_inline)) void bilerp_tile(const Tile *t, int
     if (t->u8) {
         const uint8_t *a = (const uint8_t *)r0 + o, *b = (const uint8_t *)(r0 + t->row) + o;
         if ((const char *)(b + 7) > t->end) goto scalar;
-        const v4 fill = V_SET(FILL);
+        const v4 fill = V_SET(t->fill);
         p00 = V_SUB(v_load_u8(a), fill), p01 = V_SUB(v_load_u8(a + 3), fill);
         p10 = V_SUB(v_load_u8(b), fill), p11 = V_SUB(v_load_u8(b + 3), fill);
     } else {
@@ -308,7 +308,7 @@ static void axis_hrow(Axis *A, const Layer *L, int size, int r, float *dst) {
                     for (int c = 0; c < 3; c++) dst[3 * x + c] = tap(t, A->x0[x], r, c) * A->ifx[x] + tap(t, A->x0[x] + 1, r, c) * A->fx[x];
             } else if (t->u8) {
                 const uint8_t *a0 = (const uint8_t *)rp - (Py_ssize_t)t->ox * 3;
-                const v4 fill = V_SET(FILL);
+                const v4 fill = V_SET(t->fill);
                 for (int x = run[0]; x < run[1]; x++) {
                     const uint8_t *a = a0 + (Py_ssize_t)A->x0[x] * 3;
                     V_STORE(dst + 3 * x, V_ADD(V_MUL(V_SUB(v_load_u8(a), fill), V_SET(A->ifx[x])), V_MUL(V_SUB(v_load_u8(a + 3), fill), V_SET(A->fx[x]))));
@@ -421,7 +421,7 @@ static void general_classes(const Layer *L, int n, Segment *S) {
 static void general_run_u8(const Tile *t, const Segment *S, int i0, int i1, float *dst) {
     const uint8_t *base = (const uint8_t *)t->base;
     const Py_ssize_t row = t->row;
-    const v4 fill = V_SET(FILL), one = V_SET(1.0f);
+    const v4 fill = V_SET(t->fill), one = V_SET(1.0f);
     for (int i = i0; i < i1; i++) {
         const uint8_t *a = base + S->off[i], *b = a + row;
         const v4 fx = V_SET(S->fx[i]), fy = V_SET(S->fy[i]), ifx = V_SUB(one, fx), ify = V_SUB(one, fy);
@@ -508,7 +508,7 @@ static int segment_class(const Layer *L, int persp, int xa, int n, int y) {
 static void general_uniform(const Layer *L, const Tile *t, int persp, int xa, int n, int y, float *dst) {
     const double *m = L->m;
     const double yd = (double)y, cu = m[1] * yd + m[2], cv = m[4] * yd + m[5], cw = m[7] * yd + m[8];
-    const v4 one = V_SET(1.0f), fill = V_SET(FILL);
+    const v4 one = V_SET(1.0f), fill = V_SET(t->fill);
     const Py_ssize_t row = t->row, step = t->u8 ? 3 : 12, origin = -(Py_ssize_t)t->oy * row - (Py_ssize_t)t->ox * step;
     /* Where the next output row reads (about u + m1, v + m4): fetched while this row computes.
      * A hint only; the values do not depend on it. */
@@ -649,7 +649,7 @@ static void release_layer(Layer *L) {
     L->nviews = 0;
 }
 
-static int parse_layer(PyObject *obj, Layer *L, int size) {
+static int parse_layer(PyObject *obj, Layer *L, int size, float fill) {
     PyObject *inv, *tiles, *mask;
     memset(L, 0, sizeof(*L));
     if (!PyArg_ParseTuple(obj, "OOO", &inv, &tiles, &mask)) return -1;
@@ -688,7 +688,7 @@ static int parse_layer(PyObject *obj, Layer *L, int size) {
             PyErr_SetString(PyExc_ValueError, "a tile rectangle reaches outside its image");
             return -1;
         }
-        t->base = (const char *)view->buf, t->end = t->base + view->len, t->row = view->strides[0], t->u8 = u8;
+        t->base = (const char *)view->buf, t->end = t->base + view->len, t->row = view->strides[0], t->u8 = u8, t->fill = fill;
         {   /* bilerp reads 7 elements from tap (x0, y0 + 1): the largest y0 where that fits for every x0 */
             const Py_ssize_t esz = u8 ? 1 : 4, room = view->len - 7 * esz - (Py_ssize_t)(t->xa1 - 2 - t->ox) * 3 * esz;
             const Py_ssize_t rows = room < 0 ? -1 : room / t->row; /* row pairs (y0 + 1 - oy) <= rows fit */
@@ -748,14 +748,14 @@ static float *work_rows(size_t nbytes) {
     return (float *)work_buf;
 }
 
-/* Steps 6 and 7 for one row: f = s + 114 (one layer, ``rb`` NULL) or (s1 + 114) r + (s2 + 114)(1 - r)
+/* Steps 6 and 7 for one row: f = s + fill (one layer, ``rb`` NULL) or (s1 + fill) r + (s2 + fill)(1 - r)
  * over the interleaved B G R floats of ``ra``, written back when ``keep`` (the float image),
  * and q = clip(rint(f), 0, 255) split into the planes pb, pg, pr (each padded to 16 bytes
  * past ``size``; pb NULL: no planes). Groups of 16 pixels: 12 vectors of 4 floats are
  * transposed into 4 of each channel, quantised and packed; the lanes past the row end read
  * the row's padding and land in the planes' padding. */
-static void out_row(float *ra, const float *rb, float ratio, float iratio, int size, int keep, uint8_t *pb, uint8_t *pg, uint8_t *pr) {
-    const v4 fill = V_SET(FILL), vr = V_SET(ratio), vir = V_SET(iratio);
+static void out_row(float *ra, const float *rb, float fillv, float ratio, float iratio, int size, int keep, uint8_t *pb, uint8_t *pg, uint8_t *pr) {
+    const v4 fill = V_SET(fillv), vr = V_SET(ratio), vir = V_SET(iratio);
     const int n3 = 3 * size;
     if (!pb) {
         for (int i = 0; i < n3; i += 4) {
@@ -817,9 +817,12 @@ static int is_axis(const Layer *L) { return L->m[1] == 0.0 && L->m[3] == 0.0 && 
 
 static PyObject *py_render(PyObject *self, PyObject *args) {
     int size, flip_ud, flip_lr;
-    double ratio_d;
+    double ratio_d, fill_d;
     PyObject *out_obj, *floats_obj, *layers_obj, *tables_obj;
-    if (!PyArg_ParseTuple(args, "iOOOppdO", &size, &out_obj, &floats_obj, &layers_obj, &flip_ud, &flip_lr, &ratio_d, &tables_obj)) return NULL;
+    if (!PyArg_ParseTuple(args, "iOOOppdOd", &size, &out_obj, &floats_obj, &layers_obj, &flip_ud, &flip_lr, &ratio_d, &tables_obj, &fill_d)) return NULL;
+    /* The fill the snapshot was centred by (its header's, checked at attach): subtracted from
+     * a uint8 tap and added back to every output value. */
+    const float fillf = (float)fill_d;
     if (size <= 0 || !PyTuple_Check(layers_obj) || PyTuple_GET_SIZE(layers_obj) < 1 || PyTuple_GET_SIZE(layers_obj) > 2) {
         PyErr_SetString(PyExc_ValueError, "size > 0 and a tuple of 1 or 2 layers are required");
         return NULL;
@@ -833,7 +836,7 @@ static PyObject *py_render(PyObject *self, PyObject *args) {
     float *rows = NULL; /* this thread's work rows (work_rows), kept for its next call */
     PyObject *result = NULL;
     for (int i = 0; i < nl; i++) {
-        if (parse_layer(PyTuple_GET_ITEM(layers_obj, i), &layers[i], size) < 0) {
+        if (parse_layer(PyTuple_GET_ITEM(layers_obj, i), &layers[i], size, fillf) < 0) {
             release_layer(&layers[i]);
             goto done;
         }
@@ -910,7 +913,7 @@ static PyObject *py_render(PyObject *self, PyObject *args) {
             const int yo = flip_ud ? size - 1 - y : y;
             /* Steps 6 and 7: the float image f (written back into ra for ``floats``) and its
              * quantised B, G, R planes. */
-            out_row(ra, nl == 2 ? rb : NULL, ratio, iratio, size, fl != NULL, planes ? pb : NULL, pg, pr);
+            out_row(ra, nl == 2 ? rb : NULL, fillf, ratio, iratio, size, fl != NULL, planes ? pb : NULL, pg, pr);
             if (fl) {
                 float *frow_out = fl + (Py_ssize_t)yo * n3;
                 if (!flip_lr) memcpy(frow_out, ra, sizeof(float) * n3);
@@ -1052,7 +1055,7 @@ static PyObject *py_hsv_lookup_free(PyObject *self, PyObject *args) {
 }
 
 static PyMethodDef methods[] = {
-    {"render", py_render, METH_VARARGS, "render(size, out, floats, layers, flip_ud, flip_lr, ratio, tables): one sample in one pass"},
+    {"render", py_render, METH_VARARGS, "render(size, out, floats, layers, flip_ud, flip_lr, ratio, tables, fill): one sample in one pass"},
     {"simd", py_simd, METH_NOARGS, "simd(): the HSV lane width in use (4 or 8)"},
     {"hsv_lookup_free", py_hsv_lookup_free, METH_VARARGS, "hsv_lookup_free(tables): whether the HSV rows evaluate these tables without lookups (tests)"},
     {"hsv", py_hsv, METH_VARARGS, "hsv(image, tables): the integer HSV jitter, in place on uint8 (..., 3) RGB"},

@@ -72,41 +72,18 @@ def render_batch(
     keep_float: bool = False,
     timings: dict[str, float] | None = None,
 ) -> Batch:
-    """Render batch ``batch`` of ``epoch`` of the stream ``settings`` from ``source``.
+    """Render batch ``batch`` of ``epoch`` of the stream ``settings`` from ``source``: the whole
+    batch as one range (``render_range``), with the float images (``keep_float``) and the
+    segments.
 
     ``images_out``: uint8 C-contiguous (>= B, 3, S, S) to write into (e.g. a ring slot);
     ``Batch.images`` is then its first B entries. ``timings`` (dict) accumulates
     seconds per stage for the benchmark.
     """
-    settings = settings.for_imgsz(source.imgsz)  # imgsz None: the source's; another value: ConfigError
-    cfg = settings.augment
-    size = cfg.imgsz
-    samples = batch_samples(len(source), settings, epoch, batch)
-    count = len(samples)
-    images = _output(images_out, count, size)
-    apply_hsv = cfg.augment and not settings.hsv_on_device
-    floats: list[np.ndarray] | None = [] if keep_float else None
-    rows: list[np.ndarray] = []
-    segments: list[np.ndarray] = []
-    for b, index in enumerate(samples.tolist()):
-        pending = render(source, index, settings, epoch, timings=timings)
-        if floats is not None:
-            floats.append(pending.float_image())
-        gains = hsv_gains(settings.seed, epoch, index, cfg.hsv_h, cfg.hsv_s, cfg.hsv_v) if apply_hsv else None
-        write_image(pending, images[b], gains, timings=timings)
-        packed = pack(pending.labels, size)
-        row = np.empty((len(packed), 6), dtype=np.float32)
-        row[:, 0] = b
-        row[:, 1:] = packed
-        rows.append(row)
-        labels = pending.labels
-        if len(labels):
-            # Views of one scaled array, as np.split gives, without its per-call overhead.
-            scaled = labels.points * np.float32(1.0 / size)
-            bounds = labels.offsets.tolist()
-            segments.extend(scaled[a:b] for a, b in zip(bounds[:-1], bounds[1:]))
-    targets = np.concatenate(rows) if rows else np.zeros((0, 6), np.float32)
-    return Batch(images, targets, samples, floats, segments)
+    part = _render(
+        source, settings, epoch, batch, 0, None, images_out, keep_float=keep_float, segments=True, timings=timings
+    )
+    return Batch(part.images, part.targets, part.samples, part.floats, part.segments)
 
 
 def write_image(
@@ -144,6 +121,8 @@ class Part:
     targets: np.ndarray  # float32 (n, 6), batch_index = position in the whole batch
     counts: np.ndarray  # int64 (stop - start,): target rows of each position
     samples: np.ndarray  # int64 (stop - start,): record indices
+    floats: list[np.ndarray] | None = None  # with ``keep_float``: the float images before quantisation
+    segments: list[np.ndarray] | None = None  # with ``segments``: one normalised polygon per target row
 
 
 def render_range(
@@ -160,15 +139,33 @@ def render_range(
     """Sample positions ``start .. stop`` of batch ``batch`` of ``epoch``: what an
     augmentation worker renders when all workers fill one ring slot together.
 
-    The same per-sample pieces as ``render_batch`` (``render``, ``write_image``, ``pack``),
-    so any split of a batch into ranges, concatenated, is byte for byte ``render_batch``'s
-    batch (tests/unit/test_augment_range.py). ``images_out``: uint8 C-contiguous
+    ``render_batch`` is this loop over the whole batch, so any split of a batch into
+    ranges, concatenated, is byte for byte ``render_batch``'s batch
+    (tests/unit/test_augment_range.py). ``images_out``: uint8 C-contiguous
     (>= stop - start, 3, S, S), e.g. those positions of a ring slot.
     """
+    return _render(source, settings, epoch, batch, start, stop, images_out, timings=timings)
+
+
+def _render(
+    source: ImageSource,
+    settings: StreamSettings,
+    epoch: int,
+    batch: int,
+    start: int,
+    stop: int | None,
+    images_out: np.ndarray | None,
+    *,
+    keep_float: bool = False,
+    segments: bool = False,
+    timings: dict[str, float] | None = None,
+) -> Part:
+    """The one render loop: positions ``start .. stop`` (None: to the batch's end) of the batch."""
     settings = settings.for_imgsz(source.imgsz)  # imgsz None: the source's; another value: ConfigError
     cfg = settings.augment
     size = cfg.imgsz
     every = batch_samples(len(source), settings, epoch, batch)
+    stop = len(every) if stop is None else stop
     if not 0 <= start <= stop <= len(every):
         raise ConfigError(
             f"samples {start}..{stop} of batch {batch}, which has {len(every)}; use 0 <= start <= stop <= {len(every)}"
@@ -177,9 +174,13 @@ def render_range(
     images = _output(images_out, len(samples), size)
     apply_hsv = cfg.augment and not settings.hsv_on_device
     counts = np.zeros(len(samples), dtype=np.int64)
+    floats: list[np.ndarray] | None = [] if keep_float else None
+    polygons: list[np.ndarray] | None = [] if segments else None
     rows: list[np.ndarray] = []
     for i, index in enumerate(samples.tolist()):
         pending = render(source, index, settings, epoch, timings=timings)
+        if floats is not None:
+            floats.append(pending.float_image())
         gains = hsv_gains(settings.seed, epoch, index, cfg.hsv_h, cfg.hsv_s, cfg.hsv_v) if apply_hsv else None
         write_image(pending, images[i], gains, timings=timings)
         packed = pack(pending.labels, size)
@@ -188,5 +189,11 @@ def render_range(
         row[:, 1:] = packed
         rows.append(row)
         counts[i] = len(packed)
+        labels = pending.labels
+        if polygons is not None and len(labels):
+            # Views of one scaled array, as np.split gives, without its per-call overhead.
+            scaled = labels.points * np.float32(1.0 / size)
+            bounds = labels.offsets.tolist()
+            polygons.extend(scaled[a:b] for a, b in zip(bounds[:-1], bounds[1:]))
     targets = np.concatenate(rows) if rows else np.zeros((0, 6), np.float32)
-    return Part(images, targets, counts, samples)
+    return Part(images, targets, counts, samples, floats, polygons)

@@ -6,7 +6,9 @@ The C implementation is ``_kernel.c`` (built at install by ``setup.py``, flags p
 docs/kernel.md); ``tests/unit/test_augment_straightforward.py`` re-implements every step
 below in plain numpy and must agree byte for byte.
 
-**This docstring defines the route's bytes.** For an output pixel (x, y) of an S x S sample:
+**This docstring defines the route's bytes.** For an output pixel (x, y) of an S x S sample,
+with F the fill the source was centred by (``FILL_VALUE``, 114: the caller passes the snapshot
+header's, checked against it when the snapshot is attached; ``render(fill=...)``):
 
 1. *Flips.* The pixel is the pre-flip pixel (x', y') with x' = S-1-x under ``fliplr``,
    y' = S-1-y under ``flipud`` (identity otherwise).
@@ -25,7 +27,7 @@ below in plain numpy and must agree byte for byte.
    so the kernel caches them per column and per row; the values are the same.
 4. *Taps.* x0 = floor(u), y0 = floor(v); fx = float32(u - x0), fy = float32(v - y0) (the
    subtraction is exact); the tap value T(cx, cy) of canvas pixel (cx, cy) is the covering
-   tile's pixel, as float32: a float32 source's value, or ``float32(p) - 114`` for a
+   tile's pixel, as float32: a float32 source's value, or ``float32(p) - F`` for a
    uint8 pixel p (exact, so both give identical bytes), and 0 where no tile covers it
    (mosaic gaps, outside the canvas). Coordinates that no tap of any tile can reach give 0.
 5. *Bilinear*, in float32, each operation rounded once in this order, per channel::
@@ -34,8 +36,8 @@ below in plain numpy and must agree byte for byte.
        bot = T(x0, y0 + 1) * (1 - fx) + T(x0 + 1, y0 + 1) * fx
        s   = top * (1 - fy) + bot * fy          (1 - f computed in float32)
 
-6. *Fill and mixup.* f = s + 114 (one layer); with mixup and the float32 ratio r,
-   f = (s1 + 114) * r + (s2 + 114) * (1 - r). f is the float image (``floats``).
+6. *Fill and mixup.* f = s + F (one layer); with mixup and the float32 ratio r,
+   f = (s1 + F) * r + (s2 + F) * (1 - r). f is the float image (``floats``).
 7. *Quantise.* q = clip(rint(f), 0, 255), rint rounding half to even.
 8. *HSV* (when tables are given), on the integer R, G, B of q, with the hue, saturation
    and value tables ``shared.stream.hsv_tables.tables(gains)`` (TH, TS, TV); all integers, ``//``
@@ -79,9 +81,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ...shared.stream.config import FILL_VALUE
 from . import _kernel
-
-FILL = 114.0
 
 
 @dataclass
@@ -142,9 +143,11 @@ def render(
     tables: np.ndarray | None = None,
     out: np.ndarray | None = None,
     floats: np.ndarray | None = None,
+    fill: float = FILL_VALUE,
 ) -> None:
     """Run the kernel: write the uint8 (3, S, S) RGB ``out`` and/or the float32 (S, S, 3)
-    B G R float image ``floats`` (step 6) of the sample made of ``layers``."""
+    B G R float image ``floats`` (step 6) of the sample made of ``layers``, whose source was
+    centred by ``fill`` (F above)."""
     tab = None if tables is None else np.ascontiguousarray(tables, dtype=np.uint8).tobytes()
     _kernel.render(
         int(size),
@@ -155,6 +158,7 @@ def render(
         bool(flip_lr),
         float(ratio),
         tab,
+        float(fill),
     )
 
 

@@ -32,7 +32,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ...shared.stream.config import StreamSettings
+from ...shared.stream.config import FILL_VALUE, StreamSettings
 from ...shared.stream.rng import sample_generator
 from ...shared.stream.source import ImageSource
 from . import affine, kernel
@@ -49,7 +49,8 @@ MIXUP_BETA = 32.0
 class Pending:
     """A sample whose pixels are drawn but not yet rendered: the kernel's inputs.
 
-    ``layers``: one, or two under mixup (``ratio`` is then the float32 mixup ratio).
+    ``layers``: one, or two under mixup (``ratio`` is then the float32 mixup ratio); ``fill``:
+    the value the source was centred by, which the kernel adds back.
     """
 
     size: int
@@ -59,6 +60,7 @@ class Pending:
     flip_lr: bool
     labels: Labels
     generator: np.random.Generator
+    fill: float
 
     def write(self, out_chw: np.ndarray, tables: np.ndarray | None) -> None:
         """Render into ``out_chw`` (uint8 (3, S, S) C-contiguous) with the HSV ``tables`` or None."""
@@ -70,13 +72,20 @@ class Pending:
             ratio=self.ratio or 0.0,
             tables=tables,
             out=out_chw,
+            fill=self.fill,
         )
 
     def float_image(self) -> np.ndarray:
         """The float32 (S, S, 3) BGR image before quantisation (a new array)."""
         out = np.empty((self.size, self.size, 3), dtype=np.float32)
         kernel.render(
-            self.size, self.layers, flip_ud=self.flip_ud, flip_lr=self.flip_lr, ratio=self.ratio or 0.0, floats=out
+            self.size,
+            self.layers,
+            flip_ud=self.flip_ud,
+            flip_lr=self.flip_lr,
+            ratio=self.ratio or 0.0,
+            floats=out,
+            fill=self.fill,
         )
         return out
 
@@ -107,7 +116,7 @@ def render(
     if not cfg.augment:
         layer, labels = letterbox(source, index, size)
         clock.lap("letterbox")
-        return Pending(size, [layer], None, False, False, labels, rng)
+        return Pending(size, [layer], None, False, False, labels, rng, _fill_of(source))
     closed = cfg.mosaic_closed(epoch)
     layer, labels = _pre_transform(source, index, settings, closed, rng, clock)
     layers, ratio = [layer], None
@@ -125,7 +134,14 @@ def render(
     if flip_lr:
         labels = labels.flipped(size, size, horizontal=True)
     clock.lap("labels")
-    return Pending(size, layers, ratio, flip_ud, flip_lr, labels, rng)
+    return Pending(size, layers, ratio, flip_ud, flip_lr, labels, rng, _fill_of(source))
+
+
+def _fill_of(source: ImageSource) -> float:
+    """The value ``source``'s images are centred by: a prepared snapshot's header value (checked
+    against ``FILL_VALUE`` when it was attached); a source without one centres by ``FILL_VALUE``
+    (the reference pipeline, the tests' sources)."""
+    return float(getattr(source, "fill", FILL_VALUE))
 
 
 def _pre_transform(
@@ -152,37 +168,6 @@ def _pre_transform(
             mask, _ = _cp.union_mask((size, size), polygons)
         clock.lap("copy_paste")
     return Layer(kernel.inverse(matrix), tiles, mask), labels
-
-
-def render_one(
-    source: ImageSource,
-    index: int,
-    settings: StreamSettings,
-    epoch: int,
-    out_chw: np.ndarray,
-    *,
-    hsv: bool | None = None,
-    timings: dict[str, float] | None = None,
-) -> Labels:
-    """Render ONE sample (record ``index`` of ``epoch``) into ``out_chw`` (uint8 (3, S, S)
-    C-contiguous RGB) and return its labels in pixels: the per-sample entry point.
-
-    ``hsv``: apply HSV on the CPU; None means what the settings say (training and not
-    ``hsv_on_device``).
-    """
-    from ...shared.stream.hsv_tables import tables
-    from ...shared.stream.rng import hsv_gains
-
-    cfg = settings.augment
-    pending = render(source, index, settings, epoch, timings=timings)
-    if hsv is None:
-        hsv = cfg.augment and not settings.hsv_on_device
-    gains = hsv_gains(settings.seed, epoch, index, cfg.hsv_h, cfg.hsv_s, cfg.hsv_v) if hsv else None
-    t0 = time.perf_counter()
-    pending.write(out_chw, None if gains is None or np.all(gains == 1.0) else tables(gains))
-    if timings is not None:
-        timings["kernel"] = timings.get("kernel", 0.0) + time.perf_counter() - t0
-    return pending.labels
 
 
 def render_sample(

@@ -3,7 +3,9 @@ scheduler, and the loop that ties them together.
 
 Runs in the daemon process; ``worker`` runs in its spawned augmentation workers. Modules:
 ``run`` (``run_daemon``: preflight, snapshot, serve, release), ``service`` (``Daemon``:
-the loop), ``admission`` (sockets, keys, what an attach gets), ``sessions`` (trainers and
+the loop), ``preflight`` (settings checked before anything is decoded), ``listener`` (sockets,
+keys), ``admission`` (what an attach gets), ``sweeps`` (dead daemons' rings), ``store_watch``
+(the store's free space), ``sessions`` (trainers and
 their rings), ``supervisor`` (worker processes), ``worker`` (a worker's own loop),
 ``scheduler`` (jobs, slots, order), ``delivery`` (how a batch reaches its trainer),
 ``renderer`` (the route behind one module name), ``status`` (the ``status`` reply).

@@ -30,8 +30,8 @@ def send(sock: zmq.Socket, identity: bytes, frame: bytes, *extra: Any) -> None:
 
 
 def announce(t: TrainerSession, a: Announcement) -> None:
-    frame = proto.encode(
-        "ready",
+    frame = proto.encode_reply(
+        proto.Op.READY,
         trainer_id=a.trainer_id,
         slot=a.slot,
         epoch=a.epoch,

@@ -9,7 +9,7 @@ into Python bytes first (1,500 frames of 1 MB: about 2.7 GB of daemon RSS).
 What bounds a message, layer by layer:
 
 - libzmq refuses (and drops the peer of) any one frame over ``MAX_WIRE_BYTES``
-  (``ZMQ_MAXMSGSIZE``, set by ``admission.Listener``) before allocating it;
+  (``ZMQ_MAXMSGSIZE``, set by ``listener.Listener``) before allocating it;
 - here frames are read one at a time (``RCVMORE``): past the frame or byte limit nothing is
   kept, the rest of the message is received and freed frame by frame, and the caller
   answers a ``protocol`` error;

@@ -4,9 +4,9 @@ Runs in the daemon (batch counts, slot sizing) and in every worker (rendering). 
 and its workers receive the renderer as a module *name* (a string, so it crosses the spawn
 boundary without pickling code); the default is this module, which forwards to the
 augmentation package (``pixpool.server.augment``) and the stream contract
-(``pixpool.shared.stream.sampler``). Tests name a stand-in module with the same four functions
-in the environment variable ``RENDERER_ENV`` (a wedged renderer, say); it is read when the
-daemon starts, so no public signature carries the hook.
+(``pixpool.shared.stream.sampler``). The name is an explicit parameter of ``run_daemon`` and
+``Daemon`` (``renderer=``, default ``DEFAULT_RENDERER``): tests pass a stand-in module with the
+same four functions (a wedged renderer, say, ``tests/helpers/stuck_renderer.py``).
 
 A renderer module provides:
 
@@ -26,7 +26,6 @@ A renderer module provides:
 from __future__ import annotations
 
 import importlib
-import os
 from types import ModuleType
 
 import numpy as np
@@ -34,15 +33,10 @@ import numpy as np
 from ...shared.stream import sampler
 
 DEFAULT_RENDERER = __name__
-RENDERER_ENV = "PIXPOOL_TEST_RENDERER"
-
-
-def configured() -> str:
-    """The renderer module's name: the environment's stand-in, else this module."""
-    return os.environ.get(RENDERER_ENV) or DEFAULT_RENDERER
 
 
 def load(name: str) -> ModuleType:
+    """The renderer module called ``name`` (imported in the daemon and in each worker)."""
     return importlib.import_module(name)
 
 

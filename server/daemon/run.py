@@ -36,9 +36,13 @@ def stop_process(proc, *, sig: int = signal.SIGTERM, timeout_s: float = 30.0) ->
         proc.join(timeout_s)
 
 
-def run_daemon(config: DaemonConfig) -> None:
-    """Serve ``config.data`` (and its validation set) until stopped (see module docstring)."""
-    from .admission import preflight
+def run_daemon(config: DaemonConfig, *, renderer: str | None = None) -> None:
+    """Serve ``config.data`` (and its validation set) until stopped (see module docstring).
+
+    ``renderer``: the module name the workers render with (``renderer.py``); None is the
+    real route. Tests pass a stand-in here; nothing reads it from the environment."""
+    from .preflight import preflight
+    from .renderer import DEFAULT_RENDERER
     from .service import Daemon
 
     if not isinstance(config, DaemonConfig):
@@ -58,7 +62,14 @@ def run_daemon(config: DaemonConfig) -> None:
             if options.memory_budget_nbytes is not None and split == "train":
                 options = _budget_left(options, sum(snaps[split].nbytes.values()))  # the validation snapshot's
             files[split] = tuple(r.image_path for r in dataset.records)
-        Daemon(snaps, config, snapshot_info=info, files=files, names=tuple(datasets["train"][0].names)).serve()
+        Daemon(
+            snaps,
+            config,
+            snapshot_info=info,
+            files=files,
+            names=tuple(datasets["train"][0].names),
+            renderer=renderer or DEFAULT_RENDERER,
+        ).serve()
     finally:
         # The validation handle first; where both splits are one snapshot it only closes,
         # and the training handle then releases the snapshot once.

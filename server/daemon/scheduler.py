@@ -84,6 +84,20 @@ class _Fill:
     done: set = field(default_factory=set)  # (start, stop) of the parts in
 
 
+@dataclass(frozen=True)
+class Progress:
+    """Where one trainer's stream stands, as ``status`` reports it (``Scheduler.progress``)."""
+
+    epoch: int
+    next_batch: int  # the next batch to announce
+    num_batches: int
+    batches_delivered: int
+    images_delivered: int
+    img_per_s: float
+    slots: int
+    slots_in_use: int  # filling, finished or held
+
+
 def split(size: int, parts: int) -> list[tuple[int, int]]:
     """``size`` sample positions as ``min(size, parts)`` runs whose lengths differ by at most one."""
     n = max(1, min(size, parts))
@@ -141,6 +155,27 @@ class Scheduler:
         self._rr = 0
         self._retry: deque[Job] = deque()
         self._job_ids = itertools.count(1)
+
+    # -- queries (what the supervisor and the status reply read) ------------------------------
+    def still_wanted(self, job: Job) -> bool:
+        """``job``'s trainer is attached and has not sent a ``start`` since the job was made;
+        otherwise its result is dropped whenever it comes back."""
+        s = self.streams.get(job.trainer_id)
+        return s is not None and s.generation == job.generation
+
+    def progress(self, trainer_id: int) -> Progress:
+        """Where the stream of ``trainer_id`` (attached) stands."""
+        s = self.streams[trainer_id]
+        return Progress(
+            epoch=s.epoch,
+            next_batch=s.next_announce,
+            num_batches=s.num_batches,
+            batches_delivered=s.batches_delivered,
+            images_delivered=s.images_delivered,
+            img_per_s=s.images_per_s(),
+            slots=s.slots,
+            slots_in_use=s.slots - len(s.free),
+        )
 
     # -- trainers -----------------------------------------------------------------------
     def add(self, trainer_id: int, settings: StreamSettings, slots: int) -> Stream:

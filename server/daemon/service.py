@@ -3,23 +3,24 @@
 Runs in the daemon process (``pixpool serve``, or ``run_daemon`` in a spawned process). It
 wires four parts together and owns none of their details:
 
-- ``admission.Listener``: the ROUTER sockets (ipc, and TCP with CURVE when asked);
+- ``listener.Listener``: the ROUTER sockets (ipc, and TCP with CURVE when asked);
   ``admission.ring_for`` decides what an ``attach`` gets;
 - ``sessions.Sessions``: attached trainers and their rings (the daemon unlinks each ring);
 - ``supervisor.Supervisor``: the augmentation worker processes;
 - ``metrics.Metrics`` (with ``metrics_port``): the Prometheus endpoint, fed the status reply
-  every liveness tick; ``admission.ShmWatch`` warns when the store runs low;
+  every liveness tick; ``store_watch.StoreWatch`` warns when the store runs low;
 - ``scheduler.Scheduler``: which part of which batch goes to which worker and slot (all
   workers fill one slot together), announced in order; once every part of a slot is in,
   the daemon packs its targets and writes its header (the one write the daemon makes into
   a ring, exactly once per announcement), and ``delivery`` sends it the trainer's way.
 
 The loop is single-threaded: one ``zmq.Poller`` watches the sockets and every worker's
-pipe. Each turn it 1. handles trainer messages (``shared.stream.protocol``; anything malformed
-gets an ``error`` reply with a declared code and the loop goes on), 2. collects finished
+pipe. Each turn it 1. handles trainer messages (``shared.stream.protocol``, dispatched through
+the op -> handler tables at the end of this module; anything malformed gets an ``error``
+reply with a declared code and the loop goes on), 2. collects finished
 jobs and announces batches in order, 3. every ``_LIVENESS_EVERY_S`` kills stuck workers,
 replaces dead ones and detaches trainers that are gone or silent (and every
-``admission.SWEEP_EVERY_S`` removes rings nobody holds: a killed daemon's), 4. hands free
+``sweeps.SWEEP_EVERY_S`` removes rings nobody holds: a killed daemon's), 4. hands free
 workers jobs. SIGTERM/SIGINT set a flag; shutdown then tells every trainer ``stopped``, unlinks
 the rings, closes the sockets, stops the workers and releases the socket directory.
 The snapshot is not the daemon's to unlink: ``run.py`` decides that.
@@ -33,20 +34,23 @@ import signal
 import socket as _socket
 import threading
 import time
-from typing import Any
+from typing import Any, Callable
 
 import zmq
 
 from ...shared.errors import ConfigError, DaemonStopped, NotAuthorized, PixpoolError, ProtocolError
 from ...shared.stream import protocol as proto
 from ...shared.stream.config import DaemonConfig, StreamSettings
+from ...shared.stream.protocol import Op
 from ...shared.transport.procmem import pid_namespace
 from ...shared.transport.spawn import spawn_context
 from ...shared.transport.store import check_store
-from . import admission, delivery, intake
+from . import admission, delivery, intake, sweeps
 from . import renderer as _renderer
+from .listener import Listener
 from .scheduler import Job, Scheduler
-from .sessions import Sessions, UnknownTrainer
+from .sessions import Sessions, TrainerSession, UnknownTrainer
+from .store_watch import StoreWatch
 from .supervisor import Supervisor
 
 log = logging.getLogger(__name__)
@@ -60,6 +64,8 @@ class Daemon:
 
     ``source`` is the training source, or a mapping split -> source (``train`` and, when a
     validation set is served, ``val``); ``snapshot_info`` and ``files`` likewise per split.
+    ``renderer`` names the module the daemon and its workers render with (``renderer.py``
+    says what it provides); tests name a stand-in, production keeps the default.
     """
 
     def __init__(
@@ -70,15 +76,15 @@ class Daemon:
         snapshot_info: dict | None = None,
         files=(),
         names: tuple[str, ...] = (),
+        renderer: str = _renderer.DEFAULT_RENDERER,
     ):
         if not isinstance(config, DaemonConfig):
             raise TypeError(f"config must be a DaemonConfig, got {type(config).__name__}")
         per_split = isinstance(source, dict)
         self.sources = dict(source) if per_split else {"train": source}
-        self.source = self.sources["train"]
         self.config = config
-        self.renderer_name = _renderer.configured()
-        self.renderer = _renderer.load(self.renderer_name)
+        self.renderer_name = renderer
+        self.renderer = _renderer.load(renderer)
         self.split_info = dict(snapshot_info or {}) if per_split else {"train": dict(snapshot_info or {})}
         self.snapshot_info = self.split_info.get("train", {})
         self.files = {k: list(v) for k, v in dict(files).items()} if per_split else {"train": list(files)}
@@ -89,7 +95,7 @@ class Daemon:
         # splits (same images) counts once.
         by_name = {getattr(src, "name", id(src)): getattr(src, "nbytes", None) for src in self.sources.values()}
         self.snapshot_nbytes = sum(sum(parts.values()) for parts in by_name.values() if isinstance(parts, dict))
-        self.shm_watch = admission.ShmWatch(config.store_warn_free_nbytes, self.store)
+        self.store_watch = StoreWatch(config.store_warn_free_nbytes, self.store)
         self.pid = os.getpid()
         self.pid_ns = pid_namespace()
         self.host = _socket.gethostname()
@@ -103,7 +109,7 @@ class Daemon:
             store=self.store,
         )
         self.supervisor: Supervisor | None = None
-        self.listener: admission.Listener | None = None
+        self.listener: Listener | None = None
         self.metrics = None  # metrics.Metrics while serving with metrics_port
         self._stop_reason: str | None = None
         self._admitted: frozenset[str] = frozenset()  # z85 keys in authorized/ at the last liveness tick
@@ -131,7 +137,7 @@ class Daemon:
                 )
         ctx = zmq.Context()
         poller = zmq.Poller()
-        self.listener = admission.Listener(ctx, self.config)
+        self.listener = Listener(ctx, self.config)
         self.supervisor = Supervisor(
             spawn_context(),
             self.sources,
@@ -194,10 +200,10 @@ class Daemon:
                 self.supervisor.check(now, poller)
                 self.sessions.check(now)
                 self._check_keys()
-                self.shm_watch.check()
-                if now - last_sweep >= admission.SWEEP_EVERY_S:
+                self.store_watch.check()
+                if now - last_sweep >= sweeps.SWEEP_EVERY_S:
                     last_sweep = now
-                    admission.sweep_rings(self.store)
+                    sweeps.sweep_rings(self.store)
                 if self.metrics is not None:
                     self.metrics.publish(self.status())
             if self.supervisor.fatal is not None:
@@ -226,36 +232,20 @@ class Daemon:
                 delivery.send(sock, req.identity, proto.error_frame("internal", f"{type(exc).__name__}: {exc}"))
 
     def _handle(self, sock: zmq.Socket, req: intake.Request, msg: dict) -> None:
-        op, identity = msg["op"], req.identity
-        if op == "status":
-            delivery.send(sock, identity, proto.encode("status", **self.status()))
-            return
-        if op == "health":
-            from .status import build_health
-
-            delivery.send(sock, identity, proto.encode("health", **build_health(self)))
-            return
-        if op == "attach":
-            self._attach(sock, req, msg)
-            return
-        if op == "records":
-            files = self.files.get(msg.get("split", "train"))
-            start = msg["start"]
-            if files is None or not 0 <= start <= len(files):
-                raise ProtocolError(
-                    f"records from {start} of split {msg.get('split', 'train')!r}: the daemon serves {sorted(self.files)}"
-                )
-            page = files[start : start + proto.RECORDS_PAGE]
-            delivery.send(
-                sock, identity, proto.encode("records", start=start, total=len(files), files=page, names=self.names)
-            )
+        """Dispatch a decoded request through the tables below ``Daemon``: requests open to any
+        peer, and requests of an attached trainer's session (refused as ``unknown_trainer``
+        for an id and token the daemon does not know)."""
+        op = msg["op"]
+        handler = _OPEN_REQUESTS.get(op)
+        if handler is not None:
+            handler(self, sock, req, msg)
             return
         try:
             t = self.sessions.get(msg)
         except UnknownTrainer as exc:
             delivery.send(
                 sock,
-                identity,
+                req.identity,
                 proto.error_frame(
                     "unknown_trainer",
                     f"trainer {exc.trainer_id} is not attached to daemon {self.pid} "
@@ -264,47 +254,69 @@ class Daemon:
                 ),
             )
             return
-        if op == "heartbeat":
-            wait = msg.get("data_wait_s")
-            if isinstance(wait, (int, float)) and not isinstance(wait, bool) and 0 <= wait < 1e12:
-                t.data_wait_s = float(wait)
-            delivery.send(sock, identity, proto.encode("heartbeat", trainer_id=t.trainer_id))
-        elif op == "start":
-            if msg["epoch"] < 0 or msg["batch"] < 0:
-                raise ProtocolError(f"start at epoch {msg['epoch']} batch {msg['batch']}: both must be >= 0")
-            t.sock, t.identity = sock, identity
-            records, settings, epoch = len(self.sources[t.settings.split]), t.settings, msg["epoch"]
-            n = self.renderer.num_batches(records, settings, epoch)
-            self.scheduler.start(
-                t.trainer_id,
-                epoch=epoch,
-                batch=msg["batch"],
-                num_batches=n,
-                size_of=lambda b: self.renderer.batch_size_of(records, settings, epoch, b),
-            )
-            delivery.send(
-                sock,
-                identity,
-                proto.encode("started", trainer_id=t.trainer_id, epoch=msg["epoch"], batch=msg["batch"], num_batches=n),
-            )
-        elif op == "release":
-            try:
-                self.scheduler.release(
-                    t.trainer_id, msg["slot"], epoch=msg["epoch"], batch=msg["batch"], generation=msg["generation"]
-                )
-            except ProtocolError as exc:
-                delivery.send(sock, identity, proto.error_frame("order", str(exc), trainer_id=t.trainer_id))
-        elif op == "prove":
-            delivery.send(
-                sock,
-                identity,
-                proto.encode("proved", trainer_id=t.trainer_id, delivery=self.sessions.prove(t, msg["nonce"])),
-            )
-        elif op == "detach":
-            self.sessions.detach(t.trainer_id, "trainer detached")
-            delivery.send(sock, identity, proto.encode("detached", trainer_id=t.trainer_id))
+        _SESSION_REQUESTS[op](self, sock, req.identity, t, msg)
 
-    def _attach(self, sock: zmq.Socket, req: intake.Request, msg: dict) -> None:
+    # -- requests open to any peer ------------------------------------------------------------
+    def _on_status(self, sock: zmq.Socket, req: intake.Request, msg: dict) -> None:
+        delivery.send(sock, req.identity, proto.encode_reply(Op.STATUS, **self.status()))
+
+    def _on_health(self, sock: zmq.Socket, req: intake.Request, msg: dict) -> None:
+        from .status import build_health
+
+        delivery.send(sock, req.identity, proto.encode_reply(Op.HEALTH, **build_health(self)))
+
+    def _on_records(self, sock: zmq.Socket, req: intake.Request, msg: dict) -> None:
+        split = msg.get("split", "train")
+        files = self.files.get(split)
+        start = msg["start"]
+        if files is None or not 0 <= start <= len(files):
+            raise ProtocolError(f"records from {start} of split {split!r}: the daemon serves {sorted(self.files)}")
+        page = files[start : start + proto.RECORDS_PAGE]
+        reply = proto.encode_reply(Op.RECORDS, start=start, total=len(files), files=page, names=self.names)
+        delivery.send(sock, req.identity, reply)
+
+    # -- requests of an attached trainer --------------------------------------------------------
+    def _on_heartbeat(self, sock: zmq.Socket, identity: bytes, t: TrainerSession, msg: dict) -> None:
+        wait = msg.get("data_wait_s")
+        if isinstance(wait, (int, float)) and not isinstance(wait, bool) and 0 <= wait < 1e12:
+            t.data_wait_s = float(wait)
+        delivery.send(sock, identity, proto.encode_reply(Op.HEARTBEAT, trainer_id=t.trainer_id))
+
+    def _on_start(self, sock: zmq.Socket, identity: bytes, t: TrainerSession, msg: dict) -> None:
+        if msg["epoch"] < 0 or msg["batch"] < 0:
+            raise ProtocolError(f"start at epoch {msg['epoch']} batch {msg['batch']}: both must be >= 0")
+        t.sock, t.identity = sock, identity
+        records, settings, epoch = len(self.sources[t.settings.split]), t.settings, msg["epoch"]
+        n = self.renderer.num_batches(records, settings, epoch)
+        self.scheduler.start(
+            t.trainer_id,
+            epoch=epoch,
+            batch=msg["batch"],
+            num_batches=n,
+            size_of=lambda b: self.renderer.batch_size_of(records, settings, epoch, b),
+        )
+        reply = proto.encode_reply(
+            Op.STARTED, trainer_id=t.trainer_id, epoch=msg["epoch"], batch=msg["batch"], num_batches=n
+        )
+        delivery.send(sock, identity, reply)
+
+    def _on_release(self, sock: zmq.Socket, identity: bytes, t: TrainerSession, msg: dict) -> None:
+        try:
+            self.scheduler.release(
+                t.trainer_id, msg["slot"], epoch=msg["epoch"], batch=msg["batch"], generation=msg["generation"]
+            )
+        except ProtocolError as exc:
+            delivery.send(sock, identity, proto.error_frame("order", str(exc), trainer_id=t.trainer_id))
+
+    def _on_prove(self, sock: zmq.Socket, identity: bytes, t: TrainerSession, msg: dict) -> None:
+        granted = self.sessions.prove(t, msg["nonce"])
+        delivery.send(sock, identity, proto.encode_reply(Op.PROVED, trainer_id=t.trainer_id, delivery=granted))
+
+    def _on_detach(self, sock: zmq.Socket, identity: bytes, t: TrainerSession, msg: dict) -> None:
+        self.sessions.detach(t.trainer_id, "trainer detached")
+        delivery.send(sock, identity, proto.encode_reply(Op.DETACHED, trainer_id=t.trainer_id))
+
+    def _on_attach(self, sock: zmq.Socket, req: intake.Request, msg: dict) -> None:
         identity = req.identity
         admission.check_quota(self.config, req.peer, self.sessions.held_by(req.peer))
         settings = StreamSettings.from_dict(msg["settings"])
@@ -333,8 +345,8 @@ class Daemon:
         delivery.send(
             sock,
             identity,
-            proto.encode(
-                "attached",
+            proto.encode_reply(
+                Op.ATTACHED,
                 trainer_id=t.trainer_id,
                 token=t.token,
                 ring=t.ring.name,
@@ -485,7 +497,7 @@ class Daemon:
 
     def _shutdown(self) -> None:
         reason = self._stop_reason or "daemon error"
-        frame = proto.encode("stopped", reason=f"daemon {self.pid} stopped ({reason})")
+        frame = proto.encode_reply(Op.STOPPED, reason=f"daemon {self.pid} stopped ({reason})")
         for t in self.sessions.trainers.values():
             delivery.tell(t, frame)
         # Rings and the socket go first: a service manager's SIGKILL after its stop timeout
@@ -498,3 +510,20 @@ class Daemon:
         self.supervisor.stop(timeout_s=5.0)
         self.listener.release()  # the lock goes last: no new daemon binds while workers still run
         log.info("daemon %d stopped (%s)", self.pid, reason)
+
+
+# op -> handler: every request is handled by exactly one entry of these two tables
+# (``tests/unit/test_protocol.py`` checks they cover ``protocol.REQUESTS``).
+_OPEN_REQUESTS: dict[Op, Callable[[Daemon, zmq.Socket, intake.Request, dict], None]] = {
+    Op.ATTACH: Daemon._on_attach,
+    Op.STATUS: Daemon._on_status,
+    Op.HEALTH: Daemon._on_health,
+    Op.RECORDS: Daemon._on_records,
+}
+_SESSION_REQUESTS: dict[Op, Callable[[Daemon, zmq.Socket, bytes, TrainerSession, dict], None]] = {
+    Op.HEARTBEAT: Daemon._on_heartbeat,
+    Op.START: Daemon._on_start,
+    Op.RELEASE: Daemon._on_release,
+    Op.PROVE: Daemon._on_prove,
+    Op.DETACH: Daemon._on_detach,
+}

@@ -55,7 +55,7 @@ def build_status(d) -> dict:
     trainers = []
     listed_nbytes = 0
     for t in d.sessions.trainers.values():
-        s = d.scheduler.streams[t.trainer_id]
+        s = d.scheduler.progress(t.trainer_id)
         entry = {
             "trainer_id": t.trainer_id,
             "pid": t.pid,
@@ -65,13 +65,13 @@ def build_status(d) -> dict:
             "settings": t.settings_dict,
             "split": t.settings.split,
             "epoch": s.epoch,
-            "next_batch": s.next_announce,
+            "next_batch": s.next_batch,
             "num_batches": s.num_batches,
             "batches_delivered": s.batches_delivered,
             "images_delivered": s.images_delivered,
-            "img_per_s": round(s.images_per_s(), 2),
+            "img_per_s": round(s.img_per_s, 2),
             "slots": s.slots,
-            "slots_in_use": s.slots - len(s.free),
+            "slots_in_use": s.slots_in_use,
             "ring": t.ring.name,
             "ring_nbytes": t.ring.layout.nbytes,
             "last_seen_s": round(now - t.last_seen, 3),
@@ -97,11 +97,11 @@ def build_status(d) -> dict:
         "redispatched_jobs": d.supervisor.redispatched,
         "heartbeat_timeout_s": cfg.heartbeat_timeout_s,
         "memory_budget_nbytes": cfg.memory_budget_nbytes,
-        "store_warn_free_nbytes": d.shm_watch.warn_free_nbytes,
-        "store_low": d.shm_watch.low,
+        "store_warn_free_nbytes": d.store_watch.warn_free_nbytes,
+        "store_low": d.store_watch.low,
         # Deprecated copies, named as before the store could be a folder on disk (removed in the next release).
-        "shm_warn_free_nbytes": d.shm_watch.warn_free_nbytes,
-        "shm_low": d.shm_watch.low,
+        "shm_warn_free_nbytes": d.store_watch.warn_free_nbytes,
+        "shm_low": d.store_watch.low,
         "metrics": f"http://{cfg.metrics_host}:{cfg.metrics_port}/metrics" if cfg.metrics_port else "",
         "trainers_total": len(d.sessions),
     }

@@ -46,6 +46,7 @@ import zmq
 
 from ...shared.errors import ProtocolError
 from ...shared.stream import protocol as proto
+from ...shared.stream.protocol import PipeOp
 from .scheduler import Job, Scheduler
 from .worker import worker_main
 
@@ -84,8 +85,15 @@ class WorkerHandle:
             return "restarting"
         return "starting" if not self.ready else ("busy" if self.job else "idle")
 
-    def send(self, op: str, **fields: Any) -> None:
-        self.conn.send_bytes(proto.pipe_frame(op, **fields))
+    def send(self, op: PipeOp, **fields: Any) -> bool:
+        """Send one pipe message; False when the worker's end is gone (the liveness check
+        deals with it). A message its table refuses raises: that is a bug, not a dead worker."""
+        frame = proto.pipe_frame(op, **fields)
+        try:
+            self.conn.send_bytes(frame)
+        except (OSError, ValueError):
+            return False
+        return True
 
 
 def spawn_worker(
@@ -112,10 +120,7 @@ def stop_workers(handles: list[WorkerHandle], *, timeout_s: float = 5.0) -> None
     with many workers still stops inside a service manager's stop timeout.
     """
     for h in handles:
-        try:
-            h.send("stop")
-        except (OSError, ValueError):
-            pass
+        h.send(PipeOp.STOP)
     for escalate in (None, "terminate", "kill"):
         alive = [h for h in handles if h.process.is_alive()]
         if not alive:
@@ -162,7 +167,7 @@ class Supervisor:
         self.straggler_factor, self.straggler_min_s = straggler_factor, straggler_min_s
         self._durations: deque[float] = deque(maxlen=_DURATIONS_KEPT)
         self.redispatched = 0
-        self._describe, self._on_done, self._on_failed = describe, on_done, on_failed
+        self._describe, self._on_done_cb, self._on_failed_cb = describe, on_done, on_failed
         self.workers: list[WorkerHandle] = []
         self.restarts = 0
         self.fatal: str | None = None
@@ -203,26 +208,44 @@ class Supervisor:
                 except ProtocolError:
                     log.exception("worker %d sent an unreadable message", w.index)
                     continue
-                if reply["op"] == "hello":
-                    w.pid, w.ready = reply["pid"], True
-                    w.ready_s = time.monotonic() - w.spawned_at
+                handler = _FROM_WORKER.get(reply["op"])
+                if handler is None:
+                    log.error("worker %d sent %r, which only the daemon sends; ignored", w.index, reply["op"])
                     continue
-                job = w.job
-                if job is None or reply.get("job") != job.job_id:
-                    continue  # not the job this worker holds: keep waiting for that one
-                w.job = None
-                w.busy_s += time.monotonic() - w.job_started
-                self._cancel_others(job, w, poller)
-                if reply["op"] == "done":
-                    w.parts_done += 1
-                    w.samples_done += job.stop - job.start
-                    self._durations.append(float(reply["seconds"]))
-                    self._on_done(job, reply["counts"])
-                else:
-                    self.scheduler.fail(job)
-                    self._on_failed(job, w.pid, reply["error"])
+                handler(self, w, reply, poller)
         except (EOFError, OSError):
             self._died(w, poller)
+
+    def _on_hello(self, w: WorkerHandle, reply: dict, poller) -> None:
+        w.pid, w.ready = reply["pid"], True
+        w.ready_s = time.monotonic() - w.spawned_at
+
+    def _finished(self, w: WorkerHandle, reply: dict, poller) -> Job | None:
+        """The job a ``done``/``failed`` reply ends, now off the worker; None when it is not
+        the job this worker holds (keep waiting for that one)."""
+        job = w.job
+        if job is None or reply["job"] != job.job_id:
+            return None
+        w.job = None
+        w.busy_s += time.monotonic() - w.job_started
+        self._cancel_others(job, w, poller)
+        return job
+
+    def _on_done(self, w: WorkerHandle, reply: dict, poller) -> None:
+        job = self._finished(w, reply, poller)
+        if job is None:
+            return
+        w.parts_done += 1
+        w.samples_done += job.stop - job.start
+        self._durations.append(float(reply["seconds"]))
+        self._on_done_cb(job, reply["counts"])
+
+    def _on_failed(self, w: WorkerHandle, reply: dict, poller) -> None:
+        job = self._finished(w, reply, poller)
+        if job is None:
+            return
+        self.scheduler.fail(job)
+        self._on_failed_cb(job, w.pid, reply["error"])
 
     def straggler_after_s(self) -> float | None:
         """How long a job may run before an idle worker runs it too; None before enough
@@ -263,8 +286,7 @@ class Supervisor:
             if not idle:
                 return
             w = holders[0]
-            stream = self.scheduler.streams.get(w.job.trainer_id)
-            if stream is None or stream.generation != w.job.generation:
+            if not self.scheduler.still_wanted(w.job):
                 continue  # abandoned work: its result is dropped anyway
             if len(holders) == 1 and now - w.job_started > after:
                 spare = idle.pop(0)
@@ -381,24 +403,27 @@ class Supervisor:
 
     def _send_job(self, w: WorkerHandle, job: Job) -> None:
         w.job, w.job_started = job, time.monotonic()
-        try:
-            w.send(
-                "job",
-                job=job.job_id,
-                slot=job.slot,
-                epoch=job.epoch,
-                batch=job.batch,
-                start=job.start,
-                stop=job.stop,
-                **self._describe(job),
-            )
-        except (OSError, ValueError):
-            pass  # the worker died; the liveness check re-queues its job
+        # A worker that died meanwhile is found by the liveness check, which re-queues its job.
+        w.send(
+            PipeOp.JOB,
+            job=job.job_id,
+            slot=job.slot,
+            epoch=job.epoch,
+            batch=job.batch,
+            start=job.start,
+            stop=job.stop,
+            **self._describe(job),
+        )
 
     def forget_ring(self, ring_name: str) -> None:
         """Tell every worker to close a ring whose trainer left."""
         for w in self.workers:
-            try:
-                w.send("forget", ring=ring_name)
-            except (OSError, ValueError):
-                pass
+            w.send(PipeOp.FORGET, ring=ring_name)
+
+
+# What a worker sends -> the supervisor's handler (``protocol.PIPE``; the other ops go the other way).
+_FROM_WORKER: dict[PipeOp, Callable[[Supervisor, WorkerHandle, dict, Any], None]] = {
+    PipeOp.HELLO: Supervisor._on_hello,
+    PipeOp.DONE: Supervisor._on_done,
+    PipeOp.FAILED: Supervisor._on_failed,
+}

@@ -25,11 +25,12 @@ import os
 import signal
 import time
 from multiprocessing.connection import Connection
-from typing import Any
+from typing import Any, Callable
 
 log = logging.getLogger(__name__)
 
 _POLL_S = 1.0
+_EXIT = object()  # what the ``stop`` handler returns
 
 
 def worker_main(
@@ -44,14 +45,44 @@ def worker_main(
     from ...shared.errors import ProtocolError
     from ...shared.stream import protocol as proto
     from ...shared.stream.config import StreamSettings
+    from ...shared.stream.protocol import PipeOp
     from ...shared.transport.ring import Ring
     from . import renderer as _renderer
 
     renderer = _renderer.load(renderer_name)
     rings: dict[str, Ring] = {}
     settings_cache: dict[bytes, StreamSettings] = {}
+
+    def on_forget(msg: dict) -> None:
+        ring = rings.pop(msg["ring"], None)
+        if ring is not None:
+            ring.close()
+
+    def on_job(msg: dict) -> bytes:
+        t0 = time.perf_counter()
+        try:
+            key = msgpack.packb(msg["settings"])
+            settings = settings_cache.get(key)
+            if settings is None:
+                settings = settings_cache[key] = StreamSettings.from_dict(msg["settings"])
+            ring = rings.get(msg["ring"])
+            if ring is None:
+                ring = rings[msg["ring"]] = Ring.attach(msg["ring"], store=store)
+            counts = _render_into(ring, renderer, sources[msg["split"]], settings, msg)
+            return proto.pipe_frame(PipeOp.DONE, job=msg["job"], counts=counts, seconds=time.perf_counter() - t0)
+        except Exception as exc:  # report any failure of one job; the worker stays up
+            log.exception("worker %d: job %s failed", index, msg.get("job"))
+            return proto.pipe_frame(PipeOp.FAILED, job=msg["job"], error=f"{type(exc).__name__}: {exc}")
+
+    # What the daemon sends -> what this worker does (``protocol.PIPE``): a reply to send, or
+    # None; ``stop`` ends the loop.
+    handlers: dict[PipeOp, Callable[[dict], Any]] = {
+        PipeOp.JOB: on_job,
+        PipeOp.FORGET: on_forget,
+        PipeOp.STOP: lambda msg: _EXIT,
+    }
     try:
-        conn.send_bytes(proto.pipe_frame("hello", pid=os.getpid(), index=index))
+        conn.send_bytes(proto.pipe_frame(PipeOp.HELLO, pid=os.getpid(), index=index))
         while True:
             if not conn.poll(_POLL_S):
                 if os.getppid() != parent_pid:
@@ -64,31 +95,15 @@ def worker_main(
             except ProtocolError:
                 log.exception("worker %d: unreadable message from the daemon", index)
                 continue
-            op = msg["op"]
-            if op == "stop":
+            handler = handlers.get(msg["op"])
+            if handler is None:
+                log.error("worker %d: %r is a message only workers send; ignored", index, msg["op"])
+                continue
+            reply = handler(msg)
+            if reply is _EXIT:
                 return
-            if op == "forget":
-                ring = rings.pop(msg["ring"], None)
-                if ring is not None:
-                    ring.close()
-                continue
-            if op != "job":
-                continue
-            t0 = time.perf_counter()
-            try:
-                key = msgpack.packb(msg["settings"])
-                settings = settings_cache.get(key)
-                if settings is None:
-                    settings = settings_cache[key] = StreamSettings.from_dict(msg["settings"])
-                ring = rings.get(msg["ring"])
-                if ring is None:
-                    ring = rings[msg["ring"]] = Ring.attach(msg["ring"], store=store)
-                counts = _render_into(ring, renderer, sources[msg["split"]], settings, msg)
-                reply = proto.pipe_frame("done", job=msg["job"], counts=counts, seconds=time.perf_counter() - t0)
-            except Exception as exc:  # report any failure of one job; the worker stays up
-                log.exception("worker %d: job %s failed", index, msg.get("job"))
-                reply = proto.pipe_frame("failed", job=msg["job"], error=f"{type(exc).__name__}: {exc}")
-            conn.send_bytes(reply)
+            if reply is not None:
+                conn.send_bytes(reply)
     except (BrokenPipeError, EOFError):
         return
     finally:

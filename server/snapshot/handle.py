@@ -23,6 +23,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ...shared.errors import SnapshotError
+from ...shared.stream.config import FILL_VALUE
 from ...shared.stream.records import Targets
 from ...shared.transport.holds import remove_unused
 from ...shared.transport.names import DEFAULT_STORE, SNAPSHOT_PARTS, list_segments, parse, shm_path, snapshot_parts
@@ -70,6 +71,17 @@ def check_header(base: str, header: layout.Header) -> None:
         raise SnapshotError(f"snapshot {base!r} has unknown dtype code {header.dtype_code}")
 
 
+def check_fill(meta_name: str, header: layout.Header) -> None:
+    """SnapshotError unless the snapshot was centred by ``FILL_VALUE``: the route adds that fill
+    back (the kernel is handed the header's value, ``fill``), and the batches' bytes are defined
+    with it, so a snapshot centred by another value would serve other bytes."""
+    if header.fill != FILL_VALUE:
+        raise SnapshotError(
+            f"snapshot segment {meta_name!r} was centred by fill {header.fill!r}, but this pixpool renders with fill "
+            f"{FILL_VALUE!r}; remove it with `pixpool clean` and prepare again with this pixpool"
+        )
+
+
 class Snapshot:
     """Read access to a prepared snapshot (implements ``ImageSource``)."""
 
@@ -92,6 +104,7 @@ class Snapshot:
     def _attach(self) -> None:
         header = read_header(self._parts["meta"], self.store)
         check_header(self.name, header)
+        check_fill(self._parts["meta"], header)
         segments: dict[str, SharedSegment] = {}
         expected = {"meta": header.meta_nbytes, "img": header.image_nbytes, "tgt": header.target_nbytes}
         try:
@@ -133,6 +146,13 @@ class Snapshot:
     def imgsz(self) -> int:
         self._ensure()
         return self.header.imgsz
+
+    @property
+    def fill(self) -> float:
+        """The value the images were centred by (the header's, equal to ``FILL_VALUE``: checked
+        when attached); the route adds it back."""
+        self._ensure()
+        return self.header.fill
 
     @property
     def max_instances(self) -> int:

@@ -2,53 +2,26 @@
 
 Runs in both processes: the daemon decodes what trainers send, the trainer decodes what
 the daemon sends. Nothing is ever unpickled; a frame is a msgpack map with at least
-``v`` (the protocol version) and ``op`` (the operation). ``decode`` validates the map
-against the table below and raises ``ProtocolError`` with a message that says what is
-wrong; the daemon turns that into an ``error`` reply and keeps serving.
+``v`` (the protocol version) and ``op`` (the operation).
 
-Operations (-> daemon, <- trainer):
+Every operation is declared once, here: ``Op`` names it (its members are the strings on the
+wire, so ``msg["op"] == "ready"`` still holds), and the tables ``REQUESTS`` (trainer ->
+daemon) and ``REPLIES`` (daemon -> trainer) give each its meaning and each field's type,
+bounds and meaning. ``encode`` (a request) and ``encode_reply`` check what they send against
+the table, so a missing, undeclared or wrong-typed field fails on the sending side;
+``decode`` checks what arrives against the same table and raises ``ProtocolError`` saying
+what is wrong (the daemon turns that into an ``error`` reply and keeps serving). The daemon
+and the workers dispatch through tables keyed by ``Op`` / ``PipeOp``
+(``server/daemon/service.py``, ``worker.py``, ``supervisor.py``).
 
-- ``attach`` -> {settings, pid, host, slots, delivery, pid_ns (optional)}; reply ``attached``
-  <- {trainer_id, token, ring, layout, num_records, imgsz (the training size: the trainer's
-  ``augment.imgsz``, which None takes from here), daemon_pid, host, names (class names),
-  store (the directory the ring is in), pid_ns (the daemon's PID namespace), snapshot
-  (optional: {fingerprint, name, records}, the snapshot this trainer's split streams, which a
-  trainer attaching again after a restart compares with the one it began on)}. ``delivery``
-  is what the trainer asks for; it gets frames until it proves it maps its ring:
-- ``prove`` -> {trainer_id, token, nonce}: the hex nonce the trainer read in its ring's
-  header through the store path (empty if it could not map the ring); reply ``proved``
-  <- {trainer_id, delivery}: ``shm`` where the nonce matches (and shm was asked for),
-  else ``frames``. Host names and pids play no part (``server/daemon/sessions.py``).
-- ``start`` -> {trainer_id, token, epoch, batch}: produce ``epoch`` from ``batch`` on;
-  reply ``started`` <- {epoch, batch, num_batches}.
-- ``ready`` <- {trainer_id, slot, epoch, batch, generation, size, n_targets}: a batch is in
-  ``slot`` (over TCP three more frames follow: images, targets, samples bytes);
-  ``generation`` counts the trainer's ``start``s.
-- ``release`` -> {trainer_id, token, slot, epoch, batch, generation}: the trainer is done
-  with the batch announced so; a release naming anything but what the slot holds now
-  (a duplicate, or one from before the slot was re-announced) gets an ``order`` error.
-- ``heartbeat`` -> {trainer_id, token, data_wait_s (optional: seconds this trainer spent
-  waiting for batches so far)}; reply ``heartbeat`` <- {trainer_id}.
-- ``detach`` -> {trainer_id, token}; reply ``detached`` <- {trainer_id}.
-- ``status`` -> {}; reply ``status`` <- {daemon, snapshot, workers, trainers}.
-- ``records`` -> {start, split (optional, default "train")}; reply ``records`` <- {start,
-  total, files, names}: the image file names of that split's records ``start`` ..
-  ``start + len(files)`` (at most ``RECORDS_PAGE``), its record count and the class names,
-  so a trainer can name its samples.
-- ``error`` <- {code, message, trainer_id (may be nil), field (may be nil)}: ``code`` is one
-  of ``ERROR_CODES``, each the name of a class of the error tree; the client raises that
-  class with the daemon's message (``error_from``), so ``except CapacityError`` works
-  across the wire.
-- ``stopped`` <- {reason}: the daemon is shutting down.
+The order of a session: ``attach`` -> ``attached``; ``prove`` -> ``proved`` (the trainer gets
+batch frames until it proves it maps its ring); ``start`` -> ``started``, then one ``ready``
+per batch, each answered by a ``release``; ``heartbeat`` all along; ``detach`` ->
+``detached``. ``error`` and ``stopped`` may come at any time.
 
-The daemon and its augmentation workers speak the same way over their pipes (msgpack
-maps, validated by ``decode_pipe``; nothing unpickled after start-up):
-
-- daemon -> worker: ``job`` {job, ring, split, slot, settings, epoch, batch, size, start,
-  stop}: render sample positions ``start .. stop`` of that batch (of ``size`` samples) of
-  that split's source into those positions of that slot; ``forget`` {ring}: close that ring (its trainer left); ``stop``.
-- worker -> daemon: ``hello`` {pid, index} once ready; ``done`` {job, counts (target rows
-  of each sample of the part), seconds}; ``failed`` {job, error}.
+The daemon and its augmentation workers speak the same way over their pipes (``PipeOp``,
+the table ``PIPE``; msgpack maps checked by ``pipe_frame`` and ``decode_pipe``; nothing
+unpickled after start-up).
 
 Every request is one frame of at most ``MAX_FRAME_BYTES``: a control message is a few hundred
 bytes, so a larger one is refused before msgpack sees it, and a message of more frames is
@@ -58,8 +31,9 @@ dropped frame by frame without being kept. Replies may be up to ``MAX_REPLY_BYTE
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any
+import enum
+from dataclasses import dataclass, field
+from typing import Any, Mapping
 
 import msgpack
 
@@ -75,6 +49,38 @@ from ..errors import (
     SnapshotError,
 )
 from .config import SPLITS
+
+__all__ = [
+    "DELIVERIES",
+    "DELIVERY_FRAMES",
+    "DELIVERY_SHM",
+    "ERROR_CODES",
+    "MAX_FRAME_BYTES",
+    "MAX_REPLY_BYTES",
+    "MAX_REQUEST_BYTES",
+    "MAX_REQUEST_FRAMES",
+    "MAX_WIRE_BYTES",
+    "PIPE",
+    "PROTOCOL_VERSION",
+    "RECORDS_PAGE",
+    "REPLIES",
+    "REQUESTS",
+    "REQUEST_OPS",
+    "Field",
+    "Message",
+    "Op",
+    "PipeOp",
+    "as_error",
+    "code_for",
+    "decode",
+    "decode_pipe",
+    "encode",
+    "encode_reply",
+    "error_frame",
+    "error_frame_for",
+    "error_from",
+    "pipe_frame",
+]
 
 PROTOCOL_VERSION = 3  # 2: ready and release name the batch (epoch, batch, generation); 3: store and the locality proof
 # How a trainer receives batch bytes (``attach``'s ``delivery``): in place from its ring's
@@ -93,29 +99,9 @@ MAX_WIRE_BYTES = 2 * MAX_FRAME_BYTES
 MAX_REQUEST_FRAMES = 1
 MAX_REQUEST_BYTES = MAX_FRAME_BYTES
 MAX_REPLY_BYTES = 4 * 1024 * 1024
+# A ``records`` reply carries at most this many file names (it stays far below MAX_REPLY_BYTES).
+RECORDS_PAGE = 2000
 _INT_LIMIT = 1 << 62
-
-
-@dataclass(frozen=True)
-class Field:
-    """What one message field may hold: its types and, for what a client sends, its bounds
-    (``lo``..``hi`` for numbers, ``max_len`` characters for strings, ``choices``), and
-    whether it may be left out. Every check of a request's fields is this table's."""
-
-    types: tuple[type, ...]
-    lo: float = -_INT_LIMIT
-    hi: float = _INT_LIMIT
-    max_len: int | None = None
-    choices: tuple[str, ...] | None = None
-    optional: bool = False
-
-
-_INT = Field((int,))
-_STR = Field((str,))
-_MAP = Field((dict,))
-_LIST = Field((list,))
-_ID = Field((int,), lo=0)  # trainer ids and tokens: 0 .. 2**62
-_COUNT = Field((int,), lo=0, hi=1 << 40)  # epochs, batches, record positions
 # Longest host name a trainer may report: DNS names are at most 253 characters.
 MAX_HOST_CHARS = 255
 # The PID namespace as ``readlink /proc/self/ns/pid`` gives it (``pid:[4026531836]``).
@@ -123,73 +109,298 @@ MAX_PID_NS_CHARS = 64
 # The ring's locality nonce in hex (16 bytes: 32 characters; room for a longer one).
 MAX_NONCE_CHARS = 128
 
-# op -> {field: Field}; requests carry their bounds, replies only their types.
-_SCHEMA: dict[str, dict[str, Field]] = {
-    "attach": {
-        "settings": _MAP,
-        "pid": Field((int,), lo=0, hi=1 << 32),
-        "host": Field((str,), max_len=MAX_HOST_CHARS),
-        "slots": Field((int,), lo=0, hi=1 << 16),
-        "delivery": Field((str,), choices=DELIVERIES),
-        "pid_ns": Field((str,), max_len=MAX_PID_NS_CHARS, optional=True),
-    },
-    "attached": {
-        "trainer_id": _INT,
-        "token": _INT,
-        "ring": _STR,
-        "layout": _MAP,
-        "num_records": _INT,
-        "imgsz": _INT,
-        "daemon_pid": _INT,
-        "host": _STR,
-        "store": _STR,
-    },
-    "prove": {"trainer_id": _ID, "token": _ID, "nonce": Field((str,), max_len=MAX_NONCE_CHARS)},
-    "proved": {"trainer_id": _INT, "delivery": _STR},
-    "start": {"trainer_id": _ID, "token": _ID, "epoch": _COUNT, "batch": _COUNT},
-    "started": {"trainer_id": _INT, "epoch": _INT, "batch": _INT, "num_batches": _INT},
-    "ready": {
-        "trainer_id": _INT,
-        "slot": _INT,
-        "epoch": _INT,
-        "batch": _INT,
-        "generation": _INT,
-        "size": _INT,
-        "n_targets": _INT,
-    },
-    "release": {
-        "trainer_id": _ID,
-        "token": _ID,
-        "slot": _INT,
-        "epoch": _COUNT,
-        "batch": _COUNT,
-        "generation": Field((int,), lo=0),
-    },
-    "heartbeat": {"trainer_id": _ID, "token": _ID, "data_wait_s": Field((float, int), lo=0, hi=1e12, optional=True)},
-    "detach": {"trainer_id": _ID, "token": _ID},
-    "detached": {"trainer_id": _INT},
-    "status": {},
-    "health": {},
-    "records": {"start": _COUNT, "split": Field((str,), choices=SPLITS, optional=True)},
-    "error": {"code": _STR, "message": _STR},
-    "stopped": {"reason": _STR},
+
+class Op(enum.StrEnum):
+    """The operations between trainers and the daemon; each member is its string on the wire."""
+
+    ATTACH = "attach"
+    ATTACHED = "attached"
+    PROVE = "prove"
+    PROVED = "proved"
+    START = "start"
+    STARTED = "started"
+    READY = "ready"
+    RELEASE = "release"
+    HEARTBEAT = "heartbeat"
+    DETACH = "detach"
+    DETACHED = "detached"
+    STATUS = "status"
+    HEALTH = "health"
+    RECORDS = "records"
+    ERROR = "error"
+    STOPPED = "stopped"
+
+
+class PipeOp(enum.StrEnum):
+    """The operations on a daemon <-> worker pipe; each member is its string on the pipe."""
+
+    JOB = "job"
+    FORGET = "forget"
+    STOP = "stop"
+    HELLO = "hello"
+    DONE = "done"
+    FAILED = "failed"
+
+
+@dataclass(frozen=True)
+class Field:
+    """What one message field means (``about``) and may hold: its types and, for what a client
+    sends, its bounds (``lo``..``hi`` for numbers, ``max_len`` characters for strings,
+    ``choices``), and whether it may be left out. Every check of a message's fields, on
+    either side, is this table's."""
+
+    types: tuple[type, ...]
+    about: str = ""
+    lo: float = -_INT_LIMIT
+    hi: float = _INT_LIMIT
+    max_len: int | None = None
+    choices: tuple[str, ...] | None = None
+    optional: bool = False
+
+
+@dataclass(frozen=True)
+class Message:
+    """One operation in one direction: what it means and its fields (name -> ``Field``)."""
+
+    about: str
+    fields: Mapping[str, Field] = field(default_factory=dict)
+
+
+_NONE = type(None)
+
+
+def _int(about: str, **bounds: Any) -> Field:
+    return Field((int,), about, **bounds)
+
+
+def _id(about: str) -> Field:  # trainer ids and tokens: 0 .. 2**62
+    return Field((int,), about, lo=0)
+
+
+def _count(about: str) -> Field:  # epochs, batches, record positions
+    return Field((int,), about, lo=0, hi=1 << 40)
+
+
+def _str(about: str, **bounds: Any) -> Field:
+    return Field((str,), about, **bounds)
+
+
+def _map(about: str) -> Field:
+    return Field((dict,), about)
+
+
+def _list(about: str) -> Field:
+    return Field((list,), about)
+
+
+_TID = "the trainer's id, from ``attached``"
+_TOKEN = "the session's secret, from ``attached``; a request without it is refused"
+_EPOCH = "the epoch the batch belongs to"
+_BATCH = "the batch's position in its epoch"
+_GENERATION = "how many ``start``s the trainer had sent when the batch was announced"
+
+# Trainer -> daemon. Requests carry their bounds: a trainer is not trusted.
+REQUESTS: dict[Op, Message] = {
+    Op.ATTACH: Message(
+        "open a session with its own stream and ring; answered by ``attached``",
+        {
+            "settings": _map("the stream's ``StreamSettings.to_dict()``; the daemon validates it again"),
+            "pid": _int("the trainer's process id (for people and logs)", lo=0, hi=1 << 32),
+            "host": _str("the trainer's host name (for people and logs)", max_len=MAX_HOST_CHARS),
+            "slots": _int("batch slots of the trainer's ring", lo=0, hi=1 << 16),
+            "delivery": _str(
+                "how the trainer asks to get batch bytes: in place from its ring (``shm``) or as frames",
+                choices=DELIVERIES,
+            ),
+            "pid_ns": _str("the trainer's PID namespace", max_len=MAX_PID_NS_CHARS, optional=True),
+        },
+    ),
+    Op.PROVE: Message(
+        "prove the trainer maps its ring (host names and pids play no part, ``server/daemon/sessions.py``);"
+        " answered by ``proved``",
+        {
+            "trainer_id": _id(_TID),
+            "token": _id(_TOKEN),
+            "nonce": _str(
+                "the hex nonce read in the ring's header through the store path (empty if it could not map it)",
+                max_len=MAX_NONCE_CHARS,
+            ),
+        },
+    ),
+    Op.START: Message(
+        "produce ``epoch`` from ``batch`` on, abandoning what is not announced yet; answered by ``started``",
+        {"trainer_id": _id(_TID), "token": _id(_TOKEN), "epoch": _count(_EPOCH), "batch": _count(_BATCH)},
+    ),
+    Op.RELEASE: Message(
+        "the trainer is done with the batch announced so in ``slot``; a release naming anything but what the"
+        " slot holds now (a duplicate, or one from before the slot was re-announced) gets an ``order`` error",
+        {
+            "trainer_id": _id(_TID),
+            "token": _id(_TOKEN),
+            "slot": _int("the ring slot the batch was announced in"),
+            "epoch": _count(_EPOCH),
+            "batch": _count(_BATCH),
+            "generation": Field((int,), _GENERATION, lo=0),
+        },
+    ),
+    Op.HEARTBEAT: Message(
+        "the trainer is alive; answered by ``heartbeat``",
+        {
+            "trainer_id": _id(_TID),
+            "token": _id(_TOKEN),
+            "data_wait_s": Field(
+                (float, int), "seconds this trainer spent waiting for batches so far", lo=0, hi=1e12, optional=True
+            ),
+        },
+    ),
+    Op.DETACH: Message(
+        "end the session (the daemon unlinks its ring); answered by ``detached``",
+        {"trainer_id": _id(_TID), "token": _id(_TOKEN)},
+    ),
+    Op.STATUS: Message("the daemon's whole state, for ``pixpool status`` and monitors; answered by ``status``"),
+    Op.HEALTH: Message("a few dozen bytes for a liveness probe; answered by ``health``"),
+    Op.RECORDS: Message(
+        "a page of a split's image file names, so a trainer can name its samples; answered by ``records``",
+        {
+            "start": _count("the first record of the page"),
+            "split": _str("the split (default ``train``)", choices=SPLITS, optional=True),
+        },
+    ),
 }
-# Replies that reuse a request's op name carry different fields.
-_REPLY_SCHEMA: dict[str, dict[str, Field]] = {
-    "heartbeat": {"trainer_id": _INT},
-    "status": {"daemon": _MAP, "snapshot": _MAP, "workers": _LIST, "trainers": _LIST},
-    "health": {
-        "pid": _INT,
-        "healthy": Field((bool,)),
-        "trainers": _INT,
-        "workers_ready": _INT,
-        "uptime_s": Field((float, int)),
-    },
-    "records": {"start": _INT, "total": _INT, "files": _LIST, "names": _LIST},
+REQUEST_OPS = frozenset(REQUESTS)
+
+# Daemon -> trainer. Replies are checked for their types only: the daemon is trusted.
+REPLIES: dict[Op, Message] = {
+    Op.ATTACHED: Message(
+        "the session is open; batches come as frames until ``prove`` grants ``shm``",
+        {
+            "trainer_id": _int(_TID),
+            "token": _int("the session's secret, to send with every later request"),
+            "ring": _str("the name of the trainer's ring in the store"),
+            "layout": _map("the ring's ``RingLayout.to_dict()``"),
+            "num_records": _int("records of the split this trainer streams"),
+            "imgsz": _int("the training size: the snapshot's, which a trainer's ``augment.imgsz`` of None takes"),
+            "daemon_pid": _int("the daemon's process id"),
+            "host": _str("the daemon's host name"),
+            "names": Field((list,), "the class names", optional=True),
+            "store": _str("the directory the ring is in"),
+            "pid_ns": Field((str,), "the daemon's PID namespace", optional=True),
+            "snapshot": Field(
+                (dict,),
+                "{fingerprint, name, records}: the snapshot this trainer's split streams, which a trainer"
+                " attaching again after a restart compares with the one it began on",
+                optional=True,
+            ),
+        },
+    ),
+    Op.PROVED: Message(
+        "the outcome of ``prove``",
+        {
+            "trainer_id": _int(_TID),
+            "delivery": _str("``shm`` where the nonce matches (and shm was asked for), else ``frames``"),
+        },
+    ),
+    Op.STARTED: Message(
+        "the daemon produces the epoch from the batch asked for",
+        {
+            "trainer_id": _int(_TID),
+            "epoch": _int(_EPOCH),
+            "batch": _int("the first batch that will be announced"),
+            "num_batches": _int("batches in this epoch"),
+        },
+    ),
+    Op.READY: Message(
+        "a batch is in ``slot`` (over TCP three more frames follow: images, targets, samples bytes)",
+        {
+            "trainer_id": _int(_TID),
+            "slot": _int("the ring slot the batch is in"),
+            "epoch": _int(_EPOCH),
+            "batch": _int(_BATCH),
+            "generation": _int(_GENERATION),
+            "size": _int("the batch's sample count"),
+            "n_targets": _int("the batch's target rows"),
+        },
+    ),
+    Op.HEARTBEAT: Message("the daemon's loop runs and knows this trainer", {"trainer_id": _int(_TID)}),
+    Op.DETACHED: Message("the session is over", {"trainer_id": _int(_TID)}),
+    Op.STATUS: Message(
+        "the daemon's state (``server/daemon/status.py``)",
+        {
+            "daemon": _map("the daemon's settings and counters"),
+            "snapshot": _map("the training split's snapshot"),
+            "splits": Field((dict,), "split -> its snapshot", optional=True),
+            "workers": _list("one map per augmentation worker"),
+            "trainers": _list("one map per attached trainer (as many as fit the reply)"),
+        },
+    ),
+    Op.HEALTH: Message(
+        "whether the daemon serves",
+        {
+            "pid": _int("the daemon's process id"),
+            "healthy": Field((bool,), "every worker slot has a live worker and none failed to start"),
+            "trainers": _int("attached trainers"),
+            "workers_ready": _int("workers ready for jobs"),
+            "uptime_s": Field((float, int), "seconds since the daemon started"),
+        },
+    ),
+    Op.RECORDS: Message(
+        "a page of image file names",
+        {
+            "start": _int("the first record of the page"),
+            "total": _int("the split's record count"),
+            "files": _list(f"the image file names of records ``start`` .. (at most {RECORDS_PAGE})"),
+            "names": _list("the class names"),
+        },
+    ),
+    Op.ERROR: Message(
+        "a request failed, or the daemon tells a trainer why it ends its session; the client raises"
+        " ``error_from`` (the class of ``code`` with the daemon's message), so ``except CapacityError`` works"
+        " across the wire",
+        {
+            "code": _str("one of ``ERROR_CODES``, each the name of a class of the error tree"),
+            "message": _str("what happened and what to change"),
+            "trainer_id": Field((int, _NONE), "the trainer it concerns (nil: the request's sender)", optional=True),
+            "field": Field((str, _NONE), "the refused setting or message field (may be nil)", optional=True),
+        },
+    ),
+    Op.STOPPED: Message("the daemon is shutting down", {"reason": _str("why")}),
 }
-REQUEST_OPS = frozenset({"attach", "start", "release", "heartbeat", "detach", "status", "health", "records", "prove"})
-# A ``records`` reply carries at most this many file names (it stays far below MAX_REPLY_BYTES).
-RECORDS_PAGE = 2000
+
+# Daemon <-> worker pipes (no version: both ends are the same installation).
+PIPE: dict[PipeOp, Message] = {
+    PipeOp.JOB: Message(
+        "daemon -> worker: render sample positions ``start .. stop`` of a batch of ``size`` samples of that"
+        " split's source into those positions of ``slot``",
+        {
+            "job": _int("the job's id, echoed in ``done``/``failed``"),
+            "ring": _str("the trainer's ring"),
+            "split": _str("the split whose source is rendered"),
+            "slot": _int("the ring slot"),
+            "settings": _map("the stream's ``StreamSettings.to_dict()``"),
+            "epoch": _int(_EPOCH),
+            "batch": _int(_BATCH),
+            "size": _int("the batch's sample count"),
+            "start": _int("the first sample position of the part"),
+            "stop": _int("one past the last sample position of the part"),
+        },
+    ),
+    PipeOp.FORGET: Message("daemon -> worker: close that ring (its trainer left)", {"ring": _str("the ring")}),
+    PipeOp.STOP: Message("daemon -> worker: exit"),
+    PipeOp.HELLO: Message(
+        "worker -> daemon, once ready", {"pid": _int("the worker's pid"), "index": _int("its worker slot")}
+    ),
+    PipeOp.DONE: Message(
+        "worker -> daemon: a part is written",
+        {
+            "job": _int("the job's id"),
+            "counts": _list("target rows of each sample of the part"),
+            "seconds": Field((float, int), "how long the part took"),
+        },
+    ),
+    PipeOp.FAILED: Message(
+        "worker -> daemon: a part failed", {"job": _int("the job's id"), "error": _str("the exception, as text")}
+    ),
+}
 
 
 # code -> the class the client raises. Order matters for ``code_for``: the first class an
@@ -231,14 +442,42 @@ def error_from(msg: dict[str, Any]) -> PixpoolError:
 
 
 def encode(op: str, **fields: Any) -> bytes:
-    """One frame: ``{v, op, **fields}`` packed with msgpack (no extension types)."""
-    return msgpack.packb({"v": PROTOCOL_VERSION, "op": op, **fields}, use_bin_type=True)
+    """One request frame (trainer -> daemon): ``{v, op, **fields}`` packed with msgpack (no
+    extension types), after checking the fields against ``REQUESTS``: ProtocolError naming
+    the op and field for one missing, undeclared, mistyped or out of bounds."""
+    return _pack(_checked(op, fields, REQUESTS, "request"), fields)
+
+
+def encode_reply(op: str, **fields: Any) -> bytes:
+    """One reply frame (daemon -> trainer), checked against ``REPLIES`` as ``encode`` does."""
+    return _pack(_checked(op, fields, REPLIES, "reply"), fields)
+
+
+def _pack(op: Op, fields: dict[str, Any]) -> bytes:
+    return msgpack.packb({"v": PROTOCOL_VERSION, "op": op.value, **fields}, use_bin_type=True)
+
+
+def _checked(op: str, fields: dict[str, Any], table: Mapping[Any, Message], kind: str) -> Any:
+    """The declared op of ``op`` after checking ``fields`` (the sending side's checks)."""
+    key = next((k for k in table if k == op), None)  # the member: a str equal to it finds it too
+    if key is None:
+        raise ProtocolError(f"cannot send {kind} op {str(op)!r}: it is not declared; declared: {_names(table)}")
+    schema = table[key].fields
+    for name in fields:
+        if name not in schema:
+            raise ProtocolError(
+                f"cannot send op {key.value!r} with field {name!r}: the op declares {sorted(schema)}; "
+                "declare the field in shared/stream/protocol.py",
+                field=name,
+            )
+    _check_fields(key.value, fields, schema)
+    return key
 
 
 def error_frame(code: str, message: str, *, trainer_id: int | None = None, field: str | None = None) -> bytes:
     if code not in ERROR_CODES:
         raise ValueError(f"undeclared error code {code!r}; declare it in ERROR_CODES")
-    return encode("error", code=code, message=message, trainer_id=trainer_id, field=field)
+    return encode_reply(Op.ERROR, code=code, message=message, trainer_id=trainer_id, field=field)
 
 
 def error_frame_for(exc: BaseException, *, trainer_id: int | None = None) -> bytes:
@@ -247,7 +486,7 @@ def error_frame_for(exc: BaseException, *, trainer_id: int | None = None) -> byt
 
 
 def decode(frame: bytes | memoryview, *, reply: bool = False) -> dict[str, Any]:
-    """Parse and validate one frame; ``reply`` selects the daemon->trainer schema.
+    """Parse and validate one frame; ``reply`` selects the daemon->trainer table.
 
     Raises ``ProtocolError`` naming the problem (size, encoding, version, op, field).
     """
@@ -268,18 +507,29 @@ def decode(frame: bytes | memoryview, *, reply: bool = False) -> dict[str, Any]:
     version = msg.get("v")
     if version != PROTOCOL_VERSION or isinstance(version, bool):
         raise ProtocolError(
-            f"protocol version mismatch: peer speaks version {version!r}, this side speaks version {PROTOCOL_VERSION}; run the same pixpool release on both sides"
+            f"protocol version mismatch: peer speaks version {version!r}, this side speaks version {PROTOCOL_VERSION}; "
+            "run the same pixpool release on both sides"
         )
     op = msg.get("op")
-    if not isinstance(op, str) or op not in _SCHEMA:
-        raise ProtocolError(f"unknown op {op!r}; expected one of {sorted(_SCHEMA)}")
-    if not reply and op not in REQUEST_OPS:
-        raise ProtocolError(f"op {op!r} is not a request a trainer may send; expected one of {sorted(REQUEST_OPS)}")
-    _check_fields(op, msg, _REPLY_SCHEMA.get(op, _SCHEMA[op]) if reply else _SCHEMA[op])
+    if not isinstance(op, str) or op not in _ALL_OPS:
+        raise ProtocolError(f"unknown op {op!r}; expected one of {sorted(_ALL_OPS)}")
+    table = REPLIES if reply else REQUESTS
+    if op not in table:
+        if not reply:
+            raise ProtocolError(f"op {op!r} is not a request a trainer may send; expected one of {_names(REQUEST_OPS)}")
+        raise ProtocolError(f"op {op!r} is not a reply a daemon sends; expected one of {_names(REPLIES)}")
+    _check_fields(op, msg, table[op].fields)
     return msg
 
 
-def _check_fields(op: str, msg: dict[str, Any], schema: dict[str, Field]) -> None:
+_ALL_OPS = frozenset(op.value for op in Op)
+
+
+def _names(ops) -> list[str]:
+    return sorted(str(op) for op in ops)
+
+
+def _check_fields(op: str, msg: Mapping[str, Any], schema: Mapping[str, Field]) -> None:
     for name, spec in schema.items():
         if name not in msg:
             if spec.optional:
@@ -319,30 +569,10 @@ def as_error(msg: dict[str, Any]) -> str:
 
 
 # -- the daemon <-> worker pipes ------------------------------------------------------------
-_PIPE_SCHEMA: dict[str, dict[str, Field]] = {
-    "job": {
-        "job": _INT,
-        "ring": _STR,
-        "split": _STR,
-        "slot": _INT,
-        "settings": _MAP,
-        "epoch": _INT,
-        "batch": _INT,
-        "size": _INT,
-        "start": _INT,
-        "stop": _INT,
-    },
-    "forget": {"ring": _STR},
-    "stop": {},
-    "hello": {"pid": _INT, "index": _INT},
-    "done": {"job": _INT, "counts": _LIST, "seconds": Field((float, int))},
-    "failed": {"job": _INT, "error": _STR},
-}
-
-
 def pipe_frame(op: str, **fields: Any) -> bytes:
-    """One pipe message (no version: both ends are the same installation)."""
-    return msgpack.packb({"op": op, **fields}, use_bin_type=True)
+    """One pipe message (no version: both ends are the same installation), checked against ``PIPE``."""
+    key = _checked(op, fields, PIPE, "pipe")
+    return msgpack.packb({"op": key.value, **fields}, use_bin_type=True)
 
 
 def decode_pipe(frame: bytes) -> dict[str, Any]:
@@ -352,10 +582,10 @@ def decode_pipe(frame: bytes) -> dict[str, Any]:
     except (ValueError, TypeError, msgpack.ExtraData, msgpack.FormatError, msgpack.StackError) as exc:
         raise ProtocolError(f"pipe message of {len(frame)} bytes is not valid msgpack ({exc})") from None
     op = msg.get("op") if isinstance(msg, dict) else None
-    if op not in _PIPE_SCHEMA:
-        raise ProtocolError(f"unknown pipe op {op!r}; expected one of {sorted(_PIPE_SCHEMA)}")
-    _check_fields(op, msg, _PIPE_SCHEMA[op])
-    if op == "done" and not all(
+    if not isinstance(op, str) or op not in PIPE:
+        raise ProtocolError(f"unknown pipe op {op!r}; expected one of {_names(PIPE)}")
+    _check_fields(op, msg, PIPE[op].fields)
+    if op == PipeOp.DONE and not all(
         isinstance(c, int) and not isinstance(c, bool) and 0 <= c < _INT_LIMIT for c in msg["counts"]
     ):
         raise ProtocolError(

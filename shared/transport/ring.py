@@ -42,7 +42,7 @@ trainer's its ``CONSUMER`` lock, for as long as each maps it, in whatever PID na
 So a trainer knows its daemon is gone when the creator lock is (``daemon_alive``), and a
 ring nobody holds is a dead daemon's leftover, whatever pid its name carries: the trainer
 that moves on is the last one out and removes it (``leave``), and every daemon sweeps
-such rings (``server.daemon.admission.sweep_rings``).
+such rings (``server.daemon.sweeps.sweep_rings``).
 
 The segment is a ``shared.transport.shm.SharedSegment`` (a file in the daemon's store, never registered with
 multiprocessing's resource tracker: bpo-39959). Its whole size is reserved at creation,

@@ -80,12 +80,20 @@ def remove_rings_of(pid: int, store: str = DEFAULT_STORE) -> list[str]:
 
 
 @contextmanager
-def daemon_process(config: DaemonConfig, *, socket_dir: str | None = None, wait: bool = True):
-    """Start ``run_daemon(config)`` in a spawned process; always reaped."""
+def daemon_process(
+    config: DaemonConfig, *, socket_dir: str | None = None, wait: bool = True, renderer: str | None = None
+):
+    """Start ``run_daemon(config, renderer=renderer)`` in a spawned process; always reaped.
+    ``renderer``: a stand-in route module (``helpers.stuck_renderer``); None is the real one."""
     own_dir = socket_dir is None
     socket_dir = socket_dir or short_socket_dir()
     ctx = mp.get_context("spawn")
-    proc = ctx.Process(target=run_daemon, args=(dataclasses.replace(config, socket_dir=socket_dir),), daemon=False)
+    proc = ctx.Process(
+        target=run_daemon,
+        args=(dataclasses.replace(config, socket_dir=socket_dir),),
+        kwargs={"renderer": renderer},
+        daemon=False,
+    )
     proc.start()
     try:
         if wait:
@@ -117,12 +125,13 @@ def real_daemon(
     heartbeat_timeout_s: float = 10.0,
     socket_dir: str | None = None,
     wait: bool = True,
+    renderer: str | None = None,
     **extra,
 ):
     config = DaemonConfig(
         data=str(data), imgsz=imgsz, workers=workers, heartbeat_timeout_s=heartbeat_timeout_s, processes=1, **extra
     )
-    with daemon_process(config, socket_dir=socket_dir, wait=wait) as (proc, d):
+    with daemon_process(config, socket_dir=socket_dir, wait=wait, renderer=renderer) as (proc, d):
         yield proc, d
 
 

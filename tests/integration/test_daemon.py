@@ -384,7 +384,7 @@ def test_a_duplicate_release_is_refused_and_the_slot_keeps_its_batch(daemon, dea
     tid, token = att["trainer_id"], att["token"]
     # Map the ring before proving, as a trainer does: a proved trainer whose hold on its ring
     # is gone is detached at the daemon's next liveness tick.
-    ring = Ring.attach(att["ring"])
+    ring = Ring.attach(att["ring"], trainer=True)  # with the CONSUMER hold client/delivery.py takes
     assert prove(sock, att, nonce=ring.nonce()) == proto.DELIVERY_SHM
     try:
         assert _ask(sock, proto.encode("start", trainer_id=tid, token=token, epoch=0, batch=0))["op"] == "started"

@@ -25,7 +25,7 @@ from pixpool.server.snapshot.handle import list_snapshots
 from pixpool.server.snapshot.prepare import PrepareOptions, prepare_snapshot
 from pixpool.shared.cli import main
 from pixpool.shared.errors import ConfigError
-from pixpool.shared.stream.config import AugmentConfig, DaemonConfig, StreamSettings
+from pixpool.shared.stream.config import FILL_VALUE, AugmentConfig, DaemonConfig, StreamSettings
 from pixpool.shared.stream.digest import batch_digest
 from pixpool.shared.stream.sampler import num_batches
 from pixpool.shared.transport.names import list_segments
@@ -97,7 +97,7 @@ def test_uint8_arena_holds_the_float32_values_at_a_quarter_of_the_bytes(pair):
     for i in range(len(a)):
         x, y = a.image(i), b.image(i)
         assert x.dtype == np.float32 and y.dtype == np.uint8 and not y.flags.writeable
-        assert np.subtract(y, np.float32(114.0), dtype=np.float32).tobytes() == x.tobytes(), f"record {i}"
+        assert np.subtract(y, np.float32(FILL_VALUE), dtype=np.float32).tobytes() == x.tobytes(), f"record {i}"
     np.testing.assert_array_equal(b.index["image_offset"] * 4, a.index["image_offset"])
     for field in ("height", "width", "orig_height", "orig_width", "target_start", "target_count", "point_start"):
         np.testing.assert_array_equal(a.index[field], b.index[field])
@@ -115,7 +115,9 @@ def test_prepared_pixels_are_the_reference_decode(pair):
     for i, rec in enumerate(dataset.records):
         ref = _reference_decode(rec.image_path, IMGSZ)
         assert u8.snapshot.image(i).tobytes() == ref.tobytes(), f"record {i}"
-        assert f32.snapshot.image(i).tobytes() == (ref.astype(np.float32) - np.float32(114.0)).tobytes(), f"record {i}"
+        assert f32.snapshot.image(i).tobytes() == (ref.astype(np.float32) - np.float32(FILL_VALUE)).tobytes(), (
+            f"record {i}"
+        )
 
 
 def test_coco128_prepared_pixels_are_the_reference_decode(coco128):
@@ -128,7 +130,7 @@ def test_coco128_prepared_pixels_are_the_reference_decode(coco128):
             for i, rec in enumerate(dataset.records):
                 ref = _reference_decode(rec.image_path, 320)
                 assert u8.snapshot.image(i).tobytes() == ref.tobytes(), rec.image_path
-                assert f32.snapshot.image(i).tobytes() == (ref.astype(np.float32) - np.float32(114.0)).tobytes(), (
+                assert f32.snapshot.image(i).tobytes() == (ref.astype(np.float32) - np.float32(FILL_VALUE)).tobytes(), (
                     rec.image_path
                 )
         finally:
@@ -288,3 +290,31 @@ def test_status_and_memory_report_the_dtype_held(synthetic_data, capsys):
     assert mem["dtype"] == "uint8" and mem["image_bytes"] == mem["decoded_bytes"] > 0
     assert st["snapshot"]["dtype"] == "uint8" and st["snapshot"]["image_bytes"] == mem["image_bytes"]
     assert "uint8" in text.splitlines()[1]
+
+
+def test_a_snapshot_centred_by_another_fill_is_refused_when_attached(pair):
+    """The route adds back the header's fill (the kernel is handed it); a snapshot whose header
+    names another fill than this pixpool's is refused at attach, naming the segment and both values."""
+    import dataclasses
+
+    from pixpool.server.snapshot.handle import Snapshot
+    from pixpool.shared.errors import SnapshotError
+    from pixpool.shared.transport.names import shm_path, snapshot_parts
+
+    _, f32, _ = pair
+    assert f32.snapshot.fill == FILL_VALUE
+    meta = snapshot_parts(f32.snapshot.name)["meta"]
+    with open(shm_path(meta), "r+b") as f:
+        original = f.read(layout.HEADER_NBYTES)
+        changed = dataclasses.replace(layout.unpack_header(original), fill=100.0)
+        f.seek(0)
+        f.write(layout.pack_header(changed))
+    try:
+        with pytest.raises(SnapshotError) as err:
+            Snapshot.attach(f32.snapshot.name)
+        text = str(err.value)
+        assert meta in text and "fill 100.0" in text and f"fill {FILL_VALUE!r}" in text, text
+    finally:
+        with open(shm_path(meta), "r+b") as f:
+            f.write(original)
+    Snapshot.attach(f32.snapshot.name).close()  # restored: attaches again

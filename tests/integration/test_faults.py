@@ -23,7 +23,6 @@ from helpers.daemon import (
     wait_for,
 )
 from pixpool.client.iterator import Client
-from pixpool.server.daemon.renderer import RENDERER_ENV
 from pixpool.shared.errors import DaemonStopped, DaemonTimeout
 from pixpool.shared.stream.config import AugmentConfig, StreamSettings
 from pixpool.shared.transport.names import list_segments, user_prefix
@@ -269,8 +268,9 @@ def test_wedged_worker_is_killed_and_its_part_rerun(synthetic_data, dataset, tmp
     monkeypatch.setenv("PIXPOOL_TEST_STUCK_MARKER", str(tmp_path / "stuck-once"))
     s = settings(17)
     expected, _ = reference_stream(dataset, s, 0)
-    monkeypatch.setenv(RENDERER_ENV, "helpers.stuck_renderer")
-    with real_daemon(synthetic_data.coco_json, imgsz=IMGSZ, workers=workers, job_timeout_s=2.0) as (proc, d):
+    with real_daemon(
+        synthetic_data.coco_json, imgsz=IMGSZ, workers=workers, job_timeout_s=2.0, renderer="helpers.stuck_renderer"
+    ) as (proc, d):
         with Client(s, socket_dir=d, timeout_s=WAIT_S) as c:
             got = [digest_of(b) for b in c.epoch(0)]
         assert (tmp_path / "stuck-once").exists(), "the wedge really happened"

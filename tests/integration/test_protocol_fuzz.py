@@ -15,6 +15,7 @@ import time
 import msgpack
 
 from helpers.daemon import WAIT_S, ask_status, digest_of, real_daemon, reference_stream
+from helpers.wire import raw_frame
 from pixpool.client.iterator import Client
 from pixpool.shared.stream import protocol as proto
 from pixpool.shared.stream.config import AugmentConfig, StreamSettings
@@ -113,7 +114,7 @@ def _frames(rng: random.Random, tid: int, token: int):
             yield [
                 rng.choice(
                     [
-                        proto.encode(
+                        raw_frame(
                             "release",
                             trainer_id=tid,
                             token=token,
@@ -122,7 +123,7 @@ def _frames(rng: random.Random, tid: int, token: int):
                             batch=0,
                             generation=1,
                         ),
-                        proto.encode(
+                        raw_frame(  # negative positions: encode would not send them, a peer may
                             "start",
                             trainer_id=tid,
                             token=token,

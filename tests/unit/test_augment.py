@@ -10,7 +10,7 @@ import pytest
 from helpers.sources import ArraySource
 from pixpool.server.augment import affine, hsv, max_targets, render_batch, render_sample
 from pixpool.shared.errors import ConfigError
-from pixpool.shared.stream.config import AugmentConfig, StreamSettings
+from pixpool.shared.stream.config import FILL_VALUE, AugmentConfig, StreamSettings
 from pixpool.shared.stream.digest import batch_digest
 from pixpool.shared.stream.rng import hsv_gains, sample_generator
 from pixpool.shared.stream.sampler import batch_samples, epoch_indices, num_batches
@@ -174,7 +174,7 @@ def test_closed_mosaic_epochs_use_one_record(source: ArraySource) -> None:
 def test_validation_is_a_plain_letterbox(source: ArraySource) -> None:
     st = settings(augment=False)
     image, labels, gen = render_sample(source, 1, st, 0)  # (40, 64): 12 rows of padding above and below
-    assert np.all(image[:12] == 114.0) and np.all(image[52:] == 114.0)
+    assert np.all(image[:12] == FILL_VALUE) and np.all(image[52:] == FILL_VALUE)
     np.testing.assert_array_equal(image[12:52], source.uint8[1].astype(np.float32))
     assert gen.bit_generator.state == sample_generator(0, 0, 1).bit_generator.state, "validation draws nothing"
 
@@ -203,7 +203,7 @@ def test_hsv_on_device_leaves_cpu_images_unjittered(source: ArraySource) -> None
 def test_exposed_padding_is_the_fill_identity(source: ArraySource) -> None:
     st = settings(mosaic=0.0, translate=0.0, scale=0.0, fliplr=0.0)
     image, _, _ = render_sample(source, 5, st, 0)  # (20, 64): rows 22..41 hold the image
-    assert np.all(image[:22] == 114.0) and np.all(image[42:] == 114.0)
+    assert np.all(image[:22] == FILL_VALUE) and np.all(image[42:] == FILL_VALUE)
     np.testing.assert_array_equal(image[22:42], source.uint8[5].astype(np.float32))
 
 
@@ -231,7 +231,7 @@ def test_exposed_padding_is_the_fill_non_identity(source: ArraySource, aug: dict
         sx, sy = pts[:, 0] / pts[:, 2], pts[:, 1] / pts[:, 2]
         outside = (sx < left - 1.5) | (sx > left + w + 0.5) | (sy < top - 1.5) | (sy > top + h + 0.5)
         outside = outside.reshape(S, S)
-        assert np.all(image[outside] == 114.0)
+        assert np.all(image[outside] == FILL_VALUE)
         checked += outside.sum()
     assert checked > 100
 
@@ -308,3 +308,21 @@ def test_labels_from_placed_equal_concatenated_parts() -> None:
         for name in ("classes", "boxes", "points", "offsets"):
             a, b = getattr(want, name), getattr(got, name)
             assert a.dtype == b.dtype and a.shape == b.shape and a.tobytes() == b.tobytes(), (trial, name)
+
+
+@pytest.mark.parametrize("fill", [FILL_VALUE, 100.0])
+def test_the_kernel_adds_back_the_fill_its_caller_passes(fill):
+    """The fill is the caller's (the snapshot header's), not a literal in the kernel: exposed
+    padding is that fill, a float32 tile's centred value v comes back as v + fill, and a uint8
+    tile's pixel p as (p - fill) + fill = p exactly."""
+    from pixpool.server.augment import kernel
+
+    n = 16
+    centred = np.full((n, n, 3), -14.0, np.float32)
+    raw = np.arange(n * n * 3, dtype=np.uint8).reshape(n, n, 3)
+    for tile, inside in ((centred, np.float32(-14.0) + np.float32(fill)), (raw, raw.astype(np.float32))):
+        layer = kernel.Layer(kernel.IDENTITY, [(tile, (0, 0, n, n), (0, 0))])
+        floats = np.empty((2 * n, 2 * n, 3), np.float32)
+        kernel.render(2 * n, [layer], floats=floats, fill=fill)
+        np.testing.assert_array_equal(floats[:n, :n], np.broadcast_to(inside, (n, n, 3)))
+        assert np.all(floats[n:] == fill) and np.all(floats[:, n:] == fill)  # no tile there: the fill

@@ -200,3 +200,27 @@ def test_stale_retry_popped_by_next_job_frees_its_slot():
     s.start(1, epoch=1, batch=0, num_batches=6)  # start() settles the queued retry
     s.retry(other)  # a retry arriving after the start: dropped, its slot comes back
     assert sorted(s.streams[1].free) == [0, 1]
+
+
+def test_still_wanted_answers_for_the_supervisor_until_a_start_or_detach():
+    s = _sched(1, 2, slots=2)
+    j1, j2 = s.next_job(), s.next_job()
+    assert s.still_wanted(j1) and s.still_wanted(j2)
+    s.start(1, epoch=1, batch=0, num_batches=6)  # a new epoch: trainer 1's open parts are abandoned
+    assert not s.still_wanted(j1) and s.still_wanted(j2)
+    s.remove(2)
+    assert not s.still_wanted(j2)
+
+
+def test_progress_reports_where_a_stream_stands():
+    s = _sched(1, slots=3, batches=4, batch_size=8)
+    assert s.progress(1) == s.progress(1)  # a value, not a view of the stream
+    j0, _ = s.next_job(), s.next_job()
+    _done(s, j0)
+    p = s.progress(1)
+    assert (p.epoch, p.next_batch, p.num_batches, p.slots) == (0, 1, 4, 3)
+    assert (p.batches_delivered, p.images_delivered, p.slots_in_use) == (1, 8, 2)  # one held, one filling
+    with pytest.raises(AttributeError):
+        p.epoch = 5  # frozen: the status reply cannot change the scheduler
+    s.release(1, j0.slot, epoch=0, batch=0, generation=1)
+    assert s.progress(1).slots_in_use == 1 and s.progress(1).next_batch == 1

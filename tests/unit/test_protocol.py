@@ -1,4 +1,5 @@
-"""Unit tests of the wire protocol: validation, version errors, nothing unpickled."""
+"""Unit tests of the wire protocol: every declared op, validation on both sides, version errors,
+nothing unpickled, and the daemon's dispatch tables covering every request."""
 
 from __future__ import annotations
 
@@ -99,7 +100,7 @@ def test_pickle_payload_is_refused_not_unpickled():
 
 
 def test_replies_use_reply_schema():
-    frame = proto.encode("heartbeat", trainer_id=4)
+    frame = proto.encode_reply("heartbeat", trainer_id=4)
     assert proto.decode(frame, reply=True)["trainer_id"] == 4
     with pytest.raises(ProtocolError, match="token"):
         proto.decode(frame)  # as a request a heartbeat needs its token
@@ -139,12 +140,13 @@ def test_every_declared_error_code_comes_back_as_its_class():
 def test_pipe_messages_are_validated():
     frame = proto.pipe_frame("done", job=3, counts=[2, 0, 5], seconds=0.5)
     assert proto.decode_pipe(frame)["counts"] == [2, 0, 5]
+    # What arrives is checked whoever packed it (``pipe_frame`` would refuse the first and last).
     with pytest.raises(ProtocolError, match="lacks field 'counts'"):
-        proto.decode_pipe(proto.pipe_frame("done", job=3, seconds=0.5))
+        proto.decode_pipe(msgpack.packb({"op": "done", "job": 3, "seconds": 0.5}))
     with pytest.raises(ProtocolError, match="list of target-row counts"):
         proto.decode_pipe(proto.pipe_frame("done", job=3, counts=[1, -1], seconds=0.5))
     with pytest.raises(ProtocolError, match="unknown pipe op"):
-        proto.decode_pipe(proto.pipe_frame("exec", code="rm -rf /"))
+        proto.decode_pipe(msgpack.packb({"op": "exec", "code": "rm -rf /"}))
 
 
 _ATTACH = {"op": "attach", "settings": {}, "pid": 1, "host": "h", "slots": 2, "delivery": "shm"}
@@ -193,3 +195,92 @@ def test_optional_fields_may_be_left_out_and_bounded_ones_pass():
     )
     assert len(msg["host"]) == proto.MAX_HOST_CHARS
     assert proto.decode(proto.encode("health"))["op"] == "health"
+
+
+def _valid(spec: proto.Field):
+    """A value ``spec`` admits, at the edge of its bounds where it has them."""
+    if spec.choices is not None:
+        return spec.choices[-1]
+    kind = spec.types[0]
+    if kind is bool:
+        return True
+    if kind is int:
+        return int(max(spec.lo, 0))
+    if kind is float:
+        return float(max(spec.lo, 0.0)) + 0.5
+    if kind is str:
+        return "s" * (spec.max_len or 8)
+    return kind()  # dict, list
+
+
+_TABLES = [
+    ("request", proto.REQUESTS, proto.encode, lambda frame: proto.decode(frame)),
+    ("reply", proto.REPLIES, proto.encode_reply, lambda frame: proto.decode(frame, reply=True)),
+    ("pipe", proto.PIPE, proto.pipe_frame, proto.decode_pipe),
+]
+
+
+@pytest.mark.parametrize("kind, table, encode, decode", _TABLES, ids=[t[0] for t in _TABLES])
+def test_every_declared_op_encodes_and_decodes_back(kind, table, encode, decode):
+    assert table, "the table declares ops"
+    for op, message in table.items():
+        assert message.about, f"{kind} {op} says what it means"
+        for name, spec in message.fields.items():
+            assert spec.about, f"{kind} {op}: field {name!r} says what it means"
+        every = {name: _valid(spec) for name, spec in message.fields.items()}
+        required = {name: value for name, value in every.items() if not message.fields[name].optional}
+        for fields in (every, required):
+            back = decode(encode(op, **fields))
+            assert back.pop("op") == op and back.pop("v", proto.PROTOCOL_VERSION) == proto.PROTOCOL_VERSION
+            assert back == fields, (kind, op)
+
+
+def test_op_members_are_the_wire_strings_and_the_bytes_are_unchanged():
+    assert proto.Op.READY == "ready" and {"ready": 1}[proto.Op.READY] == 1  # string comparisons still hold
+    assert {op.value for op in proto.Op} == set(proto.REQUESTS) | set(proto.REPLIES)
+    fields = {"trainer_id": 3, "token": 99, "slot": 1, "epoch": 0, "batch": 4, "generation": 2}
+    frame = proto.encode(proto.Op.RELEASE, **fields)
+    assert frame == proto.encode("release", **fields)
+    assert frame == msgpack.packb({"v": proto.PROTOCOL_VERSION, "op": "release", **fields}, use_bin_type=True)
+    assert proto.pipe_frame("stop") == msgpack.packb({"op": "stop"}, use_bin_type=True)
+
+
+_RELEASE = {"trainer_id": 3, "token": 99, "slot": 1, "epoch": 0, "batch": 4, "generation": 2}
+_READY = {"trainer_id": 3, "slot": 1, "epoch": 0, "batch": 4, "generation": 2, "size": 4, "n_targets": 0}
+
+
+@pytest.mark.parametrize(
+    "encode, op, fields, field, words",
+    [
+        (proto.encode, "release", {k: v for k, v in _RELEASE.items() if k != "slot"}, "slot", "lacks field 'slot'"),
+        (proto.encode, "release", {**_RELEASE, "slot": "1"}, "slot", "must be int, got str"),
+        (proto.encode, "release", {**_RELEASE, "epoch": -1}, "epoch", "out of range"),
+        (proto.encode, "release", {**_RELEASE, "slto": 1}, "slto", "with field 'slto'"),
+        (proto.encode, "prove", {"trainer_id": 1, "token": 2, "nonce": "n" * 5000}, "nonce", "over the limit"),
+        (proto.encode_reply, "ready", {**_READY, "n_targets": True}, "n_targets", "got bool"),
+        (proto.encode_reply, "error", {"code": "protocol", "message": 5}, "message", "must be str"),
+        (proto.pipe_frame, "done", {"job": 1, "counts": (1, 2), "seconds": 0.5}, "counts", "must be list"),
+    ],
+)
+def test_encode_refuses_a_bad_field_on_the_sending_side(encode, op, fields, field, words):
+    with pytest.raises(ProtocolError) as err:
+        encode(op, **fields)
+    assert err.value.field == field and words in str(err.value) and repr(op) in str(err.value)
+
+
+def test_encode_refuses_an_op_of_the_other_direction_or_none():
+    with pytest.raises(ProtocolError, match="cannot send request op 'ready'"):
+        proto.encode("ready", trainer_id=1, slot=0, epoch=0, batch=0, generation=1, size=1, n_targets=0)
+    with pytest.raises(ProtocolError, match="cannot send reply op 'attach'"):
+        proto.encode_reply("attach")
+    with pytest.raises(ProtocolError, match="cannot send pipe op 'exec'"):
+        proto.pipe_frame("exec", code="rm -rf /")
+
+
+def test_the_daemon_and_supervisor_dispatch_every_op_they_receive():
+    from pixpool.server.daemon import service, supervisor
+
+    open_ops, session_ops = set(service._OPEN_REQUESTS), set(service._SESSION_REQUESTS)
+    assert not open_ops & session_ops, "each request has one handler"
+    assert open_ops | session_ops == set(proto.REQUESTS)
+    assert set(supervisor._FROM_WORKER) == {proto.PipeOp.HELLO, proto.PipeOp.DONE, proto.PipeOp.FAILED}

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from pixpool.server.snapshot import layout
+from pixpool.shared.stream.config import FILL_VALUE
 from pixpool.shared.stream.records import Record
 from pixpool.shared.transport.names import shm_path
 from pixpool.shared.transport.shm import SharedSegment
@@ -59,7 +60,7 @@ def test_failed_create_leaves_nothing(seg_name):
 def test_header_round_trip():
     h = layout.Header(
         magic=layout.MAGIC, layout_version=layout.LAYOUT_VERSION, complete=layout.COMPLETE_MARK, records=3, instances=5,
-        points=7, max_instances=4, imgsz=640, dtype_code=layout.FLOAT32_CODE, fill=114.0, meta_nbytes=layout.meta_nbytes(3),
+        points=7, max_instances=4, imgsz=640, dtype_code=layout.FLOAT32_CODE, fill=FILL_VALUE, meta_nbytes=layout.meta_nbytes(3),
         image_nbytes=12, target_nbytes=256, creator_pid=42, created_unix=1.5, fingerprint="ab" * 32,
     )  # fmt: skip
     raw = layout.pack_header(h)

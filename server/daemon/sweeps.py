@@ -1,0 +1,45 @@
+"""``sweep_rings``: remove the batch rings a dead daemon left in the store.
+
+Runs in the daemon process: when its listener binds, and every ``SWEEP_EVERY_S`` while it
+serves. A live daemon maps each of its rings, so a ring nobody holds (``shared.holds``) is a
+dead daemon's, whatever the pid in its name (PID 1 in every container).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+
+__all__ = ["SWEEP_EVERY_S", "sweep_rings"]
+
+log = logging.getLogger(__name__)
+
+# How often a serving daemon sweeps the store for rings nobody holds: a killed daemon's
+# ring goes within this long of its trainer letting go of it (a trainer that moves to a
+# new ring removes the old one itself; this covers one that could not).
+SWEEP_EVERY_S = 5.0
+
+
+def sweep_rings(store: str | None = None) -> list[str]:
+    """Remove this user's batch rings that no process holds (``shared.holds.remove_unused``):
+    a live daemon holds every ring it serves and a trainer the ring it reads, in any PID
+    namespace, so a ring nobody holds is a dead daemon's leftover. Returns the names removed."""
+    from ...shared.transport.holds import remove_unused
+    from ...shared.transport.names import list_segments, parse
+    from ...shared.transport.shm import owner_of
+
+    uid = os.geteuid()
+    gone = []
+    for name in list_segments(store):
+        parsed = parse(name)
+        if parsed is None or parsed.kind != "ring" or parsed.uid != uid or owner_of(name, store) != uid:
+            continue
+        if remove_unused([name], store) == "removed":
+            gone.append(name)
+    if gone:
+        log.warning(
+            "removed %d batch ring(s) that no process holds (their daemon died without cleaning up): %s",
+            len(gone),
+            ", ".join(gone),
+        )
+    return gone
