@@ -37,7 +37,7 @@ MIB = 1 << 20
 
 
 def _trainer(settings_dict: dict, socket_dir: str, conn) -> None:
-    from pixpool.client.iterator import Client
+    from pixpool.client import Client
     from pixpool.shared.stream.config import StreamSettings
 
     with Client(StreamSettings.from_dict(settings_dict), socket_dir=socket_dir, timeout_s=WAIT_S, as_torch=False) as c:

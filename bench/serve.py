@@ -118,7 +118,7 @@ def _consume(images, settings, epoch, samples):
 def run_daemon_arm(socket_dir: str, settings, epoch: int, timings: dict, epochs: int = 1) -> tuple[float, int]:
     """Seconds and images for ``epochs`` epochs from ``epoch`` on; sets ``timings["first_batch_s"]``
     (the first epoch's first batch, workers idle before) and ``timings["ring_nbytes"]``."""
-    from pixpool.client.iterator import Client
+    from pixpool.client import Client
     from pixpool.client.status import query_status
 
     n = 0
@@ -338,7 +338,7 @@ def _delivery_arm(settings, epochs: range, daemon, **client_options) -> tuple[fl
     """(seconds, images, trainer CPU s, batches, daemon-process CPU s) reading ``epochs`` through one Client."""
     import resource
 
-    from pixpool.client.iterator import Client
+    from pixpool.client import Client
 
     n = batches = 0
     with Client(settings, timeout_s=300, as_torch=True, **client_options) as c:

@@ -81,7 +81,7 @@ def _resident_fraction(paths) -> float:
 
 
 def _one_epoch(data: str, images: str, store: str, args) -> tuple[float, int]:
-    from pixpool.client.iterator import Client
+    from pixpool.client import Client
     from pixpool.server.daemon.run import run_daemon, stop_process
     from pixpool.shared.stream.config import AugmentConfig, DaemonConfig, StreamSettings
 

@@ -364,7 +364,7 @@ class Daemon:
 
     def _identity(self, split: str, source: Any) -> dict:
         """Which snapshot a trainer of ``split`` streams: a trainer that attaches again after a
-        restart compares it with the one it began on (``client/iterator.py``). ``fingerprint``
+        restart compares it with the one it began on (``client/client.py``). ``fingerprint``
         is the content's (``snapshot.fingerprint.content_fingerprint``; empty for a source
         that is no prepared snapshot, where records and names are what can be compared)."""
         info = self.split_info.get(split, {})

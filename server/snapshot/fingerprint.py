@@ -74,7 +74,7 @@ def content_fingerprint(dataset: Dataset, *, imgsz: int, fill: float = FILL_VALU
     snapshot of these inputs has. A uint8 snapshot of the same data is another snapshot (its
     own name) but gives the very same batches, so both have this one content fingerprint;
     the daemon hands it to each trainer at attach, and a trainer that attaches again after a
-    restart compares it (``client/iterator.py``)."""
+    restart compares it (``client/client.py``)."""
     return fingerprint(dataset, imgsz=imgsz, fill=fill, dtype="float32")
 
 

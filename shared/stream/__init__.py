@@ -12,7 +12,7 @@ Nothing here knows how bytes move (``pixpool.shared.transport``; ``config`` take
 default store's path from it) or how a command line is parsed (``pixpool.shared.cli``).
 """
 
-from importlib import import_module
+from .._lazy import lazy_exports
 
 _MODULES = ("config", "rng", "sampler", "hsv_tables", "protocol", "records", "source", "digest")
 # The contract's names, each from its module; imported on first use like the modules themselves.
@@ -28,12 +28,4 @@ _WHERE = {
     "batch_digest": "digest",
 }
 
-__all__ = [*_MODULES, *_WHERE]
-
-
-def __getattr__(name: str):
-    if name in _MODULES:
-        return import_module(f"{__name__}.{name}")
-    if name in _WHERE:
-        return getattr(import_module(f"{__name__}.{_WHERE[name]}"), name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+__all__, __getattr__ = lazy_exports(__name__, _MODULES, _WHERE)

@@ -8,7 +8,7 @@
 - ``spawn``: how children start (never with the working directory on ``sys.path``).
 """
 
-from importlib import import_module
+from .._lazy import lazy_exports
 
 _MODULES = ("names", "store", "shm", "holds", "ring", "endpoint", "control", "procmem", "spawn")
 # The names most code takes from here, each from its module; imported on first use.
@@ -23,12 +23,4 @@ _WHERE = {
     "process_memory": "procmem",
 }
 
-__all__ = [*_MODULES, *_WHERE]
-
-
-def __getattr__(name: str):
-    if name in _MODULES:
-        return import_module(f"{__name__}.{name}")
-    if name in _WHERE:
-        return getattr(import_module(f"{__name__}.{_WHERE[name]}"), name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+__all__, __getattr__ = lazy_exports(__name__, _MODULES, _WHERE)

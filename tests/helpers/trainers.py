@@ -13,7 +13,7 @@ WAIT_S = 60.0
 
 
 def hold_trainer(settings_dict: dict, socket_dir: str, conn) -> None:
-    from pixpool.client.iterator import Client
+    from pixpool.client import Client
     from pixpool.shared.stream.config import StreamSettings
 
     try:

@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 from helpers.daemon import WAIT_S, ask_status, digest_of, prove, real_daemon, reference_stream, segments_of, wait_for
-from pixpool.client.iterator import Client
+from pixpool.client import Client
 from pixpool.shared.stream import protocol as proto
 from pixpool.shared.stream.config import AugmentConfig, DaemonConfig, StreamSettings
 from pixpool.shared.transport.names import shm_path, user_prefix

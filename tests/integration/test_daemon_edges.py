@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from helpers.daemon import WAIT_S, ask_status, real_daemon, short_socket_dir
-from pixpool.client.iterator import Client
+from pixpool.client import Client
 from pixpool.server.daemon.run import stop_process
 from pixpool.shared.errors import DaemonStopped
 from pixpool.shared.stream.config import AugmentConfig, StreamSettings

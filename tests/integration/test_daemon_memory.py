@@ -24,7 +24,7 @@ from __future__ import annotations
 import os
 
 from helpers.daemon import WAIT_S, ask_status, real_daemon, wait_for
-from pixpool.client.iterator import Client
+from pixpool.client import Client
 from pixpool.shared.stream.config import AugmentConfig, StreamSettings
 from pixpool.shared.transport.names import list_segments, ring_prefix, shm_path
 

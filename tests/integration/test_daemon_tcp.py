@@ -12,7 +12,7 @@ import socket
 import pytest
 
 from helpers.daemon import WAIT_S, digest_of, real_daemon, reference_stream
-from pixpool.client.iterator import Client
+from pixpool.client import Client
 from pixpool.shared.errors import ConfigError, NotAuthorized
 from pixpool.shared.stream import protocol as proto
 from pixpool.shared.stream.config import AugmentConfig, StreamSettings

@@ -22,7 +22,7 @@ import yaml
 
 from helpers.commands import REPO
 from helpers.daemon import WAIT_S, ask_status, segments_of, short_socket_dir, wait_for
-from pixpool.client.iterator import Client
+from pixpool.client import Client
 from pixpool.shared.errors import DaemonStopped
 from pixpool.shared.stream.config import AugmentConfig, StreamSettings
 from pixpool.shared.transport.shm import unlink_segment

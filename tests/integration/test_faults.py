@@ -22,7 +22,7 @@ from helpers.daemon import (
     short_socket_dir,
     wait_for,
 )
-from pixpool.client.iterator import Client
+from pixpool.client import Client
 from pixpool.shared.errors import DaemonStopped, DaemonTimeout
 from pixpool.shared.stream.config import AugmentConfig, StreamSettings
 from pixpool.shared.transport.names import list_segments, user_prefix

@@ -15,7 +15,7 @@ import time
 import pytest
 
 from helpers.daemon import WAIT_S, ask_status, real_daemon, wait_for
-from pixpool.client.iterator import Client
+from pixpool.client import Client
 from pixpool.shared.errors import NotAuthorized
 from pixpool.shared.stream.config import AugmentConfig, StreamSettings
 from pixpool.shared.transport.endpoint import write_keys

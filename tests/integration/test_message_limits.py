@@ -20,7 +20,7 @@ import pytest
 import zmq
 
 from helpers.daemon import WAIT_S, real_daemon
-from pixpool.client.iterator import Client
+from pixpool.client import Client
 from pixpool.shared.stream import protocol as proto
 from pixpool.shared.stream.config import AugmentConfig, StreamSettings
 from pixpool.shared.transport import endpoint as ep

@@ -22,7 +22,7 @@ import pytest
 from helpers.daemon import WAIT_S, ask_status, digest_of, real_daemon, reference_stream, short_socket_dir, wait_for
 from helpers.pidns import ns_daemon, pixpool_in_pid_namespace, require_pid_namespaces
 from helpers.snapshot import remove_snapshot
-from pixpool.client.iterator import Client
+from pixpool.client import Client
 from pixpool.server.readers import load_dataset
 from pixpool.shared.cli import main
 from pixpool.shared.stream import protocol as proto
@@ -235,7 +235,7 @@ def test_a_killed_host_daemons_ring_goes_once_its_trainer_moved_to_the_successor
 
 _HELD_TRAINER = """
 import sys
-from pixpool.client.iterator import Client
+from pixpool.client import Client
 from pixpool.shared.stream.config import AugmentConfig, StreamSettings
 s = StreamSettings(seed=3, batch_size=4, augment=AugmentConfig(imgsz=int(sys.argv[2])))
 with Client(s, socket_dir=sys.argv[1], timeout_s=60, as_torch=False) as c:

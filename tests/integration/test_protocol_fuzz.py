@@ -16,7 +16,7 @@ import msgpack
 
 from helpers.daemon import WAIT_S, ask_status, digest_of, real_daemon, reference_stream
 from helpers.wire import raw_frame
-from pixpool.client.iterator import Client
+from pixpool.client import Client
 from pixpool.shared.stream import protocol as proto
 from pixpool.shared.stream.config import AugmentConfig, StreamSettings
 

@@ -13,7 +13,7 @@ import os
 import pytest
 
 from helpers.daemon import WAIT_S, ask_status, digest_of, real_daemon, reference_stream
-from pixpool.client.iterator import Client
+from pixpool.client import Client
 from pixpool.shared.stream.config import AugmentConfig, StreamSettings
 from pixpool.shared.transport.names import shm_path
 from pixpool.shared.transport.ring import DEFAULT_SLOTS, MAX_SLOTS

@@ -18,8 +18,8 @@ import textwrap
 import pytest
 
 from helpers.daemon import WAIT_S, real_daemon, reference_stream, short_socket_dir
+from pixpool.client import Client
 from pixpool.client.child import cli_command, serve_child, stop_child, wait_serving
-from pixpool.client.iterator import Client
 from pixpool.server.readers import load_dataset
 from pixpool.server.snapshot.fingerprint import base_name, fingerprint
 from pixpool.shared.errors import CapacityError, ConfigError
@@ -32,7 +32,7 @@ IMGSZ = 96
 def test_a_trainer_process_loads_no_producer_code():
     code = textwrap.dedent("""
         import sys
-        import pixpool.client.iterator, pixpool.client.delivery, pixpool.client.commands.digest
+        import pixpool.client.client, pixpool.client.delivery, pixpool.client.commands.digest
         print([m for m in sys.modules if m.startswith("pixpool.server") or m in ("cv2", "torch", "pycocotools")])
     """)
     out = subprocess.run(

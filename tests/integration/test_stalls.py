@@ -9,7 +9,7 @@ import signal
 import psutil
 
 from helpers.daemon import WAIT_S, ask_status, digest_of, real_daemon, reference_stream, wait_for
-from pixpool.client.iterator import Client
+from pixpool.client import Client
 from pixpool.server.readers import load_dataset
 from pixpool.shared.stream.config import AugmentConfig, StreamSettings
 

@@ -19,7 +19,7 @@ import tempfile
 import pytest
 
 from helpers.daemon import WAIT_S, ask_status, digest_of, prove, real_daemon, reference_stream
-from pixpool.client.iterator import Client
+from pixpool.client import Client
 from pixpool.server.readers import load_dataset
 from pixpool.server.snapshot.prepare import PrepareOptions, prepare_snapshot
 from pixpool.shared.errors import CapacityError
@@ -140,7 +140,7 @@ def test_a_dataset_larger_than_a_tmpfs_fails_there_cleanly_and_serves_from_disk(
 
 _TRAINER = """
 import json, os, sys
-from pixpool.client.iterator import Client
+from pixpool.client import Client
 from pixpool.shared.stream.config import AugmentConfig, StreamSettings
 from pixpool.shared.stream.digest import batch_digest
 s = StreamSettings(seed=int(sys.argv[2]), batch_size=6, augment=AugmentConfig(imgsz=int(sys.argv[3])))

@@ -8,7 +8,7 @@ import os
 import pytest
 
 from helpers.daemon import WAIT_S, ask_status, digest_of, real_daemon, reference_stream, wait_for
-from pixpool.client.iterator import Client
+from pixpool.client import Client
 from pixpool.server.readers import load_dataset
 from pixpool.shared.cli import main
 from pixpool.shared.errors import DaemonStopped

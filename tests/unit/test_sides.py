@@ -121,7 +121,7 @@ def test_every_module_is_walked():
         "pixpool.shared.stream.protocol",
         "pixpool.server.daemon.service",
         "pixpool.server.snapshot.prepare",
-        "pixpool.client.iterator",
+        "pixpool.client.client",
         "pixpool.client.commands.train",
         "pixpool.server.commands.serve",
         "pixpool.integrations.ultralytics.trainer",

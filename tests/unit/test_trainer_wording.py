@@ -27,8 +27,7 @@ def _mem(n: int, k: int | None) -> dict:
         "service_pss_bytes": 700 << 20,
         "trainers_pss_bytes": 300 << 20,
         "total_pss_bytes": 1000 << 20,
-        "shm": {"free_bytes": 1 << 30, "size_bytes": 2 << 30},
-        "store": {"path": "/dev/shm", "memory": True},
+        "store": {"path": "/dev/shm", "memory": True, "free_bytes": 1 << 30, "size_bytes": 2 << 30},
     }
 
 
