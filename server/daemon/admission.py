@@ -19,7 +19,7 @@ from ...shared.errors import CapacityError, ConfigError
 from ...shared.stream import protocol as proto
 from ...shared.stream.config import DaemonConfig, StreamSettings
 from ...shared.transport.ring import MAX_SLOTS, MIN_SLOTS, RingLayout
-from ...shared.transport.store import free_nbytes
+from ...shared.transport.store import DEFAULT_STORE, free_nbytes
 
 __all__ = ["check_quota", "default_ring_budget", "ring_for"]
 
@@ -86,7 +86,7 @@ def ring_for(
     return layout
 
 
-def default_ring_budget(store: str = "/dev/shm") -> int:
+def default_ring_budget(store: str = DEFAULT_STORE) -> int:
     """Rings live in the store beside the snapshot: by default all of them together may take
     at most half of what the store has free when the daemon starts."""
     return free_nbytes(store) // 2
