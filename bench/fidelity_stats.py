@@ -31,9 +31,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from pixpool.shared.stream.config import FILL_VALUE
-
-FILL = int(FILL_VALUE)  # the fill as a uint8 pixel value
+# The fill as a uint8 pixel value. A literal, not pixpool's FILL_VALUE: this module also runs
+# in the Ultralytics arm's venv (bench/_ultralytics_arm.py), where pixpool need not be
+# installed; tests/unit/test_fidelity_stats.py checks that the two agree.
+FILL = 114
 
 
 def ks_statistic(a: np.ndarray, b: np.ndarray) -> float:

@@ -99,3 +99,9 @@ def test_markdown_table_has_one_row_per_comparison():
     assert len(lines) == 4
     assert lines[2].startswith("| ok | mean |") and lines[2].endswith("| yes |")
     assert lines[3].startswith("| off | KS |") and "D = 1.000" in lines[3] and lines[3].endswith("| **no** |")
+
+
+def test_the_fill_the_statistics_count_is_pixpools():
+    from pixpool.shared.stream.config import FILL_VALUE
+
+    assert fs.FILL == FILL_VALUE
