@@ -33,6 +33,11 @@ DEFAULT_MAX_INSTANCES = 1000
 # and centred once at preparation. uint8: the pixel itself, a quarter of the bytes; the
 # route converts each value it reads to the same float32 (pixel - fill is exact in float32).
 SNAPSHOT_DTYPES = ("float32", "uint8")
+# The Ultralytics tasks a daemon serves; a dataset is prepared for one (``shared/stream/tasks.py``
+# says what each carries beside the images).
+TASKS = ("detect", "segment", "pose", "obb")
+# Where copy-paste takes its pasted instances from: the sample's own mirror, or a random partner.
+COPY_PASTE_MODES = ("flip", "mixup")
 
 
 def _opt(default: Any, help: str, **extra: Any) -> Any:
@@ -54,6 +59,12 @@ class AugmentConfig:
     perspective: float = _opt(0.0, "perspective range")
     copy_paste: float = _opt(0.0, "fraction of instances copy-pasted (mirrored)")
     mixup: float = _opt(0.0, "probability of mixup with a random partner")
+    cutmix: float = _opt(0.0, "probability of cutmix: a random partner's rectangle pasted in")
+    copy_paste_mode: str = _opt(
+        "flip",
+        "where copy-paste takes instances from: flip (the mirrored sample) or mixup (a random partner)",
+        choices=COPY_PASTE_MODES,
+    )
     fliplr: float = _opt(0.5, "probability of a left-right flip")
     flipud: float = _opt(0.0, "probability of an up-down flip")
     hsv_h: float = _opt(0.015, "hue gain range")
@@ -62,6 +73,10 @@ class AugmentConfig:
     # The last `close_mosaic` epochs of `epochs` run without mosaic, copy-paste and mixup.
     close_mosaic: int = _opt(0, "the last N epochs of --epochs run without mosaic, copy-paste and mixup")
     epochs: int = _opt(0, "epochs of the whole run (for --close-mosaic)")
+    # Segment task only: masks are rendered at imgsz / mask_ratio, all instances of an image in
+    # one plane (overlap_mask, Ultralytics' default) or one plane per instance.
+    mask_ratio: int = _opt(4, "segment: masks at imgsz / mask_ratio")
+    overlap_mask: bool = _opt(True, "segment: one mask plane per image, instances numbered 1..n by area")
     # False: validation route (letterbox only, no randomness).
     augment: bool = _opt(True, "false: the validation route (letterbox only, no randomness)")
 
@@ -162,6 +177,12 @@ class DaemonConfig:
         640,
         "training image size in pixels (a multiple of 32): the snapshot is prepared for it (long side = imgsz) "
         "and a trainer that names no imgsz trains at it",
+    )
+    task: str = _opt(
+        "detect",
+        "what the snapshot holds and the stream carries beside boxes: detect, segment (polygons -> masks), "
+        "pose (keypoints; the data.yaml's kpt_shape) or obb (oriented boxes)",
+        choices=TASKS,
     )
     processes: int = _opt(2, "decoder processes when preparing")
     dtype: str = _opt(
@@ -269,6 +290,7 @@ class PrepareOptions:
     """
 
     imgsz: int = _as_in(DaemonConfig, "imgsz")
+    task: str = _as_in(DaemonConfig, "task")
     dtype: str = _as_in(DaemonConfig, "dtype")
     processes: int = _as_in(DaemonConfig, "processes")
     store: str = _as_in(DaemonConfig, "store")
@@ -294,6 +316,8 @@ _RANGES: dict[str, tuple[float, float]] = {
     "perspective": (0.0, 0.001),
     "copy_paste": (0.0, 1.0),
     "mixup": (0.0, 1.0),
+    "cutmix": (0.0, 1.0),
+    "mask_ratio": (1, 32),
     "fliplr": (0.0, 1.0),
     "flipud": (0.0, 1.0),
     "hsv_h": (0.0, 0.5),
@@ -328,6 +352,8 @@ _MULTIPLES: dict[str, int] = {"imgsz": 32}
 # Settings that take one of a few words.
 _CHOICES: dict[str, tuple[str, ...]] = {
     "dtype": SNAPSHOT_DTYPES,
+    "task": TASKS,
+    "copy_paste_mode": COPY_PASTE_MODES,
 }
 
 

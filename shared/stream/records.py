@@ -34,7 +34,11 @@ class Record:
     - ``polygons``: tuple of n float32 (k, 2) arrays, normalised x, y; (0, 2) where an
       instance has no polygon. An instance with several polygon parts keeps the part with
       the most points (the first of equals): the choice the YOLO segment exports of COCO
-      make, so both readers give the same records for the same images.
+      make, so both readers give the same records for the same images. For the obb task the
+      polygon is the box's 4 corners, as the label line gives them, and ``boxes`` their extent.
+    - ``keypoints``: pose task only, float32 (n, K, 3) normalised x, y and visibility (0
+      absent, 1 occluded, 2 visible; a (K, 2) dataset gets 1 where x and y are >= 0, else 0,
+      as Ultralytics makes it); None for the other tasks.
     """
 
     image_path: str
@@ -42,11 +46,14 @@ class Record:
     classes: np.ndarray
     boxes: np.ndarray
     polygons: tuple[np.ndarray, ...] = field(default=())
+    keypoints: np.ndarray | None = None
 
     def __post_init__(self) -> None:
         n = len(self.classes)
         if self.boxes.shape != (n, 4):
             raise ValueError(f"{self.image_path}: boxes shape {self.boxes.shape}, expected ({n}, 4)")
+        if self.keypoints is not None and (self.keypoints.ndim != 3 or self.keypoints.shape[::2] != (n, 3)):
+            raise ValueError(f"{self.image_path}: keypoints shape {self.keypoints.shape}, expected ({n}, K, 3)")
         if not self.polygons:
             object.__setattr__(self, "polygons", tuple(_empty_polygon() for _ in range(n)))
         elif len(self.polygons) != n:
@@ -61,6 +68,10 @@ class Record:
 class Dataset:
     """What a reader returns: the records, the class names, and the files that define it.
 
+    ``task``: one of ``config.TASKS``, what the records carry beside boxes. ``kpt_shape``: (K, 2 or 3)
+    as the data.yaml states it, and ``flip_idx``: the keypoint each one becomes under a left-right
+    flip (K entries), for the pose task; None otherwise.
+
     ``source_files`` lists every file the dataset was read from (annotation json, label
     files, data.yaml), for the record; the snapshot fingerprint hashes the resolved
     records and names instead of these files' text (``server/snapshot/fingerprint.py``).
@@ -69,6 +80,9 @@ class Dataset:
     records: tuple[Record, ...]
     names: tuple[str, ...]
     source_files: tuple[str, ...]
+    task: str = "detect"
+    kpt_shape: tuple[int, int] | None = None
+    flip_idx: tuple[int, ...] | None = None
 
     def __len__(self) -> int:
         return len(self.records)
@@ -84,7 +98,8 @@ class Targets:
     classes: np.ndarray  # int32 (n,)
     boxes: np.ndarray  # float32 (n, 4) normalised xyxy
     polygons: tuple[np.ndarray, ...]  # n float32 (k, 2) normalised
+    keypoints: np.ndarray | None = None  # pose: float32 (n, K, 3) normalised x, y, visibility
 
     @classmethod
     def from_record(cls, record: Record) -> "Targets":
-        return cls(record.classes, record.boxes, record.polygons)
+        return cls(record.classes, record.boxes, record.polygons, record.keypoints)

@@ -17,7 +17,8 @@ from pixpool.shared.stream.config import AugmentConfig, DaemonConfig, StreamSett
 # Every field away from its default (a test below checks that none is left at it).
 AUGMENT = AugmentConfig(
     imgsz=416, mosaic=0.25, degrees=12.5, translate=0.3, scale=0.75, shear=3.0, perspective=0.0007, copy_paste=0.4,
-    mixup=0.15, fliplr=0.1, flipud=0.9, hsv_h=0.1, hsv_s=0.33, hsv_v=0.2, close_mosaic=3, epochs=40, augment=False,
+    mixup=0.15, cutmix=0.35, copy_paste_mode="mixup", mask_ratio=2, overlap_mask=False, fliplr=0.1, flipud=0.9,
+    hsv_h=0.1, hsv_s=0.33, hsv_v=0.2, close_mosaic=3, epochs=40, augment=False,
 )  # fmt: skip
 STREAM = StreamSettings(
     seed=(1 << 62) + 7, batch_size=24, rank=2, world_size=3, shuffle=False, drop_last=True, start_epoch=5,
@@ -25,7 +26,7 @@ STREAM = StreamSettings(
 )  # fmt: skip
 DAEMON = DaemonConfig(
     data="data/coco.json", images="imgs dir", val="val.json", val_images="val imgs", no_val=True, imgsz=320,
-    processes=7, dtype="uint8", max_instances_per_image=77, allow_unlabelled=True, prepare_wait_s=12.25, workers=5,
+    task="pose", processes=7, dtype="uint8", max_instances_per_image=77, allow_unlabelled=True, prepare_wait_s=12.25, workers=5,
     store="/mnt/store", socket_dir="/run/px", tcp="0.0.0.0:5555", keys_dir="/etc/px-keys", keep_snapshot=True,
     heartbeat_timeout_s=3.5, job_timeout_s=99.0, straggler_factor=2.5, straggler_min_s=0.75, max_ring_nbytes=(1 << 30) + 3,
     max_total_ring_nbytes=5 << 30, max_trainers=9, max_trainers_per_client=4, memory_budget_nbytes=(8 << 30) + 1,
