@@ -46,7 +46,7 @@ def _matrix(datasets: dict[str, Path], *, imgsz: int, batches: int, store: str) 
     from pixpool.server.readers import load_dataset
     from pixpool.server.snapshot.prepare import prepare_snapshot
     from pixpool.server.snapshot.reference import ReferenceSource
-    from pixpool.shared.stream.config import AugmentConfig, StreamSettings
+    from pixpool.shared.stream.config import AugmentConfig, PrepareOptions, StreamSettings
 
     out: dict[str, str] = {}
     for dname, path in datasets.items():
@@ -55,7 +55,7 @@ def _matrix(datasets: dict[str, Path], *, imgsz: int, batches: int, store: str) 
         prepared = []
         try:
             for dtype in ("float32", "uint8"):
-                r = prepare_snapshot(dataset, imgsz=imgsz, processes=1, dtype=dtype, store=store)
+                r = prepare_snapshot(dataset, PrepareOptions(imgsz=imgsz, processes=1, dtype=dtype, store=store))
                 prepared.append(r)
                 sources[dtype] = r.snapshot
             sources["reference"] = ReferenceSource(dataset, imgsz)
