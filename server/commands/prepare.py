@@ -42,6 +42,7 @@ def run(args: argparse.Namespace) -> int:
         config.images,
         max_instances_per_image=options.max_instances_per_image,
         allow_unlabelled=options.allow_unlabelled,
+        task=options.task,
     )
     try:
         result = prepare_snapshot(

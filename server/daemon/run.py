@@ -101,6 +101,7 @@ def _datasets(config: DaemonConfig) -> dict:
             allow_unlabelled=config.allow_unlabelled,
             split=split,
             warn_missing_labels=False,
+            task=config.task,
         )
         # One warning per set of images without labels: a data.yaml whose val: is its train:
         # folder (the demo's) reads the same images twice.
@@ -164,6 +165,8 @@ def _prepare(dataset, options: PrepareOptions, lineage: str):
         "image_bytes": int(result.image_bytes),
         "index_bytes": int(result.index_bytes),
         "target_bytes": int(result.target_bytes),
+        "polygon_bytes": int(result.polygon_bytes),
+        "keypoint_bytes": int(result.keypoint_bytes),
         "decoded_bytes": int(result.decoded_bytes),
         "classes": len(dataset.names),
     }
