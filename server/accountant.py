@@ -63,7 +63,10 @@ def format_snapshot_report(snap_bytes: dict, *, records: int | None = None) -> s
     rows = [[name, n, human_bytes(n)] for name, n in snap_bytes["segments"].items()]
     # The targets segment's share of polygons and keypoints (pose, segment and obb sets hold them
     # once here, for every trainer): part of the segment's figure above, not added to the total.
-    for key, label in (("polygon_bytes", "  of the targets: polygons"), ("keypoint_bytes", "  of the targets: keypoints")):
+    for key, label in (
+        ("polygon_bytes", "  of the targets: polygons"),
+        ("keypoint_bytes", "  of the targets: keypoints"),
+    ):
         if snap_bytes.get(key):
             rows.append([label, snap_bytes[key], human_bytes(snap_bytes[key])])
     rows.append(["total retained", snap_bytes["total_bytes"], human_bytes(snap_bytes["total_bytes"])])

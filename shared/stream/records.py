@@ -100,7 +100,12 @@ class Dataset:
                 if rec.keypoints is not None:
                     raise ValueError(f"{rec.image_path}: keypoints in a {self.task} dataset (only pose has them)")
             return
-        if self.kpt_shape is None or len(self.kpt_shape) != 2 or self.kpt_shape[0] < 1 or self.kpt_shape[1] not in (2, 3):
+        if (
+            self.kpt_shape is None
+            or len(self.kpt_shape) != 2
+            or self.kpt_shape[0] < 1
+            or self.kpt_shape[1] not in (2, 3)
+        ):
             raise ValueError(f"Dataset.kpt_shape {self.kpt_shape!r}: the pose task needs (K >= 1, D 2 or 3)")
         k = int(self.kpt_shape[0])
         if self.flip_idx is not None and sorted(self.flip_idx) != list(range(k)):
@@ -108,7 +113,9 @@ class Dataset:
         for rec in self.records:
             if rec.keypoints is None or rec.keypoints.shape[1] != k:
                 got = None if rec.keypoints is None else rec.keypoints.shape
-                raise ValueError(f"{rec.image_path}: keypoints {got}, the pose dataset's are ({rec.num_instances}, {k}, 3)")
+                raise ValueError(
+                    f"{rec.image_path}: keypoints {got}, the pose dataset's are ({rec.num_instances}, {k}, 3)"
+                )
 
     def __len__(self) -> int:
         return len(self.records)

@@ -42,7 +42,8 @@ def coco_pose_set(root: Path, annotations: list[dict], *, kpt_names=KPT_NAMES, s
     images_dir = root / "images" / "train"
     paths = write_jpegs(images_dir, sizes_hw)
     images = [
-        {"id": i + 1, "file_name": Path(p).name, "height": h, "width": w} for i, (p, (h, w)) in enumerate(zip(paths, sizes_hw))
+        {"id": i + 1, "file_name": Path(p).name, "height": h, "width": w}
+        for i, (p, (h, w)) in enumerate(zip(paths, sizes_hw))
     ]
     anns = [{"id": j + 1, "category_id": 1, "iscrowd": 0, **a} for j, a in enumerate(annotations)]
     cats = [{"id": 1, "name": "person", "keypoints": list(kpt_names) if kpt_names is not None else None}]

@@ -178,7 +178,9 @@ def test_pose_degenerate_box_drops_its_keypoints_too(tmp_path):
     ],
 )
 def test_pose_set_refuses_lines_that_do_not_fit(tmp_path, line, needles):
-    data = yolo_set(tmp_path, ["0 0.5 0.5 0.2 0.2 0.5 0.5 2 0.4 0.4 1\n" + line + "\n"], kpt_shape=[2, 3], flip_idx=[1, 0])
+    data = yolo_set(
+        tmp_path, ["0 0.5 0.5 0.2 0.2 0.5 0.5 2 0.4 0.4 1\n" + line + "\n"], kpt_shape=[2, 3], flip_idx=[1, 0]
+    )
     _raises(data, "pose", *needles, path=label_path(data, 0), line=2)
 
 
@@ -337,7 +339,9 @@ def test_dataset_checks_task_and_keypoints():
 def test_detect_target_sections_and_header_bytes_are_those_before_tasks():
     # Before tasks: four sections, the total aligned after the points; the header's tail zero.
     for inst, pts in ((0, 0), (3, 7), (1000, 12345)):
-        old_total = layout._align(layout._align(layout._align(layout._align(4 * inst) + 16 * inst) + 8 * (inst + 1)) + 8 * pts)
+        old_total = layout._align(
+            layout._align(layout._align(layout._align(4 * inst) + 16 * inst) + 8 * (inst + 1)) + 8 * pts
+        )
         s = layout.target_sections(inst, pts)
         assert s.nbytes == old_total and s.keypoint_nbytes == 0
     header = layout.Header(
@@ -372,7 +376,9 @@ def test_fingerprint_differs_by_task_kpt_shape_flip_idx_and_keypoints(tmp_path):
     detect = load_dataset(data)
     pose = load_dataset(data, task="pose")
     fps = {fingerprint(detect, imgsz=64), fingerprint(pose, imgsz=64)}
-    fps.add(fingerprint(Dataset(pose.records, pose.names, (), task="pose", kpt_shape=(2, 3), flip_idx=(0, 1)), imgsz=64))
+    fps.add(
+        fingerprint(Dataset(pose.records, pose.names, (), task="pose", kpt_shape=(2, 3), flip_idx=(0, 1)), imgsz=64)
+    )
     fps.add(fingerprint(Dataset(pose.records, pose.names, (), task="pose", kpt_shape=(2, 3)), imgsz=64))
     moved = pose.records[0].keypoints.copy()
     moved[0, 0, 0] += 0.01
