@@ -188,5 +188,8 @@ def test_prepare_cli_task(tmp_path, capsys):
         assert rc == 0 and out["task"] == "pose" and out["keypoint_bytes"] == 3 * 5 * 3 * 4 + 5 * 4
         with Snapshot.attach(out["snapshot"]) as snap:
             assert snap.task == "pose" and snap.flip_idx == KPT_FLIP
+        assert main(["ls", "--json"]) == 0
+        (row,) = [r for r in json.loads(capsys.readouterr().out) if r.get("name") == out["snapshot"]]
+        assert row["task"] == "pose"
     finally:
         remove_snapshot(out["snapshot"])
