@@ -49,7 +49,7 @@ def run(args: argparse.Namespace) -> int:
             dataset,
             options,
             progress=not (args.json or args.no_progress) and sys.stderr.isatty(),
-            lineage=lineage_of(config.data, config.images, options.imgsz, options.dtype),
+            lineage=lineage_of(config.data, config.images, options.imgsz, options.dtype, options.task),
         )
     except PreparationTerminated:
         print("pixpool prepare: terminated (SIGTERM); no snapshot was left behind", file=sys.stderr)

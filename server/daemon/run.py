@@ -109,7 +109,8 @@ def _datasets(config: DaemonConfig) -> dict:
         if missing not in warned:
             warned.add(missing)
             log_missing_labels(stats, data)
-        return dataset, lineage_of(f"{data}#{split}" if split != "train" else data, images, config.imgsz, config.dtype)
+        split_data = f"{data}#{split}" if split != "train" else data
+        return dataset, lineage_of(split_data, images, config.imgsz, config.dtype, config.task)
 
     out = {"train": read(config.data, config.images, "train")}
     if config.no_val:

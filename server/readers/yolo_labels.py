@@ -13,7 +13,8 @@ those of Ultralytics' label files:
   box is the polygon's extents. A box line is refused: Ultralytics 8.4 refuses a segment
   dataset where a box has no polygon ("requires equal numbers of boxes and segments"), and a
   file mixing box and polygon lines is dropped by its loader as corrupt.
-- obb: ``cls x1 y1 x2 y2 x3 y3 x4 y4`` (9 fields): the polygon is the 4 corners, the box their extents.
+- obb: ``cls x1 y1 x2 y2 x3 y3 x4 y4`` (9 fields): the polygon is the 4 corners as written (not
+  clipped, like keypoints below: clipping would bend the rectangle), the box their extents, clipped.
 - pose: ``cls cx cy w h`` + K x (``x y`` or ``x y v``), (K, D) the data.yaml's ``kpt_shape``.
   Keypoints become (K, 3) x, y, visibility; for D = 2 visibility is 1 where x and y are both
   >= 0, else 0 (Ultralytics' ``verify_image_label``). Keypoint coordinates are kept as written
@@ -24,7 +25,7 @@ A line that does not fit the task raises DatasetError naming the file, the line,
 found and expected, and what to change (``--task``, the data.yaml's ``kpt_shape``).
 Blank lines are ignored; an empty or missing file is a background record. Coordinates may
 stray outside [0, 1] by at most ``COORD_TOLERANCE`` (rounding in exporters) and are then
-clipped (box and polygon points); further out is an error. Boxes with no width or height
+clipped (boxes, and segment/detect polygon points); further out is an error. Boxes with no width or height
 after clipping are dropped and counted (with their polygon and keypoints).
 """
 
@@ -197,6 +198,11 @@ def parse_label_file(
             cx, cy, w, h = coords
             box = np.clip([cx - w / 2, cy - h / 2, cx + w / 2, cy + h / 2], 0.0, 1.0)
             polygon = np.zeros((0, 2), dtype=np.float32)
+        elif task == "obb":
+            # The corners as written: clipping one that strays by the tolerance would bend the
+            # rectangle and move the angle Ultralytics measures from them (it clips none either).
+            polygon = coords.reshape(4, 2)
+            box = np.clip(np.concatenate([polygon.min(axis=0), polygon.max(axis=0)]), 0.0, 1.0)
         else:
             polygon = np.clip(coords.reshape(-1, 2), 0.0, 1.0)
             box = np.concatenate([polygon.min(axis=0), polygon.max(axis=0)])

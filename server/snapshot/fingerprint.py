@@ -88,14 +88,18 @@ def content_fingerprint(dataset: Dataset, *, imgsz: int, fill: float = FILL_VALU
     return fingerprint(dataset, imgsz=imgsz, fill=fill, dtype="float32")
 
 
-def lineage_of(data: str | os.PathLike, images: str | os.PathLike | None, imgsz: int, dtype: str = "float32") -> str:
-    """Which dataset (its path as given to prepare or serve), imgsz and dtype a snapshot comes
-    from: a newer snapshot of the same lineage supersedes an older one (its inputs changed).
+def lineage_of(
+    data: str | os.PathLike, images: str | os.PathLike | None, imgsz: int, dtype: str = "float32", task: str = "detect"
+) -> str:
+    """Which dataset (its path as given to prepare or serve), imgsz, dtype and task a snapshot
+    comes from: a newer snapshot of the same lineage supersedes an older one (its inputs changed).
     A uint8 and a float32 snapshot of one dataset are two lineages: preparing one never
-    removes the other."""
+    removes the other; so are the snapshots of one dataset for two tasks."""
     parts = [os.path.abspath(data), os.path.abspath(images) if images is not None else "", str(int(imgsz))]
     if dtype != "float32":  # float32 keeps the key it had before the dtype was a setting
         parts.append(dtype)
+    if task != "detect":  # detect keeps the key it had before tasks
+        parts.append(f"task={task}")
     key = "\0".join(parts)
     return hashlib.sha256(key.encode()).hexdigest()[:32]
 

@@ -5,6 +5,7 @@ settings in the header, another --task another snapshot, and the memory report's
 from __future__ import annotations
 
 import json
+import os
 
 import numpy as np
 import pytest
@@ -13,6 +14,7 @@ from helpers.snapshot import remove_snapshot
 from helpers.task_sets import KPT_FLIP, coco_pose_set, yolo_set
 from pixpool.server import accountant
 from pixpool.server.readers import load_dataset
+from pixpool.server.snapshot.fingerprint import lineage_of
 from pixpool.server.snapshot.handle import Snapshot, read_header
 from pixpool.server.snapshot.prepare import PrepareOptions, prepare_snapshot
 from pixpool.server.snapshot.reference import ReferenceSource
@@ -121,6 +123,26 @@ def test_another_task_is_another_snapshot_and_the_same_task_reuses(tmp_path, pre
     assert again.reused and again.snapshot.name == pose.snapshot.name
 
 
+def test_a_snapshot_for_another_task_supersedes_nothing(tmp_path, prepared):
+    """A detect and a pose snapshot of one data.yaml are two lineages: preparing one leaves the
+    other (unmapped) in the store, as a newer snapshot of changed inputs would not."""
+    data = _pose_set(tmp_path)
+    assert lineage_of(data, None, IMGSZ) == lineage_of(data, None, IMGSZ, "float32", "detect")
+    assert lineage_of(data, None, IMGSZ, task="pose") != lineage_of(data, None, IMGSZ)
+    detect = prepare_snapshot(
+        load_dataset(data), PrepareOptions(imgsz=IMGSZ, processes=1), lineage=lineage_of(data, None, IMGSZ)
+    )
+    prepared.append(detect)
+    detect.snapshot.close()  # nobody maps it now: a superseded one would be removed
+    pose = prepare_snapshot(
+        load_dataset(data, task="pose"),
+        PrepareOptions(imgsz=IMGSZ, task="pose", processes=1),
+        lineage=lineage_of(data, None, IMGSZ, task="pose"),
+    )
+    prepared.append(pose)
+    assert all(os.path.exists(shm_path(seg)) for seg in snapshot_parts(detect.snapshot.name).values())
+
+
 def test_options_task_must_match_the_dataset(tmp_path):
     dataset = load_dataset(_segment_set(tmp_path), task="segment")
     with pytest.raises(
@@ -159,8 +181,6 @@ def test_memory_report_counts_polygon_and_keypoint_bytes(tmp_path, prepared):
     measured = accountant.snapshot_bytes(snap)
     assert measured["keypoint_bytes"] == result.keypoint_bytes == n * 5 * 3 * 4 + 5 * 4
     assert measured["polygon_bytes"] == result.polygon_bytes == 8 * (n + 1)  # offsets; pose has no points
-    import os
-
     tgt_file = os.stat(shm_path(snapshot_parts(snap.name)["tgt"])).st_size
     # The measured targets segment holds them: they are in the figure every report shows.
     assert measured["target_bytes"] == tgt_file >= n * (4 + 16) + measured["polygon_bytes"] + measured["keypoint_bytes"]

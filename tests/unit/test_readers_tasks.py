@@ -104,6 +104,14 @@ def test_obb_corners_are_the_polygon_and_their_extent_the_box(tmp_path):
     np.testing.assert_allclose(rec.boxes[0], [0.1, 0.1, 0.6, 0.6], atol=ATOL)
 
 
+def test_obb_corners_are_kept_as_written_within_the_tolerance(tmp_path):
+    corners = [-0.005, 0.5, 0.5, -0.004, 1.006, 0.5, 0.5, 1.003]  # a square rotated 45 degrees, touching the edges
+    data = yolo_set(tmp_path, ["0 " + " ".join(map(str, corners)) + "\n"])
+    rec = load_dataset(data, task="obb").records[0]
+    np.testing.assert_allclose(rec.polygons[0].reshape(-1), corners, atol=ATOL)  # not clipped: still a rectangle
+    np.testing.assert_allclose(rec.boxes[0], [0.0, 0.0, 1.0, 1.0], atol=ATOL)  # the box is clipped, as every box
+
+
 @pytest.mark.parametrize(
     "line, needles",
     [
