@@ -74,6 +74,13 @@ def snapshot_segments(status: dict) -> list[str]:
     return sorted({name for info in splits.values() for name in info.get("segments", [])})
 
 
+def _served_sum(status: dict, key: str) -> int:
+    """``key`` summed over every snapshot the daemon serves, each once (0 where a daemon does not say)."""
+    splits = status.get("splits") or {"train": status["snapshot"]}
+    by_name = {info.get("name", split): info for split, info in splits.items()}
+    return sum(int(info.get(key, 0)) for info in by_name.values())
+
+
 def memory_report(status: dict, *, store: str | None = None) -> dict:
     """The measured figures (see module docstring and ``docs/memory.md``). ``store``: where
     this process sees the daemon's store (default the path the daemon reports)."""
@@ -144,6 +151,9 @@ def memory_report(status: dict, *, store: str | None = None) -> dict:
         "image_bytes": part.get("img", 0),
         "index_bytes": part.get("meta", 0),
         "target_bytes": part.get("tgt", 0),
+        # Of target_bytes: what the polygons and the keypoints take (the daemon's section layout).
+        "polygon_bytes": _served_sum(status, "polygon_bytes"),
+        "keypoint_bytes": _served_sum(status, "keypoint_bytes"),
         "snapshot_bytes": sum(segs[s]["bytes"] for s in snapshot_segs),
         "snapshot_resident_bytes": sum(segs[s]["resident_bytes"] for s in snapshot_segs),
         "decoded_bytes": decoded,

@@ -27,7 +27,9 @@ def snapshot_bytes(snapshot) -> dict:
     uint8), ``ratio`` (image_bytes / decoded_bytes: 4 for a float32 snapshot, 1 for uint8),
     ``dtype`` (the arena's pixel type), ``store`` (its path), ``memory``
     (the store is RAM) and ``resident_bytes`` (of ``total_bytes``, what is in memory now:
-    every allocated page in a memory store; the page-cached pages on disk).
+    every allocated page in a memory store; the page-cached pages on disk). ``polygon_bytes``
+    and ``keypoint_bytes`` say how much of ``target_bytes`` (measured) the polygons and the
+    keypoints take (from the snapshot's section layout), and ``task`` what it was prepared for.
     """
     store = getattr(snapshot, "store", None) or DEFAULT_STORE
     memory = _store.is_memory(store)
@@ -44,6 +46,9 @@ def snapshot_bytes(snapshot) -> dict:
         "image_bytes": part["img"],
         "meta_bytes": part["meta"],
         "target_bytes": part["tgt"],
+        "polygon_bytes": int(getattr(snapshot, "polygon_nbytes", 0)),
+        "keypoint_bytes": int(getattr(snapshot, "keypoint_nbytes", 0)),
+        "task": getattr(snapshot, "task", "detect"),
         "total_bytes": sum(sizes.values()),
         "decoded_bytes": decoded,
         "ratio": part["img"] / decoded if decoded else float("nan"),
@@ -56,6 +61,14 @@ def snapshot_bytes(snapshot) -> dict:
 
 def format_snapshot_report(snap_bytes: dict, *, records: int | None = None) -> str:
     rows = [[name, n, human_bytes(n)] for name, n in snap_bytes["segments"].items()]
+    # The targets segment's share of polygons and keypoints (pose, segment and obb sets hold them
+    # once here, for every trainer): part of the segment's figure above, not added to the total.
+    for key, label in (
+        ("polygon_bytes", "  of the targets: polygons"),
+        ("keypoint_bytes", "  of the targets: keypoints"),
+    ):
+        if snap_bytes.get(key):
+            rows.append([label, snap_bytes[key], human_bytes(snap_bytes[key])])
     rows.append(["total retained", snap_bytes["total_bytes"], human_bytes(snap_bytes["total_bytes"])])
     if not snap_bytes.get("memory", True):
         rows.append(["in the page cache now", snap_bytes["resident_bytes"], human_bytes(snap_bytes["resident_bytes"])])

@@ -42,13 +42,14 @@ def run(args: argparse.Namespace) -> int:
         config.images,
         max_instances_per_image=options.max_instances_per_image,
         allow_unlabelled=options.allow_unlabelled,
+        task=options.task,
     )
     try:
         result = prepare_snapshot(
             dataset,
             options,
             progress=not (args.json or args.no_progress) and sys.stderr.isatty(),
-            lineage=lineage_of(config.data, config.images, options.imgsz, options.dtype),
+            lineage=lineage_of(config.data, config.images, options.imgsz, options.dtype, options.task),
         )
     except PreparationTerminated:
         print("pixpool prepare: terminated (SIGTERM); no snapshot was left behind", file=sys.stderr)

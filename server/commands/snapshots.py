@@ -170,9 +170,10 @@ def _ls(args: argparse.Namespace) -> int:
         parts = list(snapshot_parts(info.name).values())
         h = info.header
         dtype = layout.DTYPE_CODES[h.dtype_code].name if h is not None and h.dtype_code in layout.DTYPE_CODES else None
+        task = layout.TASK_CODES.get(h.task_code) if h is not None else None
         rows.append({
             "kind": "snapshot", "name": info.name, "records": h.records if h else None,
-            "imgsz": h.imgsz if h else None, "dtype": dtype,
+            "imgsz": h.imgsz if h else None, "dtype": dtype, "task": task,
             "image_nbytes": info.parts.get("img"), "nbytes": info.nbytes, "complete": info.complete,
             "in_use": any(holds.get(seg) is not None and holds[seg].in_use for seg in parts),
             "in_use_by": sorted({p for seg in parts for p in users.get(seg, ())}),

@@ -101,6 +101,7 @@ def _datasets(config: DaemonConfig) -> dict:
             allow_unlabelled=config.allow_unlabelled,
             split=split,
             warn_missing_labels=False,
+            task=config.task,
         )
         # One warning per set of images without labels: a data.yaml whose val: is its train:
         # folder (the demo's) reads the same images twice.
@@ -108,7 +109,8 @@ def _datasets(config: DaemonConfig) -> dict:
         if missing not in warned:
             warned.add(missing)
             log_missing_labels(stats, data)
-        return dataset, lineage_of(f"{data}#{split}" if split != "train" else data, images, config.imgsz, config.dtype)
+        split_data = f"{data}#{split}" if split != "train" else data
+        return dataset, lineage_of(split_data, images, config.imgsz, config.dtype, config.task)
 
     out = {"train": read(config.data, config.images, "train")}
     if config.no_val:
@@ -164,6 +166,8 @@ def _prepare(dataset, options: PrepareOptions, lineage: str):
         "image_bytes": int(result.image_bytes),
         "index_bytes": int(result.index_bytes),
         "target_bytes": int(result.target_bytes),
+        "polygon_bytes": int(result.polygon_bytes),
+        "keypoint_bytes": int(result.keypoint_bytes),
         "decoded_bytes": int(result.decoded_bytes),
         "classes": len(dataset.names),
     }

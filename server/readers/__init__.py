@@ -43,6 +43,7 @@ def read_dataset(
     allow_unlabelled: bool = False,
     split: str = "train",
     warn_missing_labels: bool = True,
+    task: str = "detect",
 ) -> tuple[Dataset, ReaderStats]:
     """Like ``load_dataset``, also returning what the reader found and left out.
 
@@ -50,18 +51,21 @@ def read_dataset(
     the caller (``log_missing_labels``), which reads several splits that may be one folder."""
     check_value("max_instances_per_image", "int", max_instances_per_image)
     check_value("allow_unlabelled", "bool", allow_unlabelled)
+    check_value("task", "str", task)
     path = Path(data)
     suffix = path.suffix.lower()
     if suffix == ".json":
-        return _capped(read_coco(path, images), max_instances_per_image, lambda rec: f"{path} (image {rec.image_path})")
+        return _capped(
+            read_coco(path, images, task=task), max_instances_per_image, lambda rec: f"{path} (image {rec.image_path})"
+        )
     if images is not None:
         raise DatasetError(
             "--images (images=) applies to a COCO json only; a YOLO dataset finds its images itself", path=str(path)
         )
     if suffix in (".yaml", ".yml"):
-        result = read_yolo_yaml(path, split)
+        result = read_yolo_yaml(path, split, task=task)
     elif path.is_dir():
-        result = read_yolo_folder(path)
+        result = read_yolo_folder(path, task=task)
     else:
         result = None
     if result is not None:
@@ -127,8 +131,12 @@ def load_dataset(
     max_instances_per_image: int = DEFAULT_MAX_INSTANCES,
     allow_unlabelled: bool = False,
     split: str = "train",
+    task: str = "detect",
 ) -> Dataset:
     """Read a dataset: ``data`` is a COCO json, a YOLO data.yaml (its ``split``), or a YOLO images folder.
+
+    ``task`` (``config.TASKS``) is what the records carry beside boxes and which label lines fit:
+    ``readers.yolo_labels`` for YOLO, ``readers.coco`` for COCO json (which has no obb).
 
     ``images`` is the COCO images folder (default: root/images/NAME for
     root/annotations/instances_NAME.json). Raises DatasetError (or MissingFileError)
@@ -137,7 +145,12 @@ def load_dataset(
     has a label file unless ``allow_unlabelled`` (some missing: a warning).
     """
     dataset, stats = read_dataset(
-        data, images, max_instances_per_image=max_instances_per_image, allow_unlabelled=allow_unlabelled, split=split
+        data,
+        images,
+        max_instances_per_image=max_instances_per_image,
+        allow_unlabelled=allow_unlabelled,
+        split=split,
+        task=task,
     )
     if stats.crowd_skipped or stats.degenerate_skipped:
         logger.debug(

@@ -88,12 +88,23 @@ def make_record(
     classes: list[int],
     boxes: list[np.ndarray],
     polygons: list[np.ndarray],
+    keypoints: list[np.ndarray] | None = None,
+    *,
+    kpt_count: int = 0,
 ) -> Record:
-    """Assemble one Record with the dtypes and shapes ``shared.stream.records`` promises."""
+    """Assemble one Record with the dtypes and shapes ``shared.stream.records`` promises.
+
+    ``keypoints`` (pose only): one (K, 3) array per instance, ``kpt_count`` K; the record's
+    keypoints are then (n, K, 3), (0, K, 3) for a background image; None for the other tasks."""
     n = len(classes)
     cls = np.asarray(classes, dtype=np.int32).reshape(n)
     box = np.asarray(boxes, dtype=np.float32).reshape(n, 4) if n else np.zeros((0, 4), dtype=np.float32)
     polys = tuple(np.ascontiguousarray(p, dtype=np.float32).reshape(-1, 2) for p in polygons)
-    for arr in (cls, box, *polys):
+    kpts = None
+    if keypoints is not None:
+        kpts = np.zeros((n, kpt_count, 3), dtype=np.float32)
+        if n:
+            kpts[:] = np.asarray(keypoints, dtype=np.float32).reshape(n, kpt_count, 3)
+    for arr in (cls, box, *polys, *(() if kpts is None else (kpts,))):
         arr.flags.writeable = False  # records are shared by reference; nobody may edit them
-    return Record(image_path=image_path, size_hw=size_hw, classes=cls, boxes=box, polygons=polys)
+    return Record(image_path=image_path, size_hw=size_hw, classes=cls, boxes=box, polygons=polys, keypoints=kpts)

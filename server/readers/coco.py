@@ -24,6 +24,21 @@ What the reader does with the json:
 - Every image file must exist when the json is read (``MissingFileError`` otherwise).
 - Records are sorted by image path, like the YOLO reader's, so the same images come in
   the same order whichever format they were read from.
+
+Per task (``task``):
+
+- detect: as above.
+- segment: every kept annotation needs a polygon (Ultralytics refuses a segment dataset with
+  boxes that have none): an RLE or missing segmentation on a non-crowd annotation is refused,
+  naming it.
+- pose: the keypoint names are the categories' ``keypoints`` lists (every category that has one
+  must have the same; K = their length), and each kept annotation's ``keypoints`` is 3K numbers
+  x, y, v in pixels (v 0 absent, 1 occluded, 2 visible), normalised like the box (not clipped,
+  as the YOLO reader keeps them). ``flip_idx`` is derived from the names: a name whose ``left``
+  word (``left_eye``, ``eye_left``, ``left-eye``) becomes ``right`` names its mirror, and the
+  other way round; a name without either word is its own mirror. A left name without its right
+  partner is refused. Polygons are not kept (a YOLO pose set has none either). kpt_shape is (K, 3).
+- obb: refused: COCO has no oriented boxes.
 """
 
 from __future__ import annotations
@@ -40,6 +55,7 @@ from pathlib import Path
 import numpy as np
 
 from ...shared.errors import DatasetError, MissingFileError
+from ...shared.stream.config import TASKS
 from ...shared.stream.records import Dataset, Record
 from ._common import ReaderStats, clip_unit, main_part, make_record
 
@@ -213,13 +229,126 @@ def _polygon(segmentation, width: int, height: int, json_path: Path, ann_id) -> 
     return clip_unit(main_part(parts))
 
 
-def read_coco(json_path: str | os.PathLike, images: str | os.PathLike | None = None) -> tuple[Dataset, ReaderStats]:
-    """Read a COCO instances json; ``images`` is the folder ``file_name`` is relative to.
+_SIDES = {"left": "right", "right": "left"}
+
+
+def _mirror_name(name: str) -> str:
+    """``name`` with its ``left`` and ``right`` words swapped (words split at ``_``, ``-``, space)."""
+    out, word = [], []
+    for ch in name + "\0":
+        if ch in "_- \0":
+            text = "".join(word)
+            out.append(_SIDES.get(text.lower(), text))
+            word = []
+            if ch != "\0":
+                out.append(ch)
+        else:
+            word.append(ch)
+    return "".join(out)
+
+
+def flip_idx_from_names(names: list[str], where: str) -> tuple[int, ...]:
+    """The keypoint each one becomes under a left-right flip, from the keypoint names
+    (module docstring); DatasetError naming the keypoint that has no mirror."""
+    lowered = [n.lower() for n in names]
+    if len(set(lowered)) != len(lowered):
+        raise DatasetError(
+            f"the categories' keypoint names {names} repeat a name; each keypoint needs its own name to pair it "
+            "with its mirror (left_* with right_*)",
+            path=where,
+        )
+    index = {n: i for i, n in enumerate(lowered)}
+    flip = []
+    for i, name in enumerate(names):
+        mirror = _mirror_name(name).lower()
+        if mirror == lowered[i]:
+            flip.append(i)
+        elif mirror in index:
+            flip.append(index[mirror])
+        else:
+            raise DatasetError(
+                f"keypoint {i} {name!r} has no mirror {mirror!r} among the keypoint names {names}, so the flip pairs "
+                "(flip_idx) cannot be derived: a name with a left or right word needs its partner. Rename the keypoints "
+                "so every left_* has a right_*, or convert the set to YOLO pose labels with a data.yaml that states "
+                "'flip_idx'",
+                path=where,
+            )
+    return tuple(flip)
+
+
+def _keypoint_names(data: dict, where: str) -> list[str]:
+    """The one keypoint name list the categories share (module docstring, pose)."""
+    lists = {}
+    for i, cat in enumerate(data["categories"]):
+        names = cat.get("keypoints")
+        if names is None:
+            continue
+        if not (isinstance(names, list) and names and all(isinstance(n, str) for n in names)):
+            raise DatasetError(
+                f"categories[{i}] (id {cat['id']}): 'keypoints' must be a non-empty list of keypoint names, got {names!r}",
+                path=where,
+            )
+        lists[cat["id"]] = names
+    if not lists:
+        raise DatasetError(
+            "no category has 'keypoints' (the keypoint names), so this json holds no pose dataset; the pose task "
+            "needs a COCO keypoints json (person_keypoints_*.json), or pass the task the annotations are for (--task detect)",
+            path=where,
+        )
+    first_id, first = next(iter(lists.items()))
+    for cid, names in lists.items():
+        if names != first:
+            raise DatasetError(
+                f"category id {cid} names keypoints {names}, category id {first_id} {first}: one pose dataset has one "
+                "keypoint layout; give every category with keypoints the same list",
+                path=where,
+            )
+    return first
+
+
+def _ann_keypoints(ann: dict, k: int, width: int, height: int, where: str) -> np.ndarray:
+    """(K, 3) normalised x, y and visibility of one annotation."""
+    raw = ann.get("keypoints")
+    image = f"annotation id {ann['id']} (image id {ann['image_id']})"
+    if not (isinstance(raw, list) and all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in raw)):
+        raise DatasetError(
+            f"{image}: 'keypoints' must be a list of {3 * k} numbers (x, y, v for each of the {k} keypoints the "
+            f"categories name), got {'nothing' if raw is None else type(raw).__name__}; add them, or pass --task detect",
+            path=where,
+        )
+    if len(raw) != 3 * k:
+        raise DatasetError(
+            f"{image}: 'keypoints' holds {len(raw)} numbers, expected {3 * k} (x, y, v for each of the {k} keypoints "
+            "the categories name); fix the annotation or the category's keypoint names",
+            path=where,
+        )
+    pts = np.asarray(raw, dtype=np.float64).reshape(k, 3)
+    if not np.isfinite(pts).all() or (pts[:, 2] < 0).any():
+        raise DatasetError(
+            f"{image}: 'keypoints' holds a number that is not finite or a negative visibility; write finite pixel "
+            "coordinates and visibility 0 (absent), 1 (occluded) or 2 (visible)",
+            path=where,
+        )
+    return pts / np.array([width, height, 1.0])
+
+
+def read_coco(
+    json_path: str | os.PathLike, images: str | os.PathLike | None = None, *, task: str = "detect"
+) -> tuple[Dataset, ReaderStats]:
+    """Read a COCO instances json for ``task``; ``images`` is the folder ``file_name`` is relative to.
 
     Returns the Dataset and what was left out (see the module docstring for the rules).
     Raises DatasetError (MissingFileError for absent files) naming the file.
     """
+    if task not in TASKS:
+        raise ValueError(f"task {task!r} is not one of {list(TASKS)}")
     json_path = Path(os.path.abspath(json_path))
+    if task == "obb":
+        raise DatasetError(
+            "the obb task needs oriented boxes, which a COCO json has no field for; write YOLO OBB labels "
+            "('cls x1 y1 x2 y2 x3 y3 x4 y4', the 4 corners normalised) with a data.yaml, or pass --task detect",
+            path=str(json_path),
+        )
     data = _load_json(json_path)
     images_dir = Path(os.path.abspath(images)) if images is not None else default_images_dir(json_path)
     if not images_dir.is_dir():
@@ -233,6 +362,10 @@ def read_coco(json_path: str | os.PathLike, images: str | os.PathLike | None = N
     cat_ids = sorted(coco.getCatIds())
     cat_index = {cid: i for i, cid in enumerate(cat_ids)}
     names = tuple(str(coco.cats[cid]["name"]) for cid in cat_ids)
+    where = str(json_path)
+    kpt_names = _keypoint_names(data, where) if task == "pose" else None
+    k = len(kpt_names) if kpt_names is not None else 0
+    flip_idx = flip_idx_from_names(kpt_names, where) if kpt_names is not None else None
 
     crowd = degenerate = 0
     records: list[Record] = []
@@ -246,6 +379,7 @@ def read_coco(json_path: str | os.PathLike, images: str | os.PathLike | None = N
             )
         w, h = img["width"], img["height"]
         classes, boxes, polygons = [], [], []
+        keypoints = [] if task == "pose" else None
         for ann in coco.imgToAnns.get(img_id, ()):
             if ann.get("iscrowd", 0):
                 crowd += 1
@@ -258,10 +392,22 @@ def read_coco(json_path: str | os.PathLike, images: str | os.PathLike | None = N
             if box[2] <= box[0] or box[3] <= box[1]:
                 degenerate += 1
                 continue
+            if task == "pose":
+                keypoints.append(_ann_keypoints(ann, k, w, h, where))
+                polygon = np.zeros((0, 2), dtype=np.float32)
+            else:
+                polygon = _polygon(ann.get("segmentation"), w, h, json_path, ann["id"])
+                if task == "segment" and not len(polygon):
+                    raise DatasetError(
+                        f"annotation id {ann['id']} (image id {img_id}, {img['file_name']}) has no polygon of 3 or more "
+                        "points (an RLE or empty segmentation): the segment task needs one for every instance, as "
+                        "Ultralytics' does; write it as a polygon, remove the annotation, or pass --task detect",
+                        path=where,
+                    )
             classes.append(cat_index[ann["category_id"]])
             boxes.append(box)
-            polygons.append(_polygon(ann.get("segmentation"), w, h, json_path, ann["id"]))
-        records.append(make_record(str(path), (int(h), int(w)), classes, boxes, polygons))
+            polygons.append(polygon)
+        records.append(make_record(str(path), (int(h), int(w)), classes, boxes, polygons, keypoints, kpt_count=k))
 
     records.sort(key=lambda r: r.image_path)
     stats = ReaderStats(
@@ -272,4 +418,12 @@ def read_coco(json_path: str | os.PathLike, images: str | os.PathLike | None = N
         degenerate_skipped=degenerate,
     )
     logger.debug("%s: %s", json_path, stats)
-    return Dataset(records=tuple(records), names=names, source_files=(str(json_path),)), stats
+    dataset = Dataset(
+        records=tuple(records),
+        names=names,
+        source_files=(str(json_path),),
+        task=task,
+        kpt_shape=(k, 3) if task == "pose" else None,
+        flip_idx=flip_idx,
+    )
+    return dataset, stats

@@ -19,6 +19,13 @@ Layout rules (those of the Ultralytics tools):
 - An images folder read directly has no class names: names are "0".."K" up to the largest
   class id found.
 
+Tasks (``task``, one of ``config.TASKS``; the label line forms are in ``yolo_labels``): pose
+needs the data.yaml's ``kpt_shape`` [K, D] (K >= 1, D 2 or 3), and takes its ``flip_idx`` (a
+permutation of 0..K-1, the keypoint each one becomes under a left-right flip) when it has one;
+without it ``Dataset.flip_idx`` is None (Ultralytics then turns its flips off, with a warning:
+this reader warns too). An images folder has no data.yaml, so it cannot be read for pose. The
+other tasks leave ``kpt_shape`` and ``flip_idx`` None whatever the yaml says.
+
 Paths are made absolute without resolving symlinks (labels are found beside the path as
 given). Records are sorted by image path; duplicates (an image listed twice) are kept.
 ``Dataset.source_files``: the yaml, every ``.txt`` list, and every label file that exists.
@@ -33,6 +40,7 @@ from pathlib import Path
 import yaml
 
 from ...shared.errors import DatasetError, MissingFileError
+from ...shared.stream.config import TASKS
 from ...shared.stream.records import Dataset, Record
 from ._common import IMAGE_SUFFIXES, ReaderStats, make_record
 from .yolo_labels import parse_label_file
@@ -125,22 +133,75 @@ def _resolve_entry(entry: str, root: Path, yaml_path: Path, split: str = "train"
     return path
 
 
+def _check_task(task: str) -> None:
+    if task not in TASKS:
+        raise ValueError(f"task {task!r} is not one of {list(TASKS)}")
+
+
+def _kpt_shape(raw, yaml_path: Path) -> tuple[int, int]:
+    """The data.yaml's ``kpt_shape`` as (K, D); DatasetError naming the field otherwise."""
+    ok = (
+        isinstance(raw, (list, tuple))
+        and len(raw) == 2
+        and all(isinstance(v, int) and not isinstance(v, bool) for v in raw)
+        and raw[0] >= 1
+        and raw[1] in (2, 3)
+    )
+    if not ok:
+        raise DatasetError(
+            f"'kpt_shape' is {raw!r}; the pose task needs 'kpt_shape: [K, D]' with K >= 1 keypoints and D = 2 (x y) "
+            "or 3 (x y visibility), e.g. 'kpt_shape: [17, 3]'",
+            path=str(yaml_path),
+        )
+    return int(raw[0]), int(raw[1])
+
+
+def _flip_idx(raw, k: int, yaml_path: Path) -> tuple[int, ...] | None:
+    """The data.yaml's ``flip_idx``: a permutation of 0..K-1; None (with a warning) when absent."""
+    if raw is None:
+        logger.warning(
+            "%s: no 'flip_idx' for the pose task: a left-right flip cannot tell which keypoint becomes which, so "
+            "Ultralytics turns fliplr and flipud off for such a dataset; add 'flip_idx' (the index each keypoint "
+            "takes under a left-right flip, K = %d entries) to flip",
+            yaml_path,
+            k,
+        )
+        return None
+    if not (isinstance(raw, (list, tuple)) and all(isinstance(v, int) and not isinstance(v, bool) for v in raw)):
+        raise DatasetError(f"'flip_idx' is {raw!r}; it must be a list of {k} keypoint indices", path=str(yaml_path))
+    if sorted(raw) != list(range(k)):
+        raise DatasetError(
+            f"'flip_idx' {list(raw)} is not a permutation of 0..{k - 1} (kpt_shape has K = {k} keypoints): each keypoint "
+            "must appear once, as the index it takes under a left-right flip (its own index when it has no mirror)",
+            path=str(yaml_path),
+        )
+    return tuple(int(v) for v in raw)
+
+
 def _read_images(
-    images: list[Path], names: tuple[str, ...] | None, source_files: list[str]
+    images: list[Path],
+    names: tuple[str, ...] | None,
+    source_files: list[str],
+    *,
+    task: str = "detect",
+    kpt_shape: tuple[int, int] | None = None,
 ) -> tuple[list[Record], int, list[Path]]:
     records = []
     dropped = 0
     missing = []
     num_classes = len(names) if names is not None else None
+    kpt_count = kpt_shape[0] if task == "pose" else 0
     for image in sorted(images, key=str):
         label = label_path_for(image)
-        classes, boxes, polygons, n_dropped = parse_label_file(label, num_classes)
+        classes, boxes, polygons, keypoints, n_dropped = parse_label_file(
+            label, num_classes, task=task, kpt_shape=kpt_shape
+        )
         if label.is_file():
             source_files.append(str(label))
         else:
             missing.append(label)
         dropped += n_dropped
-        records.append(make_record(str(image), None, classes, boxes, polygons))
+        records.append(make_record(str(image), None, classes, boxes, polygons, keypoints, kpt_count=kpt_count))
     return records, dropped, missing
 
 
@@ -151,6 +212,10 @@ def _finish(
     dropped: int,
     missing: list[Path],
     origin: Path,
+    *,
+    task: str = "detect",
+    kpt_shape: tuple[int, int] | None = None,
+    flip_idx: tuple[int, ...] | None = None,
 ) -> tuple[Dataset, ReaderStats]:
     stats = ReaderStats(
         records=len(records),
@@ -162,7 +227,10 @@ def _finish(
     )
     logger.debug("%s: %s", origin, stats)
     files = tuple(sorted(set(source_files)))
-    return Dataset(records=tuple(records), names=names, source_files=files), stats
+    dataset = Dataset(
+        records=tuple(records), names=names, source_files=files, task=task, kpt_shape=kpt_shape, flip_idx=flip_idx
+    )
+    return dataset, stats
 
 
 def yaml_has_split(yaml_path: str | os.PathLike, split: str) -> bool:
@@ -174,8 +242,11 @@ def yaml_has_split(yaml_path: str | os.PathLike, split: str) -> bool:
     return isinstance(data, dict) and data.get(split) not in (None, "", [], {})
 
 
-def read_yolo_yaml(yaml_path: str | os.PathLike, split: str = "train") -> tuple[Dataset, ReaderStats]:
-    """Read a YOLO ``data.yaml``'s ``split`` (``train`` or ``val``); see the module docstring for the rules."""
+def read_yolo_yaml(
+    yaml_path: str | os.PathLike, split: str = "train", *, task: str = "detect"
+) -> tuple[Dataset, ReaderStats]:
+    """Read a YOLO ``data.yaml``'s ``split`` (``train`` or ``val``) for ``task``; see the module docstring for the rules."""
+    _check_task(task)
     yaml_path = Path(os.path.abspath(yaml_path))
     try:
         data = yaml.safe_load(yaml_path.read_text(encoding="utf-8"))
@@ -196,6 +267,24 @@ def read_yolo_yaml(yaml_path: str | os.PathLike, split: str = "train") -> tuple[
         raise DatasetError(
             f"'nc' is {data['nc']} but 'names' lists {len(names)} classes; make them agree", path=str(yaml_path)
         )
+
+    # kpt_shape matters for every task: a detect read of a pose set keeps the pose lines' boxes.
+    kpt_shape = flip_idx = None
+    if task == "pose" and data.get("kpt_shape") is None:
+        raise DatasetError(
+            "the pose task needs 'kpt_shape: [K, D]' in the data.yaml (K keypoints per instance, D = 2 for x y or 3 "
+            "for x y visibility); add it, or pass the task the labels are for (--task detect, segment, obb)",
+            path=str(yaml_path),
+        )
+    if task == "pose":
+        kpt_shape = _kpt_shape(data["kpt_shape"], yaml_path)
+    elif task == "detect" and data.get("kpt_shape") is not None:
+        try:
+            kpt_shape = _kpt_shape(data["kpt_shape"], yaml_path)
+        except DatasetError:
+            kpt_shape = None  # not read for keypoints: a malformed kpt_shape only stops pose lines keeping a box
+    if task == "pose":
+        flip_idx = _flip_idx(data.get("flip_idx"), kpt_shape[0], yaml_path)
 
     root = yaml_path.parent
     if data.get("path"):
@@ -219,13 +308,32 @@ def read_yolo_yaml(yaml_path: str | os.PathLike, split: str = "train") -> tuple[
                 path=str(yaml_path),
             )
         images.extend(found)
-    records, dropped, missing = _read_images(images, names, source_files)
-    return _finish(records, names, source_files, dropped, missing, yaml_path)
+    records, dropped, missing = _read_images(images, names, source_files, task=task, kpt_shape=kpt_shape)
+    return _finish(
+        records,
+        names,
+        source_files,
+        dropped,
+        missing,
+        yaml_path,
+        task=task,
+        kpt_shape=kpt_shape if task == "pose" else None,
+        flip_idx=flip_idx,
+    )
 
 
-def read_yolo_folder(folder: str | os.PathLike) -> tuple[Dataset, ReaderStats]:
-    """Read an images folder with its sibling labels folder; class names are "0".."K"."""
+def read_yolo_folder(folder: str | os.PathLike, *, task: str = "detect") -> tuple[Dataset, ReaderStats]:
+    """Read an images folder with its sibling labels folder for ``task``; class names are "0".."K".
+
+    Not for pose: the keypoints' shape comes from a data.yaml's ``kpt_shape``."""
+    _check_task(task)
     folder = Path(os.path.abspath(folder))
+    if task == "pose":
+        raise DatasetError(
+            "an images folder cannot be read for the pose task: the number of keypoints per line comes from a "
+            "data.yaml's 'kpt_shape' (and the flip pairs from its 'flip_idx'); pass a data.yaml",
+            path=str(folder),
+        )
     if not folder.is_dir():
         raise MissingFileError("images folder does not exist", path=str(folder))
     images = _images_in(folder)
@@ -233,7 +341,7 @@ def read_yolo_folder(folder: str | os.PathLike) -> tuple[Dataset, ReaderStats]:
         raise DatasetError(f"no images ({' '.join(sorted(IMAGE_SUFFIXES))}) in the folder", path=str(folder))
     label_path_for(images[0])  # fails early, naming the folder's layout problem
     source_files: list[str] = []
-    records, dropped, missing = _read_images(images, None, source_files)
+    records, dropped, missing = _read_images(images, None, source_files, task=task)
     top = max((int(r.classes.max()) for r in records if r.num_instances), default=-1)
     names = tuple(str(i) for i in range(top + 1))
-    return _finish(records, names, source_files, dropped, missing, folder)
+    return _finish(records, names, source_files, dropped, missing, folder, task=task)

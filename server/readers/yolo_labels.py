@@ -1,18 +1,32 @@
-"""One YOLO label file -> the instances of one record.
+"""One YOLO label file -> the instances of one record, for the dataset's task.
 
 Runs in whichever process reads a dataset. Pure parsing; the only file touched is the
 label file itself.
 
-Line forms (whitespace-separated, coordinates normalised to the image's width/height):
+Line forms per task (whitespace-separated, coordinates normalised to the image's width/height),
+those of Ultralytics' label files:
 
-- detection: ``cls cx cy w h`` (5 fields); the polygon is empty (0, 2);
-- segment: ``cls x1 y1 x2 y2 ...`` (at least 3 points, so an odd field count >= 7); the
-  box is the polygon's extents.
+- detect: ``cls cx cy w h`` (5 fields; the polygon is empty (0, 2)) or a segment line (its
+  polygon kept for copy-paste); both may mix. In a data.yaml with ``kpt_shape`` (K, D), a pose
+  line (5 + K * D fields) keeps its box and drops its keypoints, as Ultralytics' detect task does.
+- segment: ``cls x1 y1 x2 y2 ...`` only (at least 3 points, so an odd field count >= 7); the
+  box is the polygon's extents. A box line is refused: Ultralytics 8.4 refuses a segment
+  dataset where a box has no polygon ("requires equal numbers of boxes and segments"), and a
+  file mixing box and polygon lines is dropped by its loader as corrupt.
+- obb: ``cls x1 y1 x2 y2 x3 y3 x4 y4`` (9 fields): the polygon is the 4 corners as written (not
+  clipped, like keypoints below: clipping would bend the rectangle), the box their extents, clipped.
+- pose: ``cls cx cy w h`` + K x (``x y`` or ``x y v``), (K, D) the data.yaml's ``kpt_shape``.
+  Keypoints become (K, 3) x, y, visibility; for D = 2 visibility is 1 where x and y are both
+  >= 0, else 0 (Ultralytics' ``verify_image_label``). Keypoint coordinates are kept as written
+  (not clipped; the route decides what leaves the image), within the same tolerance as boxes;
+  a visibility must be >= 0.
 
+A line that does not fit the task raises DatasetError naming the file, the line, the fields
+found and expected, and what to change (``--task``, the data.yaml's ``kpt_shape``).
 Blank lines are ignored; an empty or missing file is a background record. Coordinates may
 stray outside [0, 1] by at most ``COORD_TOLERANCE`` (rounding in exporters) and are then
-clipped; further out is an error. Boxes with no width or height after clipping are
-dropped and counted.
+clipped (boxes, and segment/detect polygon points); further out is an error. Boxes with no width or height
+after clipping are dropped and counted (with their polygon and keypoints).
 """
 
 from __future__ import annotations
@@ -69,17 +83,90 @@ def _check_range(coords: np.ndarray, where: str, lineno: int) -> None:
         )
 
 
-def parse_label_file(path: Path, num_classes: int | None) -> tuple[list[int], list[np.ndarray], list[np.ndarray], int]:
-    """Parse one label file; returns (classes, boxes xyxy, polygons (k, 2), dropped count).
+def _form_error(n: int, task: str, kpt_shape: tuple[int, int] | None) -> str | None:
+    """Why a line of ``n`` fields does not fit ``task`` (None when it fits)."""
+    segment_ok = n >= 7 and n % 2 == 1
+    if task == "detect":
+        if n == 5 or segment_ok:
+            return None
+        if kpt_shape is not None and n == 5 + kpt_shape[0] * kpt_shape[1]:
+            return None  # a pose line: its box is kept (module docstring)
+        hint = ""
+        if n > 5 and (n - 5) % 3 == 0:
+            hint = f"; if it is a pose line (5 + K x 3 values, K = {(n - 5) // 3}), pass --task pose with kpt_shape in the data.yaml"
+        if n > 5 and n % 2 == 0:
+            return f"odd number of coordinates ({n - 1}); segment lines are 'cls x1 y1 x2 y2 ...' with at least 3 points{hint}"
+        return f"{n} fields; detection lines have 5 ('cls cx cy w h'), segment lines an odd count >= 7 ('cls x1 y1 x2 y2 x3 y3 ...'){hint}"
+    if task == "segment":
+        if segment_ok:
+            return None
+        if n == 5:
+            return (
+                "a box line ('cls cx cy w h', 5 fields) in a segment dataset: every instance needs a polygon "
+                "(Ultralytics refuses a segment dataset with boxes that have none); write the polygon "
+                "'cls x1 y1 x2 y2 x3 y3 ...' or train the detect task (--task detect)"
+            )
+        return f"{n} fields; segment lines are 'cls x1 y1 x2 y2 x3 y3 ...': an odd count >= 7 (at least 3 points)"
+    if task == "obb":
+        if n == 9:
+            return None
+        what = "a box line ('cls cx cy w h')" if n == 5 else "a segment line" if segment_ok else "a line"
+        return (
+            f"{what} of {n} fields in an obb dataset; obb lines have 9 fields, the class and the 4 corners "
+            "'cls x1 y1 x2 y2 x3 y3 x4 y4'; fix the line, or pass the task the labels are for "
+            "(--task detect for boxes, --task segment for polygons)"
+        )
+    k, d = kpt_shape
+    expected = 5 + k * d
+    if n == expected:
+        return None
+    what = "a box line ('cls cx cy w h') without keypoints" if n == 5 else "a line"
+    return (
+        f"{what} of {n} fields in a pose dataset with kpt_shape [{k}, {d}]: pose lines have 5 + {k} x {d} = {expected} "
+        f"fields ('cls cx cy w h' then {k} keypoints as {'x y v' if d == 3 else 'x y'}); fix the line, or the "
+        "data.yaml's kpt_shape, or pass the task the labels are for (--task detect, --task segment)"
+    )
+
+
+def _keypoints(values: np.ndarray, kpt_shape: tuple[int, int], where: str, lineno: int) -> np.ndarray:
+    """(K, 3) x, y, visibility from the K x D values after the box (module docstring)."""
+    k, d = kpt_shape
+    raw = values.reshape(k, d)
+    _check_range(raw[:, :2].reshape(-1), where, lineno)
+    out = np.empty((k, 3), dtype=np.float64)
+    out[:, :2] = raw[:, :2]
+    if d == 3:
+        if (raw[:, 2] < 0).any():
+            j = int(np.argmax(raw[:, 2] < 0))
+            raise DatasetError(
+                f"keypoint {j} has visibility {raw[j, 2]:g}; visibility is 0 (absent), 1 (occluded) or 2 (visible)",
+                path=where,
+                line=lineno,
+            )
+        out[:, 2] = raw[:, 2]
+    else:
+        out[:, 2] = np.where((raw[:, 0] < 0) | (raw[:, 1] < 0), 0.0, 1.0)
+    return out
+
+
+def parse_label_file(
+    path: Path, num_classes: int | None, *, task: str = "detect", kpt_shape: tuple[int, int] | None = None
+) -> tuple[list[int], list[np.ndarray], list[np.ndarray], list[np.ndarray] | None, int]:
+    """Parse one label file for ``task``; returns (classes, boxes xyxy, polygons (k, 2),
+    keypoints (K, 3) per instance or None unless pose, dropped count).
 
     A missing file gives no instances. ``num_classes`` None skips the range check (an
-    images folder read without class names).
+    images folder read without class names). ``kpt_shape`` (K, D) is the data.yaml's, needed
+    for pose; for the other tasks it only lets a pose line keep its box (module docstring).
     """
+    if task == "pose" and kpt_shape is None:
+        raise ValueError("parse_label_file: the pose task needs kpt_shape (K, D)")
     where = str(path)
+    keypoints: list[np.ndarray] | None = [] if task == "pose" else None
     try:
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
-        return [], [], [], 0
+        return [], [], [], keypoints, 0
     except UnicodeDecodeError:
         raise DatasetError("label file is not UTF-8 text; YOLO labels are text lines", path=where) from None
     except OSError as exc:
@@ -94,20 +181,28 @@ def parse_label_file(path: Path, num_classes: int | None) -> tuple[list[int], li
         if not fields:
             continue
         n = len(fields)
-        if n != 5 and (n < 7 or n % 2 == 0):
-            if n > 5 and n % 2 == 0:
-                msg = f"odd number of coordinates ({n - 1}); segment lines are 'cls x1 y1 x2 y2 ...' with at least 3 points"
-            else:
-                msg = f"{n} fields; detection lines have 5 ('cls cx cy w h'), segment lines an odd count >= 7 ('cls x1 y1 x2 y2 x3 y3 ...')"
+        msg = _form_error(n, task, kpt_shape)
+        if msg is not None:
             raise DatasetError(msg, path=where, line=lineno)
         values = _numbers(fields, where, lineno)
         cls = _class_id(values[0], num_classes, where, lineno)
         coords = np.asarray(values[1:], dtype=np.float64)
+        kpts = None
+        if task == "pose":
+            kpts = _keypoints(coords[4:], kpt_shape, where, lineno)
+            coords = coords[:4]
+        elif n != 5 and task == "detect" and kpt_shape is not None and n == 5 + kpt_shape[0] * kpt_shape[1]:
+            coords = coords[:4]  # a pose line read for boxes: its keypoints are dropped
         _check_range(coords, where, lineno)
-        if n == 5:
+        if len(coords) == 4:
             cx, cy, w, h = coords
             box = np.clip([cx - w / 2, cy - h / 2, cx + w / 2, cy + h / 2], 0.0, 1.0)
             polygon = np.zeros((0, 2), dtype=np.float32)
+        elif task == "obb":
+            # The corners as written: clipping one that strays by the tolerance would bend the
+            # rectangle and move the angle Ultralytics measures from them (it clips none either).
+            polygon = coords.reshape(4, 2)
+            box = np.clip(np.concatenate([polygon.min(axis=0), polygon.max(axis=0)]), 0.0, 1.0)
         else:
             polygon = np.clip(coords.reshape(-1, 2), 0.0, 1.0)
             box = np.concatenate([polygon.min(axis=0), polygon.max(axis=0)])
@@ -117,4 +212,6 @@ def parse_label_file(path: Path, num_classes: int | None) -> tuple[list[int], li
         classes.append(cls)
         boxes.append(box.astype(np.float32))
         polygons.append(polygon.astype(np.float32))
-    return classes, boxes, polygons, dropped
+        if keypoints is not None:
+            keypoints.append(kpts.astype(np.float32))
+    return classes, boxes, polygons, keypoints, dropped

@@ -8,7 +8,10 @@ What goes in is what the snapshot's bytes depend on, resolved, never a file's sp
 the layout version, imgsz, fill value and the arena's dtype; the class names; and for every record,
 in record order (duplicates included), its image path with the file's size, mtime, inode
 and ctime (cheap: one ``stat``, no image is read), the size the annotation states, and the
-record's own arrays (classes, boxes, polygons) as the reader resolved them. So two
+record's own arrays (classes, boxes, polygons, and keypoints for pose) as the reader resolved
+them; for a task other than detect also the task, and for pose ``kpt_shape`` and ``flip_idx``
+(a detect dataset hashes exactly what it hashed before tasks existed, so its snapshot keeps its
+name, and a daemon restarted with another ``--task`` prepares anew). So two
 spellings of one dataset (a data.yaml with ``names`` as a list or as a dict, a json
 reformatted) share a snapshot, and any change a reader turns into other targets gives
 another name.
@@ -47,6 +50,11 @@ def fingerprint(dataset: Dataset, *, imgsz: int, fill: float = FILL_VALUE, dtype
         f"pixpool-snapshot layout={layout.LAYOUT_VERSION} imgsz={int(imgsz)} fill={float(fill)!r} dtype={code}\n".encode()
     )
     h.update(("names " + "\0".join(dataset.names) + "\n").encode())
+    pose = dataset.task == "pose"
+    if dataset.task != "detect":
+        flip = None if dataset.flip_idx is None else tuple(int(v) for v in dataset.flip_idx)
+        kpt = f" kpt_shape={tuple(int(v) for v in dataset.kpt_shape)!r} flip_idx={flip!r}" if pose else ""
+        h.update(f"task={dataset.task}{kpt}\n".encode())
     stat_cache: dict[str, tuple[int, int, int, int]] = {}
     for rec in dataset.records:
         st = stat_cache.get(rec.image_path)
@@ -66,6 +74,8 @@ def fingerprint(dataset: Dataset, *, imgsz: int, fill: float = FILL_VALUE, dtype
         for poly in rec.polygons:
             h.update(len(poly).to_bytes(8, "little"))
             h.update(poly.astype("<f4", copy=False).tobytes())
+        if pose and rec.keypoints is not None:
+            h.update(rec.keypoints.astype("<f4", copy=False).tobytes())
     return h.hexdigest()
 
 
@@ -78,14 +88,18 @@ def content_fingerprint(dataset: Dataset, *, imgsz: int, fill: float = FILL_VALU
     return fingerprint(dataset, imgsz=imgsz, fill=fill, dtype="float32")
 
 
-def lineage_of(data: str | os.PathLike, images: str | os.PathLike | None, imgsz: int, dtype: str = "float32") -> str:
-    """Which dataset (its path as given to prepare or serve), imgsz and dtype a snapshot comes
-    from: a newer snapshot of the same lineage supersedes an older one (its inputs changed).
+def lineage_of(
+    data: str | os.PathLike, images: str | os.PathLike | None, imgsz: int, dtype: str = "float32", task: str = "detect"
+) -> str:
+    """Which dataset (its path as given to prepare or serve), imgsz, dtype and task a snapshot
+    comes from: a newer snapshot of the same lineage supersedes an older one (its inputs changed).
     A uint8 and a float32 snapshot of one dataset are two lineages: preparing one never
-    removes the other."""
+    removes the other; so are the snapshots of one dataset for two tasks."""
     parts = [os.path.abspath(data), os.path.abspath(images) if images is not None else "", str(int(imgsz))]
     if dtype != "float32":  # float32 keeps the key it had before the dtype was a setting
         parts.append(dtype)
+    if task != "detect":  # detect keeps the key it had before tasks
+        parts.append(f"task={task}")
     key = "\0".join(parts)
     return hashlib.sha256(key.encode()).hexdigest()[:32]
 

@@ -69,6 +69,11 @@ def check_header(base: str, header: layout.Header) -> None:
         )
     if header.dtype_code not in layout.DTYPE_CODES:
         raise SnapshotError(f"snapshot {base!r} has unknown dtype code {header.dtype_code}")
+    if header.task_code not in layout.TASK_CODES:
+        raise SnapshotError(
+            f"snapshot {base!r} has unknown task code {header.task_code} (this pixpool knows "
+            f"{layout.TASK_CODES}); it was prepared by a newer pixpool: remove it with `pixpool clean` and prepare again"
+        )
 
 
 def check_fill(meta_name: str, header: layout.Header) -> None:
@@ -126,12 +131,18 @@ class Snapshot:
         self.header = header
         self._index = layout.index_view(segments["meta"].buf, header.records)
         self._arena = np.frombuffer(segments["img"].buf, dtype=layout.DTYPE_CODES[header.dtype_code])
-        sections = layout.target_sections(header.instances, header.points)
+        sections = layout.target_sections(header.instances, header.points, header.kpt_count, header.flip_count)
+        self._sections = sections
         self._classes, self._boxes, self._poly_offsets, self._points = layout.target_views(
             segments["tgt"].buf, sections
         )
+        self._keypoints, flip = layout.keypoint_views(segments["tgt"].buf, sections)
         for arr in (self._index, self._arena, self._classes, self._boxes, self._poly_offsets, self._points):
             arr.flags.writeable = False
+        self._keypoints.flags.writeable = False
+        self._task = layout.TASK_CODES[header.task_code]
+        self._kpt_shape = (header.kpt_count, header.kpt_dims) if self._task == "pose" else None
+        self._flip_idx = tuple(int(v) for v in flip) if self._task == "pose" and header.flip_count else None
 
     def _ensure(self) -> None:
         if self._segments is None:
@@ -164,6 +175,38 @@ class Snapshot:
         self._ensure()
         return self.header.fingerprint
 
+    @property
+    def task(self) -> str:
+        """The task the snapshot was prepared for (``config.TASKS``): what its targets carry."""
+        self._ensure()
+        return self._task
+
+    @property
+    def kpt_shape(self) -> tuple[int, int] | None:
+        """Pose: (K, D) as the dataset's ``kpt_shape`` states it (the keypoints are stored with 3
+        values each whatever D is); None for the other tasks."""
+        self._ensure()
+        return self._kpt_shape
+
+    @property
+    def flip_idx(self) -> tuple[int, ...] | None:
+        """Pose: the keypoint each one becomes under a left-right flip; None for the other tasks
+        and for a pose set without one."""
+        self._ensure()
+        return self._flip_idx
+
+    @property
+    def polygon_nbytes(self) -> int:
+        """Bytes of the ``tgt`` segment that hold polygons (their offsets and points)."""
+        self._ensure()
+        return self._sections.polygon_nbytes
+
+    @property
+    def keypoint_nbytes(self) -> int:
+        """Bytes of the ``tgt`` segment that hold keypoints and flip_idx (0 unless pose)."""
+        self._ensure()
+        return self._sections.keypoint_nbytes
+
     def __len__(self) -> int:
         self._ensure()
         return self.header.records
@@ -190,13 +233,15 @@ class Snapshot:
         return self._arena[start : start + h * w * 3].reshape(h, w, 3)
 
     def targets(self, index: int) -> Targets:
-        """Read-only views of record ``index``'s classes, boxes and polygons (normalised)."""
+        """Read-only views of record ``index``'s classes, boxes and polygons (normalised), and
+        for the pose task its keypoints (n, K, 3)."""
         self._ensure()
         row = self._row(index)
         s, c = int(row["target_start"]), int(row["target_count"])
         off = self._poly_offsets
         polys = tuple(self._points[off[j] : off[j + 1]] for j in range(s, s + c))
-        return Targets(self._classes[s : s + c], self._boxes[s : s + c], polys)
+        keypoints = self._keypoints[s : s + c] if self._task == "pose" else None
+        return Targets(self._classes[s : s + c], self._boxes[s : s + c], polys, keypoints)
 
     # -- bookkeeping ----------------------------------------------------------------------
     @property
@@ -252,7 +297,7 @@ class Snapshot:
         if self._segments is None:
             return
         segments, self._segments = self._segments, None
-        for name in ("_index", "_arena", "_classes", "_boxes", "_poly_offsets", "_points"):
+        for name in ("_index", "_arena", "_classes", "_boxes", "_poly_offsets", "_points", "_keypoints"):
             self.__dict__.pop(name, None)
         for seg in segments.values():
             seg.close(let_go=let_go)

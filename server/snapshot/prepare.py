@@ -63,7 +63,7 @@ from typing import Callable, Iterator
 import numpy as np
 import psutil
 
-from ...shared.errors import CapacityError, DatasetError, ImageDecodeError, MissingFileError, SnapshotError
+from ...shared.errors import CapacityError, ConfigError, DatasetError, ImageDecodeError, MissingFileError, SnapshotError
 from ...shared.stream.config import FILL_VALUE, PrepareOptions
 from ...shared.stream.records import Dataset
 from ...shared.transport.shm import SharedSegment
@@ -98,15 +98,21 @@ class PrepareResult:
     index_bytes: int
     processes: int
     dtype: str = "float32"
+    task: str = "detect"
+    polygon_bytes: int = 0  # of target_bytes: the polygons (offsets and points)
+    keypoint_bytes: int = 0  # of target_bytes: the keypoints and flip_idx (pose)
 
     def as_dict(self) -> dict:
         return {
             "snapshot": self.snapshot.name,
             "dtype": self.dtype,
+            "task": self.task,
             "records": self.records,
             "image_bytes": self.image_bytes,
             "decoded_bytes": self.decoded_bytes,
             "target_bytes": self.target_bytes,
+            "polygon_bytes": self.polygon_bytes,
+            "keypoint_bytes": self.keypoint_bytes,
             "index_bytes": self.index_bytes,
             "reused": self.reused,
             "seconds": round(self.seconds, 4),
@@ -201,8 +207,9 @@ def check_capacity(total_nbytes: int, *, imgsz: int, store: str = DEFAULT_STORE)
 
 
 # -- the whole preparation ---------------------------------------------------------------------
-def _plan(records, imgsz: int, itemsize: int = 4):
-    """Index rows, instance/point totals and segment sizes, from image headers only."""
+def _plan(records, imgsz: int, itemsize: int = 4, kpt_count: int = 0, flip_count: int = 0):
+    """Index rows, instance/point totals and segment sizes, from image headers only
+    (``kpt_count`` keypoints per instance and ``flip_count`` flip entries: the pose task's K or 0)."""
     header_cache: dict[str, tuple[int, int]] = {}
     index = np.zeros(len(records), dtype=layout.INDEX_DTYPE)
     offset = inst = pts = max_inst = 0
@@ -225,7 +232,7 @@ def _plan(records, imgsz: int, itemsize: int = 4):
         inst += k
         pts += sum(len(p) for p in rec.polygons)
         max_inst = max(max_inst, k)
-    sections = layout.target_sections(inst, pts)
+    sections = layout.target_sections(inst, pts, kpt_count, flip_count)
     sizes = {"meta": layout.meta_nbytes(len(records)), "tgt": sections.nbytes, "img": offset}
     return index, sections, sizes, max_inst
 
@@ -259,6 +266,13 @@ def prepare_snapshot(
     records = dataset.records
     if not records:
         raise SnapshotError("the dataset has no records; nothing to prepare")
+    if dataset.task != options.task:
+        raise ConfigError.for_field(
+            "task",
+            options.task,
+            f"differs from the task the dataset was read for ({dataset.task!r}); read it with "
+            f"task={options.task!r} (load_dataset(..., task=...)) or prepare with task={dataset.task!r}",
+        )
     fp = fingerprint(dataset, imgsz=options.imgsz, dtype=options.dtype)
     base = base_name(fp)
     names = segment_names(fp)
@@ -364,8 +378,10 @@ class _Build:
     def plan(self) -> _Plan:
         """Steps 3-4: exact sizes from image headers, checked against the budget and the store
         before anything is decoded or allocated."""
-        opts = self.options
-        plan = _Plan(*_plan(self.records, opts.imgsz, layout.DTYPE_CODES[self.code].itemsize))
+        opts, ds = self.options, self.dataset
+        kpt_count = ds.kpt_shape[0] if ds.task == "pose" else 0
+        flip_count = len(ds.flip_idx) if ds.task == "pose" and ds.flip_idx is not None else 0
+        plan = _Plan(*_plan(self.records, opts.imgsz, layout.DTYPE_CODES[self.code].itemsize, kpt_count, flip_count))
         what = f"the snapshot of {len(self.records)} records"
         check_budget(plan.nbytes, opts.memory_budget_nbytes, what=what, imgsz=opts.imgsz)
         check_capacity(plan.nbytes, imgsz=opts.imgsz, store=opts.store)
@@ -401,11 +417,18 @@ class _Build:
             points=sections.points, max_instances=plan.max_instances, imgsz=opts.imgsz, dtype_code=self.code,
             fill=float(FILL_VALUE), meta_nbytes=sizes["meta"], image_nbytes=sizes["img"], target_nbytes=sizes["tgt"],
             creator_pid=os.getpid(), created_unix=time.time(), fingerprint=self.fp, persist=int(bool(opts.keep_snapshot)),
-            lineage=self.lineage or "",
+            lineage=self.lineage or "", task_code=layout.TASK_CODE_OF[self.dataset.task], kpt_count=sections.kpt_count,
+            kpt_dims=self.dataset.kpt_shape[1] if sections.kpt_count else 0, flip_count=sections.flip_count,
         )  # fmt: skip
         meta.buf[: layout.HEADER_NBYTES] = layout.pack_header(header)
         layout.index_view(meta.buf, n)[:] = plan.index
         layout.pack_targets(self.records, *layout.target_views(tgt.buf, sections))
+        if sections.kpt_count:
+            keypoints, flip = layout.keypoint_views(tgt.buf, sections)
+            layout.pack_keypoints(self.records, keypoints)
+            if sections.flip_count:
+                flip[:] = self.dataset.flip_idx
+            del keypoints, flip  # views of the creator's mapping: it is closed once the snapshot is attached
 
     def decode(self, plan: _Plan, share: WorkShare, *, progress: bool) -> None:
         """Step 6: this process and the workers decode every record into the arena; the
@@ -579,4 +602,5 @@ def _result(snap: Snapshot, *, reused: bool, seconds: float, processes: int) -> 
     return PrepareResult(
         snapshot=snap, reused=reused, seconds=seconds, records=len(snap), image_bytes=nb["img"],
         decoded_bytes=decoded, target_bytes=nb["tgt"], index_bytes=nb["meta"], processes=processes, dtype=snap.dtype,
+        task=snap.task, polygon_bytes=snap.polygon_nbytes, keypoint_bytes=snap.keypoint_nbytes,
     )  # fmt: skip

@@ -75,6 +75,10 @@ class Dataset:
     ``source_files`` lists every file the dataset was read from (annotation json, label
     files, data.yaml), for the record; the snapshot fingerprint hashes the resolved
     records and names instead of these files' text (``server/snapshot/fingerprint.py``).
+
+    Checked when made (ValueError): the task is known; pose has a ``kpt_shape`` (K >= 1, D 2 or
+    3), every record's keypoints are (n, K, 3), and ``flip_idx``, when given, is a permutation of
+    0..K-1; the other tasks have neither and their records no keypoints.
     """
 
     records: tuple[Record, ...]
@@ -83,6 +87,35 @@ class Dataset:
     task: str = "detect"
     kpt_shape: tuple[int, int] | None = None
     flip_idx: tuple[int, ...] | None = None
+
+    def __post_init__(self) -> None:
+        from .config import TASKS  # config imports nothing of this module; kept local all the same
+
+        if self.task not in TASKS:
+            raise ValueError(f"Dataset.task {self.task!r} is not one of {list(TASKS)}")
+        if self.task != "pose":
+            if self.kpt_shape is not None or self.flip_idx is not None:
+                raise ValueError(f"Dataset.kpt_shape and flip_idx belong to the pose task, not {self.task!r}")
+            for rec in self.records:
+                if rec.keypoints is not None:
+                    raise ValueError(f"{rec.image_path}: keypoints in a {self.task} dataset (only pose has them)")
+            return
+        if (
+            self.kpt_shape is None
+            or len(self.kpt_shape) != 2
+            or self.kpt_shape[0] < 1
+            or self.kpt_shape[1] not in (2, 3)
+        ):
+            raise ValueError(f"Dataset.kpt_shape {self.kpt_shape!r}: the pose task needs (K >= 1, D 2 or 3)")
+        k = int(self.kpt_shape[0])
+        if self.flip_idx is not None and sorted(self.flip_idx) != list(range(k)):
+            raise ValueError(f"Dataset.flip_idx {self.flip_idx!r} is not a permutation of 0..{k - 1}")
+        for rec in self.records:
+            if rec.keypoints is None or rec.keypoints.shape[1] != k:
+                got = None if rec.keypoints is None else rec.keypoints.shape
+                raise ValueError(
+                    f"{rec.image_path}: keypoints {got}, the pose dataset's are ({rec.num_instances}, {k}, 3)"
+                )
 
     def __len__(self) -> int:
         return len(self.records)

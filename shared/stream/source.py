@@ -16,7 +16,17 @@ from .records import Targets
 
 
 class ImageSource(Protocol):
+    """``imgsz``: the long side of every image. ``task`` (``config.TASKS``): what the targets carry
+    beside boxes (the dataset's task; an object without the attribute is read as "detect", so
+    ``getattr(source, "task", "detect")``). ``kpt_shape``: pose only, (K, D) as the dataset's
+    ``kpt_shape`` states it (the targets' keypoints are (n, K, 3) whatever D is), else None.
+    ``flip_idx``: pose only, the keypoint each one becomes under a left-right flip (K entries),
+    None for the other tasks and for a pose set that states none."""
+
     imgsz: int
+    task: str
+    kpt_shape: tuple[int, int] | None
+    flip_idx: tuple[int, ...] | None
 
     def __len__(self) -> int: ...
 
@@ -27,5 +37,7 @@ class ImageSource(Protocol):
         ...
 
     def targets(self, index: int) -> Targets:
-        """Normalised targets of record ``index``; arrays never written."""
+        """Normalised targets of record ``index``; arrays never written. Polygons for every task
+        (segment: the instance's outline; obb: its 4 corners; empty where an instance has none,
+        always for pose), keypoints (n, K, 3) for pose only."""
         ...

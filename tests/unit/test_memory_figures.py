@@ -156,3 +156,18 @@ def test_metrics_have_store_names_and_the_deprecated_shm_names(tmp_path):
         assert old.samples[0].value == new.samples[0].value and old.type == new.type == "gauge"
         assert old.documentation.startswith(f"Deprecated: use pixpool_store_{kind}_bytes")
         assert "Deprecated" not in new.documentation
+
+
+def test_memory_report_counts_polygon_and_keypoint_bytes_of_every_served_snapshot_once(tmp_path):
+    from pixpool.client.memory import memory_report
+
+    status = _idle_status(tmp_path)
+    train = {**status["snapshot"], "name": "a", "polygon_bytes": 800, "keypoint_bytes": 6000}
+    val = {**status["snapshot"], "name": "b", "polygon_bytes": 80, "keypoint_bytes": 600}
+    status.update(snapshot=train, splits={"train": train, "val": val})
+    report = memory_report(status)
+    assert (report["polygon_bytes"], report["keypoint_bytes"]) == (880, 6600)
+    status["splits"] = {"train": train, "val": train}  # a data.yaml whose val: is its train: one snapshot
+    assert memory_report(status)["keypoint_bytes"] == 6000
+    status.update(snapshot=_idle_status(tmp_path)["snapshot"], splits=None)  # a daemon that says nothing of them
+    assert memory_report(status)["polygon_bytes"] == 0
