@@ -40,7 +40,9 @@ from . import copy_paste as _cp
 from .kernel import Layer
 from .labels import Labels, transform_labels
 from .letterbox import letterbox
-from .mosaic import draw_mosaic, letterbox_tile, mosaic_tiles
+from .mosaic import draw_mosaic, letterbox_tile, mosaic_tiles, task_of
+
+__all__ = ["Pending", "render", "render_sample", "task_of"]
 
 MIXUP_BETA = 32.0
 
@@ -129,10 +131,16 @@ def render(
         clock.lap("mixup")
     flip_ud = bool(rng.random() < cfg.flipud)
     flip_lr = bool(rng.random() < cfg.fliplr)
+    task, _, flip_idx = task_of(source)
+    if task == "pose" and flip_idx is None:
+        # Without flip_idx a mirrored person's left and right keypoints would swap meaning:
+        # no flips (Ultralytics turns fliplr and flipud off for such a dataset); still drawn,
+        # so the stream's position does not depend on it.
+        flip_ud = flip_lr = False
     if flip_ud:
         labels = labels.flipped(size, size, horizontal=False)
     if flip_lr:
-        labels = labels.flipped(size, size, horizontal=True)
+        labels = labels.flipped(size, size, horizontal=True, flip_idx=flip_idx)
     clock.lap("labels")
     return Pending(size, layers, ratio, flip_ud, flip_lr, labels, rng, _fill_of(source))
 
@@ -159,7 +167,8 @@ def _pre_transform(
         canvas_hw = (size, size)
     matrix, scale = affine.draw_matrix(rng, cfg, canvas_hw, size)
     clock.lap("source")
-    labels = transform_labels(labels, matrix, size, scale, perspective=affine.is_perspective(matrix))
+    rotated = task_of(source)[0] == "obb"
+    labels = transform_labels(labels, matrix, size, scale, perspective=affine.is_perspective(matrix), rotated=rotated)
     clock.lap("labels")
     mask = None
     if not closed and cfg.copy_paste > 0:
