@@ -56,8 +56,9 @@ class Batch:
 def max_targets(max_instances: int, settings: StreamSettings) -> int:
     """Upper bound of target rows in one batch (for sizing ring slots).
 
-    Per sample: mosaic x4 records, copy-paste at most doubles, mixup adds a partner
-    sample (which can itself be a mosaic with copy-paste).
+    Per sample: mosaic x4 records, copy-paste at most doubles (either mode: a partner adds at
+    most its own mosaic's instances), mixup adds a partner sample (which can itself be a mosaic
+    with copy-paste), cutmix adds at most one more such partner's instances.
     """
     cfg = settings.augment
     per = max(0, int(max_instances))
@@ -66,8 +67,11 @@ def max_targets(max_instances: int, settings: StreamSettings) -> int:
             per *= 4
         if cfg.copy_paste > 0:
             per *= 2
+        one = per
         if cfg.mixup > 0:
             per *= 2
+        if cfg.cutmix > 0:
+            per += one
     return per * settings.batch_size
 
 
