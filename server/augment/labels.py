@@ -13,8 +13,9 @@ every transform returns new arrays.
   tasks. A point that leaves the image (a clip, an affine) gets visibility 0 and is clamped
   to the image, as Ultralytics' ``Instances.clip`` does.
 
-Segment and OBB polygons are resampled as each record enters (``resample.py``: the
-``points`` argument of ``from_targets``/``from_placed``); detect and pose take them as they are.
+Segment and OBB polygons are resampled as each record enters the route (``resample.py``;
+the route passes records through ``resample.resampled_targets``, or ``from_targets``/``from_placed``
+resample with their ``points`` argument); detect and pose take them as they are.
 
 All polygons live in one array so every transform is one vectorised pass, not a Python
 loop over instances (coco128 averages ~7 instances per image, 28 per mosaic).
@@ -137,6 +138,8 @@ class Labels:
 
     def select(self, keep: np.ndarray) -> "Labels":
         """The instances ``keep`` (bool mask or indices, in the given order)."""
+        if keep.dtype == bool and keep.all():
+            return self  # every instance in order: the arrays are only ever read, never written
         idx = np.flatnonzero(keep) if keep.dtype == bool else np.asarray(keep, dtype=np.int64)
         counts = self.counts[idx]
         offsets = np.zeros(len(idx) + 1, dtype=np.int64)

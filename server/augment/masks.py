@@ -37,17 +37,22 @@ def _cv2():
 def instance_mask(polygon: np.ndarray, size: int, ratio: int) -> tuple[np.ndarray, int, int]:
     """(uint8 mask window, its mask-plane row, column) of one polygon (pixel x, y on the S x S
     image): the resized mask restricted to a window that holds every set pixel."""
-    cv2 = _cv2()
-    side = size // ratio
     pts = np.asarray(polygon, dtype=np.float32).astype(np.int32)  # truncation, as an int32 cast does
     if len(pts) == 0:
         return np.zeros((0, 0), np.uint8), 0, 0
+    return _window_mask(pts, pts.min(0), pts.max(0), size, ratio)
+
+
+def _window_mask(
+    pts: np.ndarray, lo: np.ndarray, hi: np.ndarray, size: int, ratio: int
+) -> tuple[np.ndarray, int, int]:
+    """``instance_mask`` of the int32 vertices ``pts`` whose extent is ``lo`` .. ``hi``."""
+    cv2 = _cv2()
+    side = size // ratio
     if size % ratio:
         full = np.zeros((size, size), np.uint8)
         cv2.fillPoly(full, [pts], 1)
         return cv2.resize(full, (side, side), interpolation=cv2.INTER_LINEAR), 0, 0
-    lo = pts.min(0)
-    hi = pts.max(0)
     # whole blocks around the polygon's pixels, one more block on every side, inside the plane
     bx0 = max(int(lo[0]) // ratio - 1, 0)
     by0 = max(int(lo[1]) // ratio - 1, 0)
@@ -64,6 +69,25 @@ def instance_mask(polygon: np.ndarray, size: int, ratio: int) -> tuple[np.ndarra
     return small, by0, bx0
 
 
+def _windows(labels: Labels, size: int, ratio: int) -> list[tuple[np.ndarray, int, int]]:
+    """``instance_mask`` of every instance, with the truncation and the extents in one pass over all points."""
+    n = len(labels)
+    counts = labels.counts
+    empty = (np.zeros((0, 0), np.uint8), 0, 0)
+    if n == 0 or not len(labels.points):
+        return [empty] * n
+    pts = labels.points.astype(np.int32)  # truncation, as an int32 cast does
+    has = np.flatnonzero(counts > 0)
+    starts = labels.offsets[:-1][has]
+    lo = np.minimum.reduceat(pts, starts, axis=0)
+    hi = np.maximum.reduceat(pts, starts, axis=0)
+    out = [empty] * n
+    bounds = labels.offsets.tolist()
+    for j, i in enumerate(has.tolist()):
+        out[i] = _window_mask(pts[bounds[i] : bounds[i + 1]], lo[j], hi[j], size, ratio)
+    return out
+
+
 def render_masks(
     labels: Labels, size: int, ratio: int, *, overlap: bool, out: np.ndarray | None = None
 ) -> tuple[np.ndarray, np.ndarray]:
@@ -73,8 +97,7 @@ def render_masks(
     and the identity order."""
     side = size // ratio
     n = len(labels)
-    polygons = labels.polygons
-    windows = [instance_mask(polygons[i], size, ratio) for i in range(n)]
+    windows = _windows(labels, size, ratio)
     if not overlap:
         planes = np.zeros((n, side, side), np.uint8)
         for i, (m, r, c) in enumerate(windows):

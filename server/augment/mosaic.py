@@ -13,7 +13,7 @@ import numpy as np
 from ...shared.stream.source import ImageSource
 from .labels import Labels
 from .obb import clip_rotated
-from .resample import points_for
+from .resample import points_for, resampled_targets
 
 Tile = tuple[np.ndarray, tuple[int, int, int, int], tuple[int, int]]
 
@@ -70,8 +70,8 @@ def mosaic_tiles(source: ImageSource, indices: list[int], imgsz: int, xc: int, y
             xa0, ya0, xa1, ya1 = xc, yc, min(xc + w, size), min(size, yc + h)
             xb0, yb0 = 0, 0
         tiles.append((image, (xa0, ya0, xa1, ya1), (xb0, yb0)))
-        placed.append((source.targets(int(index)), w, h, xa0 - xb0, ya0 - yb0))
-    return tiles, clip_to(Labels.from_placed(placed, points=points_for(task)), size, size, task)
+        placed.append((resampled_targets(source, int(index), points_for(task)), w, h, xa0 - xb0, ya0 - yb0))
+    return tiles, clip_to(Labels.from_placed(placed), size, size, task)
 
 
 def letterbox_tile(source: ImageSource, index: int, imgsz: int) -> tuple[list[Tile], Labels]:
@@ -80,5 +80,5 @@ def letterbox_tile(source: ImageSource, index: int, imgsz: int) -> tuple[list[Ti
     h, w = image.shape[:2]
     top, left = (imgsz - h) // 2, (imgsz - w) // 2
     task = task_of(source)[0]
-    labels = Labels.from_targets(source.targets(int(index)), w, h, left, top, points=points_for(task))
+    labels = Labels.from_targets(resampled_targets(source, int(index), points_for(task)), w, h, left, top)
     return [(image, (left, top, left + w, top + h), (0, 0))], clip_to(labels, imgsz, imgsz, task)

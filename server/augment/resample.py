@@ -14,17 +14,27 @@ polygon's length + 1 when a polygon of the record is longer (so none is thinned 
 
 The positions along the outline depend only on (closed length, count), so they are computed
 once per pair (a small cache) and every polygon of a record is interpolated in one gather.
+
+A record's resampled polygons are a pure function of its polygons, so each process keeps
+the most recently used ones (``resampled_targets``, up to ``CACHE_BYTES`` per source): a record
+used again (a mosaic partner, the next epoch) is not resampled again. The cache holds new
+arrays of this process only; the source's (shared-memory) arrays are only read.
 """
 
 from __future__ import annotations
 
+import weakref
+from collections import OrderedDict
 from functools import lru_cache
 
 import numpy as np
 
+from ...shared.stream.records import Targets
+
 SEGMENT_POINTS = 1000
 OBB_POINTS = 100
 MIN_VERTICES = 3  # fewer vertices count as no polygon (``labels.py``), and are not resampled
+CACHE_BYTES = 64 << 20  # per source and process: coco128's segment polygons take ~8 MB
 
 
 def points_for(task: str) -> int:
@@ -77,4 +87,55 @@ def resample_polygons(polygons: tuple[np.ndarray, ...] | list[np.ndarray], point
     res = ((v[k + 1] - v[k]) * t + v[k]).astype(np.float32)
     for j, i in enumerate(todo):
         out[i] = res[j * count : (j + 1) * count]
+    return out
+
+
+class _Recent:
+    """Resampled targets of recently used records of one source, least recently used dropped first."""
+
+    def __init__(self) -> None:
+        self.entries: OrderedDict[int, tuple[Targets, int]] = OrderedDict()
+        self.nbytes = 0
+
+    def get(self, index: int) -> Targets | None:
+        hit = self.entries.get(index)
+        if hit is None:
+            return None
+        self.entries.move_to_end(index)
+        return hit[0]
+
+    def put(self, index: int, targets: Targets) -> None:
+        size = sum(p.nbytes for p in targets.polygons)
+        if size > CACHE_BYTES:
+            return
+        self.entries[index] = (targets, size)
+        self.nbytes += size
+        while self.nbytes > CACHE_BYTES:
+            _, (_, dropped) = self.entries.popitem(last=False)
+            self.nbytes -= dropped
+
+
+_caches: "weakref.WeakKeyDictionary[object, dict[int, _Recent]]" = weakref.WeakKeyDictionary()
+
+
+def resampled_targets(source, index: int, points: int) -> Targets:
+    """``source.targets(index)`` with its polygons resampled for a task of ``points`` points (0: the
+    targets themselves), from this process's cache when the record was resampled recently."""
+    targets = source.targets(index)
+    if points <= 0:
+        return targets
+    try:
+        per_source = _caches.setdefault(source, {})
+    except TypeError:  # a source that cannot be weakly referenced: no cache
+        per_source = None
+    recent = None if per_source is None else per_source.setdefault(points, _Recent())
+    hit = None if recent is None else recent.get(index)
+    if hit is not None:
+        return hit
+    polys = resample_polygons(targets.polygons, points) if len(targets.polygons) == len(targets.classes) else []
+    for p in polys:
+        p.flags.writeable = False  # shared by every later use of the record in this process
+    out = Targets(targets.classes, targets.boxes, tuple(polys) if polys else targets.polygons, targets.keypoints)
+    if recent is not None:
+        recent.put(index, out)
     return out

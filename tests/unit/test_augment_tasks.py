@@ -214,3 +214,16 @@ def test_detect_rows_are_unchanged_by_the_task_columns():
     del source.task
     b = render_batch(source, StreamSettings(seed=1, batch_size=3, augment=AugmentConfig(imgsz=S)), 0, 0)
     assert b.targets.shape[1] == 6 and b.masks is None
+
+
+def test_a_records_resampled_polygons_are_kept_for_reuse_and_equal_a_fresh_resampling():
+    from pixpool.server.augment.resample import resampled_targets
+
+    source = TaskSource("segment", SHAPES, S, seed=8, instances=3)
+    first = resampled_targets(source, 2, 1000)
+    again = resampled_targets(source, 2, 1000)
+    assert again is first  # the second use is the cached one
+    fresh = resample_polygons(source.targets(2).polygons, 1000)
+    assert all(a.tobytes() == b.tobytes() for a, b in zip(first.polygons, fresh))
+    assert all(not p.flags.writeable for p in first.polygons)
+    assert resampled_targets(source, 2, 0) is source.targets(2)  # detect/pose: the targets themselves
