@@ -72,10 +72,8 @@ class Labels:
         lengths = np.zeros(n + 1, dtype=np.int64)
         if polys:
             lengths[1:] = [len(p) if len(p) >= MIN_VERTICES else 0 for p in source]
-            points_px = np.concatenate(polys).astype(np.float32, copy=False).reshape(-1, 2) * np.array(
-                [width, height], np.float32
-            )
-            points_px += np.array([padw, padh], np.float32)
+            points_px = np.concatenate(polys).astype(np.float32, copy=False).reshape(-1, 2)
+            _scale_shift(points_px, width, height, padw, padh)
         else:
             points_px = np.zeros((0, 2), np.float32)
         keypoints = _place_keypoints(targets.keypoints, width, height, padw, padh)
@@ -111,11 +109,14 @@ class Labels:
         out_boxes = np.concatenate(boxes) * box_rows[:, :4]
         out_boxes += box_rows[:, 4:]
         if points_nm:
-            point_rows = np.repeat(
-                np.array([a for _, a in point_affine], np.float32), [k for k, _ in point_affine], axis=0
-            )
-            out_points = np.concatenate(points_nm).astype(np.float32, copy=False).reshape(-1, 2) * point_rows[:, :2]
-            out_points += point_rows[:, 2:]
+            # One concatenation, then each part's block scaled and shifted in place: the same
+            # float32 operations per element as ``from_targets``.
+            out_points = np.empty((sum(k for k, _ in point_affine), 2), np.float32)
+            np.concatenate([np.asarray(p).reshape(-1, 2) for p in points_nm], out=out_points)
+            pos = 0
+            for k, (width, height, padw, padh) in point_affine:
+                _scale_shift(out_points[pos : pos + k], width, height, padw, padh)
+                pos += k
         else:
             out_points = np.zeros((0, 2), np.float32)
         offsets = np.zeros(len(lengths) + 1, dtype=np.int64)
@@ -144,19 +145,30 @@ class Labels:
         counts = self.counts[idx]
         offsets = np.zeros(len(idx) + 1, dtype=np.int64)
         np.cumsum(counts, out=offsets[1:])
-        # point index j of the output comes from start[instance] + (j - new_start[instance])
-        gather = np.repeat(self.offsets[idx] - offsets[:-1], counts) + np.arange(offsets[-1])
+        # Each (x, y) float32 pair moved as one 8-byte item: numpy copies single items much
+        # faster than rows of two (the same bytes either way).
+        pairs = np.ascontiguousarray(self.points, dtype=np.float32).view(np.int64).reshape(-1)
+        if keep.dtype == bool:
+            # in order: each point kept with its instance
+            picked = pairs[np.repeat(keep, self.counts)]
+        else:
+            # point index j of the output comes from start[instance] + (j - new_start[instance])
+            gather = np.repeat(self.offsets[idx] - offsets[:-1], counts) + np.arange(offsets[-1])
+            picked = pairs[gather]
+        points = picked.view(np.float32).reshape(-1, 2)
         keypoints = None if self.keypoints is None else self.keypoints[idx]
-        return Labels(self.classes[idx], self.boxes[idx], self.points[gather], offsets, keypoints)
+        return Labels(self.classes[idx], self.boxes[idx], points, offsets, keypoints)
 
     def clip(self, width: float, height: float) -> "Labels":
         """Boxes, polygon vertices and keypoints clipped to [0, width] x [0, height]; a keypoint
         outside it gets visibility 0 first."""
         hi = np.array([width, height, width, height], dtype=np.float32)
         keypoints = None if self.keypoints is None else clip_keypoints(self.keypoints, width, height)
-        return Labels(
-            self.classes, np.clip(self.boxes, 0, hi), np.clip(self.points, 0, hi[:2]), self.offsets, keypoints
-        )
+        if width == height:  # the route's canvases are square: a scalar bound is the fast loop
+            points = np.clip(self.points, 0, np.float32(width))
+        else:
+            points = np.clip(self.points, 0, hi[:2])
+        return Labels(self.classes, np.clip(self.boxes, 0, hi), points, self.offsets, keypoints)
 
     @staticmethod
     def concat(parts: list["Labels"]) -> "Labels":
@@ -247,6 +259,17 @@ def transform_labels(
         keypoints = clip_keypoints(keypoints, size, size)
     keep = candidates(old * np.float32(scale), new, MIN_AREA_RATIO_POLYGONS if has.any() else MIN_AREA_RATIO)
     return Labels(labels.classes, new, points, labels.offsets, keypoints).select(keep)
+
+
+def _scale_shift(points: np.ndarray, width: float, height: float, padw: float, padh: float) -> None:
+    """In place on float32 (m, 2) ``points``: x * width + padw, y * height + padh, each one float32
+    multiply and one add per element. Column by column: numpy broadcasts a (2,) operand over
+    (m, 2) several times slower than it runs a scalar over a column."""
+    x, y = points[:, 0], points[:, 1]
+    x *= np.float32(width)
+    y *= np.float32(height)
+    x += np.float32(padw)
+    y += np.float32(padh)
 
 
 def clip_keypoints(keypoints: np.ndarray, width: float, height: float) -> np.ndarray:

@@ -79,10 +79,22 @@ def _windows(labels: Labels, size: int, ratio: int) -> list[tuple[np.ndarray, in
     pts = labels.points.astype(np.int32)  # truncation, as an int32 cast does
     has = np.flatnonzero(counts > 0)
     starts = labels.offsets[:-1][has]
-    lo = np.minimum.reduceat(pts, starts, axis=0)
-    hi = np.maximum.reduceat(pts, starts, axis=0)
+    # per column: numpy's reductions along a length-2 axis are slow
+    x, y = np.ascontiguousarray(pts[:, 0]), np.ascontiguousarray(pts[:, 1])
+    lo = np.stack([np.minimum.reduceat(x, starts), np.minimum.reduceat(y, starts)], axis=1)
+    hi = np.stack([np.maximum.reduceat(x, starts), np.maximum.reduceat(y, starts)], axis=1)
+    # A vertex equal to the one before it adds a zero-length edge, which fillPoly skips (it
+    # draws no horizontal edge): dropping those leaves every filled pixel as it is, and a
+    # resampled polygon of 1000 points on a small object is mostly such repeats.
+    keep = np.ones(len(pts), dtype=bool)
+    np.not_equal(x[1:], x[:-1], out=keep[1:])
+    keep[1:] |= y[1:] != y[:-1]
+    keep[starts] = True
+    kept = np.zeros(len(pts) + 1, dtype=np.int64)
+    np.cumsum(keep, out=kept[1:])
+    bounds = kept[labels.offsets].tolist()
+    pts = pts[keep]
     out = [empty] * n
-    bounds = labels.offsets.tolist()
     for j, i in enumerate(has.tolist()):
         out[i] = _window_mask(pts[bounds[i] : bounds[i + 1]], lo[j], hi[j], size, ratio)
     return out

@@ -72,6 +72,19 @@ def test_windowed_masks_equal_the_full_size_definition(size, ratio):
             assert per[i].tobytes() == cv2.resize(full, (size // ratio,) * 2, interpolation=cv2.INTER_LINEAR).tobytes()
 
 
+def test_resampled_polygons_with_repeated_pixels_give_the_full_size_masks():
+    """1000 points on small and large outlines: most truncate to a pixel the previous one had."""
+    from pixpool.server.augment.resample import resample_polygons
+
+    rng = np.random.default_rng(5)
+    for trial in range(6):
+        polygons = resample_polygons(_random_polygons(rng, 640, 12), 1000)
+        polygons = [np.clip(p * np.float32(rng.uniform(0.05, 1.0)), 0, 640) for p in polygons]
+        plane, order = render_masks(_labels(polygons), 640, 4, overlap=True)
+        want, want_order = _full_size(polygons, 640, 4)
+        assert plane.tobytes() == want.astype(np.uint8).tobytes() and order.tolist() == want_order.tolist()
+
+
 def test_the_largest_instance_is_one_and_a_small_one_lies_on_top():
     big = np.array([[0, 0], [60, 0], [60, 60], [0, 60]], np.float32)
     small = np.array([[20, 20], [30, 20], [30, 30], [20, 30]], np.float32)
