@@ -43,9 +43,7 @@ def instance_mask(polygon: np.ndarray, size: int, ratio: int) -> tuple[np.ndarra
     return _window_mask(pts, pts.min(0), pts.max(0), size, ratio)
 
 
-def _window_mask(
-    pts: np.ndarray, lo: np.ndarray, hi: np.ndarray, size: int, ratio: int
-) -> tuple[np.ndarray, int, int]:
+def _window_mask(pts: np.ndarray, lo: np.ndarray, hi: np.ndarray, size: int, ratio: int) -> tuple[np.ndarray, int, int]:
     """``instance_mask`` of the int32 vertices ``pts`` whose extent is ``lo`` .. ``hi``."""
     cv2 = _cv2()
     side = size // ratio

@@ -115,7 +115,7 @@ class _Recent:
             self.nbytes -= dropped
 
 
-_caches: "weakref.WeakKeyDictionary[object, dict[int, _Recent]]" = weakref.WeakKeyDictionary()
+_caches: weakref.WeakKeyDictionary[object, dict[int, _Recent]] = weakref.WeakKeyDictionary()
 
 
 def resampled_targets(source, index: int, points: int) -> Targets:

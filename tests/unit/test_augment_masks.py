@@ -65,7 +65,9 @@ def test_windowed_masks_equal_the_full_size_definition(size, ratio):
         assert plane.tobytes() == want.astype(np.uint8).tobytes(), (size, ratio, trial)
         assert order.tolist() == want_order.tolist()
         per, ident = render_masks(_labels(polygons), size, ratio, overlap=False)
-        assert per.shape == (len(polygons), size // ratio, size // ratio) and ident.tolist() == list(range(len(polygons)))
+        assert per.shape == (len(polygons), size // ratio, size // ratio) and ident.tolist() == list(
+            range(len(polygons))
+        )
         for i, p in enumerate(polygons):
             full = np.zeros((size, size), np.uint8)
             cv2.fillPoly(full, [p.astype(np.int32)], 1)
@@ -94,7 +96,9 @@ def test_the_largest_instance_is_one_and_a_small_one_lies_on_top():
 
 
 def test_more_than_255_instances_need_an_int32_plane():
-    polys = [np.array([[i % 64, i // 64], [i % 64 + 1, i // 64], [i % 64 + 1, i // 64 + 1]], np.float32) for i in range(300)]
+    polys = [
+        np.array([[i % 64, i // 64], [i % 64 + 1, i // 64], [i % 64 + 1, i // 64 + 1]], np.float32) for i in range(300)
+    ]
     plane, _ = render_masks(_labels(polys), 64, 1, overlap=True)
     assert plane.dtype == np.int32
     with pytest.raises(ValueError, match="uint8 mask plane holds at most 255 instances, got 300"):

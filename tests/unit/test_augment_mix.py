@@ -8,7 +8,7 @@ import pytest
 
 from helpers.task_sources import TaskSource
 from pixpool.server.augment import kernel, render_batch, render_range
-from pixpool.server.augment.copy_paste import select_partner, union_mask
+from pixpool.server.augment.copy_paste import select_partner
 from pixpool.server.augment.cutmix import CANDIDATES, clip_to_rectangle, cut_labels, draw_rectangles, rectangle_mask
 from pixpool.server.augment.kernel import IDENTITY, Layer
 from pixpool.server.augment.labels import Labels
@@ -70,7 +70,9 @@ def test_pastes_apply_after_the_mirror_mask_and_in_order_and_under_mixup_in_both
     r = float(np.float32(0.4))
     both = _floats([Layer(a.inverse, a.tiles, None, [(second, c)]), Layer(b.inverse, b.tiles, None, [(second, c)])], r)
     p = _floats([c]) - np.float32(FILL_VALUE)
-    blend = (p + np.float32(FILL_VALUE)) * np.float32(r) + (p + np.float32(FILL_VALUE)) * (np.float32(1) - np.float32(r))
+    blend = (p + np.float32(FILL_VALUE)) * np.float32(r) + (p + np.float32(FILL_VALUE)) * (
+        np.float32(1) - np.float32(r)
+    )
     on = second.astype(bool)
     assert both[on].tobytes() == blend[on].tobytes()
 
@@ -83,14 +85,18 @@ def test_cutmix_rectangles_are_drawn_as_ultralytics_draws_them():
     for x1, y1, x2, y2 in rects:
         cut = int(640 * np.sqrt(1.0 - again.beta(1.0, 1.0)))
         cx, cy = int(again.integers(0, 640)), int(again.integers(0, 640))
-        assert (x1, y1, x2, y2) == tuple(float(np.clip(v, 0, 640)) for v in (cx - cut // 2, cy - cut // 2, cx + cut // 2, cy + cut // 2))
+        assert (x1, y1, x2, y2) == tuple(
+            float(np.clip(v, 0, 640)) for v in (cx - cut // 2, cy - cut // 2, cx + cut // 2, cy + cut // 2)
+        )
 
 
 def _box_labels(boxes, polygons: bool = True) -> Labels:
     boxes = np.asarray(boxes, np.float32).reshape(-1, 4)
     n = len(boxes)
     pts = (
-        np.concatenate([b[[0, 1, 2, 1, 2, 3, 0, 3]].reshape(4, 2) for b in boxes]) if polygons and n else np.zeros((0, 2), np.float32)
+        np.concatenate([b[[0, 1, 2, 1, 2, 3, 0, 3]].reshape(4, 2) for b in boxes])
+        if polygons and n
+        else np.zeros((0, 2), np.float32)
     )
     offsets = np.arange(n + 1, dtype=np.int64) * (4 if polygons else 0)
     return Labels(np.arange(n, dtype=np.int32), boxes, pts.astype(np.float32), offsets)
@@ -169,8 +175,3 @@ def test_cutmix_changes_the_stream_only_when_it_is_on():
     off = render_batch(source, StreamSettings(seed=4, batch_size=4, augment=AugmentConfig(imgsz=S)), 0, 0)
     on = render_batch(source, StreamSettings(seed=4, batch_size=4, augment=AugmentConfig(imgsz=S, cutmix=1.0)), 0, 0)
     assert off.images.tobytes() != on.images.tobytes()
-
-
-def test_union_mask_of_partner_polygons_is_what_the_kernel_pastes_under():
-    mask, bbox = union_mask((S, S), [np.array([[2, 2], [10, 2], [10, 10]], np.float32)])
-    assert bbox is not None and mask.sum() > 0

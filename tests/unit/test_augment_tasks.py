@@ -92,7 +92,11 @@ def test_a_left_right_mirror_swaps_left_and_right_keypoints_and_an_up_down_one_d
 def test_keypoints_that_leave_the_image_become_invisible_and_are_clamped():
     kp = np.array([[[-1, 5, 2], [5, 5, 2], [70, 5, 1], [5, 64, 2]]], np.float32)
     labels = Labels(
-        np.zeros(1, np.int32), np.array([[1, 1, 60, 60]], np.float32), np.zeros((0, 2), np.float32), np.zeros(2, np.int64), kp
+        np.zeros(1, np.int32),
+        np.array([[1, 1, 60, 60]], np.float32),
+        np.zeros((0, 2), np.float32),
+        np.zeros(2, np.int64),
+        kp,
     )
     c = labels.clip(64, 64)
     assert c.keypoints[0, :, 2].tolist() == [0, 2, 0, 2]  # on the border (64) is inside
@@ -133,7 +137,10 @@ def _square(cx: float, cy: float, half: float, angle_deg: float) -> np.ndarray:
     a = math.radians(angle_deg)
     c, s = math.cos(a), math.sin(a)
     return np.array(
-        [(cx + dx * c - dy * s, cy + dx * s + dy * c) for dx, dy in ((-2 * half, -half), (2 * half, -half), (2 * half, half), (-2 * half, half))],
+        [
+            (cx + dx * c - dy * s, cy + dx * s + dy * c)
+            for dx, dy in ((-2 * half, -half), (2 * half, -half), (2 * half, half), (-2 * half, half))
+        ],
         np.float32,
     )
 
@@ -157,7 +164,9 @@ def test_an_obb_clipped_at_the_border_keeps_its_direction():
     box = np.array([[corners[:, 0].min(), corners[:, 1].min(), corners[:, 0].max(), corners[:, 1].max()]], np.float32)
     boxes, points = clip_rotated(box, poly, np.array([0, 100]), 64, 64)
     assert points.shape == (100, 2) and boxes[0, 0] == 0
-    hull_area, visible = cv2.intersectConvexConvex(cv2.convexHull(poly), np.array([[0, 0], [64, 0], [64, 64], [0, 64]], np.float32))
+    hull_area, visible = cv2.intersectConvexConvex(
+        cv2.convexHull(poly), np.array([[0, 0], [64, 0], [64, 64], [0, 64]], np.float32)
+    )
     np.testing.assert_allclose(boxes[0], [*visible.reshape(-1, 2).min(0), *visible.reshape(-1, 2).max(0)], atol=1e-4)
     x = xywhr(points, np.array([0, 100]))[0]
     d = (x[4] - math.radians(30.0)) % math.pi
@@ -203,8 +212,12 @@ def test_pose_targets_keep_visibility_values_and_stay_inside_the_image():
 def test_a_pose_source_without_flip_idx_is_never_flipped():
     source = TaskSource("pose", SHAPES, S, seed=5, instances=2)
     source.flip_idx = None
-    st = StreamSettings(seed=2, batch_size=7, augment=AugmentConfig(imgsz=S, mosaic=0.0, scale=0.0, translate=0.0, fliplr=1.0))
-    plain = StreamSettings(seed=2, batch_size=7, augment=AugmentConfig(imgsz=S, mosaic=0.0, scale=0.0, translate=0.0, fliplr=0.0))
+    st = StreamSettings(
+        seed=2, batch_size=7, augment=AugmentConfig(imgsz=S, mosaic=0.0, scale=0.0, translate=0.0, fliplr=1.0)
+    )
+    plain = StreamSettings(
+        seed=2, batch_size=7, augment=AugmentConfig(imgsz=S, mosaic=0.0, scale=0.0, translate=0.0, fliplr=0.0)
+    )
     assert render_batch(source, st, 0, 0).images.tobytes() == render_batch(source, plain, 0, 0).images.tobytes()
 
 
