@@ -10,9 +10,12 @@
  *   render(size, out, floats, layers, flip_ud, flip_lr, ratio, tables)
  *     out     uint8 (3, size, size) C-contiguous, written, or None
  *     floats  float32 (size, size, 3) C-contiguous, written (B G R before quantisation), or None
- *     layers  1 or 2 tuples (inverse: 9 floats, tiles: tuple, mask: uint8 (size, size) or None)
+ *     layers  1 or 2 tuples (inverse: 9 floats, tiles: tuple, mask: uint8 (size, size) or None
+ *             [, pastes: tuple of (mask uint8 (size, size), layer tuple)])
  *             tile = (image (h, w, 3) float32 or uint8, rows C-contiguous per pixel,
  *                     ox, oy, xa0, ya0, xa1, ya1)
+ *             a paste's layer is rendered like a layer (steps 2-5) and replaces the
+ *             values where its mask is set (copy-paste from a partner, cutmix)
  *     ratio   the mixup ratio (float32 value), used with two layers
  *     tables  bytes (768): hue, saturation, value tables, or None (no HSV)
  *   hsv(image, tables): uint8 (h, w, 3) RGB C-contiguous, jittered in place.
@@ -109,7 +112,10 @@ typedef struct {
     int yfast; /* the last y0 whose vector reads of taps up to x0 = xa1 - 2 stay inside the image */
 } Tile;
 
-typedef struct {
+#define MAX_PASTES 4
+#define STRIP 16 /* output rows a layer renders at a time */
+struct Paste;
+typedef struct Layer {
     double m[9];
     Tile tiles[MAX_TILES];
     int ntiles;
@@ -117,6 +123,8 @@ typedef struct {
     const uint8_t *mask;
     Py_buffer views[MAX_TILES + 1];
     int nviews;
+    struct Paste *pastes; /* npastes of them, applied in order after the mask */
+    int npastes;
 } Layer;
 
 static inline float tap(const Tile *t, int cx, int cy, int c) {
@@ -644,15 +652,39 @@ static int get_buffer(PyObject *obj, Py_buffer *view, int writable, const char *
     return 0;
 }
 
+static int is_axis(const Layer *L) { return L->m[1] == 0.0 && L->m[3] == 0.0 && L->m[6] == 0.0 && L->m[7] == 0.0 && L->m[8] == 1.0; }
+
+/* A layer pasted into another under a mask: its own strip rows (``buf``, STRIP rows of the
+ * caller's row stride) and, for an axis-aligned map, its own row cache. */
+typedef struct Paste {
+    const uint8_t *mask;
+    Py_buffer mask_view;
+    int have_mask;
+    Layer layer;
+    int parsed;
+    Axis axis;
+    int axis_ok;
+    float *buf;
+} Paste;
+
 static void release_layer(Layer *L) {
     for (int i = 0; i < L->nviews; i++) PyBuffer_Release(&L->views[i]);
     L->nviews = 0;
+    for (int i = 0; i < L->npastes; i++) {
+        Paste *P = &L->pastes[i];
+        if (P->have_mask) PyBuffer_Release(&P->mask_view);
+        if (P->parsed) release_layer(&P->layer);
+        if (P->axis_ok) axis_free(&P->axis);
+        free(P->buf);
+    }
+    free(L->pastes);
+    L->pastes = NULL, L->npastes = 0;
 }
 
 static int parse_layer(PyObject *obj, Layer *L, int size, float fill) {
-    PyObject *inv, *tiles, *mask;
+    PyObject *inv, *tiles, *mask, *pastes = NULL;
     memset(L, 0, sizeof(*L));
-    if (!PyArg_ParseTuple(obj, "OOO", &inv, &tiles, &mask)) return -1;
+    if (!PyArg_ParseTuple(obj, "OOO|O", &inv, &tiles, &mask, &pastes)) return -1;
     PyObject *seq = PySequence_Fast(inv, "inverse must be a sequence of 9 floats");
     if (!seq) return -1;
     if (PySequence_Fast_GET_SIZE(seq) != 9) {
@@ -711,6 +743,45 @@ static int parse_layer(PyObject *obj, Layer *L, int size, float fill) {
         }
         L->mask = (const uint8_t *)view->buf;
     }
+    if (pastes && pastes != Py_None) {
+        if (!PyTuple_Check(pastes) || PyTuple_GET_SIZE(pastes) > MAX_PASTES) {
+            PyErr_SetString(PyExc_ValueError, "pastes must be a tuple of at most 4 (mask, layer) pairs");
+            return -1;
+        }
+        const int np_ = (int)PyTuple_GET_SIZE(pastes);
+        L->pastes = calloc(np_ ? np_ : 1, sizeof(Paste));
+        if (!L->pastes) {
+            PyErr_NoMemory();
+            return -1;
+        }
+        for (int i = 0; i < np_; i++) {
+            Paste *P = &L->pastes[i];
+            L->npastes = i + 1; /* released from here on, whatever fails below */
+            PyObject *pmask, *player;
+            if (!PyArg_ParseTuple(PyTuple_GET_ITEM(pastes, i), "OO", &pmask, &player)) return -1;
+            if (get_buffer(pmask, &P->mask_view, 0, "paste mask") < 0) return -1;
+            P->have_mask = 1;
+            if (P->mask_view.len != (Py_ssize_t)size * size || !PyBuffer_IsContiguous(&P->mask_view, 'C')) {
+                PyErr_SetString(PyExc_ValueError, "a paste mask must be uint8 (size, size) C-contiguous");
+                return -1;
+            }
+            P->mask = (const uint8_t *)P->mask_view.buf;
+            P->parsed = 1;
+            if (parse_layer(player, &P->layer, size, fill) < 0) return -1;
+            if (is_axis(&P->layer)) {
+                P->axis_ok = 1;
+                if (axis_init(&P->axis, &P->layer, size) < 0) {
+                    PyErr_NoMemory();
+                    return -1;
+                }
+            }
+            P->buf = malloc(sizeof(float) * STRIP * (3 * (size_t)size + 48));
+            if (!P->buf) {
+                PyErr_NoMemory();
+                return -1;
+            }
+        }
+    }
     return 0;
 }
 
@@ -725,13 +796,29 @@ static void apply_mask(const Layer *L, int size, int y, float *row, float *tmp) 
         if (mrow[x]) memcpy(row + 3 * x, tmp + 3 * (size - 1 - x), sizeof(float) * 3);
 }
 
-#define STRIP 16
 static void layer_strip(Layer *L, Axis *A, int size, int y0, int ny, float *buf, Py_ssize_t stride, float *tmp) {
     if (A)
         for (int k = 0; k < ny; k++) axis_row(A, L, size, y0 + k, buf + k * stride);
     else general_strip(L, size, y0, ny, buf, stride);
     if (L->mask)
         for (int k = 0; k < ny; k++) apply_mask(L, size, y0 + k, buf + k * stride, tmp);
+    /* Pastes: the pasted layer's values where its mask is set; its rows are only rendered
+     * for a strip that its mask reaches. */
+    for (int i = 0; i < L->npastes; i++) {
+        Paste *P = &L->pastes[i];
+        const uint8_t *m = P->mask + (Py_ssize_t)y0 * size;
+        int any = 0;
+        for (Py_ssize_t j = 0; j < (Py_ssize_t)ny * size && !any; j++) any = m[j];
+        if (!any) continue;
+        layer_strip(&P->layer, P->axis_ok ? &P->axis : NULL, size, y0, ny, P->buf, stride, tmp);
+        for (int k = 0; k < ny; k++) {
+            const uint8_t *mrow = m + (Py_ssize_t)k * size;
+            float *dst = buf + k * stride;
+            const float *src = P->buf + k * stride;
+            for (int x = 0; x < size; x++)
+                if (mrow[x]) memcpy(dst + 3 * x, src + 3 * x, sizeof(float) * 3);
+        }
+    }
 }
 
 /* This thread's work rows, grown as needed and kept: a fresh calloc of a few hundred KB per
@@ -812,8 +899,6 @@ static void copy_reversed(uint8_t *dst, const uint8_t *src, int n) {
 #endif
     for (; i < n; i++) dst[i] = src[n - 1 - i];
 }
-
-static int is_axis(const Layer *L) { return L->m[1] == 0.0 && L->m[3] == 0.0 && L->m[6] == 0.0 && L->m[7] == 0.0 && L->m[8] == 1.0; }
 
 static PyObject *py_render(PyObject *self, PyObject *args) {
     int size, flip_ud, flip_lr;

@@ -7,8 +7,14 @@ caller owns ``images_out``; the source is only read.
 Output per batch:
 
 - ``images``: uint8 (B, 3, S, S) RGB, C-contiguous.
-- ``targets``: float32 (n, 6) rows ``(batch_index, class, cx, cy, w, h)``, normalised
-  by S; rows in sample order, then instance order.
+- ``targets``: float32 (n, W) rows ``(batch_index, class, cx, cy, w, h)``, normalised
+  by S, then the task's columns (``shared.stream.tasks.target_width``: obb the angle in
+  radians, with cx, cy, w, h those of the rotated box; pose K x (x, y normalised, visibility));
+  rows in sample order, then instance order (segment: each sample's instances by mask area,
+  largest first, as the mask plane numbers them).
+- ``masks``: segment only, else None: with ``overlap_mask`` (B, M, M), M = S // mask_ratio,
+  instance j of a sample's rows (1-based) where its mask is set (``masks.py``), uint8 unless a
+  sample has more than 255 instances (then int32); without it (n, M, M) uint8, one per row.
 - ``segments``: n float32 (k, 2) normalised polygons, one per target row ((0, 2) where
   the instance has none), for segmentation.
 - ``samples``: int64 (B,) record indices; ``floats``: the float images before
@@ -31,8 +37,10 @@ from ...shared.stream.hsv_tables import tables
 from ...shared.stream.rng import hsv_gains
 from ...shared.stream.sampler import batch_samples
 from ...shared.stream.source import ImageSource
+from ...shared.stream.tasks import mask_side, target_width
 from .labels import pack
-from .sample import Pending, _Clock, render
+from .masks import render_masks
+from .sample import Pending, _Clock, render, task_of
 
 
 @dataclass
@@ -42,13 +50,15 @@ class Batch:
     samples: np.ndarray
     floats: list[np.ndarray] | None = None
     segments: list[np.ndarray] | None = None
+    masks: np.ndarray | None = None
 
 
 def max_targets(max_instances: int, settings: StreamSettings) -> int:
     """Upper bound of target rows in one batch (for sizing ring slots).
 
-    Per sample: mosaic x4 records, copy-paste at most doubles, mixup adds a partner
-    sample (which can itself be a mosaic with copy-paste).
+    Per sample: mosaic x4 records, copy-paste at most doubles (either mode: a partner adds at
+    most its own mosaic's instances), mixup adds a partner sample (which can itself be a mosaic
+    with copy-paste), cutmix adds at most one more such partner's instances.
     """
     cfg = settings.augment
     per = max(0, int(max_instances))
@@ -57,8 +67,11 @@ def max_targets(max_instances: int, settings: StreamSettings) -> int:
             per *= 4
         if cfg.copy_paste > 0:
             per *= 2
+        one = per
         if cfg.mixup > 0:
             per *= 2
+        if cfg.cutmix > 0:
+            per += one
     return per * settings.batch_size
 
 
@@ -69,6 +82,7 @@ def render_batch(
     batch: int,
     *,
     images_out: np.ndarray | None = None,
+    masks_out: np.ndarray | None = None,
     keep_float: bool = False,
     timings: dict[str, float] | None = None,
 ) -> Batch:
@@ -77,13 +91,23 @@ def render_batch(
     segments.
 
     ``images_out``: uint8 C-contiguous (>= B, 3, S, S) to write into (e.g. a ring slot);
-    ``Batch.images`` is then its first B entries. ``timings`` (dict) accumulates
-    seconds per stage for the benchmark.
+    ``Batch.images`` is then its first B entries; ``masks_out`` likewise for the segment mask
+    planes (see ``render_range``). ``timings`` (dict) accumulates seconds per stage for the benchmark.
     """
     part = _render(
-        source, settings, epoch, batch, 0, None, images_out, keep_float=keep_float, segments=True, timings=timings
+        source,
+        settings,
+        epoch,
+        batch,
+        0,
+        None,
+        images_out,
+        masks_out,
+        keep_float=keep_float,
+        segments=True,
+        timings=timings,
     )
-    return Batch(part.images, part.targets, part.samples, part.floats, part.segments)
+    return Batch(part.images, part.targets, part.samples, part.floats, part.segments, part.masks)
 
 
 def write_image(
@@ -118,11 +142,12 @@ class Part:
     """Sample positions ``start .. stop`` of one batch (``render_range``)."""
 
     images: np.ndarray  # uint8 (stop - start, 3, S, S)
-    targets: np.ndarray  # float32 (n, 6), batch_index = position in the whole batch
+    targets: np.ndarray  # float32 (n, W), batch_index = position in the whole batch
     counts: np.ndarray  # int64 (stop - start,): target rows of each position
     samples: np.ndarray  # int64 (stop - start,): record indices
     floats: list[np.ndarray] | None = None  # with ``keep_float``: the float images before quantisation
     segments: list[np.ndarray] | None = None  # with ``segments``: one normalised polygon per target row
+    masks: np.ndarray | None = None  # segment: (stop - start, M, M) planes, or (n, M, M) without overlap_mask
 
 
 def render_range(
@@ -134,6 +159,7 @@ def render_range(
     stop: int,
     *,
     images_out: np.ndarray | None = None,
+    masks_out: np.ndarray | None = None,
     timings: dict[str, float] | None = None,
 ) -> Part:
     """Sample positions ``start .. stop`` of batch ``batch`` of ``epoch``: what an
@@ -142,9 +168,13 @@ def render_range(
     ``render_batch`` is this loop over the whole batch, so any split of a batch into
     ranges, concatenated, is byte for byte ``render_batch``'s batch
     (tests/unit/test_augment_range.py). ``images_out``: uint8 C-contiguous
-    (>= stop - start, 3, S, S), e.g. those positions of a ring slot.
+    (>= stop - start, 3, S, S), e.g. those positions of a ring slot. ``masks_out``: segment
+    only, uint8 or int32 C-contiguous (>= stop - start, M, M), those positions' mask planes;
+    the values are written, the dtype is the container's (int32 where a sample may hold more
+    than 255 instances; a uint8 plane given a sample with more is an error). Per-instance planes
+    (``overlap_mask`` false) have no fixed size, so they cannot be written into ``masks_out``.
     """
-    return _render(source, settings, epoch, batch, start, stop, images_out, timings=timings)
+    return _render(source, settings, epoch, batch, start, stop, images_out, masks_out, timings=timings)
 
 
 def _render(
@@ -155,6 +185,7 @@ def _render(
     start: int,
     stop: int | None,
     images_out: np.ndarray | None,
+    masks_out: np.ndarray | None = None,
     *,
     keep_float: bool = False,
     segments: bool = False,
@@ -172,6 +203,12 @@ def _render(
         )
     samples = every[start:stop]
     images = _output(images_out, len(samples), size)
+    task, kpt_shape, _ = task_of(source)
+    width = target_width(task, kpt_shape)
+    keypoints = int(kpt_shape[0]) if task == "pose" else 0
+    side = mask_side(task, size, cfg.mask_ratio)
+    planes = _masks_output(masks_out, len(samples), side, overlap=cfg.overlap_mask) if side else None
+    instance_planes: list[np.ndarray] | None = [] if side and not cfg.overlap_mask else None
     apply_hsv = cfg.augment and not settings.hsv_on_device
     counts = np.zeros(len(samples), dtype=np.int64)
     floats: list[np.ndarray] | None = [] if keep_float else None
@@ -183,17 +220,65 @@ def _render(
             floats.append(pending.float_image())
         gains = hsv_gains(settings.seed, epoch, index, cfg.hsv_h, cfg.hsv_s, cfg.hsv_v) if apply_hsv else None
         write_image(pending, images[i], gains, timings=timings)
-        packed = pack(pending.labels, size)
-        row = np.empty((len(packed), 6), dtype=np.float32)
+        labels = pending.labels
+        if side:
+            clock = _Clock(timings)
+            if instance_planes is not None:
+                per, _ = render_masks(labels, size, cfg.mask_ratio, overlap=False)
+                instance_planes.append(per)
+            else:
+                if planes is not None and masks_out is None and len(labels) > 255 and planes.dtype == np.uint8:
+                    planes = planes.astype(np.int32)  # a plane of the batch's own: widen it, as Ultralytics does
+                _, order = render_masks(labels, size, cfg.mask_ratio, overlap=True, out=_plane(planes, i, len(labels)))
+                labels = labels.select(order)
+            clock.lap("masks")
+        packed = pack(labels, size, task=task, keypoints=keypoints)
+        row = np.empty((len(packed), width), dtype=np.float32)
         row[:, 0] = start + i
         row[:, 1:] = packed
         rows.append(row)
         counts[i] = len(packed)
-        labels = pending.labels
         if polygons is not None and len(labels):
             # Views of one scaled array, as np.split gives, without its per-call overhead.
             scaled = labels.points * np.float32(1.0 / size)
             bounds = labels.offsets.tolist()
             polygons.extend(scaled[a:b] for a, b in zip(bounds[:-1], bounds[1:]))
-    targets = np.concatenate(rows) if rows else np.zeros((0, 6), np.float32)
-    return Part(images, targets, counts, samples, floats, polygons)
+    targets = np.concatenate(rows) if rows else np.zeros((0, width), np.float32)
+    if instance_planes is not None:
+        planes = np.concatenate(instance_planes) if instance_planes else np.zeros((0, side, side), np.uint8)
+    return Part(images, targets, counts, samples, floats, polygons, planes)
+
+
+def _plane(planes: np.ndarray, i: int, instances: int) -> np.ndarray:
+    """Position ``i``'s mask plane, checked to hold ``instances`` numbers."""
+    if instances > np.iinfo(planes.dtype).max:
+        raise ConfigError(
+            f"masks_out is {planes.dtype} and a sample has {instances} instances; "
+            "give an int32 mask plane where a sample can hold more than 255 instances"
+        )
+    return planes[i]
+
+
+def _masks_output(masks_out: np.ndarray | None, count: int, side: int, *, overlap: bool) -> np.ndarray | None:
+    """The overlap planes to write: ``masks_out``'s first ``count`` (checked), or new uint8 ones."""
+    if not overlap:
+        if masks_out is not None:
+            raise ConfigError(
+                "overlap_mask=False gives one mask plane per instance, which a fixed masks_out (a ring slot) "
+                "cannot hold; use overlap_mask=True (Ultralytics' default) for a served stream"
+            )
+        return None
+    if masks_out is None:
+        return np.zeros((count, side, side), np.uint8)
+    if (
+        masks_out.dtype not in (np.uint8, np.int32)
+        or masks_out.ndim != 3
+        or masks_out.shape[1:] != (side, side)
+        or masks_out.shape[0] < count
+    ):
+        raise ConfigError(
+            f"masks_out must be uint8 or int32 (>= {count}, {side}, {side}), got {masks_out.dtype} {masks_out.shape}"
+        )
+    if not masks_out.flags.c_contiguous:
+        raise ConfigError("masks_out must be C-contiguous (a ring slot's mask plane or np.zeros)")
+    return masks_out[:count]

@@ -17,6 +17,15 @@ the mask is set. Pasting instance by instance writes, at every covered coordinat
 very same source value (the source never changes), so the result is byte-identical; the
 union only avoids writing a coordinate more than once. The tests keep the
 instance-by-instance version to prove it.
+
+Mixup mode (``copy_paste_mode="mixup"``, Ultralytics' behaviour, our code): applied with
+probability ``copy_paste`` to a sample that has polygons; the source is a random partner
+record through mosaic and the affine (no copy-paste of its own), drawn from the sample's
+generator. A partner instance is eligible when it has a polygon and overlaps every existing
+box by intersection over that box's area < 0.30; the eligible ones are taken in ascending
+order of their largest such overlap (ties in instance order), ``round(fraction * eligible)``
+of them, appended in that order. The kernel pastes the partner's layer under the union of
+their polygons (``kernel.py`` step 2).
 """
 
 from __future__ import annotations
@@ -118,6 +127,20 @@ def copy_paste_labels(
         return labels, []
     pasted = flipped.select(chosen)
     return Labels.concat([labels, pasted]), pasted.polygons
+
+
+def select_partner(labels: Labels, partner: Labels, fraction: float) -> np.ndarray:
+    """int64 indices of ``partner``'s instances to paste into ``labels`` (mixup mode), in paste order."""
+    if len(partner) == 0 or fraction <= 0:
+        return np.zeros(0, dtype=np.int64)
+    if len(labels) == 0:
+        return np.zeros(0, dtype=np.int64)  # the route only pastes into a sample with polygons
+    overlap = ioa(labels.boxes, partner.boxes).T  # (partner, own): over each own box's area
+    worst = overlap.max(axis=1)
+    free = (overlap < IOA_MAX).all(axis=1)
+    eligible = np.flatnonzero(free & partner.has_polygons)
+    eligible = eligible[np.argsort(worst[eligible], kind="stable")]
+    return eligible[: int(round(fraction * len(eligible)))].astype(np.int64)
 
 
 def copy_paste(

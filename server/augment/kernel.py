@@ -12,9 +12,15 @@ header's, checked against it when the snapshot is attached; ``render(fill=...)``
 
 1. *Flips.* The pixel is the pre-flip pixel (x', y') with x' = S-1-x under ``fliplr``,
    y' = S-1-y under ``flipud`` (identity otherwise).
-2. *Layers.* One layer, or two under mixup. A layer is (inverse matrix m, tiles, mask).
-   With copy-paste the layer's mask (the union of the pasted polygons, rasterised by
+2. *Layers.* One layer, or two under mixup. A layer is (inverse matrix m, tiles, mask,
+   pastes). With copy-paste the layer's mask (the union of the pasted polygons, rasterised by
    ``copy_paste.union_mask``) sends x' to S-1-x' where set (the mirrored image's pixel).
+   Then each paste (mask, layer), in order: where its mask is set at (x', y'), the value s of
+   step 5 is the pasted layer's own s at (x', y') (its steps 2-5, its own mask and pastes
+   included). Copy-paste from a partner (``copy_paste_mode`` mixup) pastes the partner's
+   layer under the union of its pasted polygons; cutmix pastes its partner's layer under a
+   rectangle, into both layers under mixup (so there the value is (p + F) r + (p + F)(1 - r),
+   the step-6 formula on the pasted value p).
 3. *Map.* In float64, each operation rounded once in this order (x, y the integer column
    and row as doubles, m the row-major 3x3 inverse, canvas <- output)::
 
@@ -77,7 +83,7 @@ share it; the values do not depend on the order or on what is kept).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -88,18 +94,22 @@ from . import _kernel
 @dataclass
 class Layer:
     """One resampled image of a sample: ``inverse`` (9 floats, canvas <- output), the
-    tiles (image, (xa0, ya0, xa1, ya1) on the canvas, (xb0, yb0) in the image) and the
-    copy-paste mask (uint8 S x S, or None)."""
+    tiles (image, (xa0, ya0, xa1, ya1) on the canvas, (xb0, yb0) in the image), the
+    copy-paste mask (uint8 S x S, or None) and the pastes: (uint8 S x S mask, Layer) pairs,
+    at most 4, each replacing this layer's values where its mask is set (step 2)."""
 
     inverse: tuple[float, ...]
     tiles: list
     mask: np.ndarray | None = None
+    pastes: list = field(default_factory=list)
 
     def packed(self) -> tuple:
         tiles = tuple(
             (image, xa0 - xb0, ya0 - yb0, xa0, ya0, xa1, ya1) for image, (xa0, ya0, xa1, ya1), (xb0, yb0) in self.tiles
         )
-        return (self.inverse, tiles, self.mask)
+        if not self.pastes:
+            return (self.inverse, tiles, self.mask)
+        return (self.inverse, tiles, self.mask, tuple((mask, layer.packed()) for mask, layer in self.pastes))
 
 
 def inverse(matrix: np.ndarray) -> tuple[float, ...]:

@@ -9,6 +9,13 @@ every transform returns new arrays.
 - ``points``: float32 (m, 2) pixel x, y of every polygon, instance after instance, and
   ``offsets``: int64 (n + 1,), instance i's polygon is ``points[offsets[i]:offsets[i+1]]``
   (empty where an instance has none; fewer than 3 vertices count as none).
+- ``keypoints``: pose only, float32 (n, K, 3) pixel x, y and visibility; None for the other
+  tasks. A point that leaves the image (a clip, an affine) gets visibility 0 and is clamped
+  to the image, as Ultralytics' ``Instances.clip`` does.
+
+Segment and OBB polygons are resampled as each record enters the route (``resample.py``;
+the route passes records through ``resample.resampled_targets``, or ``from_targets``/``from_placed``
+resample with their ``points`` argument); detect and pose take them as they are.
 
 All polygons live in one array so every transform is one vectorised pass, not a Python
 loop over instances (coco128 averages ~7 instances per image, 28 per mosaic).
@@ -20,7 +27,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ...shared.errors import ConfigError
 from ...shared.stream.records import Targets
+from .obb import clip_rotated, xywhr
+from .resample import MIN_VERTICES, resample_polygons
 
 # Candidate filter after a geometric transform (the customary YOLO thresholds).
 MIN_SIDE_PX = 2.0
@@ -35,6 +45,7 @@ class Labels:
     boxes: np.ndarray
     points: np.ndarray
     offsets: np.ndarray
+    keypoints: np.ndarray | None = None
 
     def __len__(self) -> int:
         return len(self.classes)
@@ -46,32 +57,36 @@ class Labels:
         )
 
     @classmethod
-    def from_targets(cls, targets: Targets, width: int, height: int, padw: float = 0.0, padh: float = 0.0) -> "Labels":
-        """Scale normalised targets to a ``width`` x ``height`` image placed at (padw, padh)."""
+    def from_targets(
+        cls, targets: Targets, width: int, height: int, padw: float = 0.0, padh: float = 0.0, *, points: int = 0
+    ) -> "Labels":
+        """Scale normalised targets to a ``width`` x ``height`` image placed at (padw, padh);
+        polygons resampled first for a task of ``points`` points (0: as they are)."""
         n = len(targets.classes)
         boxes = np.asarray(targets.boxes, dtype=np.float32).reshape(-1, 4) * np.array(
             [width, height, width, height], np.float32
         )
         boxes += np.array([padw, padh, padw, padh], np.float32)
-        polys = [p for p in targets.polygons if len(p) >= 3] if len(targets.polygons) == n else []
+        source = resample_polygons(targets.polygons, points) if len(targets.polygons) == n else []
+        polys = [p for p in source if len(p) >= MIN_VERTICES]
         lengths = np.zeros(n + 1, dtype=np.int64)
         if polys:
-            lengths[1:] = [len(p) if len(p) >= 3 else 0 for p in targets.polygons]
-            points = np.concatenate(polys).astype(np.float32, copy=False).reshape(-1, 2) * np.array(
-                [width, height], np.float32
-            )
-            points += np.array([padw, padh], np.float32)
+            lengths[1:] = [len(p) if len(p) >= MIN_VERTICES else 0 for p in source]
+            points_px = np.concatenate(polys).astype(np.float32, copy=False).reshape(-1, 2)
+            _scale_shift(points_px, width, height, padw, padh)
         else:
-            points = np.zeros((0, 2), np.float32)
-        return cls(np.asarray(targets.classes, dtype=np.int32).reshape(-1).copy(), boxes, points, np.cumsum(lengths))
+            points_px = np.zeros((0, 2), np.float32)
+        keypoints = _place_keypoints(targets.keypoints, width, height, padw, padh)
+        classes = np.asarray(targets.classes, dtype=np.int32).reshape(-1).copy()
+        return cls(classes, boxes, points_px, np.cumsum(lengths), keypoints)
 
     @classmethod
-    def from_placed(cls, placed: list[tuple[Targets, int, int, float, float]]) -> "Labels":
+    def from_placed(cls, placed: list[tuple[Targets, int, int, float, float]], *, points: int = 0) -> "Labels":
         """``Labels.concat([Labels.from_targets(t, w, h, padw, padh) for ... in placed])``,
         the same arrays, built with one multiply and one add per array instead of per part
         (a mosaic places four records). Elementwise float32 arithmetic, so batching the
         parts changes no bit; the tests compare both."""
-        classes, boxes, box_affine, points, point_affine, lengths = [], [], [], [], [], []
+        classes, boxes, box_affine, points_nm, point_affine, lengths, keypoints = [], [], [], [], [], [], []
         for targets, width, height, padw, padh in placed:
             n = len(targets.classes)
             if n == 0:
@@ -79,10 +94,12 @@ class Labels:
             classes.append(np.asarray(targets.classes, dtype=np.int32).reshape(-1))
             boxes.append(np.asarray(targets.boxes, dtype=np.float32).reshape(-1, 4))
             box_affine.append((n, (width, height, width, height, padw, padh, padw, padh)))
-            polys = [p for p in targets.polygons if len(p) >= 3] if len(targets.polygons) == n else []
+            keypoints.append(_place_keypoints(targets.keypoints, width, height, padw, padh))
+            source = resample_polygons(targets.polygons, points) if len(targets.polygons) == n else []
+            polys = [p for p in source if len(p) >= MIN_VERTICES]
             if polys:
-                lengths.extend(len(p) if len(p) >= 3 else 0 for p in targets.polygons)
-                points.extend(polys)
+                lengths.extend(len(p) if len(p) >= MIN_VERTICES else 0 for p in source)
+                points_nm.extend(polys)
                 point_affine.append((sum(len(p) for p in polys), (width, height, padw, padh)))
             else:
                 lengths.extend([0] * n)
@@ -91,17 +108,21 @@ class Labels:
         box_rows = np.repeat(np.array([a for _, a in box_affine], np.float32), [k for k, _ in box_affine], axis=0)
         out_boxes = np.concatenate(boxes) * box_rows[:, :4]
         out_boxes += box_rows[:, 4:]
-        if points:
-            point_rows = np.repeat(
-                np.array([a for _, a in point_affine], np.float32), [k for k, _ in point_affine], axis=0
-            )
-            out_points = np.concatenate(points).astype(np.float32, copy=False).reshape(-1, 2) * point_rows[:, :2]
-            out_points += point_rows[:, 2:]
+        if points_nm:
+            # One concatenation, then each part's block scaled and shifted in place: the same
+            # float32 operations per element as ``from_targets``.
+            out_points = np.empty((sum(k for k, _ in point_affine), 2), np.float32)
+            np.concatenate([np.asarray(p).reshape(-1, 2) for p in points_nm], out=out_points)
+            pos = 0
+            for k, (width, height, padw, padh) in point_affine:
+                _scale_shift(out_points[pos : pos + k], width, height, padw, padh)
+                pos += k
         else:
             out_points = np.zeros((0, 2), np.float32)
         offsets = np.zeros(len(lengths) + 1, dtype=np.int64)
         np.cumsum(lengths, out=offsets[1:])
-        return cls(np.concatenate(classes), out_boxes, out_points, offsets)
+        out_keypoints = None if any(k is None for k in keypoints) else np.concatenate(keypoints)
+        return cls(np.concatenate(classes), out_boxes, out_points, offsets, out_keypoints)
 
     @property
     def counts(self) -> np.ndarray:
@@ -118,18 +139,36 @@ class Labels:
 
     def select(self, keep: np.ndarray) -> "Labels":
         """The instances ``keep`` (bool mask or indices, in the given order)."""
+        if keep.dtype == bool and keep.all():
+            return self  # every instance in order: the arrays are only ever read, never written
         idx = np.flatnonzero(keep) if keep.dtype == bool else np.asarray(keep, dtype=np.int64)
         counts = self.counts[idx]
         offsets = np.zeros(len(idx) + 1, dtype=np.int64)
         np.cumsum(counts, out=offsets[1:])
-        # point index j of the output comes from start[instance] + (j - new_start[instance])
-        gather = np.repeat(self.offsets[idx] - offsets[:-1], counts) + np.arange(offsets[-1])
-        return Labels(self.classes[idx], self.boxes[idx], self.points[gather], offsets)
+        # Each (x, y) float32 pair moved as one 8-byte item: numpy copies single items much
+        # faster than rows of two (the same bytes either way).
+        pairs = np.ascontiguousarray(self.points, dtype=np.float32).view(np.int64).reshape(-1)
+        if keep.dtype == bool:
+            # in order: each point kept with its instance
+            picked = pairs[np.repeat(keep, self.counts)]
+        else:
+            # point index j of the output comes from start[instance] + (j - new_start[instance])
+            gather = np.repeat(self.offsets[idx] - offsets[:-1], counts) + np.arange(offsets[-1])
+            picked = pairs[gather]
+        points = picked.view(np.float32).reshape(-1, 2)
+        keypoints = None if self.keypoints is None else self.keypoints[idx]
+        return Labels(self.classes[idx], self.boxes[idx], points, offsets, keypoints)
 
     def clip(self, width: float, height: float) -> "Labels":
-        """Boxes and polygon vertices clipped to [0, width] x [0, height]."""
+        """Boxes, polygon vertices and keypoints clipped to [0, width] x [0, height]; a keypoint
+        outside it gets visibility 0 first."""
         hi = np.array([width, height, width, height], dtype=np.float32)
-        return Labels(self.classes, np.clip(self.boxes, 0, hi), np.clip(self.points, 0, hi[:2]), self.offsets)
+        keypoints = None if self.keypoints is None else clip_keypoints(self.keypoints, width, height)
+        if width == height:  # the route's canvases are square: a scalar bound is the fast loop
+            points = np.clip(self.points, 0, np.float32(width))
+        else:
+            points = np.clip(self.points, 0, hi[:2])
+        return Labels(self.classes, np.clip(self.boxes, 0, hi), points, self.offsets, keypoints)
 
     @staticmethod
     def concat(parts: list["Labels"]) -> "Labels":
@@ -140,37 +179,55 @@ class Labels:
             return parts[0]
         shifts = np.cumsum([0] + [p.offsets[-1] for p in parts[:-1]])
         offsets = np.concatenate([[0]] + [p.offsets[1:] + s for p, s in zip(parts, shifts)]).astype(np.int64)
+        keypoints = None if any(p.keypoints is None for p in parts) else np.concatenate([p.keypoints for p in parts])
         return Labels(
             np.concatenate([p.classes for p in parts]),
             np.concatenate([p.boxes for p in parts]),
             np.concatenate([p.points for p in parts]),
             offsets,
+            keypoints,
         )
 
-    def flipped(self, width: float, height: float, *, horizontal: bool) -> "Labels":
-        """Labels of the image mirrored left-right (``horizontal``) or top-bottom."""
+    def flipped(
+        self, width: float, height: float, *, horizontal: bool, flip_idx: tuple[int, ...] | None = None
+    ) -> "Labels":
+        """Labels of the image mirrored left-right (``horizontal``) or top-bottom. Keypoints are
+        mirrored with them, and on a left-right mirror renumbered by ``flip_idx`` (keypoint j
+        becomes keypoint ``flip_idx[j]``'s slot: a left wrist becomes a right one)."""
         boxes = self.boxes.copy()
         points = self.points.copy()
+        keypoints = None if self.keypoints is None else self.keypoints.copy()
         if horizontal:
             w = np.float32(width)
             boxes[:, 0] = w - self.boxes[:, 2]
             boxes[:, 2] = w - self.boxes[:, 0]
             points[:, 0] = w - self.points[:, 0]
+            if keypoints is not None:
+                keypoints[..., 0] = w - self.keypoints[..., 0]
+                if flip_idx is not None:
+                    keypoints = np.ascontiguousarray(keypoints[:, list(flip_idx)])
         else:
             h = np.float32(height)
             boxes[:, 1] = h - self.boxes[:, 3]
             boxes[:, 3] = h - self.boxes[:, 1]
             points[:, 1] = h - self.points[:, 1]
-        return Labels(self.classes, boxes, points, self.offsets)
+            if keypoints is not None:
+                keypoints[..., 1] = h - self.keypoints[..., 1]
+        return Labels(self.classes, boxes, points, self.offsets, keypoints)
 
 
-def transform_labels(labels: Labels, matrix: np.ndarray, size: int, scale: float, *, perspective: bool) -> Labels:
+def transform_labels(
+    labels: Labels, matrix: np.ndarray, size: int, scale: float, *, perspective: bool, rotated: bool = False
+) -> Labels:
     """Labels through the 3x3 ``matrix`` onto a ``size`` x ``size`` output, then filtered.
 
     Boxes come from the four transformed corners, or from the transformed polygon where
-    the instance has one (vertices clipped to the output, then their extent); both are
-    clipped to the output. The candidate filter compares each new box with its old box
-    scaled by ``scale``; its area threshold is the polygon one when any instance has one.
+    the instance has one (vertices clipped to the output, then their extent; OBB polygons,
+    ``rotated``, are clipped keeping their direction instead: ``obb.clip_rotated``); both are
+    clipped to the output. Keypoints go through the matrix too; those that land outside the
+    output get visibility 0 and are clamped to it. The candidate filter compares each new box
+    with its old box scaled by ``scale``; its area threshold is the polygon one when any
+    instance has one.
     """
     n = len(labels)
     if n == 0:
@@ -182,7 +239,11 @@ def transform_labels(labels: Labels, matrix: np.ndarray, size: int, scale: float
     new = np.stack([xs.min(1), ys.min(1), xs.max(1), ys.max(1)], axis=1)
     has = labels.has_polygons
     points = labels.points
-    if len(points):
+    if len(points) and rotated:
+        moved = _apply(points.astype(np.float64), matrix, perspective).astype(np.float32)
+        new = np.clip(new, 0, size).astype(np.float32)
+        new, points = clip_rotated(new, moved, labels.offsets, size, size)
+    elif len(points):
         q = np.clip(_apply(points.astype(np.float64), matrix, perspective), 0, size)
         starts = labels.offsets[:-1][has]
         lo = np.minimum.reduceat(q, starts, axis=0)
@@ -190,8 +251,53 @@ def transform_labels(labels: Labels, matrix: np.ndarray, size: int, scale: float
         new[has] = np.concatenate([lo, hi], axis=1)
         points = q.astype(np.float32)
     new = np.clip(new, 0, size).astype(np.float32)
+    keypoints = labels.keypoints
+    if keypoints is not None:
+        k = keypoints.shape[1]
+        moved = _apply(keypoints[..., :2].reshape(-1, 2).astype(np.float64), matrix, perspective).astype(np.float32)
+        keypoints = np.concatenate([moved.reshape(n, k, 2), keypoints[..., 2:3]], axis=2)
+        keypoints = clip_keypoints(keypoints, size, size)
     keep = candidates(old * np.float32(scale), new, MIN_AREA_RATIO_POLYGONS if has.any() else MIN_AREA_RATIO)
-    return Labels(labels.classes, new, points, labels.offsets).select(keep)
+    return Labels(labels.classes, new, points, labels.offsets, keypoints).select(keep)
+
+
+def _scale_shift(points: np.ndarray, width: float, height: float, padw: float, padh: float) -> None:
+    """In place on float32 (m, 2) ``points``: x * width + padw, y * height + padh, each one float32
+    multiply and one add per element. Column by column: numpy broadcasts a (2,) operand over
+    (m, 2) several times slower than it runs a scalar over a column."""
+    x, y = points[:, 0], points[:, 1]
+    x *= np.float32(width)
+    y *= np.float32(height)
+    x += np.float32(padw)
+    y += np.float32(padh)
+
+
+def clip_keypoints(keypoints: np.ndarray, width: float, height: float) -> np.ndarray:
+    """A copy of (n, K, 3) ``keypoints`` with visibility 0 where a point lies outside
+    [0, width] x [0, height], and every point then clamped to it."""
+    out = np.array(keypoints, dtype=np.float32, copy=True)
+    x, y = out[..., 0], out[..., 1]
+    outside = (x < 0) | (x > width) | (y < 0) | (y > height)
+    out[..., 2][outside] = 0.0
+    np.clip(x, 0, width, out=x)
+    np.clip(y, 0, height, out=y)
+    return out
+
+
+def _place_keypoints(
+    keypoints: np.ndarray | None, width: int, height: int, padw: float, padh: float
+) -> np.ndarray | None:
+    """Normalised (n, K, 3) keypoints in pixels of a ``width`` x ``height`` image placed at (padw, padh);
+    visibility as it is. A new array (the source's may be a read-only shared-memory view)."""
+    if keypoints is None:
+        return None
+    src = np.asarray(keypoints, dtype=np.float32)
+    out = src.copy()
+    out[..., 0] = src[..., 0] * np.float32(width)
+    out[..., 0] += np.float32(padw)
+    out[..., 1] = src[..., 1] * np.float32(height)
+    out[..., 1] += np.float32(padh)
+    return out
 
 
 def candidates(before: np.ndarray, after: np.ndarray, area_ratio: float) -> np.ndarray:
@@ -217,14 +323,31 @@ def _apply(points: np.ndarray, matrix: np.ndarray, perspective: bool) -> np.ndar
     return out
 
 
-def pack(labels: Labels, size: int) -> np.ndarray:
-    """float32 (n, 5): class, cx, cy, w, h normalised by ``size``."""
-    b = labels.boxes
-    out = np.empty((len(labels), 5), dtype=np.float32)
+def pack(labels: Labels, size: int, *, task: str = "detect", keypoints: int = 0) -> np.ndarray:
+    """float32 (n, W - 1), a target row without its batch index (``shared.stream.tasks``): class,
+    cx, cy, w, h normalised by ``size``; obb: the rotated box's cx, cy, w, h (normalised) and angle
+    (radians) from the instance's final points; pose: then ``keypoints`` (K) x (x, y normalised,
+    visibility)."""
+    n = len(labels)
+    extra = 1 if task == "obb" else 3 * keypoints if task == "pose" else 0
+    out = np.empty((n, 5 + extra), dtype=np.float32)
     out[:, 0] = labels.classes
     inv = np.float32(1.0 / size)
+    if task == "obb":
+        r = xywhr(labels.points, labels.offsets)
+        out[:, 1:5] = r[:, :4] / size
+        out[:, 5] = r[:, 4]
+        return out
+    b = labels.boxes
     out[:, 1] = (b[:, 0] + b[:, 2]) * np.float32(0.5) * inv
     out[:, 2] = (b[:, 1] + b[:, 3]) * np.float32(0.5) * inv
     out[:, 3] = (b[:, 2] - b[:, 0]) * inv
     out[:, 4] = (b[:, 3] - b[:, 1]) * inv
+    if task == "pose" and n:
+        if labels.keypoints is None or labels.keypoints.shape[1] != keypoints:
+            got = None if labels.keypoints is None else labels.keypoints.shape
+            raise ConfigError(f"pose rows need keypoints (n, {keypoints}, 3) on every instance, the labels have {got}")
+        kp = labels.keypoints.copy()
+        kp[..., :2] *= inv
+        out[:, 5:] = kp.reshape(n, 3 * keypoints)
     return out

@@ -2,7 +2,8 @@
 
 Runs wherever a sample is rendered. Only computes where each source image goes on the
 canvas and the matching labels; ``canvas.fill`` writes the pixels (reading the source's
-read-only views, never writing them).
+read-only views, never writing them). The source's task decides how its polygons enter
+(``resample.py``) and how they are clipped to the canvas (OBB: ``obb.clip_rotated``).
 """
 
 from __future__ import annotations
@@ -11,8 +12,31 @@ import numpy as np
 
 from ...shared.stream.source import ImageSource
 from .labels import Labels
+from .obb import clip_rotated
+from .resample import points_for, resampled_targets
 
 Tile = tuple[np.ndarray, tuple[int, int, int, int], tuple[int, int]]
+
+
+def task_of(source: ImageSource) -> tuple[str, tuple[int, int] | None, tuple[int, ...] | None]:
+    """(task, kpt_shape, flip_idx) of ``source``: a source without them is a detect source."""
+    task = getattr(source, "task", "detect") or "detect"
+    kpt_shape = getattr(source, "kpt_shape", None)
+    flip_idx = getattr(source, "flip_idx", None)
+    return (
+        str(task),
+        None if kpt_shape is None else tuple(int(v) for v in kpt_shape),
+        None if flip_idx is None else tuple(int(v) for v in flip_idx),
+    )
+
+
+def clip_to(labels: Labels, width: float, height: float, task: str) -> Labels:
+    """``labels.clip``, or for OBB polygons the clip that keeps each box's direction."""
+    if task != "obb" or not len(labels.points):
+        return labels.clip(width, height)
+    clipped = labels.clip(width, height)  # keypoints (none for obb) and polygon-less boxes
+    boxes, points = clip_rotated(labels.boxes, labels.points, labels.offsets, width, height)
+    return Labels(labels.classes, boxes, points, labels.offsets, clipped.keypoints)
 
 
 def draw_mosaic(rng: np.random.Generator, num_records: int, imgsz: int) -> tuple[np.ndarray, int, int]:
@@ -27,6 +51,7 @@ def mosaic_tiles(source: ImageSource, indices: list[int], imgsz: int, xc: int, y
     """Four records around the centre (xc, yc) of a 2·imgsz canvas: top-left, top-right,
     bottom-left, bottom-right; labels shifted and clipped to the canvas."""
     size = 2 * imgsz
+    task = task_of(source)[0]
     tiles: list[Tile] = []
     placed = []
     for k, index in enumerate(indices):
@@ -45,8 +70,8 @@ def mosaic_tiles(source: ImageSource, indices: list[int], imgsz: int, xc: int, y
             xa0, ya0, xa1, ya1 = xc, yc, min(xc + w, size), min(size, yc + h)
             xb0, yb0 = 0, 0
         tiles.append((image, (xa0, ya0, xa1, ya1), (xb0, yb0)))
-        placed.append((source.targets(int(index)), w, h, xa0 - xb0, ya0 - yb0))
-    return tiles, Labels.from_placed(placed).clip(size, size)
+        placed.append((resampled_targets(source, int(index), points_for(task)), w, h, xa0 - xb0, ya0 - yb0))
+    return tiles, clip_to(Labels.from_placed(placed), size, size, task)
 
 
 def letterbox_tile(source: ImageSource, index: int, imgsz: int) -> tuple[list[Tile], Labels]:
@@ -54,5 +79,6 @@ def letterbox_tile(source: ImageSource, index: int, imgsz: int) -> tuple[list[Ti
     image = source.image(int(index))
     h, w = image.shape[:2]
     top, left = (imgsz - h) // 2, (imgsz - w) // 2
-    labels = Labels.from_targets(source.targets(int(index)), w, h, left, top)
-    return [(image, (left, top, left + w, top + h), (0, 0))], labels.clip(imgsz, imgsz)
+    task = task_of(source)[0]
+    labels = Labels.from_targets(resampled_targets(source, int(index), points_for(task)), w, h, left, top)
+    return [(image, (left, top, left + w, top + h), (0, 0))], clip_to(labels, imgsz, imgsz, task)

@@ -12,10 +12,18 @@ Training (``augment=True``), every draw from the sample's generator (``pixpool.s
 2. random affine/perspective onto imgsz x imgsz, border 0; boxes from corners or polygons,
    candidate filter;
 3. the fill added back (exposed padding becomes exactly the fill);
-4. copy-paste (flip mode, union mask), fraction ``copy_paste`` (not in closed epochs);
+4. copy-paste, fraction ``copy_paste`` (not in closed epochs): flip mode (union mask of the
+   mirrored instances), or mixup mode (``copy_paste.py``: with probability ``copy_paste``, a
+   random partner through steps 1-2 pasted under its chosen instances' union mask);
 5. mixup with probability ``mixup`` (not in closed epochs): a random partner through
    steps 1-4 with the same generator, ratio Beta(32, 32);
-6. vertical flip (``flipud``), then horizontal flip (``fliplr``), both always drawn.
+5b. cutmix with probability ``cutmix`` (not in closed epochs, ``cutmix.py``): a random partner
+   through steps 1-4, a rectangle of it pasted over the sample (both layers under mixup);
+6. vertical flip (``flipud``), then horizontal flip (``fliplr``), both always drawn (a pose
+   source without ``flip_idx`` is never flipped).
+
+Each draw of 4 (mixup mode), 5b is only made when its setting is non-zero, so a stream
+without them draws exactly what it drew before they existed.
 
 Here only the draws, the labels and the copy-paste mask are computed; the pixels of steps
 1-6, quantisation, HSV and the RGB CHW write are one pass of the fused kernel
@@ -37,10 +45,13 @@ from ...shared.stream.rng import sample_generator
 from ...shared.stream.source import ImageSource
 from . import affine, kernel
 from . import copy_paste as _cp
+from . import cutmix as _cutmix
 from .kernel import Layer
 from .labels import Labels, transform_labels
 from .letterbox import letterbox
-from .mosaic import draw_mosaic, letterbox_tile, mosaic_tiles
+from .mosaic import draw_mosaic, letterbox_tile, mosaic_tiles, task_of
+
+__all__ = ["Pending", "render", "render_sample", "task_of"]
 
 MIXUP_BETA = 32.0
 
@@ -127,12 +138,27 @@ def render(
         layers.append(layer2)
         labels = Labels.concat([labels, labels2])
         clock.lap("mixup")
+    if not closed and cfg.cutmix > 0 and rng.random() < cfg.cutmix:
+        partner = int(rng.integers(0, len(source)))
+        layer3, labels3 = _pre_transform(source, partner, settings, closed, rng, clock)
+        labels, rect = _cutmix.cut_labels(labels, labels3, size, task_of(source)[0], rng)
+        if rect is not None:
+            mask = _cutmix.rectangle_mask(size, rect)
+            for layer_ in layers:  # under mixup both blended layers take the partner's pixels
+                layer_.pastes.append((mask, layer3))
+        clock.lap("cutmix")
     flip_ud = bool(rng.random() < cfg.flipud)
     flip_lr = bool(rng.random() < cfg.fliplr)
+    task, _, flip_idx = task_of(source)
+    if task == "pose" and flip_idx is None:
+        # Without flip_idx a mirrored person's left and right keypoints would swap meaning:
+        # no flips (Ultralytics turns fliplr and flipud off for such a dataset); still drawn,
+        # so the stream's position does not depend on it.
+        flip_ud = flip_lr = False
     if flip_ud:
         labels = labels.flipped(size, size, horizontal=False)
     if flip_lr:
-        labels = labels.flipped(size, size, horizontal=True)
+        labels = labels.flipped(size, size, horizontal=True, flip_idx=flip_idx)
     clock.lap("labels")
     return Pending(size, layers, ratio, flip_ud, flip_lr, labels, rng, _fill_of(source))
 
@@ -145,9 +171,16 @@ def _fill_of(source: ImageSource) -> float:
 
 
 def _pre_transform(
-    source: ImageSource, index: int, settings: StreamSettings, closed: bool, rng: np.random.Generator, clock: _Clock
+    source: ImageSource,
+    index: int,
+    settings: StreamSettings,
+    closed: bool,
+    rng: np.random.Generator,
+    clock: _Clock,
+    *,
+    copy_paste: bool = True,
 ) -> tuple[Layer, Labels]:
-    """Steps 1, 2 and 4 as a kernel layer and the labels in pixels."""
+    """Steps 1, 2 and (``copy_paste``) 4 as a kernel layer and the labels in pixels."""
     cfg = settings.augment
     size = cfg.imgsz
     if not closed and cfg.mosaic > 0 and rng.random() < cfg.mosaic:
@@ -159,15 +192,39 @@ def _pre_transform(
         canvas_hw = (size, size)
     matrix, scale = affine.draw_matrix(rng, cfg, canvas_hw, size)
     clock.lap("source")
-    labels = transform_labels(labels, matrix, size, scale, perspective=affine.is_perspective(matrix))
+    rotated = task_of(source)[0] == "obb"
+    labels = transform_labels(labels, matrix, size, scale, perspective=affine.is_perspective(matrix), rotated=rotated)
     clock.lap("labels")
-    mask = None
-    if not closed and cfg.copy_paste > 0:
-        labels, polygons = _cp.copy_paste_labels(labels, size, cfg.copy_paste, rng)
-        if polygons:
-            mask, _ = _cp.union_mask((size, size), polygons)
+    layer = Layer(kernel.inverse(matrix), tiles, None)
+    if copy_paste and not closed and cfg.copy_paste > 0:
+        if cfg.copy_paste_mode == "mixup":
+            labels = _paste_partner(source, settings, layer, labels, rng, clock)
+        else:
+            labels, polygons = _cp.copy_paste_labels(labels, size, cfg.copy_paste, rng)
+            if polygons:
+                layer.mask, _ = _cp.union_mask((size, size), polygons)
         clock.lap("copy_paste")
-    return Layer(kernel.inverse(matrix), tiles, mask), labels
+    return layer, labels
+
+
+def _paste_partner(
+    source: ImageSource, settings: StreamSettings, layer: Layer, labels: Labels, rng: np.random.Generator, clock: _Clock
+) -> Labels:
+    """Copy-paste in mixup mode (``copy_paste.py``): with probability ``copy_paste`` a random
+    partner through steps 1-2, its chosen instances appended and its layer pasted into ``layer``
+    under their union mask. A sample without polygons is left alone, with no draws."""
+    cfg = settings.augment
+    if not len(labels.points) or rng.random() >= cfg.copy_paste:
+        return labels
+    partner = int(rng.integers(0, len(source)))
+    layer2, labels2 = _pre_transform(source, partner, settings, False, rng, clock, copy_paste=False)
+    chosen = _cp.select_partner(labels, labels2, cfg.copy_paste)
+    if len(chosen) == 0:
+        return labels
+    pasted = labels2.select(chosen)
+    mask, _ = _cp.union_mask((cfg.imgsz, cfg.imgsz), pasted.polygons)
+    layer.pastes.append((mask, layer2))
+    return Labels.concat([labels, pasted])
 
 
 def render_sample(

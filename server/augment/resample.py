@@ -1,0 +1,141 @@
+"""Polygon resampling before the route, as Ultralytics' dataset does it for segment and OBB labels.
+
+Runs wherever a sample is rendered (workers, reference pipeline, digest), on the source's
+normalised polygons as each record enters the route (``Labels.from_targets``/``from_placed``);
+the source's arrays are only read.
+
+Each polygon is closed (its first vertex appended), and points are placed along its outline
+by linear interpolation over the vertex index: ``count`` points evenly spaced from the first
+vertex to the closing one, merged with the original vertices where the closed outline has
+fewer than ``count`` points (so every corner survives), or exactly ``count`` evenly spaced
+points where it has more. A polygon that already has ``count`` points is kept as it is.
+``count`` is per record: ``SEGMENT_POINTS`` (OBB: ``OBB_POINTS``), raised to the longest
+polygon's length + 1 when a polygon of the record is longer (so none is thinned out).
+
+The positions along the outline depend only on (closed length, count), so they are computed
+once per pair (a small cache) and every polygon of a record is interpolated in one gather.
+
+A record's resampled polygons are a pure function of its polygons, so each process keeps
+the most recently used ones (``resampled_targets``, up to ``CACHE_BYTES`` per source): a record
+used again (a mosaic partner, the next epoch) is not resampled again. The cache holds new
+arrays of this process only; the source's (shared-memory) arrays are only read.
+"""
+
+from __future__ import annotations
+
+import weakref
+from collections import OrderedDict
+from functools import lru_cache
+
+import numpy as np
+
+from ...shared.stream.records import Targets
+
+SEGMENT_POINTS = 1000
+OBB_POINTS = 100
+MIN_VERTICES = 3  # fewer vertices count as no polygon (``labels.py``), and are not resampled
+CACHE_BYTES = 64 << 20  # per source and process: coco128's segment polygons take ~8 MB
+
+
+def points_for(task: str) -> int:
+    """Points each polygon of ``task`` is resampled to before the route; 0: no resampling."""
+    return SEGMENT_POINTS if task == "segment" else OBB_POINTS if task == "obb" else 0
+
+
+@lru_cache(maxsize=4096)
+def _positions(closed: int, count: int) -> tuple[np.ndarray, np.ndarray]:
+    """(int64 segment index k, float64 fraction t) of each output point along a closed outline
+    of ``closed`` vertices (first == last): the point is ``v[k] + (v[k + 1] - v[k]) * t``."""
+    last = closed - 1
+    if closed < count:
+        even = np.linspace(0.0, last, count - closed)
+        vertices = np.arange(closed, dtype=np.float64)
+        # each original vertex goes before the first even position not below it
+        x = np.insert(even, np.searchsorted(even, vertices), vertices)
+    else:
+        x = np.linspace(0.0, last, count)
+    k = np.minimum(np.floor(x).astype(np.int64), last - 1)
+    t = x - k
+    k.flags.writeable = False
+    t.flags.writeable = False
+    return k, t
+
+
+def record_count(polygons: tuple[np.ndarray, ...] | list[np.ndarray], points: int) -> int:
+    """The resample count of one record: ``points``, or its longest polygon's length + 1 when longer."""
+    longest = max((len(p) for p in polygons), default=0)
+    return longest + 1 if points < longest else points
+
+
+def resample_polygons(polygons: tuple[np.ndarray, ...] | list[np.ndarray], points: int) -> list[np.ndarray]:
+    """The record's polygons (float32 (k, 2)) resampled for a task of ``points`` points (see the module
+    docstring); polygons with fewer than 3 vertices are returned unchanged. New arrays; the inputs are read."""
+    if points <= 0 or not polygons:
+        return list(polygons)
+    count = record_count(polygons, points)
+    out = list(polygons)
+    todo = [i for i, p in enumerate(polygons) if len(p) >= MIN_VERTICES and len(p) != count]
+    if not todo:
+        return out
+    closed = [np.concatenate([polygons[i], polygons[i][:1]]).astype(np.float64) for i in todo]
+    lengths = [len(c) for c in closed]
+    starts = np.cumsum([0] + lengths[:-1])
+    ks, ts = zip(*(_positions(m, count) for m in lengths))
+    k = np.concatenate([kk + s for kk, s in zip(ks, starts)])
+    t = np.concatenate(ts)[:, None]
+    v = np.concatenate(closed).reshape(-1, 2)
+    res = ((v[k + 1] - v[k]) * t + v[k]).astype(np.float32)
+    for j, i in enumerate(todo):
+        out[i] = res[j * count : (j + 1) * count]
+    return out
+
+
+class _Recent:
+    """Resampled targets of recently used records of one source, least recently used dropped first."""
+
+    def __init__(self) -> None:
+        self.entries: OrderedDict[int, tuple[Targets, int]] = OrderedDict()
+        self.nbytes = 0
+
+    def get(self, index: int) -> Targets | None:
+        hit = self.entries.get(index)
+        if hit is None:
+            return None
+        self.entries.move_to_end(index)
+        return hit[0]
+
+    def put(self, index: int, targets: Targets) -> None:
+        size = sum(p.nbytes for p in targets.polygons)
+        if size > CACHE_BYTES:
+            return
+        self.entries[index] = (targets, size)
+        self.nbytes += size
+        while self.nbytes > CACHE_BYTES:
+            _, (_, dropped) = self.entries.popitem(last=False)
+            self.nbytes -= dropped
+
+
+_caches: weakref.WeakKeyDictionary[object, dict[int, _Recent]] = weakref.WeakKeyDictionary()
+
+
+def resampled_targets(source, index: int, points: int) -> Targets:
+    """``source.targets(index)`` with its polygons resampled for a task of ``points`` points (0: the
+    targets themselves), from this process's cache when the record was resampled recently."""
+    targets = source.targets(index)
+    if points <= 0:
+        return targets
+    try:
+        per_source = _caches.setdefault(source, {})
+    except TypeError:  # a source that cannot be weakly referenced: no cache
+        per_source = None
+    recent = None if per_source is None else per_source.setdefault(points, _Recent())
+    hit = None if recent is None else recent.get(index)
+    if hit is not None:
+        return hit
+    polys = resample_polygons(targets.polygons, points) if len(targets.polygons) == len(targets.classes) else []
+    for p in polys:
+        p.flags.writeable = False  # shared by every later use of the record in this process
+    out = Targets(targets.classes, targets.boxes, tuple(polys) if polys else targets.polygons, targets.keypoints)
+    if recent is not None:
+        recent.put(index, out)
+    return out
