@@ -1,5 +1,8 @@
 """The training loader Ultralytics' trainer iterates: a pixpool ``attach()`` stream in its shape.
 
+The batches are those of the task the daemon serves (``task``, ``kpt_shape`` from the
+stream): boxes, and masks, keypoints or angles (``batches.py``).
+
 Runs in the trainer process (each DDP rank its own); imports neither Ultralytics nor the
 producer. ``BaseTrainer`` reads these attributes of its ``train_loader``: ``len()``,
 iteration (batch dicts, ``batches.py``), ``batch_size``, ``drop_last``, ``num_workers``,
@@ -90,6 +93,10 @@ class TrainLoader:
         self.sampler = _Sampler(self)
         self.dataset = _Dataset(self, labels_source)
         self._shapes = ShapeCache()
+        # What the daemon serves (the ``attached`` reply); a client from before the tasks
+        # carried no task and served detect only.
+        self.task = getattr(stream, "task", "detect")
+        self.kpt_shape = getattr(stream, "kpt_shape", None)
 
     @property
     def names(self) -> list[str]:
@@ -105,7 +112,15 @@ class TrainLoader:
         imgsz = self.stream.settings.augment.imgsz
         for batch in self.stream:
             yield to_ultralytics(
-                batch.images, batch.targets, batch.files, imgsz=imgsz, shapes=self._shapes, single_cls=self.single_cls
+                batch.images,
+                batch.targets,
+                batch.files,
+                imgsz=imgsz,
+                shapes=self._shapes,
+                single_cls=self.single_cls,
+                task=self.task,
+                kpt_shape=self.kpt_shape,
+                masks=getattr(batch, "masks", None),
             )
 
     def reset(self) -> None:

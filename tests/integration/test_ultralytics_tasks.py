@@ -1,0 +1,313 @@
+"""Ultralytics' segment, pose and obb trainers on pixpool's stream.
+
+Skipped where Ultralytics is not importable (the normal suite's venv); CI runs this file in
+its Ultralytics venv (``-m ultralytics``). Offline as in ``test_ultralytics.py``: from-scratch
+model yamls, ``plots=False``, CPU.
+
+- the batch dict of each task against Ultralytics' own ``Format`` + ``collate_fn`` on the
+  same instances (keys, dtypes, shapes, values);
+- ``pixpool yolo train`` for one epoch at 320 per task (the issue's "done means"): segment
+  ``yolo11n-seg.yaml`` on coco128's real segment labels, pose and obb on ``pixpool synth
+  --task pose|obb``; Ultralytics' own validator reports the task's metrics;
+- a trainer refuses a daemon serving another task, naming both;
+- settings pixpool still cannot serve are refused by name before anything starts.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+pytest.importorskip(
+    "ultralytics",
+    reason="Ultralytics is not installed here (pip install 'pixpool[ultralytics]'); CI runs these in its own venv",
+)
+
+import psutil
+import torch
+
+from helpers.daemon import real_daemon
+from pixpool.integrations.ultralytics.batches import to_ultralytics
+from pixpool.shared.errors import ConfigError
+from pixpool.shared.transport.names import list_segments
+
+pytestmark = pytest.mark.ultralytics
+
+S = 64  # the hand-made batches' image side
+MASK_RATIO = 4
+
+
+@pytest.fixture
+def offline(tmp_path, monkeypatch):
+    env = {"YOLO_OFFLINE": "1", "YOLO_CONFIG_DIR": str(tmp_path / "ultralytics-config")}
+    for k, v in env.items():
+        monkeypatch.setenv(k, v)
+    return env
+
+
+# -- the batch dict against Ultralytics' Format + collate_fn ---------------------------------
+
+
+def _rect(x0, y0, x1, y1) -> list[list[float]]:
+    """A rectangle's 4 corners, normalised by S (counter-clockwise from top left)."""
+    return [[x0 / S, y0 / S], [x1 / S, y0 / S], [x1 / S, y1 / S], [x0 / S, y1 / S]]
+
+
+# Per image: (class, polygon corners in pixels). Image 0 has overlapping instances of
+# different areas (the overlap plane numbers them by descending area), image 2 none.
+IMAGES = [
+    [(3, (4, 4, 40, 30)), (7, (10, 10, 20, 20)), (1, (30, 36, 60, 62))],
+    [(5, (8, 16, 56, 48))],
+    [],
+]
+
+
+def _ultralytics_batch(task: str) -> dict:
+    """Ultralytics' ``Format`` per image, then ``YOLODataset.collate_fn``, for ``IMAGES``."""
+    from ultralytics.data.augment import Format
+    from ultralytics.data.dataset import YOLODataset
+    from ultralytics.utils.instance import Instances
+
+    samples = []
+    for i, objects in enumerate(IMAGES):
+        segments = np.array([_rect(*box) for _, box in objects], dtype=np.float32).reshape(-1, 4, 2)
+        xy = segments.reshape(-1, 4, 2)
+        boxes = np.concatenate([xy.min(1), xy.max(1)], axis=1) if len(xy) else np.zeros((0, 4), np.float32)
+        keypoints = None
+        if task == "pose":  # 2 points per instance: the box's top-left corner (visible) and centre (hidden)
+            centre = (boxes[:, :2] + boxes[:, 2:]) / 2
+            keypoints = np.stack(
+                [np.c_[boxes[:, :2], np.full(len(boxes), 2.0)], np.c_[centre, np.zeros(len(boxes))]], axis=1
+            ).astype(np.float32)
+        instances = Instances(boxes, segments=segments, keypoints=keypoints, bbox_format="xyxy", normalized=True)
+        labels = {
+            "img": np.full((S, S, 3), 10 * i, dtype=np.uint8),
+            "cls": np.array([[c] for c, _ in objects], dtype=np.float32).reshape(-1, 1),
+            "instances": instances,
+            "im_file": f"/d/{i}.jpg",
+            "ori_shape": (S, S),
+            "resized_shape": (S, S),
+            "ratio_pad": (1.0, 1.0),
+        }
+        fmt = Format(
+            bbox_format="xywh",
+            normalize=True,
+            return_mask=task == "segment",
+            return_keypoint=task == "pose",
+            return_obb=task == "obb",
+            mask_ratio=MASK_RATIO,
+            mask_overlap=True,
+            batch_idx=True,
+        )
+        samples.append(fmt(labels))
+    return YOLODataset.collate_fn(samples)
+
+
+def _pixpool_batch(theirs: dict, task: str, kpt_shape=None) -> dict:
+    """What pixpool's stream gives for the same instances (rows in the same order, the ring's
+    uint8 mask planes), through ``to_ultralytics``."""
+    columns = [theirs["batch_idx"][:, None], theirs["cls"], theirs["bboxes"]]
+    if task == "pose":
+        columns.append(theirs["keypoints"].reshape(len(theirs["cls"]), -1))
+    targets = torch.cat(columns, 1).float()
+    masks = theirs["masks"].to(torch.uint8) if task == "segment" else None
+    return to_ultralytics(
+        theirs["img"],
+        targets,
+        list(theirs["im_file"]),
+        imgsz=S,
+        shapes=lambda f: (S, S),
+        task=task,
+        kpt_shape=kpt_shape,
+        masks=masks,
+    )
+
+
+@pytest.mark.parametrize("task", ["detect", "segment", "pose", "obb"])
+def test_batch_dict_is_ultralytics_format_and_collate(task):
+    theirs = _ultralytics_batch(task)
+    mine = _pixpool_batch(theirs, task, kpt_shape=(2, 3) if task == "pose" else None)
+    assert sorted(mine) == sorted(theirs)
+    for key, value in theirs.items():
+        if isinstance(value, torch.Tensor):
+            assert (mine[key].dtype, tuple(mine[key].shape)) == (value.dtype, tuple(value.shape)), key
+            torch.testing.assert_close(mine[key], value, rtol=0, atol=0, msg=key)
+    if task == "segment":
+        # One plane per image at S / mask_ratio; image 2 has no instance, so Ultralytics'
+        # batch is float32 and so is ours.
+        assert theirs["masks"].shape == (3, S // MASK_RATIO, S // MASK_RATIO)
+        assert mine["masks"].dtype == torch.float32
+        assert sorted(torch.unique(mine["masks"][0]).tolist()) == [0, 1, 2, 3]
+    if task == "obb":
+        assert mine["bboxes"].shape == (4, 5)
+
+
+def test_segment_batch_without_an_empty_image_stays_uint8():
+    theirs = _ultralytics_batch("segment")
+    keep = theirs["batch_idx"] < 2
+    two = {k: v for k, v in theirs.items()}
+    two.update(
+        {
+            "masks": theirs["masks"][:2].to(torch.uint8),
+            "sem_masks": theirs["sem_masks"][:2],
+            "img": theirs["img"][:2],
+            "im_file": theirs["im_file"][:2],
+            "batch_idx": theirs["batch_idx"][keep],
+            "cls": theirs["cls"][keep],
+            "bboxes": theirs["bboxes"][keep],
+        }
+    )
+    mine = _pixpool_batch(two, "segment")
+    assert mine["masks"].dtype == torch.uint8  # Ultralytics' polygons2masks_overlap dtype for <= 255 instances
+    torch.testing.assert_close(mine["sem_masks"], two["sem_masks"], rtol=0, atol=0)
+
+
+# -- pixpool yolo train, one epoch at 320 per task -----------------------------------------
+
+COCO128 = Path(__file__).resolve().parents[2] / ".." / "shared" / "data" / "coco128"
+
+
+def _coco128_segment(root: Path) -> Path:
+    """coco128's images with its real segment labels (``labels-seg``) in the YOLO layout both
+    loaders read (images/ -> labels/), and a data.yaml with the 80 COCO names."""
+    if not (COCO128 / "labels-seg").is_dir():
+        pytest.skip(f"coco128 with labels-seg is not at {COCO128}")
+    shutil.copytree(COCO128 / "images" / "train2017", root / "images" / "train2017")
+    shutil.copytree(COCO128 / "labels-seg" / "train2017", root / "labels" / "train2017")
+    categories = json.loads((COCO128 / "annotations" / "instances_train2017.json").read_text())["categories"]
+    names = [c["name"] for c in sorted(categories, key=lambda c: c["id"])]
+    lines = ["train: images/train2017", "val: images/train2017", "names:"]
+    lines += [f"  {i}: {json.dumps(n)}" for i, n in enumerate(names)]
+    (root / "data.yaml").write_text("\n".join(lines) + "\n")
+    return root / "data.yaml"
+
+
+def _synth(root: Path, task: str) -> Path:
+    """``pixpool synth OUT --task TASK``: the synthetic set of ``task`` and its data.yaml."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "pixpool.shared.cli", "synth", str(root), "--task", task],
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return root / "data.yaml"
+
+
+# task -> (model yaml, the loss columns of results.csv, the validator's metric columns)
+TASK_RUNS = {
+    "segment": (
+        "yolo11n-seg.yaml",
+        ("train/box_loss", "train/seg_loss", "train/cls_loss"),
+        ("metrics/mAP50(M)", "metrics/mAP50-95(M)", "metrics/mAP50(B)"),
+    ),
+    "pose": (
+        "yolo11n-pose.yaml",
+        ("train/box_loss", "train/pose_loss", "train/cls_loss"),
+        ("metrics/mAP50(P)", "metrics/mAP50-95(P)", "metrics/mAP50(B)"),
+    ),
+    "obb": ("yolo11n-obb.yaml", ("train/box_loss", "train/cls_loss"), ("metrics/mAP50(B)", "metrics/mAP50-95(B)")),
+}
+
+
+@pytest.mark.parametrize("task", sorted(TASK_RUNS))
+def test_yolo_train_one_epoch_at_320_per_task(task, tmp_path, offline):
+    model, losses, metrics = TASK_RUNS[task]
+    data = _coco128_segment(tmp_path / "ds") if task == "segment" else _synth(tmp_path / "ds", task)
+    project = tmp_path / "runs"
+    cmd = [
+        sys.executable,
+        "-m",
+        "pixpool.shared.cli",
+        "yolo",
+        "train",
+        f"data={data}",
+        f"model={model}",
+        "epochs=1",
+        "imgsz=320",
+        "batch=16",
+        "workers=2",
+        "device=cpu",
+        f"project={project}",
+        "name=run",
+        "exist_ok=True",
+    ]
+    proc = subprocess.run(cmd, check=False, env={**os.environ, **offline}, capture_output=True, text=True, timeout=560)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    assert "pixpool yolo train: done" in proc.stdout
+    assert f"starting a daemon (2 workers, imgsz 320, task {task})" in proc.stderr
+    with open(project / "run" / "results.csv") as f:
+        rows = [{k.strip(): float(v) for k, v in row.items()} for row in csv.DictReader(f)]
+    assert [int(r["epoch"]) for r in rows] == [1]
+    for key in losses:
+        assert math.isfinite(rows[0][key]) and rows[0][key] > 0, (key, rows[0])
+    for key in metrics:
+        assert 0.0 <= rows[0][key] <= 1.0, (key, rows[0])  # Ultralytics' own validator ran
+    assert (project / "run" / "weights" / "best.pt").is_file()
+    daemon_pid = int(re.search(r"daemon (\d+) stopped", proc.stderr).group(1))
+    snapshot = re.search(r"snapshot (\S+) removed", proc.stderr).group(1)
+    ring = re.search(r"ring (\S+) removed", proc.stderr).group(1)
+    assert not psutil.pid_exists(daemon_pid)
+    assert [seg for seg in list_segments() if seg.startswith(snapshot) or seg == ring] == []
+
+
+# -- refusals ---------------------------------------------------------------------------------
+
+
+def test_a_segment_trainer_refuses_a_daemon_serving_detect(synthetic_copy, tmp_path, offline, monkeypatch):
+    from pixpool.integrations.ultralytics.trainer import PixpoolSegmentationTrainer
+
+    args = {
+        "data": str(synthetic_copy / "data.yaml"),
+        "model": "yolo11n-seg.yaml",
+        "imgsz": 160,
+        "batch": 8,
+        "epochs": 1,
+        "device": "cpu",
+        "plots": False,
+        "project": str(tmp_path / "runs"),
+        "name": "t",
+        "exist_ok": True,
+    }
+    with real_daemon(synthetic_copy / "data.yaml", imgsz=160, workers=1) as (_, sdir):
+        monkeypatch.setenv("PIXPOOL_SOCKET_DIR", sdir)
+        trainer = PixpoolSegmentationTrainer(overrides=args)
+        assert trainer.args.task == "segment"
+        with pytest.raises(ConfigError) as info:
+            trainer.get_dataloader(trainer.data["train"], batch_size=8, rank=-1, mode="train")
+    text = str(info.value)
+    assert "serves the 'detect' task but the model trains 'segment'" in text and "--task segment" in text
+
+
+@pytest.mark.parametrize(
+    "pairs, said",
+    [
+        (["model=yolo11n-cls.yaml"], "task='classify' is not supported with pixpool"),
+        (["model=yolo11n-seg.yaml", "overlap_mask=False"], "overlap_mask=False is not supported with pixpool"),
+        (["model=yolo11n.yaml", "task=segment"], "task=segment but model=yolo11n.yaml is a detect model"),
+        (["model=yolo11n-pose.yaml", "task=obb"], "task=obb but model=yolo11n-pose.yaml is a pose model"),
+    ],
+    ids=["classify", "overlap-mask-false", "detect-model-segment-task", "pose-model-obb-task"],
+)
+def test_yolo_train_refuses_what_the_ring_cannot_carry(synthetic_copy, tmp_path, offline, capsys, pairs, said):
+    from pixpool.shared.cli import main
+
+    base = {"data": str(synthetic_copy / "data.yaml"), "epochs": "1", "imgsz": "160", "project": str(tmp_path / "runs")}
+    base.update(p.split("=", 1) for p in pairs)
+    assert main(["yolo", "train", *[f"{k}={v}" for k, v in base.items()]]) == 1
+    err = capsys.readouterr().err
+    lines = [line for line in err.splitlines() if "error:" in line]
+    assert len(lines) == 1 and lines[0].startswith("pixpool yolo: error: ") and said in lines[0], err[-2000:]
+    children = [p for p in psutil.Process().children() if not any("resource_tracker" in part for part in p.cmdline())]
+    assert "starting a daemon" not in err and not children
