@@ -172,6 +172,129 @@ def test_segment_batch_without_an_empty_image_stays_uint8():
     torch.testing.assert_close(mine["sem_masks"], two["sem_masks"], rtol=0, atol=0)
 
 
+# -- each trainer through Ultralytics' loss and validator, on a stand-in stream ----------------
+
+# A tiny set per task: 8 images of 96 px, one or two filled rectangles each (two classes).
+KPT_SHAPE, FLIP_IDX = [2, 3], [1, 0]
+
+
+def _write_task_set(root: Path, task: str) -> Path:
+    """A YOLO set of ``task`` in Ultralytics' label formats, and its data.yaml."""
+    import cv2
+
+    rng = np.random.default_rng(1)
+    (root / "images" / "train").mkdir(parents=True)
+    (root / "labels" / "train").mkdir(parents=True)
+    side = 96
+    for i in range(8):
+        img = np.full((side, side, 3), 40, dtype=np.uint8)
+        lines = []
+        for k in range(1 + i % 2):
+            cls = (i + k) % 2
+            cx, cy = rng.uniform(28, 68, size=2)
+            w, h = rng.uniform(16, 40, size=2)
+            angle = rng.uniform(-0.6, 0.6) if task == "obb" else 0.0
+            c, s_ = math.cos(angle), math.sin(angle)
+            corners = np.array([[-w / 2, -h / 2], [w / 2, -h / 2], [w / 2, h / 2], [-w / 2, h / 2]])
+            corners = corners @ np.array([[c, s_], [-s_, c]]) + [cx, cy]
+            cv2.fillPoly(img, [corners.round().astype(np.int32)], (200, 80 + 120 * cls, 60))
+            norm = (corners / side).clip(0, 1)
+            if task == "pose":
+                x0, y0 = norm.min(0)
+                x1, y1 = norm.max(0)
+                kpts = [x0, y0, 2, x1, y1, 1]  # top-left visible, bottom-right occluded
+                values = [(x0 + x1) / 2, (y0 + y1) / 2, x1 - x0, y1 - y0, *kpts]
+            else:
+                values = norm.reshape(-1).tolist()
+            lines.append(f"{cls} " + " ".join(f"{v:.6f}" for v in values))
+        cv2.imwrite(str(root / "images" / "train" / f"im{i}.jpg"), img)
+        (root / "labels" / "train" / f"im{i}.txt").write_text("\n".join(lines) + "\n")
+    spec = ["train: images/train", "val: images/train", "names:", "  0: red", "  1: yellow"]
+    if task == "pose":
+        spec += [f"kpt_shape: {KPT_SHAPE}", f"flip_idx: {FLIP_IDX}"]
+    (root / "data.yaml").write_text("\n".join(spec) + "\n")
+    return root / "data.yaml"
+
+
+def _stand_in_stream(task: str, trainer_args, data: dict):
+    """A class in the place of ``pixpool.client.loader.Loader``: the stream of a daemon serving
+    ``task``, its batches those of Ultralytics' own training loader in pixpool's form (target
+    rows of ``tasks.target_width`` columns, uint8 mask planes)."""
+    from types import SimpleNamespace
+
+    from ultralytics.data import build_dataloader, build_yolo_dataset
+
+    from pixpool.shared.stream.sampler import num_batches
+
+    class Stream:
+        def __init__(self, settings, **_options):
+            self.settings = settings
+            self.epoch = 0
+            self.task = task
+            self.kpt_shape = tuple(KPT_SHAPE) if task == "pose" else None
+            self.flip_idx = tuple(FLIP_IDX) if task == "pose" else None
+            self.names = [data["names"][i] for i in range(len(data["names"]))]
+            self.dataset = build_yolo_dataset(trainer_args, data["train"], settings.batch_size, data, mode="train")
+            self.client = SimpleNamespace(num_records=len(self.dataset))
+            self.closed = False
+
+        def set_epoch(self, epoch):
+            self.epoch = epoch
+
+        def __len__(self):
+            return num_batches(self.client.num_records, self.settings, self.epoch)
+
+        def __iter__(self):
+            loader = build_dataloader(self.dataset, self.settings.batch_size, 0, shuffle=True, rank=-1)
+            for b in loader:
+                columns = [b["batch_idx"][:, None], b["cls"], b["bboxes"]]
+                if task == "pose":
+                    columns.append(b["keypoints"].reshape(len(b["cls"]), -1))
+                masks = b["masks"].to(torch.uint8) if task == "segment" else None
+                yield SimpleNamespace(
+                    images=b["img"], targets=torch.cat(columns, 1).float(), files=list(b["im_file"]), masks=masks
+                )
+
+        def close(self):
+            self.closed = True
+
+    return Stream
+
+
+@pytest.mark.parametrize("task", ["segment", "pose", "obb"])
+def test_each_trainer_trains_and_validates_on_a_stream_of_its_task(task, tmp_path, offline, monkeypatch):
+    from pixpool.integrations.ultralytics import trainer as trainer_module
+
+    data_yaml = _write_task_set(tmp_path / "ds", task)
+    args = {
+        "data": str(data_yaml),
+        "model": {"segment": "yolo11n-seg.yaml", "pose": "yolo11n-pose.yaml", "obb": "yolo11n-obb.yaml"}[task],
+        "imgsz": 64,
+        "batch": 4,
+        "epochs": 1,
+        "workers": 0,
+        "device": "cpu",
+        "plots": False,
+        "project": str(tmp_path / "runs"),
+        "name": "t",
+        "exist_ok": True,
+    }
+    trainer = trainer_module.TRAINERS[task](overrides=args)
+    assert trainer.args.task == task
+    # A daemon answers (no child is started) and the stream is the stand-in.
+    monkeypatch.setattr(trainer_module, "daemon_answers", lambda socket_dir: {"workers": [{}]})
+    monkeypatch.setattr(trainer_module, "Loader", _stand_in_stream(task, trainer.args, trainer.data))
+    trainer.train()
+    with open(trainer.save_dir / "results.csv") as f:
+        rows = [{k.strip(): float(v) for k, v in row.items()} for row in csv.DictReader(f)]
+    assert len(rows) == 1
+    losses = {"segment": "train/seg_loss", "pose": "train/pose_loss", "obb": "train/box_loss"}[task]
+    assert math.isfinite(rows[0][losses]) and rows[0][losses] > 0, rows[0]
+    metric = {"segment": "metrics/mAP50(M)", "pose": "metrics/mAP50(P)", "obb": "metrics/mAP50(B)"}[task]
+    assert 0.0 <= rows[0][metric] <= 1.0, rows[0]  # the task's own validator ran
+    assert trainer.train_loader.stream.closed
+
+
 # -- pixpool yolo train, one epoch at 320 per task -----------------------------------------
 
 COCO128 = Path(__file__).resolve().parents[2] / ".." / "shared" / "data" / "coco128"
