@@ -297,17 +297,13 @@ def test_each_trainer_trains_and_validates_on_a_stream_of_its_task(task, tmp_pat
 
 # -- pixpool yolo train, one epoch at 320 per task -----------------------------------------
 
-COCO128 = Path(__file__).resolve().parents[2] / ".." / "shared" / "data" / "coco128"
 
-
-def _coco128_segment(root: Path) -> Path:
+def _coco128_segment(coco128: Path, root: Path) -> Path:
     """coco128's images with its real segment labels (``labels-seg``) in the YOLO layout both
     loaders read (images/ -> labels/), and a data.yaml with the 80 COCO names."""
-    if not (COCO128 / "labels-seg").is_dir():
-        pytest.skip(f"coco128 with labels-seg is not at {COCO128}")
-    shutil.copytree(COCO128 / "images" / "train2017", root / "images" / "train2017")
-    shutil.copytree(COCO128 / "labels-seg" / "train2017", root / "labels" / "train2017")
-    categories = json.loads((COCO128 / "annotations" / "instances_train2017.json").read_text())["categories"]
+    shutil.copytree(coco128 / "images" / "train2017", root / "images" / "train2017")
+    shutil.copytree(coco128 / "labels-seg" / "train2017", root / "labels" / "train2017")
+    categories = json.loads((coco128 / "annotations" / "instances_train2017.json").read_text())["categories"]
     names = [c["name"] for c in sorted(categories, key=lambda c: c["id"])]
     lines = ["train: images/train2017", "val: images/train2017", "names:"]
     lines += [f"  {i}: {json.dumps(n)}" for i, n in enumerate(names)]
@@ -345,9 +341,12 @@ TASK_RUNS = {
 
 
 @pytest.mark.parametrize("task", sorted(TASK_RUNS))
-def test_yolo_train_one_epoch_at_320_per_task(task, tmp_path, offline):
+def test_yolo_train_one_epoch_at_320_per_task(task, tmp_path, offline, request):
     model, losses, metrics = TASK_RUNS[task]
-    data = _coco128_segment(tmp_path / "ds") if task == "segment" else _synth(tmp_path / "ds", task)
+    if task == "segment":  # the coco128 fixture skips where ../shared/data is absent (a fresh clone)
+        data = _coco128_segment(request.getfixturevalue("coco128"), tmp_path / "ds")
+    else:
+        data = _synth(tmp_path / "ds", task)
     project = tmp_path / "runs"
     cmd = [
         sys.executable,
