@@ -16,6 +16,7 @@ model yamls, ``plots=False``, CPU.
 from __future__ import annotations
 
 import csv
+import dataclasses
 import json
 import math
 import os
@@ -293,6 +294,125 @@ def test_each_trainer_trains_and_validates_on_a_stream_of_its_task(task, tmp_pat
     metric = {"segment": "metrics/mAP50(M)", "pose": "metrics/mAP50(P)", "obb": "metrics/mAP50(B)"}[task]
     assert 0.0 <= rows[0][metric] <= 1.0, rows[0]  # the task's own validator ran
     assert trainer.train_loader.stream.closed
+
+
+# -- the stream's batches against Ultralytics' own loader, random steps off -------------------
+
+# The route with every random step off: both loaders then letterbox each image, centred.
+PLAIN = {
+    k: 0.0
+    for k in (
+        "mosaic",
+        "degrees",
+        "translate",
+        "scale",
+        "shear",
+        "perspective",
+        "flipud",
+        "fliplr",
+        "hsv_h",
+        "hsv_s",
+        "hsv_v",
+        "mixup",
+        "cutmix",
+        "copy_paste",
+    )
+}
+
+
+def _ultralytics_loader_batch(data_yaml: Path, task: str, imgsz: int, batch: int) -> dict:
+    from ultralytics.cfg import get_cfg
+    from ultralytics.data import build_dataloader, build_yolo_dataset
+    from ultralytics.data.utils import check_det_dataset
+
+    cfg = get_cfg(
+        overrides={"data": str(data_yaml), "task": task, "imgsz": imgsz, "batch": batch, "workers": 0, **PLAIN}
+    )
+    data = check_det_dataset(cfg.data)
+    dataset = build_yolo_dataset(cfg, data["train"], batch, data, mode="train", stride=32)
+    return next(iter(build_dataloader(dataset, batch, 0, shuffle=False, rank=-1)))
+
+
+def _corners(xywhr: torch.Tensor) -> np.ndarray:
+    """(n, 4, 2) corners of normalised xywhr boxes, each box's corners in a fixed order (sorted),
+    so that two descriptions of one rectangle (w, h swapped with the angle moved by pi/2) agree."""
+    from ultralytics.utils.ops import xywhr2xyxyxyxy
+
+    pts = xywhr2xyxyxyxy(xywhr.double()).numpy()
+    return np.stack([p[np.lexsort((p[:, 1], p[:, 0]))] for p in pts]) if len(pts) else pts.reshape(0, 4, 2)
+
+
+@pytest.mark.parametrize("task", ["segment", "pose", "obb"])
+def test_stream_batches_agree_with_ultralytics_loader(task, tmp_path, offline):
+    from ultralytics.data.utils import check_det_dataset
+
+    from pixpool.client.loader import Loader
+    from pixpool.integrations.ultralytics import hyp
+    from pixpool.integrations.ultralytics.loader import TrainLoader
+
+    imgsz, batch = 320, 8
+    data_yaml = _synth(tmp_path / "ds", task)
+    theirs = _ultralytics_loader_batch(data_yaml, task, imgsz, batch)
+    args = {**PLAIN, "task": task, "imgsz": imgsz, "batch": batch}
+    settings = hyp.stream_settings(args, data=check_det_dataset(str(data_yaml)))
+    settings = dataclasses.replace(settings, shuffle=False)
+    with real_daemon(data_yaml, imgsz=imgsz, workers=1, task=task) as (_, sdir):
+        loader = TrainLoader(Loader(settings, socket_dir=sdir))
+        try:
+            assert loader.task == task
+            mine = next(iter(loader))
+            mine = {k: v.clone() if hasattr(v, "clone") else v for k, v in mine.items()}
+        finally:
+            loader.close()
+    assert sorted(mine) == sorted(theirs)
+    for key, value in theirs.items():
+        if isinstance(value, torch.Tensor):  # masks too: float32 where an image of the batch is empty, on both sides
+            assert (mine[key].dtype, tuple(mine[key].shape)) == (value.dtype, tuple(value.shape)), key
+    assert mine["im_file"] == theirs["im_file"]
+    np.testing.assert_array_equal(mine["batch_idx"].numpy(), theirs["batch_idx"].numpy())
+    # The two letterbox with different rounding of the offset: positions within 1.5 pixels.
+    pixel = 1.5 / imgsz
+    if task == "segment":
+        _masks_agree(mine, theirs, batch, pixel)
+        return
+    np.testing.assert_array_equal(mine["cls"].numpy(), theirs["cls"].numpy())
+    if task == "obb":
+        np.testing.assert_allclose(_corners(mine["bboxes"]), _corners(theirs["bboxes"]), atol=pixel)
+    else:
+        np.testing.assert_allclose(mine["bboxes"].numpy(), theirs["bboxes"].numpy(), atol=pixel)
+    if task == "pose":
+        np.testing.assert_array_equal(mine["keypoints"][..., 2].numpy(), theirs["keypoints"][..., 2].numpy())
+        seen = mine["keypoints"][..., 2] > 0
+        np.testing.assert_allclose(
+            mine["keypoints"][..., :2][seen].numpy(), theirs["keypoints"][..., :2][seen].numpy(), atol=pixel
+        )
+
+
+def _masks_agree(mine: dict, theirs: dict, batch: int, pixel: float) -> None:
+    """Per image: the same instances (class, box within ``pixel``), each instance's mask pixels
+    (its number in the plane is its row's position) mostly the same, the classes at the pixels
+    both planes give one instance the same. Rows of nearly equal mask area may be numbered in
+    either order (each side measures the area on its own rendering), so rows are matched by box."""
+    side = theirs["masks"].shape[-1]
+    assert mine["masks"].shape == theirs["masks"].shape == (batch, side, side)
+    for i in range(batch):
+        rows_m = torch.nonzero(mine["batch_idx"] == i)[:, 0]
+        rows_t = torch.nonzero(theirs["batch_idx"] == i)[:, 0]
+        plane_m, plane_t = mine["masks"][i].long(), theirs["masks"][i].long()
+        assert int(plane_m.max()) == int(plane_t.max()) == len(rows_t), i
+        for k_t, r_t in enumerate(rows_t.tolist()):
+            dist = (mine["bboxes"][rows_m] - theirs["bboxes"][r_t]).abs().max(dim=1).values
+            k_m = int(dist.argmin())
+            r_m = int(rows_m[k_m])
+            assert float(dist[k_m]) <= pixel and float(mine["cls"][r_m]) == float(theirs["cls"][r_t]), (i, k_t)
+            ours, ref = plane_m == k_m + 1, plane_t == k_t + 1
+            inter, union = int((ours & ref).sum()), int((ours | ref).sum())
+            assert union == 0 or inter / union > 0.6, (i, k_t, inter, union)
+        covered = (plane_m > 0) & (plane_t > 0)
+        either = int(((plane_m > 0) | (plane_t > 0)).sum())
+        assert either == 0 or int(covered.sum()) / either > 0.85, i
+        both = covered & (mine["sem_masks"][i] == theirs["sem_masks"][i])
+        assert int(both.sum()) >= 0.8 * int(covered.sum()), i  # the same class under most covered pixels
 
 
 # -- pixpool yolo train, one epoch at 320 per task -----------------------------------------
