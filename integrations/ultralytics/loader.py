@@ -13,7 +13,7 @@ Epochs: the trainer's ``on_train_epoch_start`` callback pins the epoch with ``se
 (``trainer.py``), so a repeated epoch (Ultralytics' OOM or NaN recovery) replays the same
 batches instead of moving on. ``close_mosaic`` needs nothing at run time: the stream was
 attached with ``epochs`` and ``close_mosaic``, and the daemon renders the closed epochs
-without mosaic, copy-paste and mixup, on the epoch Ultralytics closes its own
+without mosaic, copy-paste, mixup and cutmix, on the epoch Ultralytics closes its own
 (``epoch >= epochs - close_mosaic``, the same rule).
 """
 
@@ -67,7 +67,7 @@ class _Dataset:
     def close_mosaic(self, hyp: Any = None) -> None:
         cfg = self._owner.stream.settings.augment
         log.info(
-            "pixpool: epoch %d renders without mosaic, copy-paste and mixup (close_mosaic=%d of epochs=%d, set when the stream attached)",
+            "pixpool: epoch %d renders without mosaic, copy-paste, mixup and cutmix (close_mosaic=%d of epochs=%d, set when the stream attached)",
             self._owner.stream.epoch,
             cfg.close_mosaic,
             cfg.epochs,
