@@ -1,4 +1,8 @@
-"""Train Ultralytics YOLO detectors on a pixpool daemon's stream (``pixpool[ultralytics]``).
+"""Train Ultralytics YOLO models on a pixpool daemon's stream (``pixpool[ultralytics]``).
+
+Detect, segment, pose and obb, each with Ultralytics' own trainer and validator:
+``PixpoolDetectionTrainer``, ``PixpoolSegmentationTrainer``, ``PixpoolPoseTrainer``,
+``PixpoolOBBTrainer`` (the daemon serves the matching ``--task``).
 
 Ultralytics (AGPL-3.0) is imported only by ``trainer``, ``command`` and ``run`` of this
 package, and only when they are used: ``hyp`` (the hyper-parameter mapping) and
@@ -18,7 +22,15 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["PixpoolDetectionTrainer", "require_ultralytics", "train"]
+_TRAINERS = ("PixpoolDetectionTrainer", "PixpoolSegmentationTrainer", "PixpoolPoseTrainer", "PixpoolOBBTrainer")
+__all__ = [
+    "PixpoolDetectionTrainer",
+    "PixpoolOBBTrainer",
+    "PixpoolPoseTrainer",
+    "PixpoolSegmentationTrainer",
+    "require_ultralytics",
+    "train",
+]
 
 
 def require_ultralytics(what: str):
@@ -36,11 +48,11 @@ def require_ultralytics(what: str):
 
 
 def __getattr__(name: str) -> Any:
-    if name == "PixpoolDetectionTrainer":
-        require_ultralytics("pixpool.integrations.ultralytics.PixpoolDetectionTrainer")
-        from .trainer import PixpoolDetectionTrainer
+    if name in _TRAINERS:
+        require_ultralytics(f"pixpool.integrations.ultralytics.{name}")
+        from . import trainer
 
-        return PixpoolDetectionTrainer
+        return getattr(trainer, name)
     if name == "train":
         from .run import train
 

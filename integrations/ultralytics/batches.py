@@ -1,7 +1,7 @@
-"""One pixpool batch -> the dict Ultralytics' detect loss and trainer read.
+"""One pixpool batch -> the dict Ultralytics' loss and trainer read, per task.
 
 Runs in the trainer process; imports torch and Pillow, not Ultralytics. The layout is the
-one Ultralytics' ``YOLODataset.collate_fn`` produces for the detect task:
+one Ultralytics' ``Format`` transform and ``YOLODataset.collate_fn`` produce together:
 
 - ``img``: uint8 (B, 3, S, S) RGB tensor (``DetectionTrainer.preprocess_batch`` moves it to
   the device and divides by 255). From ``PixpoolDetectionTrainer``'s stream
@@ -14,6 +14,22 @@ one Ultralytics' ``YOLODataset.collate_fn`` produces for the detect task:
   files (EXIF orientation applied, as ``cv2.imread`` does); ``resized_shape``: ``(S, S)``
   each; ``ratio_pad``: the long-side resize gains, as Ultralytics' ``load_image`` gives them.
   For a mosaic these describe the sample's own record, as Ultralytics' do for its first tile.
+
+Beside these, per task (the pixpool target row is ``(batch_index, class, cx, cy, w, h)``
+then the task's columns, ``shared/stream/tasks.py``):
+
+- segment: ``masks`` (B, M, M), M = imgsz // mask_ratio: the batch's mask planes (0
+  background, i + 1 instance i of the image in the order of its rows, the rows sorted by
+  descending mask area, as Ultralytics' ``polygons2masks_overlap`` numbers them). uint8, or
+  int32 where the ring holds int32 planes (an image of more than 255 instances); float32
+  when an image of the batch has no instance, because Ultralytics' ``Format`` gives such an
+  image float zeros and ``torch.cat`` promotes the batch. ``sem_masks`` float32 (B, M, M):
+  the class of the instance at each mask pixel, where the mask is 0 the class of the image's
+  last row (Ultralytics indexes ``cls[mask - 1]``; its loss reads only the covered pixels),
+  all 0 for an image without instances.
+- pose: ``keypoints`` float32 (n, K, 3): x, y normalised by the image side, visibility (a
+  (K, 2) dataset's visibility is made by the reader as Ultralytics' label reader makes it).
+- obb: ``bboxes`` float32 (n, 5): normalised cx, cy, w, h and the angle in radians (xywhr).
 """
 
 from __future__ import annotations
@@ -22,6 +38,8 @@ import math
 from typing import Any
 
 from PIL import Image
+
+from ...shared.stream.tasks import BASE_COLUMNS, target_width
 
 _ORIENTATION_TAG = 0x0112
 _TRANSPOSED = {5, 6, 7, 8}  # EXIF orientations that swap height and width
@@ -60,16 +78,33 @@ class ShapeCache:
 
 
 def to_ultralytics(
-    images: Any, targets: Any, files: list[str], *, imgsz: int, shapes: ShapeCache, single_cls: bool = False
+    images: Any,
+    targets: Any,
+    files: list[str],
+    *,
+    imgsz: int,
+    shapes: ShapeCache,
+    single_cls: bool = False,
+    task: str = "detect",
+    kpt_shape: tuple[int, int] | None = None,
+    masks: Any = None,
 ) -> dict[str, Any]:
-    """The Ultralytics batch dict of one pixpool batch (``images`` uint8 (B,3,S,S), ``targets`` (n,6))."""
+    """The Ultralytics batch dict of one pixpool batch of ``task``: ``images`` uint8 (B, 3, S, S),
+    ``targets`` float32 (n, W) with W = ``target_width(task, kpt_shape)``, ``masks`` the batch's
+    mask planes (B, M, M) for segment (None otherwise)."""
+    width = target_width(task, kpt_shape)
+    if targets.ndim != 2 or targets.shape[1] != width:
+        raise ValueError(
+            f"pixpool targets of shape {tuple(targets.shape)} do not fit the {task!r} task's rows of {width} columns; "
+            f"the daemon serves another task or keypoint layout (serve with `pixpool serve --task {task}`)"
+        )
     cls = targets[:, 1:2].clone()
     if single_cls:
         cls.zero_()
     ori = tuple(shapes(f) for f in files)
-    return {
+    out = {
         "batch_idx": targets[:, 0].clone(),
-        "bboxes": targets[:, 2:6].clone(),
+        "bboxes": targets[:, 2 : (7 if task == "obb" else 6)].clone(),
         "cls": cls,
         "im_file": tuple(files),
         "img": images,
@@ -77,3 +112,36 @@ def to_ultralytics(
         "ratio_pad": tuple(resize_gain(s, imgsz) for s in ori),
         "resized_shape": tuple((imgsz, imgsz) for _ in files),
     }
+    if task == "pose":
+        out["keypoints"] = targets[:, BASE_COLUMNS:].reshape(len(targets), int(kpt_shape[0]), 3).clone()
+    elif task == "segment":
+        if masks is None:
+            raise ValueError(
+                "a segment batch carries no masks; the daemon serves another task (serve with --task segment)"
+            )
+        out["masks"], out["sem_masks"] = _segment_masks(masks, out["batch_idx"], cls[:, 0])
+    return out
+
+
+def _segment_masks(masks: Any, batch_idx: Any, cls: Any) -> tuple[Any, Any]:
+    """(``masks``, ``sem_masks``) as Ultralytics' ``Format`` + ``collate_fn`` give them, from the
+    batch's mask planes (B, M, M) and its rows' image indices and classes (rows of an image in
+    mask order)."""
+    import torch
+
+    count = masks.shape[0]
+    per_image = torch.bincount(batch_idx.long(), minlength=count)
+    if count and int(per_image.min()) == 0:
+        masks = masks.float()  # Ultralytics: an image without instances is float zeros; cat promotes
+    # Lookup table per image: entry k (1..n) the class of its k-th row, entry 0 the class of its
+    # last row (Ultralytics' cls[mask - 1] at mask 0), all 0 for an image without rows.
+    table = torch.zeros(count, int(per_image.max()) + 1 if count else 1, dtype=torch.float32)
+    if len(cls):
+        start = torch.cumsum(per_image, 0) - per_image  # first row of each image
+        image = batch_idx.long()
+        rank = torch.arange(len(cls)) - start[image]  # 0-based position of each row in its image
+        table[image, rank + 1] = cls.float()
+        has = per_image > 0
+        table[has, 0] = table[has, per_image[has]]
+    sem = torch.gather(table, 1, masks.reshape(count, -1).long()).reshape(masks.shape)
+    return masks, sem

@@ -1,5 +1,8 @@
 """``pixpool yolo train KEY=VALUE ...``: Ultralytics' command line, with pixpool as the data stream.
 
+The model's task picks the trainer: detect, segment (``model=yolo11n-seg.yaml``), pose or
+obb, each Ultralytics' own trainer and validator (``trainer.TRAINERS``).
+
 Runs in the user's shell process. The arguments are Ultralytics' own ``key=value`` pairs
 (``data=``, ``model=``, ``epochs=``, ``imgsz=``, ``batch=``, every hyper-parameter), parsed
 as Ultralytics parses them, plus two of pixpool's: ``socket_dir=DIR`` (the daemon to use;
@@ -23,7 +26,8 @@ MODES = ("train",)
 
 def configure(parser: argparse.ArgumentParser, name: str) -> None:
     parser.description = (
-        "Train an Ultralytics YOLO detector with pixpool as its training stream; arguments are Ultralytics' key=value pairs "
+        "Train an Ultralytics YOLO model (detect, segment, pose or obb: the model's task) with pixpool as its training "
+        "stream; arguments are Ultralytics' key=value pairs "
         "plus socket_dir=DIR and workers=N (the daemon started when none answers at socket_dir). Needs pixpool[ultralytics]."
     )
     parser.add_argument(

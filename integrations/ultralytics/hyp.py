@@ -4,23 +4,28 @@ Pure functions over a plain mapping (Ultralytics' ``trainer.args`` as a dict, or
 ``key=value`` pairs of the command line merged over its defaults): nothing here imports
 Ultralytics, so the mapping is tested field by field where it is not installed.
 
-Ultralytics' detect route and pixpool's route take the same settings under the same names
+Ultralytics' training route and pixpool's route take the same settings under the same names
 (``mosaic``, ``degrees``, ``translate``, ``scale``, ``shear``, ``perspective``, ``flipud``,
-``fliplr``, ``hsv_h``, ``hsv_s``, ``hsv_v``, ``mixup``, ``copy_paste``, ``close_mosaic``,
-``imgsz``); ``batch`` becomes ``batch_size``, ``epochs`` the run length that
-``close_mosaic`` counts back from, and ``seed`` the stream's seed. A setting pixpool's route
-does not have is refused by name when it is set away from the value that makes it a no-op
-(``UNSUPPORTED``); settings that only act in Ultralytics' own code (the optimiser, the loss,
-validation, ``multi_scale`` in ``preprocess_batch``) pass through untouched.
+``fliplr``, ``hsv_h``, ``hsv_s``, ``hsv_v``, ``mixup``, ``cutmix``, ``copy_paste``,
+``copy_paste_mode``, ``close_mosaic``, ``imgsz``; for segment also ``mask_ratio`` and
+``overlap_mask``); ``batch`` becomes ``batch_size``, ``epochs`` the run length that
+``close_mosaic`` counts back from, and ``seed`` the stream's seed. The tasks served are
+detect, segment, pose and obb (``SERVED_TASKS``). A setting pixpool's route does not have is
+refused by name when it is set away from the value that makes it a no-op (``UNSUPPORTED``);
+settings that only act in Ultralytics' own code (the optimiser, the loss, validation,
+``multi_scale`` in ``preprocess_batch``) pass through untouched.
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping
 from typing import Any
 
 from ...shared.errors import ConfigError
 from ...shared.stream.config import AugmentConfig, StreamSettings
+
+log = logging.getLogger(__name__)
 
 # Ultralytics key -> AugmentConfig field (same meaning, same units).
 AUGMENT_KEYS: dict[str, str] = {
@@ -37,12 +42,24 @@ AUGMENT_KEYS: dict[str, str] = {
     "hsv_s": "hsv_s",
     "hsv_v": "hsv_v",
     "mixup": "mixup",
+    "cutmix": "cutmix",
     "copy_paste": "copy_paste",
+    "copy_paste_mode": "copy_paste_mode",
     "close_mosaic": "close_mosaic",
     "epochs": "epochs",
 }
+# Segment task only (Ultralytics' Format reads them only when it renders masks): Ultralytics
+# key -> AugmentConfig field. Other tasks keep pixpool's defaults, whatever args say.
+SEGMENT_KEYS: dict[str, str] = {"mask_ratio": "mask_ratio", "overlap_mask": "overlap_mask"}
 # Ultralytics key -> StreamSettings field.
 STREAM_KEYS: dict[str, str] = {"batch": "batch_size", "seed": "seed"}
+# The Ultralytics tasks whose training batches pixpool's ring carries (``shared/stream/tasks.py``).
+SERVED_TASKS = ("detect", "segment", "pose", "obb")
+
+
+def task_of(args: Mapping[str, Any]) -> str:
+    """The task of Ultralytics' ``args`` (its own default, detect, where none is named)."""
+    return args.get("task") or "detect"
 
 
 def _off(value: Any) -> bool:
@@ -52,15 +69,13 @@ def _off(value: Any) -> bool:
 # key -> (is the value one pixpool serves?, why not and what to do). Checked in this order.
 UNSUPPORTED: dict[str, tuple[Any, str]] = {
     "task": (
-        lambda v: v in (None, "detect"),
-        "pixpool serves the detect task only: its ring carries boxes, not masks, keypoints or oriented boxes (segment, pose, obb, classify train on Ultralytics' own loader)",
+        lambda v: v is None or v in SERVED_TASKS,
+        (
+            "pixpool serves the detect, segment, pose and obb tasks (its ring carries boxes, masks, keypoints and "
+            "angles); train other tasks, such as classify, on Ultralytics' own loader"
+        ),
     ),
-    "cutmix": (_off, "pixpool's route has no CutMix; set cutmix=0"),
     "bgr": (_off, "pixpool's route has no RGB/BGR channel swap; set bgr=0"),
-    "copy_paste_mode": (
-        lambda v: v in (None, "flip"),
-        "pixpool's copy-paste is the 'flip' mode (mirrored instances); set copy_paste_mode=flip",
-    ),
     "augmentations": (_off, "custom Albumentations transforms do not run in pixpool's workers; remove augmentations"),
     "rect": (_off, "pixpool streams square imgsz batches; rect=True (rectangular training batches) is not served"),
     "fraction": (
@@ -95,6 +110,14 @@ def check_supported(args: Mapping[str, Any]) -> None:
                 field=key,
                 value=args[key],
             )
+    if task_of(args) == "segment" and args.get("overlap_mask") is False:
+        raise ConfigError(
+            "Ultralytics setting overlap_mask=False is not supported with pixpool as the data stream: a ring slot holds "
+            "one mask plane per image (instances numbered 1..n, Ultralytics' default overlap_mask=True), not one plane "
+            "per instance; set overlap_mask=True",
+            field="overlap_mask",
+            value=False,
+        )
     batch = args.get("batch")
     if batch is not None and (isinstance(batch, bool) or not float(batch).is_integer() or batch < 1):
         raise ConfigError(
@@ -116,22 +139,50 @@ def check_supported(args: Mapping[str, Any]) -> None:
         )
 
 
-def augment_config(args: Mapping[str, Any]) -> AugmentConfig:
+def augment_config(args: Mapping[str, Any], *, data: Mapping[str, Any] | None = None) -> AugmentConfig:
     """The ``AugmentConfig`` of Ultralytics' ``args`` (after ``check_supported``).
 
-    A value pixpool's ranges refuse raises ConfigError naming the Ultralytics key."""
+    ``data``: the dataset dict Ultralytics resolved from ``data=``. For pose, a dataset
+    without ``flip_idx`` trains without flips, as Ultralytics' own route decides
+    (``v8_transforms`` sets ``fliplr`` and ``flipud`` to 0: a mirrored person needs left and
+    right keypoints swapped). A value pixpool's ranges refuse raises ConfigError naming the
+    Ultralytics key."""
     check_supported(args)
-    fields = {field: args[key] for key, field in AUGMENT_KEYS.items() if key in args}
+    task = task_of(args)
+    keys = {**AUGMENT_KEYS, **SEGMENT_KEYS} if task == "segment" else AUGMENT_KEYS
+    fields = {field: args[key] for key, field in keys.items() if key in args}
+    if task == "pose" and data is not None:
+        flip_idx = data.get("flip_idx") or []
+        kpt_shape = data.get("kpt_shape")
+        if not flip_idx:
+            if any(float(fields.get(k, getattr(AugmentConfig, k))) > 0 for k in ("fliplr", "flipud")):
+                log.warning(
+                    "pixpool: the data.yaml names no flip_idx; training without fliplr and flipud, as Ultralytics does"
+                )
+            fields["fliplr"] = fields["flipud"] = 0.0
+        elif kpt_shape and len(flip_idx) != int(kpt_shape[0]):
+            raise ConfigError(
+                f"data.yaml flip_idx has {len(flip_idx)} entries but kpt_shape {list(kpt_shape)} has "
+                f"{int(kpt_shape[0])} keypoints; give one flip_idx entry per keypoint",
+                field="flip_idx",
+                value=list(flip_idx),
+            )
     fields["augment"] = True
-    return _build(lambda: AugmentConfig.from_dict(fields), AUGMENT_KEYS)
+    return _build(lambda: AugmentConfig.from_dict(fields), keys)
 
 
 def stream_settings(
-    args: Mapping[str, Any], *, batch_size: int | None = None, rank: int = 0, world_size: int = 1
+    args: Mapping[str, Any],
+    *,
+    batch_size: int | None = None,
+    rank: int = 0,
+    world_size: int = 1,
+    data: Mapping[str, Any] | None = None,
 ) -> StreamSettings:
     """This rank's ``StreamSettings``: Ultralytics' ``args``, ``batch_size`` per rank (Ultralytics
-    gives each DDP rank ``batch // world_size``; default ``batch``), shard ``rank`` of ``world_size``."""
-    augment = augment_config(args)
+    gives each DDP rank ``batch // world_size``; default ``batch``), shard ``rank`` of ``world_size``;
+    ``data`` as for ``augment_config``."""
+    augment = augment_config(args, data=data)
     batch = args.get("batch", 16) if batch_size is None else batch_size
     seed = args.get("seed", 0)
     return _build(
@@ -140,6 +191,51 @@ def stream_settings(
         ),
         STREAM_KEYS,
     )
+
+
+def check_served(
+    *,
+    task: str,
+    data: Mapping[str, Any],
+    served_task: str,
+    served_kpt_shape: Any = None,
+    served_flip_idx: Any = None,
+    where: str = "the pixpool daemon",
+) -> None:
+    """Raise ConfigError unless the stream ``where`` serves what a ``task`` trainer on ``data`` needs.
+
+    The daemon renders the targets of the task its dataset was served with (``pixpool serve
+    --task``): a segment model on a detect stream would get no masks, a pose model on another
+    keypoint layout the wrong columns. ``data``: the dataset dict Ultralytics resolved."""
+    if served_task != task:
+        raise ConfigError(
+            f"{where} serves the {served_task!r} task but the model trains {task!r}; serve the dataset with "
+            f"`pixpool serve --task {task}`"
+            + (" (its data.yaml names kpt_shape)" if task == "pose" else "")
+            + f", or give a {served_task} model",
+            field="task",
+            value=task,
+        )
+    if task != "pose":
+        return
+    wanted_shape = [int(v) for v in data.get("kpt_shape") or ()]
+    served_shape = [int(v) for v in served_kpt_shape or ()]
+    if wanted_shape != served_shape:
+        raise ConfigError(
+            f"{where} serves keypoints of kpt_shape {served_shape or None} but data= names kpt_shape "
+            f"{wanted_shape or None}; serve the same data.yaml",
+            field="kpt_shape",
+            value=wanted_shape,
+        )
+    wanted_flip = [int(v) for v in data.get("flip_idx") or ()]
+    served_flip = [int(v) for v in served_flip_idx or ()]
+    if wanted_flip != served_flip:
+        raise ConfigError(
+            f"{where} flips keypoints with flip_idx {served_flip or None} but data= names flip_idx "
+            f"{wanted_flip or None}; serve the same data.yaml",
+            field="flip_idx",
+            value=wanted_flip,
+        )
 
 
 def _build(make, names: dict[str, str]):

@@ -1,5 +1,8 @@
 """The training loader Ultralytics' trainer iterates: a pixpool ``attach()`` stream in its shape.
 
+The batches are those of the task the daemon serves (``task``, ``kpt_shape`` from the
+stream): boxes, and masks, keypoints or angles (``batches.py``).
+
 Runs in the trainer process (each DDP rank its own); imports neither Ultralytics nor the
 producer. ``BaseTrainer`` reads these attributes of its ``train_loader``: ``len()``,
 iteration (batch dicts, ``batches.py``), ``batch_size``, ``drop_last``, ``num_workers``,
@@ -10,7 +13,7 @@ Epochs: the trainer's ``on_train_epoch_start`` callback pins the epoch with ``se
 (``trainer.py``), so a repeated epoch (Ultralytics' OOM or NaN recovery) replays the same
 batches instead of moving on. ``close_mosaic`` needs nothing at run time: the stream was
 attached with ``epochs`` and ``close_mosaic``, and the daemon renders the closed epochs
-without mosaic, copy-paste and mixup, on the epoch Ultralytics closes its own
+without mosaic, copy-paste, mixup and cutmix, on the epoch Ultralytics closes its own
 (``epoch >= epochs - close_mosaic``, the same rule).
 """
 
@@ -64,7 +67,7 @@ class _Dataset:
     def close_mosaic(self, hyp: Any = None) -> None:
         cfg = self._owner.stream.settings.augment
         log.info(
-            "pixpool: epoch %d renders without mosaic, copy-paste and mixup (close_mosaic=%d of epochs=%d, set when the stream attached)",
+            "pixpool: epoch %d renders without mosaic, copy-paste, mixup and cutmix (close_mosaic=%d of epochs=%d, set when the stream attached)",
             self._owner.stream.epoch,
             cfg.close_mosaic,
             cfg.epochs,
@@ -90,6 +93,10 @@ class TrainLoader:
         self.sampler = _Sampler(self)
         self.dataset = _Dataset(self, labels_source)
         self._shapes = ShapeCache()
+        # What the daemon serves (the ``attached`` reply); a client from before the tasks
+        # carried no task and served detect only.
+        self.task = getattr(stream, "task", "detect")
+        self.kpt_shape = getattr(stream, "kpt_shape", None)
 
     @property
     def names(self) -> list[str]:
@@ -105,7 +112,15 @@ class TrainLoader:
         imgsz = self.stream.settings.augment.imgsz
         for batch in self.stream:
             yield to_ultralytics(
-                batch.images, batch.targets, batch.files, imgsz=imgsz, shapes=self._shapes, single_cls=self.single_cls
+                batch.images,
+                batch.targets,
+                batch.files,
+                imgsz=imgsz,
+                shapes=self._shapes,
+                single_cls=self.single_cls,
+                task=self.task,
+                kpt_shape=self.kpt_shape,
+                masks=getattr(batch, "masks", None),
             )
 
     def reset(self) -> None:

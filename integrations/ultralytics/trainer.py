@@ -1,15 +1,21 @@
-"""``PixpoolDetectionTrainer``: Ultralytics' detect trainer with a pixpool training stream.
+"""Ultralytics' trainers with a pixpool training stream, one per task served.
+
+``PixpoolDetectionTrainer``, ``PixpoolSegmentationTrainer``, ``PixpoolPoseTrainer`` and
+``PixpoolOBBTrainer`` (``TRAINERS`` by task) are Ultralytics' own ``DetectionTrainer``,
+``SegmentationTrainer``, ``PoseTrainer`` and ``OBBTrainer`` with ``PixpoolStream`` mixed in
+before them: model, loss, optimiser and validator stay Ultralytics'.
 
 Runs in the trainer process (and, under DDP, in each rank Ultralytics spawns). This module
 and ``command.py`` are the only ones that import Ultralytics (AGPL-3.0); nothing of theirs
-is copied, the trainer is a subclass that overrides three hooks:
+is copied, the mixin overrides three hooks:
 
-- ``get_dataloader(mode="train")`` attaches this rank to the daemon (``TrainLoader``);
-  validation keeps Ultralytics' own loader and validator.
+- ``get_dataloader(mode="train")`` attaches this rank to the daemon (``TrainLoader``) and
+  checks that it serves the trainer's task (and for pose the dataset's ``kpt_shape`` and
+  ``flip_idx``); validation keeps Ultralytics' own loader and validator.
 - ``train()`` first makes sure a daemon answers at the socket directory: one already
   running is used as it is; otherwise one is started (``pixpool serve`` as a child
-  process, ``workers`` workers, imgsz of the run) on the training split Ultralytics
-  resolved from ``data=``, and stopped when training ends, also on errors and Ctrl-C (its
+  process, ``workers`` workers, imgsz and ``--task`` of the run) on the training split
+  Ultralytics resolved from ``data=`` (for pose with its ``kpt_shape`` and ``flip_idx``), and stopped when training ends, also on errors and Ctrl-C (its
   clean shutdown removes its rings and its snapshot).
 - an ``on_train_epoch_start`` callback pins the stream's epoch to the trainer's.
 
@@ -35,6 +41,9 @@ import yaml
 from ultralytics.data import build_yolo_dataset
 from ultralytics.data.utils import check_det_dataset
 from ultralytics.models.yolo.detect import DetectionTrainer
+from ultralytics.models.yolo.obb import OBBTrainer
+from ultralytics.models.yolo.pose import PoseTrainer
+from ultralytics.models.yolo.segment import SegmentationTrainer
 from ultralytics.utils import DEFAULT_CFG, RANK
 from ultralytics.utils.checks import check_imgsz
 from ultralytics.utils.patches import override_configs
@@ -63,25 +72,25 @@ def daemon_answers(socket_dir: str | None) -> dict | None:
     return request_status(ep.ipc_endpoint(socket_dir), timeout_s=2.0)
 
 
-def _pin_epoch(trainer: PixpoolDetectionTrainer) -> None:
+def _pin_epoch(trainer: PixpoolStream) -> None:
     loader = getattr(trainer, "train_loader", None)
     if isinstance(loader, TrainLoader):
         loader.set_epoch(trainer.epoch)
 
 
-class PixpoolDetectionTrainer(DetectionTrainer):
-    """Ultralytics' ``DetectionTrainer`` whose training batches come from a pixpool daemon.
+class PixpoolStream:
+    """Mixed in before one of Ultralytics' YOLO trainers: its training batches come from a pixpool daemon.
 
-    Use it like Ultralytics' own: ``YOLO("yolo11n.yaml").train(trainer=PixpoolDetectionTrainer,
-    data=..., epochs=...)``. Settings pixpool's route cannot honour are refused by name
-    (``hyp.UNSUPPORTED``) before anything starts.
+    Use the trainers below like Ultralytics' own: ``YOLO("yolo11n-seg.yaml").train(
+    trainer=PixpoolSegmentationTrainer, data=..., epochs=...)``. Settings pixpool's route cannot
+    honour are refused by name (``hyp.UNSUPPORTED``) before anything starts.
     """
 
     def __init__(self, cfg=DEFAULT_CFG, overrides: dict[str, Any] | None = None, _callbacks: dict | None = None):
         try:
             super().__init__(cfg, overrides, _callbacks)
             hyp.check_supported(vars(self.args))
-            hyp.augment_config(vars(self.args))  # ranges, before any process starts
+            hyp.augment_config(vars(self.args), data=self.data)  # ranges, before any process starts
         except BaseException:
             # Ultralytics made the run folder before reading data= (and before these checks).
             failures.remove_unused_run(getattr(self, "save_dir", None))
@@ -123,9 +132,13 @@ class PixpoolDetectionTrainer(DetectionTrainer):
         try:
             data_yaml = Path(tmp) / "train.yaml"
             data_yaml.write_text(yaml.safe_dump(self._train_split()))
-            config = DaemonConfig(data=str(data_yaml), imgsz=imgsz, no_val=True, **count)
+            config = DaemonConfig(data=str(data_yaml), imgsz=imgsz, no_val=True, task=self.args.task, **count)
             log.info(
-                "pixpool: starting a daemon (%s workers, imgsz %d) for %s", config.workers, imgsz, self.data["train"]
+                "pixpool: starting a daemon (%s workers, imgsz %d, task %s) for %s",
+                config.workers,
+                imgsz,
+                config.task,
+                self.data["train"],
             )
             with serve_child(
                 to_argv(config), socket_dir=self.pixpool_socket_dir, timeout_s=self.pixpool_timeout_s * 5
@@ -152,20 +165,36 @@ class PixpoolDetectionTrainer(DetectionTrainer):
         # their ids, so the daemon reads them with the dataset's own names (the trainer zeroes cls).
         names = check_det_dataset(self.args.data)["names"] if self.args.single_cls else self.data["names"]
         names = [names[i] for i in range(len(names))] if isinstance(names, dict) else list(names)
-        return {"train": entries, "names": names}
+        split = {"train": entries, "names": names}
+        if self.args.task == "pose":  # the keypoint layout and the left-right pairs the route flips
+            for key in ("kpt_shape", "flip_idx"):
+                if self.data.get(key) is not None:
+                    split[key] = [int(v) for v in self.data[key]]
+        return split
 
     # -- loaders ------------------------------------------------------------------------
     def get_dataloader(self, dataset_path: str, batch_size: int = 16, rank: int = 0, mode: str = "train"):
         if mode != "train":
             return super().get_dataloader(dataset_path, batch_size, rank, mode)
         g_rank, world = distributed_rank() if RANK != -1 else (0, 1)
-        settings = hyp.stream_settings(vars(self.args), batch_size=batch_size, rank=g_rank, world_size=world)
+        settings = hyp.stream_settings(
+            vars(self.args), batch_size=batch_size, rank=g_rank, world_size=world, data=self.data
+        )
         # zero_copy: DetectionTrainer.preprocess_batch replaces batch["img"] with a float copy
-        # (``.to(device).float() / 255``) before anything else reads it, and the dict is
-        # rebuilt per batch (``batches.py``), so no reference to the slot outlives the step.
+        # (``.to(device).float() / 255``) before anything else reads it, the loss reads
+        # batch["masks"] as ``.to(device).float()``, and the dict is rebuilt per batch
+        # (``batches.py``), so no reference to the slot outlives the step.
         stream = Loader(settings, socket_dir=self.pixpool_socket_dir, timeout_s=self.pixpool_timeout_s, zero_copy=True)
         try:
             self._check_names(stream.names)
+            hyp.check_served(
+                task=self.args.task,
+                data=self.data,
+                served_task=getattr(stream, "task", "detect"),  # a client before the tasks: detect only
+                served_kpt_shape=getattr(stream, "kpt_shape", None),
+                served_flip_idx=getattr(stream, "flip_idx", None),
+                where=f"the pixpool daemon at {ep.socket_path(self.pixpool_socket_dir)}",
+            )
         except BaseException:
             stream.close()
             raise
@@ -193,3 +222,30 @@ class PixpoolDetectionTrainer(DetectionTrainer):
         ``max_det``, class weights and label plots."""
         with override_configs(self.args, {"cache": False}) as args:
             return build_yolo_dataset(args, dataset_path, self.batch_size, self.data, mode="val", stride=32).labels
+
+
+class PixpoolDetectionTrainer(PixpoolStream, DetectionTrainer):
+    """Ultralytics' ``DetectionTrainer`` whose training batches come from a pixpool daemon."""
+
+
+class PixpoolSegmentationTrainer(PixpoolStream, SegmentationTrainer):
+    """Ultralytics' ``SegmentationTrainer`` on a daemon serving ``--task segment``: the masks come
+    rendered in the ring (``mask_ratio``, ``overlap_mask=True``), the trainer does no mask work."""
+
+
+class PixpoolPoseTrainer(PixpoolStream, PoseTrainer):
+    """Ultralytics' ``PoseTrainer`` on a daemon serving ``--task pose`` with the data.yaml's
+    ``kpt_shape`` and ``flip_idx``."""
+
+
+class PixpoolOBBTrainer(PixpoolStream, OBBTrainer):
+    """Ultralytics' ``OBBTrainer`` on a daemon serving ``--task obb``: boxes as xywhr."""
+
+
+# The trainer of each task pixpool serves (``hyp.SERVED_TASKS``).
+TRAINERS: dict[str, type] = {
+    "detect": PixpoolDetectionTrainer,
+    "segment": PixpoolSegmentationTrainer,
+    "pose": PixpoolPoseTrainer,
+    "obb": PixpoolOBBTrainer,
+}

@@ -66,9 +66,9 @@ def test_ultralytics_defaults_map_onto_pixpool_defaults():
 
     # Every key the mapping names is one of Ultralytics' own settings (``augmentations``, a
     # list of Albumentations transforms, exists only as a Python argument of ``train``).
-    assert set(hyp.AUGMENT_KEYS) | set(hyp.STREAM_KEYS) | set(hyp.UNSUPPORTED) - {"augmentations"} <= set(
-        DEFAULT_CFG_DICT
-    )
+    assert set(hyp.AUGMENT_KEYS) | set(hyp.SEGMENT_KEYS) | set(hyp.STREAM_KEYS) | set(hyp.UNSUPPORTED) - {
+        "augmentations"
+    } <= set(DEFAULT_CFG_DICT)
     cfg = hyp.augment_config(DEFAULT_CFG_DICT)
     mine = AugmentConfig().to_dict()
     theirs = cfg.to_dict()
@@ -78,6 +78,15 @@ def test_ultralytics_defaults_map_onto_pixpool_defaults():
         k: mine[k] for k in mine if k not in ("close_mosaic", "epochs", "imgsz")
     }
     assert (cfg.close_mosaic, cfg.epochs) == (DEFAULT_CFG_DICT["close_mosaic"], DEFAULT_CFG_DICT["epochs"])
+    # The segment defaults (mask_ratio, overlap_mask) are Ultralytics' too.
+    segment = hyp.augment_config({**DEFAULT_CFG_DICT, "task": "segment"}).to_dict()
+    assert {k: segment[k] for k in mine if k not in ("close_mosaic", "epochs", "imgsz")} == {
+        k: mine[k] for k in mine if k not in ("close_mosaic", "epochs", "imgsz")
+    }
+    assert (segment["mask_ratio"], segment["overlap_mask"]) == (
+        DEFAULT_CFG_DICT["mask_ratio"],
+        DEFAULT_CFG_DICT["overlap_mask"],
+    )
 
 
 def test_yolo_train_trains_and_validates_offline(synthetic_copy, tmp_path, offline):
@@ -103,7 +112,7 @@ def test_yolo_train_trains_and_validates_offline(synthetic_copy, tmp_path, offli
     proc = subprocess.run(cmd, check=False, env={**os.environ, **offline}, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-4000:]
     assert "pixpool yolo train: done" in proc.stdout
-    assert "starting a daemon (1 workers, imgsz 320)" in proc.stderr
+    assert "starting a daemon (1 workers, imgsz 320, task detect)" in proc.stderr
     with open(project / "run" / "results.csv") as f:
         rows = [{k.strip(): float(v) for k, v in row.items()} for row in csv.DictReader(f)]
     assert [int(r["epoch"]) for r in rows] == [1, 2]
@@ -236,9 +245,8 @@ def test_a_daemon_serving_other_classes_is_refused(synthetic_copy, tmp_path, off
 @pytest.mark.parametrize(
     "extra, named",
     [
-        (["cutmix=0.5"], "cutmix=0.5"),
-        (["copy_paste_mode=mixup"], "copy_paste_mode='mixup'"),
-        (["model=yolo11n-seg.yaml"], "task='segment'"),
+        (["bgr=0.5"], "bgr=0.5"),
+        (["model=yolo11n-cls.yaml"], "task='classify'"),
         (["batch=-1"], "batch=-1"),
     ],
 )

@@ -32,7 +32,9 @@ VALUES = {
     "hsv_s": 0.5,
     "hsv_v": 0.3,
     "mixup": 0.15,
+    "cutmix": 0.35,
     "copy_paste": 0.4,
+    "copy_paste_mode": "mixup",
     "close_mosaic": 3,
     "epochs": 12,
 }
@@ -83,11 +85,8 @@ def test_close_mosaic_closes_on_the_epoch_ultralytics_closes():
 @pytest.mark.parametrize(
     "key, value",
     [
-        ("cutmix", 0.5),
         ("bgr", 0.1),
-        ("copy_paste_mode", "mixup"),
-        ("task", "segment"),
-        ("task", "pose"),
+        ("task", "classify"),
         ("rect", True),
         ("fraction", 0.5),
         ("classes", [0, 2]),
@@ -115,6 +114,9 @@ def test_unsupported_settings_are_refused_by_name(key, value):
         ("bgr", 0.0),
         ("copy_paste_mode", "flip"),
         ("task", "detect"),
+        ("task", "segment"),
+        ("task", "pose"),
+        ("task", "obb"),
         ("rect", False),
         ("fraction", 1.0),
         ("classes", None),
@@ -141,6 +143,74 @@ def test_out_of_range_values_name_the_ultralytics_key(key, value):
         hyp.stream_settings({key: value})
     assert info.value.field == key
     assert f"{key}={value!r}" in str(info.value) and "out of range" in str(info.value)
+
+
+SEGMENT_VALUES = {"mask_ratio": 2, "overlap_mask": True}
+
+
+def test_mask_settings_land_in_their_fields_for_segment_only():
+    assert set(SEGMENT_VALUES) == set(hyp.SEGMENT_KEYS)
+    cfg = hyp.augment_config({"task": "segment", **SEGMENT_VALUES})
+    assert (cfg.mask_ratio, cfg.overlap_mask) == (2, True)
+    # Ultralytics' Format reads them only when it renders masks: other tasks keep the defaults.
+    for task in ("detect", "pose", "obb"):
+        cfg = hyp.augment_config({"task": task, "mask_ratio": 8, "overlap_mask": False})
+        assert (cfg.mask_ratio, cfg.overlap_mask) == (AugmentConfig().mask_ratio, AugmentConfig().overlap_mask), task
+
+
+def test_overlap_mask_false_is_refused_for_segment_by_name():
+    with pytest.raises(ConfigError) as info:
+        hyp.stream_settings({"task": "segment", "overlap_mask": False})
+    assert info.value.field == "overlap_mask"
+    assert "overlap_mask=False" in str(info.value) and "set overlap_mask=True" in str(info.value)
+
+
+def test_mask_ratio_out_of_range_names_the_ultralytics_key():
+    with pytest.raises(ConfigError) as info:
+        hyp.stream_settings({"task": "segment", "mask_ratio": 64})
+    assert info.value.field == "mask_ratio" and "mask_ratio=64" in str(info.value)
+
+
+def test_pose_without_flip_idx_trains_without_flips_as_ultralytics_does():
+    data = {"kpt_shape": [3, 3]}
+    cfg = hyp.augment_config({"task": "pose", "fliplr": 0.5, "flipud": 0.2}, data=data)
+    assert (cfg.fliplr, cfg.flipud) == (0.0, 0.0)
+    cfg = hyp.augment_config({"task": "pose", "fliplr": 0.5, "flipud": 0.2}, data={**data, "flip_idx": [0, 2, 1]})
+    assert (cfg.fliplr, cfg.flipud) == (0.5, 0.2)
+    # Another task keeps its flips whatever the dataset says.
+    assert hyp.augment_config({"task": "detect", "fliplr": 0.5}, data=data).fliplr == 0.5
+
+
+def test_pose_flip_idx_of_the_wrong_length_is_refused():
+    with pytest.raises(ConfigError) as info:
+        hyp.augment_config({"task": "pose"}, data={"kpt_shape": [3, 3], "flip_idx": [1, 0]})
+    assert info.value.field == "flip_idx"
+    assert "flip_idx has 2 entries" in str(info.value) and "kpt_shape [3, 3] has 3 keypoints" in str(info.value)
+
+
+def test_a_stream_of_another_task_is_refused_naming_both():
+    with pytest.raises(ConfigError) as info:
+        hyp.check_served(task="segment", data={}, served_task="detect", where="the pixpool daemon at /s")
+    text = str(info.value)
+    assert info.value.field == "task"
+    assert "serves the 'detect' task but the model trains 'segment'" in text
+    assert "pixpool serve --task segment" in text and text.startswith("the pixpool daemon at /s")
+    with pytest.raises(ConfigError, match="serves the 'pose' task but the model trains 'detect'.*or give a pose model"):
+        hyp.check_served(task="detect", data={}, served_task="pose")  # a detect model on a pose stream
+    hyp.check_served(task="obb", data={}, served_task="obb")
+
+
+def test_a_pose_stream_of_another_keypoint_layout_is_refused():
+    data = {"kpt_shape": [17, 3], "flip_idx": list(range(17))}
+    hyp.check_served(
+        task="pose", data=data, served_task="pose", served_kpt_shape=(17, 3), served_flip_idx=tuple(range(17))
+    )
+    with pytest.raises(ConfigError) as info:
+        hyp.check_served(task="pose", data=data, served_task="pose", served_kpt_shape=(5, 3), served_flip_idx=None)
+    assert info.value.field == "kpt_shape" and "kpt_shape [5, 3]" in str(info.value) and "[17, 3]" in str(info.value)
+    with pytest.raises(ConfigError) as info:
+        hyp.check_served(task="pose", data=data, served_task="pose", served_kpt_shape=(17, 3), served_flip_idx=None)
+    assert info.value.field == "flip_idx" and "flip_idx None" in str(info.value)
 
 
 def test_key_value_pairs():
