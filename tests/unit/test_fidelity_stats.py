@@ -105,3 +105,90 @@ def test_the_fill_the_statistics_count_is_pixpools():
     from pixpool.shared.stream.config import FILL_VALUE
 
     assert fs.FILL == FILL_VALUE
+
+
+# -- issue 18: masks, keypoints, angles -------------------------------------------------------------
+def test_polygon_mask_fills_the_pixels_whose_centres_are_inside():
+    square = np.array([[2.0, 3.0], [6.0, 3.0], [6.0, 5.0], [2.0, 5.0]])
+    mask = fs.polygon_mask(square, 10)
+    expected = np.zeros((10, 10), bool)
+    expected[3:5, 2:6] = True  # centres 2.5..5.5 in x, 3.5..4.5 in y
+    assert np.array_equal(mask, expected)
+    # A triangle: the even-odd rule keeps the pixels below the diagonal only.
+    tri = fs.polygon_mask(np.array([[0.0, 0.0], [8.0, 8.0], [0.0, 8.0]]), 8)
+    assert tri.sum() == 28 and tri[7, 0] and not tri[0, 7]
+    assert not fs.polygon_mask(np.array([[1.0, 1.0], [2.0, 2.0]]), 4).any()  # fewer than 3 points
+
+
+def test_a_mask_exactly_its_polygon_scores_iou_1_and_a_shifted_one_less():
+    poly = np.array([[10.0, 12.0], [30.0, 8.0], [34.0, 28.0], [14.0, 30.0]])
+    mask = fs.polygon_mask(poly, 40)
+    assert fs.mask_iou(mask, fs.polygon_mask(poly, 40)) == 1.0
+    shifted = fs.polygon_mask(poly + [3.0, 0.0], 40)
+    assert 0.5 < fs.mask_iou(mask, shifted) < 1.0
+    assert fs.mask_iou(mask, fs.polygon_mask(poly + [25.0, 0.0], 64)[:40, :40]) < 0.2
+    assert fs.mask_iou(np.zeros((4, 4)), np.zeros((4, 4))) == 0.0
+    with pytest.raises(ValueError, match="one shape"):
+        fs.mask_iou(np.zeros((4, 4)), np.zeros((5, 5)))
+
+
+def test_mask_figures_pair_each_instance_with_its_own_row():
+    side = 20
+    plane = np.zeros((2, side, side), np.uint8)
+    plane[0, 2:12, 2:12] = 1  # image 0, row 0: a 10x10 square, exactly its box
+    plane[0, 14:18, 14:16] = 2  # image 0, row 1: 4 high, 2 wide, exactly its box
+    boxes = np.array([[7 / side, 7 / side, 10 / side, 10 / side], [15 / side, 16 / side, 2 / side, 4 / side]])
+    f = fs.mask_figures(plane, np.array([0, 0]), boxes)
+    assert f["mask_coverage"].tolist() == [108 / 400, 0.0]
+    assert f["mask_area"].tolist() == [100 / 400, 8 / 400]
+    assert f["mask_box_iou"].tolist() == [1.0, 1.0]
+    # The same masks with the rows swapped: each mask now sits outside its box.
+    swapped = fs.mask_figures(plane, np.array([0, 0]), boxes[::-1])
+    assert swapped["mask_box_iou"].max() < 0.1
+    with pytest.raises(ValueError, match="image order"):
+        fs.mask_figures(plane, np.array([1, 0]), boxes)
+    with pytest.raises(ValueError, match="overlap planes"):
+        fs.mask_figures(plane[0], np.array([0, 0]), boxes)
+
+
+def test_keypoint_figures_count_visible_points_and_place_them_in_their_box():
+    boxes = np.array([[0.5, 0.5, 0.4, 0.2], [0.2, 0.2, 0.2, 0.2]])  # first box spans x 0.3..0.7, y 0.4..0.6
+    kpts = np.array(
+        [
+            [[0.3, 0.4, 2.0], [0.7, 0.6, 1.0], [0.0, 0.0, 0.0]],
+            [[0.2, 0.2, 2.0], [0.9, 0.9, 0.0], [0.1, 0.3, 2.0]],
+        ]
+    )
+    f = fs.keypoint_figures(kpts, boxes)
+    assert f["kpt_visible"].tolist() == [2.0, 2.0]
+    np.testing.assert_allclose(f["kpt_rel_x"], [0.0, 1.0, 0.5, 0.0])
+    np.testing.assert_allclose(f["kpt_rel_y"], [0.0, 1.0, 0.5, 1.0])
+    np.testing.assert_allclose(f["kpt_rel_x_of"][:, 0], [0.0, 0.5])
+    assert np.isnan(f["kpt_rel_x_of"][0, 2]) and np.isnan(f["kpt_rel_x_of"][1, 1])
+    with pytest.raises(ValueError, match="visibility"):
+        fs.keypoint_figures(kpts[..., :2], boxes)
+
+
+def test_angle_histogram_distance_is_0_for_equal_samples_and_1_for_disjoint_ones():
+    edges = np.linspace(0, math.pi / 2, 10)
+    a = np.array([0.1, 0.2, 0.7, 1.2, 1.5])
+    assert fs.histogram_distance(a, a.copy(), edges) == 0.0
+    assert fs.histogram_distance(a, a[::-1], edges) == 0.0  # order does not matter
+    assert fs.histogram_distance([0.05, 0.06], [1.5, 1.52], edges) == 1.0
+    assert fs.histogram_distance([0.05, 1.5], [0.05, 0.06], edges) == pytest.approx(0.5)
+    with pytest.raises(ValueError, match="non-empty"):
+        fs.histogram_distance([], a, edges)
+
+
+def test_compare_histogram_passes_the_same_angles_and_fails_other_ones():
+    rng = np.random.default_rng(1)
+    edges = np.linspace(0, math.pi / 2, 19)
+
+    def images(low, high, count):
+        return [rng.uniform(low, high, size=int(rng.integers(1, 6))) for _ in range(count)]
+
+    same = fs.compare_histogram("angle", images(0, math.pi / 2, 300), images(0, math.pi / 2, 300), edges, 0.001)
+    assert same.passed and same.test == "hist" and same.n_a == 300
+    other = fs.compare_histogram("angle", images(0, math.pi / 2, 300), images(0, math.pi / 4, 300), edges, 0.001)
+    assert not other.passed and other.statistic > 0.3
+    assert "TV = " in fs.markdown([other])
