@@ -741,7 +741,10 @@ def main(argv=None) -> int:
                 indent=1,
             )
         )
-    if args.write:
+    if args.write and "detect" not in args.tasks and "memory" not in what:  # issue 18's per-task table
+        heading = "## Per task against Ultralytics' loader (bench/vs_ultralytics.py --tasks segment,pose,obb, issue 18)"
+        write_section(args.write, "vs-ultralytics-tasks", heading, text)
+    elif args.write:
         write_section(args.write, "vs-ultralytics", "## Against Ultralytics' loader (bench/vs_ultralytics.py)", text)
     return 0
 

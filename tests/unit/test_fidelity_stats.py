@@ -192,3 +192,59 @@ def test_compare_histogram_passes_the_same_angles_and_fails_other_ones():
     other = fs.compare_histogram("angle", images(0, math.pi / 2, 300), images(0, math.pi / 4, 300), edges, 0.001)
     assert not other.passed and other.statistic > 0.3
     assert "TV = " in fs.markdown([other])
+
+
+def _fake_arm(task: str, rng: np.random.Generator, images: int = 200, *, mirror_left: bool = False) -> dict:
+    """Figures as bench/fidelity.py's two arms return them, drawn from one known distribution."""
+    per_image = rng.integers(1, 6, size=images)
+    n = int(per_image.sum())
+    arm = {
+        "boxes_per_image": per_image.astype(np.float64),
+        "fill_share": rng.uniform(0, 0.2, size=images),
+        "box_w": rng.uniform(0.05, 0.4, size=n),
+        "box_h": rng.uniform(0.05, 0.4, size=n),
+    }
+    if task == "segment":
+        arm.update(
+            mask_coverage=rng.uniform(0.1, 0.5, size=images),
+            mask_area=rng.uniform(0.001, 0.05, size=n),
+            mask_box_iou=rng.uniform(0.4, 0.9, size=n),
+        )
+    elif task == "pose":
+        rel_x = np.stack([rng.normal(0.5, 0.05, n), rng.normal(0.8, 0.05, n), rng.normal(0.2, 0.05, n)], axis=1)
+        if mirror_left:  # flips without flip_idx: half the "left hands" end up on the right
+            swap = rng.uniform(size=n) < 0.5
+            rel_x[swap, 1], rel_x[swap, 2] = rel_x[swap, 2].copy(), rel_x[swap, 1].copy()
+        arm.update(
+            kpt_visible=rng.integers(0, 4, size=n).astype(np.float64),
+            kpt_rel_x=rel_x.ravel(),
+            kpt_rel_y=rng.uniform(0, 1, size=3 * n),
+            kpt_rel_x_of=rel_x,
+        )
+    else:
+        arm.update(
+            obb_angle=rng.uniform(0, math.pi / 2, size=n), obb_angle_image=np.repeat(np.arange(images), per_image)
+        )
+    return arm
+
+
+@pytest.mark.parametrize("task", ["segment", "pose", "obb"])
+def test_the_task_tables_pass_one_distribution_against_itself(task):
+    import fidelity
+
+    rng = np.random.default_rng(7)
+    rows = fidelity.task_rows(task, _fake_arm(task, rng), _fake_arm(task, rng), 0.001)
+    metrics = " ".join(r.metric for r in rows)
+    assert {"segment": "mask IoU with its own box", "pose": "keypoint 1 x in its box", "obb": "angle histogram"}[
+        task
+    ] in metrics
+    assert all(r.passed for r in rows), [r for r in rows if not r.passed]
+
+
+def test_the_pose_table_catches_flips_that_ignore_flip_idx():
+    import fidelity
+
+    rng = np.random.default_rng(8)
+    rows = fidelity.task_rows("pose", _fake_arm("pose", rng, mirror_left=True), _fake_arm("pose", rng), 0.001)
+    failed = {r.metric for r in rows if not r.passed}
+    assert {"keypoint 1 x in its box", "keypoint 2 x in its box"} <= failed
