@@ -254,15 +254,19 @@ def trainer_argv(
     return [sys.executable, str(Path(__file__).resolve()), "--trainer", json.dumps(spec)]
 
 
-def _touch(batch, wants_masks: bool) -> None:
+def _touch(batch, task: str) -> None:
     """What a trainer reads first: the image tensor, and for segment the mask planes, which
-    must be there (equal work with Ultralytics' segment loader, which renders them)."""
+    must be there (equal work with Ultralytics' segment loader, which renders them); pose and
+    obb rows must carry their keypoints / angle, as Ultralytics' batches do."""
     int(batch[0][0, 0, 0, 0])
-    if wants_masks:
+    width = batch[1].shape[1]
+    if task == "segment":
         masks = getattr(batch, "masks", None)
         if masks is None:
             raise RuntimeError("a segment batch came without masks: this pixpool does not render them (issue 18)")
         int(masks[0, 0, 0])
+    elif (task == "pose" and width <= 6) or (task == "obb" and width != 7):
+        raise RuntimeError(f"{task} target rows of {width} columns: this pixpool does not deliver the {task} columns")
 
 
 def run_trainer(spec: dict) -> None:
@@ -290,14 +294,14 @@ def run_trainer(spec: dict) -> None:
             sys.stdin.readline()
             it.close()
             return
-        wants_masks = spec.get("task", "detect") == "segment"
+        task = spec.get("task", "detect")
         for batch in loader:  # warm-up epoch
-            _touch(batch, wants_masks)
+            _touch(batch, task)
         n = 0
         t0 = time.perf_counter()
         for _ in range(spec["epochs"]):
             for batch in loader:
-                _touch(batch, wants_masks)
+                _touch(batch, task)
                 n += batch[0].shape[0]
         secs = time.perf_counter() - t0
     print(json.dumps({"arm": "pixpool", "images": n, "seconds": secs, "img_per_s": n / secs}), flush=True)
