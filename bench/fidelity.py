@@ -245,8 +245,8 @@ def grid_png(path: Path, a: dict, b: dict, tile: int = 192) -> None:
 # rules, unchanged. Every row at --alpha (0.001); distributions by the two-sample KS statistic
 # against c(alpha) sqrt((n+m)/nm), per-instance and per-point figures judged at the number of
 # images (the independent unit: a mosaic's instances share its scale and crop); means within
-# z(alpha/2) standard errors (per-keypoint means at the count of points, which is generous
-# to neither arm: those points cluster by image, so the rows are strict); the angle histogram
+# z(alpha/2) standard errors (per-instance and per-keypoint means at the count of instances or
+# points, generous to neither arm: those cluster by image, so the rows are strict); the angle histogram
 # (TV distance, 36 bins of 7.5 degrees over [-90, 180) so that any angle convention lands in
 # a bin) against the (1 - alpha) quantile of 2000 random splits of the pooled images.
 TASK_TOLERANCES = {"angle_bins": 36, "angle_range_rad": (-math.pi / 2, math.pi), "rounds": 2000}
@@ -380,14 +380,15 @@ def run_task(args) -> tuple[str, list[fs.Row], list[fs.Row] | None]:
     load_after = " ".join(f"{x:.2f}" for x in os.getloadavg())
     source = "coco128's labels-seg" if args.task == "segment" else f"`pixpool synth --task {args.task}` (128 images)"
     n = ul["fill_share"].size
+    hist = f"; the angle histogram against {TASK_TOLERANCES['rounds']} image permutations" if args.task == "obb" else ""
     lines = [
         f"`python bench/fidelity.py {' '.join(args.argv)}`".replace(" `", "`"),
         "",
         (
             f"{args.task}: {source} at {args.imgsz}, batch {args.batch}, {args.epochs} epochs ({n} images) from each arm, seed {args.seed}, "
             f"route {', '.join(f'{k} {v}' for k, v in ROUTES[args.task].items() if v)} (pixpool: daemon with {args.workers} workers; "
-            f"Ultralytics {versions.split()[0]}: its loader, workers=0, seeded). Per row alpha = {args.alpha}; per-instance rows at the image counts; "
-            f"the angle histogram against {TASK_TOLERANCES['rounds']} image permutations. Load average before / after: {load_before} / {load_after}."
+            f"Ultralytics {versions.split()[0]}: its loader, workers=0, seeded). Per row alpha = {args.alpha}; per-instance rows at the image counts"
+            f"{hist}. Load average before / after: {load_before} / {load_after}."
         ),
     ]
     if rows:
