@@ -37,8 +37,13 @@ skipped and says so).
 ``--geometry degrees=10,shear=2[,perspective=0.0005]`` sets the general-affine hyper-parameters
 of both arms for the speed pairs (issue 19: the rotated route).
 
+``--tasks segment,pose,obb`` (issue 18) runs those tasks' speed pairs only (segment 1 vs 0 and
+2 vs 2, pose and obb 2 vs 2); with ``--what speed`` and no detect, ``--write`` fills the
+per-task section. ``--arms ultralytics`` measures Ultralytics' loader alone (no ratio).
+
 Usage: ``python bench/vs_ultralytics.py [--quick] [--what speed,memory] [--dtype float32,uint8]
-[--pairs 3] [--epochs 4] [--geometry degrees=10,shear=2] [--write docs/benchmarks.md]``.
+[--pairs 3] [--epochs 4] [--geometry degrees=10,shear=2] [--tasks detect,segment,pose,obb]
+[--arms pixpool,ultralytics] [--write docs/benchmarks.md]``.
 """
 
 from __future__ import annotations
