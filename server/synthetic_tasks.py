@@ -93,7 +93,8 @@ def _yaml(task: str, num_images: int, seed: int, names: tuple[str, ...], extra: 
 
 
 def _figure(w: int, h: int, rng: np.random.Generator) -> tuple[np.ndarray, float, float]:
-    """One figure: keypoints (5, 2) and neck, hip (2, 2) in pixels, head radius, line width."""
+    """One figure about the origin, in pixels: (7, 2) points (the 5 keypoints, then neck and hip),
+    head radius, line width."""
     short = min(w, h)
     tall = rng.uniform(0.3, 0.8) * short
     neck = np.array([0.0, -0.22 * tall])
