@@ -12,15 +12,18 @@ tensor, as pixpool's trainer does.
 
 Commands:
 
-- ``throughput --workers W --task detect|segment --epochs E``: one warm-up epoch, then
-  img/s over E epochs.
+- ``throughput --workers W --task detect|segment|pose|obb --epochs E``: one warm-up epoch,
+  then img/s over E epochs (the consumer touches the masks too where the task has them).
 - ``hold --workers W``: a loader that delivered two batches and keeps its workers and
   prefetched batches, for a PSS reading; prints ``{"pid": ...}``, then waits for a line on
   stdin.
 - ``collect --epochs E --seed S --out FILE.npz [--hsv 0]``: the stream's figures
   (``fidelity_stats.batch_figures``), the HSV gains Ultralytics drew for each image and
   the hue change they caused, and the first 8 images with their boxes, in workers=0 so
-  the seeds fix everything.
+  the seeds fix everything. With ``--task segment|pose|obb`` (issue 18) the task's own
+  figures too: ``fidelity_stats.mask_figures`` of its overlap masks,
+  ``keypoint_figures`` of its keypoints, the OBB angles (radians, ``xywhr``'s r) with the
+  image each belongs to; the task's route settings (``TASK_ROUTES``), HSV on.
 
 How the HSV gains are observed, without copying Ultralytics' code: ``RandomHSV.apply_image``
 is wrapped; while it runs, ``numpy.random.uniform`` is replaced by a recorder that calls
@@ -66,6 +69,11 @@ DETECT = {
     "cutmix": 0.0,
 }
 SEGMENT = {**DETECT, "copy_paste": 0.5}
+# The route each task's benchmarks run (issue 18): segment with copy-paste, as above; pose and
+# obb the detect settings (Ultralytics' defaults for them are the detect ones; the pose route
+# flips with the dataset's flip_idx, the synthetic obb set has boxes at every angle).
+TASK_ROUTES = {"detect": DETECT, "segment": SEGMENT, "pose": DETECT, "obb": DETECT}
+TASKS = tuple(TASK_ROUTES)
 # Saturation / value below which a pixel's hue is too coarse to measure a shift on.
 HUE_MIN_SV = 32
 # The real stdout: Ultralytics' log is sent to stderr while a command runs.
@@ -84,7 +92,10 @@ def build_loader(
     names = dict(enumerate(names)) if isinstance(names, list) else {int(k): v for k, v in names.items()}
     img_path = str(data_dir / spec["train"])
     data = {"names": names, "nc": len(names), "channels": 3, "train": img_path, "val": img_path, "path": str(data_dir)}
-    hyp = dict(SEGMENT if task == "segment" else DETECT)
+    for key in ("kpt_shape", "flip_idx"):  # pose: the keypoint layout and its left/right pairs
+        if key in spec:
+            data[key] = spec[key]
+    hyp = dict(TASK_ROUTES[task])
     hyp.update(geometry or {})  # --geometry: degrees, shear, perspective (the general-affine route)
     if not hsv:
         hyp.update(hsv_h=0.0, hsv_s=0.0, hsv_v=0.0)
@@ -105,6 +116,13 @@ def build_loader(
     return dataset, loader
 
 
+def _touch(batch: dict) -> None:
+    """What a trainer reads first: the image tensor, and the mask planes where there are any."""
+    int(batch["img"][0, 0, 0, 0])
+    if "masks" in batch:
+        int(batch["masks"][0, 0, 0])
+
+
 def cmd_throughput(args) -> dict:
     import cv2
     import torch
@@ -120,12 +138,12 @@ def cmd_throughput(args) -> dict:
         geometry=json.loads(args.geometry),
     )
     for batch in loader:  # warm-up epoch: workers started, first batches prefetched
-        int(batch["img"][0, 0, 0, 0])
+        _touch(batch)
     n = 0
     t0 = time.perf_counter()
     for _ in range(args.epochs):
         for batch in loader:
-            int(batch["img"][0, 0, 0, 0])
+            _touch(batch)
             n += batch["img"].shape[0]
     secs = time.perf_counter() - t0
     loader.close()
@@ -214,20 +232,33 @@ def cmd_collect(args) -> dict:
     recorder = _HSVRecorder()
     recorder.install()
     _, loader = build_loader(
-        args.data_dir, task="detect", workers=0, batch=args.batch, imgsz=args.imgsz, hsv=bool(args.hsv)
+        args.data_dir, task=args.task, workers=0, batch=args.batch, imgsz=args.imgsz, hsv=bool(args.hsv)
     )
-    parts, grid, grid_boxes = [], [], []
+    parts, task_parts, angles, angle_image, grid, grid_boxes = [], [], [], [], [], []
+    seen = 0
     for _ in range(args.epochs):
         for batch in loader:
             images = batch["img"].numpy()
             idx = batch["batch_idx"].numpy().astype(np.int64)
             boxes = batch["bboxes"].numpy()
-            parts.append(fidelity_stats.batch_figures(images, idx, boxes))
+            parts.append(fidelity_stats.batch_figures(images, idx, boxes[:, :4]))
+            if args.task == "segment":
+                task_parts.append(fidelity_stats.mask_figures(batch["masks"].numpy(), idx, boxes))
+            elif args.task == "pose":
+                task_parts.append(fidelity_stats.keypoint_figures(batch["keypoints"].numpy(), boxes))
+            elif args.task == "obb":
+                angles.append(boxes[:, 4].astype(np.float64))
+                angle_image.append(idx + seen)
+            seen += images.shape[0]
             for i in range(images.shape[0]):
                 if len(grid) < 8:
                     grid.append(images[i])
-                    grid_boxes.append(boxes[idx == i])
+                    grid_boxes.append(boxes[idx == i, :4])
     figures = fidelity_stats.concat(parts)
+    if task_parts:
+        figures.update(fidelity_stats.concat(task_parts))
+    if args.task == "obb":
+        figures.update(obb_angle=np.concatenate(angles), obb_angle_image=np.concatenate(angle_image))
     boxes_of = np.empty(len(grid_boxes), dtype=object)  # ragged: one (k, 4) array per image
     boxes_of[:] = grid_boxes
     np.savez_compressed(
@@ -249,7 +280,7 @@ def main(argv=None) -> int:
         p.add_argument("--data-dir", type=Path, required=True)
         p.add_argument("--imgsz", type=int, default=640)
         p.add_argument("--batch", type=int, default=16)
-        p.add_argument("--task", choices=("detect", "segment"), default="detect")
+        p.add_argument("--task", choices=TASKS, default="detect")
         p.add_argument("--workers", type=int, default=0)
         p.add_argument("--epochs", type=int, default=3)
         p.add_argument("--seed", type=int, default=0)

@@ -22,6 +22,25 @@ How two streams are compared (``compare``), at significance ``alpha`` per metric
 Boxes are not independent (a mosaic's boxes share its scale; one photo's boxes come
 together), so per-box distributions are judged at the number of *images* of each arm, the
 independent unit, not the number of boxes (``unit_sizes``).
+
+Per task (issue 18), from what a trainer receives and nothing else (neither arm's batch
+carries the polygons any more), each arm computing with the same functions:
+
+- masks (``mask_figures``): an overlap plane (M, M) per image, instance j of that image
+  drawn as value j + 1 (the order of its target rows). Per image the coverage (share of
+  non-zero pixels); per instance its area (share of the plane) and its agreement with its
+  own box: the IoU of the mask with the box rasterised at mask size (``polygon_mask`` of the
+  box's 4 corners). A mask paired with the wrong row, shifted or scaled against its box
+  scores low; a correct one scores its shape's fill of the box, less what smaller instances
+  drawn over it hide.
+- keypoints (``keypoint_figures``): per instance the number of visible points (v > 0); per
+  visible point its position relative to its box ((x - x1) / w, (y - y1) / h), all points
+  together and per keypoint index (the latter shows whether ``flip_idx`` was applied: a
+  "left hand" stays on its side of the box).
+- angles (``histogram_distance``): the total-variation distance between the two arms'
+  histograms of the angle, judged against the same distance between random splits of the
+  pooled images (``compare_histogram``: a permutation test that moves whole images, the
+  independent unit, not single boxes).
 """
 
 from __future__ import annotations
@@ -105,6 +124,153 @@ def batch_figures(images: np.ndarray, image_index: np.ndarray, boxes_cxcywh: np.
     }
 
 
+def polygon_mask(points_px: np.ndarray, side: int) -> np.ndarray:
+    """bool (side, side): pixels whose centre lies inside the polygon (even-odd rule).
+
+    ``points_px`` (k, 2) in mask pixels. Pure numpy, tested only against the pixels in the
+    polygon's extent, so a small polygon on a large plane costs little."""
+    pts = np.asarray(points_px, dtype=np.float64).reshape(-1, 2)
+    out = np.zeros((side, side), dtype=bool)
+    if len(pts) < 3:
+        return out
+    x0, y0 = (max(0, int(np.floor(v - 0.5))) for v in pts.min(axis=0))
+    x1, y1 = (min(side, int(np.ceil(v + 0.5))) for v in pts.max(axis=0))
+    if x1 <= x0 or y1 <= y0:
+        return out
+    px = np.arange(x0, x1, dtype=np.float64)[None, :] + 0.5
+    py = np.arange(y0, y1, dtype=np.float64)[:, None] + 0.5
+    inside = np.zeros((y1 - y0, x1 - x0), dtype=bool)
+    ax, ay = pts[:, 0], pts[:, 1]
+    bx, by = np.roll(ax, -1), np.roll(ay, -1)
+    for xa, ya, xb, yb in zip(ax, ay, bx, by):
+        if ya == yb:
+            continue  # a horizontal edge never crosses a horizontal ray
+        spans = (ya > py) != (yb > py)  # (rows, 1): the edge crosses this row's ray
+        x_cross = xa + (py - ya) * (xb - xa) / (yb - ya)
+        inside ^= spans & (px < x_cross)
+    out[y0:y1, x0:x1] = inside
+    return out
+
+
+def mask_iou(a: np.ndarray, b: np.ndarray) -> float:
+    """Intersection over union of two boolean masks of one shape; 0 when both are empty."""
+    a, b = np.asarray(a, dtype=bool), np.asarray(b, dtype=bool)
+    if a.shape != b.shape:
+        raise ValueError(f"mask_iou needs masks of one shape, got {a.shape} and {b.shape}")
+    union = int(np.count_nonzero(a | b))
+    return int(np.count_nonzero(a & b)) / union if union else 0.0
+
+
+def _box_corners(cxcywh: np.ndarray, side: int) -> np.ndarray:
+    cx, cy, w, h = (float(v) * side for v in cxcywh)
+    return np.array(
+        [[cx - w / 2, cy - h / 2], [cx + w / 2, cy - h / 2], [cx + w / 2, cy + h / 2], [cx - w / 2, cy + h / 2]]
+    )
+
+
+def mask_figures(masks: np.ndarray, image_index: np.ndarray, boxes_cxcywh: np.ndarray) -> dict[str, np.ndarray]:
+    """Per-image coverage and per-instance area and mask/box IoU of one segment batch.
+
+    ``masks`` (B, M, M) overlap planes (instance j of image i, in row order, has value j + 1);
+    rows of ``image_index`` / ``boxes_cxcywh`` (normalised) in image order, as both arms deliver."""
+    masks = np.asarray(masks)
+    if masks.ndim != 3 or masks.shape[1] != masks.shape[2]:
+        raise ValueError(f"masks must be (B, M, M) overlap planes, got shape {masks.shape}")
+    b, side = masks.shape[0], masks.shape[1]
+    image_index = np.asarray(image_index, dtype=np.int64).ravel()
+    boxes = np.asarray(boxes_cxcywh, dtype=np.float64).reshape(-1, 4)
+    if image_index.size != boxes.shape[0]:
+        raise ValueError(f"{image_index.size} image indices for {boxes.shape[0]} boxes")
+    if image_index.size and (image_index.min() < 0 or image_index.max() >= b):
+        raise ValueError(f"image indices must lie in 0..{b - 1}, got {image_index.min()}..{image_index.max()}")
+    if np.any(np.diff(image_index) < 0):
+        raise ValueError("rows must come in image order (both arms deliver them so)")
+    area, iou = [], []
+    for i in range(b):
+        rows = np.flatnonzero(image_index == i)
+        plane = masks[i]
+        for j, row in enumerate(rows):
+            mask = plane == j + 1
+            area.append(np.count_nonzero(mask) / (side * side))
+            iou.append(mask_iou(mask, polygon_mask(_box_corners(boxes[row], side), side)))
+    return {
+        "mask_coverage": (masks.reshape(b, -1) != 0).mean(axis=1),
+        "mask_area": np.asarray(area, dtype=np.float64),
+        "mask_box_iou": np.asarray(iou, dtype=np.float64),
+    }
+
+
+def keypoint_figures(keypoints: np.ndarray, boxes_cxcywh: np.ndarray) -> dict[str, np.ndarray]:
+    """Per-instance visible count and per-visible-point position relative to its box.
+
+    ``keypoints`` (n, K, 3) normalised x, y and visibility; ``boxes_cxcywh`` (n, 4) normalised.
+    ``kpt_rel_x`` / ``kpt_rel_y`` hold every visible point; ``kpt_rel_x_of`` (n, K) the
+    relative x per keypoint index, NaN where that point is not visible."""
+    kpts = np.asarray(keypoints, dtype=np.float64)
+    if kpts.ndim != 3 or kpts.shape[2] != 3:
+        raise ValueError(f"keypoints must be (n, K, 3) x, y, visibility, got shape {kpts.shape}")
+    boxes = np.asarray(boxes_cxcywh, dtype=np.float64).reshape(-1, 4)
+    if boxes.shape[0] != kpts.shape[0]:
+        raise ValueError(f"{kpts.shape[0]} keypoint instances for {boxes.shape[0]} boxes")
+    visible = kpts[..., 2] > 0
+    x1 = (boxes[:, 0] - boxes[:, 2] / 2)[:, None]
+    y1 = (boxes[:, 1] - boxes[:, 3] / 2)[:, None]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        rel_x = (kpts[..., 0] - x1) / boxes[:, 2:3]
+        rel_y = (kpts[..., 1] - y1) / boxes[:, 3:4]
+    return {
+        "kpt_visible": visible.sum(axis=1).astype(np.float64),
+        "kpt_rel_x": rel_x[visible],
+        "kpt_rel_y": rel_y[visible],
+        "kpt_rel_x_of": np.where(visible, rel_x, np.nan),
+    }
+
+
+def histogram_distance(a: np.ndarray, b: np.ndarray, edges: np.ndarray) -> float:
+    """Total-variation distance (half the L1 distance) between the normalised histograms of
+    ``a`` and ``b`` over ``edges``: 0 for equal samples, 1 for samples in disjoint bins."""
+    a, b = np.asarray(a, dtype=np.float64).ravel(), np.asarray(b, dtype=np.float64).ravel()
+    if a.size == 0 or b.size == 0:
+        raise ValueError(f"histogram_distance needs two non-empty samples, got {a.size} and {b.size} values")
+    ha = np.histogram(np.clip(a, edges[0], edges[-1]), edges)[0] / a.size
+    hb = np.histogram(np.clip(b, edges[0], edges[-1]), edges)[0] / b.size
+    return 0.5 * float(np.abs(ha - hb).sum())
+
+
+def compare_histogram(
+    metric: str,
+    a_by_image: list[np.ndarray],
+    b_by_image: list[np.ndarray],
+    edges: np.ndarray,
+    alpha: float,
+    *,
+    rounds: int = 2000,
+    seed: int = 0,
+) -> Row:
+    """Histogram distance row; the tolerance is the (1 - alpha) quantile of the distance between
+    ``rounds`` random splits of the pooled images into groups of the two arms' sizes (whole
+    images move, so instances that come together stay together)."""
+    groups = [np.asarray(g, dtype=np.float64).ravel() for g in (*a_by_image, *b_by_image)]
+    n, m = len(a_by_image), len(b_by_image)
+    if n == 0 or m == 0:
+        raise ValueError(f"compare_histogram needs images on both sides, got {n} and {m}")
+    a, b = np.concatenate(groups[:n]), np.concatenate(groups[n:])
+    observed = histogram_distance(a, b, edges)
+    rng = np.random.default_rng(seed)
+    lengths = np.array([g.size for g in groups])
+    values = np.concatenate(groups)
+    null = []
+    for _ in range(rounds):
+        in_a = np.zeros(n + m, dtype=bool)
+        in_a[rng.permutation(n + m)[:n]] = True
+        take = np.repeat(in_a, lengths)
+        if take.all() or not take.any():
+            continue
+        null.append(histogram_distance(values[take], values[~take], edges))
+    tolerance = float(np.quantile(null, 1 - alpha)) if null else 0.0
+    return Row(metric, "hist", float(a.mean()), float(b.mean()), observed, tolerance, n, m)
+
+
 def hue_shift(before_hsv_hue: np.ndarray, after_hsv_hue: np.ndarray, mask: np.ndarray) -> float:
     """Mean signed hue change over ``mask``, in OpenCV 8-bit hue levels (0..179, circular).
 
@@ -126,10 +292,10 @@ def concat(parts: list[dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
 @dataclass
 class Row:
     metric: str
-    test: str  # "KS" or "mean"
+    test: str  # "KS", "mean" or "hist" (histogram distance, permutation tolerance)
     a: float  # summary of arm a (mean of its values)
     b: float
-    statistic: float  # KS D, or |mean difference|
+    statistic: float  # KS D, |mean difference|, or the histogram distance
     tolerance: float
     n_a: int
     n_b: int
@@ -169,7 +335,7 @@ def markdown(rows: list[Row], names: tuple[str, str] = ("pixpool", "ultralytics"
         "| --- | --- | ---: | ---: | ---: | ---: | ---: | --- |",
     ]
     for r in rows:
-        diff = f"D = {r.statistic:.3f}" if r.test == "KS" else f"{r.statistic:.4g}"
+        diff = {"KS": f"D = {r.statistic:.3f}", "hist": f"TV = {r.statistic:.3f}"}.get(r.test, f"{r.statistic:.4g}")
         lines.append(
             f"| {r.metric} | {r.test} | {r.a:.4g} | {r.b:.4g} | {diff} | {r.tolerance:.4g} | {r.n_a} / {r.n_b} | {'yes' if r.passed else '**no**'} |"
         )

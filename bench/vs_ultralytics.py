@@ -6,11 +6,15 @@ another venv's Python (``--ul-python``, default ``$PIXPOOL_UL_PYTHON`` or
 Ultralytics is no dependency of pixpool.
 
 Same images and labels for both: a temporary YOLO dataset (``data.yaml``, ``images/`` and
-``labels/`` as symlinks into ../shared/data/coco128; ``labels-seg`` for the segment task),
-imgsz 640, batch 16. Route settings, detect: mosaic 1.0, translate 0.1, scale 0.5, fliplr
-0.5, HSV 0.015/0.7/0.4, degrees = shear = perspective = 0, mixup 0, copy-paste 0;
-segment: the same with copy-paste 0.5 (Ultralytics' segment task with its masks;
-pixpool's copy-paste route, which delivers polygons, not masks).
+``labels/`` as symlinks into ../shared/data/coco128; ``labels-seg`` for the segment task;
+for pose and obb, which coco128 lacks, ``pixpool synth --task pose|obb`` with 128 images,
+seed 0), imgsz 640, batch 16. Route settings, detect: mosaic 1.0, translate 0.1, scale
+0.5, fliplr 0.5, HSV 0.015/0.7/0.4, degrees = shear = perspective = 0, mixup 0, copy-paste 0;
+segment: the same with copy-paste 0.5, both arms delivering the masks Ultralytics' segment
+trainer consumes (overlap planes at mask_ratio 4); pose (with the set's flip_idx) and obb:
+the detect settings (``_ultralytics_arm.TASK_ROUTES``). Equal work: each consumer touches the
+images and, for segment, the mask planes of every batch; a pixpool trainer of the segment
+task that receives no masks is an error, not a faster run.
 
 Delivered img/s into a consuming process (``--what speed``): each round is one fresh
 Ultralytics process (``build_yolo_dataset`` cache='ram' + ``build_dataloader``, iterated
@@ -33,8 +37,13 @@ skipped and says so).
 ``--geometry degrees=10,shear=2[,perspective=0.0005]`` sets the general-affine hyper-parameters
 of both arms for the speed pairs (issue 19: the rotated route).
 
+``--tasks segment,pose,obb`` (issue 18) runs those tasks' speed pairs only (segment 1 vs 0 and
+2 vs 2, pose and obb 2 vs 2); with ``--what speed`` and no detect, ``--write`` fills the
+per-task section. ``--arms ultralytics`` measures Ultralytics' loader alone (no ratio).
+
 Usage: ``python bench/vs_ultralytics.py [--quick] [--what speed,memory] [--dtype float32,uint8]
-[--pairs 3] [--epochs 4] [--geometry degrees=10,shear=2] [--write docs/benchmarks.md]``.
+[--pairs 3] [--epochs 4] [--geometry degrees=10,shear=2] [--tasks detect,segment,pose,obb]
+[--arms pixpool,ultralytics] [--write docs/benchmarks.md]``.
 """
 
 from __future__ import annotations
@@ -69,11 +78,21 @@ import _ultralytics_arm  # noqa: E402
 
 DETECT = {k: v for k, v in _ultralytics_arm.DETECT.items() if k != "cutmix"}
 SEGMENT = {**DETECT, "copy_paste": 0.5}
+TASKS = _ultralytics_arm.TASKS
+# Per task, the route of both arms (pixpool's attach options; cutmix is 0 in all, as above).
+ROUTES = {task: {k: v for k, v in r.items() if k != "cutmix"} for task, r in _ultralytics_arm.TASK_ROUTES.items()}
+SYNTH_IMAGES = 128  # the pose and obb sets: as many images as coco128
 
 
 # -- the shared dataset ---------------------------------------------------------------------
 def make_data_dir(root: Path, task: str, coco128: Path = COCO128_DIR) -> Path:
-    """A YOLO dataset folder over coco128 (symlinks), with its data.yaml; returns the folder."""
+    """A YOLO dataset folder over coco128 (symlinks), with its data.yaml; returns the folder.
+
+    pose and obb: pixpool's synthetic set of that task (coco128 has neither), written here."""
+    if task in ("pose", "obb"):
+        from pixpool.server.synthetic import write_synthetic
+
+        return write_synthetic(root / task, num_images=SYNTH_IMAGES, seed=0, task=task).root
     labels = coco128 / ("labels-seg" if task == "segment" else "labels") / "train2017"
     images = coco128 / "images" / "train2017"
     if not images.is_dir() or not labels.is_dir():
@@ -134,14 +153,26 @@ def dtype_field() -> str | None:
     return None
 
 
-def prepare(data_yaml: Path, imgsz: int):
+def prepare(data_yaml: Path, imgsz: int, task: str = "detect"):
     """Prepare (or re-attach) the float32 snapshot the speed arms' daemons attach; the caller
     releases it. (Memory arms let their one daemon prepare its own, so that a uint8 snapshot
     is prepared exactly as ``serve --dtype uint8`` does, and removed when it exits.)"""
     from pixpool.server.readers import load_dataset
     from pixpool.server.snapshot.prepare import PrepareOptions, prepare_snapshot
 
-    return prepare_snapshot(load_dataset(str(data_yaml)), PrepareOptions(imgsz=imgsz, processes=2))
+    options = {"task": task} if task != "detect" else {}  # detect: the call of every earlier run
+    return prepare_snapshot(
+        load_dataset(str(data_yaml), **_reader_task(task)), PrepareOptions(imgsz=imgsz, processes=2, **options)
+    )
+
+
+def _reader_task(task: str) -> dict:
+    """``load_dataset``'s task keyword where this pixpool's reader takes one (after issue 18's merge)."""
+    import inspect
+
+    from pixpool.server.readers import load_dataset
+
+    return {"task": task} if task != "detect" and "task" in inspect.signature(load_dataset).parameters else {}
 
 
 def release(prep) -> None:
@@ -151,7 +182,7 @@ def release(prep) -> None:
 
 
 def start_daemon(
-    data_yaml: Path, imgsz: int, workers: int, dtype: str, *, keep_snapshot: bool = True
+    data_yaml: Path, imgsz: int, workers: int, dtype: str, *, keep_snapshot: bool = True, task: str = "detect"
 ) -> tuple[mp.Process, str]:
     from pixpool.server.daemon.run import run_daemon
     from pixpool.shared.stream.config import DaemonConfig
@@ -161,6 +192,8 @@ def start_daemon(
     if field is None and dtype != "float32":
         raise SystemExit(f"this pixpool has no --dtype: a {dtype} snapshot cannot be served")
     extra = {field: dtype} if field else {}
+    if task != "detect":
+        extra["task"] = task
     config = DaemonConfig(
         data=str(data_yaml),
         imgsz=imgsz,
@@ -201,9 +234,19 @@ def stop_daemon(proc: mp.Process, socket_dir: str) -> None:
 
 
 def trainer_argv(
-    socket_dir: str, mode: str, route: dict, *, epochs: int, batch: int, imgsz: int, hsv_on_device: bool, seed: int = 0
+    socket_dir: str,
+    mode: str,
+    route: dict,
+    *,
+    epochs: int,
+    batch: int,
+    imgsz: int,
+    hsv_on_device: bool,
+    seed: int = 0,
+    task: str = "detect",
 ) -> list[str]:
     spec = {
+        "task": task,
         "socket_dir": socket_dir,
         "mode": mode,
         "route": route,
@@ -214,6 +257,21 @@ def trainer_argv(
         "seed": seed,
     }
     return [sys.executable, str(Path(__file__).resolve()), "--trainer", json.dumps(spec)]
+
+
+def _touch(batch, task: str) -> None:
+    """What a trainer reads first: the image tensor, and for segment the mask planes, which
+    must be there (equal work with Ultralytics' segment loader, which renders them); pose and
+    obb rows must carry their keypoints / angle, as Ultralytics' batches do."""
+    int(batch[0][0, 0, 0, 0])
+    width = batch[1].shape[1]
+    if task == "segment":
+        masks = getattr(batch, "masks", None)
+        if masks is None:
+            raise RuntimeError("a segment batch came without masks: this pixpool does not render them (issue 18)")
+        int(masks[0, 0, 0])
+    elif (task == "pose" and width <= 6) or (task == "obb" and width != 7):
+        raise RuntimeError(f"{task} target rows of {width} columns: this pixpool does not deliver the {task} columns")
 
 
 def run_trainer(spec: dict) -> None:
@@ -241,26 +299,38 @@ def run_trainer(spec: dict) -> None:
             sys.stdin.readline()
             it.close()
             return
-        for images, _ in loader:  # warm-up epoch
-            int(images[0, 0, 0, 0])
+        task = spec.get("task", "detect")
+        for batch in loader:  # warm-up epoch
+            _touch(batch, task)
         n = 0
         t0 = time.perf_counter()
         for _ in range(spec["epochs"]):
-            for images, _ in loader:
-                int(images[0, 0, 0, 0])
-                n += images.shape[0]
+            for batch in loader:
+                _touch(batch, task)
+                n += batch[0].shape[0]
         secs = time.perf_counter() - t0
     print(json.dumps({"arm": "pixpool", "images": n, "seconds": secs, "img_per_s": n / secs}), flush=True)
 
 
 def pixpool_speed(
-    data_yaml: Path, route: dict, *, workers: int, hsv_on_device: bool, epochs: int, batch: int, imgsz: int, dtype: str
+    data_yaml: Path,
+    route: dict,
+    *,
+    workers: int,
+    hsv_on_device: bool,
+    epochs: int,
+    batch: int,
+    imgsz: int,
+    dtype: str,
+    task: str = "detect",
 ) -> dict:
-    proc, d = start_daemon(data_yaml, imgsz, workers, dtype)
+    proc, d = start_daemon(data_yaml, imgsz, workers, dtype, task=task)
     try:
         wait_ready(d, workers, proc)
         out = subprocess.run(
-            trainer_argv(d, "speed", route, epochs=epochs, batch=batch, imgsz=imgsz, hsv_on_device=hsv_on_device),
+            trainer_argv(
+                d, "speed", route, epochs=epochs, batch=batch, imgsz=imgsz, hsv_on_device=hsv_on_device, task=task
+            ),
             check=False,
             capture_output=True,
             text=True,
@@ -280,6 +350,8 @@ SPEED_PAIRS = [
     ("detect, 2 workers vs 2", "detect", 2, False, 2),
     ("segment + copy-paste 0.5, 1 worker vs workers=0", "segment", 1, False, 0),
     ("segment + copy-paste 0.5, 2 workers vs 2", "segment", 2, False, 2),
+    ("pose, 2 workers vs 2", "pose", 2, False, 2),
+    ("obb, 2 workers vs 2", "obb", 2, False, 2),
     ("detect, 1 worker, pixpool HSV on the trainer vs workers=0", "detect", 1, True, 0),
     ("detect, 2 workers, pixpool HSV on the trainer vs 2", "detect", 2, True, 2),
 ]
@@ -291,14 +363,20 @@ def speed(args, dirs: dict, ul_python: str) -> list[dict]:
     pairs = SPEED_PAIRS if args.hsv_device else [p for p in SPEED_PAIRS if not p[3]]
     if args.tasks:
         pairs = [p for p in pairs if p[1] in args.tasks]
-    preps = {task: prepare(dirs[task] / "data.yaml", args.imgsz) for task in {p[1] for p in pairs}}
+    with_px = "pixpool" in args.arms
+    if not with_px:  # the Ultralytics arm alone: one row per task and worker count
+        pairs = [p for p in pairs if not p[3]]
+    tasks = sorted({p[1] for p in pairs}) if with_px else []
+    preps = {task: prepare(dirs[task] / "data.yaml", args.imgsz, task) for task in tasks}
     try:
         for r in range(args.pairs):
             for i, (label, task, pw, dev, uw) in enumerate(pairs):
-                route = {**(SEGMENT if task == "segment" else DETECT), **args.geometry}
+                route = {**ROUTES[task], **args.geometry}
                 # Alternate which arm goes first, round by round.
                 arms = ["ul", "px"] if (r + i) % 2 else ["px", "ul"]
                 for arm in arms:
+                    if arm == "px" and not with_px:
+                        continue
                     if arm == "px":
                         res = pixpool_speed(
                             dirs[task] / "data.yaml",
@@ -309,6 +387,7 @@ def speed(args, dirs: dict, ul_python: str) -> list[dict]:
                             batch=args.batch,
                             imgsz=args.imgsz,
                             dtype="float32",
+                            task=task,
                         )
                         px.setdefault(i, []).append(res["img_per_s"])
                     elif not (
@@ -326,8 +405,9 @@ def speed(args, dirs: dict, ul_python: str) -> list[dict]:
                             geometry=json.dumps(args.geometry),
                         )
                         ul.setdefault((task, uw), []).append(res["img_per_s"])
+                mine = f"{px[i][-1]:.1f} img/s" if with_px else "not run"
                 print(
-                    f"round {r + 1}/{args.pairs} {label}: pixpool {px[i][-1]:.1f} img/s, ultralytics {ul[(task, uw)][-1]:.1f} img/s",
+                    f"round {r + 1}/{args.pairs} {label}: pixpool {mine}, ultralytics {ul[(task, uw)][-1]:.1f} img/s",
                     file=sys.stderr,
                     flush=True,
                 )
@@ -336,13 +416,13 @@ def speed(args, dirs: dict, ul_python: str) -> list[dict]:
             release(prep)
     rows = []
     for i, (label, task, pw, dev, uw) in enumerate(pairs):
-        p, u = px[i], ul[(task, uw)]
+        p, u = px.get(i, []), ul[(task, uw)]
         rows.append(
             {
                 "pair": label,
-                "pixpool_img_per_s": statistics.median(p),
+                "pixpool_img_per_s": statistics.median(p) if p else None,
                 "ultralytics_img_per_s": statistics.median(u),
-                "ratio": statistics.median(p) / statistics.median(u),
+                "ratio": statistics.median(p) / statistics.median(u) if p else None,
                 "pixpool_runs": p,
                 "ultralytics_runs": u,
             }
@@ -501,6 +581,12 @@ def report(args, speed_rows, mem_rows, skipped: list[str], versions: str, load: 
             "| --- | ---: | ---: | ---: | ---: | --- | --- |",
         ]
         for r in speed_rows:
+            if r["ratio"] is None:  # --arms ultralytics: its loader alone
+                lines.append(
+                    f"| {r['pair']} | not run | {r['ultralytics_img_per_s']:.1f} | | | | "
+                    f"{', '.join(f'{v:.0f}' for v in r['ultralytics_runs'])} |"
+                )
+                continue
             paired = [a / b for a, b in zip(r["pixpool_runs"], r["ultralytics_runs"], strict=True)]
             lines.append(
                 f"| {r['pair']} | {r['pixpool_img_per_s']:.1f} | {r['ultralytics_img_per_s']:.1f} | **{r['ratio']:.2f}x** | "
@@ -580,7 +666,14 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="3 pairs of 3 timed epochs (default: 5 pairs of 8)")
     parser.add_argument("--what", default="speed,memory", help="speed, memory or both")
-    parser.add_argument("--tasks", default="detect,segment", help="speed pairs to run: detect, segment or both")
+    parser.add_argument(
+        "--tasks", default=",".join(TASKS), help=f"speed pairs to run, any of {', '.join(TASKS)} (default: all)"
+    )
+    parser.add_argument(
+        "--arms",
+        default="pixpool,ultralytics",
+        help="speed: both arms (default), or 'ultralytics' alone (img/s of its loader per task, no ratio)",
+    )
     parser.add_argument(
         "--pairs", type=int, default=None, help="alternating pairs per comparison (default 5; 3 with --quick)"
     )
@@ -619,6 +712,11 @@ def main(argv=None) -> int:
     args.epochs = args.epochs or (3 if args.quick else 8)
     args.trainers = [int(n) for n in args.trainers.split(",")]
     args.tasks = [t.strip() for t in args.tasks.split(",") if t.strip()]
+    if set(args.tasks) - set(TASKS):
+        parser.error(f"--tasks {','.join(args.tasks)!r}: each must be one of {', '.join(TASKS)}")
+    args.arms = {a.strip() for a in args.arms.split(",") if a.strip()}
+    if "ultralytics" not in args.arms or args.arms - {"pixpool", "ultralytics"}:
+        parser.error(f"--arms {','.join(sorted(args.arms))!r}: use pixpool,ultralytics or ultralytics")
     args.geometry = _geometry(parser, args.geometry)
     what = {w.strip() for w in args.what.split(",")}
     if what - {"speed", "memory"}:
@@ -636,7 +734,8 @@ def main(argv=None) -> int:
     load_before = " ".join(f"{x:.2f}" for x in os.getloadavg())
     root = Path(tempfile.mkdtemp(prefix="pxul-data-"))
     try:
-        dirs = {task: make_data_dir(root, task, args.coco128) for task in ("detect", "segment")}
+        needed = set(args.tasks) | ({"detect"} if "memory" in what else set())
+        dirs = {task: make_data_dir(root, task, args.coco128) for task in TASKS if task in needed}
         speed_rows = speed(args, dirs, args.ul_python) if "speed" in what else []
         mem_rows = memory(args, dirs, args.ul_python, dtypes) if "memory" in what else []
     finally:
@@ -651,7 +750,10 @@ def main(argv=None) -> int:
                 indent=1,
             )
         )
-    if args.write:
+    if args.write and "detect" not in args.tasks and "memory" not in what:  # issue 18's per-task table
+        heading = "## Per task against Ultralytics' loader (bench/vs_ultralytics.py --tasks segment,pose,obb, issue 18)"
+        write_section(args.write, "vs-ultralytics-tasks", heading, text)
+    elif args.write:
         write_section(args.write, "vs-ultralytics", "## Against Ultralytics' loader (bench/vs_ultralytics.py)", text)
     return 0
 

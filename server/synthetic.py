@@ -17,6 +17,11 @@ What it exercises: 8 classes whose COCO category ids are odd (1, 3, ..., 15), so
 must map them to 0..7; non-contiguous image ids; sizes from 160 to 640 px per side in both
 orientations, plus one very wide (640x96) and one tiny (48x40) image; 0-6 objects per
 image, with two background images (one with an empty label file, one with none).
+
+``task`` picks the set (``pixpool synth --task``): ``detect`` (the default, the bytes above
+unchanged), ``segment`` (the same layout and shapes from a random stream of its own, 1-10
+shapes per image so that masks overlap), ``pose`` and ``obb`` (``synthetic_tasks.py``:
+drawn figures with keypoints, rotated rectangles with their 4 corners).
 """
 
 from __future__ import annotations
@@ -29,6 +34,7 @@ from pathlib import Path
 import cv2
 import numpy as np
 
+from ..shared.stream.config import TASKS
 from .readers._common import polygon_area
 
 # (name, shape, BGR colour): two colours per shape kind.
@@ -46,6 +52,9 @@ CLASS_NAMES = tuple(name for name, _, _ in _CLASSES)
 #: COCO category id of class i: deliberately not contiguous.
 CATEGORY_IDS = tuple(2 * i + 1 for i in range(len(_CLASSES)))
 
+#: The sets ``write_synthetic`` writes, one per training task (the order seeds their streams).
+SYNTH_TASKS = TASKS
+
 _WIDE_INDEX, _TINY_INDEX = 1, 2
 _BACKGROUND_INDICES = (3, 9)  # 3: empty label file, 9: no label file
 _JPEG_QUALITY = 95
@@ -58,10 +67,11 @@ class SyntheticData:
     root: Path
     images_dir: Path
     labels_dir: Path
-    coco_json: Path
+    coco_json: Path | None  # None for obb: COCO has no rotated boxes
     data_yaml: Path
     names: tuple[str, ...] = CLASS_NAMES
     num_images: int = 0
+    task: str = "detect"
 
 
 def _size_wh(i: int, rng: np.random.Generator) -> tuple[int, int]:
@@ -139,9 +149,11 @@ def _yolo_line(cls: int, pts: np.ndarray, w: int, h: int) -> str:
     return f"{cls} " + " ".join(f"{v:.6f}" for v in norm.reshape(-1))
 
 
-def _data_yaml(num_images: int, seed: int) -> str:
+def _data_yaml(num_images: int, seed: int, task: str = "detect") -> str:
+    # detect keeps its header line byte for byte; the other sets name their task
+    what = "" if task == "detect" else f" ({task})"
     lines = [
-        f"# pixpool synthetic dataset: {num_images} images, seed {seed}",
+        f"# pixpool synthetic dataset{what}: {num_images} images, seed {seed}",
         "train: images/train",
         "val: images/train",
         f"nc: {len(CLASS_NAMES)}",
@@ -151,14 +163,21 @@ def _data_yaml(num_images: int, seed: int) -> str:
     return "\n".join(lines) + "\n"
 
 
-def write_synthetic(root: str | Path, *, num_images: int = 24, seed: int = 0) -> SyntheticData:
-    """Write the synthetic dataset under ``root`` (created if needed); same seed, same bytes.
+def write_synthetic(root: str | Path, *, num_images: int = 24, seed: int = 0, task: str = "detect") -> SyntheticData:
+    """Write the synthetic dataset of ``task`` under ``root`` (created if needed); same seed, same bytes.
 
     With fewer than 10 images some of the special cases (wide, tiny, the two backgrounds)
     are simply not reached.
     """
     if num_images < 1:
         raise ValueError(f"num_images must be >= 1, got {num_images}")
+    if task not in SYNTH_TASKS:
+        raise ValueError(f"task {task!r} is not one of {list(SYNTH_TASKS)}; pick the set to write with --task")
+    if task in ("pose", "obb"):
+        from .synthetic_tasks import write_obb, write_pose
+
+        writer = write_pose if task == "pose" else write_obb
+        return writer(Path(root), num_images=num_images, seed=seed)
     root = Path(root)
     images_dir = root / "images" / "train"
     labels_dir = root / "labels" / "train"
@@ -166,7 +185,9 @@ def write_synthetic(root: str | Path, *, num_images: int = 24, seed: int = 0) ->
     for folder in (images_dir, labels_dir, ann_dir):
         folder.mkdir(parents=True, exist_ok=True)
 
-    rng = np.random.default_rng(seed)
+    # detect draws from the seed itself (its bytes are fixed); segment from a stream of its own
+    rng = np.random.default_rng(seed if task == "detect" else [seed, SYNTH_TASKS.index(task)])
+    max_count = 6 if task == "detect" else 10
     coco_images, coco_anns = [], []
     for i in range(num_images):
         w, h = _size_wh(i, rng)
@@ -176,7 +197,7 @@ def write_synthetic(root: str | Path, *, num_images: int = 24, seed: int = 0) ->
         elif i == _TINY_INDEX:
             count = 1
         else:
-            count = int(rng.integers(1, 7))
+            count = int(rng.integers(1, max_count + 1))
         image_id = 100 + 3 * i
         stem = f"synth_{i:04d}"
         lines = []
@@ -216,7 +237,7 @@ def write_synthetic(root: str | Path, *, num_images: int = 24, seed: int = 0) ->
     coco_json = ann_dir / "instances_train.json"
     coco_json.write_text(json.dumps(coco, separators=(",", ":")) + "\n")
     data_yaml = root / "data.yaml"
-    data_yaml.write_text(_data_yaml(num_images, seed))
+    data_yaml.write_text(_data_yaml(num_images, seed, task))
     return SyntheticData(
         root=root,
         images_dir=images_dir,
@@ -224,4 +245,5 @@ def write_synthetic(root: str | Path, *, num_images: int = 24, seed: int = 0) ->
         coco_json=coco_json,
         data_yaml=data_yaml,
         num_images=num_images,
+        task=task,
     )
