@@ -192,8 +192,9 @@ class Labels:
         self, width: float, height: float, *, horizontal: bool, flip_idx: tuple[int, ...] | None = None
     ) -> "Labels":
         """Labels of the image mirrored left-right (``horizontal``) or top-bottom. Keypoints are
-        mirrored with them, and on a left-right mirror renumbered by ``flip_idx`` (keypoint j
-        becomes keypoint ``flip_idx[j]``'s slot: a left wrist becomes a right one)."""
+        mirrored with them and renumbered by ``flip_idx`` (keypoint j becomes keypoint
+        ``flip_idx[j]``'s slot: a left wrist becomes a right one). Ultralytics renumbers on
+        either mirror, top-bottom too, and so do we: its trainers expect that order."""
         boxes = self.boxes.copy()
         points = self.points.copy()
         keypoints = None if self.keypoints is None else self.keypoints.copy()
@@ -204,8 +205,6 @@ class Labels:
             points[:, 0] = w - self.points[:, 0]
             if keypoints is not None:
                 keypoints[..., 0] = w - self.keypoints[..., 0]
-                if flip_idx is not None:
-                    keypoints = np.ascontiguousarray(keypoints[:, list(flip_idx)])
         else:
             h = np.float32(height)
             boxes[:, 1] = h - self.boxes[:, 3]
@@ -213,6 +212,8 @@ class Labels:
             points[:, 1] = h - self.points[:, 1]
             if keypoints is not None:
                 keypoints[..., 1] = h - self.keypoints[..., 1]
+        if keypoints is not None and flip_idx is not None:
+            keypoints = np.ascontiguousarray(keypoints[:, list(flip_idx)])
         return Labels(self.classes, boxes, points, self.offsets, keypoints)
 
 

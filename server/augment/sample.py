@@ -19,8 +19,9 @@ Training (``augment=True``), every draw from the sample's generator (``pixpool.s
    steps 1-4 with the same generator, ratio Beta(32, 32);
 5b. cutmix with probability ``cutmix`` (not in closed epochs, ``cutmix.py``): a random partner
    through steps 1-4, a rectangle of it pasted over the sample (both layers under mixup);
-6. vertical flip (``flipud``), then horizontal flip (``fliplr``), both always drawn (a pose
-   source without ``flip_idx`` is never flipped).
+6. vertical flip (``flipud``), then horizontal flip (``fliplr``), both always drawn; pose
+   keypoints renumbered by ``flip_idx`` on either, as Ultralytics does (a pose source
+   without ``flip_idx`` is never flipped).
 
 Each draw of 4 (mixup mode), 5b is only made when its setting is non-zero, so a stream
 without them draws exactly what it drew before they existed.
@@ -156,7 +157,7 @@ def render(
         # so the stream's position does not depend on it.
         flip_ud = flip_lr = False
     if flip_ud:
-        labels = labels.flipped(size, size, horizontal=False)
+        labels = labels.flipped(size, size, horizontal=False, flip_idx=flip_idx)
     if flip_lr:
         labels = labels.flipped(size, size, horizontal=True, flip_idx=flip_idx)
     clock.lap("labels")

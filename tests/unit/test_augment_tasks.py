@@ -78,15 +78,16 @@ def test_keypoints_are_placed_the_same_way_one_record_at_a_time_and_in_a_mosaic(
     np.testing.assert_array_equal(one.keypoints[..., 2], np.concatenate([p[0].keypoints[..., 2] for p in placed]))
 
 
-def test_a_left_right_mirror_swaps_left_and_right_keypoints_and_an_up_down_one_does_not():
+def test_either_mirror_swaps_left_and_right_keypoints_as_ultralytics_does():
     t = _pose_targets(2, 5, 1)
     labels = Labels.from_targets(t, 100, 80)
     lr = labels.flipped(100, 80, horizontal=True, flip_idx=FLIP_IDX)
     np.testing.assert_array_equal(lr.keypoints[:, :, 0], (100 - labels.keypoints[..., 0])[:, list(FLIP_IDX)])
     np.testing.assert_array_equal(lr.keypoints[:, :, 2], labels.keypoints[:, list(FLIP_IDX), 2])
     ud = labels.flipped(100, 80, horizontal=False, flip_idx=FLIP_IDX)
-    np.testing.assert_array_equal(ud.keypoints[..., 1], 80 - labels.keypoints[..., 1])
-    np.testing.assert_array_equal(ud.keypoints[..., 2], labels.keypoints[..., 2])  # order kept
+    # Ultralytics' RandomFlip renumbers by flip_idx on its vertical flip too.
+    np.testing.assert_array_equal(ud.keypoints[..., 1], (80 - labels.keypoints[..., 1])[:, list(FLIP_IDX)])
+    np.testing.assert_array_equal(ud.keypoints[..., 2], labels.keypoints[:, list(FLIP_IDX), 2])
 
 
 def test_keypoints_that_leave_the_image_become_invisible_and_are_clamped():
