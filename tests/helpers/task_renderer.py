@@ -61,15 +61,15 @@ def render_range(source, settings, epoch, batch, start, stop, images_out, masks_
     marker = os.environ.get("PIXPOOL_TEST_HANG_MARKER")
     if marker and batch == 1 and start == 0:
         try:
-            fd = os.open(marker + ".tmp", os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+            os.close(os.open(marker + ".claim", os.O_CREAT | os.O_EXCL | os.O_WRONLY))  # once: the rerun goes on
         except FileExistsError:
             pass
         else:
-            os.write(fd, str(os.getpid()).encode())
-            os.close(fd)
             images_out[...] = 255  # a part half written when the worker dies: its rerun must overwrite it
             if masks_out is not None:
                 masks_out[...] = 1
+            with open(marker + ".tmp", "w") as f:
+                f.write(str(os.getpid()))
             os.rename(marker + ".tmp", marker)  # the pid is complete before the test reads it
             time.sleep(600)  # killed by the test long before this ends
     samples = sampler.batch_samples(len(source), settings, epoch, batch)[start:stop]
