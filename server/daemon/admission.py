@@ -72,7 +72,7 @@ def ring_for(
         masks = f" and {layout.masks_nbytes} bytes of mask planes" if layout.has_masks else ""
         raise CapacityError(
             f"a ring of {slots} slots for batch {settings.batch_size} at imgsz {source.imgsz} needs {layout.nbytes} bytes "
-            f"({max_t} target rows of {layout.target_width} columns per slot{masks}: "
+            f"({max_t} target rows of {layout.target_width} columns{masks} per slot: "
             f"the snapshot's densest image has {source.max_instances} instances), "
             f"over the daemon's limit of {config.max_ring_nbytes}; use fewer slots or a smaller batch, fix that image's labels, or raise max_ring_nbytes"
         )

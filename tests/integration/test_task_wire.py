@@ -138,14 +138,16 @@ def test_int32_planes_where_a_sample_may_number_more_than_255_instances(syntheti
     monkeypatch.setenv("PIXPOOL_TEST_MASK_MAX", "1000")
     s = _settings(9, batch_size=4)
     source = _Expected(records, "segment")
-    with task_daemon(synthetic_data.coco_json, task="segment", workers=2, renderer=RENDERER) as (_, d):
-        with Client(s, socket_dir=d, timeout_s=WAIT_S, as_torch=False) as client:
-            assert client.layout.mask_dtype == "int32" and client.layout.per_sample == 300
-            batches = client.epoch(0)  # held: the batch is a view of its slot while its iterator is
-            b = next(batches)
-            assert b.masks.dtype == np.int32 and int(b.masks.max()) > 255
-            batches.close()
-            _check_epoch(client, source, s)
+    with (
+        task_daemon(synthetic_data.coco_json, task="segment", workers=2, renderer=RENDERER) as (_, d),
+        Client(s, socket_dir=d, timeout_s=WAIT_S, as_torch=False) as client,
+    ):
+        assert client.layout.mask_dtype == "int32" and client.layout.per_sample == 300
+        batches = client.epoch(0)  # held: the batch is a view of its slot while its iterator is
+        b = next(batches)
+        assert b.masks.dtype == np.int32 and int(b.masks.max()) > 255
+        batches.close()
+        _check_epoch(client, source, s)
 
 
 def test_a_worker_killed_mid_part_is_rerun_and_the_epoch_arrives_exactly_once(
@@ -169,6 +171,7 @@ def test_a_worker_killed_mid_part_is_rerun_and_the_epoch_arrives_exactly_once(
                 images, targets, samples, masks = task_renderer.expected_batch(
                     source, s, 0, b.batch, lay.mask_side, lay.mask_dtype
                 )
+                np.testing.assert_array_equal(b.samples, samples)
                 np.testing.assert_array_equal(b.images, images)
                 np.testing.assert_array_equal(b.targets, targets)
                 np.testing.assert_array_equal(b.masks, masks)
