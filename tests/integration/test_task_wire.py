@@ -102,7 +102,7 @@ def test_segment_rows_and_mask_planes_arrive_as_rendered_in_place_and_as_frames(
 
 @pytest.mark.parametrize("task, width", [("pose", 6 + 3 * 5), ("obb", 7)])
 def test_pose_and_obb_rows_arrive_at_their_width_and_mask_settings_are_ignored(
-    synthetic_data, records, task, width, tmp_path
+    synthetic_data, records, task, width, tmp_path, capsys
 ):
     """A pose or obb daemon: rows of 21 / 7 columns, no mask planes (a stream asking for
     per-instance planes or another mask ratio is not refused: it has no masks)."""
@@ -121,6 +121,13 @@ def test_pose_and_obb_rows_arrive_at_their_width_and_mask_settings_are_ignored(
         with Client(s, socket_dir=d, timeout_s=WAIT_S, as_torch=False, store=elsewhere) as client:
             assert client.delivery == proto.DELIVERY_FRAMES
             _check_epoch(client, source, s)
+        # pixpool's own detector trains on 6-column rows: it points to Ultralytics instead.
+        from pixpool.shared.cli import main
+
+        argv = ["train", "--socket-dir", d, "--imgsz", str(IMGSZ), "--batch-size", "5", "--max-steps", "1"]
+        assert main([*argv, "--project", str(tmp_path / "run")]) == 1
+        err = capsys.readouterr().err
+        assert f"serves the {task} task (rows of {width})" in err and f"pixpool yolo train task={task}" in err
 
 
 def test_segment_stream_without_overlap_mask_is_refused_at_attach(synthetic_data):
