@@ -309,3 +309,38 @@ def test_masks_enter_the_digest_only_when_given_and_by_their_values():
     assert batch_digest(images, wide) != batch_digest(images, wide2)
     with pytest.raises(TypeError, match="mask planes must hold integers"):
         batch_digest(images, targets, planes.astype(np.float32))
+
+
+# -- the daemon's renderer module over the route -----------------------------------------------------
+def test_the_renderer_passes_masks_out_only_with_masks_and_keeps_the_planes(monkeypatch):
+    """``server/daemon/renderer.py`` calls the route with ``masks_out`` only where the worker
+    gave planes; planes the route returned elsewhere are copied in; a plane of another size
+    is an error naming the mask side."""
+    from pixpool.server.augment import batch as route
+    from pixpool.server.daemon import renderer
+
+    calls, returned_side = [], {}
+
+    def fake_range(source, settings, epoch, batch, start, stop, *, images_out=None, **extra):
+        calls.append(sorted(extra))
+        masks = None
+        if "masks_out" in extra:
+            side = returned_side.get("side", extra["masks_out"].shape[-1])
+            masks = np.full((stop - start, side, side), 3, np.uint8)  # not the worker's array
+        return SimpleNamespace(
+            images=images_out,
+            targets=np.zeros((0, 6), np.float32),
+            counts=[0] * (stop - start),
+            samples=np.arange(start, stop),
+            masks=masks,
+        )
+
+    monkeypatch.setattr(route, "render_range", fake_range)
+    images = np.zeros((2, 3, 8, 8), np.uint8)
+    renderer.render_range(None, None, 0, 0, 0, 2, images)
+    planes = np.zeros((2, 2, 2), np.int32)
+    renderer.render_range(None, None, 0, 0, 0, 2, images, planes)
+    assert calls == [[], ["masks_out"]] and (planes == 3).all()
+    returned_side["side"] = 4
+    with pytest.raises(ValueError, match=r"masks of shape \(2, 4, 4\).*mask planes are \(2, 2, 2\).*mask_ratio"):
+        renderer.render_range(None, None, 0, 0, 0, 2, images, planes)
