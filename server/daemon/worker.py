@@ -11,9 +11,10 @@ OpenCV only once copy-paste rasterises a polygon; never torch (a test checks ``s
 - It attaches a trainer's ring on first use and writes its part of the slot in place: the
   images of its sample positions by the renderer (and, in a segment ring, their mask planes:
   the renderer gets them as ``masks_out``), each sample's target rows (the ring's
-  ``target_width`` columns, checked) into that position's target region, and the sample indices. Other workers write the other
-  positions of the same slot at the same time; the daemon packs the targets and writes
-  the slot header once every part is in (``shared/transport/ring.py``), so a worker never writes it.
+  ``target_width`` columns, checked) into that position's target region, and the sample
+  indices. Other workers write the other positions of the same slot at the same time; the
+  daemon packs the targets and writes the slot header once every part is in
+  (``shared/transport/ring.py``), so a worker never writes it.
 - It ignores SIGINT (Ctrl-C in the daemon's terminal reaches the whole process group; the
   daemon decides when workers stop) and exits when the daemon goes: the pipe reports EOF,
   and the parent pid is polled as a backstop.
