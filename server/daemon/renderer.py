@@ -21,8 +21,9 @@ A renderer module provides:
   ``batch_index`` = the position in the whole batch, W = ``tasks.target_width`` of the
   source's task, ``counts[i]`` the rows of position ``start + i``. Only for a ring with masks
   (segment) the worker passes ``masks_out`` (stop - start, M, M), zeroed, of the ring's mask
-  dtype: the overlap planes go there. The bytes must not depend on the range: every split of
-  a batch into ranges gives, concatenated, the whole batch (the daemon splits by its worker count).
+  dtype: the overlap planes go there (the worker copies them into the slot). The bytes must
+  not depend on the range: every split of a batch into ranges gives, concatenated, the whole
+  batch (the daemon splits by its worker count).
 """
 
 from __future__ import annotations

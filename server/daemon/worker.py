@@ -128,15 +128,20 @@ def _render_into(ring, renderer, source, settings, msg: dict) -> list[int]:
         )
     images = ring.images(slot, size)[start:stop]
     # ``masks_out`` only for a ring with masks: a renderer of the tasks without them keeps the
-    # signature it always had (``renderer.py``).
+    # signature it always had (``renderer.py``). The planes are drawn in this worker's own
+    # zeroed array and copied into the slot once whole: a straggler's duplicate (supervisor.py)
+    # killed midway must only ever have written into the slot the bytes the winner wrote, which
+    # clearing the slot's planes and drawing there would break (the images are written once per
+    # pixel, so there they are).
     extra = {}
     if lay.has_masks:
-        masks = ring.masks(slot, size)[start:stop]
-        masks[...] = 0  # the slot holds an earlier batch's planes; a plane starts as background
-        extra["masks_out"] = masks
+        m = lay.mask_side
+        extra["masks_out"] = planes = np.zeros((stop - start, m, m), dtype=lay.mask_dtype)
     targets, counts, samples = renderer.render_range(
         source, settings, msg["epoch"], msg["batch"], start, stop, images, **extra
     )
+    if lay.has_masks:
+        ring.masks(slot, size)[start:stop] = planes
     targets = np.asarray(targets)
     counts = [int(c) for c in np.asarray(counts).tolist()]
     if len(counts) != stop - start or len(samples) != stop - start or sum(counts) != len(targets):

@@ -16,7 +16,7 @@ bytes, as the real route must (``server/daemon/renderer.py``):
 ``PIXPOOL_TEST_ROWS_BOUND`` sets the per-sample bound of ``max_targets`` (default 4): above 255
 a segment ring's planes are int32. ``PIXPOOL_TEST_HANG_MARKER``: the first worker to render a
 part holding position 0 of batch 1 writes its pid into that file, scribbles over its part of
-the slot, and hangs, so a test can kill it mid-part.
+the slot's images (and the planes it was handed), and hangs, so a test can kill it mid-part.
 """
 
 from __future__ import annotations

@@ -160,9 +160,9 @@ def test_int32_planes_where_a_sample_may_number_more_than_255_instances(syntheti
 def test_a_worker_killed_mid_part_is_rerun_and_the_epoch_arrives_exactly_once(
     synthetic_data, records, tmp_path, monkeypatch
 ):
-    """The worker rendering position 0 of batch 1 scribbles over its part of the slot (images
-    and mask planes), then is SIGKILLed: its part is rendered again and the trainer gets
-    exactly the route's batch, every sample of the epoch once."""
+    """The worker rendering position 0 of batch 1 scribbles over its part of the slot's images
+    (and the planes it was handed), then is SIGKILLed: its part is rendered again and the
+    trainer gets exactly the route's batch, every sample of the epoch once."""
     marker = tmp_path / "hung-worker"
     monkeypatch.setenv("PIXPOOL_TEST_HANG_MARKER", str(marker))
     s = _settings(13)

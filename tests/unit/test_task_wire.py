@@ -199,12 +199,16 @@ def test_a_detect_worker_calls_the_route_as_always(make_ring):
     assert (ring.images(1)[1:3] == 7).all() and ring.sample_targets(1, 2, 1).shape == (1, 6)
 
 
-def test_a_segment_worker_hands_its_positions_planes_zeroed(make_ring):
-    ring = make_ring(mask_side=2)
+def test_a_segment_worker_hands_the_route_zeroed_planes_and_copies_them_into_its_positions(make_ring):
+    """The route draws into planes of the worker's own (a killed straggler duplicate never
+    leaves the slot's planes half cleared); they land in the part's positions only."""
+    ring = make_ring(mask_side=2, mask_dtype="int32")
     ring.masks(1)[...] = 9  # an earlier batch's planes
     route = _Route(6, masks=True)
     _render_into(ring, route, None, None, _JOB)
-    assert route.calls[0]["masks_out"].shape == (2, 2, 2)
+    given = route.calls[0]["masks_out"]
+    assert given.shape == (2, 2, 2) and given.dtype == np.int32
+    assert not np.shares_memory(given, ring.masks(1))
     assert ring.masks(1)[:, 0, 0].tolist() == [9, 1, 2, 9]  # its positions only; the others are other parts'
 
 
