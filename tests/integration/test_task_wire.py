@@ -157,24 +157,29 @@ def test_int32_planes_where_a_sample_may_number_more_than_255_instances(syntheti
         _check_epoch(client, source, s)
 
 
-def test_a_worker_killed_mid_part_is_rerun_and_the_epoch_arrives_exactly_once(
-    synthetic_data, records, tmp_path, monkeypatch
+@pytest.mark.parametrize("fault", ["killed", "straggler"])
+def test_a_worker_lost_mid_part_is_rerun_and_the_epoch_arrives_exactly_once(
+    synthetic_data, records, tmp_path, monkeypatch, fault
 ):
     """The worker rendering position 0 of batch 1 scribbles over its part of the slot's images
-    (and the planes it was handed), then is SIGKILLed: its part is rendered again and the
-    trainer gets exactly the route's batch, every sample of the epoch once."""
+    (and the planes it was handed) and hangs: SIGKILLed by the test (``killed``), or given to
+    the other worker as a straggler and killed by the daemon once that one's part is in
+    (``straggler``). Either way the trainer gets exactly the route's batches, every sample of
+    the epoch once."""
     marker = tmp_path / "hung-worker"
     monkeypatch.setenv("PIXPOOL_TEST_HANG_MARKER", str(marker))
     s = _settings(13)
     source = _Expected(records, "segment")
-    with task_daemon(synthetic_data.coco_json, task="segment", workers=2, renderer=RENDERER) as (_, d):
+    options = {"straggler_min_s": 1.0} if fault == "straggler" else {"straggler_min_s": 600.0}
+    with task_daemon(synthetic_data.coco_json, task="segment", workers=2, renderer=RENDERER, **options) as (_, d):
         with Client(s, socket_dir=d, timeout_s=WAIT_S, as_torch=False) as client:
             lay = client.layout
             seen = []
             for b in client.epoch(0):
                 if b.batch == 0:  # batch 1 renders meanwhile into a free slot: its worker hangs
                     wait_for(marker.exists, what="a worker hung in batch 1")
-                    os.kill(int(marker.read_text()), signal.SIGKILL)
+                    if fault == "killed":
+                        os.kill(int(marker.read_text()), signal.SIGKILL)
                 images, targets, samples, masks = task_renderer.expected_batch(
                     source, s, 0, b.batch, lay.mask_side, lay.mask_dtype
                 )
@@ -186,6 +191,7 @@ def test_a_worker_killed_mid_part_is_rerun_and_the_epoch_arrives_exactly_once(
         st = ask_status(d)
     assert sorted(seen) == list(range(records))
     assert st["daemon"]["worker_restarts"] == 1
+    assert st["daemon"]["redispatched_jobs"] == (1 if fault == "straggler" else 0)
     assert sampler.num_batches(records, s, 0) >= 3
 
 
