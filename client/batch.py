@@ -1,5 +1,6 @@
 """``Batch``: what ``attach()`` yields: ``images, targets`` with the batch's record indices, files,
-epoch and position, in a shape the collection utilities of trainers rebuild without loss.
+epoch and position (and a segment batch's masks), in a shape the collection utilities of trainers
+rebuild without loss.
 
 Runs in the trainer process. Trainers move and convert batches with generic utilities that
 take a collection apart, transform each element and build the same type again:
@@ -16,9 +17,11 @@ tuple elements would be rebuilt too, but a batch must unpack as exactly ``images
 (every DataLoader loop does), and instance attributes beside the two elements are dropped.
 So the tuple holds the two tensors, which the utilities should move, and the batch's
 metadata lives on its type: each batch is an instance of a small subclass of ``Batch``
-made for it, whose class attributes are ``indices``, ``files``, ``epoch`` and ``batch``.
+made for it, whose class attributes are ``indices``, ``files``, ``epoch``, ``batch`` and
+``masks`` (segment: the (B, M, M) mask planes; None for the other tasks).
 ``type(b)(*items)``, ``type(b)(items)``, ``b._replace(...)``, ``copy`` and pickling
-all keep them, and ``isinstance(b, Batch)`` holds. A subclass per batch costs a few
+all keep them, and ``isinstance(b, Batch)`` holds. So the utilities do not move ``masks``
+with the two tensors: a trainer moves them itself (Ultralytics' ``preprocess_batch`` does). A subclass per batch costs a few
 microseconds against milliseconds of copying the batch; ``torch.compile`` of a function
 that takes the whole batch would see a new input type each step (pass it the tensors).
 """
@@ -30,19 +33,21 @@ from typing import Any
 
 __all__ = ["Batch"]
 
-_META = ("indices", "files", "epoch", "batch")
+_META = ("indices", "files", "epoch", "batch", "masks")
 _UNSET = object()
 
 
 class Batch(namedtuple("Batch", ("images", "targets"))):
     """``(images, targets)``, with ``indices`` (record indices), ``files`` (their image files),
-    ``epoch`` and ``batch`` (its position in the epoch) as attributes; see the module docstring."""
+    ``epoch``, ``batch`` (its position in the epoch) and ``masks`` (segment) as attributes; see
+    the module docstring."""
 
     __slots__ = ()
     indices: Any = None
     files: tuple[str, ...] | list[str] = ()
     epoch: int | None = None
     batch: int | None = None
+    masks: Any = None
 
     def __new__(cls, images, targets=_UNSET, /, **meta: Any):
         if targets is _UNSET:  # ``type(b)(items)``: one iterable of the two elements
@@ -59,6 +64,8 @@ class Batch(namedtuple("Batch", ("images", "targets"))):
 
     def __repr__(self) -> str:
         shapes = f"images={_shape(self.images)}, targets={_shape(self.targets)}"
+        if self.masks is not None:
+            shapes += f", masks={_shape(self.masks)}"
         return f"Batch(epoch={self.epoch}, batch={self.batch}, {shapes})"
 
 

@@ -40,6 +40,11 @@ Faults, as the trainer sees them:
 ``imgsz``: a stream whose ``settings.augment.imgsz`` is None takes the daemon's (the
 ``attached`` reply's ``imgsz``, else its ring layout's); ``client.settings`` is the
 stream's settings with it filled in, and a reattach asks for that same size.
+
+The task: ``client.task`` (detect, segment, pose, obb), ``client.kpt_shape`` and
+``client.flip_idx`` (pose) are the daemon's dataset's, from each ``attached`` reply. Each
+batch's ``targets`` has ``tasks.target_width`` columns for it, and a segment batch carries
+``masks`` (``tensors.py``).
 """
 
 from __future__ import annotations
@@ -53,8 +58,16 @@ from typing import Any, Iterator
 
 import zmq
 
-from ..shared.errors import ClosedError, ConfigError, DaemonTimeout, PixpoolError, SnapshotChangedError
+from ..shared.errors import (
+    ClosedError,
+    ConfigError,
+    DaemonTimeout,
+    PixpoolError,
+    ProtocolError,
+    SnapshotChangedError,
+)
 from ..shared.stream import protocol as proto
+from ..shared.stream import tasks
 from ..shared.stream.config import StreamSettings
 from ..shared.transport import endpoint as ep
 from ..shared.transport.procmem import pid_namespace
@@ -145,6 +158,10 @@ class Client:
         self.files: list[str] = []
         self.num_records = 0
         self.layout = None
+        # The daemon's dataset's task (``attached``): what the target rows carry beyond boxes.
+        self.task = "detect"
+        self.kpt_shape: tuple[int, int] | None = None
+        self.flip_idx: tuple[int, ...] | None = None
         self.position: tuple[int, int] = (settings.start_epoch, 0)
         self.reattaches = 0
         # Seconds this trainer spent waiting for the daemon's batches (the heartbeat reports it).
@@ -221,7 +238,8 @@ class Client:
         )
         try:
             self._snapshot.check(attached, endpoint=self.endpoint, position=self.position)
-        except SnapshotChangedError:
+            self._take_task(attached)
+        except (SnapshotChangedError, ProtocolError):
             self._detach(attached["trainer_id"], attached["token"])  # so that daemon removes the new ring
             raise
         if self._reader is not None:
@@ -239,6 +257,23 @@ class Client:
         self.layout = self._reader.layout
         if self.fetch_files:
             self.files = fetch_files(self._conn, deadline=time.monotonic() + self.timeout_s, peer=self)
+
+    def _take_task(self, attached: dict) -> None:
+        """The task of an ``attached`` reply, checked against its ring layout's row width."""
+        task = attached.get("task") or "detect"
+        kpt_shape = attached.get("kpt_shape")
+        flip_idx = attached.get("flip_idx")
+        kpt_shape = None if kpt_shape is None else (int(kpt_shape[0]), int(kpt_shape[1]))
+        width = tasks.target_width(task, kpt_shape)
+        layout_width = attached["layout"].get("target_width", tasks.BASE_COLUMNS)
+        if layout_width != width:
+            raise ProtocolError(
+                f"the daemon serves the {task} task (rows of {width} columns) but its ring layout has rows of "
+                f"{layout_width}; the daemon and this trainer disagree: run the same pixpool release on both"
+            )
+        self.task = task
+        self.kpt_shape = kpt_shape
+        self.flip_idx = None if flip_idx is None else tuple(int(i) for i in flip_idx)
 
     def _reattach(self) -> None:
         log.warning(

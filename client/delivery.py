@@ -12,9 +12,10 @@ sends it back; the daemon answers which delivery it gets (``shared/stream/protoc
   says what the ``ready`` message announced;
 - ``FrameReader`` (``DELIVERY_FRAMES``: TCP, or a trainer that cannot map the store): the
   three frames after ``ready`` are the slot's images, targets and samples, wrapped
-  without a copy.
+  without a copy, and a fourth its mask planes where the layout has masks (segment).
 
-Either way the arrays are views: valid until the slot is released.
+Either way the arrays are views: valid until the slot is released. ``arrays`` gives
+(images, targets (n, ``target_width``), samples, masks (B, M, M) or None).
 """
 
 from __future__ import annotations
@@ -38,7 +39,7 @@ class SlotReader:
         self.layout = layout
         self.ring: Ring | None = ring
 
-    def arrays(self, msg: dict, frames: list) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    def arrays(self, msg: dict, frames: list) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray | None]:
         size, n_t, slot = msg["size"], msg["n_targets"], msg["slot"]
         header = self.ring.read_header(slot)
         announced = (msg["epoch"], msg["batch"], size, n_t, msg["generation"])
@@ -46,7 +47,8 @@ class SlotReader:
             raise ProtocolError(
                 f"slot {slot} holds epoch/batch/size/targets/generation {header}, announced {announced}"
             )
-        return self.ring.images(slot, size), self.ring.targets(slot, n_t), self.ring.samples(slot, size)
+        ring = self.ring
+        return ring.images(slot, size), ring.targets(slot, n_t), ring.samples(slot, size), ring.masks(slot, size)
 
     def close(self) -> None:
         """Let go of the ring; as the last one out of a dead daemon's ring (a trainer moving
@@ -63,14 +65,30 @@ class FrameReader:
     def __init__(self, layout: RingLayout):
         self.layout = layout
 
-    def arrays(self, msg: dict, frames: list) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        size, n_t, s = msg["size"], msg["n_targets"], self.layout.imgsz
-        if len(frames) != 3:
-            raise ProtocolError(f"a TCP batch needs 3 data frames after 'ready', got {len(frames)}")
+    def arrays(self, msg: dict, frames: list) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray | None]:
+        lay = self.layout
+        size, n_t, s = msg["size"], msg["n_targets"], lay.imgsz
+        want = 4 if lay.has_masks else 3
+        if len(frames) != want:
+            what = "images, targets, samples" + (", masks" if lay.has_masks else "")
+            raise ProtocolError(f"a batch as frames needs {want} data frames after 'ready' ({what}), got {len(frames)}")
+        expected = [size * 3 * s * s, n_t * lay.row_nbytes, size * 8]
+        if lay.has_masks:
+            expected.append(size * lay.mask_side * lay.mask_side * lay.mask_itemsize)
+        got = [len(f.buffer) for f in frames]
+        if got != expected:
+            raise ProtocolError(
+                f"the data frames of batch {msg['batch']} have {got} bytes, its layout and 'ready' say {expected} "
+                f"({size} samples, {n_t} target rows of {lay.target_width} columns)"
+            )
         images = np.frombuffer(frames[0].buffer, np.uint8).reshape(size, 3, s, s)
-        targets = np.frombuffer(frames[1].buffer, np.float32).reshape(n_t, 6)
+        targets = np.frombuffer(frames[1].buffer, np.float32).reshape(n_t, lay.target_width)
         samples = np.frombuffer(frames[2].buffer, np.int64)
-        return images, targets, samples
+        masks = None
+        if lay.has_masks:
+            m = lay.mask_side
+            masks = np.frombuffer(frames[3].buffer, lay.mask_dtype).reshape(size, m, m)
+        return images, targets, samples, masks
 
     def close(self) -> None:
         pass

@@ -18,10 +18,10 @@ keeps working::
   iteration moves on to the next epoch, so shuffling and augmentation differ per epoch as
   a ``DataLoader(shuffle=True)`` user expects.
 - Each batch unpacks as ``images, targets`` and carries ``indices`` (record indices),
-  ``files`` (their image files), ``epoch`` and ``batch``; it is a named tuple that trainers'
-  collection utilities (Lightning's device transfer, torch's pin-memory and convert helpers)
-  rebuild with all of that (``client/batch.py``). ``names`` and ``num_classes`` come
-  from the daemon.
+  ``files`` (their image files), ``epoch``, ``batch`` and, on a segment dataset, ``masks``;
+  it is a named tuple that trainers' collection utilities (Lightning's device transfer,
+  torch's pin-memory and convert helpers) rebuild with all of that (``client/batch.py``).
+  ``names``, ``num_classes``, ``task``, ``kpt_shape`` and ``flip_idx`` come from the daemon.
 - A closed loader (``close()``, or after its ``with`` block) raises ``ClosedError`` when
   iterated or asked its ``len()``.
 - A batch is the user's, as a DataLoader's is: it stays valid for as long as it is held
@@ -101,6 +101,19 @@ class Loader:
         return len(self.client.names)
 
     @property
+    def task(self) -> str:
+        """The daemon's dataset's task: detect, segment, pose or obb (``shared/stream/tasks.py``)."""
+        return self.client.task
+
+    @property
+    def kpt_shape(self) -> tuple[int, int] | None:
+        return self.client.kpt_shape
+
+    @property
+    def flip_idx(self) -> tuple[int, ...] | None:
+        return self.client.flip_idx
+
+    @property
     def rank(self) -> int:
         return self.settings.rank
 
@@ -149,6 +162,7 @@ class Loader:
                 files=[files[i] for i in indices.tolist()] if files else [],
                 epoch=b.epoch,
                 batch=b.batch,
+                masks=b.masks,
             )
 
     def close(self) -> None:
@@ -197,11 +211,14 @@ def attach(
     letterboxed, no randomness) in dataset order (``shuffle=False``).
 
     Each batch unpacks as ``images, targets``: ``images`` uint8 (B, 3, S, S) RGB, S the
-    stream's ``imgsz``; ``targets`` float32 (n, 6), one row per object:
+    stream's ``imgsz``; ``targets`` float32 (n, W), one row per object:
     ``(batch_index, class, cx, cy, w, h)``, ``batch_index`` the image's position in the batch
     (0..B-1), ``class`` the class id (an index into ``loader.names``), the box centre and
-    size normalised by S (0..1), rows in image order. It also carries ``indices``, ``files``,
-    ``epoch`` and ``batch``.
+    size normalised by S (0..1), rows in image order; then the task's columns
+    (``loader.task``; ``shared/stream/tasks.py``): obb the angle in radians, pose K x (x, y,
+    visibility) with x, y normalised by S. It also carries ``indices``, ``files``, ``epoch``,
+    ``batch`` and, for segment, ``masks``: (B, S/mask_ratio, S/mask_ratio) uint8 (int32 where
+    an image may have more than 255 instances), instance k of an image numbered k, 0 background.
 
     Connection options: ``endpoint`` (``tcp://HOST:PORT``, with ``keys_dir``), ``device``
     (move batches there), ``timeout_s``, ``slots`` (ring slots), ``store`` (where this process

@@ -134,6 +134,7 @@ def memory_report(status: dict, *, store: str | None = None) -> dict:
             "ring": name,
             "slots": t.get("slots", 0),
             "bytes": segs[name]["bytes"] if name in segs else 0,
+            "mask_bytes": t.get("ring_mask_nbytes", 0),  # segment rings' mask planes, part of ``bytes``
         }
         for name, t in ring_of.items()
     ]

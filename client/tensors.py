@@ -11,7 +11,9 @@ until the slot is released. ``to_batch`` decides what the caller gets:
   memory has read its source when ``to`` returns, ``non_blocking`` or not); with HSV on
   the device applied there (training streams only: validation streams get no HSV).
 
-``samples`` is always the caller's own (a copy of B integers).
+``samples`` is always the caller's own (a copy of B integers). ``masks`` (segment batches:
+the mask planes, (B, M, M) uint8 or int32; None for the other tasks) go the way the images
+go: a view of the slot where the images are one, else the caller's own.
 """
 
 from __future__ import annotations
@@ -30,10 +32,11 @@ class TrainerBatch:
     """One delivered batch. ``images`` uint8 (B, 3, S, S) RGB (numpy, or torch when asked)."""
 
     images: Any
-    targets: Any  # float32 (n, 6): batch_index, class, cx, cy, w, h (normalised)
+    targets: Any  # float32 (n, W): batch_index, class, cx, cy, w, h (normalised), then the task's columns
     samples: np.ndarray  # int64 (B,) record indices
     epoch: int
     batch: int
+    masks: Any = None  # segment: (B, M, M) overlap planes (instance k of an image numbered k); else None
 
 
 @dataclass(frozen=True)
@@ -46,28 +49,38 @@ class Conversion:
 
 
 def to_batch(
-    arrays: tuple[np.ndarray, np.ndarray, np.ndarray], ready: dict, how: Conversion, settings: StreamSettings
+    arrays: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray | None],
+    ready: dict,
+    how: Conversion,
+    settings: StreamSettings,
 ) -> TrainerBatch:
-    images, targets, samples = arrays
+    images, targets, samples, masks = arrays
     samples = samples.copy()  # B integers: never worth a view
     if how.as_torch:
-        images, targets = _to_torch(images, targets, samples, ready["epoch"], how, settings)
+        images, targets, masks = _to_torch(images, targets, masks, samples, ready["epoch"], how, settings)
     elif not how.zero_copy:
         images, targets = images.copy(), targets.copy()
-    return TrainerBatch(images=images, targets=targets, samples=samples, epoch=ready["epoch"], batch=ready["batch"])
+        masks = None if masks is None else masks.copy()
+    return TrainerBatch(
+        images=images, targets=targets, samples=samples, epoch=ready["epoch"], batch=ready["batch"], masks=masks
+    )
 
 
-def _to_torch(images, targets, samples, epoch: int, how: Conversion, settings: StreamSettings):
+def _to_torch(images, targets, masks, samples, epoch: int, how: Conversion, settings: StreamSettings):
     torch = require_torch("a Client that yields torch tensors (as_torch, device or hsv_on_device)")
     on_host = how.device is None or torch.device(how.device).type == "cpu"
     own = not how.zero_copy and on_host
-    timg = torch.from_numpy(images.copy() if own or not images.flags.writeable else images)
-    ttgt = torch.from_numpy(targets.copy() if own or not targets.flags.writeable else targets)
+
+    def tensor(array):
+        # Frames are read-only buffers, which torch cannot wrap: those are copied as well.
+        return torch.from_numpy(array.copy() if own or not array.flags.writeable else array)
+
+    out = [tensor(images), tensor(targets), None if masks is None else tensor(masks)]
     if how.device is not None:
-        timg = timg.to(how.device, non_blocking=True)
-        ttgt = ttgt.to(how.device, non_blocking=True)
+        out = [None if t is None else t.to(how.device, non_blocking=True) for t in out]
+    timg, ttgt, tmask = out
     if settings.hsv_on_device and settings.augment.augment:  # validation streams get no HSV
         from .hsv_torch import apply_hsv
 
         timg = apply_hsv(timg, settings, epoch, samples)
-    return timg, ttgt
+    return timg, ttgt, tmask

@@ -4,7 +4,7 @@ Runs in the user's shell process, as a trainer would: it attaches a ``Client`` t
 daemon at ``--socket-dir``, or, without it, starts a temporary one with ``pixpool serve``
 as a child process (its ``DaemonConfig`` from the flags, written by ``flags.to_argv``;
 stopped with SIGTERM, which removes its rings and the snapshot it made, before the command
-returns). The digests hash the slot bytes as they arrive. ``--reference`` and
+returns). The digests hash the slot bytes as they arrive (a segment batch's mask planes too). ``--reference`` and
 ``--in-process`` are the producer's paths (``server/commands/digest.py``); both commands
 take the parser of ``shared/cli/digest_args.py``.
 """
@@ -64,7 +64,7 @@ def _collect(
         if batches is not None:
             digest.check_batches(batches, client.num_records, settings, epoch)
         for b in client.epoch(epoch):
-            out.append(digest.batch_digest(b.images, b.targets))
+            out.append(digest.batch_digest(b.images, b.targets, b.masks))
             if batches is not None and len(out) >= batches:
                 break
     return out

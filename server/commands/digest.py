@@ -24,14 +24,15 @@ from ...shared.stream.source import ImageSource
 
 
 def digest_stream(source: ImageSource, settings: StreamSettings, epoch: int, batches: int) -> list[str]:
-    """SHA-256 hex of the first ``batches`` batches of ``epoch`` (images + packed targets)."""
+    """SHA-256 hex of the first ``batches`` batches of ``epoch`` (images + packed targets, and
+    the mask planes of a segment batch)."""
     from ..augment import render_batch
 
     digest.check_batches(batches, len(source), settings, epoch)
     out = []
     for b in range(batches):
         r = render_batch(source, settings, epoch, b)
-        out.append(digest.batch_digest(r.images, r.targets))
+        out.append(digest.batch_digest(r.images, r.targets, getattr(r, "masks", None)))
     return out
 
 

@@ -7,6 +7,9 @@ Runs in the daemon process, in its loop (``service.py``).
   ring's bytes against the budgets
   (per ring, all rings, and the memory budget of snapshot plus rings). A refusal is an
   ``error`` reply to that trainer only; the others are served on.
+- ``task_layout``: what the served task puts in a ring (``shared/stream/tasks.py``): the
+  target row width and, for segment, the mask plane (side, dtype), all counted in the
+  ring's bytes above.
 - ``default_ring_budget``: what all rings together may take when no budget is set.
 
 Where the daemon listens is ``listener.py``; the checks before it starts ``preflight.py``;
@@ -17,11 +20,12 @@ from __future__ import annotations
 
 from ...shared.errors import CapacityError, ConfigError
 from ...shared.stream import protocol as proto
+from ...shared.stream import tasks
 from ...shared.stream.config import DaemonConfig, StreamSettings
-from ...shared.transport.ring import MAX_SLOTS, MIN_SLOTS, RingLayout
+from ...shared.transport.ring import MAX_SLOTS, MIN_SLOTS, RingLayout, mask_dtype_for
 from ...shared.transport.store import DEFAULT_STORE, free_nbytes
 
-__all__ = ["check_quota", "default_ring_budget", "ring_for"]
+__all__ = ["check_quota", "default_ring_budget", "ring_for", "source_task", "task_layout"]
 
 
 def check_quota(config: DaemonConfig, client: str, held: int) -> None:
@@ -62,11 +66,14 @@ def ring_for(
             f"delivery {msg['delivery']!r}: use {proto.DELIVERY_SHM!r} (same machine) or {proto.DELIVERY_FRAMES!r} (TCP)"
         )
     max_t = max(1, renderer.max_targets(source.max_instances, settings))
-    layout = RingLayout(slots=slots, batch_size=settings.batch_size, imgsz=source.imgsz, max_targets=max_t)
+    per_task = task_layout(source, settings, max_targets=max_t)
+    layout = RingLayout(slots=slots, batch_size=settings.batch_size, imgsz=source.imgsz, max_targets=max_t, **per_task)
     if layout.nbytes > config.max_ring_nbytes:
+        masks = f" and {layout.masks_nbytes} bytes of mask planes" if layout.has_masks else ""
         raise CapacityError(
             f"a ring of {slots} slots for batch {settings.batch_size} at imgsz {source.imgsz} needs {layout.nbytes} bytes "
-            f"({max_t} target rows per slot: the snapshot's densest image has {source.max_instances} instances), "
+            f"({max_t} target rows of {layout.target_width} columns{masks} per slot: "
+            f"the snapshot's densest image has {source.max_instances} instances), "
             f"over the daemon's limit of {config.max_ring_nbytes}; use fewer slots or a smaller batch, fix that image's labels, or raise max_ring_nbytes"
         )
     if rings_nbytes + layout.nbytes > ring_budget_nbytes:
@@ -84,6 +91,50 @@ def ring_for(
     if trainers >= config.max_trainers:
         raise CapacityError(f"{trainers} trainers are attached, the daemon's limit; detach one or raise max_trainers")
     return layout
+
+
+def source_task(source) -> tuple[str, tuple[int, int] | None, tuple[int, ...] | None]:
+    """(task, kpt_shape, flip_idx) of a served source; a source that names none is detect."""
+    task = getattr(source, "task", None) or "detect"
+    kpt_shape = getattr(source, "kpt_shape", None)
+    flip_idx = getattr(source, "flip_idx", None)
+    return (
+        str(task),
+        None if kpt_shape is None else tuple(int(k) for k in kpt_shape),
+        None if flip_idx is None else tuple(int(i) for i in flip_idx),
+    )
+
+
+def task_layout(source, settings: StreamSettings, *, max_targets: int) -> dict:
+    """The ring layout fields of the source's task: ``target_width`` and, for segment,
+    ``mask_side`` and ``mask_dtype`` (int32 where a sample may number more than 255 instances).
+
+    A segment stream must keep ``overlap_mask`` (Ultralytics' default): a ring slot is fixed
+    in size, and one plane per instance would need a slot sized for the densest batch's
+    instance count times the plane. The other tasks ignore the mask settings."""
+    task, kpt_shape, _ = source_task(source)
+    try:
+        width = tasks.target_width(task, kpt_shape)
+    except ValueError as exc:
+        raise ConfigError(f"the served dataset's task cannot be carried in a ring: {exc}", field="task") from None
+    if task != "segment":
+        return {"target_width": width}
+    aug = settings.augment
+    if not aug.overlap_mask:
+        raise ConfigError.for_field(
+            "overlap_mask",
+            aug.overlap_mask,
+            "is refused by a segment daemon: its ring slots hold one mask plane per image (instances numbered "
+            "1..n, Ultralytics' default overlap layout), and one plane per instance does not fit a fixed slot; "
+            "train with overlap_mask=True, or render in process (pixpool.server.augment) for per-instance planes",
+        )
+    side = tasks.mask_side(task, source.imgsz, aug.mask_ratio)
+    if side < 1:
+        raise ConfigError.for_field(
+            "mask_ratio", aug.mask_ratio, f"leaves no mask pixel at imgsz {source.imgsz}; use a mask_ratio <= imgsz"
+        )
+    per_sample = -(-max_targets // settings.batch_size)
+    return {"target_width": width, "mask_side": side, "mask_dtype": mask_dtype_for(per_sample)}
 
 
 def default_ring_budget(store: str = DEFAULT_STORE) -> int:

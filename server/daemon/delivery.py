@@ -3,7 +3,7 @@
 Runs in the daemon process. Every announced batch is a ``ready`` message. A local trainer
 (``DELIVERY_SHM``) reads the slot in place, so the message is all it gets; a remote one
 (``DELIVERY_FRAMES``) gets the slot's images, targets and samples as three more frames,
-sent zero-copy from the ring. Either way the trainer releases the slot with ``release``,
+sent zero-copy from the ring, and a segment ring's mask planes as a fourth. Either way the trainer releases the slot with ``release``,
 so credit-based backpressure is the same. The trainer's side is ``pixpool.client.delivery``.
 """
 
@@ -42,14 +42,10 @@ def announce(t: TrainerSession, a: Announcement) -> None:
     )
     if t.delivery == proto.DELIVERY_FRAMES:
         r = t.ring
-        send(
-            t.sock,
-            t.identity,
-            frame,
-            r.images(a.slot, a.size).data,
-            r.targets(a.slot, a.n_targets).data,
-            r.samples(a.slot, a.size).data,
-        )
+        frames = [r.images(a.slot, a.size).data, r.targets(a.slot, a.n_targets).data, r.samples(a.slot, a.size).data]
+        if r.layout.has_masks:
+            frames.append(r.masks(a.slot, a.size).data)
+        send(t.sock, t.identity, frame, *frames)
     else:
         send(t.sock, t.identity, frame)
 

@@ -74,6 +74,8 @@ def build_status(d) -> dict:
             "slots_in_use": s.slots_in_use,
             "ring": t.ring.name,
             "ring_nbytes": t.ring.layout.nbytes,
+            # Of which mask planes (segment; 0 otherwise): counted in ring_nbytes, named apart.
+            "ring_mask_nbytes": t.ring.layout.slots * t.ring.layout.masks_nbytes,
             "last_seen_s": round(now - t.last_seen, 3),
             "attached_s": round(now - t.attached_at, 3),
             "data_wait_s": round(t.data_wait_s, 3),
@@ -110,6 +112,7 @@ def build_status(d) -> dict:
             "records": len(src),
             "imgsz": src.imgsz,
             "max_instances": src.max_instances,
+            "task": str(getattr(src, "task", None) or "detect"),
             **d.split_info.get(split, {}),
         }
         for split, src in d.sources.items()

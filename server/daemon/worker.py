@@ -9,10 +9,12 @@ OpenCV only once copy-paste rasterises a polygon; never torch (a test checks ``s
   ``send_bytes``/``recv_bytes`` with the pipe messages of ``shared/stream/protocol.py`` (msgpack;
   nothing is unpickled after start-up).
 - It attaches a trainer's ring on first use and writes its part of the slot in place: the
-  images of its sample positions by the renderer, each sample's target rows into that
-  position's target region, and the sample indices. Other workers write the other
-  positions of the same slot at the same time; the daemon packs the targets and writes
-  the slot header once every part is in (``shared/transport/ring.py``), so a worker never writes it.
+  images of its sample positions by the renderer (and, in a segment ring, their mask planes:
+  the renderer gets them as ``masks_out``), each sample's target rows (the ring's
+  ``target_width`` columns, checked) into that position's target region, and the sample
+  indices. Other workers write the other positions of the same slot at the same time; the
+  daemon packs the targets and writes the slot header once every part is in
+  (``shared/transport/ring.py``), so a worker never writes it.
 - It ignores SIGINT (Ctrl-C in the daemon's terminal reaches the whole process group; the
   daemon decides when workers stop) and exits when the daemon goes: the pipe reports EOF,
   and the parent pid is polled as a backstop.
@@ -112,25 +114,48 @@ def worker_main(
 
 
 def _render_into(ring, renderer, source, settings, msg: dict) -> list[int]:
-    """Render the part into its positions of the slot (images, each sample's target rows,
-    samples); returns the target-row count of each of its samples."""
+    """Render the part into its positions of the slot (images, mask planes where the ring has
+    them, each sample's target rows, samples); returns the target-row count of each of its samples."""
     import numpy as np
 
     from ...shared.errors import CapacityError
 
     slot, size, start, stop = msg["slot"], msg["size"], msg["start"], msg["stop"]
-    if not 0 <= start < stop <= size <= ring.layout.batch_size:
+    lay = ring.layout
+    if not 0 <= start < stop <= size <= lay.batch_size:
         raise ValueError(
-            f"part {start}..{stop} of a batch of {size} does not fit ring slots of {ring.layout.batch_size} samples"
+            f"part {start}..{stop} of a batch of {size} does not fit ring slots of {lay.batch_size} samples"
         )
     images = ring.images(slot, size)[start:stop]
-    targets, counts, samples = renderer.render_range(source, settings, msg["epoch"], msg["batch"], start, stop, images)
+    # ``masks_out`` only for a ring with masks: a renderer of the tasks without them keeps the
+    # signature it always had (``renderer.py``). The planes are drawn in this worker's own
+    # zeroed array and copied into the slot once whole: a straggler's duplicate (supervisor.py)
+    # killed midway must only ever have written into the slot the bytes the winner wrote, which
+    # clearing the slot's planes and drawing there would break (the images are written once per
+    # pixel, so there they are).
+    extra = {}
+    if lay.has_masks:
+        m = lay.mask_side
+        extra["masks_out"] = planes = np.zeros((stop - start, m, m), dtype=lay.mask_dtype)
+    targets, counts, samples = renderer.render_range(
+        source, settings, msg["epoch"], msg["batch"], start, stop, images, **extra
+    )
+    if lay.has_masks:
+        ring.masks(slot, size)[start:stop] = planes
+    targets = np.asarray(targets)
     counts = [int(c) for c in np.asarray(counts).tolist()]
     if len(counts) != stop - start or len(samples) != stop - start or sum(counts) != len(targets):
         raise ValueError(
             f"renderer returned {len(samples)} samples, {len(counts)} counts summing to {sum(counts)} and {len(targets)} target rows for samples {start}..{stop} of batch {msg['batch']}"
         )
-    per = ring.layout.per_sample
+    if len(targets) and (targets.ndim != 2 or targets.shape[1] != lay.target_width):
+        raise ValueError(
+            f"renderer returned target rows of shape {targets.shape} for samples {start}..{stop} "
+            f"of batch {msg['batch']}, "
+            f"but this ring's rows have {lay.target_width} columns (the served task's width, shared/stream/tasks.py); "
+            "the route and the daemon disagree on the task"
+        )
+    per = lay.per_sample
     row = 0
     for p, c in enumerate(counts, start):
         if c > per:

@@ -48,7 +48,7 @@ from ..errors import (
     RenderError,
     SnapshotError,
 )
-from .config import SPLITS
+from .config import SPLITS, TASKS
 
 __all__ = [
     "DELIVERIES",
@@ -82,7 +82,9 @@ __all__ = [
     "pipe_frame",
 ]
 
-PROTOCOL_VERSION = 3  # 2: ready and release name the batch (epoch, batch, generation); 3: store and the locality proof
+# 2: ready and release name the batch (epoch, batch, generation); 3: store and the locality proof;
+# 4: the task (``attached`` names it; target rows of its width; segment batches carry mask planes).
+PROTOCOL_VERSION = 4
 # How a trainer receives batch bytes (``attach``'s ``delivery``): in place from its ring's
 # slots (same machine), or as zero-copy frames after ``ready`` (TCP).
 DELIVERY_SHM = "shm"
@@ -108,6 +110,9 @@ MAX_HOST_CHARS = 255
 MAX_PID_NS_CHARS = 64
 # The ring's locality nonce in hex (16 bytes: 32 characters; room for a longer one).
 MAX_NONCE_CHARS = 128
+# Keypoints a pose dataset's instance may have (COCO's people have 17; the bound keeps a
+# target row, 6 + 3K floats, far below any slot).
+MAX_KEYPOINTS = 1024
 
 
 class Op(enum.StrEnum):
@@ -283,6 +288,19 @@ REPLIES: dict[Op, Message] = {
             "daemon_pid": _int("the daemon's process id"),
             "host": _str("the daemon's host name"),
             "names": Field((list,), "the class names", optional=True),
+            "task": _str(
+                "what the served dataset's targets carry (``shared/stream/tasks.py``): it fixes the target row"
+                " width (the layout's ``target_width``) and, for segment, the mask planes",
+                choices=TASKS,
+            ),
+            "kpt_shape": Field(
+                (_NONE, list),
+                f"pose: the keypoints of an instance, [K, 2 or 3] with 1 <= K <= {MAX_KEYPOINTS}; nil otherwise",
+            ),
+            "flip_idx": Field(
+                (_NONE, list),
+                "pose: the keypoint each of the K becomes under a left-right flip (K integers 0..K-1); nil otherwise",
+            ),
             "store": _str("the directory the ring is in"),
             "pid_ns": Field((str,), "the daemon's PID namespace", optional=True),
             "snapshot": Field(
@@ -310,7 +328,8 @@ REPLIES: dict[Op, Message] = {
         },
     ),
     Op.READY: Message(
-        "a batch is in ``slot`` (over TCP three more frames follow: images, targets, samples bytes)",
+        "a batch is in ``slot`` (as frames three more follow: images, targets, samples bytes; a fourth, the mask"
+        " planes, where the layout has masks)",
         {
             "trainer_id": _int(_TID),
             "slot": _int("the ring slot the batch is in"),
@@ -471,6 +490,7 @@ def _checked(op: str, fields: dict[str, Any], table: Mapping[Any, Message], kind
                 field=name,
             )
     _check_fields(key.value, fields, schema)
+    _check_shape_of(key.value, fields)
     return key
 
 
@@ -519,6 +539,7 @@ def decode(frame: bytes | memoryview, *, reply: bool = False) -> dict[str, Any]:
             raise ProtocolError(f"op {op!r} is not a request a trainer may send; expected one of {_names(REQUEST_OPS)}")
         raise ProtocolError(f"op {op!r} is not a reply a daemon sends; expected one of {_names(REPLIES)}")
     _check_fields(op, msg, table[op].fields)
+    _check_shape_of(op, msg)
     return msg
 
 
@@ -539,7 +560,7 @@ def _check_fields(op: str, msg: Mapping[str, Any], schema: Mapping[str, Field]) 
 
 
 def _check_value(op: str, name: str, value: Any, spec: Field) -> None:
-    kind = spec.types[0].__name__
+    kind = " or ".join("nil" if t is _NONE else t.__name__ for t in spec.types)
     if isinstance(value, bool) and bool not in spec.types:
         raise ProtocolError(f"op {op!r}: field {name!r} must be {kind}, got bool", field=name)
     if not isinstance(value, spec.types):
@@ -560,6 +581,35 @@ def _check_value(op: str, name: str, value: Any, spec: Field) -> None:
         if spec.choices is not None and value not in spec.choices:
             raise ProtocolError(
                 f"op {op!r}: field {name!r} = {value!r:.40} is not one of {list(spec.choices)}", field=name
+            )
+
+
+def _check_shape_of(op: str, msg: Mapping[str, Any]) -> None:
+    """The checks one field's type cannot say: an ``attached`` reply's keypoint shape and flip map."""
+    if op != Op.ATTACHED:
+        return
+    kpt_shape, flip_idx = msg.get("kpt_shape"), msg.get("flip_idx")
+    if kpt_shape is not None:
+        ints = all(isinstance(v, int) and not isinstance(v, bool) for v in kpt_shape)
+        if not (ints and len(kpt_shape) == 2 and 1 <= kpt_shape[0] <= MAX_KEYPOINTS and kpt_shape[1] in (2, 3)):
+            raise ProtocolError(
+                f"op 'attached': field 'kpt_shape' = {kpt_shape!r:.80} must be [K, 2 or 3] "
+                f"with 1 <= K <= {MAX_KEYPOINTS}",
+                field="kpt_shape",
+            )
+    if msg.get("task") == "pose" and kpt_shape is None:
+        raise ProtocolError("op 'attached': a pose task needs field 'kpt_shape' ([K, 2 or 3])", field="kpt_shape")
+    if flip_idx is not None:
+        k = kpt_shape[0] if kpt_shape is not None else None
+        if (
+            k is None
+            or len(flip_idx) != k
+            or not all(isinstance(i, int) and not isinstance(i, bool) and 0 <= i < k for i in flip_idx)
+        ):
+            raise ProtocolError(
+                f"op 'attached': field 'flip_idx' = {flip_idx!r:.120} must be K = {k} integers from 0 to K-1 "
+                "(the keypoint each one becomes under a left-right flip), with 'kpt_shape' given",
+                field="flip_idx",
             )
 
 

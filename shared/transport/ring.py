@@ -9,14 +9,23 @@ name and reads slots in place. Nobody else writes it.
 
 Layout (all offsets 64-byte aligned, slots 4096-byte aligned)::
 
-    ring header (4096 bytes): magic b"PXRING01", then int64 slots, slot_nbytes, batch_size,
-                              imgsz, max_targets
+    ring header (4096 bytes): magic b"PXRING02", then int64 slots, slot_nbytes, batch_size,
+                              imgsz, max_targets, target_width, mask_side, mask itemsize
     slot k at 4096 + k * slot_nbytes:
         slot header (64 bytes): int64 epoch, batch, size, n_targets, generation
                                 (written last, by the daemon, once per announcement)
         images   uint8   (batch_size, 3, imgsz, imgsz)   RGB, C-contiguous
-        targets  float32 (batch_size * per_sample, 6)    (batch_index, class, cx, cy, w, h)
+        targets  float32 (batch_size * per_sample, W)    (batch_index, class, cx, cy, w, h, task columns)
+        masks    uint8 or int32 (batch_size, M, M)       segment only (M = mask_side > 0), else no bytes
         samples  int64   (batch_size,)
+
+Per task (``shared/stream/tasks.py``): a row has ``target_width`` W columns (6 for detect
+and segment, 7 for obb, 6 + 3K for pose), and a segment ring has one mask plane of
+``mask_side`` pixels a side per sample position, Ultralytics' overlap layout: 0 background,
+instance k of the sample numbered k (1..n). Its dtype is ``mask_dtype``: uint8 while a
+sample can have at most 255 instances (``per_sample``), else int32, so a plane holds every
+number a sample can need. A detect ring has exactly the bytes and offsets it always had
+(W = 6, no plane).
 
 Targets: while a slot is rendered, sample position p owns rows ``p * per_sample`` onwards
 (``per_sample = ceil(max_targets / batch_size)``), so workers write their samples' rows
@@ -30,7 +39,7 @@ Backpressure is credit based and lives in the daemon's scheduler: a slot is eith
 until it sends ``release``. Every worker fills the same slot, so a trainer needs no slot
 per worker: ``DEFAULT_SLOTS`` = ``MAX_SLOTS`` = 3 (one read by the trainer, one rendered,
 one finished or starting), and a trainer costs the service exactly ``nbytes`` of this
-segment: 3 batches of images plus their target rows, samples and headers.
+segment: 3 batches of images plus their target rows, mask planes (segment), samples and headers.
 
 Locality: the ring header also holds a random nonce at ``NONCE_OFFSET``, written by the
 daemon at creation and never sent over a socket. A trainer that reads it back through the
@@ -69,10 +78,11 @@ from .store import free_nbytes
 
 log = logging.getLogger(__name__)
 
-MAGIC = b"PXRING01"
+# 02: the header names the target width and the mask plane (issue 18: segment, pose, obb).
+MAGIC = b"PXRING02"
 RING_HEADER_NBYTES = 4096
 SLOT_HEADER_NBYTES = 64
-_HEADER = struct.Struct("<8s5q")
+_HEADER = struct.Struct("<8s8q")
 _SLOT_HEADER = struct.Struct("<5q")
 # A ring holds at least two slots (one being read, one being written) and at most three:
 # all workers render into one slot together, so a third only covers the hand-over between
@@ -81,10 +91,24 @@ MIN_SLOTS, MAX_SLOTS = 2, 3
 DEFAULT_SLOTS = 3
 # The locality nonce: 16 random bytes in the ring header, past the fields above.
 NONCE_OFFSET, NONCE_NBYTES = 2048, 16
+# A mask plane's dtypes, by name (as the layout travels) and their item sizes (as the header holds them).
+MASK_DTYPES = {"uint8": 1, "int32": 4}
+_DTYPE_OF_ITEMSIZE = {size: name for name, size in MASK_DTYPES.items()}
+BASE_TARGET_WIDTH = 6
+# The most instances a uint8 plane can number (0 is the background).
+UINT8_INSTANCES = 255
+_FIELDS = ("slots", "batch_size", "imgsz", "max_targets", "target_width", "mask_side", "mask_dtype")
+_REQUIRED = frozenset(_FIELDS[:4])
 
 
 def _align(n: int, to: int) -> int:
     return (n + to - 1) // to * to
+
+
+def mask_dtype_for(per_sample: int) -> str:
+    """The plane dtype that numbers ``per_sample`` instances: uint8 up to 255, else int32
+    (as Ultralytics' overlap masks switch to int32 past 255 instances)."""
+    return "uint8" if per_sample <= UINT8_INSTANCES else "int32"
 
 
 @dataclass(frozen=True)
@@ -95,15 +119,33 @@ class RingLayout:
     batch_size: int
     imgsz: int
     max_targets: int
+    target_width: int = BASE_TARGET_WIDTH  # columns of a target row (``tasks.target_width``)
+    mask_side: int = 0  # pixels a side of a sample's mask plane; 0: no masks (every task but segment)
+    mask_dtype: str = "uint8"  # the plane's dtype: ``mask_dtype_for(per_sample)``
 
     def __post_init__(self) -> None:
-        for name in ("slots", "batch_size", "imgsz", "max_targets"):
+        for name in ("slots", "batch_size", "imgsz", "max_targets", "target_width", "mask_side"):
             value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ConfigError(f"ring layout field {name!r} must be a positive integer, got {value!r}")
+            least = 0 if name == "mask_side" else 1
+            if isinstance(value, bool) or not isinstance(value, int) or value < least:
+                kind = "an integer >= 0" if least == 0 else "a positive integer"
+                raise ConfigError(f"ring layout field {name!r} must be {kind}, got {value!r}")
         if not MIN_SLOTS <= self.slots <= MAX_SLOTS:
             raise ConfigError(
                 f"ring of {self.slots} slots: use {MIN_SLOTS} to {MAX_SLOTS} (each slot holds one whole batch, which all workers render together)"
+            )
+        if self.target_width < BASE_TARGET_WIDTH:
+            raise ConfigError(
+                f"ring layout field 'target_width' is {self.target_width}: a target row has at least the "
+                f"{BASE_TARGET_WIDTH} columns (batch_index, class, cx, cy, w, h)"
+            )
+        if self.mask_dtype not in MASK_DTYPES:
+            raise ConfigError(f"ring layout field 'mask_dtype' is {self.mask_dtype!r}; use one of {list(MASK_DTYPES)}")
+        if self.mask_side and self.mask_dtype == "uint8" and self.per_sample > UINT8_INSTANCES:
+            raise ConfigError(
+                f"a uint8 mask plane numbers at most {UINT8_INSTANCES} instances, but a sample of this ring may have "
+                f"{self.per_sample} (max_targets {self.max_targets} over batch {self.batch_size}); "
+                "use mask_dtype 'int32'"
             )
 
     @property
@@ -129,8 +171,30 @@ class RingLayout:
         return self.batch_size * self.per_sample
 
     @property
+    def row_nbytes(self) -> int:
+        return self.target_width * 4
+
+    @property
+    def has_masks(self) -> bool:
+        return self.mask_side > 0
+
+    @property
+    def mask_itemsize(self) -> int:
+        return MASK_DTYPES[self.mask_dtype]
+
+    @property
+    def masks_offset(self) -> int:
+        return _align(self.targets_offset + self.target_rows * self.row_nbytes, 64)
+
+    @property
+    def masks_nbytes(self) -> int:
+        """Bytes of a slot's mask planes (0 without masks)."""
+        return self.batch_size * self.mask_side * self.mask_side * self.mask_itemsize
+
+    @property
     def samples_offset(self) -> int:
-        return _align(self.targets_offset + self.target_rows * 6 * 4, 64)
+        # Without masks this is where it always was: right after the target rows.
+        return _align(self.masks_offset + self.masks_nbytes, 64)
 
     @property
     def slot_nbytes(self) -> int:
@@ -140,13 +204,18 @@ class RingLayout:
     def nbytes(self) -> int:
         return RING_HEADER_NBYTES + self.slots * self.slot_nbytes
 
-    def to_dict(self) -> dict[str, int]:
+    def to_dict(self) -> dict[str, int | str]:
         return asdict(self)
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "RingLayout":
-        if not isinstance(data, dict) or set(data) != {"slots", "batch_size", "imgsz", "max_targets"}:
-            raise ConfigError(f"ring layout must be a map of slots, batch_size, imgsz, max_targets; got {data!r}")
+        """The layout of an ``attached`` reply; ``target_width``, ``mask_side`` and ``mask_dtype``
+        may be left out (a detect ring's defaults)."""
+        if not isinstance(data, dict) or not _REQUIRED <= set(data) or not set(data) <= set(_FIELDS):
+            raise ConfigError(
+                f"ring layout must be a map of {', '.join(sorted(_REQUIRED))} (and optionally "
+                f"{', '.join(f for f in _FIELDS if f not in _REQUIRED)}); got {data!r:.300}"
+            )
         return cls(**data)
 
 
@@ -177,7 +246,15 @@ class Ring:
                 ) from None
             raise
         segment.buf[: _HEADER.size] = _HEADER.pack(
-            MAGIC, layout.slots, layout.slot_nbytes, layout.batch_size, layout.imgsz, layout.max_targets
+            MAGIC,
+            layout.slots,
+            layout.slot_nbytes,
+            layout.batch_size,
+            layout.imgsz,
+            layout.max_targets,
+            layout.target_width,
+            layout.mask_side,
+            layout.mask_itemsize,
         )
         segment.buf[NONCE_OFFSET : NONCE_OFFSET + NONCE_NBYTES] = os.urandom(NONCE_NBYTES)
         return cls(segment, layout)
@@ -194,11 +271,28 @@ class Ring:
         if size < RING_HEADER_NBYTES:
             segment.close()
             raise SnapshotError(f"batch ring {name} has {size} bytes, less than its {RING_HEADER_NBYTES}-byte header")
-        magic, slots, slot_nbytes, batch_size, imgsz, max_targets = _HEADER.unpack_from(segment.buf, 0)
+        magic, slots, slot_nbytes, batch_size, imgsz, max_targets, width, side, itemsize = _HEADER.unpack_from(
+            segment.buf, 0
+        )
         if magic != MAGIC:
             segment.close()
-            raise SnapshotError(f"segment {name} is not a pixpool batch ring (magic {magic!r}, expected {MAGIC!r})")
-        layout = RingLayout(slots=slots, batch_size=batch_size, imgsz=imgsz, max_targets=max_targets)
+            raise SnapshotError(
+                f"segment {name} is not a pixpool batch ring (magic {magic!r}, expected {MAGIC!r}): another file, "
+                "or a ring of another pixpool release; run the same release in the daemon and the trainer"
+            )
+        try:
+            layout = RingLayout(
+                slots=slots,
+                batch_size=batch_size,
+                imgsz=imgsz,
+                max_targets=max_targets,
+                target_width=width,
+                mask_side=side,
+                mask_dtype=_DTYPE_OF_ITEMSIZE.get(itemsize, f"itemsize {itemsize}"),
+            )
+        except ConfigError as exc:
+            segment.close()
+            raise SnapshotError(f"batch ring {name} has a header no layout fits: {exc}") from None
         if layout.slot_nbytes != slot_nbytes or layout.nbytes > size:
             segment.close()
             raise SnapshotError(
@@ -229,7 +323,7 @@ class Ring:
         if not 0 <= n <= lay.target_rows:
             raise IndexError(f"{n} target rows asked of ring {self.name}, whose slots hold {lay.target_rows}")
         start = self._slot_base(slot) + lay.targets_offset
-        return self._buf[start : start + n * 24].view(np.float32).reshape(n, 6)
+        return self._buf[start : start + n * lay.row_nbytes].view(np.float32).reshape(n, lay.target_width)
 
     def sample_targets(self, slot: int, position: int, n_targets: int) -> np.ndarray:
         """Rows of sample ``position`` while the slot is rendered (before ``pack_targets``)."""
@@ -238,8 +332,9 @@ class Ring:
             raise IndexError(
                 f"sample {position} with {n_targets} target rows: ring {self.name} holds {lay.per_sample} rows for each of {lay.batch_size} samples"
             )
-        start = self._slot_base(slot) + lay.targets_offset + position * lay.per_sample * 24
-        return self._buf[start : start + n_targets * 24].view(np.float32).reshape(n_targets, 6)
+        start = self._slot_base(slot) + lay.targets_offset + position * lay.per_sample * lay.row_nbytes
+        rows = self._buf[start : start + n_targets * lay.row_nbytes].view(np.float32)
+        return rows.reshape(n_targets, lay.target_width)
 
     def pack_targets(self, slot: int, counts: list[int]) -> int:
         """Move each sample's rows (``counts[p]`` at position p's region) to follow the rows
@@ -258,6 +353,19 @@ class Ring:
                 area[n : n + c] = area[src : src + c]
             n += c
         return n
+
+    def masks(self, slot: int, size: int | None = None) -> np.ndarray | None:
+        """The mask planes of the first ``size`` sample positions (all by default), (size, M, M)
+        of ``mask_dtype``; None for a ring without masks (every task but segment)."""
+        lay = self.layout
+        if not lay.has_masks:
+            return None
+        n = lay.batch_size if size is None else size
+        if not 0 <= n <= lay.batch_size:
+            raise IndexError(f"{n} mask planes asked of ring {self.name}, whose slots hold {lay.batch_size}")
+        m = lay.mask_side
+        start = self._slot_base(slot) + lay.masks_offset
+        return self._buf[start : start + n * m * m * lay.mask_itemsize].view(lay.mask_dtype).reshape(n, m, m)
 
     def samples(self, slot: int, size: int | None = None) -> np.ndarray:
         lay = self.layout

@@ -81,17 +81,25 @@ def remove_rings_of(pid: int, store: str = DEFAULT_STORE) -> list[str]:
 
 @contextmanager
 def daemon_process(
-    config: DaemonConfig, *, socket_dir: str | None = None, wait: bool = True, renderer: str | None = None
+    config: DaemonConfig,
+    *,
+    socket_dir: str | None = None,
+    wait: bool = True,
+    renderer: str | None = None,
+    target=run_daemon,
+    target_kwargs: dict | None = None,
 ):
     """Start ``run_daemon(config, renderer=renderer)`` in a spawned process; always reaped.
-    ``renderer``: a stand-in route module (``helpers.stuck_renderer``); None is the real one."""
+    ``renderer``: a stand-in route module (``helpers.stuck_renderer``); None is the real one.
+    ``target``: another function of ``run_daemon``'s signature (``helpers.task_daemon``), with
+    ``target_kwargs`` besides ``renderer``."""
     own_dir = socket_dir is None
     socket_dir = socket_dir or short_socket_dir()
     ctx = mp.get_context("spawn")
     proc = ctx.Process(
-        target=run_daemon,
+        target=target,
         args=(dataclasses.replace(config, socket_dir=socket_dir),),
-        kwargs={"renderer": renderer},
+        kwargs={"renderer": renderer, **(target_kwargs or {})},
         daemon=False,
     )
     proc.start()
@@ -146,7 +154,7 @@ def reference_stream(dataset, settings, epoch: int) -> tuple[list[str], list[lis
     digests, samples = [], []
     for b in range(sampler.num_batches(len(dataset), settings, epoch)):
         out = render_batch(source, settings, epoch, b)
-        digests.append(batch_digest(out.images, out.targets))
+        digests.append(batch_digest(out.images, out.targets, getattr(out, "masks", None)))
         samples.append(out.samples.tolist())
     return digests, samples
 
@@ -154,7 +162,7 @@ def reference_stream(dataset, settings, epoch: int) -> tuple[list[str], list[lis
 def digest_of(batch) -> str:
     from pixpool.shared.stream.digest import batch_digest
 
-    return batch_digest(np.asarray(batch.images), np.asarray(batch.targets))
+    return batch_digest(np.asarray(batch.images), np.asarray(batch.targets), getattr(batch, "masks", None))
 
 
 def segments_of(pid: int, store: str | None = None) -> list[str]:

@@ -11,7 +11,7 @@ from pixpool.server.daemon.renderer import batch_size_of, max_targets, num_batch
 from pixpool.server.daemon.renderer import render_range as _render_range
 
 
-def render_range(source, settings, epoch, batch, start, stop, images_out):
+def render_range(source, settings, epoch, batch, start, stop, images_out, masks_out=None):
     marker = os.environ.get("PIXPOOL_TEST_STUCK_MARKER")
     if batch == 1 and start == 0 and marker:
         try:
@@ -20,4 +20,4 @@ def render_range(source, settings, epoch, batch, start, stop, images_out):
             pass
         else:
             time.sleep(600)  # wedged: only the daemon's job timeout gets this batch done
-    return _render_range(source, settings, epoch, batch, start, stop, images_out)
+    return _render_range(source, settings, epoch, batch, start, stop, images_out, masks_out)
