@@ -47,7 +47,7 @@ def run(args: argparse.Namespace) -> int:
     config = digest_args.daemon_config_from(args, settings)
     # The stream renders at the snapshot's imgsz, as a daemon's trainer that names none would.
     settings = settings.for_imgsz(config.imgsz)
-    dataset = load_dataset(config.data, config.images)
+    dataset = load_dataset(config.data, config.images, task=config.task)
     if args.reference:
         from ..snapshot.reference import ReferenceSource
 

@@ -23,7 +23,7 @@ from . import flags
 __all__ = ["configure", "daemon_config_from", "report", "settings_from"]
 
 # The DaemonConfig fields of the snapshot (--in-process) and of the temporary daemon (no --socket-dir).
-DAEMON_FIELDS = ("data", "images", "processes", "dtype", "workers", "store", "keep_snapshot")
+DAEMON_FIELDS = ("data", "images", "task", "processes", "dtype", "workers", "store", "keep_snapshot")
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
