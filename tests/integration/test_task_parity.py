@@ -147,11 +147,13 @@ def test_reference_float32_and_uint8_snapshots_render_the_same_batches(task, dat
                 got = render_batch(snap, s, 0, b)
                 _assert_same(got.images, got.targets, got.masks, w, task, f"{task} {mode} {dtype} batch {b}")
                 np.testing.assert_array_equal(got.samples, w.samples)
-    # The steps really ran: the stream with them differs from the plain one.
-    plain = render_batch(ReferenceSource(datasets[task], IMGSZ), _settings(task, "flip", **dict.fromkeys(ROUTE, 0.0)), 0, 0)
-    assert batch_digest(plain.images, plain.targets, plain.masks) != batch_digest(
-        want[0].images, want[0].targets, want[0].masks
-    )
+    # Each mixing step really ran in these batches: the stream without it differs.
+    source = ReferenceSource(datasets[task], IMGSZ)
+    flip = [batch_digest(w.images, w.targets, w.masks) for w in reference(task, "flip")]
+    steps = ("cutmix", "mixup", "copy_paste") if task != "pose" else ("cutmix", "mixup")  # pose has no polygons
+    for step in steps:
+        without = [render_batch(source, _settings(task, "flip", **{step: 0.0}), 0, b) for b in range(len(flip))]
+        assert [batch_digest(w.images, w.targets, w.masks) for w in without] != flip, f"{step} changed nothing"
 
 
 @pytest.mark.parametrize("workers", [1, 2, 3])
@@ -159,9 +161,11 @@ def test_reference_float32_and_uint8_snapshots_render_the_same_batches(task, dat
 def test_daemon_delivers_the_reference_batches_for_any_worker_count(
     task, workers, task_sets, datasets, snapshots, reference
 ):
-    """Both copy-paste modes through one daemon; the arrays compared, then their digests."""
-    snapshots.get(task, datasets[task], "float32")  # the daemon re-attaches it
-    with real_daemon(task_sets[task], imgsz=IMGSZ, workers=workers, task=task) as (_, d):
+    """Both copy-paste modes through one daemon (3 workers: on a uint8 snapshot); the arrays
+    compared, then their digests."""
+    dtype = "uint8" if workers == 3 else "float32"  # the snapshot's dtype changes no byte either
+    snapshots.get(task, datasets[task], dtype)  # the daemon re-attaches it
+    with real_daemon(task_sets[task], imgsz=IMGSZ, workers=workers, task=task, dtype=dtype) as (_, d):
         for mode in MODES:
             s = _settings(task, mode)
             want = reference(task, mode)
@@ -352,7 +356,7 @@ def test_digest_with_another_task_names_the_label_file_and_line(task_sets, tmp_p
     argv = ["digest", str(data), "--task", "pose", "--imgsz", str(IMGSZ), "--batch-size", "4", "--reference"]
     assert main(argv) == 1
     out, err = capsys.readouterr()
-    first = sorted((root / "labels" / "train").iterdir())[0]
+    first = min((root / "labels" / "train").iterdir())
     assert f"{first}:1:" in err and "pose lines have 5 + 5 x 3 = 20 fields" in err, err
     assert "--task segment" in err and out == ""
     assert main([*argv[:3], "segment", *argv[4:]]) == 0  # the right task digests the same files
