@@ -123,18 +123,21 @@ def write_image(
 def _output(images_out: np.ndarray | None, count: int, size: int) -> np.ndarray:
     if images_out is None:
         return np.empty((count, 3, size, size), dtype=np.uint8)
-    if (
-        images_out.dtype != np.uint8
-        or images_out.ndim != 4
-        or images_out.shape[1:] != (3, size, size)
-        or images_out.shape[0] < count
-    ):
-        raise ConfigError(
-            f"images_out must be uint8 (>= {count}, 3, {size}, {size}), got {images_out.dtype} {images_out.shape}"
-        )
-    if not images_out.flags.c_contiguous:
-        raise ConfigError("images_out must be C-contiguous (a ring slot or np.empty)")
-    return images_out[:count]
+    return _checked_out("images_out", images_out, (np.uint8,), (3, size, size), count, "a ring slot or np.empty")
+
+
+def _checked_out(
+    name: str, out: np.ndarray, dtypes: tuple[type, ...], item_shape: tuple[int, ...], count: int, example: str
+) -> np.ndarray:
+    """``out``'s first ``count`` items, after checking that a caller's output array (a ring slot's
+    images or mask planes) has a dtype of ``dtypes``, items of ``item_shape`` and is C-contiguous."""
+    if out.dtype not in dtypes or out.shape[1:] != item_shape or out.shape[0] < count:
+        kinds = " or ".join(np.dtype(d).name for d in dtypes)
+        dims = ", ".join(str(d) for d in item_shape)
+        raise ConfigError(f"{name} must be {kinds} (>= {count}, {dims}), got {out.dtype} {out.shape}")
+    if not out.flags.c_contiguous:
+        raise ConfigError(f"{name} must be C-contiguous ({example})")
+    return out[:count]
 
 
 @dataclass
@@ -270,15 +273,6 @@ def _masks_output(masks_out: np.ndarray | None, count: int, side: int, *, overla
         return None
     if masks_out is None:
         return np.zeros((count, side, side), np.uint8)
-    if (
-        masks_out.dtype not in (np.uint8, np.int32)
-        or masks_out.ndim != 3
-        or masks_out.shape[1:] != (side, side)
-        or masks_out.shape[0] < count
-    ):
-        raise ConfigError(
-            f"masks_out must be uint8 or int32 (>= {count}, {side}, {side}), got {masks_out.dtype} {masks_out.shape}"
-        )
-    if not masks_out.flags.c_contiguous:
-        raise ConfigError("masks_out must be C-contiguous (a ring slot's mask plane or np.zeros)")
-    return masks_out[:count]
+    return _checked_out(
+        "masks_out", masks_out, (np.uint8, np.int32), (side, side), count, "a ring slot's mask plane or np.zeros"
+    )
