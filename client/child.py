@@ -43,7 +43,10 @@ def serve_child(
     """
     own_dir = socket_dir is None
     sdir = tempfile.mkdtemp(prefix="pxsv-") if own_dir else str(socket_dir)
-    proc = subprocess.Popen(cli_command("serve", *serve_args, "--socket-dir", sdir))
+    # Its own process group: Ctrl-C in a terminal signals the whole foreground group, and a
+    # daemon that stopped on it at once would fail its trainer mid-batch ("daemon stopped")
+    # before the trainer's own KeyboardInterrupt. The parent stops it on the way out instead.
+    proc = subprocess.Popen(cli_command("serve", *serve_args, "--socket-dir", sdir), process_group=0)
     try:
         status = wait_serving(proc, sdir, timeout_s=timeout_s, what=" ".join(serve_args[:1]))
         yield proc, sdir, status
