@@ -218,14 +218,22 @@ class Labels:
 
 
 def transform_labels(
-    labels: Labels, matrix: np.ndarray, size: int, scale: float, *, perspective: bool, rotated: bool = False
+    labels: Labels,
+    matrix: np.ndarray,
+    size: int,
+    scale: float,
+    *,
+    perspective: bool,
+    rotated: bool = False,
+    visible: bool = False,
 ) -> Labels:
     """Labels through the 3x3 ``matrix`` onto a ``size`` x ``size`` output, then filtered.
 
     Boxes come from the four transformed corners, or from the transformed polygon where
     the instance has one (vertices clipped to the output, then their extent; OBB polygons,
-    ``rotated``, are clipped keeping their direction instead: ``obb.clip_rotated``); both are
-    clipped to the output. Keypoints go through the matrix too; those that land outside the
+    ``rotated``, are clipped keeping their direction instead: ``obb.clip_rotated``; segment
+    polygons, ``visible``, get the extent of their part inside the output and their vertices are
+    clipped to that box: ``visible_boxes``); both are clipped to the output. Keypoints go through the matrix too; those that land outside the
     output get visibility 0 and are clamped to it. The candidate filter compares each new box
     with its old box scaled by ``scale``; its area threshold is the polygon one when any
     instance has one.
@@ -244,6 +252,10 @@ def transform_labels(
         moved = _apply(points.astype(np.float64), matrix, perspective).astype(np.float32)
         new = np.clip(new, 0, size).astype(np.float32)
         new, points = clip_rotated(new, moved, labels.offsets, size, size)
+    elif len(points) and visible:
+        moved = _apply(points.astype(np.float64), matrix, perspective)
+        box, points = visible_boxes(moved, labels.offsets, size)
+        new[has] = box[has]
     elif len(points):
         q = np.clip(_apply(points.astype(np.float64), matrix, perspective), 0, size)
         starts = labels.offsets[:-1][has]
@@ -260,6 +272,64 @@ def transform_labels(
         keypoints = clip_keypoints(keypoints, size, size)
     keep = candidates(old * np.float32(scale), new, MIN_AREA_RATIO_POLYGONS if has.any() else MIN_AREA_RATIO)
     return Labels(labels.classes, new, points, labels.offsets, keypoints).select(keep)
+
+
+def visible_boxes(points: np.ndarray, offsets: np.ndarray, size: int) -> tuple[np.ndarray, np.ndarray]:
+    """(float64 (n, 4) boxes, float32 points) of transformed segment polygons on a ``size`` x ``size``
+    output, as Ultralytics 8.4 derives a segment's box after its affine: the extent of the part of
+    the polygon inside the output (its vertices inside, the crossings of its edges, the closing
+    one included, with the four borders, and the output's corners that lie in the polygon); zeros
+    for a polygon wholly outside. Every vertex is then clipped to its own box.
+
+    Clipping each vertex to the output instead (the detect route's box from polygons) grows the
+    box of a polygon that crosses a border: a vertex far outside is pulled to the border at a
+    height the polygon never reaches there. Most polygons lie inside: only those that cross are
+    computed one by one."""
+    n = len(offsets) - 1
+    boxes = np.zeros((n, 4), np.float64)
+    counts = np.diff(offsets)
+    has = np.flatnonzero(counts > 0)
+    if not len(has):
+        return boxes, points.astype(np.float32)
+    starts = offsets[:-1][has]
+    lo = np.minimum.reduceat(points, starts, axis=0)
+    hi = np.maximum.reduceat(points, starts, axis=0)
+    inside = (lo >= 0).all(1) & (hi <= size).all(1)
+    boxes[has[inside]] = np.concatenate([lo[inside], hi[inside]], axis=1)
+    outside = (hi < 0).any(1) | (lo > size).any(1)
+    for i in has[~inside & ~outside].tolist():
+        boxes[i] = _visible_extent(points[offsets[i] : offsets[i + 1]], size)
+    per_point = np.repeat(boxes, counts, axis=0)
+    clipped = np.empty_like(points)
+    np.clip(points[:, 0], per_point[:, 0], per_point[:, 2], out=clipped[:, 0])
+    np.clip(points[:, 1], per_point[:, 1], per_point[:, 3], out=clipped[:, 1])
+    return boxes, clipped.astype(np.float32)
+
+
+def _visible_extent(polygon: np.ndarray, size: int) -> np.ndarray:
+    """x1, y1, x2, y2 of the part of float64 (k, 2) ``polygon`` inside [0, size]^2 (zeros where none)."""
+    import cv2
+
+    s = float(size)
+    x, y = polygon[:, 0], polygon[:, 1]
+    found = [polygon[(x >= 0) & (y >= 0) & (x <= s) & (y <= s)]]
+    delta = np.roll(polygon, -1, axis=0) - polygon
+    with np.errstate(divide="ignore", invalid="ignore"):
+        for axis, bound in ((0, 0.0), (0, s), (1, 0.0), (1, s)):
+            t = (bound - polygon[:, axis]) / delta[:, axis]
+            other = polygon[:, 1 - axis] + t * delta[:, 1 - axis]
+            hit = (t >= 0) & (t <= 1) & (other >= 0) & (other <= s)
+            crossing = np.empty((int(hit.sum()), 2))
+            crossing[:, axis] = bound
+            crossing[:, 1 - axis] = other[hit]
+            found.append(crossing)
+    contour = polygon.astype(np.float32)
+    corners = [(cx, cy) for cx in (0.0, s) for cy in (0.0, s) if cv2.pointPolygonTest(contour, (cx, cy), False) >= 0]
+    found.append(np.array(corners, np.float64).reshape(-1, 2))
+    pts = np.concatenate(found)
+    if not len(pts):
+        return np.zeros(4)
+    return np.concatenate([pts.min(0), pts.max(0)])
 
 
 def _scale_shift(points: np.ndarray, width: float, height: float, padw: float, padh: float) -> None:
