@@ -297,8 +297,11 @@ def visible_boxes(points: np.ndarray, offsets: np.ndarray, size: int) -> tuple[n
     inside = (lo >= 0).all(1) & (hi <= size).all(1)
     boxes[has[inside]] = np.concatenate([lo[inside], hi[inside]], axis=1)
     outside = (hi < 0).any(1) | (lo > size).any(1)
-    for i in has[~inside & ~outside].tolist():
-        boxes[i] = _visible_extent(points[offsets[i] : offsets[i + 1]], size)
+    crossing = has[~inside & ~outside]
+    if len(crossing):
+        boxes[crossing] = _visible_extents(
+            points, offsets, crossing, lo[~inside & ~outside], hi[~inside & ~outside], size
+        )
     per_point = np.repeat(boxes, counts, axis=0)
     clipped = np.empty_like(points)
     np.clip(points[:, 0], per_point[:, 0], per_point[:, 2], out=clipped[:, 0])
@@ -306,30 +309,63 @@ def visible_boxes(points: np.ndarray, offsets: np.ndarray, size: int) -> tuple[n
     return boxes, clipped.astype(np.float32)
 
 
-def _visible_extent(polygon: np.ndarray, size: int) -> np.ndarray:
-    """x1, y1, x2, y2 of the part of float64 (k, 2) ``polygon`` inside [0, size]^2 (zeros where none)."""
+def _visible_extents(
+    points: np.ndarray, offsets: np.ndarray, which: np.ndarray, lo: np.ndarray, hi: np.ndarray, size: int
+) -> np.ndarray:
+    """x1, y1, x2, y2 of the part inside [0, size]^2 of each polygon ``which`` (float64 ``points``
+    split by ``offsets``; ``lo``/``hi`` their extents), zeros where none: every candidate point
+    (a vertex inside, an edge's crossing of a border) of all of them in one vectorised pass, then
+    per-polygon minima and maxima; the image corners tested only where a polygon's extent holds them."""
     import cv2
 
     s = float(size)
-    x, y = polygon[:, 0], polygon[:, 1]
-    found = [polygon[(x >= 0) & (y >= 0) & (x <= s) & (y <= s)]]
-    delta = np.roll(polygon, -1, axis=0) - polygon
+    lengths = (offsets[which + 1] - offsets[which]).astype(np.int64)
+    starts = np.zeros(len(which), np.int64)
+    np.cumsum(lengths[:-1], out=starts[1:])
+    gather = np.repeat(offsets[which] - starts, lengths) + np.arange(int(lengths.sum()))
+    poly = points[gather]
+    following = np.arange(1, len(poly) + 1)
+    following[starts + lengths - 1] = starts  # each polygon's closing edge: last vertex to first
+    delta = poly[following] - poly
+    # candidates (5, m): the vertex itself, then its edge's crossing of x = 0, x = S, y = 0, y = S
+    # (rows of m: reducing over the short axis 0 runs along contiguous rows, which numpy does fast)
+    cx = np.full((5, len(poly)), np.nan)
+    cy = np.full((5, len(poly)), np.nan)
+    x, y = poly[:, 0], poly[:, 1]
+    vertex = (x >= 0) & (y >= 0) & (x <= s) & (y <= s)
+    cx[0, vertex], cy[0, vertex] = x[vertex], y[vertex]
     with np.errstate(divide="ignore", invalid="ignore"):
-        for axis, bound in ((0, 0.0), (0, s), (1, 0.0), (1, s)):
-            t = (bound - polygon[:, axis]) / delta[:, axis]
-            other = polygon[:, 1 - axis] + t * delta[:, 1 - axis]
+        for col, (axis, bound) in enumerate(((0, 0.0), (0, s), (1, 0.0), (1, s)), start=1):
+            t = (bound - poly[:, axis]) / delta[:, axis]
+            other = poly[:, 1 - axis] + t * delta[:, 1 - axis]
             hit = (t >= 0) & (t <= 1) & (other >= 0) & (other <= s)
-            crossing = np.empty((int(hit.sum()), 2))
-            crossing[:, axis] = bound
-            crossing[:, 1 - axis] = other[hit]
-            found.append(crossing)
-    contour = polygon.astype(np.float32)
-    corners = [(cx, cy) for cx in (0.0, s) for cy in (0.0, s) if cv2.pointPolygonTest(contour, (cx, cy), False) >= 0]
-    found.append(np.array(corners, np.float64).reshape(-1, 2))
-    pts = np.concatenate(found)
-    if not len(pts):
-        return np.zeros(4)
-    return np.concatenate([pts.min(0), pts.max(0)])
+            (cx if axis == 0 else cy)[col, hit] = bound
+            (cy if axis == 0 else cx)[col, hit] = other[hit]
+    with np.errstate(invalid="ignore"):
+        out = np.stack(
+            [
+                np.fmin.reduceat(np.fmin.reduce(cx, axis=0), starts),
+                np.fmin.reduceat(np.fmin.reduce(cy, axis=0), starts),
+                np.fmax.reduceat(np.fmax.reduce(cx, axis=0), starts),
+                np.fmax.reduceat(np.fmax.reduce(cy, axis=0), starts),
+            ],
+            axis=1,
+        )
+    for j in range(len(which)):
+        corners = [
+            (cxy, cyy)
+            for cxy in (0.0, s)
+            for cyy in (0.0, s)
+            if lo[j, 0] <= cxy <= hi[j, 0] and lo[j, 1] <= cyy <= hi[j, 1]
+        ]
+        if not corners:
+            continue
+        contour = poly[starts[j] : starts[j] + lengths[j]].astype(np.float32)
+        for cxy, cyy in corners:
+            if cv2.pointPolygonTest(contour, (cxy, cyy), False) >= 0:  # NaN (nothing found yet) gives way
+                out[j, :2] = np.fmin(out[j, :2], (cxy, cyy))
+                out[j, 2:] = np.fmax(out[j, 2:], (cxy, cyy))
+    return np.nan_to_num(out, nan=0.0)
 
 
 def _scale_shift(points: np.ndarray, width: float, height: float, padw: float, padh: float) -> None:

@@ -37,6 +37,13 @@ def test_inside_outside_and_corner_covering_polygons():
     assert clipped[:4].tolist() == inside  # wholly inside: the vertices as they were
 
 
+def test_a_polygon_around_the_whole_image_gets_the_whole_image():
+    # no vertex inside and no edge crossing a border: only the four corners are found
+    points, offsets = _polygons([[-10, -10], [700, -10], [700, 700], [-10, 700]])
+    boxes, _ = visible_boxes(points, offsets, S)
+    assert boxes.tolist() == [[0, 0, S, S]]
+
+
 def test_segment_route_boxes_differ_from_the_detect_route_only_for_crossing_polygons():
     points, offsets = _polygons(
         [[-100, 50], [100, 200], [100, 300], [-100, 50]], [[300, 300], [400, 300], [400, 420], [300, 300]]
