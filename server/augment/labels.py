@@ -283,8 +283,8 @@ def visible_boxes(points: np.ndarray, offsets: np.ndarray, size: int) -> tuple[n
 
     Clipping each vertex to the output instead (the detect route's box from polygons) grows the
     box of a polygon that crosses a border: a vertex far outside is pulled to the border at a
-    height the polygon never reaches there. Most polygons lie inside: only those that cross are
-    computed one by one."""
+    height the polygon never reaches there. Most polygons lie inside: only those that cross a
+    border or lie outside are computed further."""
     n = len(offsets) - 1
     boxes = np.zeros((n, 4), np.float64)
     counts = np.diff(offsets)
@@ -302,11 +302,17 @@ def visible_boxes(points: np.ndarray, offsets: np.ndarray, size: int) -> tuple[n
         boxes[crossing] = _visible_extents(
             points, offsets, crossing, lo[~inside & ~outside], hi[~inside & ~outside], size
         )
-    per_point = np.repeat(boxes, counts, axis=0)
-    clipped = np.empty_like(points)
-    np.clip(points[:, 0], per_point[:, 0], per_point[:, 2], out=clipped[:, 0])
-    np.clip(points[:, 1], per_point[:, 1], per_point[:, 3], out=clipped[:, 1])
-    return boxes, clipped.astype(np.float32)
+    clipped = points.astype(np.float32)  # a polygon inside keeps its vertices: its box is their extent
+    moved = has[~inside]
+    if len(moved):
+        lengths = counts[moved]
+        first = np.zeros(len(moved), np.int64)
+        np.cumsum(lengths[:-1], out=first[1:])
+        rows = np.repeat(offsets[moved] - first, lengths) + np.arange(int(lengths.sum()))
+        box = np.repeat(boxes[moved], lengths, axis=0)
+        clipped[rows, 0] = np.clip(points[rows, 0], box[:, 0], box[:, 2])
+        clipped[rows, 1] = np.clip(points[rows, 1], box[:, 1], box[:, 3])
+    return boxes, clipped
 
 
 def _visible_extents(
