@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from pixpool.server.augment.labels import Labels, transform_labels, visible_boxes
+from pixpool.server.augment.labels import Labels, transform_labels
+from pixpool.server.augment.visible import visible_boxes
 
 S = 640
 
