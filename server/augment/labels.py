@@ -31,6 +31,7 @@ from ...shared.errors import ConfigError
 from ...shared.stream.records import Targets
 from .obb import clip_rotated, xywhr
 from .resample import MIN_VERTICES, resample_polygons
+from .visible import visible_boxes
 
 # Candidate filter after a geometric transform (the customary YOLO thresholds).
 MIN_SIDE_PX = 2.0
@@ -218,15 +219,24 @@ class Labels:
 
 
 def transform_labels(
-    labels: Labels, matrix: np.ndarray, size: int, scale: float, *, perspective: bool, rotated: bool = False
+    labels: Labels,
+    matrix: np.ndarray,
+    size: int,
+    scale: float,
+    *,
+    perspective: bool,
+    rotated: bool = False,
+    visible: bool = False,
 ) -> Labels:
     """Labels through the 3x3 ``matrix`` onto a ``size`` x ``size`` output, then filtered.
 
     Boxes come from the four transformed corners, or from the transformed polygon where
     the instance has one (vertices clipped to the output, then their extent; OBB polygons,
-    ``rotated``, are clipped keeping their direction instead: ``obb.clip_rotated``); both are
-    clipped to the output. Keypoints go through the matrix too; those that land outside the
-    output get visibility 0 and are clamped to it. The candidate filter compares each new box
+    ``rotated``, are clipped keeping their direction instead: ``obb.clip_rotated``; segment
+    polygons, ``visible``, get the extent of their part inside the output and their vertices are
+    clipped to that box: ``visible.visible_boxes``); both are clipped to the output. Keypoints go
+    through the matrix too; those that land outside the output get visibility 0 and are clamped
+    to it. The candidate filter compares each new box
     with its old box scaled by ``scale``; its area threshold is the polygon one when any
     instance has one.
     """
@@ -244,6 +254,10 @@ def transform_labels(
         moved = _apply(points.astype(np.float64), matrix, perspective).astype(np.float32)
         new = np.clip(new, 0, size).astype(np.float32)
         new, points = clip_rotated(new, moved, labels.offsets, size, size)
+    elif len(points) and visible:
+        moved = _apply(points.astype(np.float64), matrix, perspective)
+        box, points = visible_boxes(moved, labels.offsets, size)
+        new[has] = box[has]
     elif len(points):
         q = np.clip(_apply(points.astype(np.float64), matrix, perspective), 0, size)
         starts = labels.offsets[:-1][has]

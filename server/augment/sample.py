@@ -193,8 +193,16 @@ def _pre_transform(
         canvas_hw = (size, size)
     matrix, scale = affine.draw_matrix(rng, cfg, canvas_hw, size)
     clock.lap("source")
-    rotated = task_of(source)[0] == "obb"
-    labels = transform_labels(labels, matrix, size, scale, perspective=affine.is_perspective(matrix), rotated=rotated)
+    task = task_of(source)[0]
+    labels = transform_labels(
+        labels,
+        matrix,
+        size,
+        scale,
+        perspective=affine.is_perspective(matrix),
+        rotated=task == "obb",
+        visible=task == "segment",
+    )
     clock.lap("labels")
     layer = Layer(kernel.inverse(matrix), tiles, None)
     if copy_paste and not closed and cfg.copy_paste > 0:

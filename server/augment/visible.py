@@ -1,0 +1,117 @@
+"""A transformed segment polygon's box: the extent of its part inside the output image.
+
+Runs wherever a segment sample is rendered (workers, the reference pipeline, the digest command),
+called by ``labels.transform_labels`` after the affine; reads the transformed points, returns new
+arrays.
+
+The definition is the behaviour of Ultralytics 8.4 (``utils/ops.py`` ``segment2box`` as
+``RandomPerspective.apply_segments`` uses it; our own code): a polygon wholly inside keeps its
+extent, one wholly outside gets a zero box, and one that crosses a border gets the extent of
+its vertices inside, its edges' crossings of the four borders (the closing edge included) and
+the image corners that lie in it (``cv2.pointPolygonTest`` >= 0, on the border included). Its
+vertices are then clipped to that box, which is what its mask is drawn from.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+
+def visible_boxes(points: np.ndarray, offsets: np.ndarray, size: int) -> tuple[np.ndarray, np.ndarray]:
+    """(float64 (n, 4) boxes, float32 points) of transformed segment polygons on a ``size`` x ``size``
+    output, as Ultralytics 8.4 derives a segment's box after its affine: the extent of the part of
+    the polygon inside the output (its vertices inside, the crossings of its edges, the closing
+    one included, with the four borders, and the output's corners that lie in the polygon); zeros
+    for a polygon wholly outside. Every vertex is then clipped to its own box.
+
+    Clipping each vertex to the output instead (the detect route's box from polygons) grows the
+    box of a polygon that crosses a border: a vertex far outside is pulled to the border at a
+    height the polygon never reaches there. Most polygons lie inside: only those that cross a
+    border or lie outside are computed further."""
+    n = len(offsets) - 1
+    boxes = np.zeros((n, 4), np.float64)
+    counts = np.diff(offsets)
+    has = np.flatnonzero(counts > 0)
+    if not len(has):
+        return boxes, points.astype(np.float32)
+    starts = offsets[:-1][has]
+    lo = np.minimum.reduceat(points, starts, axis=0)
+    hi = np.maximum.reduceat(points, starts, axis=0)
+    inside = (lo >= 0).all(1) & (hi <= size).all(1)
+    boxes[has[inside]] = np.concatenate([lo[inside], hi[inside]], axis=1)
+    outside = (hi < 0).any(1) | (lo > size).any(1)
+    crossing = has[~inside & ~outside]
+    if len(crossing):
+        boxes[crossing] = _visible_extents(
+            points, offsets, crossing, lo[~inside & ~outside], hi[~inside & ~outside], size
+        )
+    clipped = points.astype(np.float32)  # a polygon inside keeps its vertices: its box is their extent
+    moved = has[~inside]
+    if len(moved):
+        lengths = counts[moved]
+        first = np.zeros(len(moved), np.int64)
+        np.cumsum(lengths[:-1], out=first[1:])
+        rows = np.repeat(offsets[moved] - first, lengths) + np.arange(int(lengths.sum()))
+        box = np.repeat(boxes[moved], lengths, axis=0)
+        clipped[rows, 0] = np.clip(points[rows, 0], box[:, 0], box[:, 2])
+        clipped[rows, 1] = np.clip(points[rows, 1], box[:, 1], box[:, 3])
+    return boxes, clipped
+
+
+def _visible_extents(
+    points: np.ndarray, offsets: np.ndarray, which: np.ndarray, lo: np.ndarray, hi: np.ndarray, size: int
+) -> np.ndarray:
+    """x1, y1, x2, y2 of the part inside [0, size]^2 of each polygon ``which`` (float64 ``points``
+    split by ``offsets``; ``lo``/``hi`` their extents), zeros where none: every candidate point
+    (a vertex inside, an edge's crossing of a border) of all of them in one vectorised pass, then
+    per-polygon minima and maxima; the image corners tested only where a polygon's extent holds them."""
+    import cv2  # here, as the route's other cv2 users: importing the route stays cheap
+
+    s = float(size)
+    lengths = (offsets[which + 1] - offsets[which]).astype(np.int64)
+    starts = np.zeros(len(which), np.int64)
+    np.cumsum(lengths[:-1], out=starts[1:])
+    gather = np.repeat(offsets[which] - starts, lengths) + np.arange(int(lengths.sum()))
+    poly = points[gather]
+    following = np.arange(1, len(poly) + 1)
+    following[starts + lengths - 1] = starts  # each polygon's closing edge: last vertex to first
+    delta = poly[following] - poly
+    # candidates (5, m): the vertex itself, then its edge's crossing of x = 0, x = S, y = 0, y = S
+    # (rows of m: reducing over the short axis 0 runs along contiguous rows, which numpy does fast)
+    cx = np.full((5, len(poly)), np.nan)
+    cy = np.full((5, len(poly)), np.nan)
+    x, y = poly[:, 0], poly[:, 1]
+    vertex = (x >= 0) & (y >= 0) & (x <= s) & (y <= s)
+    cx[0, vertex], cy[0, vertex] = x[vertex], y[vertex]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        for col, (axis, bound) in enumerate(((0, 0.0), (0, s), (1, 0.0), (1, s)), start=1):
+            t = (bound - poly[:, axis]) / delta[:, axis]
+            other = poly[:, 1 - axis] + t * delta[:, 1 - axis]
+            hit = (t >= 0) & (t <= 1) & (other >= 0) & (other <= s)
+            (cx if axis == 0 else cy)[col, hit] = bound
+            (cy if axis == 0 else cx)[col, hit] = other[hit]
+    with np.errstate(invalid="ignore"):
+        out = np.stack(
+            [
+                np.fmin.reduceat(np.fmin.reduce(cx, axis=0), starts),
+                np.fmin.reduceat(np.fmin.reduce(cy, axis=0), starts),
+                np.fmax.reduceat(np.fmax.reduce(cx, axis=0), starts),
+                np.fmax.reduceat(np.fmax.reduce(cy, axis=0), starts),
+            ],
+            axis=1,
+        )
+    for j in range(len(which)):
+        corners = [
+            (cxy, cyy)
+            for cxy in (0.0, s)
+            for cyy in (0.0, s)
+            if lo[j, 0] <= cxy <= hi[j, 0] and lo[j, 1] <= cyy <= hi[j, 1]
+        ]
+        if not corners:
+            continue
+        contour = poly[starts[j] : starts[j] + lengths[j]].astype(np.float32)
+        for cxy, cyy in corners:
+            if cv2.pointPolygonTest(contour, (cxy, cyy), False) >= 0:  # NaN (nothing found yet) gives way
+                out[j, :2] = np.fmin(out[j, :2], (cxy, cyy))
+                out[j, 2:] = np.fmax(out[j, 2:], (cxy, cyy))
+    return np.nan_to_num(out, nan=0.0)
