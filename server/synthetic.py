@@ -28,82 +28,28 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import dataclass
 from pathlib import Path
 
 import cv2
 import numpy as np
 
-from ..shared.stream.config import TASKS
 from .readers._common import polygon_area
-
-# (name, shape, BGR colour): two colours per shape kind.
-_CLASSES = (
-    ("red_rectangle", "rectangle", (40, 40, 220)),
-    ("green_ellipse", "ellipse", (60, 190, 60)),
-    ("blue_triangle", "triangle", (210, 90, 30)),
-    ("yellow_polygon", "polygon", (30, 220, 230)),
-    ("purple_rectangle", "rectangle", (170, 50, 150)),
-    ("cyan_ellipse", "ellipse", (220, 210, 40)),
-    ("orange_triangle", "triangle", (20, 140, 250)),
-    ("white_polygon", "polygon", (235, 235, 235)),
+from .synthetic_draw import (
+    BACKGROUND_INDICES,
+    CATEGORY_IDS,
+    CLASS_NAMES,
+    CLASSES,
+    JPEG_QUALITY,
+    SYNTH_TASKS,
+    TINY_INDEX,
+    SyntheticData,
+    background,
+    draw,
+    size_wh,
+    yolo_line,
 )
-CLASS_NAMES = tuple(name for name, _, _ in _CLASSES)
-#: COCO category id of class i: deliberately not contiguous.
-CATEGORY_IDS = tuple(2 * i + 1 for i in range(len(_CLASSES)))
 
-#: The sets ``write_synthetic`` writes, one per training task (the order seeds their streams).
-SYNTH_TASKS = TASKS
-
-_WIDE_INDEX, _TINY_INDEX = 1, 2
-_BACKGROUND_INDICES = (3, 9)  # 3: empty label file, 9: no label file
-_JPEG_QUALITY = 95
-
-
-@dataclass(frozen=True)
-class SyntheticData:
-    """Where ``write_synthetic`` put the dataset."""
-
-    root: Path
-    images_dir: Path
-    labels_dir: Path
-    coco_json: Path | None  # None for obb: COCO has no rotated boxes
-    data_yaml: Path
-    names: tuple[str, ...] = CLASS_NAMES
-    num_images: int = 0
-    task: str = "detect"
-
-
-def _size_wh(i: int, rng: np.random.Generator) -> tuple[int, int]:
-    if i == _WIDE_INDEX:
-        return 640, 96
-    if i == _TINY_INDEX:
-        return 48, 40
-    w, h = (int(v) for v in rng.integers(160, 641, size=2))
-    if i % 4 == 0 and w > h:  # make sure portrait images exist whatever the draw
-        w, h = h, w
-    return w, h
-
-
-def _background(w: int, h: int, rng: np.random.Generator) -> np.ndarray:
-    kind = int(rng.integers(3))
-    c0 = rng.uniform(30, 225, size=3).astype(np.float32)
-    c1 = rng.uniform(30, 225, size=3).astype(np.float32)
-    if kind == 0:  # smooth noise: a coarse random grid upsampled, plus grain
-        coarse = rng.uniform(40, 215, size=(h // 16 + 2, w // 16 + 2, 3)).astype(np.float32)
-        img = cv2.resize(coarse, (w, h), interpolation=cv2.INTER_LINEAR)
-    else:
-        yy, xx = np.mgrid[0:h, 0:w].astype(np.float32)
-        angle = rng.uniform(0, math.pi)
-        along = xx * math.cos(angle) + yy * math.sin(angle)
-        if kind == 1:  # linear gradient between two colours
-            t = (along - along.min()) / max(float(along.max() - along.min()), 1.0)
-        else:  # stripes of a random period
-            period = rng.uniform(6, 40)
-            t = 0.5 + 0.5 * np.sin(along * (2 * math.pi / period))
-        img = c0 + t[..., None] * (c1 - c0)
-    img = img + rng.normal(0, 6, size=img.shape).astype(np.float32)
-    return np.clip(img, 0, 255).astype(np.uint8)
+__all__ = ["CATEGORY_IDS", "CLASS_NAMES", "SYNTH_TASKS", "SyntheticData", "write_synthetic"]
 
 
 def _shape(kind: str, w: int, h: int, rng: np.random.Generator) -> np.ndarray:
@@ -133,20 +79,6 @@ def _shape(kind: str, w: int, h: int, rng: np.random.Generator) -> np.ndarray:
     pts[:, 0] = np.clip(pts[:, 0], 0, w)
     pts[:, 1] = np.clip(pts[:, 1], 0, h)
     return np.round(pts, 2)
-
-
-def _draw(img: np.ndarray, pts: np.ndarray, colour: tuple[int, int, int], rng: np.random.Generator) -> None:
-    jitter = rng.integers(-25, 26, size=3)
-    fill = tuple(int(np.clip(c + j, 0, 255)) for c, j in zip(colour, jitter))
-    fixed = np.round(pts * 16).astype(np.int32)  # 4 fractional bits: sub-pixel vertices
-    cv2.fillPoly(img, [fixed], fill, lineType=cv2.LINE_AA, shift=4)
-    edge = tuple(int(c * 0.6) for c in fill)
-    cv2.polylines(img, [fixed], True, edge, thickness=1, lineType=cv2.LINE_AA, shift=4)
-
-
-def _yolo_line(cls: int, pts: np.ndarray, w: int, h: int) -> str:
-    norm = pts / [w, h]
-    return f"{cls} " + " ".join(f"{v:.6f}" for v in norm.reshape(-1))
 
 
 def _data_yaml(num_images: int, seed: int, task: str = "detect") -> str:
@@ -190,11 +122,11 @@ def write_synthetic(root: str | Path, *, num_images: int = 24, seed: int = 0, ta
     max_count = 6 if task == "detect" else 10
     coco_images, coco_anns = [], []
     for i in range(num_images):
-        w, h = _size_wh(i, rng)
-        img = _background(w, h, rng)
-        if i in _BACKGROUND_INDICES:
+        w, h = size_wh(i, rng)
+        img = background(w, h, rng)
+        if i in BACKGROUND_INDICES:
             count = 0
-        elif i == _TINY_INDEX:
+        elif i == TINY_INDEX:
             count = 1
         else:
             count = int(rng.integers(1, max_count + 1))
@@ -202,11 +134,11 @@ def write_synthetic(root: str | Path, *, num_images: int = 24, seed: int = 0, ta
         stem = f"synth_{i:04d}"
         lines = []
         for _ in range(count):
-            cls = int(rng.integers(len(_CLASSES)))
-            _, kind, colour = _CLASSES[cls]
+            cls = int(rng.integers(len(CLASSES)))
+            _, kind, colour = CLASSES[cls]
             pts = _shape(kind, w, h, rng)
-            _draw(img, pts, colour, rng)
-            lines.append(_yolo_line(cls, pts, w, h))
+            draw(img, pts, colour, rng)
+            lines.append(yolo_line(cls, pts, w, h))
             x0, y0 = pts.min(axis=0)
             x1, y1 = pts.max(axis=0)
             coco_anns.append(
@@ -220,9 +152,9 @@ def write_synthetic(root: str | Path, *, num_images: int = 24, seed: int = 0, ta
                     "iscrowd": 0,
                 }
             )
-        if not cv2.imwrite(str(images_dir / f"{stem}.jpg"), img, [cv2.IMWRITE_JPEG_QUALITY, _JPEG_QUALITY]):
+        if not cv2.imwrite(str(images_dir / f"{stem}.jpg"), img, [cv2.IMWRITE_JPEG_QUALITY, JPEG_QUALITY]):
             raise OSError(f"cv2.imwrite could not write {images_dir / f'{stem}.jpg'}")
-        if i != _BACKGROUND_INDICES[1]:  # one background image has no label file at all
+        if i != BACKGROUND_INDICES[1]:  # one background image has no label file at all
             (labels_dir / f"{stem}.txt").write_text("".join(line + "\n" for line in lines))
         coco_images.append({"id": image_id, "file_name": f"{stem}.jpg", "width": w, "height": h})
 

@@ -31,7 +31,7 @@ from pathlib import Path
 import cv2
 import numpy as np
 
-from . import synthetic as _s
+from . import synthetic_draw as _s
 
 # -- pose -------------------------------------------------------------------------------------
 POSE_CLASSES = (("light_figure", (225, 225, 240)), ("dark_figure", (40, 30, 60)))
@@ -60,9 +60,9 @@ def _task_rng(seed: int, task: str) -> np.random.Generator:
 
 
 def _count(i: int, rng: np.random.Generator, most: int) -> int:
-    if i in _s._BACKGROUND_INDICES:
+    if i in _s.BACKGROUND_INDICES:
         return 0
-    if i == _s._TINY_INDEX:
+    if i == _s.TINY_INDEX:
         return 1
     return int(rng.integers(1, most + 1))
 
@@ -75,7 +75,7 @@ def _folders(root: Path) -> tuple[Path, Path]:
 
 
 def _write_image(path: Path, img: np.ndarray) -> None:
-    if not cv2.imwrite(str(path), img, [cv2.IMWRITE_JPEG_QUALITY, _s._JPEG_QUALITY]):
+    if not cv2.imwrite(str(path), img, [cv2.IMWRITE_JPEG_QUALITY, _s.JPEG_QUALITY]):
         raise OSError(f"cv2.imwrite could not write {path}")
 
 
@@ -141,8 +141,8 @@ def write_pose(root: Path, *, num_images: int, seed: int) -> _s.SyntheticData:
     rng = _task_rng(seed, "pose")
     coco_images, coco_anns = [], []
     for i in range(num_images):
-        w, h = _s._size_wh(i, rng)
-        img = _s._background(w, h, rng)
+        w, h = _s.size_wh(i, rng)
+        img = _s.background(w, h, rng)
         image_id = 100 + 3 * i
         stem = f"synth_{i:04d}"
         lines = []
@@ -202,7 +202,7 @@ def write_pose(root: Path, *, num_images: int, seed: int) -> _s.SyntheticData:
                 }
             )
         _write_image(images_dir / f"{stem}.jpg", img)
-        if i != _s._BACKGROUND_INDICES[1]:
+        if i != _s.BACKGROUND_INDICES[1]:
             (labels_dir / f"{stem}.txt").write_text("".join(line + "\n" for line in lines))
         coco_images.append({"id": image_id, "file_name": f"{stem}.jpg", "width": w, "height": h})
     categories = [
@@ -253,8 +253,8 @@ def write_obb(root: Path, *, num_images: int, seed: int) -> _s.SyntheticData:
     images_dir, labels_dir = _folders(root)
     rng = _task_rng(seed, "obb")
     for i in range(num_images):
-        w, h = _s._size_wh(i, rng)
-        img = _s._background(w, h, rng)
+        w, h = _s.size_wh(i, rng)
+        img = _s.background(w, h, rng)
         lines = []
         for _ in range(_count(i, rng, 8)):
             cls = int(rng.integers(len(OBB_CLASSES)))
@@ -264,11 +264,11 @@ def write_obb(root: Path, *, num_images: int, seed: int) -> _s.SyntheticData:
             local = np.array([[-a, -b], [a, -b], [a, b], [-a, b]])
             rot = np.array([[math.cos(theta), -math.sin(theta)], [math.sin(theta), math.cos(theta)]])
             corners = np.round(_place(local @ rot.T, 0.0, w, h, rng)[0], 2)
-            _s._draw(img, corners, OBB_CLASSES[cls][1], rng)
-            lines.append(_s._yolo_line(cls, corners, w, h))
+            _s.draw(img, corners, OBB_CLASSES[cls][1], rng)
+            lines.append(_s.yolo_line(cls, corners, w, h))
         stem = f"synth_{i:04d}"
         _write_image(images_dir / f"{stem}.jpg", img)
-        if i != _s._BACKGROUND_INDICES[1]:
+        if i != _s.BACKGROUND_INDICES[1]:
             (labels_dir / f"{stem}.txt").write_text("".join(line + "\n" for line in lines))
     data_yaml = root / "data.yaml"
     data_yaml.write_text(_yaml("obb", num_images, seed, OBB_NAMES, []))
