@@ -327,6 +327,9 @@ def test_yolo_train_stops_the_daemon_it_started_on_ctrl_c_and_on_errors(syntheti
             stdout=subprocess.DEVNULL,
             stderr=log,
             start_new_session=True,
+            # A shell runs background jobs with SIGINT ignored, and Python keeps an inherited
+            # SIG_IGN: the run under test must take Ctrl-C as a terminal's foreground job does.
+            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
         )
     try:
         ring = wait_for(
