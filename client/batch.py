@@ -21,9 +21,10 @@ made for it, whose class attributes are ``indices``, ``files``, ``epoch``, ``bat
 ``masks`` (segment: the (B, M, M) mask planes; None for the other tasks).
 ``type(b)(*items)``, ``type(b)(items)``, ``b._replace(...)``, ``copy`` and pickling
 all keep them, and ``isinstance(b, Batch)`` holds. So the utilities do not move ``masks``
-with the two tensors: a trainer moves them itself (Ultralytics' ``preprocess_batch`` does). A subclass per batch costs a few
-microseconds against milliseconds of copying the batch; ``torch.compile`` of a function
-that takes the whole batch would see a new input type each step (pass it the tensors).
+with the two tensors: a trainer moves them itself (Ultralytics' ``preprocess_batch`` does).
+A subclass per batch costs a few microseconds against milliseconds of copying the batch;
+``torch.compile`` of a function that takes the whole batch would see a new input type each
+step (pass it the tensors).
 """
 
 from __future__ import annotations

@@ -15,8 +15,9 @@ is copied, the mixin overrides three hooks:
 - ``train()`` first makes sure a daemon answers at the socket directory: one already
   running is used as it is; otherwise one is started (``pixpool serve`` as a child
   process, ``workers`` workers, imgsz and ``--task`` of the run) on the training split
-  Ultralytics resolved from ``data=`` (for pose with its ``kpt_shape`` and ``flip_idx``), and stopped when training ends, also on errors and Ctrl-C (its
-  clean shutdown removes its rings and its snapshot).
+  Ultralytics resolved from ``data=`` (for pose with its ``kpt_shape`` and ``flip_idx``), and
+  stopped when training ends, also on errors and Ctrl-C (its clean shutdown removes its rings
+  and its snapshot).
 - an ``on_train_epoch_start`` callback pins the stream's epoch to the trainer's.
 
 The socket directory and worker count travel in environment variables (``PIXPOOL_SOCKET_DIR``,

@@ -9,9 +9,10 @@ own code): each instance's polygon, its pixel coordinates truncated to integers,
 (M = S // mask_ratio) with ``cv2.INTER_LINEAR``. With ``overlap_mask`` all instances share one
 plane: they are ordered by the area of their resized mask, largest first (ties keep instance
 order; an instance whose mask is empty comes last, where Ultralytics' negated unsigned areas
-put it first: it covers no pixel either way), and instance i of that order (1-based) is written where its mask is set, later ones
-over earlier ones (so a smaller instance lies on top). The instances, and their target rows,
-are reordered to match. Without ``overlap_mask`` there is one plane per instance, in instance order.
+put it first: it covers no pixel either way), and instance i of that order (1-based) is
+written where its mask is set, later ones over earlier ones (so a smaller instance lies on top).
+The instances, and their target rows, are reordered to match. Without ``overlap_mask`` there is
+one plane per instance, in instance order.
 
 The fast form: an instance is rasterised only inside its bounding window, widened to whole
 mask_ratio blocks and one block beyond on every side, and only that window is resized.

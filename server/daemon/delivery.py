@@ -3,8 +3,9 @@
 Runs in the daemon process. Every announced batch is a ``ready`` message. A local trainer
 (``DELIVERY_SHM``) reads the slot in place, so the message is all it gets; a remote one
 (``DELIVERY_FRAMES``) gets the slot's images, targets and samples as three more frames,
-sent zero-copy from the ring, and a segment ring's mask planes as a fourth. Either way the trainer releases the slot with ``release``,
-so credit-based backpressure is the same. The trainer's side is ``pixpool.client.delivery``.
+sent zero-copy from the ring, and a segment ring's mask planes as a fourth. Either way the
+trainer releases the slot with ``release``, so credit-based backpressure is the same. The
+trainer's side is ``pixpool.client.delivery``.
 """
 
 from __future__ import annotations
