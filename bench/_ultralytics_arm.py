@@ -123,12 +123,9 @@ def _touch(batch: dict) -> None:
         int(batch["masks"][0, 0, 0])
 
 
-def cmd_throughput(args) -> dict:
-    import cv2
-    import torch
-
-    torch.set_num_threads(1)
-    cv2.setNumThreads(1)
+def _timed_loader(args):
+    """The loader ``throughput`` and ``hold`` time: the command line's task, workers, batch,
+    imgsz and geometry overrides."""
     _, loader = build_loader(
         args.data_dir,
         task=args.task,
@@ -137,6 +134,16 @@ def cmd_throughput(args) -> dict:
         imgsz=args.imgsz,
         geometry=json.loads(args.geometry),
     )
+    return loader
+
+
+def cmd_throughput(args) -> dict:
+    import cv2
+    import torch
+
+    torch.set_num_threads(1)
+    cv2.setNumThreads(1)
+    loader = _timed_loader(args)
     for batch in loader:  # warm-up epoch: workers started, first batches prefetched
         _touch(batch)
     n = 0
@@ -161,14 +168,7 @@ def cmd_hold(args) -> dict:
     import torch
 
     torch.set_num_threads(1)
-    _, loader = build_loader(
-        args.data_dir,
-        task=args.task,
-        workers=args.workers,
-        batch=args.batch,
-        imgsz=args.imgsz,
-        geometry=json.loads(args.geometry),
-    )
+    loader = _timed_loader(args)
     it = iter(loader)
     for _ in range(2):
         int(next(it)["img"][0, 0, 0, 0])
