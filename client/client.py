@@ -13,7 +13,8 @@ and targets of a batch yielded by ``epoch()`` are a view of a ring slot (local) 
 received frames (TCP). They stay valid until the next batch is requested; then the slot is
 released to the daemon (credit-based backpressure). Copy what must outlive that, or pass
 ``zero_copy=False`` for batches the caller owns (``attach()``'s default; the cost is in
-``client/loader.py``).
+``client/loader.py``); such a batch views no slot, so its slot is released as soon as the
+copy is made, and the workers can render into it while the caller works on the batch.
 
 Faults, as the trainer sees them:
 - no daemon: ``DaemonNotFound`` at once, naming the socket directory (``daemon_socket.py``),
@@ -149,6 +150,7 @@ class Client:
         self.timings = timings
         self.zero_copy = bool(zero_copy)
         self._conversion = Conversion(as_torch=self.as_torch, zero_copy=self.zero_copy, device=device)
+        self._release_at_once = self._conversion.copies_on_host
         self.follow_snapshot = bool(follow_snapshot)
         self._snapshot = StreamSnapshot(follow=self.follow_snapshot)
         # The daemon's class names (from attach) and, with ``fetch_files``, every record's
@@ -347,7 +349,12 @@ class Client:
                         if self.timings is not None:
                             self.timings["deliver_s"] = self.timings.get("deliver_s", 0.0) + time.perf_counter() - t0
                             self.timings["batches"] = self.timings.get("batches", 0) + 1
-                        flow.held = msg
+                        if self._release_at_once:
+                            # The batch is the caller's own copy: the slot is free for the
+                            # workers during the caller's step, not only after it.
+                            flow.release(msg)
+                        else:
+                            flow.held = msg
                         yield out
                         if self.closed:
                             raise self._closed_error()  # closed while the caller held this batch

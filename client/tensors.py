@@ -47,6 +47,18 @@ class Conversion:
     zero_copy: bool
     device: Any = None
 
+    @property
+    def copies_on_host(self) -> bool:
+        """Whether ``to_batch`` gives the caller host copies of the slot's bytes (``zero_copy``
+        off, no device): then nothing handed out views the slot, and the Client gives the slot
+        back as soon as the batch is built rather than when the next one is asked for."""
+        if self.zero_copy:
+            return False
+        if self.device is None:
+            return True
+        torch = require_torch("a Client with a device")
+        return torch.device(self.device).type == "cpu"
+
 
 def to_batch(
     arrays: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray | None],
