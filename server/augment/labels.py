@@ -143,6 +143,11 @@ class Labels:
         if keep.dtype == bool and keep.all():
             return self  # every instance in order: the arrays are only ever read, never written
         idx = np.flatnonzero(keep) if keep.dtype == bool else np.asarray(keep, dtype=np.int64)
+        if not len(self.points):
+            # No polygon anywhere (detect and pose records): every count is 0, so the
+            # offsets are zeros and no point moves; the same arrays as below, in fewer calls.
+            keypoints = None if self.keypoints is None else self.keypoints[idx]
+            return Labels(self.classes[idx], self.boxes[idx], self.points, np.zeros(len(idx) + 1, np.int64), keypoints)
         counts = self.counts[idx]
         offsets = np.zeros(len(idx) + 1, dtype=np.int64)
         np.cumsum(counts, out=offsets[1:])
@@ -165,7 +170,9 @@ class Labels:
         outside it gets visibility 0 first."""
         hi = np.array([width, height, width, height], dtype=np.float32)
         keypoints = None if self.keypoints is None else clip_keypoints(self.keypoints, width, height)
-        if width == height:  # the route's canvases are square: a scalar bound is the fast loop
+        if not len(self.points):
+            points = self.points  # nothing to clip (and the arrays are only ever read)
+        elif width == height:  # the route's canvases are square: a scalar bound is the fast loop
             points = np.clip(self.points, 0, np.float32(width))
         else:
             points = np.clip(self.points, 0, hi[:2])
@@ -245,8 +252,9 @@ def transform_labels(
         return Labels.empty()
     old = labels.boxes
     new = _corner_boxes(old, matrix, perspective)
-    has = labels.has_polygons
     points = labels.points
+    # Without points no instance has a polygon (the common detect case: skip the diff).
+    has = labels.has_polygons if len(points) else None
     if len(points) and rotated:
         moved = _apply(points.astype(np.float64), matrix, perspective).astype(np.float32)
         new = np.clip(new, 0, size).astype(np.float32)
@@ -269,7 +277,8 @@ def transform_labels(
         moved = _apply(keypoints[..., :2].reshape(-1, 2).astype(np.float64), matrix, perspective).astype(np.float32)
         keypoints = np.concatenate([moved.reshape(n, k, 2), keypoints[..., 2:3]], axis=2)
         keypoints = clip_keypoints(keypoints, size, size)
-    keep = candidates(old * np.float32(scale), new, MIN_AREA_RATIO_POLYGONS if has.any() else MIN_AREA_RATIO)
+    polygons = has is not None and has.any()
+    keep = candidates(old * np.float32(scale), new, MIN_AREA_RATIO_POLYGONS if polygons else MIN_AREA_RATIO)
     return Labels(labels.classes, new, points, labels.offsets, keypoints).select(keep)
 
 
