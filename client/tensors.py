@@ -80,8 +80,13 @@ def to_batch(
         if not how.as_torch or not how.copies_on_host:
             raise ValueError("only torch batches of a host-copying Client are lent")
         images, targets, masks = _to_torch(
-            images, targets.copy(), None if masks is None else masks.copy(), samples, ready["epoch"],
-            Conversion(as_torch=True, zero_copy=True), settings,
+            images,
+            targets.copy(),
+            None if masks is None else masks.copy(),
+            samples,
+            ready["epoch"],
+            Conversion(as_torch=True, zero_copy=True),
+            settings,
         )
     elif how.as_torch:
         images, targets, masks = _to_torch(images, targets, masks, samples, ready["epoch"], how, settings)

@@ -44,7 +44,9 @@ def test_a_lent_slot_is_released_once_no_view_is_left_and_only_at_the_next_reque
     del row
     assert conn.sent == [], "a let-go batch is queued, never sent from the finalizer"
     flow.release_returned()
-    assert conn.sent == [("release", {"trainer_id": 7, "token": 99, "slot": 1, "epoch": 0, "batch": 5, "generation": 1})]
+    assert conn.sent == [
+        ("release", {"trainer_id": 7, "token": 99, "slot": 1, "epoch": 0, "batch": 5, "generation": 1})
+    ]
     assert flow.lent == 0
 
 
