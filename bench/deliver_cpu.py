@@ -18,7 +18,14 @@ with ``PYTHONPATH`` putting that checkout's ``server``/``client``/``shared`` fir
 ratios are paired. On a shared machine CPU milliseconds per image grow with the load (the
 cores' caches and turbo are shared), so read the paired ratios and the shares.
 
-Usage: ``python bench/deliver_cpu.py [--base CHECKOUT] [--pairs 3] [--workers 2] [--epochs 3]``.
+``--route-python`` (with ``--base``): instead, the Python of the route alone, in this one
+process: ``render_range`` over the same snapshot (4 batches of 16 per round) with the kernel
+call replaced by a no-op in both, this checkout's code against the base's (imported as a
+second package, ``pixbase``), ``--rounds`` alternating rounds, CPU ms per image and the
+paired ratio.
+
+Usage: ``python bench/deliver_cpu.py [--base CHECKOUT] [--pairs 3] [--workers 2] [--epochs 3]
+[--route-python [--rounds 15]]``.
 """
 
 from __future__ import annotations
@@ -95,8 +102,60 @@ def measure(workers: int, epochs: int) -> dict:
     }
 
 
-def _package_root(checkout: Path, into: Path) -> Path:
-    root = into / "pixpool"
+def route_python(base: Path, rounds: int) -> dict:
+    """``--route-python``: the route's Python per image (kernel stubbed), base against this checkout."""
+    import importlib
+
+    import numpy as np
+
+    sys.path.insert(0, str(HERE))
+    import vs_ultralytics as vs
+
+    from pixpool.server.readers import load_dataset
+    from pixpool.server.snapshot.prepare import PrepareOptions, prepare_snapshot
+
+    tmp = Path(tempfile.mkdtemp(prefix="pxcpu-route-"))
+    _package_root(base.resolve(), tmp, name="pixbase")
+    sys.path.insert(0, str(tmp))
+    arms = {}
+    for arm, pkg in (("base", "pixbase"), ("this", "pixpool")):
+        batch = importlib.import_module(f"{pkg}.server.augment.batch")
+        kernel = importlib.import_module(f"{pkg}.server.augment.kernel")
+        config = importlib.import_module(f"{pkg}.shared.stream.config")
+        kernel._kernel.render = lambda *a: None  # the Python around the kernel, not the kernel
+        settings = config.StreamSettings(batch_size=16, seed=0, augment=config.AugmentConfig(imgsz=640))
+        arms[arm] = (batch, settings)
+    data = vs.make_data_dir(tmp / "data", "detect") / "data.yaml"
+    prep = prepare_snapshot(load_dataset(str(data)), PrepareOptions(imgsz=640, processes=2))
+    out = np.empty((16, 3, 640, 640), np.uint8)
+
+    def run(arm: str, batches: int = 4) -> float:
+        batch, settings = arms[arm]
+        c0 = time.process_time()
+        for b in range(batches):
+            batch.render_range(prep.snapshot, settings, 0, b, 0, 16, images_out=out)
+        return (time.process_time() - c0) / batches / 16 * 1e3
+
+    try:
+        run("base"), run("this")  # warm-up
+        ms: dict[str, list[float]] = {"base": [], "this": []}
+        for r in range(rounds):
+            for arm in ("base", "this") if r % 2 == 0 else ("this", "base"):
+                ms[arm].append(run(arm))
+    finally:
+        if not prep.reused:
+            prep.snapshot.unlink()
+        prep.snapshot.close()
+    return {
+        "rounds": rounds,
+        "load": os.getloadavg()[0],
+        "python_ms_per_img": {a: round(statistics.median(v), 3) for a, v in ms.items()},
+        "this_over_base_paired": round(statistics.median(t / b for t, b in zip(ms["this"], ms["base"])), 3),
+    }
+
+
+def _package_root(checkout: Path, into: Path, *, name: str = "pixpool") -> Path:
+    root = into / name
     root.mkdir(parents=True)
     for side in ("server", "client", "shared"):
         (root / side).symlink_to(checkout / side)
@@ -133,8 +192,15 @@ def main(argv=None) -> int:
     parser.add_argument("--pairs", type=int, default=3)
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--epochs", type=int, default=3)
+    parser.add_argument("--route-python", action="store_true", help="the route's Python alone, base against this")
+    parser.add_argument("--rounds", type=int, default=15, help="--route-python: alternating rounds")
     parser.add_argument("--run", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    if args.route_python:
+        if args.base is None:
+            parser.error("--route-python compares against --base CHECKOUT")
+        print(json.dumps(route_python(args.base, args.rounds), indent=1))
+        return 0
     if args.run:
         print(json.dumps(measure(args.workers, args.epochs)), flush=True)
         return 0
