@@ -13,9 +13,9 @@ released at once, or a *lent* slot: its images tensor wraps the slot itself (no 
 ~20 MB per batch at 640), and the slot is released only once that tensor and every tensor
 or array derived from it are gone (a ``weakref.finalize`` on the wrapped array, which
 torch's storage keeps alive). The finalizer may run in any thread, so it only queues the
-batch; the caller's thread sends the release at its next request (``release_returned``). At
-most ``lend_limit`` slots are lent at a time (the ring's slots less one, so the workers always
-have a slot to render into); past that a batch is copied. In a ``for batch in loader`` loop
+batch; the caller's thread sends the release at its next request (``release_returned``). The
+Client lends while fewer than the ring's slots less one are out (``lent``), so the workers
+always have a slot to render into; past that a batch is copied. In a ``for batch in loader`` loop
 the previous batch is still bound while the next one is handed out, so two slots are out
 then, and each is released one batch later than a copy's would be.
 """
