@@ -33,6 +33,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -88,6 +89,7 @@ def measure(workers: int, epochs: int) -> dict:
     finally:
         vs.stop_daemon(proc, d)
         vs.release(prep)
+        shutil.rmtree(root, ignore_errors=True)
     ms = {k: (c1[k] - c0[k]) / images * 1e3 for k in c0}
     gaps = [(stamps[i][0], stamps[i][1] - stamps[i - 1][1]) for i in range(1, len(stamps))]
     return {
@@ -146,6 +148,7 @@ def route_python(base: Path, rounds: int) -> dict:
         if not prep.reused:
             prep.snapshot.unlink()
         prep.snapshot.close()
+        shutil.rmtree(tmp, ignore_errors=True)
     return {
         "rounds": rounds,
         "load": os.getloadavg()[0],
