@@ -1,12 +1,15 @@
 """bench/batch_ownership.py: what an owned batch costs against a zero-copy view of the ring slot.
 
-Runs in one process (the consumer); the daemon runs in a spawned process. Two arms read the
+Runs in one process (the consumer); the daemon runs in a spawned process. Three arms read the
 same daemon, alternating round by round (the order flips each round), each figure the
 median over rounds:
 
-- ``owned``: ``attach()`` as it is by default: every batch is copied out of its slot (one
-  host memcpy of the images, the targets and indices) before it is yielded, so it stays
-  valid for as long as the user holds it;
+- ``owned``: ``attach()`` as it is by default: every batch stays valid for as long as the
+  user holds it; while the user keeps few (here: none), its images are a lent slot, released
+  once no tensor over it is left (``client/flow.py``, issue 19), else a copy;
+- ``copy``: the same owned batches, always copied out of the slot (one host memcpy of the
+  images, the targets and indices; ``Loader(..., lend=False)``, what ``attach()`` did before
+  issue 19);
 - ``view``: ``attach(zero_copy=True)``: the batch is the slot itself, valid until the next.
 
 The consumer touches every batch (sums one byte per image, which reads no more than a
@@ -14,9 +17,8 @@ step's copy would) and keeps none. Reported per arm: images/s delivered, and sec
 batch from the ``ready`` message received to the batch built (``Client(timings=...)``,
 which is where the copy happens), against the batch's render time (worker busy seconds per
 sample from ``pixpool status``, times the batch size) and a plain ``np.copyto`` of the same
-bytes. A slot held until the batch is unreferenced (the other option) would cost what
-``view`` costs while the user keeps nothing and a copy once the user keeps more batches
-than the ring has slots; ``view`` bounds what it could save.
+bytes. ``copy_ms_per_batch`` is ``copy`` less ``view``; ``owned`` (lent slots) should cost
+what ``view`` costs while the user keeps nothing.
 
 Usage: ``python bench/batch_ownership.py [--data coco.json] [--imgsz 640] [--batch-size 16]
 [--workers 2] [--rounds 7] [--epochs-per-round 2]``.
@@ -66,6 +68,7 @@ def run_arm(loader, epochs: list[int]) -> tuple[float, int]:
 
 def main(argv=None) -> int:
     from pixpool.client import attach
+    from pixpool.client.loader import Loader, stream_settings
     from pixpool.client.status import query_status
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -78,17 +81,21 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
 
     proc, d = _start_daemon(args.data, args.imgsz, args.workers)
-    arms = {"owned": False, "view": True}
+    arms = {"owned": (False, True), "copy": (False, False), "view": (True, True)}  # (zero_copy, lend)
     rates: dict[str, list[float]] = {a: [] for a in arms}
     deliver: dict[str, list[float]] = {a: [] for a in arms}
     try:
         _wait(d, args.workers)
         loaders = {}
         timings = {a: {} for a in arms}
-        for arm, zero_copy in arms.items():
-            loaders[arm] = attach(
-                d, batch_size=args.batch_size, seed=0, imgsz=args.imgsz, timeout_s=300, zero_copy=zero_copy
-            )
+        for arm, (zero_copy, lend) in arms.items():
+            if lend:
+                loaders[arm] = attach(
+                    d, batch_size=args.batch_size, seed=0, imgsz=args.imgsz, timeout_s=300, zero_copy=zero_copy
+                )
+            else:
+                settings = stream_settings(batch_size=args.batch_size, seed=0, imgsz=args.imgsz)
+                loaders[arm] = Loader(settings, socket_dir=d, timeout_s=300, zero_copy=zero_copy, lend=False)
             loaders[arm].client.timings = timings[arm]
         run_arm(loaders["view"], [0])  # warm-up: the workers import the route on their first job
         epoch = 1
@@ -130,8 +137,10 @@ def main(argv=None) -> int:
         "img_per_s": {a: round(v, 1) for a, v in med.items()},
         "img_per_s_rounds": {a: [round(x, 1) for x in v] for a, v in rates.items()},
         "owned_vs_view": round(med["owned"] / med["view"], 3),
+        "copy_vs_view": round(med["copy"] / med["view"], 3),
         "deliver_ms_per_batch": {a: round(1e3 * v, 3) for a, v in dmed.items()},
-        "copy_ms_per_batch": round(1e3 * (dmed["owned"] - dmed["view"]), 3),
+        "copy_ms_per_batch": round(1e3 * (dmed["copy"] - dmed["view"]), 3),
+        "owned_ms_per_batch_over_view": round(1e3 * (dmed["owned"] - dmed["view"]), 3),
         "np_copyto_ms_per_batch": round(1e3 * statistics.median(copies), 3),
         "render_ms_per_batch": round(1e3 * render_s, 2),
         "wall_ms_per_batch_view": round(1e3 * args.batch_size / med["view"], 2),

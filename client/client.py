@@ -13,7 +13,11 @@ and targets of a batch yielded by ``epoch()`` are a view of a ring slot (local) 
 received frames (TCP). They stay valid until the next batch is requested; then the slot is
 released to the daemon (credit-based backpressure). Copy what must outlive that, or pass
 ``zero_copy=False`` for batches the caller owns (``attach()``'s default; the cost is in
-``client/loader.py``).
+``client/loader.py``). Such a batch is either a copy, whose slot is released as soon as the
+copy is made (the workers render into it while the caller works on the batch), or, for
+torch batches, a lent slot: the images tensor wraps the slot, which is released only once
+every tensor over it is gone (``flow.py``: at most the ring's slots less one are lent,
+past that batches are copied; ``lend=False`` always copies).
 
 Faults, as the trainer sees them:
 - no daemon: ``DaemonNotFound`` at once, naming the socket directory (``daemon_socket.py``),
@@ -117,6 +121,7 @@ class Client:
         store: str | os.PathLike | None = None,
         zero_copy: bool = True,
         follow_snapshot: bool = False,
+        lend: bool = True,
     ):
         if not isinstance(settings, StreamSettings):
             raise TypeError(f"settings must be a StreamSettings, got {type(settings).__name__}")
@@ -149,6 +154,10 @@ class Client:
         self.timings = timings
         self.zero_copy = bool(zero_copy)
         self._conversion = Conversion(as_torch=self.as_torch, zero_copy=self.zero_copy, device=device)
+        self._release_at_once = self._conversion.copies_on_host
+        # A caller that owns its torch batches gets the slot's images lent rather than copied
+        # while few are out (``flow.py``); ``lend=False`` always copies.
+        self._lends = self._release_at_once and self.as_torch and lend
         self.follow_snapshot = bool(follow_snapshot)
         self._snapshot = StreamSnapshot(follow=self.follow_snapshot)
         # The daemon's class names (from attach) and, with ``fetch_files``, every record's
@@ -339,15 +348,26 @@ class Client:
                         raise self._closed_error()  # closed while this iterator was suspended
                     n = flow.start(epoch, b)
                     while b < n:
+                        flow.release_returned()
                         t_wait = time.perf_counter()
                         msg, frames = flow.next_ready(epoch, b)
                         t0 = time.perf_counter()
                         self.data_wait_s += t0 - t_wait
-                        out = to_batch(self._reader.arrays(msg, frames), msg, self._conversion, self.settings)
+                        arrays = self._reader.arrays(msg, frames)
+                        lend = self._lends and self._reader.ring is not None and flow.lent < self.layout.slots - 1
+                        out = to_batch(arrays, msg, self._conversion, self.settings, lend=lend)
+                        if lend:
+                            flow.lend(arrays[0], msg)
+                        elif self._release_at_once:
+                            # The batch is the caller's own copy: the slot is free for the
+                            # workers during the caller's step, not only after it.
+                            flow.release(msg)
+                        else:
+                            flow.held = msg
+                        del arrays
                         if self.timings is not None:
                             self.timings["deliver_s"] = self.timings.get("deliver_s", 0.0) + time.perf_counter() - t0
                             self.timings["batches"] = self.timings.get("batches", 0) + 1
-                        flow.held = msg
                         yield out
                         if self.closed:
                             raise self._closed_error()  # closed while the caller held this batch

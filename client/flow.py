@@ -7,11 +7,24 @@ one is asked for (or the iteration ends). A release names the batch it gives bac
 epoch, batch, generation), so a late one can never free a slot announced again since.
 
 A ``Flow`` lives as long as one attachment: a reattach starts a new one (nothing held).
+
+Lent slots: a batch the caller owns (``attach()``'s default) is either a copy, whose slot is
+released at once, or a *lent* slot: its images tensor wraps the slot itself (no copy of
+~20 MB per batch at 640), and the slot is released only once that tensor and every tensor
+or array derived from it are gone (a ``weakref.finalize`` on the wrapped array, which
+torch's storage keeps alive). The finalizer may run in any thread, so it only queues the
+batch; the caller's thread sends the release at its next request (``release_returned``). The
+Client lends while fewer than the ring's slots less one are out (``lent``), so the workers
+always have a slot to render into; past that a batch is copied. In a ``for batch in loader`` loop
+the previous batch is still bound while the next one is handed out, so two slots are out
+then, and each is released one batch later than a copy's would be.
 """
 
 from __future__ import annotations
 
 import time
+import weakref
+from collections import deque
 from typing import Any
 
 from ..shared.errors import ProtocolError
@@ -25,6 +38,22 @@ class Flow:
         self.peer = peer
         self.timeout_s = timeout_s
         self.held: dict | None = None  # the ``ready`` message of the batch being read
+        self.lent = 0  # slots lent to the caller and not yet released
+        # ``ready`` messages of lent batches the caller has let go of (appended by finalizers,
+        # in any thread; deque appends and pops are atomic).
+        self._returned: deque[dict] = deque()
+
+    def lend(self, array: Any, ready: dict) -> None:
+        """The batch ``ready`` announced is handed out as a tensor over ``array`` (a view of its
+        slot): release the slot once ``array`` is freed."""
+        self.lent += 1
+        weakref.finalize(array, self._returned.append, ready)
+
+    def release_returned(self) -> None:
+        """Release every lent slot whose batch the caller has let go of since the last call."""
+        while self._returned:
+            self.release(self._returned.popleft())
+            self.lent -= 1
 
     def send(self, op: str, **fields: Any) -> None:
         tid, token = self.ident
@@ -44,6 +73,7 @@ class Flow:
     def start(self, epoch: int, batch: int) -> int:
         """Ask for ``epoch`` from ``batch`` on; the epoch's number of batches."""
         self.release_held()
+        self.release_returned()
         self.send("start", epoch=epoch, batch=batch)
         mine = self.ident[0]
 

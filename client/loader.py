@@ -30,18 +30,25 @@ keeps working::
 - If the daemon is restarted on another dataset (``SnapshotChangedError``, see
   ``client/client.py``) the loader stops, unless ``follow_snapshot=True``.
 
-Why an owned copy, not a slot kept until the batch is unreferenced. The ring has 2-3 slots
-per trainer and the daemon renders into the next free one while the trainer steps, so a
-slot held by the user stalls the stream as soon as the user keeps as many batches as there
-are slots; ``list(loader)`` would then need a copy anyway, and tensors derived from a held
-batch (``images[0]``, ``images.view(...)``) cannot be moved to a copy behind the user's
-back. An owned copy is one memcpy of the slot per batch in the trainer's thread, while the
-workers render the next batches: measured (``bench/batch_ownership.py``, docs/benchmarks.md)
-6-8 ms for batch 16 at 640 against 100-380 ms of render time per batch (2-6 %), and no
-delivered images/s lost where the workers are the bound. pixpool's own loops, which
-provably drop each batch before asking for the next (``fit.py``'s training and validation loops copy it into the step's buffers or the
+Owned batches: a lent slot while few are held, else a copy (``client/flow.py``). The ring
+has 2-3 slots per trainer and the daemon renders into the next free one while the trainer
+steps, so a slot the user holds is a slot the workers cannot use. A batch handed out is
+therefore either a *lent slot* (its images tensor wraps the ring slot; the slot goes back
+to the daemon once that tensor and every tensor derived from it, ``images[0]``,
+``images.view(...)``, are gone) or an owned copy (its slot goes back at once). At most the
+ring's slots less one are lent at a time, so the workers always keep a slot; past that,
+batches are copied: ``list(loader)`` keeps its first two batches as lent slots and copies
+the rest. A ``for batch in loader`` loop holds the previous batch while the next is handed
+out, so it gets every batch lent: no copy per batch. The copy it saves is one memcpy of the
+slot per batch in the trainer's thread: measured (``bench/batch_ownership.py``,
+docs/benchmarks.md) 6-8 ms for batch 16 at 640 against 100-380 ms of render time per batch
+(2-6 %); on two cores shared by the workers and the trainer that is CPU taken from
+rendering (issue 19: docs/benchmarks.md). Lending needs torch batches on the host; a device
+gets its own copy, and ``zero_copy=True`` hands out slot views valid only until the next
+batch, as pixpool's own loops use it, which provably drop each batch before asking for the
+next (``fit.py``'s training and validation loops copy it into the step's buffers or the
 device first; the Ultralytics loader's batches are moved and converted by the trainer's
-``preprocess_batch`` at once), use ``zero_copy=True``.
+``preprocess_batch`` at once).
 """
 
 from __future__ import annotations

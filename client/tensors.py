@@ -9,7 +9,11 @@ until the slot is released. ``to_batch`` decides what the caller gets:
 - torch tensors (``as_torch``): on the CPU a view of the slot, or the caller's own copy
   without ``zero_copy``; on another device the caller's own already (a copy from pageable
   memory has read its source when ``to`` returns, ``non_blocking`` or not); with HSV on
-  the device applied there (training streams only: validation streams get no HSV).
+  the device applied there (training streams only: validation streams get no HSV);
+- lent torch images (``lend``, the Client's choice for a caller that owns its batches: see
+  ``flow.py``): a tensor over the slot itself, which the Client gives back to the daemon only
+  once no tensor of that storage is left. Targets and masks are copies then (small; and
+  ``masks`` lives on the batch's type, which only the cyclic collector frees).
 
 ``samples`` is always the caller's own (a copy of B integers). ``masks`` (segment batches:
 the mask planes, (B, M, M) uint8 or int32; None for the other tasks) go the way the images
@@ -47,16 +51,44 @@ class Conversion:
     zero_copy: bool
     device: Any = None
 
+    @property
+    def copies_on_host(self) -> bool:
+        """Whether ``to_batch`` gives the caller host copies of the slot's bytes (``zero_copy``
+        off, no device): then nothing handed out views the slot, and the Client gives the slot
+        back as soon as the batch is built rather than when the next one is asked for."""
+        if self.zero_copy:
+            return False
+        if self.device is None:
+            return True
+        torch = require_torch("a Client with a device")
+        return torch.device(self.device).type == "cpu"
+
 
 def to_batch(
     arrays: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray | None],
     ready: dict,
     how: Conversion,
     settings: StreamSettings,
+    *,
+    lend: bool = False,
 ) -> TrainerBatch:
+    """The batch of slot ``arrays``; with ``lend`` (torch on the host only) the images tensor
+    wraps ``arrays[0]`` itself, and the caller must keep the slot until that array is freed."""
     images, targets, samples, masks = arrays
     samples = samples.copy()  # B integers: never worth a view
-    if how.as_torch:
+    if lend:
+        if not how.as_torch or not how.copies_on_host:
+            raise ValueError("only torch batches of a host-copying Client are lent")
+        images, targets, masks = _to_torch(
+            images,
+            targets.copy(),
+            None if masks is None else masks.copy(),
+            samples,
+            ready["epoch"],
+            Conversion(as_torch=True, zero_copy=True),
+            settings,
+        )
+    elif how.as_torch:
         images, targets, masks = _to_torch(images, targets, masks, samples, ready["epoch"], how, settings)
     elif not how.zero_copy:
         images, targets = images.copy(), targets.copy()

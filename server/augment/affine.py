@@ -28,24 +28,23 @@ def draw_matrix(
 ) -> tuple[np.ndarray, float]:
     """(3x3 float64 matrix canvas -> output, the drawn scale factor)."""
     height, width = canvas_hw
-    c = np.eye(3)
-    c[0, 2] = -width / 2
-    c[1, 2] = -height / 2
-    p = np.eye(3)
-    p[2, 0] = rng.uniform(-cfg.perspective, cfg.perspective)
-    p[2, 1] = rng.uniform(-cfg.perspective, cfg.perspective)
+    # Each factor built from one nested list (np.eye plus item writes cost several times
+    # more per sample); the same float64 values, multiplied by the same matmuls.
+    c = np.array(((1.0, 0.0, -width / 2), (0.0, 1.0, -height / 2), (0.0, 0.0, 1.0)))
+    px = rng.uniform(-cfg.perspective, cfg.perspective)
+    py = rng.uniform(-cfg.perspective, cfg.perspective)
+    p = np.array(((1.0, 0.0, 0.0), (0.0, 1.0, 0.0), (px, py, 1.0)))
     angle_deg = rng.uniform(-cfg.degrees, cfg.degrees)
     scale = rng.uniform(1 - cfg.scale, 1 + cfg.scale)
-    r = np.eye(3)
     a = math.radians(angle_deg)
     cos_s, sin_s = math.cos(a) * scale, math.sin(a) * scale
-    r[0, 0], r[0, 1], r[1, 0], r[1, 1] = cos_s, sin_s, -sin_s, cos_s
-    s = np.eye(3)
-    s[0, 1] = math.tan(math.radians(rng.uniform(-cfg.shear, cfg.shear)))
-    s[1, 0] = math.tan(math.radians(rng.uniform(-cfg.shear, cfg.shear)))
-    t = np.eye(3)
-    t[0, 2] = rng.uniform(0.5 - cfg.translate, 0.5 + cfg.translate) * out_size
-    t[1, 2] = rng.uniform(0.5 - cfg.translate, 0.5 + cfg.translate) * out_size
+    r = np.array(((cos_s, sin_s, 0.0), (-sin_s, cos_s, 0.0), (0.0, 0.0, 1.0)))
+    shx = math.tan(math.radians(rng.uniform(-cfg.shear, cfg.shear)))
+    shy = math.tan(math.radians(rng.uniform(-cfg.shear, cfg.shear)))
+    s = np.array(((1.0, shx, 0.0), (shy, 1.0, 0.0), (0.0, 0.0, 1.0)))
+    tx = rng.uniform(0.5 - cfg.translate, 0.5 + cfg.translate) * out_size
+    ty = rng.uniform(0.5 - cfg.translate, 0.5 + cfg.translate) * out_size
+    t = np.array(((1.0, 0.0, tx), (0.0, 1.0, ty), (0.0, 0.0, 1.0)))
     return t @ s @ r @ p @ c, scale
 
 

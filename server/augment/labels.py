@@ -143,6 +143,11 @@ class Labels:
         if keep.dtype == bool and keep.all():
             return self  # every instance in order: the arrays are only ever read, never written
         idx = np.flatnonzero(keep) if keep.dtype == bool else np.asarray(keep, dtype=np.int64)
+        if not len(self.points):
+            # No polygon anywhere (detect and pose records): every count is 0, so the
+            # offsets are zeros and no point moves; the same arrays as below, in fewer calls.
+            keypoints = None if self.keypoints is None else self.keypoints[idx]
+            return Labels(self.classes[idx], self.boxes[idx], self.points, np.zeros(len(idx) + 1, np.int64), keypoints)
         counts = self.counts[idx]
         offsets = np.zeros(len(idx) + 1, dtype=np.int64)
         np.cumsum(counts, out=offsets[1:])
@@ -165,7 +170,9 @@ class Labels:
         outside it gets visibility 0 first."""
         hi = np.array([width, height, width, height], dtype=np.float32)
         keypoints = None if self.keypoints is None else clip_keypoints(self.keypoints, width, height)
-        if width == height:  # the route's canvases are square: a scalar bound is the fast loop
+        if not len(self.points):
+            points = self.points  # nothing to clip (and the arrays are only ever read)
+        elif width == height:  # the route's canvases are square: a scalar bound is the fast loop
             points = np.clip(self.points, 0, np.float32(width))
         else:
             points = np.clip(self.points, 0, hi[:2])
@@ -244,12 +251,10 @@ def transform_labels(
     if n == 0:
         return Labels.empty()
     old = labels.boxes
-    corners = old[:, [0, 1, 2, 3, 0, 3, 2, 1]].reshape(n * 4, 2).astype(np.float64)
-    xy = _apply(corners, matrix, perspective).reshape(n, 8)
-    xs, ys = xy[:, 0::2], xy[:, 1::2]
-    new = np.stack([xs.min(1), ys.min(1), xs.max(1), ys.max(1)], axis=1)
-    has = labels.has_polygons
+    new = _corner_boxes(old, matrix, perspective)
     points = labels.points
+    # Without points no instance has a polygon (the common detect case: skip the diff).
+    has = labels.has_polygons if len(points) else None
     if len(points) and rotated:
         moved = _apply(points.astype(np.float64), matrix, perspective).astype(np.float32)
         new = np.clip(new, 0, size).astype(np.float32)
@@ -272,8 +277,32 @@ def transform_labels(
         moved = _apply(keypoints[..., :2].reshape(-1, 2).astype(np.float64), matrix, perspective).astype(np.float32)
         keypoints = np.concatenate([moved.reshape(n, k, 2), keypoints[..., 2:3]], axis=2)
         keypoints = clip_keypoints(keypoints, size, size)
-    keep = candidates(old * np.float32(scale), new, MIN_AREA_RATIO_POLYGONS if has.any() else MIN_AREA_RATIO)
+    polygons = has is not None and has.any()
+    keep = candidates(old * np.float32(scale), new, MIN_AREA_RATIO_POLYGONS if polygons else MIN_AREA_RATIO)
     return Labels(labels.classes, new, points, labels.offsets, keypoints).select(keep)
+
+
+def _corner_boxes(boxes: np.ndarray, matrix: np.ndarray, perspective: bool) -> np.ndarray:
+    """float64 (n, 4) x1, y1, x2, y2 extent of the four corners of float32 (n, 4) ``boxes`` through
+    ``matrix``. Each corner goes through exactly the float64 operations of ``_apply`` (corners as
+    (n, 4) x and y arrays instead of (4n, 2) points: elementwise, so the same bits); this is the
+    per-sample hot path, and a handful of whole-array calls costs less than the reshapes."""
+    b = boxes.astype(np.float64)
+    x = b[:, (0, 2, 0, 2)]  # corners (x1, y1), (x2, y2), (x1, y2), (x2, y1)
+    y = b[:, (1, 3, 3, 1)]
+    m = matrix
+    xt = m[0, 0] * x + m[0, 1] * y + m[0, 2]
+    yt = m[1, 0] * x + m[1, 1] * y + m[1, 2]
+    if perspective:
+        z = m[2, 0] * x + m[2, 1] * y + m[2, 2]
+        xt /= z
+        yt /= z
+    out = np.empty((len(b), 4), np.float64)
+    np.minimum.reduce(xt, axis=1, out=out[:, 0])
+    np.minimum.reduce(yt, axis=1, out=out[:, 1])
+    np.maximum.reduce(xt, axis=1, out=out[:, 2])
+    np.maximum.reduce(yt, axis=1, out=out[:, 3])
+    return out
 
 
 def _scale_shift(points: np.ndarray, width: float, height: float, padw: float, padh: float) -> None:

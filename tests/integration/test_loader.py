@@ -214,7 +214,37 @@ def test_batches_a_user_keeps_stay_valid(synthetic_data):
     assert (images.numpy().tobytes(), targets.numpy().tobytes(), first.indices.tolist()) == first_bytes
     assert batch_digest(images.numpy(), targets.numpy()) == ref[1][0][0] == through[0]
     assert through == ref[1][0]
-    assert not any(in_ring), "a kept batch is a view of the ring"
+    # Kept batches are the user's whatever their memory: the first two are lent ring slots
+    # (client/flow.py: at most slots - 1 out at once, so the workers keep one), the rest copies.
+    assert in_ring == [True, True] + [False] * 10, "at most slots - 1 kept batches may be lent slots"
+
+
+def test_a_loop_gets_lent_slots_and_a_derived_tensor_keeps_its_slot(synthetic_data):
+    """A plain ``for batch in loader`` loop gets every batch as a lent ring slot (no copy), with
+    the reference's bytes; a tensor derived from the first batch (``images[0]``), kept after the
+    batch itself is dropped, keeps that slot out of the workers' reach: unchanged after the epoch."""
+    dataset = load_dataset(synthetic_data.coco_json)
+    s = StreamSettings(seed=6, batch_size=2, augment=AugmentConfig(imgsz=IMGSZ))
+    ref = reference_stream(dataset, s, 0)
+    with real_daemon(synthetic_data.coco_json, imgsz=IMGSZ, workers=1) as (_, d):
+        with attach(d, batch_size=2, seed=6, imgsz=IMGSZ, timeout_s=WAIT_S) as loader:
+            lo, hi = _ring_span(loader)
+            got, in_ring = [], []
+            for b in loader:
+                got.append((batch_digest(b.images.numpy(), b.targets.numpy()), b.indices.tolist()))
+                in_ring.append(lo <= b.images.data_ptr() < hi)
+            loader.set_epoch(0)
+            again, row = [], None
+            for b in loader:
+                again.append((batch_digest(b.images.numpy(), b.targets.numpy()), b.indices.tolist()))
+                if row is None:
+                    row = b.images[0]
+                    row_bytes = row.numpy().tobytes()
+            assert lo <= row.data_ptr() < hi
+            assert row.numpy().tobytes() == row_bytes
+    assert [dg for dg, _ in got] == ref[0] and [ix for _, ix in got] == ref[1]
+    assert again == got
+    assert all(in_ring), "a loop that drops each batch gets lent slots, not copies"
 
 
 def test_the_zero_copy_opt_in_yields_ring_views_valid_until_the_next_batch(synthetic_data):
