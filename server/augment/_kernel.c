@@ -97,6 +97,14 @@ static inline void v_quant16(const float *src, uint8_t *dst) {
 }
 #endif
 
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(PIXPOOL_SCALAR)
+#define HAVE_AVX2_PATH 1
+#endif
+/* 1 when the CPU has AVX2 (and PIXPOOL_KERNEL_SSE2 is unset): the 8-lane versions of the
+ * row loops below run. They do the same lane operations per output value (no FMA, same
+ * order), so the bytes do not depend on it. */
+static int lanes8;
+
 #define MAX_TILES 4
 #define CLS_ZERO (-1)
 #define CLS_MIXED (-2)
@@ -311,6 +319,14 @@ static void axis_hrow(Axis *A, const Layer *L, int size, int r, float *dst) {
              * stay inside the image, every pixel's do, and the loop needs no test. */
             const Py_ssize_t last = (A->x0[run[0]] > A->x0[run[1] - 1] ? A->x0[run[0]] : A->x0[run[1] - 1]) - t->ox;
             const Py_ssize_t esz = t->u8 ? 1 : 4;
+            /* The source is read once per sample, from memory: fetch the span of canvas row
+             * r + 2 (the one after the next this layer will blend) while this row computes.
+             * A hint only; the values do not depend on it. */
+            if (r + 2 < t->ya1) {
+                const Py_ssize_t first = (A->x0[run[0]] < A->x0[run[1] - 1] ? A->x0[run[0]] : A->x0[run[1] - 1]) - t->ox;
+                const char *p0 = rp + 2 * t->row + first * 3 * esz, *p1 = rp + 2 * t->row + (last * 3 + 6) * esz;
+                for (const char *p = p0; p < p1 + 64; p += 64) __builtin_prefetch(p);
+            }
             if (rp + (last * 3 + 7) * esz > t->end) {
                 for (int x = run[0]; x < run[1]; x++)
                     for (int c = 0; c < 3; c++) dst[3 * x + c] = tap(t, A->x0[x], r, c) * A->ifx[x] + tap(t, A->x0[x] + 1, r, c) * A->fx[x];
@@ -513,7 +529,17 @@ static int segment_class(const Layer *L, int persp, int xa, int n, int y) {
         V_STORE(dst + 3 * i, V_ADD(V_MUL(top, ify), V_MUL(bot, fy)));                             \
     }
 
+#ifdef HAVE_AVX2_PATH
+static int general_uniform_avx2(const Layer *L, const Tile *t, int persp, int xa, int n, int y, float *dst);
+#endif
+
 static void general_uniform(const Layer *L, const Tile *t, int persp, int xa, int n, int y, float *dst) {
+#ifdef HAVE_AVX2_PATH
+    if (lanes8) { /* whole groups of 8 columns in AVX2 lanes; the rest below */
+        const int done = general_uniform_avx2(L, t, persp, xa, n, y, dst);
+        xa += done, n -= done, dst += 3 * done;
+    }
+#endif
     const double *m = L->m;
     const double yd = (double)y, cu = m[1] * yd + m[2], cv = m[4] * yd + m[5], cw = m[7] * yd + m[8];
     const v4 one = V_SET(1.0f), fill = V_SET(t->fill);
@@ -542,6 +568,12 @@ static void general_segment(const Layer *L, int persp, int xa, int n, int y, flo
     }
     if (whole >= 0) {
         general_uniform(L, &L->tiles[whole], persp, xa, n, y, dst);
+        return;
+    }
+    if (n >= 16) { /* halves: most of a segment that crosses a tile edge lies on one side of it */
+        const int h = (n / 2 + 7) & ~7;
+        general_segment(L, persp, xa, h, y, dst, S);
+        general_segment(L, persp, xa + h, n - h, y, dst + 3 * h, S);
         return;
     }
     general_coords(L, persp, xa, n, y, S);
@@ -1069,8 +1101,7 @@ static PyObject *py_hsv(PyObject *self, PyObject *args) {
 }
 
 /* ---- the 8-lane HSV: last in the file, since it redefines the lane macros ---- */
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(PIXPOOL_SCALAR)
-#define HAVE_AVX2_PATH 1
+#ifdef HAVE_AVX2_PATH
 #pragma GCC push_options
 #pragma GCC target("avx2")
 #include <immintrin.h>
@@ -1120,6 +1151,81 @@ static inline v8 v8_load_i32(const int32_t *p) { return _mm256_cvtepi32_ps(_mm25
 #include "_kernel_hsv.h"
 #undef HSV_FN
 #undef VL
+
+/* Two unaligned 4-float loads into one 8-lane vector (lo in the low half). */
+static inline __m256 load2_m128(const float *hi, const float *lo) { return _mm256_insertf128_ps(_mm256_castps128_ps256(_mm_loadu_ps(lo)), _mm_loadu_ps(hi), 1); }
+
+/* general_uniform in AVX2 lanes, across output columns: the map of 4 columns per double
+ * vector, 8 per float vector (the same operations per column as the scalar body), then the
+ * bilinear of 2 columns per vector, one column's B G R (+ scratch) in each 128-bit half.
+ * Returns how many columns it wrote (whole groups of 8; 0 when the tile's image is too large
+ * for 32-bit offsets). */
+static int general_uniform_avx2(const Layer *L, const Tile *t, int persp, int xa, int n, int y, float *dst) {
+    if (t->end - t->base >= INT32_MAX || n < 8) return 0;
+    const double *m = L->m;
+    const double yd = (double)y, cu = m[1] * yd + m[2], cv = m[4] * yd + m[5], cw = m[7] * yd + m[8];
+    const __m256d m0 = _mm256_set1_pd(m[0]), m3 = _mm256_set1_pd(m[3]), m6 = _mm256_set1_pd(m[6]);
+    const __m256d vcu = _mm256_set1_pd(cu), vcv = _mm256_set1_pd(cv), vcw = _mm256_set1_pd(cw);
+    const __m256 one = _mm256_set1_ps(1.0f), fill = _mm256_set1_ps(t->fill);
+    const Py_ssize_t row = t->row, step = t->u8 ? 3 : 12, origin = -(Py_ssize_t)t->oy * row - (Py_ssize_t)t->ox * step;
+    const __m256i vrow = _mm256_set1_epi32((int)row), vstep = _mm256_set1_epi32((int)step), vorigin = _mm256_set1_epi32((int)origin);
+    const double dv = m[4] > 0.0 ? m[4] : 0.0, du = m[1];
+    const Py_ssize_t ahead = (Py_ssize_t)(dv + 1.0) * row + (Py_ssize_t)du * step;
+    const char *base = t->base;
+    const int n8 = n & ~7;
+    for (int i = 0; i < n8; i += 8) {
+        __m128i x0h[2], y0h[2];
+        __m128 fxh[2], fyh[2];
+        for (int h = 0; h < 2; h++) {
+            const __m256d xd = _mm256_cvtepi32_pd(_mm_add_epi32(_mm_set1_epi32(xa + i + 4 * h), _mm_setr_epi32(0, 1, 2, 3)));
+            __m256d u = _mm256_add_pd(_mm256_mul_pd(m0, xd), vcu), v = _mm256_add_pd(_mm256_mul_pd(m3, xd), vcv);
+            if (persp) {
+                const __m256d w = _mm256_add_pd(_mm256_mul_pd(m6, xd), vcw);
+                u = _mm256_div_pd(u, w), v = _mm256_div_pd(v, w);
+            }
+            x0h[h] = _mm256_cvttpd_epi32(u), y0h[h] = _mm256_cvttpd_epi32(v); /* u, v >= 0: the floor */
+            fxh[h] = _mm256_cvtpd_ps(_mm256_sub_pd(u, _mm256_cvtepi32_pd(x0h[h])));
+            fyh[h] = _mm256_cvtpd_ps(_mm256_sub_pd(v, _mm256_cvtepi32_pd(y0h[h])));
+        }
+        const __m256 fx = _mm256_set_m128(fxh[1], fxh[0]), fy = _mm256_set_m128(fyh[1], fyh[0]);
+        const __m256 ifx = _mm256_sub_ps(one, fx), ify = _mm256_sub_ps(one, fy);
+        const __m256i x0 = _mm256_set_m128i(x0h[1], x0h[0]), y0 = _mm256_set_m128i(y0h[1], y0h[0]);
+        /* The byte offset of tap (x0, y0): below 2^31 here, so 32-bit lanes hold it exactly. */
+        int32_t off[8];
+        _mm256_storeu_si256((__m256i *)off, _mm256_add_epi32(_mm256_add_epi32(_mm256_mullo_epi32(y0, vrow), _mm256_mullo_epi32(x0, vstep)), vorigin));
+        for (int j = 0; j < 8; j += 2) {
+            const __m256i pick = _mm256_setr_epi32(j, j, j, j, j + 1, j + 1, j + 1, j + 1);
+            const __m256 wfx = _mm256_permutevar8x32_ps(fx, pick), wifx = _mm256_permutevar8x32_ps(ifx, pick);
+            const __m256 wfy = _mm256_permutevar8x32_ps(fy, pick), wify = _mm256_permutevar8x32_ps(ify, pick);
+            const char *a = base + off[j], *b = base + off[j + 1];
+            __builtin_prefetch(a + ahead);
+            __builtin_prefetch(a + ahead + row);
+            __m256 p00, p01, p10, p11;
+            if (t->u8) {
+                int32_t w0, w1;
+#define PAIR_U8(dst_, pa, pb)                                                                     \
+    memcpy(&w0, pa, 4), memcpy(&w1, pb, 4);                                                       \
+    dst_ = _mm256_sub_ps(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_insert_epi32(_mm_cvtsi32_si128(w0), w1, 1))), fill)
+                PAIR_U8(p00, a, b);
+                PAIR_U8(p01, a + 3, b + 3);
+                PAIR_U8(p10, a + row, b + row);
+                PAIR_U8(p11, a + row + 3, b + row + 3);
+#undef PAIR_U8
+            } else {
+                const float *fa = (const float *)a, *fb = (const float *)b, *ga = (const float *)(a + row), *gb = (const float *)(b + row);
+                p00 = load2_m128(fb, fa), p01 = load2_m128(fb + 3, fa + 3);
+                p10 = load2_m128(gb, ga), p11 = load2_m128(gb + 3, ga + 3);
+            }
+            const __m256 top = _mm256_add_ps(_mm256_mul_ps(p00, wifx), _mm256_mul_ps(p01, wfx));
+            const __m256 bot = _mm256_add_ps(_mm256_mul_ps(p10, wifx), _mm256_mul_ps(p11, wfx));
+            const __m256 s = _mm256_add_ps(_mm256_mul_ps(top, wify), _mm256_mul_ps(bot, wfy));
+            /* Column i + j first: its 4th lane is scratch that column i + j + 1 then overwrites. */
+            _mm_storeu_ps(dst + 3 * (i + j), _mm256_castps256_ps128(s));
+            _mm_storeu_ps(dst + 3 * (i + j + 1), _mm256_extractf128_ps(s, 1));
+        }
+    }
+    return n8;
+}
 #pragma GCC pop_options
 #endif
 
@@ -1154,7 +1260,7 @@ PyMODINIT_FUNC PyInit__kernel(void) {
     const char *force = getenv("PIXPOOL_KERNEL_SSE2"); /* tests: run the 4-lane path */
     if (!(force && *force && *force != '0')) {
         __builtin_cpu_init();
-        if (__builtin_cpu_supports("avx2")) hsv_rows = hsv_rows_avx2;
+        if (__builtin_cpu_supports("avx2")) hsv_rows = hsv_rows_avx2, lanes8 = 1;
     }
 #endif
     return PyModule_Create(&module);
