@@ -228,7 +228,12 @@ typedef struct {
     int key;      /* tile coverage bits the runs were built for, -1 = none */
     float *h[2];  /* H of canvas row tag[r & 1], 3 S (+ padding) floats each */
     int tag[2];
+    float *w4;    /* with lanes8: ifx of each column 4 times (4 S floats), then fx likewise: the 8-lane weights */
 } Axis;
+
+#ifdef HAVE_AVX2_PATH
+static int axis_run_avx2(const float *wi, const float *wf, const int *x0, int xs, int xe, const char *a0, int u8, float fill, float *dst);
+#endif
 
 static int axis_init(Axis *A, const Layer *L, int size) {
     A->x0 = malloc(sizeof(int) * size);
@@ -237,11 +242,12 @@ static int axis_init(Axis *A, const Layer *L, int size) {
     A->valid = malloc(size);
     A->cls = malloc(sizeof(int) * size);
     A->runs = malloc(sizeof(int) * 3 * size);
-    A->h[0] = calloc(6 * (size_t)size + 32, sizeof(float));
-    A->h[1] = A->h[0] ? A->h[0] + 3 * (size_t)size + 16 : NULL;
+    A->h[0] = calloc(6 * (size_t)size + 64, sizeof(float)); /* padding: the 8-pixel groups of out_row_avx2 read up to 21 past 3 S */
+    A->h[1] = A->h[0] ? A->h[0] + 3 * (size_t)size + 32 : NULL;
     A->key = -1, A->tag[0] = A->tag[1] = INT32_MIN;
     A->nruns = 0;
-    if (!A->x0 || !A->fx || !A->ifx || !A->valid || !A->cls || !A->runs || !A->h[0]) return -1;
+    A->w4 = lanes8 ? malloc(sizeof(float) * 8 * ((size_t)size + 1)) : NULL;
+    if (!A->x0 || !A->fx || !A->ifx || !A->valid || !A->cls || !A->runs || !A->h[0] || (lanes8 && !A->w4)) return -1;
     const double a = L->m[0], c = L->m[2];
     for (int x = 0; x < size; x++) {
         double u = a * (double)x + c; /* = a*x + (b*y + c) with b = 0 */
@@ -251,12 +257,14 @@ static int axis_init(Axis *A, const Layer *L, int size) {
         A->x0[x] = (int)xf;
         A->fx[x] = ok ? (float)(u - xf) : 0.0f;
         A->ifx[x] = 1.0f - A->fx[x];
+        if (A->w4)
+            for (int k = 0; k < 4; k++) A->w4[4 * x + k] = A->ifx[x], A->w4[4 * ((Py_ssize_t)size + x) + k] = A->fx[x];
     }
     return 0;
 }
 
 static void axis_free(Axis *A) {
-    free(A->x0), free(A->fx), free(A->ifx), free(A->valid), free(A->cls), free(A->runs), free(A->h[0]);
+    free(A->x0), free(A->fx), free(A->ifx), free(A->valid), free(A->cls), free(A->runs), free(A->h[0]), free(A->w4);
 }
 
 static int row_bits(const Layer *L, int cy) {
@@ -327,19 +335,24 @@ static void axis_hrow(Axis *A, const Layer *L, int size, int r, float *dst) {
                 const char *p0 = rp + 2 * t->row + first * 3 * esz, *p1 = rp + 2 * t->row + (last * 3 + 6) * esz;
                 for (const char *p = p0; p < p1 + 64; p += 64) __builtin_prefetch(p);
             }
+            int xs = run[0];
+#ifdef HAVE_AVX2_PATH
+            if (A->w4 && rp + (last * 3 + 7) * esz <= t->end)
+                xs = axis_run_avx2(A->w4, A->w4 + 4 * (Py_ssize_t)size, A->x0, xs, run[1], rp - (Py_ssize_t)t->ox * 3 * esz, t->u8, t->fill, dst);
+#endif
             if (rp + (last * 3 + 7) * esz > t->end) {
                 for (int x = run[0]; x < run[1]; x++)
                     for (int c = 0; c < 3; c++) dst[3 * x + c] = tap(t, A->x0[x], r, c) * A->ifx[x] + tap(t, A->x0[x] + 1, r, c) * A->fx[x];
             } else if (t->u8) {
                 const uint8_t *a0 = (const uint8_t *)rp - (Py_ssize_t)t->ox * 3;
                 const v4 fill = V_SET(t->fill);
-                for (int x = run[0]; x < run[1]; x++) {
+                for (int x = xs; x < run[1]; x++) {
                     const uint8_t *a = a0 + (Py_ssize_t)A->x0[x] * 3;
                     V_STORE(dst + 3 * x, V_ADD(V_MUL(V_SUB(v_load_u8(a), fill), V_SET(A->ifx[x])), V_MUL(V_SUB(v_load_u8(a + 3), fill), V_SET(A->fx[x]))));
                 }
             } else {
                 const float *a0 = (const float *)rp - (Py_ssize_t)t->ox * 3;
-                for (int x = run[0]; x < run[1]; x++) {
+                for (int x = xs; x < run[1]; x++) {
                     const float *a = a0 + (Py_ssize_t)A->x0[x] * 3;
                     V_STORE(dst + 3 * x, V_ADD(V_MUL(V_LOAD(a), V_SET(A->ifx[x])), V_MUL(V_LOAD(a + 3), V_SET(A->fx[x]))));
                 }
@@ -357,16 +370,26 @@ static const float *axis_h(Axis *A, const Layer *L, int size, int r) {
     return A->h[slot];
 }
 
-static void axis_row(Axis *A, const Layer *L, int size, int y, float *dst) {
+/* The two H rows output row y blends and its weight fy; 0 when the row reads no canvas row
+ * (all zeros). */
+static int axis_pair(Axis *A, const Layer *L, int size, int y, const float **top, const float **bot, float *fy) {
     double v = L->m[4] * (double)y + L->m[5]; /* = d*x + (e*y + f) with d = 0 */
-    if (!(v >= L->by0 - 1 && v < L->by1)) {
+    if (!(v >= L->by0 - 1 && v < L->by1)) return 0;
+    double yf = floor(v);
+    int r0 = (int)yf;
+    *fy = (float)(v - yf);
+    *top = axis_h(A, L, size, r0), *bot = axis_h(A, L, size, r0 + 1);
+    return 1;
+}
+
+static void axis_row(Axis *A, const Layer *L, int size, int y, float *dst) {
+    const float *top, *bot;
+    float fy;
+    if (!axis_pair(A, L, size, y, &top, &bot, &fy)) {
         memset(dst, 0, sizeof(float) * 3 * size);
         return;
     }
-    double yf = floor(v);
-    int r0 = (int)yf;
-    float fy = (float)(v - yf), ify = 1.0f - fy;
-    const float *top = axis_h(A, L, size, r0), *bot = axis_h(A, L, size, r0 + 1);
+    const float ify = 1.0f - fy;
     const v4 vfy = V_SET(fy), vify = V_SET(ify);
     const int n3 = 3 * size;
     for (int i = 0; i < n3; i += 4) V_STORE(dst + i, V_ADD(V_MUL(V_LOAD(top + i), vify), V_MUL(V_LOAD(bot + i), vfy)));
@@ -917,6 +940,10 @@ static void out_row(float *ra, const float *rb, float fillv, float ratio, float 
     }
 }
 
+#ifdef HAVE_AVX2_PATH
+static void out_row_avx2(float *ra, const float *rb, const float *top, const float *bot, float fy, float fillv, float ratio, float iratio, int size, int keep, uint8_t *pb, uint8_t *pg, uint8_t *pr, const HsvPlan *plan, int32_t *hi, int32_t *si, int32_t *vi);
+#endif
+
 /* dst[i] = src[n - 1 - i] for i < n. */
 static void copy_reversed(uint8_t *dst, const uint8_t *src, int n) {
     int i = 0;
@@ -1018,10 +1045,13 @@ static PyObject *py_render(PyObject *self, PyObject *args) {
         uint8_t *q = (uint8_t *)(rows + (2 * STRIP + 1) * frow), *pr = q + frow, *pg = pr + prow, *pb = pg + prow;
         int32_t *hi = (int32_t *)(pb + prow), *si = hi + prow, *vi = si + prow;
         const int n3 = 3 * size;
+        /* One axis-aligned layer with nothing pasted, planes only: out_row_avx2 blends the two
+         * kept H rows itself (axis_row's operations), with no strip in between. */
+        const int direct = lanes8 && nl == 1 && axis_ok[0] && !layers[0].mask && !layers[0].npastes && planes && !fl;
         Py_BEGIN_ALLOW_THREADS;
         for (int y = 0; y < size; y++) {
             const int k = y % STRIP;
-            if (k == 0) {
+            if (k == 0 && !direct) {
                 int ny = size - y < STRIP ? size - y : STRIP;
                 layer_strip(&layers[0], axis_ok[0] ? &axes[0] : NULL, size, y, ny, sa, frow, tmp);
                 if (nl == 2) layer_strip(&layers[1], axis_ok[1] ? &axes[1] : NULL, size, y, ny, sb, frow, tmp);
@@ -1030,7 +1060,17 @@ static PyObject *py_render(PyObject *self, PyObject *args) {
             const int yo = flip_ud ? size - 1 - y : y;
             /* Steps 6 and 7: the float image f (written back into ra for ``floats``) and its
              * quantised B, G, R planes. */
-            out_row(ra, nl == 2 ? rb : NULL, fillf, ratio, iratio, size, fl != NULL, planes ? pb : NULL, pg, pr);
+            int hsv_done = 0;
+#ifdef HAVE_AVX2_PATH
+            if (lanes8 && planes) {
+                hsv_done = tab && plan.arith;
+                const float *top = NULL, *bot = NULL;
+                float fy = 0.0f;
+                if (direct && !axis_pair(&axes[0], &layers[0], size, y, &top, &bot, &fy)) memset(ra, 0, sizeof(float) * n3), top = NULL;
+                out_row_avx2(ra, nl == 2 ? rb : NULL, top, bot, fy, fillf, ratio, iratio, size, fl != NULL, pb, pg, pr, hsv_done ? &plan : NULL, hi, si, vi);
+            } else
+#endif
+                out_row(ra, nl == 2 ? rb : NULL, fillf, ratio, iratio, size, fl != NULL, planes ? pb : NULL, pg, pr);
             if (fl) {
                 float *frow_out = fl + (Py_ssize_t)yo * n3;
                 if (!flip_lr) memcpy(frow_out, ra, sizeof(float) * n3);
@@ -1038,7 +1078,7 @@ static PyObject *py_render(PyObject *self, PyObject *args) {
                     for (int x = 0; x < size; x++) memcpy(frow_out + 3 * (size - 1 - x), ra + 3 * x, sizeof(float) * 3);
             }
             if (!planes) continue;
-            if (tab) hsv_rows(pr, pg, pb, size, tab32, &plan, hi, si, vi);
+            if (tab && !hsv_done) hsv_rows(pr, pg, pb, size, tab32, &plan, hi, si, vi);
             uint8_t *dst[3] = {planes + (Py_ssize_t)yo * size, planes + plane + (Py_ssize_t)yo * size, planes + 2 * plane + (Py_ssize_t)yo * size};
             const uint8_t *srcp[3] = {pr, pg, pb};
             if (!flip_lr)
@@ -1225,6 +1265,92 @@ static int general_uniform_avx2(const Layer *L, const Tile *t, int persp, int xa
         }
     }
     return n8;
+}
+/* 8 int32 lanes -> 8 bytes, saturated to 0..255 (out_row's packs). */
+static inline void store8_u8(uint8_t *p, __m256i q) {
+    const __m128i w = _mm_packs_epi32(_mm256_castsi256_si128(q), _mm256_extracti128_si256(q, 1));
+    _mm_storel_epi64((__m128i *)p, _mm_packus_epi16(w, w));
+}
+
+/* out_row in AVX2 lanes, 8 pixels a step (out_row's shuffles, one 4-pixel group in each
+ * 128-bit half), planes required. With ``plan`` (tables hsv_plan evaluates without lookups)
+ * step 8 runs on the quantised values while they are in registers and writes the jittered
+ * planes: no second pass over the row. q = clip(rint(f), 0, 255) is the same integer as the
+ * packs' saturation, so the HSV sees the bytes the planes would have held. */
+static void out_row_avx2(float *ra, const float *rb, const float *top, const float *bot, float fy, float fillv, float ratio, float iratio, int size, int keep, uint8_t *pb, uint8_t *pg, uint8_t *pr, const HsvPlan *plan, int32_t *hi, int32_t *si, int32_t *vi) {
+    const __m256 fill = _mm256_set1_ps(fillv), vr = _mm256_set1_ps(ratio), vir = _mm256_set1_ps(iratio);
+    const __m256 vfy = _mm256_set1_ps(fy), vify = _mm256_set1_ps(1.0f - fy);
+    const __m256i zero = _mm256_setzero_si256(), c255i = _mm256_set1_epi32(255);
+    const __m256 c255 = _mm256_set1_ps(255.0f), gs = _mm256_set1_ps(plan ? plan->gs : 0.0f), gv = _mm256_set1_ps(plan ? plan->gv : 0.0f);
+    uint8_t *const planes[3] = {pr, pg, pb};
+    float shift[3];
+    for (int c = 0; c < 3; c++) shift[c] = (float)(((plan ? plan->hue : 0) + 150 - 60 * c) % 180); /* 30 n: 150, 90, 30 */
+    for (int x = 0; x < size; x += 8) {
+        const int i = 3 * x;
+        __m256 f[3];
+        for (int j = 0; j < 3; j++) { /* floats 4j.. of pixels x..x+3 (low half) and x+4..x+7 (high) */
+            __m256 a;
+            if (top) /* axis_row's s = H_y0 (1 - fy) + H_y0+1 fy, then the fill */
+                a = _mm256_add_ps(_mm256_mul_ps(load2_m128(top + i + 12 + 4 * j, top + i + 4 * j), vify), _mm256_mul_ps(load2_m128(bot + i + 12 + 4 * j, bot + i + 4 * j), vfy));
+            else
+                a = load2_m128(ra + i + 12 + 4 * j, ra + i + 4 * j);
+            if (rb) {
+                const __m256 b = load2_m128(rb + i + 12 + 4 * j, rb + i + 4 * j);
+                a = _mm256_add_ps(_mm256_mul_ps(_mm256_add_ps(a, fill), vr), _mm256_mul_ps(_mm256_add_ps(b, fill), vir));
+            } else a = _mm256_add_ps(a, fill);
+            if (keep) _mm_storeu_ps(ra + i + 4 * j, _mm256_castps256_ps128(a)), _mm_storeu_ps(ra + i + 12 + 4 * j, _mm256_extractf128_ps(a, 1));
+            f[j] = a;
+        }
+        const __m256 a = f[0], b = f[1], c = f[2];
+        const __m256 B = _mm256_shuffle_ps(a, _mm256_shuffle_ps(b, c, _MM_SHUFFLE(1, 1, 2, 2)), _MM_SHUFFLE(2, 0, 3, 0));
+        const __m256 G = _mm256_shuffle_ps(_mm256_shuffle_ps(a, b, _MM_SHUFFLE(0, 0, 1, 1)), _mm256_shuffle_ps(b, c, _MM_SHUFFLE(2, 2, 3, 3)), _MM_SHUFFLE(2, 0, 2, 0));
+        const __m256 R = _mm256_shuffle_ps(_mm256_shuffle_ps(a, b, _MM_SHUFFLE(1, 1, 2, 2)), _mm256_shuffle_ps(c, c, _MM_SHUFFLE(3, 3, 0, 0)), _MM_SHUFFLE(2, 0, 2, 0));
+        const __m256i qb = _mm256_cvtps_epi32(B), qg = _mm256_cvtps_epi32(G), qr = _mm256_cvtps_epi32(R);
+        if (!plan) {
+            store8_u8(pb + x, qb), store8_u8(pg + x, qg), store8_u8(pr + x, qr);
+            continue;
+        }
+#define CLIP255(q) _mm256_cvtepi32_ps(_mm256_min_epi32(_mm256_max_epi32(q, zero), c255i))
+        __m256 h, sat, val;
+        hsv_rows_avx2_fwdv(CLIP255(qr), CLIP255(qg), CLIP255(qb), &h, &sat, &val);
+#undef CLIP255
+        v8_store_i32(hi + x, h), v8_store_i32(si + x, _mm256_min_ps(_mm256_mul_ps(sat, gs), c255)), v8_store_i32(vi + x, _mm256_min_ps(_mm256_mul_ps(val, gv), c255));
+    }
+    /* The back conversion as its own loop, as hsv_rows does: one loop for both spills registers. */
+    if (plan)
+        for (int x = 0; x < size; x += 8) hsv_rows_avx2_back(planes, x, v8_load_i32(hi + x), v8_load_i32(si + x), v8_load_i32(vi + x), shift);
+}
+
+/* The axis map's horizontal blend of one tile run, 2 columns per vector (each 128-bit half
+ * one column's B G R + scratch): the same operations per value as axis_hrow's loop. Columns
+ * xs .. xe - 1 in pairs; returns the first column it left (xe, or xe - 1 for an odd count). */
+static int axis_run_avx2(const float *wi, const float *wf, const int *x0, int xs, int xe, const char *a0, int u8, float fill, float *dst) {
+    int x = xs;
+    if (u8) {
+        const __m256 vfill = _mm256_set1_ps(fill);
+        const uint8_t *b = (const uint8_t *)a0;
+        for (; x + 2 <= xe; x += 2) {
+            const uint8_t *a = b + (Py_ssize_t)x0[x] * 3, *c = b + (Py_ssize_t)x0[x + 1] * 3;
+            int32_t w[4];
+            memcpy(&w[0], a, 4), memcpy(&w[1], c, 4), memcpy(&w[2], a + 3, 4), memcpy(&w[3], c + 3, 4);
+            const __m128i q = _mm_setr_epi32(w[0], w[1], w[2], w[3]);
+            const __m256 p0 = _mm256_sub_ps(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(q)), vfill);
+            const __m256 p1 = _mm256_sub_ps(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_unpackhi_epi64(q, q))), vfill);
+            const __m256 h = _mm256_add_ps(_mm256_mul_ps(p0, _mm256_loadu_ps(wi + 4 * x)), _mm256_mul_ps(p1, _mm256_loadu_ps(wf + 4 * x)));
+            _mm_storeu_ps(dst + 3 * x, _mm256_castps256_ps128(h));
+            _mm_storeu_ps(dst + 3 * x + 3, _mm256_extractf128_ps(h, 1));
+        }
+    } else {
+        const float *b = (const float *)a0;
+        for (; x + 2 <= xe; x += 2) {
+            const float *a = b + (Py_ssize_t)x0[x] * 3, *c = b + (Py_ssize_t)x0[x + 1] * 3;
+            const __m256 p0 = load2_m128(c, a), p1 = load2_m128(c + 3, a + 3);
+            const __m256 h = _mm256_add_ps(_mm256_mul_ps(p0, _mm256_loadu_ps(wi + 4 * x)), _mm256_mul_ps(p1, _mm256_loadu_ps(wf + 4 * x)));
+            _mm_storeu_ps(dst + 3 * x, _mm256_castps256_ps128(h));
+            _mm_storeu_ps(dst + 3 * x + 3, _mm256_extractf128_ps(h, 1));
+        }
+    }
+    return x;
 }
 #pragma GCC pop_options
 #endif
