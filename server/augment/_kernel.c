@@ -593,7 +593,8 @@ static void general_segment(const Layer *L, int persp, int xa, int n, int y, flo
         general_uniform(L, &L->tiles[whole], persp, xa, n, y, dst);
         return;
     }
-    if (n >= 16) { /* halves: most of a segment that crosses a tile edge lies on one side of it */
+    if (n >= 16) { /* halves of whole 8-column groups: most of a segment that crosses a tile
+                    * edge lies on one side of it (halving further was slower: more ends to decide) */
         const int h = (n / 2 + 7) & ~7;
         general_segment(L, persp, xa, h, y, dst, S);
         general_segment(L, persp, xa + h, n - h, y, dst + 3 * h, S);
@@ -1357,6 +1358,31 @@ static int axis_run_avx2(const float *wi, const float *wf, const int *x0, int xs
 
 static PyObject *py_simd(PyObject *self, PyObject *unused) { return PyLong_FromLong(hsv_rows == hsv_rows_sse ? 4 : 8); }
 
+/* Tests: run the 4-lane (SSE2) or the 8-lane (AVX2) loops from now on, in this process;
+ * returns the width in use before. 8 is refused where the CPU lacks AVX2. */
+static PyObject *py_set_lanes(PyObject *self, PyObject *args) {
+    int n;
+    if (!PyArg_ParseTuple(args, "i", &n)) return NULL;
+    const long before = hsv_rows == hsv_rows_sse ? 4 : 8;
+    if (n == 4) {
+        hsv_rows = hsv_rows_sse, lanes8 = 0;
+#ifdef HAVE_AVX2_PATH
+    } else if (n == 8 && (__builtin_cpu_init(), __builtin_cpu_supports("avx2"))) {
+        hsv_rows = hsv_rows_avx2, lanes8 = 1;
+#endif
+    } else {
+        PyErr_Format(PyExc_ValueError, "set_lanes(%d): this build and CPU run 4 lanes (SSE2)%s", n,
+#ifdef HAVE_AVX2_PATH
+                     " or 8 (AVX2, where the CPU has it)"
+#else
+                     ""
+#endif
+        );
+        return NULL;
+    }
+    return PyLong_FromLong(before);
+}
+
 static PyObject *py_hsv_lookup_free(PyObject *self, PyObject *args) {
     Py_buffer tables;
     if (!PyArg_ParseTuple(args, "y*", &tables)) return NULL;
@@ -1373,7 +1399,8 @@ static PyObject *py_hsv_lookup_free(PyObject *self, PyObject *args) {
 
 static PyMethodDef methods[] = {
     {"render", py_render, METH_VARARGS, "render(size, out, floats, layers, flip_ud, flip_lr, ratio, tables, fill): one sample in one pass"},
-    {"simd", py_simd, METH_NOARGS, "simd(): the HSV lane width in use (4 or 8)"},
+    {"simd", py_simd, METH_NOARGS, "simd(): the lane width in use (4 or 8)"},
+    {"set_lanes", py_set_lanes, METH_VARARGS, "set_lanes(n): run 4-lane (SSE2) or 8-lane (AVX2) loops from now on; returns the width before (tests)"},
     {"hsv_lookup_free", py_hsv_lookup_free, METH_VARARGS, "hsv_lookup_free(tables): whether the HSV rows evaluate these tables without lookups (tests)"},
     {"hsv", py_hsv, METH_VARARGS, "hsv(image, tables): the integer HSV jitter, in place on uint8 (..., 3) RGB"},
     {NULL, NULL, 0, NULL},
