@@ -517,6 +517,14 @@ static int segment_class(const Layer *L, int persp, int xa, int n, int y) {
     const double x0a = floor(u[0]), x0b = floor(u[1]), y0a = floor(v[0]), y0b = floor(v[1]);
     const double xmin = (x0a < x0b ? x0a : x0b) - margin, xmax = (x0a < x0b ? x0b : x0a) + margin;
     const double ymin = (y0a < y0b ? y0a : y0b) - margin, ymax = (y0a < y0b ? y0b : y0a) + margin;
+    /* Taps (x0 .. x0 + 1, y0 .. y0 + 1) of every column lie in [xmin, xmax + 1] x [ymin, ymax + 1]:
+     * when that box meets no tile (a mosaic gap), every column is the bilinear of four zeros. */
+    int touch = 0;
+    for (int k = 0; k < L->ntiles; k++) {
+        const Tile *t = &L->tiles[k];
+        touch |= xmax + 1 >= t->xa0 && xmin < t->xa1 && ymax + 1 >= t->ya0 && ymin < t->ya1;
+    }
+    if (!touch) return CLS_ZERO;
     for (int k = 0; k < L->ntiles; k++) {
         const Tile *t = &L->tiles[k];
         /* Tiles are tried in order, as tile_at does: a column inside tile k is inside no earlier one. */
