@@ -232,6 +232,7 @@ typedef struct {
 } Axis;
 
 #ifdef HAVE_AVX2_PATH
+static void axis_blend_avx2(const float *top, const float *bot, float fy, float ify, int n, float *dst);
 static int axis_run_avx2(const float *wi, const float *wf, const int *x0, int xs, int xe, const char *a0, int u8, float fill, float *dst);
 #endif
 
@@ -390,6 +391,12 @@ static void axis_row(Axis *A, const Layer *L, int size, int y, float *dst) {
         return;
     }
     const float ify = 1.0f - fy;
+#ifdef HAVE_AVX2_PATH
+    if (lanes8) {
+        axis_blend_avx2(top, bot, fy, ify, 3 * size, dst);
+        return;
+    }
+#endif
     const v4 vfy = V_SET(fy), vify = V_SET(ify);
     const int n3 = 3 * size;
     for (int i = 0; i < n3; i += 4) V_STORE(dst + i, V_ADD(V_MUL(V_LOAD(top + i), vify), V_MUL(V_LOAD(bot + i), vfy)));
@@ -1328,6 +1335,13 @@ static void out_row_avx2(float *ra, const float *rb, const float *top, const flo
     /* The back conversion as its own loop, as hsv_rows does: one loop for both spills registers. */
     if (plan)
         for (int x = 0; x < size; x += 8) hsv_rows_avx2_back(planes, x, v8_load_i32(hi + x), v8_load_i32(si + x), v8_load_i32(vi + x), shift);
+}
+
+/* axis_row's vertical blend, 8 floats a step: dst[i] = top[i] (1 - fy) + bot[i] fy for i < n
+ * (rounded up to 8: the rows' padding). */
+static void axis_blend_avx2(const float *top, const float *bot, float fy, float ify, int n, float *dst) {
+    const __m256 vfy = _mm256_set1_ps(fy), vify = _mm256_set1_ps(ify);
+    for (int i = 0; i < n; i += 8) _mm256_storeu_ps(dst + i, _mm256_add_ps(_mm256_mul_ps(_mm256_loadu_ps(top + i), vify), _mm256_mul_ps(_mm256_loadu_ps(bot + i), vfy)));
 }
 
 /* The axis map's horizontal blend of one tile run, 2 columns per vector (each 128-bit half
