@@ -51,7 +51,7 @@ ROUTES = {
 
 
 def build_kernel(ref: str, where: Path, flags: list[str] | None = None) -> Path:
-    """Compile ``_kernel.c`` of commit ``ref`` with ``flags`` (default setup.py's KERNEL_FLAGS); returns the .so path."""
+    """Compile ``_kernel.c`` of commit ``ref`` with ``flags`` (default: setup.py's KERNEL_FLAGS); returns the .so."""
     src = where / "src"
     src.mkdir()
     for name in ("_kernel.c", "_kernel_hsv.h"):
@@ -184,7 +184,8 @@ def main(argv: list[str] | None = None) -> int:
                     times[key][name].append((time.process_time() - c0) / len(cl) * 1e3)
         load_after = os.getloadavg()
     print(
-        f"kernel of {args.base} (base{', ' + args.base_flags if args.base_flags else ''}) against this checkout, {total} recorded calls on coco128 at 640 "
+        f"kernel of {args.base} (base{', ' + args.base_flags if args.base_flags else ''}) against this checkout, "
+        f"{total} recorded calls on coco128 at 640 "
         f"({args.batches} batches of 16 per row), {args.runs} alternating rounds, CPU time; "
         f"load {load_before[0]:.2f} before, {load_after[0]:.2f} after; {differ} calls differ in bytes"
     )

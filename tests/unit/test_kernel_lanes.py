@@ -17,8 +17,8 @@ import pytest
 
 from helpers.sources import ArraySource
 from pixpool.server.augment import _kernel, kernel, render_batch
-from pixpool.shared.stream.hsv_tables import tables
 from pixpool.shared.stream.config import AugmentConfig, StreamSettings
+from pixpool.shared.stream.hsv_tables import tables
 from pixpool.shared.stream.sampler import num_batches
 
 ROUTES = {
@@ -85,7 +85,9 @@ def test_four_and_eight_lanes_give_the_same_bytes(lanes, name: str, dtype: str, 
 
 @pytest.mark.parametrize("dtype", ["float32", "uint8"])
 @pytest.mark.parametrize("size", [61, 130])
-def test_kernel_at_sizes_off_the_eight_pixel_groups_gives_the_same_bytes_in_both_widths(lanes, size: int, dtype: str) -> None:
+def test_kernel_at_sizes_off_the_eight_pixel_groups_gives_the_same_bytes_in_both_widths(
+    lanes, size: int, dtype: str
+) -> None:
     rng = np.random.default_rng(size)
     images = [rng.integers(0, 256, (size + 7, size - 3, 3), dtype=np.uint8) for _ in range(2)]
     if dtype == "float32":
@@ -108,7 +110,11 @@ def test_kernel_at_sizes_off_the_eight_pixel_groups_gives_the_same_bytes_in_both
             results = {}
             for width in (4, 8):
                 lanes(width)
-                out, floats, alone = np.zeros((3, size, size), np.uint8), np.zeros((size, size, 3), np.float32), np.zeros((3, size, size), np.uint8)
+                out, floats, alone = (
+                    np.zeros((3, size, size), np.uint8),
+                    np.zeros((size, size, 3), np.float32),
+                    np.zeros((3, size, size), np.uint8),
+                )
                 kernel.render(size, [layer], tables=hsv, out=out, floats=floats, flip_lr=True)
                 kernel.render(size, [layer], tables=hsv, out=alone, flip_lr=True)
                 results[width] = (out.tobytes(), floats.tobytes(), alone.tobytes())
