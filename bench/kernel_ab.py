@@ -8,12 +8,17 @@ arrays and over the raw uint8 ones, ``--batches`` batches of 16 per route settin
 CPU and on the device), then:
 
 1. renders every recorded call with both builds and compares the uint8 output and the
-   float image byte for byte (exit 1 on a difference);
+   float image byte for byte, and the uint8 output of the call without the float image (the
+   route's own call, which may take another path) (exit 1 on a difference);
 2. times the two builds on the same calls, alternating (base, this; then this, base) over
    ``--runs`` rounds, CPU time of the process: ms per image of the kernel alone, medians,
    and the ratio this / base paired per round.
 
-    python bench/kernel_ab.py [--base REF] [--runs 7] [--batches 2] [--routes axis,rotate,perspective,mix]
+    python bench/kernel_ab.py [--base REF] [--base-flags "-O2 ..."] [--runs 7] [--batches 2]
+        [--routes axis,rotate,perspective,mix]
+
+``--base-flags`` builds the base with other compiler flags than this checkout's setup.py
+(e.g. the earlier ``-O2`` line), so that a change of flags is measured with the code.
 
 The machine is shared: the paired ratio is the figure to read; the load average is printed.
 """
@@ -45,8 +50,8 @@ ROUTES = {
 }
 
 
-def build_kernel(ref: str, where: Path) -> Path:
-    """Compile ``_kernel.c`` of commit ``ref`` with setup.py's KERNEL_FLAGS; returns the .so path."""
+def build_kernel(ref: str, where: Path, flags: list[str] | None = None) -> Path:
+    """Compile ``_kernel.c`` of commit ``ref`` with ``flags`` (default: setup.py's KERNEL_FLAGS); returns the .so."""
     src = where / "src"
     src.mkdir()
     for name in ("_kernel.c", "_kernel_hsv.h"):
@@ -54,11 +59,12 @@ def build_kernel(ref: str, where: Path) -> Path:
             ["git", "-C", str(ROOT), "show", f"{ref}:server/augment/{name}"], check=True, capture_output=True
         ).stdout
         (src / name).write_bytes(text)
-    setup_text = (ROOT / "setup.py").read_text()
-    found = re.search(r"KERNEL_FLAGS = (\[.*?\])", setup_text, re.DOTALL)
-    if not found:
-        raise SystemExit("setup.py has no KERNEL_FLAGS list: cannot build the base kernel with the same flags")
-    flags = ast.literal_eval(found.group(1))
+    if flags is None:
+        setup_text = (ROOT / "setup.py").read_text()
+        found = re.search(r"KERNEL_FLAGS = (\[.*?\])", setup_text, re.DOTALL)
+        if not found:
+            raise SystemExit("setup.py has no KERNEL_FLAGS list: cannot build the base kernel with the same flags")
+        flags = ast.literal_eval(found.group(1))
     out = where / f"_kernel{sysconfig.get_config_var('EXT_SUFFIX')}"
     cc = os.environ.get("CC", "cc")
     cmd = [
@@ -133,6 +139,7 @@ def record_calls(routes: list[str], batches: int) -> dict[tuple[str, str, str], 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--base", default=BASE_REF, help="git ref whose kernel to compare")
+    p.add_argument("--base-flags", default=None, help="compiler flags for the base build (default: setup.py's)")
     p.add_argument("--runs", type=int, default=7)
     p.add_argument("--batches", type=int, default=2, help="batches of 16 per route, dtype and HSV side")
     p.add_argument("--routes", default=",".join(ROUTES), help=f"comma-separated, of {', '.join(ROUTES)}")
@@ -145,7 +152,8 @@ def main(argv: list[str] | None = None) -> int:
     from pixpool.server.augment import _kernel as this
 
     with tempfile.TemporaryDirectory(prefix="pixpool-kernel-ab-") as tmp:
-        base = _load(build_kernel(args.base, Path(tmp)), this)
+        base_flags = args.base_flags.split() if args.base_flags else None
+        base = _load(build_kernel(args.base, Path(tmp), base_flags), this)
         calls = record_calls(routes, args.batches)
         differ = 0
         for cl in calls.values():
@@ -155,7 +163,14 @@ def main(argv: list[str] | None = None) -> int:
                 fls = [np.zeros((size, size, 3), np.float32) for _ in range(2)]
                 base.render(size, outs[0], fls[0], *a[3:])
                 this.render(size, outs[1], fls[1], *a[3:])
-                differ += outs[0].tobytes() != outs[1].tobytes() or fls[0].tobytes() != fls[1].tobytes()
+                alone = [np.zeros((3, size, size), np.uint8) for _ in range(2)]
+                base.render(size, alone[0], None, *a[3:])
+                this.render(size, alone[1], None, *a[3:])
+                differ += (
+                    outs[0].tobytes() != outs[1].tobytes()
+                    or fls[0].tobytes() != fls[1].tobytes()
+                    or alone[0].tobytes() != alone[1].tobytes()
+                )
         total = sum(len(c) for c in calls.values())
         load_before = os.getloadavg()
         times: dict[tuple, dict[str, list[float]]] = {k: {"base": [], "this": []} for k in calls}
@@ -169,7 +184,8 @@ def main(argv: list[str] | None = None) -> int:
                     times[key][name].append((time.process_time() - c0) / len(cl) * 1e3)
         load_after = os.getloadavg()
     print(
-        f"kernel of {args.base} (base) against this checkout, {total} recorded calls on coco128 at 640 "
+        f"kernel of {args.base} (base{', ' + args.base_flags if args.base_flags else ''}) against this checkout, "
+        f"{total} recorded calls on coco128 at 640 "
         f"({args.batches} batches of 16 per row), {args.runs} alternating rounds, CPU time; "
         f"load {load_before[0]:.2f} before, {load_after[0]:.2f} after; {differ} calls differ in bytes"
     )

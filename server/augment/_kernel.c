@@ -97,6 +97,14 @@ static inline void v_quant16(const float *src, uint8_t *dst) {
 }
 #endif
 
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(PIXPOOL_SCALAR)
+#define HAVE_AVX2_PATH 1
+#endif
+/* 1 when the CPU has AVX2 (and PIXPOOL_KERNEL_SSE2 is unset): the 8-lane versions of the
+ * row loops below run. They do the same lane operations per output value (no FMA, same
+ * order), so the bytes do not depend on it. */
+static int lanes8;
+
 #define MAX_TILES 4
 #define CLS_ZERO (-1)
 #define CLS_MIXED (-2)
@@ -220,7 +228,13 @@ typedef struct {
     int key;      /* tile coverage bits the runs were built for, -1 = none */
     float *h[2];  /* H of canvas row tag[r & 1], 3 S (+ padding) floats each */
     int tag[2];
+    float *w4;    /* with lanes8: ifx of each column 4 times (4 S floats), then fx likewise: the 8-lane weights */
 } Axis;
+
+#ifdef HAVE_AVX2_PATH
+static void axis_blend_avx2(const float *top, const float *bot, float fy, float ify, int n, float *dst);
+static int axis_run_avx2(const float *wi, const float *wf, const int *x0, int xs, int xe, const char *a0, int u8, float fill, float *dst);
+#endif
 
 static int axis_init(Axis *A, const Layer *L, int size) {
     A->x0 = malloc(sizeof(int) * size);
@@ -229,11 +243,12 @@ static int axis_init(Axis *A, const Layer *L, int size) {
     A->valid = malloc(size);
     A->cls = malloc(sizeof(int) * size);
     A->runs = malloc(sizeof(int) * 3 * size);
-    A->h[0] = calloc(6 * (size_t)size + 32, sizeof(float));
-    A->h[1] = A->h[0] ? A->h[0] + 3 * (size_t)size + 16 : NULL;
+    A->h[0] = calloc(6 * (size_t)size + 64, sizeof(float)); /* padding: the 8-pixel groups of out_row_avx2 read up to 21 past 3 S */
+    A->h[1] = A->h[0] ? A->h[0] + 3 * (size_t)size + 32 : NULL;
     A->key = -1, A->tag[0] = A->tag[1] = INT32_MIN;
     A->nruns = 0;
-    if (!A->x0 || !A->fx || !A->ifx || !A->valid || !A->cls || !A->runs || !A->h[0]) return -1;
+    A->w4 = lanes8 ? malloc(sizeof(float) * 8 * ((size_t)size + 1)) : NULL;
+    if (!A->x0 || !A->fx || !A->ifx || !A->valid || !A->cls || !A->runs || !A->h[0] || (lanes8 && !A->w4)) return -1;
     const double a = L->m[0], c = L->m[2];
     for (int x = 0; x < size; x++) {
         double u = a * (double)x + c; /* = a*x + (b*y + c) with b = 0 */
@@ -243,12 +258,14 @@ static int axis_init(Axis *A, const Layer *L, int size) {
         A->x0[x] = (int)xf;
         A->fx[x] = ok ? (float)(u - xf) : 0.0f;
         A->ifx[x] = 1.0f - A->fx[x];
+        if (A->w4)
+            for (int k = 0; k < 4; k++) A->w4[4 * x + k] = A->ifx[x], A->w4[4 * ((Py_ssize_t)size + x) + k] = A->fx[x];
     }
     return 0;
 }
 
 static void axis_free(Axis *A) {
-    free(A->x0), free(A->fx), free(A->ifx), free(A->valid), free(A->cls), free(A->runs), free(A->h[0]);
+    free(A->x0), free(A->fx), free(A->ifx), free(A->valid), free(A->cls), free(A->runs), free(A->h[0]), free(A->w4);
 }
 
 static int row_bits(const Layer *L, int cy) {
@@ -311,19 +328,32 @@ static void axis_hrow(Axis *A, const Layer *L, int size, int r, float *dst) {
              * stay inside the image, every pixel's do, and the loop needs no test. */
             const Py_ssize_t last = (A->x0[run[0]] > A->x0[run[1] - 1] ? A->x0[run[0]] : A->x0[run[1] - 1]) - t->ox;
             const Py_ssize_t esz = t->u8 ? 1 : 4;
+            /* The source is read once per sample, from memory: fetch the span of canvas row
+             * r + 2 (the one after the next this layer will blend) while this row computes.
+             * A hint only; the values do not depend on it. */
+            if (r + 2 < t->ya1) {
+                const Py_ssize_t first = (A->x0[run[0]] < A->x0[run[1] - 1] ? A->x0[run[0]] : A->x0[run[1] - 1]) - t->ox;
+                const char *p0 = rp + 2 * t->row + first * 3 * esz, *p1 = rp + 2 * t->row + (last * 3 + 6) * esz;
+                for (const char *p = p0; p < p1 + 64; p += 64) __builtin_prefetch(p);
+            }
+            int xs = run[0];
+#ifdef HAVE_AVX2_PATH
+            if (A->w4 && rp + (last * 3 + 7) * esz <= t->end)
+                xs = axis_run_avx2(A->w4, A->w4 + 4 * (Py_ssize_t)size, A->x0, xs, run[1], rp - (Py_ssize_t)t->ox * 3 * esz, t->u8, t->fill, dst);
+#endif
             if (rp + (last * 3 + 7) * esz > t->end) {
                 for (int x = run[0]; x < run[1]; x++)
                     for (int c = 0; c < 3; c++) dst[3 * x + c] = tap(t, A->x0[x], r, c) * A->ifx[x] + tap(t, A->x0[x] + 1, r, c) * A->fx[x];
             } else if (t->u8) {
                 const uint8_t *a0 = (const uint8_t *)rp - (Py_ssize_t)t->ox * 3;
                 const v4 fill = V_SET(t->fill);
-                for (int x = run[0]; x < run[1]; x++) {
+                for (int x = xs; x < run[1]; x++) {
                     const uint8_t *a = a0 + (Py_ssize_t)A->x0[x] * 3;
                     V_STORE(dst + 3 * x, V_ADD(V_MUL(V_SUB(v_load_u8(a), fill), V_SET(A->ifx[x])), V_MUL(V_SUB(v_load_u8(a + 3), fill), V_SET(A->fx[x]))));
                 }
             } else {
                 const float *a0 = (const float *)rp - (Py_ssize_t)t->ox * 3;
-                for (int x = run[0]; x < run[1]; x++) {
+                for (int x = xs; x < run[1]; x++) {
                     const float *a = a0 + (Py_ssize_t)A->x0[x] * 3;
                     V_STORE(dst + 3 * x, V_ADD(V_MUL(V_LOAD(a), V_SET(A->ifx[x])), V_MUL(V_LOAD(a + 3), V_SET(A->fx[x]))));
                 }
@@ -341,16 +371,32 @@ static const float *axis_h(Axis *A, const Layer *L, int size, int r) {
     return A->h[slot];
 }
 
-static void axis_row(Axis *A, const Layer *L, int size, int y, float *dst) {
+/* The two H rows output row y blends and its weight fy; 0 when the row reads no canvas row
+ * (all zeros). */
+static int axis_pair(Axis *A, const Layer *L, int size, int y, const float **top, const float **bot, float *fy) {
     double v = L->m[4] * (double)y + L->m[5]; /* = d*x + (e*y + f) with d = 0 */
-    if (!(v >= L->by0 - 1 && v < L->by1)) {
+    if (!(v >= L->by0 - 1 && v < L->by1)) return 0;
+    double yf = floor(v);
+    int r0 = (int)yf;
+    *fy = (float)(v - yf);
+    *top = axis_h(A, L, size, r0), *bot = axis_h(A, L, size, r0 + 1);
+    return 1;
+}
+
+static void axis_row(Axis *A, const Layer *L, int size, int y, float *dst) {
+    const float *top, *bot;
+    float fy;
+    if (!axis_pair(A, L, size, y, &top, &bot, &fy)) {
         memset(dst, 0, sizeof(float) * 3 * size);
         return;
     }
-    double yf = floor(v);
-    int r0 = (int)yf;
-    float fy = (float)(v - yf), ify = 1.0f - fy;
-    const float *top = axis_h(A, L, size, r0), *bot = axis_h(A, L, size, r0 + 1);
+    const float ify = 1.0f - fy;
+#ifdef HAVE_AVX2_PATH
+    if (lanes8) {
+        axis_blend_avx2(top, bot, fy, ify, 3 * size, dst);
+        return;
+    }
+#endif
     const v4 vfy = V_SET(fy), vify = V_SET(ify);
     const int n3 = 3 * size;
     for (int i = 0; i < n3; i += 4) V_STORE(dst + i, V_ADD(V_MUL(V_LOAD(top + i), vify), V_MUL(V_LOAD(bot + i), vfy)));
@@ -478,6 +524,14 @@ static int segment_class(const Layer *L, int persp, int xa, int n, int y) {
     const double x0a = floor(u[0]), x0b = floor(u[1]), y0a = floor(v[0]), y0b = floor(v[1]);
     const double xmin = (x0a < x0b ? x0a : x0b) - margin, xmax = (x0a < x0b ? x0b : x0a) + margin;
     const double ymin = (y0a < y0b ? y0a : y0b) - margin, ymax = (y0a < y0b ? y0b : y0a) + margin;
+    /* Taps (x0 .. x0 + 1, y0 .. y0 + 1) of every column lie in [xmin, xmax + 1] x [ymin, ymax + 1]:
+     * when that box meets no tile (a mosaic gap), every column is the bilinear of four zeros. */
+    int touch = 0;
+    for (int k = 0; k < L->ntiles; k++) {
+        const Tile *t = &L->tiles[k];
+        touch |= xmax + 1 >= t->xa0 && xmin < t->xa1 && ymax + 1 >= t->ya0 && ymin < t->ya1;
+    }
+    if (!touch) return CLS_ZERO;
     for (int k = 0; k < L->ntiles; k++) {
         const Tile *t = &L->tiles[k];
         /* Tiles are tried in order, as tile_at does: a column inside tile k is inside no earlier one. */
@@ -513,7 +567,17 @@ static int segment_class(const Layer *L, int persp, int xa, int n, int y) {
         V_STORE(dst + 3 * i, V_ADD(V_MUL(top, ify), V_MUL(bot, fy)));                             \
     }
 
+#ifdef HAVE_AVX2_PATH
+static int general_uniform_avx2(const Layer *L, const Tile *t, int persp, int xa, int n, int y, float *dst);
+#endif
+
 static void general_uniform(const Layer *L, const Tile *t, int persp, int xa, int n, int y, float *dst) {
+#ifdef HAVE_AVX2_PATH
+    if (lanes8) { /* whole groups of 8 columns in AVX2 lanes; the rest below */
+        const int done = general_uniform_avx2(L, t, persp, xa, n, y, dst);
+        xa += done, n -= done, dst += 3 * done;
+    }
+#endif
     const double *m = L->m;
     const double yd = (double)y, cu = m[1] * yd + m[2], cv = m[4] * yd + m[5], cw = m[7] * yd + m[8];
     const v4 one = V_SET(1.0f), fill = V_SET(t->fill);
@@ -542,6 +606,13 @@ static void general_segment(const Layer *L, int persp, int xa, int n, int y, flo
     }
     if (whole >= 0) {
         general_uniform(L, &L->tiles[whole], persp, xa, n, y, dst);
+        return;
+    }
+    if (n >= 16) { /* halves of whole 8-column groups: most of a segment that crosses a tile
+                    * edge lies on one side of it (halving further was slower: more ends to decide) */
+        const int h = (n / 2 + 7) & ~7;
+        general_segment(L, persp, xa, h, y, dst, S);
+        general_segment(L, persp, xa + h, n - h, y, dst + 3 * h, S);
         return;
     }
     general_coords(L, persp, xa, n, y, S);
@@ -885,6 +956,10 @@ static void out_row(float *ra, const float *rb, float fillv, float ratio, float 
     }
 }
 
+#ifdef HAVE_AVX2_PATH
+static void out_row_avx2(float *ra, const float *rb, const float *top, const float *bot, float fy, float fillv, float ratio, float iratio, int size, int keep, uint8_t *pb, uint8_t *pg, uint8_t *pr, const HsvPlan *plan, int32_t *hi, int32_t *si, int32_t *vi);
+#endif
+
 /* dst[i] = src[n - 1 - i] for i < n. */
 static void copy_reversed(uint8_t *dst, const uint8_t *src, int n) {
     int i = 0;
@@ -986,10 +1061,13 @@ static PyObject *py_render(PyObject *self, PyObject *args) {
         uint8_t *q = (uint8_t *)(rows + (2 * STRIP + 1) * frow), *pr = q + frow, *pg = pr + prow, *pb = pg + prow;
         int32_t *hi = (int32_t *)(pb + prow), *si = hi + prow, *vi = si + prow;
         const int n3 = 3 * size;
+        /* One axis-aligned layer with nothing pasted, planes only: out_row_avx2 blends the two
+         * kept H rows itself (axis_row's operations), with no strip in between. */
+        const int direct = lanes8 && nl == 1 && axis_ok[0] && !layers[0].mask && !layers[0].npastes && planes && !fl;
         Py_BEGIN_ALLOW_THREADS;
         for (int y = 0; y < size; y++) {
             const int k = y % STRIP;
-            if (k == 0) {
+            if (k == 0 && !direct) {
                 int ny = size - y < STRIP ? size - y : STRIP;
                 layer_strip(&layers[0], axis_ok[0] ? &axes[0] : NULL, size, y, ny, sa, frow, tmp);
                 if (nl == 2) layer_strip(&layers[1], axis_ok[1] ? &axes[1] : NULL, size, y, ny, sb, frow, tmp);
@@ -998,7 +1076,17 @@ static PyObject *py_render(PyObject *self, PyObject *args) {
             const int yo = flip_ud ? size - 1 - y : y;
             /* Steps 6 and 7: the float image f (written back into ra for ``floats``) and its
              * quantised B, G, R planes. */
-            out_row(ra, nl == 2 ? rb : NULL, fillf, ratio, iratio, size, fl != NULL, planes ? pb : NULL, pg, pr);
+            int hsv_done = 0;
+#ifdef HAVE_AVX2_PATH
+            if (lanes8 && planes) {
+                hsv_done = tab && plan.arith;
+                const float *top = NULL, *bot = NULL;
+                float fy = 0.0f;
+                if (direct && !axis_pair(&axes[0], &layers[0], size, y, &top, &bot, &fy)) memset(ra, 0, sizeof(float) * n3), top = NULL;
+                out_row_avx2(ra, nl == 2 ? rb : NULL, top, bot, fy, fillf, ratio, iratio, size, fl != NULL, pb, pg, pr, hsv_done ? &plan : NULL, hi, si, vi);
+            } else
+#endif
+                out_row(ra, nl == 2 ? rb : NULL, fillf, ratio, iratio, size, fl != NULL, planes ? pb : NULL, pg, pr);
             if (fl) {
                 float *frow_out = fl + (Py_ssize_t)yo * n3;
                 if (!flip_lr) memcpy(frow_out, ra, sizeof(float) * n3);
@@ -1006,7 +1094,7 @@ static PyObject *py_render(PyObject *self, PyObject *args) {
                     for (int x = 0; x < size; x++) memcpy(frow_out + 3 * (size - 1 - x), ra + 3 * x, sizeof(float) * 3);
             }
             if (!planes) continue;
-            if (tab) hsv_rows(pr, pg, pb, size, tab32, &plan, hi, si, vi);
+            if (tab && !hsv_done) hsv_rows(pr, pg, pb, size, tab32, &plan, hi, si, vi);
             uint8_t *dst[3] = {planes + (Py_ssize_t)yo * size, planes + plane + (Py_ssize_t)yo * size, planes + 2 * plane + (Py_ssize_t)yo * size};
             const uint8_t *srcp[3] = {pr, pg, pb};
             if (!flip_lr)
@@ -1069,8 +1157,7 @@ static PyObject *py_hsv(PyObject *self, PyObject *args) {
 }
 
 /* ---- the 8-lane HSV: last in the file, since it redefines the lane macros ---- */
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(PIXPOOL_SCALAR)
-#define HAVE_AVX2_PATH 1
+#ifdef HAVE_AVX2_PATH
 #pragma GCC push_options
 #pragma GCC target("avx2")
 #include <immintrin.h>
@@ -1120,10 +1207,203 @@ static inline v8 v8_load_i32(const int32_t *p) { return _mm256_cvtepi32_ps(_mm25
 #include "_kernel_hsv.h"
 #undef HSV_FN
 #undef VL
+
+/* Two unaligned 4-float loads into one 8-lane vector (lo in the low half). */
+static inline __m256 load2_m128(const float *hi, const float *lo) { return _mm256_insertf128_ps(_mm256_castps128_ps256(_mm_loadu_ps(lo)), _mm_loadu_ps(hi), 1); }
+
+/* general_uniform in AVX2 lanes, across output columns: the map of 4 columns per double
+ * vector, 8 per float vector (the same operations per column as the scalar body), then the
+ * bilinear of 2 columns per vector, one column's B G R (+ scratch) in each 128-bit half.
+ * Returns how many columns it wrote (whole groups of 8; 0 when the tile's image is too large
+ * for 32-bit offsets). */
+static int general_uniform_avx2(const Layer *L, const Tile *t, int persp, int xa, int n, int y, float *dst) {
+    if (t->end - t->base >= INT32_MAX || n < 8) return 0;
+    const double *m = L->m;
+    const double yd = (double)y, cu = m[1] * yd + m[2], cv = m[4] * yd + m[5], cw = m[7] * yd + m[8];
+    const __m256d m0 = _mm256_set1_pd(m[0]), m3 = _mm256_set1_pd(m[3]), m6 = _mm256_set1_pd(m[6]);
+    const __m256d vcu = _mm256_set1_pd(cu), vcv = _mm256_set1_pd(cv), vcw = _mm256_set1_pd(cw);
+    const __m256 one = _mm256_set1_ps(1.0f), fill = _mm256_set1_ps(t->fill);
+    const Py_ssize_t row = t->row, step = t->u8 ? 3 : 12, origin = -(Py_ssize_t)t->oy * row - (Py_ssize_t)t->ox * step;
+    const __m256i vrow = _mm256_set1_epi32((int)row), vstep = _mm256_set1_epi32((int)step), vorigin = _mm256_set1_epi32((int)origin);
+    const double dv = m[4] > 0.0 ? m[4] : 0.0, du = m[1];
+    const Py_ssize_t ahead = (Py_ssize_t)(dv + 1.0) * row + (Py_ssize_t)du * step;
+    const char *base = t->base;
+    const int n8 = n & ~7;
+    for (int i = 0; i < n8; i += 8) {
+        __m128i x0h[2], y0h[2];
+        __m128 fxh[2], fyh[2];
+        for (int h = 0; h < 2; h++) {
+            const __m256d xd = _mm256_cvtepi32_pd(_mm_add_epi32(_mm_set1_epi32(xa + i + 4 * h), _mm_setr_epi32(0, 1, 2, 3)));
+            __m256d u = _mm256_add_pd(_mm256_mul_pd(m0, xd), vcu), v = _mm256_add_pd(_mm256_mul_pd(m3, xd), vcv);
+            if (persp) {
+                const __m256d w = _mm256_add_pd(_mm256_mul_pd(m6, xd), vcw);
+                u = _mm256_div_pd(u, w), v = _mm256_div_pd(v, w);
+            }
+            x0h[h] = _mm256_cvttpd_epi32(u), y0h[h] = _mm256_cvttpd_epi32(v); /* u, v >= 0: the floor */
+            fxh[h] = _mm256_cvtpd_ps(_mm256_sub_pd(u, _mm256_cvtepi32_pd(x0h[h])));
+            fyh[h] = _mm256_cvtpd_ps(_mm256_sub_pd(v, _mm256_cvtepi32_pd(y0h[h])));
+        }
+        const __m256 fx = _mm256_set_m128(fxh[1], fxh[0]), fy = _mm256_set_m128(fyh[1], fyh[0]);
+        const __m256 ifx = _mm256_sub_ps(one, fx), ify = _mm256_sub_ps(one, fy);
+        const __m256i x0 = _mm256_set_m128i(x0h[1], x0h[0]), y0 = _mm256_set_m128i(y0h[1], y0h[0]);
+        /* The byte offset of tap (x0, y0): below 2^31 here, so 32-bit lanes hold it exactly. */
+        int32_t off[8];
+        _mm256_storeu_si256((__m256i *)off, _mm256_add_epi32(_mm256_add_epi32(_mm256_mullo_epi32(y0, vrow), _mm256_mullo_epi32(x0, vstep)), vorigin));
+        for (int j = 0; j < 8; j += 2) {
+            const __m256i pick = _mm256_setr_epi32(j, j, j, j, j + 1, j + 1, j + 1, j + 1);
+            const __m256 wfx = _mm256_permutevar8x32_ps(fx, pick), wifx = _mm256_permutevar8x32_ps(ifx, pick);
+            const __m256 wfy = _mm256_permutevar8x32_ps(fy, pick), wify = _mm256_permutevar8x32_ps(ify, pick);
+            const char *a = base + off[j], *b = base + off[j + 1];
+            __builtin_prefetch(a + ahead);
+            __builtin_prefetch(a + ahead + row);
+            __m256 p00, p01, p10, p11;
+            if (t->u8) {
+                int32_t w0, w1;
+#define PAIR_U8(dst_, pa, pb)                                                                     \
+    memcpy(&w0, pa, 4), memcpy(&w1, pb, 4);                                                       \
+    dst_ = _mm256_sub_ps(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_insert_epi32(_mm_cvtsi32_si128(w0), w1, 1))), fill)
+                PAIR_U8(p00, a, b);
+                PAIR_U8(p01, a + 3, b + 3);
+                PAIR_U8(p10, a + row, b + row);
+                PAIR_U8(p11, a + row + 3, b + row + 3);
+#undef PAIR_U8
+            } else {
+                const float *fa = (const float *)a, *fb = (const float *)b, *ga = (const float *)(a + row), *gb = (const float *)(b + row);
+                p00 = load2_m128(fb, fa), p01 = load2_m128(fb + 3, fa + 3);
+                p10 = load2_m128(gb, ga), p11 = load2_m128(gb + 3, ga + 3);
+            }
+            const __m256 top = _mm256_add_ps(_mm256_mul_ps(p00, wifx), _mm256_mul_ps(p01, wfx));
+            const __m256 bot = _mm256_add_ps(_mm256_mul_ps(p10, wifx), _mm256_mul_ps(p11, wfx));
+            const __m256 s = _mm256_add_ps(_mm256_mul_ps(top, wify), _mm256_mul_ps(bot, wfy));
+            /* Column i + j first: its 4th lane is scratch that column i + j + 1 then overwrites. */
+            _mm_storeu_ps(dst + 3 * (i + j), _mm256_castps256_ps128(s));
+            _mm_storeu_ps(dst + 3 * (i + j + 1), _mm256_extractf128_ps(s, 1));
+        }
+    }
+    return n8;
+}
+/* 8 int32 lanes -> 8 bytes, saturated to 0..255 (out_row's packs). */
+static inline void store8_u8(uint8_t *p, __m256i q) {
+    const __m128i w = _mm_packs_epi32(_mm256_castsi256_si128(q), _mm256_extracti128_si256(q, 1));
+    _mm_storel_epi64((__m128i *)p, _mm_packus_epi16(w, w));
+}
+
+/* out_row in AVX2 lanes, 8 pixels a step (out_row's shuffles, one 4-pixel group in each
+ * 128-bit half), planes required. With ``plan`` (tables hsv_plan evaluates without lookups)
+ * step 8 runs on the quantised values while they are in registers and writes the jittered
+ * planes: no second pass over the row. q = clip(rint(f), 0, 255) is the same integer as the
+ * packs' saturation, so the HSV sees the bytes the planes would have held. */
+static void out_row_avx2(float *ra, const float *rb, const float *top, const float *bot, float fy, float fillv, float ratio, float iratio, int size, int keep, uint8_t *pb, uint8_t *pg, uint8_t *pr, const HsvPlan *plan, int32_t *hi, int32_t *si, int32_t *vi) {
+    const __m256 fill = _mm256_set1_ps(fillv), vr = _mm256_set1_ps(ratio), vir = _mm256_set1_ps(iratio);
+    const __m256 vfy = _mm256_set1_ps(fy), vify = _mm256_set1_ps(1.0f - fy);
+    const __m256i zero = _mm256_setzero_si256(), c255i = _mm256_set1_epi32(255);
+    const __m256 c255 = _mm256_set1_ps(255.0f), gs = _mm256_set1_ps(plan ? plan->gs : 0.0f), gv = _mm256_set1_ps(plan ? plan->gv : 0.0f);
+    uint8_t *const planes[3] = {pr, pg, pb};
+    float shift[3];
+    for (int c = 0; c < 3; c++) shift[c] = (float)(((plan ? plan->hue : 0) + 150 - 60 * c) % 180); /* 30 n: 150, 90, 30 */
+    for (int x = 0; x < size; x += 8) {
+        const int i = 3 * x;
+        __m256 f[3];
+        for (int j = 0; j < 3; j++) { /* floats 4j.. of pixels x..x+3 (low half) and x+4..x+7 (high) */
+            __m256 a;
+            if (top) /* axis_row's s = H_y0 (1 - fy) + H_y0+1 fy, then the fill */
+                a = _mm256_add_ps(_mm256_mul_ps(load2_m128(top + i + 12 + 4 * j, top + i + 4 * j), vify), _mm256_mul_ps(load2_m128(bot + i + 12 + 4 * j, bot + i + 4 * j), vfy));
+            else
+                a = load2_m128(ra + i + 12 + 4 * j, ra + i + 4 * j);
+            if (rb) {
+                const __m256 b = load2_m128(rb + i + 12 + 4 * j, rb + i + 4 * j);
+                a = _mm256_add_ps(_mm256_mul_ps(_mm256_add_ps(a, fill), vr), _mm256_mul_ps(_mm256_add_ps(b, fill), vir));
+            } else a = _mm256_add_ps(a, fill);
+            if (keep) _mm_storeu_ps(ra + i + 4 * j, _mm256_castps256_ps128(a)), _mm_storeu_ps(ra + i + 12 + 4 * j, _mm256_extractf128_ps(a, 1));
+            f[j] = a;
+        }
+        const __m256 a = f[0], b = f[1], c = f[2];
+        const __m256 B = _mm256_shuffle_ps(a, _mm256_shuffle_ps(b, c, _MM_SHUFFLE(1, 1, 2, 2)), _MM_SHUFFLE(2, 0, 3, 0));
+        const __m256 G = _mm256_shuffle_ps(_mm256_shuffle_ps(a, b, _MM_SHUFFLE(0, 0, 1, 1)), _mm256_shuffle_ps(b, c, _MM_SHUFFLE(2, 2, 3, 3)), _MM_SHUFFLE(2, 0, 2, 0));
+        const __m256 R = _mm256_shuffle_ps(_mm256_shuffle_ps(a, b, _MM_SHUFFLE(1, 1, 2, 2)), _mm256_shuffle_ps(c, c, _MM_SHUFFLE(3, 3, 0, 0)), _MM_SHUFFLE(2, 0, 2, 0));
+        const __m256i qb = _mm256_cvtps_epi32(B), qg = _mm256_cvtps_epi32(G), qr = _mm256_cvtps_epi32(R);
+        if (!plan) {
+            store8_u8(pb + x, qb), store8_u8(pg + x, qg), store8_u8(pr + x, qr);
+            continue;
+        }
+#define CLIP255(q) _mm256_cvtepi32_ps(_mm256_min_epi32(_mm256_max_epi32(q, zero), c255i))
+        __m256 h, sat, val;
+        hsv_rows_avx2_fwdv(CLIP255(qr), CLIP255(qg), CLIP255(qb), &h, &sat, &val);
+#undef CLIP255
+        v8_store_i32(hi + x, h), v8_store_i32(si + x, _mm256_min_ps(_mm256_mul_ps(sat, gs), c255)), v8_store_i32(vi + x, _mm256_min_ps(_mm256_mul_ps(val, gv), c255));
+    }
+    /* The back conversion as its own loop, as hsv_rows does: one loop for both spills registers. */
+    if (plan)
+        for (int x = 0; x < size; x += 8) hsv_rows_avx2_back(planes, x, v8_load_i32(hi + x), v8_load_i32(si + x), v8_load_i32(vi + x), shift);
+}
+
+/* axis_row's vertical blend, 8 floats a step: dst[i] = top[i] (1 - fy) + bot[i] fy for i < n
+ * (rounded up to 8: the rows' padding). */
+static void axis_blend_avx2(const float *top, const float *bot, float fy, float ify, int n, float *dst) {
+    const __m256 vfy = _mm256_set1_ps(fy), vify = _mm256_set1_ps(ify);
+    for (int i = 0; i < n; i += 8) _mm256_storeu_ps(dst + i, _mm256_add_ps(_mm256_mul_ps(_mm256_loadu_ps(top + i), vify), _mm256_mul_ps(_mm256_loadu_ps(bot + i), vfy)));
+}
+
+/* The axis map's horizontal blend of one tile run, 2 columns per vector (each 128-bit half
+ * one column's B G R + scratch): the same operations per value as axis_hrow's loop. Columns
+ * xs .. xe - 1 in pairs; returns the first column it left (xe, or xe - 1 for an odd count). */
+static int axis_run_avx2(const float *wi, const float *wf, const int *x0, int xs, int xe, const char *a0, int u8, float fill, float *dst) {
+    int x = xs;
+    if (u8) {
+        const __m256 vfill = _mm256_set1_ps(fill);
+        const uint8_t *b = (const uint8_t *)a0;
+        for (; x + 2 <= xe; x += 2) {
+            const uint8_t *a = b + (Py_ssize_t)x0[x] * 3, *c = b + (Py_ssize_t)x0[x + 1] * 3;
+            int32_t w[4];
+            memcpy(&w[0], a, 4), memcpy(&w[1], c, 4), memcpy(&w[2], a + 3, 4), memcpy(&w[3], c + 3, 4);
+            const __m128i q = _mm_setr_epi32(w[0], w[1], w[2], w[3]);
+            const __m256 p0 = _mm256_sub_ps(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(q)), vfill);
+            const __m256 p1 = _mm256_sub_ps(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_unpackhi_epi64(q, q))), vfill);
+            const __m256 h = _mm256_add_ps(_mm256_mul_ps(p0, _mm256_loadu_ps(wi + 4 * x)), _mm256_mul_ps(p1, _mm256_loadu_ps(wf + 4 * x)));
+            _mm_storeu_ps(dst + 3 * x, _mm256_castps256_ps128(h));
+            _mm_storeu_ps(dst + 3 * x + 3, _mm256_extractf128_ps(h, 1));
+        }
+    } else {
+        const float *b = (const float *)a0;
+        for (; x + 2 <= xe; x += 2) {
+            const float *a = b + (Py_ssize_t)x0[x] * 3, *c = b + (Py_ssize_t)x0[x + 1] * 3;
+            const __m256 p0 = load2_m128(c, a), p1 = load2_m128(c + 3, a + 3);
+            const __m256 h = _mm256_add_ps(_mm256_mul_ps(p0, _mm256_loadu_ps(wi + 4 * x)), _mm256_mul_ps(p1, _mm256_loadu_ps(wf + 4 * x)));
+            _mm_storeu_ps(dst + 3 * x, _mm256_castps256_ps128(h));
+            _mm_storeu_ps(dst + 3 * x + 3, _mm256_extractf128_ps(h, 1));
+        }
+    }
+    return x;
+}
 #pragma GCC pop_options
 #endif
 
 static PyObject *py_simd(PyObject *self, PyObject *unused) { return PyLong_FromLong(hsv_rows == hsv_rows_sse ? 4 : 8); }
+
+/* Tests: run the 4-lane (SSE2) or the 8-lane (AVX2) loops from now on, in this process;
+ * returns the width in use before. 8 is refused where the CPU lacks AVX2. */
+static PyObject *py_set_lanes(PyObject *self, PyObject *args) {
+    int n;
+    if (!PyArg_ParseTuple(args, "i", &n)) return NULL;
+    const long before = hsv_rows == hsv_rows_sse ? 4 : 8;
+    if (n == 4) {
+        hsv_rows = hsv_rows_sse, lanes8 = 0;
+#ifdef HAVE_AVX2_PATH
+    } else if (n == 8 && (__builtin_cpu_init(), __builtin_cpu_supports("avx2"))) {
+        hsv_rows = hsv_rows_avx2, lanes8 = 1;
+#endif
+    } else {
+        PyErr_Format(PyExc_ValueError, "set_lanes(%d): this build and CPU run 4 lanes (SSE2)%s", n,
+#ifdef HAVE_AVX2_PATH
+                     " or 8 (AVX2, where the CPU has it)"
+#else
+                     ""
+#endif
+        );
+        return NULL;
+    }
+    return PyLong_FromLong(before);
+}
 
 static PyObject *py_hsv_lookup_free(PyObject *self, PyObject *args) {
     Py_buffer tables;
@@ -1141,7 +1421,8 @@ static PyObject *py_hsv_lookup_free(PyObject *self, PyObject *args) {
 
 static PyMethodDef methods[] = {
     {"render", py_render, METH_VARARGS, "render(size, out, floats, layers, flip_ud, flip_lr, ratio, tables, fill): one sample in one pass"},
-    {"simd", py_simd, METH_NOARGS, "simd(): the HSV lane width in use (4 or 8)"},
+    {"simd", py_simd, METH_NOARGS, "simd(): the lane width in use (4 or 8)"},
+    {"set_lanes", py_set_lanes, METH_VARARGS, "set_lanes(n): run 4-lane (SSE2) or 8-lane (AVX2) loops from now on; returns the width before (tests)"},
     {"hsv_lookup_free", py_hsv_lookup_free, METH_VARARGS, "hsv_lookup_free(tables): whether the HSV rows evaluate these tables without lookups (tests)"},
     {"hsv", py_hsv, METH_VARARGS, "hsv(image, tables): the integer HSV jitter, in place on uint8 (..., 3) RGB"},
     {NULL, NULL, 0, NULL},
@@ -1154,7 +1435,7 @@ PyMODINIT_FUNC PyInit__kernel(void) {
     const char *force = getenv("PIXPOOL_KERNEL_SSE2"); /* tests: run the 4-lane path */
     if (!(force && *force && *force != '0')) {
         __builtin_cpu_init();
-        if (__builtin_cpu_supports("avx2")) hsv_rows = hsv_rows_avx2;
+        if (__builtin_cpu_supports("avx2")) hsv_rows = hsv_rows_avx2, lanes8 = 1;
     }
 #endif
     return PyModule_Create(&module);

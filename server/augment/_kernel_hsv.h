@@ -8,13 +8,14 @@
 #define HSV_CAT(a, b) HSV_CAT_(a, b)
 #endif
 #define HSV_FWD HSV_CAT(HSV_FN, _fwd)
+#define HSV_FWDV HSV_CAT(HSV_FN, _fwdv)
 #define HSV_BACK HSV_CAT(HSV_FN, _back)
 
-/* The forward conversion of the VL pixels at i: hue 0..179, saturation and value. */
-static inline void HSV_FWD(const uint8_t *R, const uint8_t *G, const uint8_t *B, int i, v4 *ph, v4 *ps, v4 *pv) {
+/* The forward conversion of VL pixels r, g, b (integers 0..255 as floats): hue 0..179,
+ * saturation and value. */
+static inline void HSV_FWDV(v4 r, v4 g, v4 b, v4 *ph, v4 *ps, v4 *pv) {
     const v4 one = V_SET(1.0f), half = V_SET(0.5f), c255 = V_SET(255.0f), c30 = V_SET(30.0f), c180 = V_SET(180.0f);
     const v4 c4 = V_SET(4.0f), h_off = V_SET(180.5f);
-    v4 r = v_load_u8(R + i), g = v_load_u8(G + i), b = v_load_u8(B + i);
     v4 v = V_MAX(r, V_MAX(g, b)), d = V_SUB(v, V_MIN(r, V_MIN(g, b)));
     v4 s = V_TRUNC(V_ADD(V_DIV(V_MUL(c255, d), V_MAX(v, one)), half));
     v4 mr = V_EQ(v, r), mg = V_EQ(v, g);
@@ -23,6 +24,11 @@ static inline void HSV_FWD(const uint8_t *R, const uint8_t *G, const uint8_t *B,
     *ph = V_SUB(hh, V_AND(V_GE(hh, c180), c180));
     *ps = s;
     *pv = v;
+}
+
+/* The forward conversion of the VL pixels at i of the R, G, B planes. */
+static inline void HSV_FWD(const uint8_t *R, const uint8_t *G, const uint8_t *B, int i, v4 *ph, v4 *ps, v4 *pv) {
+    HSV_FWDV(v_load_u8(R + i), v_load_u8(G + i), v_load_u8(B + i), ph, ps, pv);
 }
 
 /* The back conversion of the VL pixels at i from h2 (0..179; with shift[c] = 30 n_c plus the
@@ -76,4 +82,5 @@ static void HSV_FN(uint8_t *R, uint8_t *G, uint8_t *B, int n, const int32_t *tab
 #endif
 }
 #undef HSV_FWD
+#undef HSV_FWDV
 #undef HSV_BACK

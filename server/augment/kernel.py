@@ -64,7 +64,7 @@ header's, checked against it when the snapshot is attached; ``render(fill=...)``
    and of the trainer's device version (``client/hsv_torch.py``). The C kernel evaluates
    each rnd in float32 lanes (the quotients are correctly rounded and never within
    float32 error of a half; ``tests/unit/test_augment_straightforward.py`` checks every
-   input exhaustively), 4 lanes (SSE2) or 8 (AVX2, picked at import): the same bytes. The
+   input exhaustively), 4 lanes (SSE2) or 8 (AVX2, picked at import, as for the other row loops): the same bytes. The
    last step is the truncated product of t = 2 V'(7650 - S'W) + 7650 with the rounded
    float32 reciprocal of 15300, which is t // 15300 for all 256 x 256 x 31 (V', S', W)
    (checked in that test). Tables that are a hue shift and two clipped gains (what

@@ -1,0 +1,127 @@
+"""The kernel's 4-lane (SSE2) and 8-lane (AVX2) loops give the same bytes, in one process.
+
+Every x86-64 CPU runs the 4-lane loops; CPUs with AVX2 run the 8-lane ones (the axis map's
+row blend two columns a vector, the general map's coordinates and bilinear across columns,
+the fill/quantise/HSV rows eight pixels a step, and the direct path where one axis-aligned
+layer is blended straight into the output row). A user's batches must not depend on which
+CPU rendered them: ``_kernel.set_lanes`` switches the loops, and each route configuration
+is rendered with both, with and without the float image (the float image takes the strip
+path, the route's own call the direct one), on float32 and uint8 sources; the kernel alone
+at sizes that are not a multiple of the 8-pixel groups (the route's imgsz always is).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from helpers.sources import ArraySource
+from pixpool.server.augment import _kernel, kernel, render_batch
+from pixpool.shared.stream.config import AugmentConfig, StreamSettings
+from pixpool.shared.stream.hsv_tables import tables
+from pixpool.shared.stream.sampler import num_batches
+
+ROUTES = {
+    "default": {},
+    "no_mosaic": {"mosaic": 0.0, "scale": 0.9},
+    "rotate_shear": {"degrees": 10.0, "shear": 2.0},
+    "perspective": {"perspective": 0.001, "shear": 5.0},
+    "copy_paste_mixup_rotated": {"copy_paste": 0.7, "mixup": 0.6, "degrees": 15.0, "flipud": 0.5},
+    "axis_copy_paste_mixup": {"copy_paste": 1.0, "mixup": 1.0, "fliplr": 0.5},
+    "hsv_off": {"hsv_h": 0.0, "hsv_s": 0.0, "hsv_v": 0.0},
+    "validation": {"augment": False},
+}
+SHAPES = [(64, 48), (40, 64), (61, 61), (1, 64), (64, 30), (50, 60), (67, 71)]
+
+
+class _RawSource(ArraySource):
+    """The same records as raw uint8 pixels, as a uint8 snapshot holds them."""
+
+    def image(self, index: int) -> np.ndarray:
+        return self.uint8[index]
+
+
+@pytest.fixture
+def lanes():
+    """Switches the kernel's loops for the test; restores the width in use before."""
+    before = _kernel.simd()
+    try:
+        _kernel.set_lanes(8)
+    except ValueError:
+        pytest.skip("this CPU has no AVX2: only the 4-lane loops exist")
+    yield _kernel.set_lanes
+    _kernel.set_lanes(before)
+
+
+def _render(src, st: StreamSettings, keep_float: bool) -> list[bytes]:
+    out = []
+    for epoch in (0, 1):
+        for b in range(num_batches(len(src), st, epoch)):
+            r = render_batch(src, st, epoch, b, keep_float=keep_float)
+            out.append(r.images.tobytes())
+            if keep_float:
+                out.extend(f.tobytes() for f in r.floats)
+    return out
+
+
+@pytest.mark.parametrize("size", [64, 96])
+@pytest.mark.parametrize("dtype", ["float32", "uint8"])
+@pytest.mark.parametrize("name", sorted(ROUTES))
+def test_four_and_eight_lanes_give_the_same_bytes(lanes, name: str, dtype: str, size: int) -> None:
+    cls = ArraySource if dtype == "float32" else _RawSource
+    src = cls(SHAPES, size, seed=5, instances=4)
+    for hsv_on_device in (False, True):
+        st = StreamSettings(
+            seed=3, batch_size=4, hsv_on_device=hsv_on_device, augment=AugmentConfig(imgsz=size, **ROUTES[name])
+        )
+        for keep_float in (False, True):
+            lanes(4)
+            want = _render(src, st, keep_float)
+            lanes(8)
+            got = _render(src, st, keep_float)
+            differ = [i for i, (a, b) in enumerate(zip(want, got, strict=True)) if a != b]
+            assert not differ, f"{name}, {dtype}, size {size}, keep_float {keep_float}: arrays {differ} differ"
+
+
+@pytest.mark.parametrize("dtype", ["float32", "uint8"])
+@pytest.mark.parametrize("size", [61, 130])
+def test_kernel_at_sizes_off_the_eight_pixel_groups_gives_the_same_bytes_in_both_widths(
+    lanes, size: int, dtype: str
+) -> None:
+    rng = np.random.default_rng(size)
+    images = [rng.integers(0, 256, (size + 7, size - 3, 3), dtype=np.uint8) for _ in range(2)]
+    if dtype == "float32":
+        images = [(im.astype(np.float32) - np.float32(114)) for im in images]
+    half = size // 2
+    tiles = [
+        (images[0], (0, 0, size - 3, half + 1), (0, 0)),
+        (images[1], (3, half + 1, size, size + 5), (0, 2)),
+    ]  # two tiles with a gap, read past their edges by the maps below
+    c, s_ = np.cos(0.3), np.sin(0.3)
+    maps = {
+        "axis": np.array([[0.83, 0.0, 2.5], [0.0, 1.21, -1.75], [0.0, 0.0, 1.0]]),
+        "rotate": np.array([[c, -s_, 0.4 * size], [s_, c, -0.1 * size], [0.0, 0.0, 1.0]]),
+        "perspective": np.array([[0.9, 0.1, 1.0], [-0.05, 1.1, 2.0], [0.0004, -0.0003, 1.0]]),
+    }
+    table = tables(np.array([1.2, 0.6, 1.3]))
+    for name, matrix in maps.items():
+        layer = kernel.Layer(tuple(float(v) for v in np.linalg.inv(matrix).reshape(9)), tiles)
+        for hsv in (None, table):
+            results = {}
+            for width in (4, 8):
+                lanes(width)
+                out, floats, alone = (
+                    np.zeros((3, size, size), np.uint8),
+                    np.zeros((size, size, 3), np.float32),
+                    np.zeros((3, size, size), np.uint8),
+                )
+                kernel.render(size, [layer], tables=hsv, out=out, floats=floats, flip_lr=True)
+                kernel.render(size, [layer], tables=hsv, out=alone, flip_lr=True)
+                results[width] = (out.tobytes(), floats.tobytes(), alone.tobytes())
+            assert results[4] == results[8], f"{name}, HSV {hsv is not None}: the 4- and 8-lane bytes differ"
+            assert results[8][0] == results[8][2], f"{name}: the output differs with and without the float image"
+
+
+def test_set_lanes_refuses_a_width_it_has_no_loops_for() -> None:
+    with pytest.raises(ValueError, match="4 lanes"):
+        _kernel.set_lanes(16)
