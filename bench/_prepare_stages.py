@@ -19,7 +19,6 @@ import mmap
 import os
 import resource
 import statistics
-import time
 
 _BAND_NBYTES = 256 * 1024
 
@@ -83,12 +82,11 @@ def _write_arena(store: str, images: list, dtype: str, how: str) -> None:
 
 def print_stages(paths: list[str], imgsz: int, store: str, rounds: int) -> None:
     import cv2
+    import numpy as np
 
     from pixpool.server.snapshot import decode
     from pixpool.server.snapshot.arena_pages import huge_page_store, write_mode
     from pixpool.server.snapshot.prepare import header_size_hw
-
-    import numpy as np
 
     resized = [decode.resize_long_side(decode.decode_bgr(p), imgsz) for p in paths]
     decoded = [cv2.imread(p, cv2.IMREAD_COLOR) for p in paths]

@@ -19,10 +19,12 @@ each decoded again, but their headers are read once).
 arena is then written through its mapping, ``server/snapshot/arena_pages.py``). ``--stages``
 instead times each step of a preparation alone, in this one process, over the same files
 (CPU ms per image: header read, the loop's imread, the decoder's decode, resize, centring,
-the arena write both ways), and the 2-core floor those steps allow.
+the arena write both ways), and the 2-core floor those steps allow. ``--writers`` times two
+processes writing 512 records into the store: one shared file or one per writer, ``pwrite`` or
+the mapping (``bench/_arena_writers.py``).
 
     python bench/prepare.py [--data JSON] [--images DIR] [--imgsz 640] [--rounds 5] [--copies 8]
-                            [--dtypes float32,uint8] [--processes 1,2] [--store DIR] [--stages]
+                            [--dtypes float32,uint8] [--processes 1,2] [--store DIR] [--stages | --writers]
 """
 
 from __future__ import annotations
@@ -126,7 +128,15 @@ def main(argv: list[str] | None = None) -> int:
         help="how the arena is written, one arm each: auto (what the store gets), pwrite, mapping (default auto)",
     )
     parser.add_argument("--stages", action="store_true", help="time each step alone in one process (module docstring)")
+    parser.add_argument(
+        "--writers", action="store_true", help="two writers into the store, four ways (module docstring)"
+    )
     args = parser.parse_args(argv)
+    if args.writers:
+        from _arena_writers import print_writers
+
+        print_writers(args.store or "/dev/shm", args.rounds)
+        return 0
     if args.repeat < 1 or args.rounds < 1 or args.copies < 1:
         parser.error("--repeat, --copies and --rounds must be >= 1")
     dtypes = [d for d in args.dtypes.split(",") if d]
@@ -163,7 +173,9 @@ def main(argv: list[str] | None = None) -> int:
         for p in procs:
             for mode in modes:
                 name = f"prepare {dtype}, {p} process{'es' if p > 1 else ''}" + ("" if mode == "auto" else f", {mode}")
-                arms[name] = lambda p=p, dtype=dtype, mode=mode: prepare_once(dataset, args.imgsz, p, dtype, args.store, mode)
+                arms[name] = lambda p=p, dtype=dtype, mode=mode: prepare_once(
+                    dataset, args.imgsz, p, dtype, args.store, mode
+                )
     names = list(arms)
     load_before = os.getloadavg()
     times: dict[str, list[float]] = {n: [] for n in names}

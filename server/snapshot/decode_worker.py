@@ -174,7 +174,9 @@ class ArenaWriter:
         if mode == MAPPING:
             import mmap
 
-            self._mm = mmap.mmap(self.fd, os.fstat(self.fd).st_size, flags=mmap.MAP_SHARED, prot=mmap.PROT_READ | mmap.PROT_WRITE)
+            self._mm = mmap.mmap(
+                self.fd, os.fstat(self.fd).st_size, flags=mmap.MAP_SHARED, prot=mmap.PROT_READ | mmap.PROT_WRITE
+            )
             self._arena = np.frombuffer(self._mm, dtype=np.uint8)
         elif dtype == "float32":
             # one band: whole rows, about _BAND_NBYTES (at least one row of the widest image)
