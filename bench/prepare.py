@@ -15,7 +15,7 @@ distinct files, as a 1024-image dataset has: each its own header read, page-cach
 record). ``--repeat K`` instead lists every record K times (duplicates are records too,
 each decoded again, but their headers are read once).
 
-``--store DIR`` prepares into another store (a tmpfs mounted with ``huge=always``, say: the
+``--store DIR[,DIR...]`` prepares into another store, or into each of several (an arm each) (a tmpfs mounted with ``huge=always``, say: the
 arena is then written through its mapping, ``server/snapshot/arena_pages.py``). ``--stages``
 instead times each step of a preparation alone, in this one process, over the same files
 (CPU ms per image: header read, the loop's imread, the decoder's decode, resize, centring,
@@ -121,7 +121,11 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--dtypes", default="float32,uint8", help="snapshot dtypes to prepare (default float32,uint8)")
     parser.add_argument("--processes", default="1,2", help="decoder process counts to prepare with (default 1,2)")
-    parser.add_argument("--store", default=None, help="the store to prepare into (default /dev/shm)")
+    parser.add_argument(
+        "--store",
+        default=None,
+        help="the store to prepare into, or several, comma-separated, an arm each (default /dev/shm)",
+    )
     parser.add_argument(
         "--write-modes",
         default="auto",
@@ -169,13 +173,16 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     loop = "cv2.imread + resize loop (1 core)"
     arms = {loop: lambda: plain_loop(paths, args.imgsz)}
+    stores = (args.store or "/dev/shm").split(",")
     for dtype in dtypes:
         for p in procs:
-            for mode in modes:
-                name = f"prepare {dtype}, {p} process{'es' if p > 1 else ''}" + ("" if mode == "auto" else f", {mode}")
-                arms[name] = lambda p=p, dtype=dtype, mode=mode: prepare_once(
-                    dataset, args.imgsz, p, dtype, args.store, mode
-                )
+            for store in stores:
+                for mode in modes:
+                    name = f"prepare {dtype}, {p} process{'es' if p > 1 else ''}"
+                    name += (f", {store}" if len(stores) > 1 else "") + ("" if mode == "auto" else f", {mode}")
+                    arms[name] = lambda p=p, dtype=dtype, mode=mode, store=store: prepare_once(
+                        dataset, args.imgsz, p, dtype, store, mode
+                    )
     names = list(arms)
     load_before = os.getloadavg()
     times: dict[str, list[float]] = {n: [] for n in names}
@@ -196,7 +203,8 @@ def main(argv: list[str] | None = None) -> int:
     )
     from pixpool.server.snapshot.arena_pages import write_mode
 
-    print(f"store {args.store or '/dev/shm'}: the arena is written with {write_mode(args.store or '/dev/shm')}")
+    for store in stores:
+        print(f"store {store}: the arena is written with {write_mode(store)}")
     print(
         f"{'arm':46s} {'median s':>9s} {'images/s':>9s} {'vs loop':>8s} {'paired':>8s} {'cpu s':>7s} {'ms cpu/img':>10s}   all runs (s)"
     )

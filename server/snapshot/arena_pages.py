@@ -24,6 +24,11 @@ byte is stored and reports a full store as an error instead (EFAULT, "a SIGBUS w
 been generated"), which the writer turns into the same CapacityError and rollback as an
 ENOSPC from ``pwrite``; once populated, a tmpfs page is never taken back from the file.
 So the mapping is chosen only where that call exists.
+
+This is no advice to prepare into a huge-page store: a whole preparation there, where every
+write follows a decode, measured no cheaper than one on /dev/shm (float32 dearer) on these
+machines (``docs/benchmarks.md``). It makes such a store, where one is used, cheaper to write
+than ``pwrite`` makes it.
 """
 
 from __future__ import annotations
