@@ -15,8 +15,16 @@ distinct files, as a 1024-image dataset has: each its own header read, page-cach
 record). ``--repeat K`` instead lists every record K times (duplicates are records too,
 each decoded again, but their headers are read once).
 
+``--store DIR[,DIR...]`` prepares into another store, or into each of several (an arm each) (a tmpfs mounted with ``huge=always``, say: the
+arena is then written through its mapping, ``server/snapshot/arena_pages.py``). ``--stages``
+instead times each step of a preparation alone, in this one process, over the same files
+(CPU ms per image: header read, the loop's imread, the decoder's decode, resize, centring,
+the arena write both ways), and the 2-core floor those steps allow. ``--writers`` times two
+processes writing 512 records into the store: one shared file or one per writer, ``pwrite`` or
+the mapping (``bench/_arena_writers.py``).
+
     python bench/prepare.py [--data JSON] [--images DIR] [--imgsz 640] [--rounds 5] [--copies 8]
-                            [--dtypes float32,uint8] [--processes 1,2]
+                            [--dtypes float32,uint8] [--processes 1,2] [--store DIR] [--stages | --writers]
 """
 
 from __future__ import annotations
@@ -53,12 +61,20 @@ def plain_loop(paths: list[str], imgsz: int) -> tuple[float, float]:
     return time.perf_counter() - t0, cpu_s() - c0
 
 
-def prepare_once(dataset, imgsz: int, processes: int, dtype: str) -> tuple[float, float]:
+def prepare_once(dataset, imgsz: int, processes: int, dtype: str, store: str | None, mode: str) -> tuple[float, float]:
+    from pixpool.server.snapshot import prepare
     from pixpool.server.snapshot.prepare import PrepareOptions, prepare_snapshot
 
-    c0, t0 = cpu_s(), time.perf_counter()
-    result = prepare_snapshot(dataset, PrepareOptions(imgsz=imgsz, processes=processes, dtype=dtype))
-    seconds, cpu = time.perf_counter() - t0, cpu_s() - c0  # the decode workers are reaped by now
+    extra = {"store": store} if store else {}
+    chosen = prepare.write_mode
+    if mode != "auto":  # A/B of the two write paths: the preparing process hands its mode to the workers
+        prepare.write_mode = lambda _store: mode
+    try:
+        c0, t0 = cpu_s(), time.perf_counter()
+        result = prepare_snapshot(dataset, PrepareOptions(imgsz=imgsz, processes=processes, dtype=dtype, **extra))
+        seconds, cpu = time.perf_counter() - t0, cpu_s() - c0  # the decode workers are reaped by now
+    finally:
+        prepare.write_mode = chosen
     result.snapshot.close()
     if result.reused:  # someone else's snapshot: never remove it
         raise RuntimeError(
@@ -105,11 +121,33 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--dtypes", default="float32,uint8", help="snapshot dtypes to prepare (default float32,uint8)")
     parser.add_argument("--processes", default="1,2", help="decoder process counts to prepare with (default 1,2)")
+    parser.add_argument(
+        "--store",
+        default=None,
+        help="the store to prepare into, or several, comma-separated, an arm each (default /dev/shm)",
+    )
+    parser.add_argument(
+        "--write-modes",
+        default="auto",
+        help="how the arena is written, one arm each: auto (what the store gets), pwrite, mapping (default auto)",
+    )
+    parser.add_argument("--stages", action="store_true", help="time each step alone in one process (module docstring)")
+    parser.add_argument(
+        "--writers", action="store_true", help="two writers into the store, four ways (module docstring)"
+    )
     args = parser.parse_args(argv)
+    if args.writers:
+        from _arena_writers import print_writers
+
+        print_writers(args.store or "/dev/shm", args.rounds)
+        return 0
     if args.repeat < 1 or args.rounds < 1 or args.copies < 1:
         parser.error("--repeat, --copies and --rounds must be >= 1")
     dtypes = [d for d in args.dtypes.split(",") if d]
     procs = [int(p) for p in args.processes.split(",") if p]
+    modes = [m for m in args.write_modes.split(",") if m]
+    if any(m not in ("auto", "pwrite", "mapping") for m in modes):
+        parser.error(f"--write-modes takes auto, pwrite and mapping, got {args.write_modes!r}")
 
     import cv2
 
@@ -125,17 +163,27 @@ def main(argv: list[str] | None = None) -> int:
         dataset = Dataset(dataset.records * args.repeat, dataset.names, dataset.source_files)
     dataset = private_copy(dataset, workdir.name)
     paths = [r.image_path for r in dataset.records]
-    loop = "cv2.imread + resize loop (1 core)"
-    arms = {loop: lambda: plain_loop(paths, args.imgsz)}
-    for dtype in dtypes:
-        for p in procs:
-            arms[f"prepare {dtype}, {p} process{'es' if p > 1 else ''}"] = lambda p=p, dtype=dtype: prepare_once(
-                dataset, args.imgsz, p, dtype
-            )
-    names = list(arms)
     for p in paths:  # the files into the page cache before anything is timed
         with open(p, "rb") as f:
             f.read()
+    if args.stages:
+        from _prepare_stages import print_stages
+
+        print_stages(paths, args.imgsz, args.store or "/dev/shm", args.rounds)
+        return 0
+    loop = "cv2.imread + resize loop (1 core)"
+    arms = {loop: lambda: plain_loop(paths, args.imgsz)}
+    stores = (args.store or "/dev/shm").split(",")
+    for dtype in dtypes:
+        for p in procs:
+            for store in stores:
+                for mode in modes:
+                    name = f"prepare {dtype}, {p} process{'es' if p > 1 else ''}"
+                    name += (f", {store}" if len(stores) > 1 else "") + ("" if mode == "auto" else f", {mode}")
+                    arms[name] = lambda p=p, dtype=dtype, mode=mode, store=store: prepare_once(
+                        dataset, args.imgsz, p, dtype, store, mode
+                    )
+    names = list(arms)
     load_before = os.getloadavg()
     times: dict[str, list[float]] = {n: [] for n in names}
     cpus: dict[str, list[float]] = {n: [] for n in names}
@@ -153,8 +201,12 @@ def main(argv: list[str] | None = None) -> int:
         f"{n_img} records ({how}) at imgsz {args.imgsz}, medians of {args.rounds} alternating rounds; "
         f"{os.cpu_count()} cores, load average (1/5/15 min) before {_load(load_before)}, after {_load(load_after)}"
     )
+    from pixpool.server.snapshot.arena_pages import write_mode
+
+    for store in stores:
+        print(f"store {store}: the arena is written with {write_mode(store)}")
     print(
-        f"{'arm':36s} {'median s':>9s} {'images/s':>9s} {'vs loop':>8s} {'paired':>8s} {'cpu s':>7s} {'ms cpu/img':>10s}   all runs (s)"
+        f"{'arm':46s} {'median s':>9s} {'images/s':>9s} {'vs loop':>8s} {'paired':>8s} {'cpu s':>7s} {'ms cpu/img':>10s}   all runs (s)"
     )
     for n in names:
         med = statistics.median(times[n])
@@ -164,7 +216,7 @@ def main(argv: list[str] | None = None) -> int:
         cpu = statistics.median(cpus[n])
         runs = " ".join(f"{t:.2f}" for t in times[n])
         print(
-            f"{n:36s} {med:9.3f} {n_img / med:9.1f} {base / med:7.2f}x {paired:7.2f}x {cpu:7.2f} {1e3 * cpu / n_img:10.3f}   {runs}"
+            f"{n:46s} {med:9.3f} {n_img / med:9.1f} {base / med:7.2f}x {paired:7.2f}x {cpu:7.2f} {1e3 * cpu / n_img:10.3f}   {runs}"
         )
     return 0
 

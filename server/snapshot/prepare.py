@@ -38,7 +38,10 @@ the arena is written only with
 back) and can never SIGBUS the way a store through a mapping can. A full /dev/shm is still
 refused before anything is allocated or decoded (step 4); only a /dev/shm that another
 process fills while this one decodes is found later, at the write, with the same error
-and the same rollback.
+and the same rollback. On a store with huge pages the decoders write through the mapping
+instead (``arena_pages``): there each record's pages are populated first
+(``MADV_POPULATE_WRITE``), which reports a full store as an error, never a SIGBUS, so the
+same holds.
 
 All or nothing: any exception (in this process or a worker), Ctrl-C or SIGTERM (a
 handler raises while preparing) terminates the workers and unlinks every segment created
@@ -69,6 +72,7 @@ from ...shared.stream.records import Dataset
 from ...shared.transport.shm import SharedSegment
 from ...shared.transport.store import DEFAULT_STORE, check_store, free_nbytes, is_memory
 from . import decode, layout
+from .arena_pages import write_mode
 from .decode_worker import WorkShare, decode_shared, worker_decode, worker_init, worker_started
 from .fingerprint import base_name, fingerprint, segment_names
 from .handle import Snapshot
@@ -394,8 +398,8 @@ class _Build:
             for part in ("meta", "tgt", "img"):
                 # meta and tgt are written through this process's mapping: their pages are
                 # reserved now so a full /dev/shm is ENOSPC here, never SIGBUS later. The
-                # arena is only ever written with pwrite, which reports ENOSPC itself
-                # (module docstring).
+                # arena is written with pwrite, or through a mapping whose pages are
+                # populated first, both of which report a full store (module docstring).
                 self.created.append(
                     SharedSegment.create(names[part], plan.sizes[part], reserve=(part != "img"), store=opts.store)
                 )
@@ -434,13 +438,14 @@ class _Build:
         """Step 6: this process and the workers decode every record into the arena; the
         workers are stopped once the last record is written."""
         opts, arena, index = self.options, self.names["img"], plan.index
+        mode = write_mode(opts.store)  # the same for every decoder (arena_pages)
         tasks = [(i, rec.image_path, int(index[i]["image_offset"]), int(index[i]["height"]), int(index[i]["width"]),
                   int(index[i]["orig_height"]), int(index[i]["orig_width"])) for i, rec in enumerate(self.records)]  # fmt: skip
         bar = _progress_bar(len(self.records), progress)
         try:
             futures = (
                 [
-                    self.pool.submit(worker_decode, arena, tasks, opts.imgsz, opts.dtype, opts.store)
+                    self.pool.submit(worker_decode, arena, tasks, opts.imgsz, opts.dtype, opts.store, mode)
                     for _ in range(self.workers)
                 ]
                 if self.pool
@@ -451,7 +456,7 @@ class _Build:
                 _raise_worker_failure(futures, arena)
                 bar.update(share.done - bar.n)
 
-            decode_shared(share, arena, tasks, opts.imgsz, after_each, dtype=opts.dtype, store=opts.store)
+            decode_shared(share, arena, tasks, opts.imgsz, after_each, dtype=opts.dtype, store=opts.store, mode=mode)
             _wait_for_workers(share, futures, bar, arena)
         finally:
             bar.close()

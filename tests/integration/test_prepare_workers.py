@@ -1,5 +1,6 @@
 """Preparation with decode workers: records shared between the preparing process and the
-workers, a worker's failure rolled back, a late worker not waited for, ENOSPC at the write."""
+workers, a worker's failure rolled back, a late worker not waited for, ENOSPC at the write,
+and the arena written through its mapping (a huge-page store) holding the same bytes."""
 
 from __future__ import annotations
 
@@ -14,8 +15,9 @@ import pytest
 
 from helpers.snapshot import created_by_me, remove_snapshot
 from pixpool.server.readers import load_dataset
+from pixpool.server.snapshot import arena_pages, prepare
 from pixpool.server.snapshot import decode_worker as prepare_worker
-from pixpool.server.snapshot import prepare
+from pixpool.server.snapshot.arena_pages import MAPPING
 from pixpool.server.snapshot.decode_worker import WorkShare
 from pixpool.server.snapshot.fingerprint import base_name, fingerprint
 from pixpool.server.snapshot.prepare import PrepareOptions, prepare_snapshot
@@ -34,11 +36,11 @@ def _wait_for(predicate, timeout_s: float, what: str):
     raise TimeoutError(f"timed out after {timeout_s} s waiting for {what}")
 
 
-def _prepare_and_remove(dataset, processes: int) -> tuple[str, np.ndarray]:
+def _prepare_and_remove(dataset, processes: int, dtype: str = "float32") -> tuple[str, np.ndarray]:
     """(sha256 of every record's image bytes, a copy of image 3); the snapshot is removed.
 
     Not ``Snapshot.checksum``: the header holds the creation time, which differs."""
-    result = prepare_snapshot(dataset, PrepareOptions(imgsz=IMGSZ, processes=processes))
+    result = prepare_snapshot(dataset, PrepareOptions(imgsz=IMGSZ, processes=processes, dtype=dtype))
     try:
         assert not result.reused
         snap = result.snapshot
@@ -145,3 +147,51 @@ def test_work_share_hands_out_each_record_once_and_stops_on_abort():
     assert aborted.claim() == 0
     aborted.abort()
     assert aborted.claim() is None and aborted.claimed == 5
+
+
+@pytest.mark.parametrize("dtype", ["float32", "uint8"])
+def test_an_arena_written_through_its_mapping_holds_the_pwrite_bytes(synthetic_data, monkeypatch, dtype):
+    # On a huge-page store every decoder writes through the mapping (arena_pages): the
+    # snapshot's bytes must be those of the pwrite path, in one process and with a worker.
+    dataset = load_dataset(synthetic_data.coco_json)
+    pwrite_checksum, pwrite_image = _prepare_and_remove(dataset, 1, dtype)
+    monkeypatch.setattr(prepare, "write_mode", lambda store: MAPPING)
+    mapped = {"n": 0}
+    real_write = prepare_worker.ArenaWriter._write_mapped
+
+    def counted(self, *args):
+        mapped["n"] += 1
+        return real_write(self, *args)
+
+    monkeypatch.setattr(prepare_worker.ArenaWriter, "_write_mapped", counted)
+    one_checksum, one_image = _prepare_and_remove(dataset, 1, dtype)
+    assert mapped["n"] == len(dataset)
+    np.testing.assert_array_equal(one_image, pwrite_image)
+    assert one_checksum == pwrite_checksum
+    seen = _hold_parent_until_workers_claimed(monkeypatch, 0)
+    two_checksum, _ = _prepare_and_remove(dataset, 2, dtype)
+    assert seen["parent_wrote"] < len(dataset)  # the worker wrote the others, through its own mapping
+    assert two_checksum == pwrite_checksum
+
+
+def test_a_full_store_at_the_populate_is_a_capacity_error_and_rolls_back(synthetic_data, monkeypatch):
+    # Through the mapping, a store filled by someone else shows up when the record's pages are
+    # populated (EFAULT: the store would SIGBUS), before a byte is stored: the same error and
+    # rollback as ENOSPC from pwrite.
+    dataset = load_dataset(synthetic_data.coco_json)
+    before = set(list_segments())
+    monkeypatch.setattr(prepare, "write_mode", lambda store: MAPPING)
+    real = arena_pages.populate
+    calls = {"n": 0}
+
+    def full_after_two(mm, start, nbytes):
+        calls["n"] += 1
+        if calls["n"] > 2:
+            raise OSError(errno.EFAULT, os.strerror(errno.EFAULT))
+        real(mm, start, nbytes)
+
+    monkeypatch.setattr(arena_pages, "populate", full_after_two)
+    with pytest.raises(CapacityError, match="/dev/shm ran out of space") as info:
+        prepare_snapshot(dataset, PrepareOptions(imgsz=IMGSZ, processes=1))
+    assert dataset.records[2].image_path in str(info.value)
+    assert created_by_me(before) == []
