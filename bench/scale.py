@@ -18,6 +18,9 @@ trainer in a spawned process, so every figure is taken from outside the process 
    ``--attaches`` in one trainer process; one ``status`` request's reply size and time
    (median of 5); and the img/s one trainer receives with the daemon's 2 workers over
    ``--batches`` batches of 64.
+5. Unless ``--no-full-read``: one more restart with the label indexes removed from the store,
+   so the daemon reads every label file (the snapshot is still re-attached by its
+   fingerprint): its ready time and memory (a pixpool without label indexes has none to remove).
 
 Usage: ``python bench/scale.py [--records 100000] [--imgsz 64] [--label before] [--write docs/benchmarks.md]``.
 ``--write`` replaces (or appends) the block for this label and record count in the file.
@@ -173,15 +176,24 @@ def measure_status(socket_dir: str, rounds: int = 5) -> tuple[float, int]:
 
 
 def run(args) -> dict:
-    work = Path(tempfile.mkdtemp(prefix="pxscale-"))
-    store = tempfile.mkdtemp(prefix="pxscale-store-", dir="/dev/shm")
+    if args.keep:
+        work = Path(args.keep)
+        store = f"/dev/shm/pxscale-keep-{work.name}"
+        work.mkdir(parents=True, exist_ok=True)
+        os.makedirs(store, mode=0o700, exist_ok=True)
+    else:
+        work = Path(tempfile.mkdtemp(prefix="pxscale-"))
+        store = tempfile.mkdtemp(prefix="pxscale-store-", dir="/dev/shm")
     socket_dir = str(work / "sock")
     log_path = work / "serve.log"
     out: dict = {"records": args.records, "imgsz": args.imgsz, "when": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
     proc = None
     try:
         t0 = time.perf_counter()
-        data = build_set(work / "set", args.records, Path(args.coco128))
+        data = work / "set" / "data.yaml"
+        out["kept"] = data.exists()
+        if not out["kept"]:
+            data = build_set(work / "set", args.records, Path(args.coco128))
         out["build_s"] = time.perf_counter() - t0
         out["load_before"] = os.getloadavg()
         t0 = time.perf_counter()
@@ -207,12 +219,25 @@ def run(args) -> dict:
         out["files"] = trainer["files"]
         out["img_per_s"] = trainer["img_per_s"]
         out["memory_after"] = memory_of(proc.pid)
+        if args.full_read:
+            # The same restart with the label indexes removed: the dataset is read in full (and
+            # the snapshot re-attached by its fingerprint), as every restart was before them.
+            stop_daemon(proc)
+            proc = None
+            indexes = [n for n in os.listdir(store) if "-lix" in n]
+            for name in indexes:
+                os.unlink(os.path.join(store, name))
+            out["indexes_removed"] = len(indexes)
+            proc, out["full_read_ready_s"] = start_daemon(data, store, args.imgsz, 2, socket_dir, log_path)
+            time.sleep(1.0)
+            out["full_read_memory"] = memory_of(proc.pid)
         out["load_after"] = os.getloadavg()
     finally:
         if proc is not None:
             stop_daemon(proc)
-        shutil.rmtree(store, ignore_errors=True)
-        shutil.rmtree(work, ignore_errors=True)
+        if not args.keep:
+            shutil.rmtree(store, ignore_errors=True)
+            shutil.rmtree(work, ignore_errors=True)
     return out
 
 
@@ -222,7 +247,8 @@ def table(r: dict, label: str, command: str) -> str:
     lb = " ".join(f"{v:.2f}" for v in r["load_before"])
     la = " ".join(f"{v:.2f}" for v in r["load_after"])
     rows = [
-        ("cold preparation (2 processes)", f"{r['prepare_s']:.1f} s"),
+        ("cold preparation (2 processes)" if not r.get("kept") else "preparation (kept from an earlier run: re-attach)",
+         f"{r['prepare_s']:.1f} s"),
         ("restart to ready (median)", f"{r['ready_s']:.2f} s (runs {', '.join(f'{x:.2f}' for x in r['ready_s_runs'])})"),
         ("daemon USS (private pages)", f"{mem['uss'] / MIB:.0f} MiB = {mem['uss'] / n:.0f} B per record (bound {bound / MIB:.0f} MiB)"),
         ("daemon RSS / anonymous", f"{mem['rss'] / MIB:.0f} MiB / {mem['anon'] / MIB:.0f} MiB"),
@@ -231,6 +257,12 @@ def table(r: dict, label: str, command: str) -> str:
         ("status reply", f"{r['status_bytes']} bytes, {r['status_s'] * 1000:.1f} ms"),
         ("img/s to one trainer, 2 workers, batch 64", f"{r['img_per_s']:.0f}"),
     ]  # fmt: skip
+    if "full_read_ready_s" in r:
+        fm = r["full_read_memory"]
+        rows += [
+            (f"restart reading every label ({r['indexes_removed']} label index(es) removed)", f"{r['full_read_ready_s']:.2f} s"),
+            ("daemon USS / anonymous after that restart", f"{fm['uss'] / MIB:.0f} MiB / {fm['anon'] / MIB:.0f} MiB = {fm['uss'] / n:.0f} B per record"),
+        ]  # fmt: skip
     lines = [
         f"<!-- scale.py {label} {n} -->",
         f"**{label}**, {n} records at {r['imgsz']} px uint8, {r['when']}, load {lb} (before) / {la} (after):",
@@ -264,6 +296,15 @@ def main(argv=None) -> int:
     parser.add_argument("--attaches", type=int, default=5)
     parser.add_argument("--batches", type=int, default=40)
     parser.add_argument("--coco128", default=str(COCO128.resolve()))
+    parser.add_argument(
+        "--no-full-read", dest="full_read", action="store_false",
+        help="skip the last restart, made with the label indexes removed (a full read of the labels)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--keep", default=None, metavar="DIR",
+        help="build the set in DIR (and its store in /dev/shm/pxscale-keep-NAME) and keep both for the next run, "
+        "which then reuses them (its preparation is a re-attach); remove them by hand",
+    )  # fmt: skip
     parser.add_argument("--label", default="measured", help="the block's name in the --write file (before, after)")
     parser.add_argument("--write", default=None, help="a markdown file to write the table into")
     args = parser.parse_args(argv)

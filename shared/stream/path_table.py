@@ -66,10 +66,14 @@ class PathTable:
     def __iter__(self):
         return iter(self.tolist())
 
-    def tolist(self) -> list[str]:
-        if not self.data:
+    def tolist(self, start: int = 0, stop: int | None = None) -> list[str]:
+        """Paths ``start .. stop`` (default all) as strings."""
+        n = len(self)
+        stop = n if stop is None else min(stop, n)
+        if not 0 <= start < stop:
             return []
-        return self.data[:-1].decode("utf-8", "surrogateescape").split("\0")
+        raw = self.data[int(self.offsets[start]) : int(self.offsets[stop]) - 1]
+        return raw.decode("utf-8", "surrogateescape").split("\0")
 
     def page(self, start: int, max_bytes: int) -> tuple[bytes, int]:
         """(packed bytes, count): the paths from ``start`` on that fit in ``max_bytes`` (at
