@@ -88,10 +88,9 @@ def start_daemon(data: Path, store: str, imgsz: int, workers: int, socket_dir: s
 
     cmd = [_pixpool(), "serve", str(data), "--imgsz", str(imgsz), "--dtype", "uint8", "--workers", str(workers),
            "--socket-dir", socket_dir, "--store", store, "--no-val"]  # fmt: skip
-    log = open(log_path, "ab")
     t0 = time.perf_counter()
-    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
-    log.close()
+    with open(log_path, "ab") as log:
+        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
     deadline = time.monotonic() + WAIT_S
     while time.monotonic() < deadline:
         if proc.poll() is not None:
@@ -186,7 +185,11 @@ def run(args) -> dict:
         store = tempfile.mkdtemp(prefix="pxscale-store-", dir="/dev/shm")
     socket_dir = str(work / "sock")
     log_path = work / "serve.log"
-    out: dict = {"records": args.records, "imgsz": args.imgsz, "when": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
+    out: dict = {
+        "records": args.records,
+        "imgsz": args.imgsz,
+        "when": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+    }
     proc = None
     try:
         t0 = time.perf_counter()

@@ -263,7 +263,9 @@ def _budget_left(options: PrepareOptions, train_nbytes: int) -> PrepareOptions:
 
 def _info(snap, *, content: str, reused: bool, seconds: float, classes: int) -> dict:
     """What the daemon tells about a split's snapshot (status, attach)."""
-    log.info("snapshot %s %s (%d records, %.1f s)", snap.name, "re-attached" if reused else "prepared", len(snap), seconds)
+    log.info(
+        "snapshot %s %s (%d records, %.1f s)", snap.name, "re-attached" if reused else "prepared", len(snap), seconds
+    )
     nbytes = snap.nbytes
     return {
         "name": snap.name,

@@ -421,7 +421,10 @@ def list_snapshots(*, uid: int | None = None, store: str | None = None) -> list[
             except SnapshotError:
                 header = None
         complete = (
-            header is not None and header.magic == layout.MAGIC and header.is_complete and all(p in parts for p in PARTS)
+            header is not None
+            and header.magic == layout.MAGIC
+            and header.is_complete
+            and all(p in parts for p in PARTS)
         )
         infos.append(SnapshotInfo(base, parts, header, complete))
     return infos

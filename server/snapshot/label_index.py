@@ -65,9 +65,9 @@ def _version() -> str:
     """pixpool's version and a digest of the code that turns files into a fingerprint (the
     readers, the record form, the fingerprint): an index written by other code is not trusted,
     since that code may read the same files into other records."""
-    from .. import readers
     from ...shared import __version__
     from ...shared.stream import records
+    from .. import readers
     from . import fingerprint
 
     h = hashlib.sha256()
@@ -164,7 +164,9 @@ def write_index(
     }
     body = _pack_body(meta, arrays)
     name = label_index_name(snapshot.name, lineage)
-    _write_atomic(name, _HEAD.pack(MAGIC, INDEX_VERSION, 0, len(body), hashlib.sha256(body).digest()) + body, snapshot.store)
+    _write_atomic(
+        name, _HEAD.pack(MAGIC, INDEX_VERSION, 0, len(body), hashlib.sha256(body).digest()) + body, snapshot.store
+    )
     return name
 
 
@@ -237,7 +239,9 @@ def read_index(name: str, store: str) -> IndexedSet:
             if not 0 <= offset <= offset + nbytes <= len(body) - base:
                 raise ValueError(f"section {key} out of bounds")
             dt = np.dtype(dtype)
-            arrays[key] = np.frombuffer(body, dtype=dt, count=nbytes // dt.itemsize, offset=base + offset).reshape(shape)
+            arrays[key] = np.frombuffer(body, dtype=dt, count=nbytes // dt.itemsize, offset=base + offset).reshape(
+                shape
+            )
         return IndexedSet(
             name=name, fingerprint=str(meta["fingerprint"]), content=str(meta["content"]), lineage=str(meta["lineage"]),
             names=tuple(str(n) for n in meta["names"]), task=str(meta["task"]), records=int(meta["records"]),

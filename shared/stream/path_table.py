@@ -12,7 +12,7 @@ the buffer is itself a valid packed form. ``table[i]`` decodes one path when ask
 
 from __future__ import annotations
 
-from typing import Iterable
+from collections.abc import Iterable
 
 import numpy as np
 
@@ -37,7 +37,7 @@ class PathTable:
         self.offsets = offsets
 
     @classmethod
-    def from_paths(cls, paths: Iterable[str]) -> "PathTable":
+    def from_paths(cls, paths: Iterable[str]) -> PathTable:
         encoded = [encode_path(p) for p in paths]
         for raw in encoded:
             if _SEP in raw:
@@ -45,7 +45,7 @@ class PathTable:
         return cls.from_packed(b"".join(raw + _SEP for raw in encoded))
 
     @classmethod
-    def from_packed(cls, data: bytes) -> "PathTable":
+    def from_packed(cls, data: bytes) -> PathTable:
         """From NUL-terminated paths back to back (``page``'s bytes, or several pages joined)."""
         if data and not data.endswith(_SEP):
             raise ValueError("packed paths must each end with a NUL byte")

@@ -78,14 +78,14 @@ def test_restart_on_unchanged_files_reads_no_label(config, monkeypatch):
 
 def _changed_after_index(config) -> bool:
     """Whether a load after the first one read the dataset again (its index did not vouch)."""
-    data, images, lineage = run.splits(config)["train"]
+    lineage = run.splits(config)["train"][2]
     return label_index.find_trusted(lineage, store=config.store) is None
 
 
 def _indexed(config):
     snap, *_ = load(config)
     snap.close()
-    data, images, lineage = run.splits(config)["train"]
+    lineage = run.splits(config)["train"][2]
     assert label_index.find_trusted(lineage, store=config.store) is not None
 
 
@@ -136,7 +136,8 @@ def test_a_damaged_or_foreign_index_is_ignored(config, monkeypatch, caplog):
     snap.close()
     (name,) = label_indexes(snap.name, config.store)
     path = os.path.join(config.store, name)
-    data = bytearray(open(path, "rb").read())
+    with open(path, "rb") as f:
+        data = bytearray(f.read())
     data[-5] ^= 0xFF
     with open(path, "wb") as f:
         f.write(data)
