@@ -263,6 +263,8 @@ def _budget_left(options: PrepareOptions, train_nbytes: int) -> PrepareOptions:
 
 def _info(snap, *, content: str, reused: bool, seconds: float, classes: int) -> dict:
     """What the daemon tells about a split's snapshot (status, attach)."""
+    from ..snapshot.handle import label_indexes
+
     log.info(
         "snapshot %s %s (%d records, %.1f s)", snap.name, "re-attached" if reused else "prepared", len(snap), seconds
     )
@@ -272,7 +274,8 @@ def _info(snap, *, content: str, reused: bool, seconds: float, classes: int) -> 
         "content": content,
         "reused": bool(reused),
         "prepare_s": round(float(seconds), 3),
-        "segments": list(snap.segment_names),
+        # Its label indexes too: bytes the store retains for it (invariant 8), removed with it.
+        "segments": [*snap.segment_names, *label_indexes(snap.name, snap.store)],
         "dtype": snap.dtype,
         "store": snap.store,
         "image_bytes": int(nbytes["img"]),
