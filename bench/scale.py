@@ -32,6 +32,7 @@ import argparse
 import json
 import multiprocessing as mp
 import os
+import shlex
 import shutil
 import signal
 import statistics
@@ -311,7 +312,7 @@ def main(argv=None) -> int:
     parser.add_argument("--label", default="measured", help="the block's name in the --write file (before, after)")
     parser.add_argument("--write", default=None, help="a markdown file to write the table into")
     args = parser.parse_args(argv)
-    command = "python bench/scale.py " + " ".join(argv if argv is not None else sys.argv[1:])
+    command = "python bench/scale.py " + shlex.join(argv if argv is not None else sys.argv[1:])
     r = run(args)
     print(json.dumps(r, indent=2))
     block = table(r, args.label, command)
