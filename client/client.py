@@ -58,7 +58,7 @@ import logging
 import os
 import socket as _socket
 import time
-from typing import Any, Iterator
+from typing import Any, Iterator, Sequence
 
 import zmq
 
@@ -164,7 +164,7 @@ class Client:
         # image file name (``records`` requests right after attach, before any batch flows).
         self.fetch_files = fetch_files
         self.names: list[str] = []
-        self.files: list[str] = []
+        self.files: Sequence[str] = ()  # a PathTable once fetched
         self.num_records = 0
         self.layout = None
         # The daemon's dataset's task (``attached``): what the target rows carry beyond boxes.

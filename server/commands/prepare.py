@@ -12,6 +12,7 @@ import dataclasses
 import json
 import os
 import sys
+import time
 
 from ...shared.cli.flags import add_fields, from_args
 from ...shared.stream.config import DaemonConfig, PrepareOptions
@@ -37,6 +38,7 @@ def run(args: argparse.Namespace) -> int:
     # stays until `pixpool clean` (keep_snapshot): that is its purpose.
     config = from_args(DaemonConfig, args)
     options = config.prepare_options(keep_snapshot=True)
+    started_ns = time.time_ns()
     dataset, stats = read_dataset(
         config.data,
         config.images,
@@ -44,17 +46,16 @@ def run(args: argparse.Namespace) -> int:
         allow_unlabelled=options.allow_unlabelled,
         task=options.task,
     )
+    lineage = lineage_of(config.data, config.images, options.imgsz, options.dtype, options.task)
     try:
         result = prepare_snapshot(
-            dataset,
-            options,
-            progress=not (args.json or args.no_progress) and sys.stderr.isatty(),
-            lineage=lineage_of(config.data, config.images, options.imgsz, options.dtype, options.task),
+            dataset, options, progress=not (args.json or args.no_progress) and sys.stderr.isatty(), lineage=lineage
         )
     except PreparationTerminated:
         print("pixpool prepare: terminated (SIGTERM); no snapshot was left behind", file=sys.stderr)
         return 143
     snap = result.snapshot
+    _write_label_index(snap, dataset, stats, lineage=lineage, imgsz=options.imgsz, read_started_ns=started_ns)
     try:
         if args.json:
             print(json.dumps({**result.as_dict(), "dataset": stats.as_dict()}))
@@ -74,3 +75,19 @@ def run(args: argparse.Namespace) -> int:
         return 0
     finally:
         snap.close()
+
+
+def _write_label_index(snap, dataset, stats, *, lineage: str, imgsz: int, read_started_ns: int) -> None:
+    """The label index beside the snapshot, so that a daemon started on the unchanged files
+    re-attaches it without reading a label (``snapshot/label_index.py``); a store that cannot
+    hold it costs that daemon a full read, nothing more."""
+    import logging
+
+    from ..snapshot import label_index
+    from ..snapshot.fingerprint import content_fingerprint
+
+    content = snap.fingerprint if snap.dtype == "float32" else content_fingerprint(dataset, imgsz=imgsz)
+    try:
+        label_index.write_index(snap, dataset, stats, lineage=lineage, content=content, read_started_ns=read_started_ns)
+    except OSError as exc:
+        logging.getLogger(__name__).warning("no label index written beside %s: %s", snap.name, exc)

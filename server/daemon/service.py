@@ -41,6 +41,7 @@ import zmq
 from ...shared.errors import ConfigError, DaemonStopped, NotAuthorized, PixpoolError, ProtocolError
 from ...shared.stream import protocol as proto
 from ...shared.stream.config import DaemonConfig, StreamSettings
+from ...shared.stream.path_table import PathTable
 from ...shared.stream.protocol import Op
 from ...shared.transport.procmem import pid_namespace
 from ...shared.transport.spawn import spawn_context
@@ -87,8 +88,10 @@ class Daemon:
         self.renderer = _renderer.load(renderer)
         self.split_info = dict(snapshot_info or {}) if per_split else {"train": dict(snapshot_info or {})}
         self.snapshot_info = self.split_info.get("train", {})
-        self.files = {k: list(v) for k, v in dict(files).items()} if per_split else {"train": list(files)}
-        self.names = list(names)  # what trainers call their classes; files: their samples, per split
+        # What trainers call their classes; files: their samples' image paths, per split, each
+        # split's in one PathTable (a COCO-sized set's 118k paths as one buffer, not 118k strings).
+        self.files = {k: _table(v) for k, v in dict(files).items()} if per_split else {"train": _table(files)}
+        self.names = list(names)
         self.store = check_store(config.store)  # where the rings go (the snapshot's handle knows its own)
         self.ring_budget_nbytes = config.max_total_ring_nbytes or admission.default_ring_budget(self.store)
         # Snapshots' bytes (a source that is no Snapshot counts 0); one snapshot serving both
@@ -271,8 +274,14 @@ class Daemon:
         start = msg["start"]
         if files is None or not 0 <= start <= len(files):
             raise ProtocolError(f"records from {start} of split {split!r}: the daemon serves {sorted(self.files)}")
-        page = files[start : start + proto.RECORDS_PAGE]
-        reply = proto.encode_reply(Op.RECORDS, start=start, total=len(files), files=page, names=self.names)
+        if msg.get("packed"):
+            packed, count = files.page(start, proto.RECORDS_PAGE_BYTES)
+            reply = proto.encode_reply(
+                Op.RECORDS, start=start, total=len(files), files=[], names=self.names, packed=packed, count=count
+            )
+        else:  # a trainer of an earlier release: names in a list, RECORDS_PAGE at a time
+            page = [files[i] for i in range(start, min(len(files), start + proto.RECORDS_PAGE))]
+            reply = proto.encode_reply(Op.RECORDS, start=start, total=len(files), files=page, names=self.names)
         delivery.send(sock, req.identity, reply)
 
     # -- requests of an attached trainer --------------------------------------------------------
@@ -518,6 +527,11 @@ class Daemon:
 
 # op -> handler: every request is handled by exactly one entry of these two tables
 # (``tests/unit/test_protocol.py`` checks they cover ``protocol.REQUESTS``).
+def _table(files) -> PathTable:
+    """A split's image paths as a PathTable (a list or tuple of paths is packed once)."""
+    return files if isinstance(files, PathTable) else PathTable.from_paths(files)
+
+
 _OPEN_REQUESTS: dict[Op, Callable[[Daemon, zmq.Socket, intake.Request, dict], None]] = {
     Op.ATTACH: Daemon._on_attach,
     Op.STATUS: Daemon._on_status,

@@ -28,7 +28,9 @@ other tasks leave ``kpt_shape`` and ``flip_idx`` None whatever the yaml says.
 
 Paths are made absolute without resolving symlinks (labels are found beside the path as
 given). Records are sorted by image path; duplicates (an image listed twice) are kept.
-``Dataset.source_files``: the yaml, every ``.txt`` list, and every label file that exists.
+``Dataset.source_files``: the yaml, every ``.txt`` list, and every label file that exists;
+``Dataset.absent_files``: every label file looked for and missing (and a ``../`` entry's first
+try); ``Dataset.listed_dirs``: every folder searched for images.
 """
 
 from __future__ import annotations
@@ -64,8 +66,45 @@ def label_path_for(image_path: str | os.PathLike) -> Path:
     )
 
 
-def _images_in(folder: Path) -> list[Path]:
-    return [p for p in folder.rglob("*") if p.suffix.lower() in IMAGE_SUFFIXES and p.is_file()]
+def _suffix(name: str) -> str:
+    """``PurePath(name).suffix``, without making a Path of every one of 100k names."""
+    i = name.rfind(".")
+    return name[i:] if 0 < i < len(name) - 1 else ""
+
+
+def _images_in(folder: Path, dirs: list[str] | None = None) -> list[Path]:
+    """Every image file under ``folder``, as ``folder.rglob("*")`` filtered by suffix and
+    ``is_file()`` finds them (symlinked folders are not entered, a folder that cannot be read
+    is skipped), with one ``scandir`` per folder. Each folder looked into is appended to
+    ``dirs``: its listing is part of what the dataset depends on (``Dataset.listed_dirs``)."""
+    found = []
+    stack = [str(folder)]
+    while stack:
+        d = stack.pop()
+        if dirs is not None:
+            dirs.append(d)
+        try:
+            with os.scandir(d) as it:
+                entries = list(it)
+        except PermissionError:
+            continue
+        for entry in entries:
+            try:
+                if entry.is_dir(follow_symlinks=False):
+                    stack.append(entry.path)
+                    continue
+            except OSError:
+                continue
+            if _suffix(entry.name).lower() in IMAGE_SUFFIXES and _is_file(entry):
+                found.append(Path(entry.path))
+    return found
+
+
+def _is_file(entry: os.DirEntry) -> bool:
+    try:
+        return entry.is_file()  # follows a symlink, as Path.is_file does
+    except OSError:
+        return False
 
 
 def _images_from_list(list_path: Path) -> list[Path]:
@@ -118,11 +157,15 @@ def _split_entries(raw, yaml_path: Path, split: str) -> list[str]:
     return entries
 
 
-def _resolve_entry(entry: str, root: Path, yaml_path: Path, split: str = "train") -> Path:
+def _resolve_entry(
+    entry: str, root: Path, yaml_path: Path, split: str = "train", absent: list[str] | None = None
+) -> Path:
     path = Path(entry)
     if not path.is_absolute():
         path = root / path
         if not path.exists() and entry.startswith("../"):
+            if absent is not None:  # were it to appear, the entry would resolve to it instead
+                absent.append(os.path.abspath(path))
             path = root / entry[3:]
     path = Path(os.path.abspath(path))
     if not path.exists():
@@ -216,6 +259,8 @@ def _finish(
     task: str = "detect",
     kpt_shape: tuple[int, int] | None = None,
     flip_idx: tuple[int, ...] | None = None,
+    absent: list[str] = (),
+    dirs: list[str] = (),
 ) -> tuple[Dataset, ReaderStats]:
     stats = ReaderStats(
         records=len(records),
@@ -228,8 +273,9 @@ def _finish(
     logger.debug("%s: %s", origin, stats)
     files = tuple(sorted(set(source_files)))
     dataset = Dataset(
-        records=tuple(records), names=names, source_files=files, task=task, kpt_shape=kpt_shape, flip_idx=flip_idx
-    )
+        records=tuple(records), names=names, source_files=files, task=task, kpt_shape=kpt_shape, flip_idx=flip_idx,
+        absent_files=tuple(sorted({*absent, *map(str, missing)})), listed_dirs=tuple(sorted(set(dirs))),
+    )  # fmt: skip
     return dataset, stats
 
 
@@ -291,10 +337,12 @@ def read_yolo_yaml(
         root = Path(os.path.abspath(root / str(data["path"])))  # an absolute 'path' replaces root
     source_files = [str(yaml_path)]
     images: list[Path] = []
+    absent: list[str] = []
+    dirs: list[str] = []
     for entry in _split_entries(data[split], yaml_path, split):
-        path = _resolve_entry(entry, root, yaml_path, split)
+        path = _resolve_entry(entry, root, yaml_path, split, absent)
         if path.is_dir():
-            found = _images_in(path)
+            found = _images_in(path, dirs)
         elif path.suffix.lower() == ".txt":
             found = _images_from_list(path)
             source_files.append(str(path))
@@ -319,6 +367,8 @@ def read_yolo_yaml(
         task=task,
         kpt_shape=kpt_shape if task == "pose" else None,
         flip_idx=flip_idx,
+        absent=absent,
+        dirs=dirs,
     )
 
 
@@ -336,7 +386,8 @@ def read_yolo_folder(folder: str | os.PathLike, *, task: str = "detect") -> tupl
         )
     if not folder.is_dir():
         raise MissingFileError("images folder does not exist", path=str(folder))
-    images = _images_in(folder)
+    dirs: list[str] = []
+    images = _images_in(folder, dirs)
     if not images:
         raise DatasetError(f"no images ({' '.join(sorted(IMAGE_SUFFIXES))}) in the folder", path=str(folder))
     label_path_for(images[0])  # fails early, naming the folder's layout problem
@@ -344,4 +395,4 @@ def read_yolo_folder(folder: str | os.PathLike, *, task: str = "detect") -> tupl
     records, dropped, missing = _read_images(images, None, source_files, task=task)
     top = max((int(r.classes.max()) for r in records if r.num_instances), default=-1)
     names = tuple(str(i) for i in range(top + 1))
-    return _finish(records, names, source_files, dropped, missing, folder, task=task)
+    return _finish(records, names, source_files, dropped, missing, folder, task=task, dirs=dirs)

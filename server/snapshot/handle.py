@@ -35,6 +35,23 @@ log = logging.getLogger(__name__)
 PARTS = SNAPSHOT_PARTS
 
 
+def label_indexes(base: str, store: str | None = None) -> list[str]:
+    """The label index files beside snapshot ``base`` in ``store`` (``label_index.py``)."""
+    head = f"{base}-"
+    out = []
+    for seg in list_segments(store):
+        if seg.startswith(head):
+            parsed = parse(seg)
+            if parsed is not None and parsed.group == base and parsed.part not in PARTS:
+                out.append(seg)
+    return out
+
+
+def unit_names(base: str, store: str | None = None) -> list[str]:
+    """Every file of snapshot ``base`` that goes as one unit: its three segments and its label indexes."""
+    return [*snapshot_parts(base).values(), *label_indexes(base, store)]
+
+
 def read_header(meta_name: str, store: str | None = None) -> layout.Header:
     """Header of a ``meta`` segment read with a plain file read (no mapping); SnapshotError if unreadable."""
     try:
@@ -311,9 +328,9 @@ class Snapshot:
         self._unlink_parts()
 
     def _unlink_parts(self) -> None:
-        for part in PARTS:
+        for name in unit_names(self.name, self.store):
             try:
-                os.unlink(shm_path(self._parts[part], self.store))
+                os.unlink(shm_path(name, self.store))
             except FileNotFoundError:
                 pass
 
@@ -343,7 +360,7 @@ class Snapshot:
         # This process is leaving: its holds go now, even where views handed out keep a
         # mapping alive (those stay valid: an unlinked file lives on while mapped).
         self.close(let_go=True)
-        outcome = remove_unused(self.segment_names, self.store)
+        outcome = remove_unused(unit_names(self.name, self.store), self.store)
         if outcome == "in use":
             log.info("snapshot %s kept: another process still maps it (the last of them removes it)", self.name)
         else:
@@ -369,7 +386,7 @@ class SnapshotInfo:
     """What ``pixpool ls`` shows of one snapshot (from the header and the segment files)."""
 
     name: str
-    parts: dict  # part -> bytes, for the parts present
+    parts: dict  # part -> bytes, for the parts present (label indexes included: ``lix<8 hex>``)
     header: layout.Header | None  # None where the meta segment is missing or unreadable
     complete: bool
 
@@ -404,7 +421,10 @@ def list_snapshots(*, uid: int | None = None, store: str | None = None) -> list[
             except SnapshotError:
                 header = None
         complete = (
-            header is not None and header.magic == layout.MAGIC and header.is_complete and len(parts) == len(PARTS)
+            header is not None
+            and header.magic == layout.MAGIC
+            and header.is_complete
+            and all(p in parts for p in PARTS)
         )
         infos.append(SnapshotInfo(base, parts, header, complete))
     return infos

@@ -17,7 +17,7 @@ from ...shared.errors import SnapshotError, UntrustedSegmentError
 from ...shared.transport.holds import holds_of, remove_unused
 from ...shared.transport.names import shm_path
 from ...shared.transport.shm import check_trusted
-from .handle import Snapshot, check_header, list_snapshots, read_header
+from .handle import Snapshot, check_header, label_indexes, list_snapshots, read_header, unit_names
 
 log = logging.getLogger(__name__)
 
@@ -49,7 +49,7 @@ def existing_snapshot(base: str, names: dict[str, str], *, store: str | None = N
     # Held: a live process (in any PID namespace) prepares it; unheld: its preparation was
     # killed. The removal decides again, atomically, in case a preparation just began.
     held = any((h := holds_of(n, store)) is not None and h.in_use for n in present)
-    if held or remove_unused(present, store) == "in use":
+    if held or remove_unused([*present, *label_indexes(base, store)], store) == "in use":
         raise BeingPrepared(
             f"snapshot {base!r} is being prepared by live process(es) {_holders(present, store)}"
             f"{f' (creator pid {header.creator_pid})' if header is not None else ''}: "
@@ -79,7 +79,7 @@ def remove_superseded(lineage: str, *, keep: str, store: str | None = None) -> l
         if info.name == keep or not info.complete or info.header.lineage != lineage:
             continue
         # Held by a process anywhere (a daemon in another container serving it): it stays.
-        if remove_unused(Snapshot(info.name, _lazy=True).segment_names, store) != "removed":
+        if remove_unused(unit_names(info.name, store), store) != "removed":
             continue
         log.info("removed snapshot %s: superseded by %s (same dataset and imgsz, changed inputs)", info.name, keep)
         removed.append(info.name)

@@ -63,6 +63,7 @@ __all__ = [
     "PIPE",
     "PROTOCOL_VERSION",
     "RECORDS_PAGE",
+    "RECORDS_PAGE_BYTES",
     "REPLIES",
     "REQUESTS",
     "REQUEST_OPS",
@@ -103,6 +104,9 @@ MAX_REQUEST_BYTES = MAX_FRAME_BYTES
 MAX_REPLY_BYTES = 4 * 1024 * 1024
 # A ``records`` reply carries at most this many file names (it stays far below MAX_REPLY_BYTES).
 RECORDS_PAGE = 2000
+# ... or, asked ``packed``, the names as one byte string of at most this many bytes (NUL-terminated
+# paths, ``shared/stream/path_table.py``): 100k names of 50 bytes come in 3 replies, not 50.
+RECORDS_PAGE_BYTES = 1 << 20
 _INT_LIMIT = 1 << 62
 # Longest host name a trainer may report: DNS names are at most 253 characters.
 MAX_HOST_CHARS = 255
@@ -269,6 +273,11 @@ REQUESTS: dict[Op, Message] = {
         {
             "start": _count("the first record of the page"),
             "split": _str("the split (default ``train``)", choices=SPLITS, optional=True),
+            "packed": Field(
+                (bool,),
+                f"send the names as one byte string (``packed``, at most {RECORDS_PAGE_BYTES} bytes) instead of a list",
+                optional=True,
+            ),
         },
     ),
 }
@@ -367,8 +376,14 @@ REPLIES: dict[Op, Message] = {
         {
             "start": _int("the first record of the page"),
             "total": _int("the split's record count"),
-            "files": _list(f"the image file names of records ``start`` .. (at most {RECORDS_PAGE})"),
+            "files": _list(f"the image file names of records ``start`` .. (at most {RECORDS_PAGE}); empty when packed"),
             "names": _list("the class names"),
+            "packed": Field(
+                (bytes,),
+                "asked ``packed``: the names of records ``start`` .. as NUL-terminated UTF-8 (surrogateescape) paths",
+                optional=True,
+            ),
+            "count": _int("asked ``packed``: how many names ``packed`` holds", optional=True),
         },
     ),
     Op.ERROR: Message(

@@ -75,6 +75,11 @@ class Dataset:
     ``source_files`` lists every file the dataset was read from (annotation json, label
     files, data.yaml), for the record; the snapshot fingerprint hashes the resolved
     records and names instead of these files' text (``server/snapshot/fingerprint.py``).
+    ``absent_files``: files the reader looked for and did not find (a YOLO image's missing
+    label file), whose appearing would change the dataset; ``listed_dirs``: every folder whose
+    listing the reader took (a YOLO images folder and its subfolders), whose entries changing
+    would. Together with the images these are what the label index beside a snapshot checks
+    on a restart (``server/snapshot/label_index.py``).
 
     Checked when made (ValueError): the task is known; pose has a ``kpt_shape`` (K >= 1, D 2 or
     3), every record's keypoints are (n, K, 3), and ``flip_idx``, when given, is a permutation of
@@ -87,6 +92,8 @@ class Dataset:
     task: str = "detect"
     kpt_shape: tuple[int, int] | None = None
     flip_idx: tuple[int, ...] | None = None
+    absent_files: tuple[str, ...] = ()
+    listed_dirs: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         from .config import TASKS  # config imports nothing of this module; kept local all the same

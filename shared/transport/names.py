@@ -12,7 +12,8 @@ real owner and mode before mapping anything.
 
 - A snapshot is three segments ``pixpool-u<uid>-snap-<fp16>-<part>`` (part meta, img,
   tgt) that share the base name ``pixpool-u<uid>-snap-<fp16>``, derived from the input
-  fingerprint (computable by anyone who can read the dataset: hence the owner check).
+  fingerprint (computable by anyone who can read the dataset: hence the owner check), and
+  any label indexes beside them (part ``lix<8 hex>``, a plain file each).
 - A batch ring is ``pixpool-u<uid>-ring-<daemon pid>-<random hex>``: the pid is for people
   to read (it is the daemon's pid in its own PID namespace, PID 1 in every container) and
   decides nothing: whether the ring's daemon is alive, or anyone uses the ring, is told by
@@ -34,6 +35,11 @@ DEFAULT_STORE = "/dev/shm"
 
 # Snapshot segments: one header+index segment, one image arena, one target segment.
 SNAPSHOT_PARTS = ("meta", "img", "tgt")
+# Beside them, none or more label indexes (``server/snapshot/label_index.py``): files named
+# ``<base>-lix<first 8 hex of a lineage>``, one per dataset spelling the snapshot serves. They
+# belong to the snapshot's unit: ``clean`` and ``Snapshot.release`` remove them with it.
+LABEL_INDEX_PART = "lix"
+_LINEAGE_HEX_DIGITS = 8
 # Random hex digits in a ring name: 64 bits, far beyond guessing.
 RING_TOKEN_HEX_DIGITS = 16
 
@@ -56,6 +62,25 @@ def snapshot_parts(base: str) -> dict[str, str]:
     if parsed is None or parsed.kind != "snapshot":
         raise ValueError(f"not a snapshot base name: {base!r} (expected {PREFIX}-u<uid>-snap-<fingerprint>)")
     return {part: f"{base}-{part}" for part in SNAPSHOT_PARTS}
+
+
+def label_index_part(lineage: str) -> str:
+    """The part name of the label index of ``lineage`` (``fingerprint.lineage_of``, hex)."""
+    key = lineage[:_LINEAGE_HEX_DIGITS]
+    if len(key) != _LINEAGE_HEX_DIGITS or not _is_hex(key):
+        raise ValueError(f"invalid lineage {lineage!r}: {_LINEAGE_HEX_DIGITS}+ hex digits expected")
+    return LABEL_INDEX_PART + key
+
+
+def label_index_name(base: str, lineage: str) -> str:
+    """``<snapshot base>-lix<8 hex>``: the label index of ``lineage`` beside snapshot ``base``."""
+    snapshot_parts(base)  # refuses what is no snapshot base name
+    return f"{base}-{label_index_part(lineage)}"
+
+
+def _is_label_index_part(part: str) -> bool:
+    key = part[len(LABEL_INDEX_PART) :]
+    return part.startswith(LABEL_INDEX_PART) and len(key) == _LINEAGE_HEX_DIGITS and _is_hex(key)
 
 
 def ring_segment(daemon_pid: int, token: str, *, uid: int | None = None) -> str:
@@ -105,7 +130,7 @@ def parse(name: str) -> SegmentName | None:
     kind, _, rest = rest.partition("-")
     if kind == "snap":
         key, _, part = rest.partition("-")
-        if part in SNAPSHOT_PARTS and key and _is_hex(key):
+        if (part in SNAPSHOT_PARTS or _is_label_index_part(part)) and key and _is_hex(key):
             return SegmentName(name, "snapshot", name[: -len(part) - 1], int(uid), part=part)
     elif kind == "ring":
         pid, _, token = rest.partition("-")

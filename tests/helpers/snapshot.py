@@ -64,5 +64,8 @@ def created_by_me(before: set[str], store: str | None = None) -> list[str]:
 
 
 def remove_snapshot(base: str, store: str | None = None) -> None:
-    for seg in parts_of_base(base).values():
+    """Every file of snapshot ``base``: its segments and any label index beside them."""
+    from pixpool.server.snapshot.handle import unit_names
+
+    for seg in unit_names(base, store):
         unlink_segment(seg, store)

@@ -134,3 +134,22 @@ def test_one_client_cannot_take_every_session(synthetic_data, tmp_path, peers):
         b = peers(tcp, other)
         assert _ask(b, _attach_frame())["op"] == "attached", "another key was starved by the first one's sessions"
         assert len(ask_status(d)["trainers"]) == 5
+
+
+def test_records_come_packed_or_as_lists_alike(synthetic_data, peers):
+    # A trainer of this release asks ``packed`` (one byte string per reply); one of an earlier
+    # release asks without it and gets lists of names: both name the same files in order.
+    from pixpool.server.readers import load_dataset
+    from pixpool.shared.stream.path_table import PathTable
+
+    want = [r.image_path for r in load_dataset(synthetic_data.coco_json).records]
+    with real_daemon(synthetic_data.coco_json, imgsz=IMGSZ, workers=1) as (_, d):
+        sock = peers(f"ipc://{d}/daemon.sock")
+        listed = _ask(sock, raw_frame("records", start=0))
+        assert listed["files"] == want and listed["total"] == len(want) and "packed" not in listed
+        packed = _ask(sock, raw_frame("records", start=0, packed=True))
+        assert packed["files"] == [] and packed["count"] == len(want)
+        assert PathTable.from_packed(packed["packed"]).tolist() == want
+        tail = _ask(sock, raw_frame("records", start=len(want) - 1, packed=True))
+        assert tail["count"] == 1 and PathTable.from_packed(tail["packed"]).tolist() == want[-1:]
+        assert _ask(sock, raw_frame("records", start=0, packed="yes"))["field"] == "packed"

@@ -206,17 +206,27 @@ def test_coco_reader_prints_nothing(synthetic_data, capsys):
     assert capsys.readouterr().out == ""
 
 
+def _read_splits(config) -> dict:
+    """Every split the daemon would serve, read in full as it reads them (no snapshot)."""
+    from pixpool.server.daemon.run import read_split, splits
+
+    warned: set = set()
+    out = {}
+    for split, (data, images, _) in splits(config).items():
+        out[split] = read_split(config, data, images, split, warned=warned, train_names=None)
+    return out
+
+
 def _label_warnings(caplog) -> list[str]:
     return [r.getMessage() for r in caplog.records if "no label file" in r.getMessage()]
 
 
 def test_images_without_labels_are_warned_once_when_val_is_the_train_folder(synthetic_copy, caplog):
     # The synthetic data.yaml (the demo's) serves its train: folder as val: too; image 9 has no label file.
-    from pixpool.server.daemon.run import _datasets
     from pixpool.shared.stream.config import DaemonConfig
 
     caplog.set_level(logging.WARNING, logger="pixpool.server.readers")
-    assert set(_datasets(DaemonConfig(data=str(synthetic_copy / "data.yaml")))) == {"train", "val"}
+    assert set(_read_splits(DaemonConfig(data=str(synthetic_copy / "data.yaml")))) == {"train", "val"}
     warned = _label_warnings(caplog)
     assert len(warned) == 1, warned
     assert "1 of 24 images have no label file" in warned[0] and "labels/train/synth_0009.txt" in warned[0]
@@ -225,7 +235,6 @@ def test_images_without_labels_are_warned_once_when_val_is_the_train_folder(synt
 def test_a_val_folder_missing_other_labels_is_warned_about_too(synthetic_copy, caplog):
     import shutil
 
-    from pixpool.server.daemon.run import _datasets
     from pixpool.shared.stream.config import DaemonConfig
 
     shutil.copytree(synthetic_copy / "images" / "train", synthetic_copy / "images" / "val")
@@ -234,7 +243,7 @@ def test_a_val_folder_missing_other_labels_is_warned_about_too(synthetic_copy, c
     yaml_path = synthetic_copy / "data.yaml"
     yaml_path.write_text(yaml_path.read_text().replace("val: images/train", "val: images/val"))
     caplog.set_level(logging.WARNING, logger="pixpool.server.readers")
-    _datasets(DaemonConfig(data=str(yaml_path)))
+    _read_splits(DaemonConfig(data=str(yaml_path)))
     warned = _label_warnings(caplog)
     assert len(warned) == 2, warned
     assert "1 of 24" in warned[0] and "labels/train/synth_0009.txt" in warned[0]
