@@ -300,8 +300,8 @@ def test_second_daemon_on_the_same_socket_dir_is_refused(synthetic_data):
 
 def test_creator_daemon_leaves_a_snapshot_another_process_maps(synthetic_data):
     """The daemon that prepared a snapshot does not pull it from under another user of it."""
+    from helpers.snapshot import remove_snapshot
     from pixpool.server.snapshot.handle import Snapshot
-    from pixpool.shared.transport.shm import unlink_segment
 
     with real_daemon(synthetic_data.coco_json, imgsz=192, workers=1) as (proc, d):
         st = ask_status(d)
@@ -313,8 +313,7 @@ def test_creator_daemon_leaves_a_snapshot_another_process_maps(synthetic_data):
         assert other.checksum()  # still readable
     finally:
         other.close()
-        for name in other.segment_names:  # the test is the last user: it removes the snapshot
-            unlink_segment(name)
+        remove_snapshot(st["snapshot"]["name"])  # the test is the last user: it removes the snapshot and its label index
     assert not set(other.segment_names) & set(list_segments())
 
 
