@@ -91,7 +91,7 @@ def resample_polygons(polygons: tuple[np.ndarray, ...] | list[np.ndarray], point
 
 
 class _Recent:
-    """Resampled targets of recently used records of one source, least recently used dropped first."""
+    """Targets of recently used records of one source, least recently used dropped first."""
 
     def __init__(self) -> None:
         self.entries: OrderedDict[int, tuple[Targets, int]] = OrderedDict()
@@ -105,7 +105,7 @@ class _Recent:
         return hit[0]
 
     def put(self, index: int, targets: Targets) -> None:
-        size = sum(p.nbytes for p in targets.polygons)
+        size = _footprint(targets)
         if size > CACHE_BYTES:
             return
         self.entries[index] = (targets, size)
@@ -115,15 +115,39 @@ class _Recent:
             self.nbytes -= dropped
 
 
+def _footprint(targets: Targets) -> int:
+    """Bytes a cached record holds: its arrays' data and ~100 bytes of object per array (a
+    detect record's arrays are tiny, so the count, not the data, bounds the cache)."""
+    arrays = [targets.classes, targets.boxes, *targets.polygons]
+    if targets.keypoints is not None:
+        arrays.append(targets.keypoints)
+    return sum(a.nbytes for a in arrays) + _ARRAY_OVERHEAD * len(arrays)
+
+
+_ARRAY_OVERHEAD = 100
 _caches: weakref.WeakKeyDictionary[object, dict[int, _Recent]] = weakref.WeakKeyDictionary()
 
 
+def _private(array: np.ndarray | None, dtype, shape: tuple[int, ...] | None = None) -> np.ndarray | None:
+    """A read-only copy of ``array`` owned by this process (never a view of the source's shared
+    memory, which a cached view would keep mapped after the snapshot is let go)."""
+    if array is None:
+        return None
+    out = np.array(array, dtype=dtype, copy=True)
+    if shape is not None:
+        out = out.reshape(shape)
+    out.flags.writeable = False
+    return out
+
+
 def resampled_targets(source, index: int, points: int) -> Targets:
-    """``source.targets(index)`` with its polygons resampled for a task of ``points`` points (0: the
-    targets themselves), from this process's cache when the record was resampled recently."""
-    targets = source.targets(index)
-    if points <= 0:
-        return targets
+    """``source.targets(index)`` with its polygons resampled for a task of ``points`` points (0: as
+    they are), from this process's cache when the record was used recently.
+
+    Every route fetches a record's targets once per use (four per mosaic), and a snapshot's
+    ``targets`` builds a view per polygon each time; the cache keeps the record's arrays as
+    process-private read-only copies instead (the same values and dtypes), so a record used again
+    costs a dictionary lookup. A source that cannot be weakly referenced is read every time."""
     try:
         per_source = _caches.setdefault(source, {})
     except TypeError:  # a source that cannot be weakly referenced: no cache
@@ -132,10 +156,22 @@ def resampled_targets(source, index: int, points: int) -> Targets:
     hit = None if recent is None else recent.get(index)
     if hit is not None:
         return hit
-    polys = resample_polygons(targets.polygons, points) if len(targets.polygons) == len(targets.classes) else []
-    for p in polys:
-        p.flags.writeable = False  # shared by every later use of the record in this process
-    out = Targets(targets.classes, targets.boxes, tuple(polys) if polys else targets.polygons, targets.keypoints)
+    targets = source.targets(index)
+    if recent is None and points <= 0:
+        return targets
+    n = len(targets.classes)
+    if len(targets.polygons) == n and points > 0:
+        polys = resample_polygons(targets.polygons, points)
+    elif any(len(p) for p in targets.polygons):
+        polys = list(targets.polygons)
+    else:
+        polys = []  # no vertex anywhere: the route treats no polygons and n empty ones alike
+    out = Targets(
+        _private(targets.classes, np.int32, (-1,)),
+        _private(targets.boxes, np.float32, (-1, 4)),
+        tuple(_private(p, np.float32) for p in polys),
+        _private(targets.keypoints, np.float32),
+    )
     if recent is not None:
         recent.put(index, out)
     return out
