@@ -121,7 +121,8 @@ class Labels:
         else:
             out_points = np.zeros((0, 2), np.float32)
         offsets = np.zeros(len(lengths) + 1, dtype=np.int64)
-        np.cumsum(lengths, out=offsets[1:])
+        if points_nm:  # else every length is 0 (detect records): the zeros are the offsets
+            np.cumsum(lengths, out=offsets[1:])
         out_keypoints = None if any(k is None for k in keypoints) else np.concatenate(keypoints)
         return cls(np.concatenate(classes), out_boxes, out_points, offsets, out_keypoints)
 
