@@ -169,14 +169,16 @@ class Labels:
     def clip(self, width: float, height: float) -> "Labels":
         """Boxes, polygon vertices and keypoints clipped to [0, width] x [0, height]; a keypoint
         outside it gets visibility 0 first."""
-        hi = np.array([width, height, width, height], dtype=np.float32)
         keypoints = None if self.keypoints is None else clip_keypoints(self.keypoints, width, height)
-        if not len(self.points):
-            points = self.points  # nothing to clip (and the arrays are only ever read)
-        elif width == height:  # the route's canvases are square: a scalar bound is the fast loop
-            points = np.clip(self.points, 0, np.float32(width))
-        else:
-            points = np.clip(self.points, 0, hi[:2])
+        if width == height:
+            # The route's canvases are square: a float32 scalar bound, the fast loop, and the
+            # same float32 max-then-min per element as the (4,) bound below.
+            hi = np.float32(width)
+            points = np.clip(self.points, 0, hi) if len(self.points) else self.points
+            return Labels(self.classes, np.clip(self.boxes, 0, hi), points, self.offsets, keypoints)
+        hi = np.array([width, height, width, height], dtype=np.float32)
+        # no points: nothing to clip (and the arrays are only ever read)
+        points = np.clip(self.points, 0, hi[:2]) if len(self.points) else self.points
         return Labels(self.classes, np.clip(self.boxes, 0, hi), points, self.offsets, keypoints)
 
     @staticmethod
