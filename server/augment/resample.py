@@ -16,9 +16,11 @@ The positions along the outline depend only on (closed length, count), so they a
 once per pair (a small cache) and every polygon of a record is interpolated in one gather.
 
 A record's resampled polygons are a pure function of its polygons, so each process keeps
-the most recently used ones (``resampled_targets``, up to ``CACHE_BYTES`` per source): a record
-used again (a mosaic partner, the next epoch) is not resampled again. The cache holds new
-arrays of this process only; the source's (shared-memory) arrays are only read.
+the most recently used records' targets (``resampled_targets``, up to ``CACHE_BYTES`` per source
+and task, every task, detect and pose too): a record used again (a mosaic partner, the next
+epoch) is neither fetched nor resampled again. The cache holds read-only copies owned by this
+process (classes, boxes, polygons, keypoints; the same values and dtypes as the source's), never a
+view of the source's shared memory, which would keep a released snapshot mapped.
 """
 
 from __future__ import annotations
@@ -34,7 +36,7 @@ from ...shared.stream.records import Targets
 SEGMENT_POINTS = 1000
 OBB_POINTS = 100
 MIN_VERTICES = 3  # fewer vertices count as no polygon (``labels.py``), and are not resampled
-CACHE_BYTES = 64 << 20  # per source and process: coco128's segment polygons take ~8 MB
+CACHE_BYTES = 64 << 20  # per source, task and process: coco128's segment polygons take ~8 MB
 
 
 def points_for(task: str) -> int:
