@@ -23,6 +23,13 @@ import numpy as np
 from ...shared.stream.config import AugmentConfig
 
 
+def uniform(rng: np.random.Generator, low: float, high: float) -> float:
+    """``rng.uniform(low, high)`` for one scalar, at half its call cost: numpy's uniform is
+    ``low + (high - low) * next_double`` in double (one draw), which is this expression; the same
+    value and the same stream position (tests/unit/test_augment_draws.py compares them)."""
+    return low + (high - low) * rng.random()
+
+
 def draw_matrix(
     rng: np.random.Generator, cfg: AugmentConfig, canvas_hw: tuple[int, int], out_size: int
 ) -> tuple[np.ndarray, float]:
@@ -31,19 +38,19 @@ def draw_matrix(
     # Each factor built from one nested list (np.eye plus item writes cost several times
     # more per sample); the same float64 values, multiplied by the same matmuls.
     c = np.array(((1.0, 0.0, -width / 2), (0.0, 1.0, -height / 2), (0.0, 0.0, 1.0)))
-    px = rng.uniform(-cfg.perspective, cfg.perspective)
-    py = rng.uniform(-cfg.perspective, cfg.perspective)
+    px = uniform(rng, -cfg.perspective, cfg.perspective)
+    py = uniform(rng, -cfg.perspective, cfg.perspective)
     p = np.array(((1.0, 0.0, 0.0), (0.0, 1.0, 0.0), (px, py, 1.0)))
-    angle_deg = rng.uniform(-cfg.degrees, cfg.degrees)
-    scale = rng.uniform(1 - cfg.scale, 1 + cfg.scale)
+    angle_deg = uniform(rng, -cfg.degrees, cfg.degrees)
+    scale = uniform(rng, 1 - cfg.scale, 1 + cfg.scale)
     a = math.radians(angle_deg)
     cos_s, sin_s = math.cos(a) * scale, math.sin(a) * scale
     r = np.array(((cos_s, sin_s, 0.0), (-sin_s, cos_s, 0.0), (0.0, 0.0, 1.0)))
-    shx = math.tan(math.radians(rng.uniform(-cfg.shear, cfg.shear)))
-    shy = math.tan(math.radians(rng.uniform(-cfg.shear, cfg.shear)))
+    shx = math.tan(math.radians(uniform(rng, -cfg.shear, cfg.shear)))
+    shy = math.tan(math.radians(uniform(rng, -cfg.shear, cfg.shear)))
     s = np.array(((1.0, shx, 0.0), (shy, 1.0, 0.0), (0.0, 0.0, 1.0)))
-    tx = rng.uniform(0.5 - cfg.translate, 0.5 + cfg.translate) * out_size
-    ty = rng.uniform(0.5 - cfg.translate, 0.5 + cfg.translate) * out_size
+    tx = uniform(rng, 0.5 - cfg.translate, 0.5 + cfg.translate) * out_size
+    ty = uniform(rng, 0.5 - cfg.translate, 0.5 + cfg.translate) * out_size
     t = np.array(((1.0, 0.0, tx), (0.0, 1.0, ty), (0.0, 0.0, 1.0)))
     return t @ s @ r @ p @ c, scale
 

@@ -116,7 +116,8 @@ def write_image(
     """Render ``pending`` into ``out_chw`` (uint8 (3, S, S) C-contiguous RGB) in one kernel
     pass, with HSV when ``gains`` are given (gains of exactly 1 change nothing and skip it)."""
     clock = _Clock(timings)
-    pending.write(out_chw, None if gains is None or np.all(gains == 1.0) else tables(gains))
+    # gains of exactly 1 (hsv_* all 0): a list compare, a fraction of np.all's call cost per sample
+    pending.write(out_chw, None if gains is None or gains.tolist() == [1.0, 1.0, 1.0] else tables(gains))
     clock.lap("kernel")
 
 
@@ -216,7 +217,7 @@ def _render(
     counts = np.zeros(len(samples), dtype=np.int64)
     floats: list[np.ndarray] | None = [] if keep_float else None
     polygons: list[np.ndarray] | None = [] if segments else None
-    rows: list[np.ndarray] = []
+    rows: list[np.ndarray] = []  # each sample's packed rows, without the batch index
     for i, index in enumerate(samples.tolist()):
         pending = render(source, index, settings, epoch, timings=timings)
         if floats is not None:
@@ -236,17 +237,18 @@ def _render(
                 labels = labels.select(order)
             clock.lap("masks")
         packed = pack(labels, size, task=task, keypoints=keypoints)
-        row = np.empty((len(packed), width), dtype=np.float32)
-        row[:, 0] = start + i
-        row[:, 1:] = packed
-        rows.append(row)
+        rows.append(packed)
         counts[i] = len(packed)
         if polygons is not None and len(labels):
             # Views of one scaled array, as np.split gives, without its per-call overhead.
             scaled = labels.points * np.float32(1.0 / size)
             bounds = labels.offsets.tolist()
             polygons.extend(scaled[a:b] for a, b in zip(bounds[:-1], bounds[1:]))
-    targets = np.concatenate(rows) if rows else np.zeros((0, width), np.float32)
+    # The batch index column and the rows written once per range, not once per sample.
+    targets = np.empty((int(counts.sum()), width), dtype=np.float32)
+    if len(targets):
+        targets[:, 0] = np.repeat(np.arange(start, start + len(samples), dtype=np.float32), counts)
+        np.concatenate(rows, out=targets[:, 1:])
     if instance_planes is not None:
         planes = np.concatenate(instance_planes) if instance_planes else np.zeros((0, side, side), np.uint8)
     return Part(images, targets, counts, samples, floats, polygons, planes)

@@ -87,6 +87,8 @@ class Labels:
         the same arrays, built with one multiply and one add per array instead of per part
         (a mosaic places four records). Elementwise float32 arithmetic, so batching the
         parts changes no bit; the tests compare both."""
+        if not any(t.polygons or t.keypoints is not None for t, *_ in placed):
+            return cls._from_placed_boxes(placed)
         classes, boxes, box_affine, points_nm, point_affine, lengths, keypoints = [], [], [], [], [], [], []
         for targets, width, height, padw, padh in placed:
             n = len(targets.classes)
@@ -121,9 +123,31 @@ class Labels:
         else:
             out_points = np.zeros((0, 2), np.float32)
         offsets = np.zeros(len(lengths) + 1, dtype=np.int64)
-        np.cumsum(lengths, out=offsets[1:])
+        if points_nm:  # else every length is 0 (detect records): the zeros are the offsets
+            np.cumsum(lengths, out=offsets[1:])
         out_keypoints = None if any(k is None for k in keypoints) else np.concatenate(keypoints)
         return cls(np.concatenate(classes), out_boxes, out_points, offsets, out_keypoints)
+
+    @classmethod
+    def _from_placed_boxes(cls, placed: list[tuple[Targets, int, int, float, float]]) -> "Labels":
+        """``from_placed`` where no part has polygons or keypoints (a detect mosaic, its records
+        from ``resample.resampled_targets``): the same boxes by the same float32 multiply and add
+        per element, without the per-part polygon and keypoint bookkeeping."""
+        parts = [p for p in placed if len(p[0].classes)]  # concat drops empty parts
+        if not parts:
+            return cls.empty()
+        classes = np.concatenate([np.asarray(t.classes, dtype=np.int32).reshape(-1) for t, *_ in parts])
+        boxes = np.concatenate([np.asarray(t.boxes, dtype=np.float32).reshape(-1, 4) for t, *_ in parts])
+        if len(parts) == 1:
+            _, width, height, padw, padh = parts[0]
+            boxes *= np.array([width, height, width, height], np.float32)
+            boxes += np.array([padw, padh, padw, padh], np.float32)
+        else:
+            rows = np.array([(w, h, w, h, pw, ph, pw, ph) for _, w, h, pw, ph in parts], np.float32)
+            rows = np.repeat(rows, [len(t.classes) for t, *_ in parts], axis=0)
+            boxes *= rows[:, :4]
+            boxes += rows[:, 4:]
+        return cls(classes, boxes, np.zeros((0, 2), np.float32), np.zeros(len(classes) + 1, np.int64))
 
     @property
     def counts(self) -> np.ndarray:
@@ -168,14 +192,16 @@ class Labels:
     def clip(self, width: float, height: float) -> "Labels":
         """Boxes, polygon vertices and keypoints clipped to [0, width] x [0, height]; a keypoint
         outside it gets visibility 0 first."""
-        hi = np.array([width, height, width, height], dtype=np.float32)
         keypoints = None if self.keypoints is None else clip_keypoints(self.keypoints, width, height)
-        if not len(self.points):
-            points = self.points  # nothing to clip (and the arrays are only ever read)
-        elif width == height:  # the route's canvases are square: a scalar bound is the fast loop
-            points = np.clip(self.points, 0, np.float32(width))
-        else:
-            points = np.clip(self.points, 0, hi[:2])
+        if width == height:
+            # The route's canvases are square: a float32 scalar bound, the fast loop, and the
+            # same float32 max-then-min per element as the (4,) bound below.
+            hi = np.float32(width)
+            points = np.clip(self.points, 0, hi) if len(self.points) else self.points
+            return Labels(self.classes, np.clip(self.boxes, 0, hi), points, self.offsets, keypoints)
+        hi = np.array([width, height, width, height], dtype=np.float32)
+        # no points: nothing to clip (and the arrays are only ever read)
+        points = np.clip(self.points, 0, hi[:2]) if len(self.points) else self.points
         return Labels(self.classes, np.clip(self.boxes, 0, hi), points, self.offsets, keypoints)
 
     @staticmethod
@@ -282,19 +308,24 @@ def transform_labels(
     return Labels(labels.classes, new, points, labels.offsets, keypoints).select(keep)
 
 
+_CORNER_X = np.array([0, 2, 0, 2])
+_CORNER_Y = np.array([1, 3, 3, 1])
+
+
 def _corner_boxes(boxes: np.ndarray, matrix: np.ndarray, perspective: bool) -> np.ndarray:
     """float64 (n, 4) x1, y1, x2, y2 extent of the four corners of float32 (n, 4) ``boxes`` through
     ``matrix``. Each corner goes through exactly the float64 operations of ``_apply`` (corners as
     (n, 4) x and y arrays instead of (4n, 2) points: elementwise, so the same bits); this is the
     per-sample hot path, and a handful of whole-array calls costs less than the reshapes."""
     b = boxes.astype(np.float64)
-    x = b[:, (0, 2, 0, 2)]  # corners (x1, y1), (x2, y2), (x1, y2), (x2, y1)
-    y = b[:, (1, 3, 3, 1)]
-    m = matrix
-    xt = m[0, 0] * x + m[0, 1] * y + m[0, 2]
-    yt = m[1, 0] * x + m[1, 1] * y + m[1, 2]
+    x = b.take(_CORNER_X, axis=1)  # corners (x1, y1), (x2, y2), (x1, y2), (x2, y1)
+    y = b.take(_CORNER_Y, axis=1)
+    # the entries as Python floats: the same float64 products, without an array index per entry
+    (m0, m1, m2), (m3, m4, m5), (m6, m7, m8) = matrix.tolist()
+    xt = m0 * x + m1 * y + m2
+    yt = m3 * x + m4 * y + m5
     if perspective:
-        z = m[2, 0] * x + m[2, 1] * y + m[2, 2]
+        z = m6 * x + m7 * y + m8
         xt /= z
         yt /= z
     out = np.empty((len(b), 4), np.float64)
@@ -346,10 +377,13 @@ def _place_keypoints(
 
 def candidates(before: np.ndarray, after: np.ndarray, area_ratio: float) -> np.ndarray:
     """bool (n,): boxes that survived a transform (size, area kept, aspect)."""
-    w1, h1 = before[:, 2] - before[:, 0], before[:, 3] - before[:, 1]
-    w2, h2 = after[:, 2] - after[:, 0], after[:, 3] - after[:, 1]
+    # widths and heights as (n, 2) pairs: the same float32 operations per value in fewer calls
+    wh1 = before[:, 2:4] - before[:, 0:2]
+    wh2 = after[:, 2:4] - after[:, 0:2]
+    w1, h1, w2, h2 = wh1[:, 0], wh1[:, 1], wh2[:, 0], wh2[:, 1]
     eps = np.float32(1e-16)
-    aspect = np.maximum(w2 / (h2 + eps), h2 / (w2 + eps))
+    ratios = wh2 / (wh2[:, ::-1] + eps)  # w2 / (h2 + eps), h2 / (w2 + eps)
+    aspect = np.maximum(ratios[:, 0], ratios[:, 1])
     return (w2 > MIN_SIDE_PX) & (h2 > MIN_SIDE_PX) & (w2 * h2 / (w1 * h1 + eps) > area_ratio) & (aspect < MAX_ASPECT)
 
 
@@ -383,10 +417,10 @@ def pack(labels: Labels, size: int, *, task: str = "detect", keypoints: int = 0)
         out[:, 5] = r[:, 4]
         return out
     b = labels.boxes
-    out[:, 1] = (b[:, 0] + b[:, 2]) * np.float32(0.5) * inv
-    out[:, 2] = (b[:, 1] + b[:, 3]) * np.float32(0.5) * inv
-    out[:, 3] = (b[:, 2] - b[:, 0]) * inv
-    out[:, 4] = (b[:, 3] - b[:, 1]) * inv
+    # x and y together, as (n, 2) pairs: the same float32 operations per value in half the calls
+    lo, hi = b[:, :2], b[:, 2:4]
+    np.multiply((lo + hi) * np.float32(0.5), inv, out=out[:, 1:3])
+    np.multiply(hi - lo, inv, out=out[:, 3:5])
     if task == "pose" and n:
         if labels.keypoints is None or labels.keypoints.shape[1] != keypoints:
             got = None if labels.keypoints is None else labels.keypoints.shape

@@ -8,9 +8,12 @@ read-only views, never writing them). The source's task decides how its polygons
 
 from __future__ import annotations
 
+import weakref
+
 import numpy as np
 
 from ...shared.stream.source import ImageSource
+from .affine import uniform
 from .labels import Labels
 from .obb import clip_rotated
 from .resample import points_for, resampled_targets
@@ -18,16 +21,33 @@ from .resample import points_for, resampled_targets
 Tile = tuple[np.ndarray, tuple[int, int, int, int], tuple[int, int]]
 
 
-def task_of(source: ImageSource) -> tuple[str, tuple[int, int] | None, tuple[int, ...] | None]:
-    """(task, kpt_shape, flip_idx) of ``source``: a source without them is a detect source."""
-    task = getattr(source, "task", "detect") or "detect"
-    kpt_shape = getattr(source, "kpt_shape", None)
-    flip_idx = getattr(source, "flip_idx", None)
-    return (
-        str(task),
+Task = tuple[str, tuple[int, int] | None, tuple[int, ...] | None]
+_tasks: weakref.WeakKeyDictionary[object, tuple[tuple, Task]] = weakref.WeakKeyDictionary()
+
+
+def task_of(source: ImageSource) -> Task:
+    """(task, kpt_shape, flip_idx) of ``source``: a source without them is a detect source.
+
+    Asked several times per sample: kept per source, and rebuilt when any of the three
+    attributes is no longer the very object it was built from."""
+    raw = (getattr(source, "task", None), getattr(source, "kpt_shape", None), getattr(source, "flip_idx", None))
+    try:
+        kept = _tasks.get(source)
+    except TypeError:  # a source that cannot be weakly referenced
+        kept = None
+    if kept is not None and kept[0][0] is raw[0] and kept[0][1] is raw[1] and kept[0][2] is raw[2]:
+        return kept[1]
+    task, kpt_shape, flip_idx = raw
+    out = (
+        str(task or "detect"),
         None if kpt_shape is None else tuple(int(v) for v in kpt_shape),
         None if flip_idx is None else tuple(int(v) for v in flip_idx),
     )
+    try:
+        _tasks[source] = (raw, out)
+    except TypeError:
+        pass
+    return out
 
 
 def clip_to(labels: Labels, width: float, height: float, task: str) -> Labels:
@@ -42,8 +62,8 @@ def clip_to(labels: Labels, width: float, height: float, task: str) -> Labels:
 def draw_mosaic(rng: np.random.Generator, num_records: int, imgsz: int) -> tuple[np.ndarray, int, int]:
     """(three partner record indices, centre x, centre y) drawn in that order."""
     partners = rng.integers(0, num_records, size=3)
-    xc = int(rng.uniform(imgsz / 2, 3 * imgsz / 2))
-    yc = int(rng.uniform(imgsz / 2, 3 * imgsz / 2))
+    xc = int(uniform(rng, imgsz / 2, 3 * imgsz / 2))
+    yc = int(uniform(rng, imgsz / 2, 3 * imgsz / 2))
     return partners, xc, yc
 
 

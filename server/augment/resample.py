@@ -16,9 +16,11 @@ The positions along the outline depend only on (closed length, count), so they a
 once per pair (a small cache) and every polygon of a record is interpolated in one gather.
 
 A record's resampled polygons are a pure function of its polygons, so each process keeps
-the most recently used ones (``resampled_targets``, up to ``CACHE_BYTES`` per source): a record
-used again (a mosaic partner, the next epoch) is not resampled again. The cache holds new
-arrays of this process only; the source's (shared-memory) arrays are only read.
+the most recently used records' targets (``resampled_targets``, up to ``CACHE_BYTES`` per source
+and task, every task, detect and pose too): a record used again (a mosaic partner, the next
+epoch) is neither fetched nor resampled again. The cache holds read-only copies owned by this
+process (classes, boxes, polygons, keypoints; the same values and dtypes as the source's), never a
+view of the source's shared memory, which would keep a released snapshot mapped.
 """
 
 from __future__ import annotations
@@ -34,7 +36,7 @@ from ...shared.stream.records import Targets
 SEGMENT_POINTS = 1000
 OBB_POINTS = 100
 MIN_VERTICES = 3  # fewer vertices count as no polygon (``labels.py``), and are not resampled
-CACHE_BYTES = 64 << 20  # per source and process: coco128's segment polygons take ~8 MB
+CACHE_BYTES = 64 << 20  # per source, task and process: coco128's segment polygons take ~8 MB
 
 
 def points_for(task: str) -> int:
@@ -91,7 +93,7 @@ def resample_polygons(polygons: tuple[np.ndarray, ...] | list[np.ndarray], point
 
 
 class _Recent:
-    """Resampled targets of recently used records of one source, least recently used dropped first."""
+    """Targets of recently used records of one source, least recently used dropped first."""
 
     def __init__(self) -> None:
         self.entries: OrderedDict[int, tuple[Targets, int]] = OrderedDict()
@@ -105,7 +107,7 @@ class _Recent:
         return hit[0]
 
     def put(self, index: int, targets: Targets) -> None:
-        size = sum(p.nbytes for p in targets.polygons)
+        size = _footprint(targets)
         if size > CACHE_BYTES:
             return
         self.entries[index] = (targets, size)
@@ -115,15 +117,39 @@ class _Recent:
             self.nbytes -= dropped
 
 
+def _footprint(targets: Targets) -> int:
+    """Bytes a cached record holds: its arrays' data and ~100 bytes of object per array (a
+    detect record's arrays are tiny, so the count, not the data, bounds the cache)."""
+    arrays = [targets.classes, targets.boxes, *targets.polygons]
+    if targets.keypoints is not None:
+        arrays.append(targets.keypoints)
+    return sum(a.nbytes for a in arrays) + _ARRAY_OVERHEAD * len(arrays)
+
+
+_ARRAY_OVERHEAD = 100
 _caches: weakref.WeakKeyDictionary[object, dict[int, _Recent]] = weakref.WeakKeyDictionary()
 
 
+def _private(array: np.ndarray | None, dtype, shape: tuple[int, ...] | None = None) -> np.ndarray | None:
+    """A read-only copy of ``array`` owned by this process (never a view of the source's shared
+    memory, which a cached view would keep mapped after the snapshot is let go)."""
+    if array is None:
+        return None
+    out = np.array(array, dtype=dtype, copy=True)
+    if shape is not None:
+        out = out.reshape(shape)
+    out.flags.writeable = False
+    return out
+
+
 def resampled_targets(source, index: int, points: int) -> Targets:
-    """``source.targets(index)`` with its polygons resampled for a task of ``points`` points (0: the
-    targets themselves), from this process's cache when the record was resampled recently."""
-    targets = source.targets(index)
-    if points <= 0:
-        return targets
+    """``source.targets(index)`` with its polygons resampled for a task of ``points`` points (0: as
+    they are), from this process's cache when the record was used recently.
+
+    Every route fetches a record's targets once per use (four per mosaic), and a snapshot's
+    ``targets`` builds a view per polygon each time; the cache keeps the record's arrays as
+    process-private read-only copies instead (the same values and dtypes), so a record used again
+    costs a dictionary lookup. A source that cannot be weakly referenced is read every time."""
     try:
         per_source = _caches.setdefault(source, {})
     except TypeError:  # a source that cannot be weakly referenced: no cache
@@ -132,10 +158,22 @@ def resampled_targets(source, index: int, points: int) -> Targets:
     hit = None if recent is None else recent.get(index)
     if hit is not None:
         return hit
-    polys = resample_polygons(targets.polygons, points) if len(targets.polygons) == len(targets.classes) else []
-    for p in polys:
-        p.flags.writeable = False  # shared by every later use of the record in this process
-    out = Targets(targets.classes, targets.boxes, tuple(polys) if polys else targets.polygons, targets.keypoints)
+    targets = source.targets(index)
+    if recent is None and points <= 0:
+        return targets
+    n = len(targets.classes)
+    if len(targets.polygons) == n and points > 0:
+        polys = resample_polygons(targets.polygons, points)
+    elif any(len(p) for p in targets.polygons):
+        polys = list(targets.polygons)
+    else:
+        polys = []  # no vertex anywhere: the route treats no polygons and n empty ones alike
+    out = Targets(
+        _private(targets.classes, np.int32, (-1,)),
+        _private(targets.boxes, np.float32, (-1, 4)),
+        tuple(_private(p, np.float32) for p in polys),
+        _private(targets.keypoints, np.float32),
+    )
     if recent is not None:
         recent.put(index, out)
     return out

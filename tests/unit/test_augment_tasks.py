@@ -240,4 +240,25 @@ def test_a_records_resampled_polygons_are_kept_for_reuse_and_equal_a_fresh_resam
     fresh = resample_polygons(source.targets(2).polygons, 1000)
     assert all(a.tobytes() == b.tobytes() for a, b in zip(first.polygons, fresh))
     assert all(not p.flags.writeable for p in first.polygons)
-    assert resampled_targets(source, 2, 0) is source.targets(2)  # detect/pose: the targets themselves
+    plain = resampled_targets(source, 2, 0)  # detect/pose: the targets as they are, kept too
+    assert resampled_targets(source, 2, 0) is plain
+    raw = source.targets(2)
+    assert plain.classes.tobytes() == np.asarray(raw.classes, np.int32).tobytes()
+    assert plain.boxes.tobytes() == np.asarray(raw.boxes, np.float32).tobytes()
+    assert all(a.tobytes() == np.asarray(b, np.float32).tobytes() for a, b in zip(plain.polygons, raw.polygons))
+    assert not plain.boxes.flags.writeable and not np.shares_memory(plain.boxes, raw.boxes)
+
+
+def test_a_cached_record_is_a_private_copy_of_the_snapshots_views(tmp_path):
+    """The record cache never keeps a view of the snapshot's shared memory (which would keep
+    it mapped after the snapshot is let go): every cached array owns its data."""
+    from pixpool.server.augment.resample import resampled_targets
+
+    source = TaskSource("pose", SHAPES, S, seed=3, instances=2)
+    for points in (0, 100):
+        got = resampled_targets(source, 1, points)
+        raw = source.targets(1)
+        assert not np.shares_memory(got.boxes, raw.boxes) and not np.shares_memory(got.classes, raw.classes)
+        assert not any(np.shares_memory(a, b) for a in got.polygons for b in raw.polygons)
+        if raw.keypoints is not None:
+            assert got.keypoints.tobytes() == np.asarray(raw.keypoints, np.float32).tobytes()
