@@ -17,7 +17,7 @@ once per pair (a small cache) and every polygon of a record is interpolated in o
 
 A record's resampled polygons are a pure function of its polygons, so each process keeps
 the most recently used records' targets (``resampled_targets``, up to ``CACHE_BYTES`` per source
-and task, every task, detect and pose too): a record used again (a mosaic partner, the next
+and task, every task, detect and pose too, these up to ``PLAIN_CACHE_BYTES``): a record used again (a mosaic partner, the next
 epoch) is neither fetched nor resampled again. The cache holds read-only copies owned by this
 process (classes, boxes, polygons, keypoints; the same values and dtypes as the source's), never a
 view of the source's shared memory, which would keep a released snapshot mapped.
@@ -37,6 +37,10 @@ SEGMENT_POINTS = 1000
 OBB_POINTS = 100
 MIN_VERTICES = 3  # fewer vertices count as no polygon (``labels.py``), and are not resampled
 CACHE_BYTES = 64 << 20  # per source, task and process: coco128's segment polygons take ~8 MB
+# Records that are not resampled (detect, pose) save only a fetch (~20 us) on a hit, and every
+# worker holds its own cache: a small bound keeps a COCO-sized set's workers lean (coco128's
+# detect records take ~0.2 MB) while a small set, or a mosaic's partners, still hit.
+PLAIN_CACHE_BYTES = 8 << 20
 
 
 def points_for(task: str) -> int:
@@ -95,9 +99,10 @@ def resample_polygons(polygons: tuple[np.ndarray, ...] | list[np.ndarray], point
 class _Recent:
     """Targets of recently used records of one source, least recently used dropped first."""
 
-    def __init__(self) -> None:
+    def __init__(self, limit: int = CACHE_BYTES) -> None:
         self.entries: OrderedDict[int, tuple[Targets, int]] = OrderedDict()
         self.nbytes = 0
+        self.limit = limit
 
     def get(self, index: int) -> Targets | None:
         hit = self.entries.get(index)
@@ -108,11 +113,11 @@ class _Recent:
 
     def put(self, index: int, targets: Targets) -> None:
         size = _footprint(targets)
-        if size > CACHE_BYTES:
+        if size > self.limit:
             return
         self.entries[index] = (targets, size)
         self.nbytes += size
-        while self.nbytes > CACHE_BYTES:
+        while self.nbytes > self.limit:
             _, (_, dropped) = self.entries.popitem(last=False)
             self.nbytes -= dropped
 
@@ -154,7 +159,12 @@ def resampled_targets(source, index: int, points: int) -> Targets:
         per_source = _caches.setdefault(source, {})
     except TypeError:  # a source that cannot be weakly referenced: no cache
         per_source = None
-    recent = None if per_source is None else per_source.setdefault(points, _Recent())
+    if per_source is None:
+        recent = None
+    else:
+        recent = per_source.get(points)
+        if recent is None:
+            recent = per_source[points] = _Recent(CACHE_BYTES if points else PLAIN_CACHE_BYTES)
     hit = None if recent is None else recent.get(index)
     if hit is not None:
         return hit

@@ -262,3 +262,19 @@ def test_a_cached_record_is_a_private_copy_of_the_snapshots_views(tmp_path):
         assert not any(np.shares_memory(a, b) for a in got.polygons for b in raw.polygons)
         if raw.keypoints is not None:
             assert got.keypoints.tobytes() == np.asarray(raw.keypoints, np.float32).tobytes()
+
+
+def test_the_cache_of_records_that_are_not_resampled_keeps_to_its_smaller_bound(monkeypatch):
+    """Every worker keeps its own record cache: for detect and pose records (nothing resampled,
+    a miss costs one fetch) it holds at most ``PLAIN_CACHE_BYTES``, so a COCO-sized set does not
+    cost each worker the resampled tasks' larger bound."""
+    from pixpool.server.augment import resample
+
+    monkeypatch.setattr(resample, "PLAIN_CACHE_BYTES", 3000)
+    source = TaskSource("pose", SHAPES, S, seed=5, instances=2)
+    for i in range(len(SHAPES)):
+        resample.resampled_targets(source, i, 0)
+    plain = resample._caches[source][0]
+    assert plain.limit == 3000 and 0 < plain.nbytes <= 3000
+    assert len(plain.entries) < len(SHAPES)  # the least recently used were dropped
+    assert resample._caches[source].get(100) is None or resample._caches[source][100].limit == resample.CACHE_BYTES
