@@ -597,11 +597,8 @@ static void general_uniform(const Layer *L, const Tile *t, int persp, int xa, in
     }
 }
 
-static void general_affine_split(const Layer *L, int xa, int n, int y, float *dst, Segment *S);
-
-/* Columns xa .. xa + n - 1 of output row y into dst (dst[3 i] is column xa + i); ``split``:
- * an affine segment that is mixed is first cut at its exact intervals (general_affine_split). */
-static void general_segment(const Layer *L, int persp, int xa, int n, int y, float *dst, Segment *S, int split) {
+/* Columns xa .. xa + n - 1 of output row y into dst (dst[3 i] is column xa + i). */
+static void general_segment(const Layer *L, int persp, int xa, int n, int y, float *dst, Segment *S) {
     const int whole = segment_class(L, persp, xa, n, y);
     if (whole == CLS_ZERO) {
         memset(dst, 0, sizeof(float) * 3 * n);
@@ -611,15 +608,11 @@ static void general_segment(const Layer *L, int persp, int xa, int n, int y, flo
         general_uniform(L, &L->tiles[whole], persp, xa, n, y, dst);
         return;
     }
-    if (split && !persp) { /* its exact intervals (once: what lies between comes back here unsplit) */
-        general_affine_split(L, xa, n, y, dst, S);
-        return;
-    }
     if (n >= 16) { /* halves of whole 8-column groups: most of a segment that crosses a tile
                     * edge lies on one side of it (halving further was slower: more ends to decide) */
         const int h = (n / 2 + 7) & ~7;
-        general_segment(L, persp, xa, h, y, dst, S, 0);
-        general_segment(L, persp, xa + h, n - h, y, dst + 3 * h, S, 0);
+        general_segment(L, persp, xa, h, y, dst, S);
+        general_segment(L, persp, xa + h, n - h, y, dst + 3 * h, S);
         return;
     }
     general_coords(L, persp, xa, n, y, S);
@@ -637,81 +630,107 @@ static void general_segment(const Layer *L, int persp, int xa, int n, int y, flo
     }
 }
 
-/* The columns i in [0, n) of an affine row whose g(i) = a (xa + i) + c (the definition's
- * rounded operations) lies in [lo, hi): an interval, since g is monotonic in i (each rounded
- * operation is). Found by bisection on the exact values, so it is the classification's own
- * answer column for column; *i0 = *i1 when it is empty. */
+/* An affine row's exact intervals. g(x) = a x + c (the definition's rounded operations) is
+ * monotonic in x (each rounded operation is), so the columns where g lies in [lo, hi) are one
+ * interval. Its ends are guessed by solving a x + c = thr, then moved column by column until
+ * the exact values agree, so they are the per-column classification's own answer. */
 static inline double affine_at(double a, double c, int x) { return a * (double)x + c; }
-static int first_where(double a, double c, int xa, int n, double thr, int ge) {
-    /* The first i in [0, n] from which (g(i) >= thr) == ge holds on (it holds on a suffix). */
-    int lo = 0, hi = n;
-    while (lo < hi) {
-        const int mid = (lo + hi) >> 1;
-        if ((affine_at(a, c, xa + mid) >= thr) == ge) hi = mid;
-        else lo = mid + 1;
-    }
-    return lo;
+static int first_where(double a, double c, int n, double thr, int ge) {
+    /* The first x in [0, n] from which (g(x) >= thr) == ge holds on (it holds on a suffix). */
+    const double guess = a != 0.0 ? (thr - c) / a : 0.0;
+    int x = !(guess > 0.0) ? 0 : guess >= (double)n ? n : (int)ceil(guess); /* NaN: 0 */
+    while (x > 0 && (affine_at(a, c, x - 1) >= thr) == ge) x--;
+    while (x < n && (affine_at(a, c, x) >= thr) != ge) x++;
+    return x;
 }
-static void affine_interval(double a, double c, int xa, int n, double lo, double hi, int *i0, int *i1) {
+static void affine_interval(double a, double c, int n, double lo, double hi, int *x0, int *x1) {
     int b, e;
-    if (a >= 0.0) b = first_where(a, c, xa, n, lo, 1), e = first_where(a, c, xa, n, hi, 1);
-    else b = first_where(a, c, xa, n, hi, 0), e = first_where(a, c, xa, n, lo, 0);
-    *i0 = b < *i0 ? *i0 : b, *i1 = e > *i1 ? *i1 : e;
-    if (*i1 < *i0) *i1 = *i0;
+    if (a >= 0.0) b = first_where(a, c, n, lo, 1), e = first_where(a, c, n, hi, 1);
+    else b = first_where(a, c, n, hi, 0), e = first_where(a, c, n, lo, 0);
+    *x0 = b < *x0 ? *x0 : b, *x1 = e > *x1 ? *x1 : e;
+    if (*x1 < *x0) *x1 = *x0;
 }
 
-/* An affine segment that segment_class left mixed (a tile edge or the canvas edge crosses
- * it): the exact column intervals where the map leaves the tiles' box (zeros) and where every
- * tap lies in one tile (the one-tile loop), by bisection, instead of halving down to 8-column
- * leaves; what lies between (the columns that straddle an edge, mosaic gaps) takes
- * general_segment's own way. The same values per column as classifying each one. */
-static void general_affine_split(const Layer *L, int xa, int n, int y, float *dst, Segment *S) {
+/* A run of columns [x0, x1) of an affine row: k >= 0, every tap in tile k (the one-tile loop);
+ * CLS_ZERO, off the tiles' box; CLS_MIXED, what lies between (the columns whose taps straddle
+ * an edge, mosaic gaps), which general_segment classifies. */
+typedef struct {
+    int x0, x1, k;
+} Span;
+#define MAX_SPANS (2 * MAX_TILES + 3)
+
+/* The spans of affine output row y, left to right, covering [0, size); returns their number. */
+static int row_spans(const Layer *L, int size, int y, Span *sp) {
     const double *m = L->m;
     const double yd = (double)y, cu = m[1] * yd + m[2], cv = m[4] * yd + m[5];
-    const double ue[2] = {affine_at(m[0], cu, xa), affine_at(m[0], cu, xa + n - 1)}, ve[2] = {affine_at(m[3], cv, xa), affine_at(m[3], cv, xa + n - 1)};
+    const double ue[2] = {affine_at(m[0], cu, 0), affine_at(m[0], cu, size - 1)}, ve[2] = {affine_at(m[3], cv, 0), affine_at(m[3], cv, size - 1)};
+    int n = 0;
     if (!(fabs(ue[0]) < 1e9 && fabs(ue[1]) < 1e9 && fabs(ve[0]) < 1e9 && fabs(ve[1]) < 1e9)) { /* also NaN */
-        general_segment(L, 0, xa, n, y, dst, S, 0);
-        return;
+        sp[n++] = (Span){0, size, CLS_MIXED};
+        return n;
     }
-    int b0 = 0, b1 = n;
-    affine_interval(m[0], cu, xa, n, L->bx0 - 1, L->bx1, &b0, &b1);
-    affine_interval(m[3], cv, xa, n, L->by0 - 1, L->by1, &b0, &b1);
-    if (b0 > 0) memset(dst, 0, sizeof(float) * 3 * b0);
+    int b0 = 0, b1 = size; /* inside the box [bx0 - 1, bx1) x [by0 - 1, by1): else zeros */
+    affine_interval(m[0], cu, size, L->bx0 - 1, L->bx1, &b0, &b1);
+    affine_interval(m[3], cv, size, L->by0 - 1, L->by1, &b0, &b1);
     int s[MAX_TILES], e[MAX_TILES], ks[MAX_TILES], nk = 0;
     for (int k = 0; k < L->ntiles; k++) {
         const Tile *t = &L->tiles[k];
         if (t->xa0 < 0 || t->ya0 < 0) continue; /* u, v >= 0 in the one-tile loop: floors by truncation */
-        int earlier = 0;
+        int earlier = 0; /* tiles are tried in order, as tile_at does */
         for (int j = 0; j < k; j++) earlier |= L->tiles[j].xa0 < t->xa1 && t->xa0 < L->tiles[j].xa1 && L->tiles[j].ya0 < t->ya1 && t->ya0 < L->tiles[j].ya1;
         if (earlier) continue;
-        int i0 = b0, i1 = b1; /* floor(u) in [xa0, xa1 - 2] and floor(v) in [ya0, yfast] */
-        affine_interval(m[0], cu, xa, n, t->xa0, t->xa1 - 1, &i0, &i1);
-        affine_interval(m[3], cv, xa, n, t->ya0, (double)t->yfast + 1.0, &i0, &i1);
-        if (i1 <= i0) continue;
-        int p = nk++; /* insertion by start: the intervals of tiles that do not overlap are disjoint */
-        while (p > 0 && s[p - 1] > i0) s[p] = s[p - 1], e[p] = e[p - 1], ks[p] = ks[p - 1], p--;
-        s[p] = i0, e[p] = i1, ks[p] = k;
+        int x0 = b0, x1 = b1; /* floor(u) in [xa0, xa1 - 2], floor(v) in [ya0, yfast] (segment_class's test) */
+        affine_interval(m[0], cu, size, t->xa0, t->xa1 - 1, &x0, &x1);
+        affine_interval(m[3], cv, size, t->ya0, (double)t->yfast + 1.0, &x0, &x1);
+        if (x1 <= x0) continue;
+        int p = nk++; /* by start: the intervals of tiles that do not overlap are disjoint */
+        while (p > 0 && s[p - 1] > x0) s[p] = s[p - 1], e[p] = e[p - 1], ks[p] = ks[p - 1], p--;
+        s[p] = x0, e[p] = x1, ks[p] = k;
     }
+    if (b0 > 0) sp[n++] = (Span){0, b0, CLS_ZERO};
     int pos = b0;
-    for (int q = 0; q <= nk; q++) {
-        const int gap_end = q < nk ? s[q] : b1;
-        if (gap_end > pos) general_segment(L, 0, xa + pos, gap_end - pos, y, dst + 3 * pos, S, 0);
-        if (q < nk) general_uniform(L, &L->tiles[ks[q]], 0, xa + s[q], e[q] - s[q], y, dst + 3 * s[q]), pos = e[q];
+    for (int q = 0; q < nk; q++) {
+        if (s[q] > pos) sp[n++] = (Span){pos, s[q], CLS_MIXED};
+        sp[n++] = (Span){s[q], e[q], ks[q]}, pos = e[q];
     }
-    /* Left to right, the zeros last: each column's loop writes a 4th float into the next one's slot. */
-    if (b1 < n) memset(dst + 3 * b1, 0, sizeof(float) * 3 * (n - b1));
+    if (b1 > pos) sp[n++] = (Span){pos, b1, CLS_MIXED};
+    if (b1 < size) sp[n++] = (Span){b1 > 0 ? b1 : 0, size, CLS_ZERO};
+    return n;
 }
 
 /* Rows y0 .. y0 + ny - 1 of the general map into buf (row stride ``stride`` floats), in
  * blocks of BLOCK columns: a rotated map reads the source along slanted lines, and a block
  * keeps what it reads in cache (row by row it would sweep a hundred source rows). The
- * values do not depend on the order. */
+ * values do not depend on the order. An affine row is cut once into its exact spans; within
+ * a block its columns are written left to right (each column's loop writes a 4th float into
+ * the next one's slot, which the next column then writes). */
 static void general_strip(const Layer *L, int size, int y0, int ny, float *buf, Py_ssize_t stride) {
     const int persp = !(L->m[6] == 0.0 && L->m[7] == 0.0 && L->m[8] == 1.0);
     Segment S;
+    if (persp) {
+        for (int bx = 0; bx < size; bx += BLOCK) {
+            const int n = size - bx < BLOCK ? size - bx : BLOCK;
+            for (int k = 0; k < ny; k++) general_segment(L, persp, bx, n, y0 + k, buf + k * stride + 3 * bx, &S);
+        }
+        return;
+    }
+    Span sp[STRIP][MAX_SPANS];
+    int nsp[STRIP], at[STRIP];
+    for (int k = 0; k < ny; k++) nsp[k] = row_spans(L, size, y0 + k, sp[k]), at[k] = 0;
     for (int bx = 0; bx < size; bx += BLOCK) {
-        const int n = size - bx < BLOCK ? size - bx : BLOCK;
-        for (int k = 0; k < ny; k++) general_segment(L, persp, bx, n, y0 + k, buf + k * stride + 3 * bx, &S, 1);
+        const int bend = size - bx < BLOCK ? size : bx + BLOCK;
+        for (int k = 0; k < ny; k++) {
+            float *row = buf + k * stride;
+            for (int q = at[k]; q < nsp[k] && sp[k][q].x0 < bend; q++) {
+                const int x0 = sp[k][q].x0 > bx ? sp[k][q].x0 : bx, x1 = sp[k][q].x1 < bend ? sp[k][q].x1 : bend, c = sp[k][q].k;
+                if (x1 > x0) {
+                    if (c == CLS_ZERO) memset(row + 3 * x0, 0, sizeof(float) * 3 * (x1 - x0));
+                    else if (c == CLS_MIXED) general_segment(L, 0, x0, x1 - x0, y0 + k, row + 3 * x0, &S);
+                    else general_uniform(L, &L->tiles[c], 0, x0, x1 - x0, y0 + k, row + 3 * x0);
+                }
+                if (sp[k][q].x1 <= bend) at[k] = q + 1; /* done with it */
+            }
+        }
     }
 }
 
