@@ -597,6 +597,8 @@ static void general_uniform(const Layer *L, const Tile *t, int persp, int xa, in
     }
 }
 
+static void general_leaf(const Layer *L, int persp, int xa, int n, int y, float *dst, Segment *S);
+
 /* Columns xa .. xa + n - 1 of output row y into dst (dst[3 i] is column xa + i). */
 static void general_segment(const Layer *L, int persp, int xa, int n, int y, float *dst, Segment *S) {
     const int whole = segment_class(L, persp, xa, n, y);
@@ -615,6 +617,11 @@ static void general_segment(const Layer *L, int persp, int xa, int n, int y, flo
         general_segment(L, persp, xa + h, n - h, y, dst + 3 * h, S);
         return;
     }
+    general_leaf(L, persp, xa, n, y, dst, S);
+}
+
+/* general_segment's last step: classify each column (n <= BLOCK), then runs of one class. */
+static void general_leaf(const Layer *L, int persp, int xa, int n, int y, float *dst, Segment *S) {
     general_coords(L, persp, xa, n, y, S);
     general_classes(L, n, S);
     for (int i0 = 0; i0 < n;) {
@@ -725,7 +732,8 @@ static void general_strip(const Layer *L, int size, int y0, int ny, float *buf, 
                 const int x0 = sp[k][q].x0 > bx ? sp[k][q].x0 : bx, x1 = sp[k][q].x1 < bend ? sp[k][q].x1 : bend, c = sp[k][q].k;
                 if (x1 > x0) {
                     if (c == CLS_ZERO) memset(row + 3 * x0, 0, sizeof(float) * 3 * (x1 - x0));
-                    else if (c == CLS_MIXED) general_segment(L, 0, x0, x1 - x0, y0 + k, row + 3 * x0, &S);
+                    else if (c == CLS_MIXED) /* mostly the one or two columns at an edge: classified at once */
+                        (x1 - x0 < 16 ? general_leaf : general_segment)(L, 0, x0, x1 - x0, y0 + k, row + 3 * x0, &S);
                     else general_uniform(L, &L->tiles[c], 0, x0, x1 - x0, y0 + k, row + 3 * x0);
                 }
                 if (sp[k][q].x1 <= bend) at[k] = q + 1; /* done with it */
