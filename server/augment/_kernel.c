@@ -637,23 +637,36 @@ static void general_leaf(const Layer *L, int persp, int xa, int n, int y, float 
     }
 }
 
-/* An affine row's exact intervals. g(x) = a x + c (the definition's rounded operations) is
- * monotonic in x (each rounded operation is), so the columns where g lies in [lo, hi) are one
- * interval. Its ends are guessed by solving a x + c = thr, then moved column by column until
- * the exact values agree, so they are the per-column classification's own answer. */
-static inline double affine_at(double a, double c, int x) { return a * (double)x + c; }
-static int first_where(double a, double c, int n, double thr, int ge) {
+/* A row's exact intervals. Along output row y the map is g(x) = (a x + c) / (p x + q) (the
+ * definition's rounded operations; affine: g(x) = a x + c, no division), monotonic in x: each
+ * rounded operation of an affine map is, and a perspective map is up to a few ulps where
+ * w = p x + q > 0 (the thresholds then keep a whole pixel of margin, as segment_class does).
+ * So the columns where g lies in [lo, hi) are one interval. Its ends are guessed by solving
+ * g(x) = thr, then moved column by column until the exact values agree: the per-column
+ * classification's own answer. */
+typedef struct {
+    double a, c, p, q;
+    int persp, inc; /* inc: g non-decreasing along the row */
+} RowMap;
+static inline double row_at(const RowMap *g, int x) {
+    const double xd = (double)x, u = g->a * xd + g->c;
+    if (!g->persp) return u;
+    const double w = g->p * xd + g->q;
+    return u / w;
+}
+static int first_where(const RowMap *g, int n, double thr, int ge) {
     /* The first x in [0, n] from which (g(x) >= thr) == ge holds on (it holds on a suffix). */
-    const double guess = a != 0.0 ? (thr - c) / a : 0.0;
+    const double den = g->persp ? g->a - thr * g->p : g->a, num = g->persp ? thr * g->q - g->c : thr - g->c;
+    const double guess = den != 0.0 ? num / den : 0.0;
     int x = !(guess > 0.0) ? 0 : guess >= (double)n ? n : (int)ceil(guess); /* NaN: 0 */
-    while (x > 0 && (affine_at(a, c, x - 1) >= thr) == ge) x--;
-    while (x < n && (affine_at(a, c, x) >= thr) != ge) x++;
+    while (x > 0 && (row_at(g, x - 1) >= thr) == ge) x--;
+    while (x < n && (row_at(g, x) >= thr) != ge) x++;
     return x;
 }
-static void affine_interval(double a, double c, int n, double lo, double hi, int *x0, int *x1) {
+static void row_interval(const RowMap *g, int n, double lo, double hi, int *x0, int *x1) {
     int b, e;
-    if (a >= 0.0) b = first_where(a, c, n, lo, 1), e = first_where(a, c, n, hi, 1);
-    else b = first_where(a, c, n, hi, 0), e = first_where(a, c, n, lo, 0);
+    if (g->inc) b = first_where(g, n, lo, 1), e = first_where(g, n, hi, 1);
+    else b = first_where(g, n, hi, 0), e = first_where(g, n, lo, 0);
     *x0 = b < *x0 ? *x0 : b, *x1 = e > *x1 ? *x1 : e;
     if (*x1 < *x0) *x1 = *x0;
 }
@@ -666,19 +679,24 @@ typedef struct {
 } Span;
 #define MAX_SPANS (2 * MAX_TILES + 3)
 
-/* The spans of affine output row y, left to right, covering [0, size); returns their number. */
-static int row_spans(const Layer *L, int size, int y, Span *sp) {
+/* The spans of output row y, left to right, covering [0, size); returns their number. */
+static int row_spans(const Layer *L, int persp, int size, int y, Span *sp) {
     const double *m = L->m;
-    const double yd = (double)y, cu = m[1] * yd + m[2], cv = m[4] * yd + m[5];
-    const double ue[2] = {affine_at(m[0], cu, 0), affine_at(m[0], cu, size - 1)}, ve[2] = {affine_at(m[3], cv, 0), affine_at(m[3], cv, size - 1)};
+    const double yd = (double)y, cu = m[1] * yd + m[2], cv = m[4] * yd + m[5], cw = m[7] * yd + m[8];
+    RowMap gu = {m[0], cu, m[6], cw, persp, 1}, gv = {m[3], cv, m[6], cw, persp, 1};
+    const double ue[2] = {row_at(&gu, 0), row_at(&gu, size - 1)}, ve[2] = {row_at(&gv, 0), row_at(&gv, size - 1)};
+    const double we[2] = {m[6] * 0.0 + cw, m[6] * (double)(size - 1) + cw};
     int n = 0;
-    if (!(fabs(ue[0]) < 1e9 && fabs(ue[1]) < 1e9 && fabs(ve[0]) < 1e9 && fabs(ve[1]) < 1e9)) { /* also NaN */
+    if (!(fabs(ue[0]) < 1e9 && fabs(ue[1]) < 1e9 && fabs(ve[0]) < 1e9 && fabs(ve[1]) < 1e9) /* also NaN */
+        || (persp && !(we[0] > 0.0 && we[1] > 0.0))) {
         sp[n++] = (Span){0, size, CLS_MIXED};
         return n;
     }
+    gu.inc = persp ? ue[1] >= ue[0] : m[0] >= 0.0, gv.inc = persp ? ve[1] >= ve[0] : m[3] >= 0.0;
+    const double mg = persp ? 1.0 : 0.0;
     int b0 = 0, b1 = size; /* inside the box [bx0 - 1, bx1) x [by0 - 1, by1): else zeros */
-    affine_interval(m[0], cu, size, L->bx0 - 1, L->bx1, &b0, &b1);
-    affine_interval(m[3], cv, size, L->by0 - 1, L->by1, &b0, &b1);
+    row_interval(&gu, size, L->bx0 - 1 - mg, L->bx1 + mg, &b0, &b1);
+    row_interval(&gv, size, L->by0 - 1 - mg, L->by1 + mg, &b0, &b1);
     int s[MAX_TILES], e[MAX_TILES], ks[MAX_TILES], nk = 0;
     for (int k = 0; k < L->ntiles; k++) {
         const Tile *t = &L->tiles[k];
@@ -687,8 +705,8 @@ static int row_spans(const Layer *L, int size, int y, Span *sp) {
         for (int j = 0; j < k; j++) earlier |= L->tiles[j].xa0 < t->xa1 && t->xa0 < L->tiles[j].xa1 && L->tiles[j].ya0 < t->ya1 && t->ya0 < L->tiles[j].ya1;
         if (earlier) continue;
         int x0 = b0, x1 = b1; /* floor(u) in [xa0, xa1 - 2], floor(v) in [ya0, yfast] (segment_class's test) */
-        affine_interval(m[0], cu, size, t->xa0, t->xa1 - 1, &x0, &x1);
-        affine_interval(m[3], cv, size, t->ya0, (double)t->yfast + 1.0, &x0, &x1);
+        row_interval(&gu, size, t->xa0 + mg, t->xa1 - 1 - mg, &x0, &x1);
+        row_interval(&gv, size, t->ya0 + mg, (double)t->yfast + 1.0 - mg, &x0, &x1);
         if (x1 <= x0) continue;
         int p = nk++; /* by start: the intervals of tiles that do not overlap are disjoint */
         while (p > 0 && s[p - 1] > x0) s[p] = s[p - 1], e[p] = e[p - 1], ks[p] = ks[p - 1], p--;
@@ -714,16 +732,9 @@ static int row_spans(const Layer *L, int size, int y, Span *sp) {
 static void general_strip(const Layer *L, int size, int y0, int ny, float *buf, Py_ssize_t stride) {
     const int persp = !(L->m[6] == 0.0 && L->m[7] == 0.0 && L->m[8] == 1.0);
     Segment S;
-    if (persp) {
-        for (int bx = 0; bx < size; bx += BLOCK) {
-            const int n = size - bx < BLOCK ? size - bx : BLOCK;
-            for (int k = 0; k < ny; k++) general_segment(L, persp, bx, n, y0 + k, buf + k * stride + 3 * bx, &S);
-        }
-        return;
-    }
     Span sp[STRIP][MAX_SPANS];
     int nsp[STRIP], at[STRIP];
-    for (int k = 0; k < ny; k++) nsp[k] = row_spans(L, size, y0 + k, sp[k]), at[k] = 0;
+    for (int k = 0; k < ny; k++) nsp[k] = row_spans(L, persp, size, y0 + k, sp[k]), at[k] = 0;
     for (int bx = 0; bx < size; bx += BLOCK) {
         const int bend = size - bx < BLOCK ? size : bx + BLOCK;
         for (int k = 0; k < ny; k++) {
@@ -733,8 +744,8 @@ static void general_strip(const Layer *L, int size, int y0, int ny, float *buf, 
                 if (x1 > x0) {
                     if (c == CLS_ZERO) memset(row + 3 * x0, 0, sizeof(float) * 3 * (x1 - x0));
                     else if (c == CLS_MIXED) /* mostly the one or two columns at an edge: classified at once */
-                        (x1 - x0 < 16 ? general_leaf : general_segment)(L, 0, x0, x1 - x0, y0 + k, row + 3 * x0, &S);
-                    else general_uniform(L, &L->tiles[c], 0, x0, x1 - x0, y0 + k, row + 3 * x0);
+                        (x1 - x0 < 16 ? general_leaf : general_segment)(L, persp, x0, x1 - x0, y0 + k, row + 3 * x0, &S);
+                    else general_uniform(L, &L->tiles[c], persp, x0, x1 - x0, y0 + k, row + 3 * x0);
                 }
                 if (sp[k][q].x1 <= bend) at[k] = q + 1; /* done with it */
             }
