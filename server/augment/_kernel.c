@@ -656,9 +656,12 @@ static inline double row_at(const RowMap *g, int x) {
 }
 static int first_where(const RowMap *g, int n, double thr, int ge) {
     /* The first x in [0, n] from which (g(x) >= thr) == ge holds on (it holds on a suffix). */
+    if (n == 0 || (row_at(g, 0) >= thr) == ge) return 0;
+    if ((row_at(g, n - 1) >= thr) != ge) return n;
+    /* The boundary lies inside: the solution of g(x) = thr on this branch (w > 0) is near it. */
     const double den = g->persp ? g->a - thr * g->p : g->a, num = g->persp ? thr * g->q - g->c : thr - g->c;
     const double guess = den != 0.0 ? num / den : 0.0;
-    int x = !(guess > 0.0) ? 0 : guess >= (double)n ? n : (int)ceil(guess); /* NaN: 0 */
+    int x = !(guess > 1.0) ? 1 : guess >= (double)(n - 1) ? n - 1 : (int)ceil(guess); /* NaN: 1 */
     while (x > 0 && (row_at(g, x - 1) >= thr) == ge) x--;
     while (x < n && (row_at(g, x) >= thr) != ge) x++;
     return x;
