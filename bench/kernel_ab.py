@@ -19,6 +19,10 @@ CPU and on the device), then:
 
 ``--base-flags`` builds the base with other compiler flags than this checkout's setup.py
 (e.g. the earlier ``-O2`` line), so that a change of flags is measured with the code.
+``--this REF`` builds the compared kernel from a git ref too (e.g. ``HEAD``), the same way as
+the base, instead of using the installed one: the installed build also carries Python's own
+compile flags (``-g -fwrapv``, ...), which moved the axis rows, whose code did not change, by
+up to 1.15x in issue 19's round 3; built the same way they were 0.97-1.02x.
 
 The machine is shared: the paired ratio is the figure to read; the load average is printed.
 """
@@ -140,6 +144,7 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--base", default=BASE_REF, help="git ref whose kernel to compare")
     p.add_argument("--base-flags", default=None, help="compiler flags for the base build (default: setup.py's)")
+    p.add_argument("--this", default=None, help="git ref to build as the compared kernel (default: the installed one)")
     p.add_argument("--runs", type=int, default=7)
     p.add_argument("--batches", type=int, default=2, help="batches of 16 per route, dtype and HSV side")
     p.add_argument("--routes", default=",".join(ROUTES), help=f"comma-separated, of {', '.join(ROUTES)}")
@@ -154,6 +159,9 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="pixpool-kernel-ab-") as tmp:
         base_flags = args.base_flags.split() if args.base_flags else None
         base = _load(build_kernel(args.base, Path(tmp), base_flags), this)
+        if args.this:
+            (Path(tmp) / "this").mkdir()
+            this = _load(build_kernel(args.this, Path(tmp) / "this"), this)
         calls = record_calls(routes, args.batches)
         differ = 0
         for cl in calls.values():
@@ -184,7 +192,8 @@ def main(argv: list[str] | None = None) -> int:
                     times[key][name].append((time.process_time() - c0) / len(cl) * 1e3)
         load_after = os.getloadavg()
     print(
-        f"kernel of {args.base} (base{', ' + args.base_flags if args.base_flags else ''}) against this checkout, "
+        f"kernel of {args.base} (base{', ' + args.base_flags if args.base_flags else ''}) against "
+        f"{args.this + ' (built the same way)' if args.this else 'this checkout (installed)'}, "
         f"{total} recorded calls on coco128 at 640 "
         f"({args.batches} batches of 16 per row), {args.runs} alternating rounds, CPU time; "
         f"load {load_before[0]:.2f} before, {load_after[0]:.2f} after; {differ} calls differ in bytes"

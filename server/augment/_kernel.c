@@ -597,6 +597,8 @@ static void general_uniform(const Layer *L, const Tile *t, int persp, int xa, in
     }
 }
 
+static void general_leaf(const Layer *L, int persp, int xa, int n, int y, float *dst, Segment *S);
+
 /* Columns xa .. xa + n - 1 of output row y into dst (dst[3 i] is column xa + i). */
 static void general_segment(const Layer *L, int persp, int xa, int n, int y, float *dst, Segment *S) {
     const int whole = segment_class(L, persp, xa, n, y);
@@ -615,6 +617,11 @@ static void general_segment(const Layer *L, int persp, int xa, int n, int y, flo
         general_segment(L, persp, xa + h, n - h, y, dst + 3 * h, S);
         return;
     }
+    general_leaf(L, persp, xa, n, y, dst, S);
+}
+
+/* general_segment's last step: classify each column (n <= BLOCK), then runs of one class. */
+static void general_leaf(const Layer *L, int persp, int xa, int n, int y, float *dst, Segment *S) {
     general_coords(L, persp, xa, n, y, S);
     general_classes(L, n, S);
     for (int i0 = 0; i0 < n;) {
@@ -630,16 +637,122 @@ static void general_segment(const Layer *L, int persp, int xa, int n, int y, flo
     }
 }
 
+/* A row's exact intervals. Along output row y the map is g(x) = (a x + c) / (p x + q) (the
+ * definition's rounded operations; affine: g(x) = a x + c, no division), monotonic in x: each
+ * rounded operation of an affine map is, and a perspective map is up to a few ulps where
+ * w = p x + q > 0 (the thresholds then keep a whole pixel of margin, as segment_class does).
+ * So the columns where g lies in [lo, hi) are one interval. Its ends are guessed by solving
+ * g(x) = thr, then moved column by column until the exact values agree: the per-column
+ * classification's own answer. */
+typedef struct {
+    double a, c, p, q;
+    int persp, inc; /* inc: g non-decreasing along the row */
+} RowMap;
+static inline double row_at(const RowMap *g, int x) {
+    const double xd = (double)x, u = g->a * xd + g->c;
+    if (!g->persp) return u;
+    const double w = g->p * xd + g->q;
+    return u / w;
+}
+static int first_where(const RowMap *g, int n, double thr, int ge) {
+    /* The first x in [0, n] from which (g(x) >= thr) == ge holds on (it holds on a suffix). */
+    if (n == 0 || (row_at(g, 0) >= thr) == ge) return 0;
+    if ((row_at(g, n - 1) >= thr) != ge) return n;
+    /* The boundary lies inside: the solution of g(x) = thr on this branch (w > 0) is near it. */
+    const double den = g->persp ? g->a - thr * g->p : g->a, num = g->persp ? thr * g->q - g->c : thr - g->c;
+    const double guess = den != 0.0 ? num / den : 0.0;
+    int x = !(guess > 1.0) ? 1 : guess >= (double)(n - 1) ? n - 1 : (int)ceil(guess); /* NaN: 1 */
+    while (x > 0 && (row_at(g, x - 1) >= thr) == ge) x--;
+    while (x < n && (row_at(g, x) >= thr) != ge) x++;
+    return x;
+}
+static void row_interval(const RowMap *g, int n, double lo, double hi, int *x0, int *x1) {
+    int b, e;
+    if (g->inc) b = first_where(g, n, lo, 1), e = first_where(g, n, hi, 1);
+    else b = first_where(g, n, hi, 0), e = first_where(g, n, lo, 0);
+    *x0 = b < *x0 ? *x0 : b, *x1 = e > *x1 ? *x1 : e;
+    if (*x1 < *x0) *x1 = *x0;
+}
+
+/* A run of columns [x0, x1) of an affine row: k >= 0, every tap in tile k (the one-tile loop);
+ * CLS_ZERO, off the tiles' box; CLS_MIXED, what lies between (the columns whose taps straddle
+ * an edge, mosaic gaps), which general_segment classifies. */
+typedef struct {
+    int x0, x1, k;
+} Span;
+#define MAX_SPANS (2 * MAX_TILES + 3)
+
+/* The spans of output row y, left to right, covering [0, size); returns their number. */
+static int row_spans(const Layer *L, int persp, int size, int y, Span *sp) {
+    const double *m = L->m;
+    const double yd = (double)y, cu = m[1] * yd + m[2], cv = m[4] * yd + m[5], cw = m[7] * yd + m[8];
+    RowMap gu = {m[0], cu, m[6], cw, persp, 1}, gv = {m[3], cv, m[6], cw, persp, 1};
+    const double ue[2] = {row_at(&gu, 0), row_at(&gu, size - 1)}, ve[2] = {row_at(&gv, 0), row_at(&gv, size - 1)};
+    const double we[2] = {m[6] * 0.0 + cw, m[6] * (double)(size - 1) + cw};
+    int n = 0;
+    if (!(fabs(ue[0]) < 1e9 && fabs(ue[1]) < 1e9 && fabs(ve[0]) < 1e9 && fabs(ve[1]) < 1e9) /* also NaN */
+        || (persp && !(we[0] > 0.0 && we[1] > 0.0))) {
+        sp[n++] = (Span){0, size, CLS_MIXED};
+        return n;
+    }
+    gu.inc = persp ? ue[1] >= ue[0] : m[0] >= 0.0, gv.inc = persp ? ve[1] >= ve[0] : m[3] >= 0.0;
+    const double mg = persp ? 1.0 : 0.0;
+    int b0 = 0, b1 = size; /* inside the box [bx0 - 1, bx1) x [by0 - 1, by1): else zeros */
+    row_interval(&gu, size, L->bx0 - 1 - mg, L->bx1 + mg, &b0, &b1);
+    row_interval(&gv, size, L->by0 - 1 - mg, L->by1 + mg, &b0, &b1);
+    int s[MAX_TILES], e[MAX_TILES], ks[MAX_TILES], nk = 0;
+    for (int k = 0; k < L->ntiles; k++) {
+        const Tile *t = &L->tiles[k];
+        if (t->xa0 < 0 || t->ya0 < 0) continue; /* u, v >= 0 in the one-tile loop: floors by truncation */
+        int earlier = 0; /* tiles are tried in order, as tile_at does */
+        for (int j = 0; j < k; j++) earlier |= L->tiles[j].xa0 < t->xa1 && t->xa0 < L->tiles[j].xa1 && L->tiles[j].ya0 < t->ya1 && t->ya0 < L->tiles[j].ya1;
+        if (earlier) continue;
+        int x0 = b0, x1 = b1; /* floor(u) in [xa0, xa1 - 2], floor(v) in [ya0, yfast] (segment_class's test) */
+        row_interval(&gu, size, t->xa0 + mg, t->xa1 - 1 - mg, &x0, &x1);
+        row_interval(&gv, size, t->ya0 + mg, (double)t->yfast + 1.0 - mg, &x0, &x1);
+        if (x1 <= x0) continue;
+        int p = nk++; /* by start: the intervals of tiles that do not overlap are disjoint */
+        while (p > 0 && s[p - 1] > x0) s[p] = s[p - 1], e[p] = e[p - 1], ks[p] = ks[p - 1], p--;
+        s[p] = x0, e[p] = x1, ks[p] = k;
+    }
+    if (b0 > 0) sp[n++] = (Span){0, b0, CLS_ZERO};
+    int pos = b0;
+    for (int q = 0; q < nk; q++) {
+        if (s[q] > pos) sp[n++] = (Span){pos, s[q], CLS_MIXED};
+        sp[n++] = (Span){s[q], e[q], ks[q]}, pos = e[q];
+    }
+    if (b1 > pos) sp[n++] = (Span){pos, b1, CLS_MIXED};
+    if (b1 < size) sp[n++] = (Span){b1 > 0 ? b1 : 0, size, CLS_ZERO};
+    return n;
+}
+
 /* Rows y0 .. y0 + ny - 1 of the general map into buf (row stride ``stride`` floats), in
  * blocks of BLOCK columns: a rotated map reads the source along slanted lines, and a block
  * keeps what it reads in cache (row by row it would sweep a hundred source rows). The
- * values do not depend on the order. */
+ * values do not depend on the order. An affine row is cut once into its exact spans; within
+ * a block its columns are written left to right (each column's loop writes a 4th float into
+ * the next one's slot, which the next column then writes). */
 static void general_strip(const Layer *L, int size, int y0, int ny, float *buf, Py_ssize_t stride) {
     const int persp = !(L->m[6] == 0.0 && L->m[7] == 0.0 && L->m[8] == 1.0);
     Segment S;
+    Span sp[STRIP][MAX_SPANS];
+    int nsp[STRIP], at[STRIP];
+    for (int k = 0; k < ny; k++) nsp[k] = row_spans(L, persp, size, y0 + k, sp[k]), at[k] = 0;
     for (int bx = 0; bx < size; bx += BLOCK) {
-        const int n = size - bx < BLOCK ? size - bx : BLOCK;
-        for (int k = 0; k < ny; k++) general_segment(L, persp, bx, n, y0 + k, buf + k * stride + 3 * bx, &S);
+        const int bend = size - bx < BLOCK ? size : bx + BLOCK;
+        for (int k = 0; k < ny; k++) {
+            float *row = buf + k * stride;
+            for (int q = at[k]; q < nsp[k] && sp[k][q].x0 < bend; q++) {
+                const int x0 = sp[k][q].x0 > bx ? sp[k][q].x0 : bx, x1 = sp[k][q].x1 < bend ? sp[k][q].x1 : bend, c = sp[k][q].k;
+                if (x1 > x0) {
+                    if (c == CLS_ZERO) memset(row + 3 * x0, 0, sizeof(float) * 3 * (x1 - x0));
+                    else if (c == CLS_MIXED) /* mostly the one or two columns at an edge: classified at once */
+                        (x1 - x0 < 16 ? general_leaf : general_segment)(L, persp, x0, x1 - x0, y0 + k, row + 3 * x0, &S);
+                    else general_uniform(L, &L->tiles[c], persp, x0, x1 - x0, y0 + k, row + 3 * x0);
+                }
+                if (sp[k][q].x1 <= bend) at[k] = q + 1; /* done with it */
+            }
+        }
     }
 }
 

@@ -154,3 +154,31 @@ def test_maps_onto_the_last_pixel_and_off_the_canvas_equal_the_numpy_twin(dtype:
         got = _kernel_floats(size, tiles, inv)
         want = _twin(tiles, (size, size), inv, size) + FILL
         assert got.tobytes() == want.tobytes(), f"map {inv}: {int((got != want).any(axis=-1).sum())} pixels differ"
+
+
+@pytest.mark.parametrize("dtype", ["float32", "uint8"])
+def test_rows_cut_into_spans_equal_the_numpy_twin(dtype: str) -> None:
+    """An affine row is cut once into spans (one tile, zeros, the columns between) from the
+    exact map: maps along which u or v is constant (quarter turns: m0 or m3 exactly 0), mirrored
+    maps (u decreasing along the row), and tile edges that fall at every column offset of the
+    64-column blocks, including the segment's first and last columns."""
+    rng = np.random.default_rng(1919)
+    for size in (70, 131):
+        for _ in range(3):
+            tiles, hw = _mosaic(rng, size, dtype)
+            xc, yc = tiles[0][1][2], tiles[0][1][3]  # the mosaic's centre
+            for m in (
+                [0.0, 1.0, xc - 40.5, 1.0, 0.0, yc - 33.25],  # a quarter turn: u constant along a row
+                [0.0, -1.0, xc + 40.0, -1.0, 0.0, yc + 20.0],
+                [-1.0, 0.0, xc + size / 2, 0.0, 1.0, yc - size / 2],  # mirrored: u decreasing
+                [-0.93, 0.21, xc + 50.3, -0.17, -1.02, yc + 45.7],
+                [1.0, 0.001, xc - 63.0, 0.0, 1.0, yc - 9.0],  # the centre line near column 63, then 4 and 8 on
+            ):
+                for shift in range(0, 9, 4):
+                    inv = (m[0], m[1], m[2] + shift, m[3], m[4], m[5] + shift / 3, 0.0, 0.0, 1.0)
+                    got = _kernel_floats(size, tiles, inv)
+                    want = _twin(tiles, hw, inv, size) + FILL
+                    bad = np.argwhere((got != want).any(axis=-1))
+                    assert got.tobytes() == want.tobytes(), (
+                        f"size {size}, map {inv}: {len(bad)} pixels differ, first (y, x) {bad[:3].tolist()}"
+                    )
