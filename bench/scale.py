@@ -24,6 +24,11 @@ trainer in a spawned process, so every figure is taken from outside the process 
 
 Usage: ``python bench/scale.py [--records 100000] [--imgsz 64] [--label before] [--write docs/benchmarks.md]``.
 ``--write`` replaces (or appends) the block for this label and record count in the file.
+
+Where the restart's label index check is compared between two code trees in alternating
+pairs, and where labels are checked by their bytes rather than their stat (tmpfs, labels
+changed in the last minutes, image file systems), ``bench/label_trust.py`` uses this file's
+``start_daemon`` on a set ``--keep`` left.
 """
 
 from __future__ import annotations

@@ -49,6 +49,11 @@ The task: ``client.task`` (detect, segment, pose, obb), ``client.kpt_shape`` and
 ``client.flip_idx`` (pose) are the daemon's dataset's, from each ``attached`` reply. Each
 batch's ``targets`` has ``tasks.target_width`` columns for it, and a segment batch carries
 ``masks`` (``tensors.py``).
+
+``expect``: the data the trainer names (``shared/stream/served_data.py``: ``expect``). Each
+attach then checks that the daemon serves exactly that (the split's resolved image sources,
+the data's class names, the task where given) and otherwise detaches and raises
+``DatasetMismatchError`` naming both; without it the trainer takes whatever the daemon serves.
 """
 
 from __future__ import annotations
@@ -66,6 +71,7 @@ from ..shared.errors import (
     ClosedError,
     ConfigError,
     DaemonTimeout,
+    DatasetMismatchError,
     PixpoolError,
     ProtocolError,
     SnapshotChangedError,
@@ -73,6 +79,7 @@ from ..shared.errors import (
 from ..shared.stream import protocol as proto
 from ..shared.stream import tasks
 from ..shared.stream.config import StreamSettings
+from ..shared.stream.served_data import ExpectedData, check_served
 from ..shared.transport import endpoint as ep
 from ..shared.transport.procmem import pid_namespace
 from ..shared.transport.ring import DEFAULT_SLOTS
@@ -122,9 +129,15 @@ class Client:
         zero_copy: bool = True,
         follow_snapshot: bool = False,
         lend: bool = True,
+        expect: ExpectedData | None = None,
     ):
         if not isinstance(settings, StreamSettings):
             raise TypeError(f"settings must be a StreamSettings, got {type(settings).__name__}")
+        if expect is not None and not isinstance(expect, ExpectedData):
+            raise TypeError(
+                f"expect must be a served_data.ExpectedData (served_data.expect(PATH)), got {type(expect).__name__}"
+            )
+        self.expect = expect
         if isinstance(wait_s, bool) or not isinstance(wait_s, (int, float)) or not wait_s >= 0:
             raise ConfigError.for_field("wait_s", wait_s, "must be a number of seconds >= 0 (0: fail at once)")
         self.settings = settings  # with the daemon's imgsz filled in once attached
@@ -248,7 +261,9 @@ class Client:
         try:
             self._snapshot.check(attached, endpoint=self.endpoint, position=self.position)
             self._take_task(attached)
-        except (SnapshotChangedError, ProtocolError):
+            if self.expect is not None:
+                check_served(self.expect, attached, where=self.endpoint)
+        except (SnapshotChangedError, ProtocolError, DatasetMismatchError):
             self._detach(attached["trainer_id"], attached["token"])  # so that daemon removes the new ring
             raise
         if self._reader is not None:

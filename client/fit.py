@@ -32,6 +32,7 @@ from pathlib import Path
 import numpy as np
 
 from ..shared.errors import ConfigError
+from ..shared.stream import served_data
 from ..shared.stream.digest import batch_digest
 from . import checkpoint, run_dir, snapshot_check
 from ._torch import require_torch
@@ -53,6 +54,8 @@ def fit(
     given: set[str] | None = None,
     on_attached: Callable[[Path, FitConfig], None] | None = None,
     on_epoch: Callable[[dict], None] | None = None,
+    data=None,
+    images=None,
 ) -> dict:
     """Train (see module docstring); returns the report ``pixpool train --json`` prints.
 
@@ -60,7 +63,10 @@ def fit(
     ``stream.seed``, ``checkpoint.resumed_config``), each of which must equal the
     checkpoint's; default: the fields of ``config`` that differ from their defaults.
     ``on_attached(run_folder, config)``: called once the run folder exists, before the first
-    step, with the config the run goes on with (a resumed run's restored settings)."""
+    step, with the config the run goes on with (a resumed run's restored settings).
+    ``data`` (and ``images`` for a COCO json): the dataset the run must train on; a daemon
+    serving another is refused (``attach(data=)``), and its validation split too where
+    ``data`` is a data.yaml with ``val:``. None: whatever the daemon serves."""
     torch = require_torch("pixpool train")
     from .loader import attach, distributed_rank
     from .step import DetectorStep
@@ -99,6 +105,8 @@ def fit(
         wait_s=wait_s,
         zero_copy=True,
         follow_snapshot=config.follow_snapshot,
+        data=data,
+        images=images,
         **on_device,
     ) as train:
         if train.num_classes < 1:
@@ -142,7 +150,12 @@ def fit(
             step.load_state_dict(ckpt["step"])
             _set_rng(ckpt["rng"], torch)
             best = ckpt["best"]
-        val = _val_loader(train, socket_dir, endpoint, keys_dir, config, imgsz, timeout_s) if config.validate else None
+        val_data = data if data is not None and served_data.names_split(data, "val") else None
+        val = (
+            _val_loader(train, socket_dir, endpoint, keys_dir, config, imgsz, timeout_s, data=val_data)
+            if config.validate
+            else None
+        )
         try:
             # Made only now: every refusal (settings, checkpoint, snapshot, the daemon's) came before.
             folder = Path(config.resume).parent if ckpt else run_dir.claim(config.project, exist_ok=config.exist_ok)
@@ -234,7 +247,7 @@ def _check_snapshot(ckpt: dict, client, config: FitConfig) -> None:
     log.warning("resuming on another snapshot (follow_snapshot=True): %s", error)
 
 
-def _val_loader(train, socket_dir, endpoint, keys_dir, config: FitConfig, imgsz: int, timeout_s: float):
+def _val_loader(train, socket_dir, endpoint, keys_dir, config: FitConfig, imgsz: int, timeout_s: float, *, data=None):
     from .loader import attach
 
     # zero_copy: ``_validate`` keeps only what it computes from a batch (predictions, boxes).
@@ -251,6 +264,7 @@ def _val_loader(train, socket_dir, endpoint, keys_dir, config: FitConfig, imgsz:
             timeout_s=timeout_s,
             zero_copy=True,
             follow_snapshot=config.follow_snapshot,
+            data=data,
         )
     except ConfigError as exc:
         if getattr(exc, "field", None) == "split":

@@ -29,6 +29,10 @@ keeps working::
   views of the ring slot instead, valid only until the next batch is asked for.
 - If the daemon is restarted on another dataset (``SnapshotChangedError``, see
   ``client/client.py``) the loader stops, unless ``follow_snapshot=True``.
+- ``attach(data="B.yaml")`` names the data to train on: a daemon that serves another
+  dataset (other image files, classes, or ``task=`` when given) is refused with
+  ``DatasetMismatchError`` naming both, instead of training on whatever it serves
+  (``shared/stream/served_data.py``).
 
 Owned batches: a lent slot while few are held, else a copy (``client/flow.py``). The ring
 has 2-3 slots per trainer and the daemon renders into the next free one while the trainer
@@ -58,8 +62,10 @@ import os
 from typing import Any, Iterator
 
 from ..shared.errors import ClosedError, ConfigError
+from ..shared.stream import served_data
 from ..shared.stream.config import AugmentConfig, StreamSettings
 from ..shared.stream.sampler import num_batches
+from ..shared.stream.served_data import ExpectedData
 from ..shared.transport.ring import DEFAULT_SLOTS
 from ._torch import require_torch
 from .batch import Batch
@@ -202,6 +208,9 @@ def attach(
     store: str | os.PathLike | None = None,
     zero_copy: bool = False,
     follow_snapshot: bool = False,
+    data: str | os.PathLike | None = None,
+    images: str | os.PathLike | None = None,
+    task: str | None = None,
     **overrides: Any,
 ) -> Loader:
     """A DataLoader-like view of the daemon's stream (see module docstring).
@@ -237,9 +246,16 @@ def attach(
     ``follow_snapshot=True``: when the daemon comes back after a restart serving another
     snapshot (a new dataset version), warn and go on with it at the same epoch and batch
     position instead of raising ``SnapshotChangedError``.
+
+    The data to train on: ``data`` (a data.yaml, a YOLO images folder or a COCO json, with
+    ``images`` for the json's images folder; as ``pixpool serve`` takes them) and ``task``.
+    Given, the daemon must serve exactly that as the stream's split (the same image files
+    once paths are resolved, the data.yaml's class names, the task), else
+    ``DatasetMismatchError`` names both; None (the default) takes whatever the daemon serves.
     """
+    stream = stream_settings(settings, **overrides)
     return Loader(
-        stream_settings(settings, **overrides),
+        stream,
         socket_dir=socket_dir,
         endpoint=endpoint,
         keys_dir=keys_dir,
@@ -250,7 +266,22 @@ def attach(
         store=store,
         zero_copy=zero_copy,
         follow_snapshot=follow_snapshot,
+        expect=expected_data(data, images, split=stream.split, task=task),
     )
+
+
+def expected_data(
+    data: str | os.PathLike | None, images: str | os.PathLike | None = None, *, split: str, task: str | None = None
+) -> ExpectedData | None:
+    """The data a trainer names (``served_data.expect``), or None where it names none."""
+    if data is None:
+        if images is not None or task is not None:
+            given = "images=" if images is not None else "task="
+            raise ConfigError(
+                f"{given} describes the data named by data=; name data= too, or leave {given} out", field="data"
+            )
+        return None
+    return served_data.expect(data, images, split=split, task=task)
 
 
 def stream_settings(settings: StreamSettings | None = None, /, **overrides: Any) -> StreamSettings:

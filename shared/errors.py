@@ -108,6 +108,18 @@ class _Names(dict):
         return self.flags.get(key, key)
 
 
+class DatasetMismatchError(ConfigError):
+    """A trainer named its data (``attach(data=)``, ``pixpool train --data``, ``pixpool yolo
+    train data=``) and the daemon it found serves another dataset (other image sources,
+    classes or task), or cannot say which it serves. ``asked`` and ``served`` are the two
+    descriptions (``shared/stream/served_data.py``); the message names both and what to do."""
+
+    def __init__(self, message: str, *, asked: dict, served: dict):
+        super().__init__(message, field="data")
+        self.asked = asked
+        self.served = served
+
+
 class ProtocolError(PixpoolError, ValueError):
     """A message does not follow the wire protocol (version, shape, size, order).
 

@@ -49,7 +49,12 @@ def _someone_elses(name: str, ours: set[int], users: dict[str, set[int]]) -> boo
     """True where a process outside this run holds segment ``name`` (``shared.transport.holds``: seen
     from any PID namespace) and none of this run's processes maps it."""
     from pixpool.shared.transport.holds import holds_of
+    from pixpool.shared.transport.names import parse, snapshot_parts
 
+    parsed = parse(name)
+    if parsed is not None and parsed.kind == "snapshot" and parsed.part.startswith("lix"):
+        # A label index is never mapped: it belongs to whoever holds its snapshot's meta.
+        name = snapshot_parts(parsed.group)["meta"]
     held = holds_of(name)
     return held is not None and held.in_use and not users.get(name, set()) & ours
 

@@ -5,7 +5,8 @@ Runs in the trainer's process. Start several beside one ``pixpool serve`` (diffe
 ``pixpool monitor`` shows the footprint meanwhile. The flags are generated from the fields
 of ``FitConfig`` (the run), ``StreamSettings`` (the stream: seed, batch size, HSV placement)
 and ``AugmentConfig`` (augmentation), each with its default in ``--help``; the connection
-flags (``--socket-dir``, ``--endpoint``, ``--keys``, ``--timeout-s``) and ``--json`` /
+flags (``--socket-dir``, ``--endpoint``, ``--keys``, ``--timeout-s``), ``--data`` / ``--images``
+(the dataset the run must train on: a daemon serving another is refused) and ``--json`` /
 ``--no-progress`` are this command's own. Needs the trainer extra (torch).
 
 Every generated flag is parsed with its default suppressed (a flag not given leaves no
@@ -45,6 +46,14 @@ def configure(parser: argparse.ArgumentParser, name: str) -> None:
         default=0.0,
         help="how long to wait for a daemon that is still starting (default 0: no daemon at --socket-dir fails at once)",
     )
+    parser.add_argument(
+        "--data",
+        metavar="DATA",
+        default=None,
+        help="the dataset to train on (data.yaml, YOLO images folder or COCO json, as `pixpool serve` takes it): a "
+        "daemon serving another is refused, naming both (default: train on whatever the daemon serves)",
+    )
+    parser.add_argument("--images", metavar="DIR", default=None, help="with a COCO json as --data: its images folder")
     parser.add_argument("--json", action="store_true", help="print the final report as JSON (implies --no-progress)")
     add_fields(parser, FitConfig, group="the run (FitConfig)", prefix="run_", suppress_defaults=True)
     add_fields(
@@ -124,6 +133,8 @@ def run(args: argparse.Namespace) -> int:
         given=given(args),
         on_attached=started,
         on_epoch=show,
+        data=args.data,
+        images=args.images,
     )
     if args.json:
         print(json.dumps({k: v for k, v in report.items() if k != "history"}))

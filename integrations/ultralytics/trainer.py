@@ -10,8 +10,10 @@ and ``command.py`` are the only ones that import Ultralytics (AGPL-3.0); nothing
 is copied, the mixin overrides three hooks:
 
 - ``get_dataloader(mode="train")`` attaches this rank to the daemon (``TrainLoader``) and
-  checks that it serves the trainer's task (and for pose the dataset's ``kpt_shape`` and
-  ``flip_idx``); validation keeps Ultralytics' own loader and validator.
+  checks that it serves exactly the training split Ultralytics resolved from ``data=`` (the
+  same image sources: ``shared/stream/served_data.py``; a daemon serving another dataset is
+  refused, naming both), its class names and the trainer's task (and for pose the dataset's
+  ``kpt_shape`` and ``flip_idx``); validation keeps Ultralytics' own loader and validator.
 - ``train()`` first makes sure a daemon answers at the socket directory: one already
   running is used as it is; otherwise one is started (``pixpool serve`` as a child
   process, ``workers`` workers, imgsz and ``--task`` of the run) on the training split
@@ -54,6 +56,7 @@ from ...client.loader import Loader, distributed_rank
 from ...shared.cli.flags import to_argv
 from ...shared.errors import ConfigError
 from ...shared.stream.config import DaemonConfig
+from ...shared.stream.served_data import ExpectedData, expect_entries
 from ...shared.transport import endpoint as ep
 from ...shared.transport.control import request_status
 from . import failures, hyp
@@ -185,7 +188,13 @@ class PixpoolStream:
         # (``.to(device).float() / 255``) before anything else reads it, the loss reads
         # batch["masks"] as ``.to(device).float()``, and the dict is rebuilt per batch
         # (``batches.py``), so no reference to the slot outlives the step.
-        stream = Loader(settings, socket_dir=self.pixpool_socket_dir, timeout_s=self.pixpool_timeout_s, zero_copy=True)
+        stream = Loader(
+            settings,
+            socket_dir=self.pixpool_socket_dir,
+            timeout_s=self.pixpool_timeout_s,
+            zero_copy=True,
+            expect=self._expected_data(),
+        )
         try:
             self._check_names(stream.names)
             hyp.check_served(
@@ -206,6 +215,13 @@ class PixpoolStream:
             single_cls=bool(self.args.single_cls),
             labels_source=lambda: self._labels(dataset_path),
         )
+
+    def _expected_data(self) -> ExpectedData:
+        """The training split this run names, as Ultralytics resolved ``data=`` (what a daemon this
+        trainer starts would serve): the daemon found at the socket directory must serve it. The
+        class names are ``_check_names``'s (``single_cls`` renames them on this side only), the
+        task ``hyp.check_served``'s (its message names the ``--task`` to serve)."""
+        return expect_entries(self._train_split()["train"], asked=f"data={self.args.data}")
 
     def _check_names(self, served: list[str]) -> None:
         if self.args.single_cls:

@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 
 from ...shared.cli import digest_args
+from ...shared.errors import ConfigError
 from ...shared.stream import digest
 from ...shared.stream.config import DaemonConfig, StreamSettings
 from ...shared.stream.source import ImageSource
@@ -41,13 +42,11 @@ def configure(parser: argparse.ArgumentParser, name: str) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..readers import load_dataset
-
     settings = digest_args.settings_from(args)
     config = digest_args.daemon_config_from(args, settings)
     # The stream renders at the snapshot's imgsz, as a daemon's trainer that names none would.
     settings = settings.for_imgsz(config.imgsz)
-    dataset = load_dataset(config.data, config.images, task=config.task)
+    dataset = read_served_split(config, settings.split)
     if args.reference:
         from ..snapshot.reference import ReferenceSource
 
@@ -58,6 +57,24 @@ def run(args: argparse.Namespace) -> int:
         path = "snapshot"
     digest_args.report(args, path, settings, digests)
     return 0
+
+
+def read_served_split(config: DaemonConfig, split: str):
+    """The Dataset a daemon of ``config`` serves as ``split``, read as that daemon reads it
+    (``daemon.run``: the same split resolution, bounds and task), so that every setting that
+    changes what a daemon serves changes these digests alike."""
+    from ..daemon.run import read_split, splits
+
+    served = splits(config)
+    if split not in served:
+        raise ConfigError(
+            f"a daemon of these settings serves no {split!r} split (it would serve {sorted(served)}); name the "
+            "validation set with --val DATA, or a data.yaml that has val:, or digest --split train",
+            field="split",
+        )
+    data, images, _ = served[split]
+    dataset, _ = read_split(config, data, images, split, warned=set())
+    return dataset
 
 
 def _digest_snapshot(dataset, settings: StreamSettings, config: DaemonConfig, args: argparse.Namespace) -> list[str]:

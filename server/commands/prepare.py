@@ -45,6 +45,7 @@ def run(args: argparse.Namespace) -> int:
         max_instances_per_image=options.max_instances_per_image,
         allow_unlabelled=options.allow_unlabelled,
         task=options.task,
+        max_classes=config.max_classes,
     )
     lineage = lineage_of(config.data, config.images, options.imgsz, options.dtype, options.task)
     try:

@@ -15,7 +15,11 @@ that shares the store; a ring's daemon holds its ``CREATOR`` lock and its traine
 (``procmem.segment_users``, a description only).
 
 ``ls`` lists the caller's snapshots and rings: a ring with its daemon (alive or dead, by its
-lock) and its trainer (attached or not). ``clean`` is how what a killed process left
+lock) and its trainer (attached or not), and the temporary files killed writers left
+(``shared.transport.publish``). It also names every file it ignored under the caller's names:
+another user's file, a FIFO, a directory or a link planted there, a file under a label
+index's name that is no index of that snapshot (``snapshot/unit.py``). Nothing in the store
+is opened before its type and owner are known (``lstat``, then ``shm.open_trusted``). ``clean`` is how what a killed process left
 behind goes away. It removes, as whole units (a snapshot's three parts together),
 snapshots and rings nobody holds, each under a write lock that no holder lets it take
 (``holds.remove_unused``); it never removes a segment that a live process maps or holds
@@ -88,9 +92,18 @@ def others_note(others: dict[int, int]) -> str | None:
 
 
 def plan_clean(
-    segments: list[str], holds: dict, *, unrecognised: bool = False, pids: dict[str, set[int]] | None = None
+    segments: list[str],
+    holds: dict,
+    *,
+    unrecognised: bool = False,
+    pids: dict[str, set[int]] | None = None,
+    units: dict[str, str] | None = None,
 ) -> tuple[list[str], dict[str, str]]:
     """(segments ``clean`` removes, {kept segment: why}) (pure: decisions only).
+
+    ``units``: segment -> the unit it goes with, where that is not its name's group
+    (``names.group_of``): a file under a label index's name that is no index of that snapshot
+    (``snapshot/unit.py``) is a unit of its own.
 
     ``holds``: segment -> ``shared.transport.holds.Holds`` (None or absent: gone); ``pids``: segment ->
     pids this namespace sees mapping it, for the reasons only. A snapshot goes as a whole
@@ -100,10 +113,10 @@ def plan_clean(
     """
     from ...shared.transport.names import group_of, parse
 
-    pids = pids or {}
+    pids, units = pids or {}, units or {}
     groups: dict[str, list[str]] = {}
     for seg in segments:
-        groups.setdefault(group_of(seg), []).append(seg)
+        groups.setdefault(units.get(seg) or group_of(seg), []).append(seg)
     remove, kept = [], {}
     for key, segs in groups.items():
         held = [holds[s] for s in segs if holds.get(s) is not None and holds[s].in_use]
@@ -147,11 +160,52 @@ def _holds(segments: list[str], store: str) -> dict:
 
 
 def _own_segments(store: str) -> tuple[list[str], dict[int, int]]:
-    from ...shared.transport.names import list_segments
-    from ...shared.transport.shm import owner_of
+    """(the caller's segment files, {other uid: count}): by ``lstat``, so nothing is opened or
+    followed; what is no regular file is nobody's segment and is left out (``ignored``)."""
+    import stat
+
+    from ...shared.transport.names import list_segments, shm_path
 
     segments = list_segments(store)
-    return split_by_owner(segments, {s: owner_of(s, store) for s in segments}, os.geteuid())
+    owners = {}
+    for seg in segments:
+        try:
+            st = os.lstat(shm_path(seg, store))
+        except FileNotFoundError:
+            continue
+        owners[seg] = st.st_uid if stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid() else None
+    return split_by_owner(segments, owners, os.geteuid())
+
+
+def ignored(store: str) -> dict[str, str]:
+    """name -> why, for every file under the caller's names that is no segment of the caller's:
+    another user's file, a FIFO, a directory or a link planted there, and a file under a label
+    index's name that is no index of that snapshot (``snapshot/unit.py``). Nothing is opened
+    but the caller's own regular files."""
+    from ...shared.errors import UntrustedSegmentError
+    from ...shared.transport.names import list_segments, parse, shm_path, user_prefix
+    from ...shared.transport.shm import check_trusted
+    from ..snapshot import unit
+
+    me, mine = os.geteuid(), user_prefix()
+    out, bases = {}, set()
+    for seg in list_segments(store):
+        parsed = parse(seg)
+        if not seg.startswith(mine) or (parsed is not None and parsed.uid != os.geteuid()):
+            continue  # another user's name: counted by others_note, theirs to look after
+        try:
+            check_trusted(seg, os.lstat(shm_path(seg, store)), store=store, any_mode=True)
+        except FileNotFoundError:
+            continue
+        except UntrustedSegmentError as exc:
+            out[seg] = str(exc)
+            continue
+        if parsed is not None and parsed.kind == "snapshot" and parsed.uid == me:
+            bases.add(parsed.group)
+    for base in bases:
+        for seg, why in unit.strays(base, store).items():
+            out.setdefault(seg, why)
+    return out
 
 
 def _ls(args: argparse.Namespace) -> int:
@@ -180,13 +234,18 @@ def _ls(args: argparse.Namespace) -> int:
             "creator_pid": h.creator_pid if h else None,
         })  # fmt: skip
     rows += ring_rows(mine, holds, users, args.store)
+    rows += debris_rows(mine, holds, args.store)
+    strange = ignored(args.store)
+    rows += [{"kind": "ignored", "name": name, "why": why} for name, why in sorted(strange.items())]
+    for name, why in sorted(strange.items()):
+        print(f"ignored {name}: {why}", file=sys.stderr)
     note = others_note(others)
     if note:
         print(note, file=sys.stderr)
     if args.json:
         print(json.dumps(rows))
         return 0
-    if not rows:
+    if not [r for r in rows if r["kind"] != "ignored"]:
         print(f"no pixpool snapshots or rings of yours in {args.store}")
         return 0
     _print_tables(rows)
@@ -213,11 +272,32 @@ def ring_rows(segments: list[str], holds: dict, users: dict[str, set[int]], stor
     return rows
 
 
+def debris_rows(segments: list[str], holds: dict, store: str) -> list[dict]:
+    """``ls`` rows of the temporary files among ``segments`` (``shared.transport.publish``): one
+    nobody holds is a killed writer's, and ``clean`` removes it."""
+    from ...shared.transport.names import parse, shm_path
+
+    rows = []
+    for seg in segments:
+        parsed, held = parse(seg), holds.get(seg)
+        if parsed is None or parsed.kind != "debris":
+            continue
+        try:
+            nbytes = os.lstat(shm_path(seg, store)).st_size
+        except FileNotFoundError:
+            continue
+        in_use = held is not None and held.in_use
+        rows.append({"kind": "debris", "name": seg, "nbytes": nbytes, "in_use": in_use,
+                     "state": "being written" if in_use else "left by a killed writer (pixpool clean removes it)"})  # fmt: skip
+    return rows
+
+
 def _print_tables(rows: list[dict]) -> None:
     from ...shared.cli.text import format_table, human_bytes
 
     snaps = [r for r in rows if r["kind"] == "snapshot"]
     rings = [r for r in rows if r["kind"] == "ring"]
+    debris = [r for r in rows if r["kind"] == "debris"]
     if snaps:
         table = [[r["name"], r["records"] if r["records"] is not None else "?", r["imgsz"] or "?", r["dtype"] or "?",
                   human_bytes(r["nbytes"]),
@@ -228,12 +308,28 @@ def _print_tables(rows: list[dict]) -> None:
             print()
         table = [[r["name"], human_bytes(r["nbytes"]), r["daemon"], r["trainer"], _in_use_text(r)] for r in rings]
         print(format_table(table, ["ring", "size", "daemon", "trainer", "in use by"]))
+    if debris:
+        if snaps or rings:
+            print()
+        table = [[r["name"], human_bytes(r["nbytes"]), r["state"]] for r in debris]
+        print(format_table(table, ["temporary file", "size", "state"]))
 
 
 def _in_use_text(row: dict) -> str:
     if row["in_use_by"]:
         return ",".join(map(str, row["in_use_by"]))
     return "another PID namespace" if row["in_use"] else "-"
+
+
+def _stray_units(segments: list[str], store: str) -> dict[str, str]:
+    """segment -> itself, for the caller's files under a label index's name that are no index of
+    that snapshot (``snapshot/unit.py``): each goes, or stays, on its own, never with the snapshot."""
+    from ...shared.transport.names import parse
+    from ..snapshot import unit
+
+    bases = {p.group for p in map(parse, segments) if p is not None and p.kind == "snapshot"}
+    wanted = set(segments)
+    return {seg: seg for base in bases for seg in unit.strays(base, store) if seg in wanted}
 
 
 def _clean(args: argparse.Namespace) -> int:
@@ -246,7 +342,8 @@ def _clean(args: argparse.Namespace) -> int:
         wanted = set(args.names)
         segments = [s for s in segments if s in wanted or group_of(s) in wanted]
     holds = _holds(segments, args.store)
-    targets, kept = plan_clean(segments, holds, unrecognised=args.all, pids=segment_users(args.store))
+    units = _stray_units(segments, args.store)
+    targets, kept = plan_clean(segments, holds, unrecognised=args.all, pids=segment_users(args.store), units=units)
     if args.keep_complete:
         from ..snapshot.handle import list_snapshots
 
@@ -257,7 +354,7 @@ def _clean(args: argparse.Namespace) -> int:
     verb = "would remove" if args.dry_run else "removed"
     groups: dict[str, list[str]] = {}
     for seg in targets:
-        groups.setdefault(group_of(seg), []).append(seg)
+        groups.setdefault(units.get(seg) or group_of(seg), []).append(seg)
     for segs in groups.values():
         # The removal decides again, under write locks (``holds.remove_unused``): a process
         # that attached since the plan keeps the whole group.

@@ -17,10 +17,18 @@ they are not, no key is admitted (fail closed) and the daemon says so in its log
 A connection made while a key was authorized stays open after the key is removed (libzmq
 authenticates at the handshake only, and a ROUTER cannot drop one peer), so the daemon
 checks ``admits`` for every request from it, answering ``not_authorized``.
+
+A look at the folder that fails for want of a resource (``EMFILE`` while a flood holds the
+descriptors, ``ENFILE``, ``ENOMEM``) says nothing about the keys: the keys of the last
+complete read stay admitted, the failure is counted (``read_errors``) and logged once, and
+the next look reads again; a removed key so goes at the first look that works. Only a
+folder that is gone, unreadable or not private admits nobody. (Before issue 26 such a
+failure either admitted nobody, ending every TCP session, or stopped the daemon.)
 """
 
 from __future__ import annotations
 
+import errno
 import logging
 import os
 import threading
@@ -30,6 +38,9 @@ from ...shared.errors import ConfigError
 from ...shared.transport.endpoint import check_keys_dir
 
 log = logging.getLogger(__name__)
+
+# Failures of a look at the folder that come from the process's resources, not the folder.
+_TRANSIENT = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOMEM, errno.ENOBUFS, errno.EINTR, errno.EAGAIN})
 
 
 class AuthorizedKeys:
@@ -44,20 +55,42 @@ class AuthorizedKeys:
         self._keys: frozenset[str] = frozenset()
         self._problem: str | None = None
         self.reloads = 0
+        self.read_errors = 0  # looks at the folder that failed for want of a resource (module docstring)
+        self._unreadable = False  # in a run of such failures (logged once per run)
 
     def current(self) -> frozenset[str]:
         """The keys admitted now, re-read if the folder changed since the last look."""
-        signature = self._read_signature()
-        with self._lock:
-            if signature != self._signature:
-                self._keys, self._problem = self._load()
-                self._signature = signature
-                self.reloads += 1
-                if self._problem is not None:
-                    log.error("admitting no TCP client: %s", self._problem)
-                else:
-                    log.info("authorized client keys: %d in %s", len(self._keys), self.folder)
-            return self._keys
+        try:
+            signature = self._read_signature()
+            with self._lock:
+                if signature != self._signature:
+                    keys, problem = self._load()
+                    self._keys, self._problem, self._signature = keys, problem, signature
+                    self._logged_load()
+                if self._unreadable:
+                    self._unreadable = False
+                    log.info("the folder of authorized keys %s is readable again", self.folder)
+                return self._keys
+        except OSError as exc:
+            if exc.errno not in _TRANSIENT:
+                raise
+            with self._lock:
+                self.read_errors += 1
+                if not self._unreadable:
+                    self._unreadable = True
+                    log.warning(
+                        "could not look at %s (%s); the %d key(s) of the last complete read stay admitted "
+                        "until a look works",
+                        self.folder, exc, len(self._keys),
+                    )  # fmt: skip
+                return self._keys
+
+    def _logged_load(self) -> None:
+        self.reloads += 1
+        if self._problem is not None:
+            log.error("admitting no TCP client: %s", self._problem)
+        else:
+            log.info("authorized client keys: %d in %s", len(self._keys), self.folder)
 
     def admits(self, key: str) -> bool:
         return key in self.current()
@@ -83,6 +116,8 @@ class AuthorizedKeys:
                     if e.name.endswith(".key")
                 )
         except OSError as exc:
+            if exc.errno in _TRANSIENT:
+                raise
             return ("unreadable", exc.errno)
         return tuple((st.st_ino, st.st_ctime_ns, st.st_mode, st.st_uid) for st in (outer, inner)) + (tuple(files),)
 
@@ -103,6 +138,8 @@ class AuthorizedKeys:
             try:
                 public, _ = zmq.auth.load_certificate(str(path))
             except (OSError, ValueError, KeyError) as exc:  # being written right now, or no key file
+                if isinstance(exc, OSError) and exc.errno in _TRANSIENT:
+                    raise  # says nothing about this key: current() keeps the last complete read
                 log.warning("skipping %s: not a CURVE public key file (%s); a key made by `pixpool keys` is", path, exc)
                 continue
             keys.add(public.decode("ascii"))

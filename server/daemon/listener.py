@@ -9,6 +9,12 @@ a TCP one behind CURVE with a ZAP authenticator admitting only the keys in
 ``keys/authorized`` now (``authorized.py``). Frames over ``MAX_WIRE_BYTES`` make libzmq drop
 the peer before allocating them; ``intake.read_request`` bounds the frames and bytes of a
 whole message. Binding sweeps the rings a killed daemon left (``sweeps.py``).
+
+Connections that never finish their handshake are bounded (issue 26): before binding, the
+listener raises the process's soft open-file limit to the hard one (``descriptors.py``);
+every ROUTER closes a connection whose handshake has not completed in
+``handshake_guard.HANDSHAKE_S``; on the TCP one a ``HandshakeGuard`` caps those connections
+per peer address and in all, from the descriptors free at start.
 """
 
 from __future__ import annotations
@@ -24,6 +30,8 @@ from ...shared.stream.config import DaemonConfig
 from ...shared.transport import endpoint as ep
 from ...shared.transport.control import request_status
 from .authorized import AuthorizedKeys
+from .descriptors import open_descriptors, raise_nofile_limit
+from .handshake_guard import HANDSHAKE_S, HandshakeGuard, pending_caps
 from .sweeps import sweep_rings
 
 __all__ = ["LOCK_NAME", "Listener"]
@@ -47,8 +55,10 @@ class Listener:
         self._dir_fd: int | None = None  # the socket directory, opened once at bind
         self._auth = None
         self.authorized: AuthorizedKeys | None = None  # with TCP: the keys admitted now
+        self.guard: HandshakeGuard | None = None  # with TCP: caps on its unfinished handshakes
 
     def open(self) -> list[zmq.Socket]:
+        limit = raise_nofile_limit()
         local = self._router()
         local.setsockopt(zmq.ROUTER_MANDATORY, 0)
         self._bind_local(local)
@@ -59,6 +69,9 @@ class Listener:
             self._auth = ep.start_authenticator(self._ctx, self.config.keys_dir, self.authorized)
             remote = self._router()
             ep.configure_server(remote, self.config.keys_dir)
+            in_use = open_descriptors()
+            per_peer, total = pending_caps(limit.soft - (in_use if in_use is not None else 64))
+            self.guard = HandshakeGuard(self._ctx, remote, port, per_peer=per_peer, total=total)
             _bind(remote, f"tcp://{host}:{port}")
             self.remote = remote
         return self.sockets
@@ -70,6 +83,8 @@ class Listener:
         # A frame over MAX_WIRE_BYTES makes libzmq drop the peer before allocating it;
         # smaller oversized frames reach decode(), which answers with an error.
         sock.setsockopt(zmq.MAXMSGSIZE, proto.MAX_WIRE_BYTES)
+        # A peer that connects and sends nothing is closed after this (libzmq's default: 30 s).
+        sock.setsockopt(zmq.HANDSHAKE_IVL, int(HANDSHAKE_S * 1000))
         return sock
 
     def _bind_local(self, sock: zmq.Socket) -> None:
@@ -116,6 +131,9 @@ class Listener:
 
     def close(self) -> None:
         """Close the sockets and remove the socket file (through the directory's descriptor)."""
+        if self.guard is not None:
+            self.guard.close()
+            self.guard = None
         for s in self.sockets:
             s.close(linger=0)
         if self._socket_path and self._dir_fd is not None:

@@ -1,11 +1,14 @@
 """The daemon's Prometheus endpoint (``pixpool serve --metrics-port P``).
 
-Runs in the daemon process: prometheus-client's HTTP server answers scrapes in a thread of
-its own. The loop never shares live state with that thread: every liveness tick it
-``publish``es its ``status`` reply (plain dicts, replaced whole, never mutated), and a
-scrape reads the last one plus what it measures itself at that moment (segment sizes in
-the store, each process's PSS from ``/proc/PID/smaps_rollup``). Names and labels are
-documented in ``docs/memory.md``; a Grafana dashboard for them is ``deploy/grafana-dashboard.json``.
+Runs in the daemon process: ``scrape_server.ScrapeServer`` answers scrapes in a thread of
+its own, with a cap on connections and a deadline on each (prometheus-client's own server
+kept a thread and a descriptor per idle connection, without a timeout: issue 26); the text
+is prometheus-client's. The loop never shares live state with that thread: every liveness
+tick it ``publish``es its ``status`` reply and its error counts (plain dicts, replaced
+whole, never mutated), and a scrape reads the last ones plus what it measures itself at
+that moment (segment sizes in the store, each process's PSS from
+``/proc/PID/smaps_rollup``). Names and labels are documented in ``docs/memory.md``; a
+Grafana dashboard for them is ``deploy/grafana-dashboard.json``.
 """
 
 from __future__ import annotations
@@ -26,33 +29,51 @@ class Metrics:
     def __init__(self, host: str, port: int):
         self.host, self.port = host, port
         self._status: dict | None = None
+        self._counts: dict = {}
         self._lock = threading.Lock()
         self._server = None
-        self._thread = None
+        self._registry = None
 
     def start(self) -> "Metrics":
-        from prometheus_client import CollectorRegistry, start_http_server
+        from prometheus_client import CollectorRegistry
 
-        registry = CollectorRegistry(auto_describe=False)
-        registry.register(_Collector(self))
-        self._server, self._thread = start_http_server(self.port, addr=self.host, registry=registry)
-        log.info("metrics on http://%s:%d/metrics", self.host, self.port)
+        from .scrape_server import ScrapeServer
+
+        self._registry = CollectorRegistry(auto_describe=False)
+        self._registry.register(_Collector(self))
+        self._server = ScrapeServer(self.host, self.port, self._render).start()
+        log.info(
+            "metrics on http://%s:%d/metrics (at most %d connections at once, %.0f s each)",
+            self.host, self.port, self._server.max_connections, self._server.timeout_s,
+        )  # fmt: skip
         return self
 
-    def publish(self, status: dict) -> None:
+    def publish(self, status: dict, *, housekeeping_errors: dict | None = None, handshakes_refused: int = 0) -> None:
+        """The loop's latest ``status`` reply; ``housekeeping_errors``: step -> OSErrors since
+        start (``housekeeping.py``); ``handshakes_refused``: TCP connections the handshake
+        guard shut down (``handshake_guard.py``)."""
+        counts = {"housekeeping_errors": dict(housekeeping_errors or {}), "handshakes_refused": handshakes_refused}
         with self._lock:
-            self._status = status
+            self._status, self._counts = status, counts
 
     def latest(self) -> dict | None:
         with self._lock:
             return self._status
 
+    def counts(self) -> dict:
+        with self._lock:
+            return self._counts
+
     def stop(self) -> None:
         if self._server is not None:
-            self._server.shutdown()
-            self._server.server_close()
-            self._thread.join(5.0)
-            self._server = self._thread = None
+            self._server.stop()
+            self._server = None
+
+    def _render(self, accept: str) -> tuple[str, bytes]:
+        from prometheus_client.exposition import choose_encoder
+
+        encoder, content_type = choose_encoder(accept)
+        return content_type, encoder(self._registry)
 
 
 class _Collector:
@@ -144,4 +165,18 @@ class _Collector:
             "pixpool_worker_restarts",
             "Augmentation workers replaced after dying",
             value=st["daemon"]["worker_restarts"],
+        )
+        counts = self._metrics.counts()
+        errors = CounterMetricFamily(
+            "pixpool_housekeeping_errors",
+            "OSErrors in the daemon's periodic steps (skipped that tick and retried; EMFILE: descriptors exhausted)",
+            labels=["step"],
+        )
+        for step, n in sorted(counts.get("housekeeping_errors", {}).items()):
+            errors.add_metric([step], n)
+        yield errors
+        yield CounterMetricFamily(
+            "pixpool_tcp_handshakes_refused",
+            "TCP connections shut down before their handshake, over the caps per address and in all",
+            value=counts.get("handshakes_refused", 0),
         )

@@ -25,6 +25,7 @@ import threading
 import time
 
 from ...shared.errors import CapacityError, ConfigError
+from ...shared.stream import served_data
 from ...shared.stream.config import DaemonConfig, PrepareOptions
 from ...shared.stream.path_table import PathTable
 
@@ -68,6 +69,8 @@ def run_daemon(config: DaemonConfig, *, renderer: str | None = None) -> None:
             snaps[split], info[split], files[split], names[split] = _load(
                 config, options, data, images, split, lineage, warned=warned, train_names=names.get("train")
             )
+            # Which files this split is, resolved as it was read: a trainer that names its data compares it.
+            info[split]["served"] = served_data.describe(data, images, split=split, task=config.task)
             if options.memory_budget_nbytes is not None and split == "train":
                 options = _budget_left(options, sum(snaps[split].nbytes.values()))  # the validation snapshot's
         _return_freed_memory()
@@ -174,6 +177,7 @@ def read_split(config: DaemonConfig, data, images, split: str, *, warned: set, t
         split=split,
         warn_missing_labels=False,
         task=config.task,
+        max_classes=config.max_classes,
     )
     _check_names(config, dataset.names, train_names)
     _log_missing(stats.records, stats.labels_missing, stats.missing_label_example, data, warned)
@@ -183,8 +187,9 @@ def read_split(config: DaemonConfig, data, images, split: str, *, warned: set, t
 def _indexed(config: DaemonConfig, options: PrepareOptions, lineage: str):
     """(index, snapshot) where a trusted label index (``snapshot.label_index``) names a complete
     snapshot this daemon may serve as a full read would; None otherwise (read in full). What a
-    full read would refuse (an image over ``max_instances_per_image``, a set without any label
-    file) is read in full, so that the refusal says what it says today."""
+    full read would refuse (an image over ``max_instances_per_image``, more classes than
+    ``max_classes``, a set without any label file) is read in full, so that the refusal says
+    what it says today."""
     from ..snapshot import label_index
     from ..snapshot.fingerprint import segment_names
     from ..snapshot.prepare import check_budget
@@ -193,7 +198,7 @@ def _indexed(config: DaemonConfig, options: PrepareOptions, lineage: str):
     index = label_index.find_trusted(lineage, store=options.store)
     if index is None or index.task != config.task:
         return None
-    if index.max_instances > config.max_instances_per_image:
+    if index.max_instances > config.max_instances_per_image or len(index.names) > config.max_classes:
         return None
     if index.labels_missing and index.labels_missing == index.records and not config.allow_unlabelled:
         return None

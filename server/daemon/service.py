@@ -48,6 +48,7 @@ from ...shared.transport.spawn import spawn_context
 from ...shared.transport.store import check_store
 from . import admission, delivery, intake, sweeps
 from . import renderer as _renderer
+from .housekeeping import Housekeeping
 from .listener import Listener
 from .scheduler import Job, Scheduler
 from .sessions import Sessions, TrainerSession, UnknownTrainer
@@ -99,6 +100,8 @@ class Daemon:
         by_name = {getattr(src, "name", id(src)): getattr(src, "nbytes", None) for src in self.sources.values()}
         self.snapshot_nbytes = sum(sum(parts.values()) for parts in by_name.values() if isinstance(parts, dict))
         self.store_watch = StoreWatch(config.store_warn_free_nbytes, self.store)
+        # The periodic steps: an OSError in one is counted and retried, never the daemon's end.
+        self.housekeeping = Housekeeping()
         self.pid = os.getpid()
         self.pid_ns = pid_namespace()
         self.host = _socket.gethostname()
@@ -185,11 +188,19 @@ class Daemon:
     # -- loop ---------------------------------------------------------------------------
     def _loop(self, poller: zmq.Poller, socks: list[zmq.Socket]) -> None:
         last_liveness, last_sweep = 0.0, time.monotonic()  # the listener swept at start
+        # Every periodic step runs through ``housekeeping``: an OSError in one (EMFILE while a
+        # flood holds the descriptors, issue 26) is logged, counted and retried next tick.
+        run = self.housekeeping.run
+        guard = self.listener.guard  # with TCP: caps on connections still in their handshake
+        if guard is not None:
+            poller.register(guard.socket, zmq.POLLIN)
         while self._stop_reason is None:
             try:
                 events = dict(poller.poll(_POLL_MS))
             except zmq.error.InterruptedSystemCall:  # a signal arrived; the flag is checked above
                 continue
+            if guard is not None and guard.socket in events:
+                run("the TCP handshake guard", guard.on_events)
             for s in socks:
                 if s in events:
                     self._drain(s)
@@ -200,15 +211,17 @@ class Daemon:
                 self._check_segments()
                 if self._stop_reason is not None:
                     return
-                self.supervisor.check(now, poller)
-                self.sessions.check(now)
+                run("the worker check", self.supervisor.check, now, poller)
+                run("the trainer check", self.sessions.check, now)
                 self._check_keys()
-                self.store_watch.check()
+                run("the store's free-space check", self.store_watch.check)
                 if now - last_sweep >= sweeps.SWEEP_EVERY_S:
                     last_sweep = now
-                    sweeps.sweep_rings(self.store)
+                    run(f"the sweep of {self.store}", sweeps.sweep_store, self.store)
+                if guard is not None:
+                    guard.prune(now)
                 if self.metrics is not None:
-                    self.metrics.publish(self.status())
+                    run("publishing the metrics", self._publish_metrics)
             if self.supervisor.fatal is not None:
                 self.request_stop("workers cannot start")
                 return
@@ -279,8 +292,9 @@ class Daemon:
             reply = proto.encode_reply(
                 Op.RECORDS, start=start, total=len(files), files=[], names=self.names, packed=packed, count=count
             )
-        else:  # a trainer of an earlier release: names in a list, RECORDS_PAGE at a time
-            page = [files[i] for i in range(start, min(len(files), start + proto.RECORDS_PAGE))]
+        else:  # a trainer of an earlier release: names in a list, RECORDS_PAGE at a time, no more bytes than packed
+            _, count = files.page(start, proto.RECORDS_PAGE_BYTES)
+            page = [files[i] for i in range(start, start + min(count, proto.RECORDS_PAGE))]
             reply = proto.encode_reply(Op.RECORDS, start=start, total=len(files), files=page, names=self.names)
         delivery.send(sock, req.identity, reply)
 
@@ -379,9 +393,14 @@ class Daemon:
         """Which snapshot a trainer of ``split`` streams: a trainer that attaches again after a
         restart compares it with the one it began on (``client/client.py``). ``fingerprint``
         is the content's (``snapshot.fingerprint.content_fingerprint``; empty for a source
-        that is no prepared snapshot, where records and names are what can be compared)."""
+        that is no prepared snapshot, where records and names are what can be compared).
+        ``served``: which files the split is (``shared.stream.served_data.describe``), which a
+        trainer that names its data compares; absent for a source not read from files."""
         info = self.split_info.get(split, {})
-        return {"fingerprint": str(info.get("content", "")), "name": str(info.get("name", "")), "records": len(source)}
+        out = {"fingerprint": str(info.get("content", "")), "name": str(info.get("name", "")), "records": len(source)}
+        if isinstance(info.get("served"), dict):
+            out["served"] = info["served"]
+        return out
 
     # -- supervisor callbacks ----------------------------------------------------------------
     def _describe(self, job: Job) -> dict:
@@ -416,7 +435,20 @@ class Daemon:
                 ),
             )
 
+    def _publish_metrics(self) -> None:
+        guard = self.listener.guard
+        self.metrics.publish(
+            self.status(),
+            housekeeping_errors=self.housekeeping.errors,
+            handshakes_refused=guard.refused if guard is not None else 0,
+        )
+
     def _check_segments(self) -> None:
+        """``_check_segments_now``, an OSError in it counted and retried next tick (``housekeeping``):
+        a look at the store that fails says nothing about the segments."""
+        self.housekeeping.run("the segment check", self._check_segments_now)
+
+    def _check_segments_now(self) -> None:
         """Notice segments removed from the store under the daemon (``rm``, a sweep by
         another tool), or truncated (``truncate -s``): never serve half. A lost ring costs
         its trainer a re-attach (it is told it is unknown, attaches again, gets a new ring
@@ -466,10 +498,16 @@ class Daemon:
                 self.sessions.detach(t.trainer_id, f"ring {t.ring.name} removed from {self.store}")
 
     def _check_keys(self) -> None:
-        """With TCP: take in changes to authorized/ and end the sessions of removed keys."""
+        """With TCP: take in changes to authorized/ and end the sessions of removed keys. A
+        look at the folder that fails keeps the last complete read (``authorized.py``); any
+        other OSError is counted and retried next tick, ending no session."""
         if self.listener is None or self.listener.authorized is None:
             return
-        self._admitted = self.listener.authorized.current()
+        try:
+            self._admitted = self.listener.authorized.current()
+        except OSError as exc:
+            self.housekeeping.failed("the authorized-keys check", exc)
+            return
         for t in list(self.sessions.trainers.values()):
             if t.client.startswith("key:") and t.client[4:] not in self._admitted:
                 log.warning(

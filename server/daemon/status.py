@@ -106,6 +106,10 @@ def build_status(d) -> dict:
         "shm_low": d.store_watch.low,
         "metrics": f"http://{cfg.metrics_host}:{cfg.metrics_port}/metrics" if cfg.metrics_port else "",
         "trainers_total": len(d.sessions),
+        # Periodic steps that failed with an OSError and were retried (``housekeeping.py``), and
+        # TCP connections shut down before their handshake (``handshake_guard.py``).
+        "housekeeping_errors": d.housekeeping.errors_total,
+        "tcp_handshakes_refused": d.listener.guard.refused if d.listener is not None and d.listener.guard else 0,
     }
     splits = {
         split: {

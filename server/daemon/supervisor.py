@@ -385,7 +385,14 @@ class Supervisor:
             self._respawn(w, poller)
 
     def _respawn(self, old: WorkerHandle, poller) -> None:
-        new = spawn_worker(self._mp, old.index, self.sources, self.renderer_name, self.store)
+        try:
+            new = spawn_worker(self._mp, old.index, self.sources, self.renderer_name, self.store)
+        except OSError as exc:
+            # Out of descriptors or memory for a moment (a flood of idle connections, issue 26):
+            # the slot is tried again later, never left without a worker.
+            log.warning("could not start worker %d (%s); trying again in %.1f s", old.index, exc, _BACKOFF_FIRST_S)
+            self._respawn_at[old.index] = time.monotonic() + _BACKOFF_FIRST_S
+            return
         new.parts_done, new.samples_done, new.busy_s = old.parts_done, old.samples_done, old.busy_s
         self._add(new, poller)
         self.restarts += 1

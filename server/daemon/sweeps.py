@@ -1,8 +1,10 @@
-"""``sweep_rings``: remove the batch rings a dead daemon left in the store.
+"""``sweep_store``: remove what dead processes left in the store (rings, temporary files).
 
-Runs in the daemon process: when its listener binds, and every ``SWEEP_EVERY_S`` while it
-serves. A live daemon maps each of its rings, so a ring nobody holds (``shared.holds``) is a
-dead daemon's, whatever the pid in its name (PID 1 in every container).
+Runs in the daemon process: when its listener binds (rings), and every ``SWEEP_EVERY_S`` while
+it serves (both). A live daemon maps each of its rings, so a ring nobody holds
+(``shared.holds``) is a dead daemon's, whatever the pid in its name (PID 1 in every
+container); a writer holds its temporary file until it is published, so one nobody holds is a
+killed writer's (``shared.transport.publish.sweep_debris``).
 """
 
 from __future__ import annotations
@@ -10,7 +12,7 @@ from __future__ import annotations
 import logging
 import os
 
-__all__ = ["SWEEP_EVERY_S", "sweep_rings"]
+__all__ = ["SWEEP_EVERY_S", "sweep_rings", "sweep_store"]
 
 log = logging.getLogger(__name__)
 
@@ -43,3 +45,11 @@ def sweep_rings(store: str | None = None) -> list[str]:
             ", ".join(gone),
         )
     return gone
+
+
+def sweep_store(store: str | None = None) -> None:
+    """``sweep_rings`` and this user's temporary files that no writer holds."""
+    from ...shared.transport.publish import sweep_debris
+
+    sweep_rings(store)
+    sweep_debris(store)

@@ -14,7 +14,7 @@ import os
 from pathlib import Path
 
 from ...shared.errors import DatasetError, MissingFileError
-from ...shared.stream.config import DEFAULT_MAX_INSTANCES, check_value
+from ...shared.stream.config import DEFAULT_MAX_CLASSES, DEFAULT_MAX_INSTANCES, check_value
 from ...shared.stream.records import Dataset
 from ._common import ReaderStats
 from .coco import read_coco
@@ -44,28 +44,34 @@ def read_dataset(
     split: str = "train",
     warn_missing_labels: bool = True,
     task: str = "detect",
+    max_classes: int = DEFAULT_MAX_CLASSES,
 ) -> tuple[Dataset, ReaderStats]:
     """Like ``load_dataset``, also returning what the reader found and left out.
 
     ``warn_missing_labels=False`` leaves the warning about images without a label file to
     the caller (``log_missing_labels``), which reads several splits that may be one folder."""
     check_value("max_instances_per_image", "int", max_instances_per_image)
+    check_value("max_classes", "int", max_classes)
     check_value("allow_unlabelled", "bool", allow_unlabelled)
     check_value("task", "str", task)
     path = Path(data)
     suffix = path.suffix.lower()
     if suffix == ".json":
         return _capped(
-            read_coco(path, images, task=task), max_instances_per_image, lambda rec: f"{path} (image {rec.image_path})"
+            read_coco(path, images, task=task, max_classes=max_classes),
+            max_instances_per_image,
+            lambda rec: f"{path} (image {rec.image_path})",
         )
     if images is not None:
         raise DatasetError(
             "--images (images=) applies to a COCO json only; a YOLO dataset finds its images itself", path=str(path)
         )
+    # A YOLO label file is refused at its instance past the bound, while it is read.
+    bounds = {"max_instances_per_image": max_instances_per_image, "max_classes": max_classes}
     if suffix in (".yaml", ".yml"):
-        result = read_yolo_yaml(path, split, task=task)
+        result = read_yolo_yaml(path, split, task=task, **bounds)
     elif path.is_dir():
-        result = read_yolo_folder(path, task=task)
+        result = read_yolo_folder(path, task=task, **bounds)
     else:
         result = None
     if result is not None:
@@ -112,7 +118,8 @@ def log_missing_labels(stats: ReaderStats, origin: str | os.PathLike) -> None:
 def _capped(result: tuple[Dataset, ReaderStats], cap: int, source_of) -> tuple[Dataset, ReaderStats]:
     """DatasetError naming the file of the first image with more than ``cap`` instances:
     every ring slot is sized for the densest image, so one runaway label file (a million
-    lines) would make every trainer's ring huge."""
+    lines) would make every trainer's ring huge. (A YOLO reader refuses such a file by line
+    while reading it; this is the check for a COCO json, and for YOLO a second look.)"""
     dataset, _ = result
     for rec in dataset.records:
         if rec.num_instances > cap:
@@ -132,6 +139,7 @@ def load_dataset(
     allow_unlabelled: bool = False,
     split: str = "train",
     task: str = "detect",
+    max_classes: int = DEFAULT_MAX_CLASSES,
 ) -> Dataset:
     """Read a dataset: ``data`` is a COCO json, a YOLO data.yaml (its ``split``), or a YOLO images folder.
 
@@ -142,7 +150,8 @@ def load_dataset(
     root/annotations/instances_NAME.json). Raises DatasetError (or MissingFileError)
     naming the offending file, and the line for YOLO label lines, also for an image with
     more than ``max_instances_per_image`` instances, and for a YOLO dataset where no image
-    has a label file unless ``allow_unlabelled`` (some missing: a warning).
+    has a label file unless ``allow_unlabelled`` (some missing: a warning), and for more than
+    ``max_classes`` classes (in an images folder: a class id >= it, by file and line).
     """
     dataset, stats = read_dataset(
         data,
@@ -151,6 +160,7 @@ def load_dataset(
         allow_unlabelled=allow_unlabelled,
         split=split,
         task=task,
+        max_classes=max_classes,
     )
     if stats.crowd_skipped or stats.degenerate_skipped:
         logger.debug(

@@ -1,4 +1,5 @@
-"""Pieces both readers share: polygon geometry, the reader statistics, record assembly.
+"""Pieces both readers share: polygon geometry, the reader statistics, record assembly, the
+bound on class names.
 
 Runs in whichever process reads a dataset (the CLI, the daemon). Pure functions over numpy
 arrays; nothing here touches shared memory or the file system.
@@ -10,6 +11,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ...shared.errors import DatasetError
+from ...shared.stream.protocol import MAX_CLASSES, MAX_NAMES_BYTES, names_nbytes
 from ...shared.stream.records import Record
 
 #: Image suffixes the YOLO folder reader picks up (compared lower-cased).
@@ -108,3 +111,22 @@ def make_record(
     for arr in (cls, box, *polys, *(() if kpts is None else (kpts,))):
         arr.flags.writeable = False  # records are shared by reference; nobody may edit them
     return Record(image_path=image_path, size_hw=size_hw, classes=cls, boxes=box, polygons=polys, keypoints=kpts)
+
+
+def check_class_names(names: tuple[str, ...], *, max_classes: int, path: str, what: str) -> None:
+    """DatasetError naming ``path`` where the class ``names`` (``what``: where they come from)
+    are more than ``max_classes``, or take more than ``MAX_NAMES_BYTES`` packed: every attach
+    and records reply carries them whole, and a trainer refuses a reply over its frame limit."""
+    if len(names) > max_classes:
+        raise DatasetError(
+            f"{len(names)} classes ({what}), over the limit of {max_classes}; check the class list, "
+            f"or raise --max-classes (up to {MAX_CLASSES}) if the dataset really has that many",
+            path=path,
+        )
+    nbytes = names_nbytes(names)
+    if nbytes > MAX_NAMES_BYTES:
+        raise DatasetError(
+            f"the {len(names)} class names ({what}) take {nbytes} bytes packed, over the limit of {MAX_NAMES_BYTES} "
+            "bytes that every reply to a trainer carrying them may hold; shorten the names",
+            path=path,
+        )

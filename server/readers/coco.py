@@ -6,7 +6,8 @@ allocates no shared memory, so every error here comes before a snapshot exists.
 What the reader does with the json:
 
 - Category ids are sorted ascending and renumbered 0..N-1 (the customary YOLO mapping);
-  ``Dataset.names`` are their names in that order.
+  ``Dataset.names`` are their names in that order; more than ``max_classes`` (``--max-classes``),
+  or names too long for a reply, are refused (``_common.check_class_names``).
 - ``bbox`` [x, y, w, h] in pixels becomes normalised x1, y1, x2, y2 (divided by the image
   entry's ``width``/``height``) and is clipped to [0, 1]. Boxes with ``w <= 0`` or
   ``h <= 0`` (or nothing left after clipping) are dropped and counted in
@@ -55,9 +56,9 @@ from pathlib import Path
 import numpy as np
 
 from ...shared.errors import DatasetError, MissingFileError
-from ...shared.stream.config import TASKS
+from ...shared.stream.config import DEFAULT_MAX_CLASSES, TASKS
 from ...shared.stream.records import Dataset, Record
-from ._common import ReaderStats, clip_unit, main_part, make_record
+from ._common import ReaderStats, check_class_names, clip_unit, main_part, make_record
 
 logger = logging.getLogger(__name__)
 
@@ -333,9 +334,14 @@ def _ann_keypoints(ann: dict, k: int, width: int, height: int, where: str) -> np
 
 
 def read_coco(
-    json_path: str | os.PathLike, images: str | os.PathLike | None = None, *, task: str = "detect"
+    json_path: str | os.PathLike,
+    images: str | os.PathLike | None = None,
+    *,
+    task: str = "detect",
+    max_classes: int = DEFAULT_MAX_CLASSES,
 ) -> tuple[Dataset, ReaderStats]:
     """Read a COCO instances json for ``task``; ``images`` is the folder ``file_name`` is relative to.
+    More than ``max_classes`` categories (``--max-classes``) are refused.
 
     Returns the Dataset and what was left out (see the module docstring for the rules).
     Raises DatasetError (MissingFileError for absent files) naming the file.
@@ -363,6 +369,7 @@ def read_coco(
     cat_index = {cid: i for i, cid in enumerate(cat_ids)}
     names = tuple(str(coco.cats[cid]["name"]) for cid in cat_ids)
     where = str(json_path)
+    check_class_names(names, max_classes=max_classes, path=where, what="the json's categories")
     kpt_names = _keypoint_names(data, where) if task == "pose" else None
     k = len(kpt_names) if kpt_names is not None else 0
     flip_idx = flip_idx_from_names(kpt_names, where) if kpt_names is not None else None

@@ -17,7 +17,9 @@ Layout rules (those of the Ultralytics tools):
 - An image's label file replaces the last ``images`` component of its path with
   ``labels`` and its suffix with ``.txt``. Label files without an image are not read.
 - An images folder read directly has no class names: names are "0".."K" up to the largest
-  class id found.
+  class id found, which must be under ``max_classes`` (``--max-classes``); a data.yaml's
+  ``names`` are at most that many. A label file is refused at its instance past
+  ``max_instances_per_image`` (``yolo_labels``: read line by line, nothing after it is read).
 
 Tasks (``task``, one of ``config.TASKS``; the label line forms are in ``yolo_labels``): pose
 needs the data.yaml's ``kpt_shape`` [K, D] (K >= 1, D 2 or 3), and takes its ``flip_idx`` (a
@@ -42,9 +44,10 @@ from pathlib import Path
 import yaml
 
 from ...shared.errors import DatasetError, MissingFileError
-from ...shared.stream.config import TASKS
+from ...shared.stream.config import DEFAULT_MAX_CLASSES, DEFAULT_MAX_INSTANCES, TASKS
 from ...shared.stream.records import Dataset, Record
-from ._common import IMAGE_SUFFIXES, ReaderStats, make_record
+from ...shared.stream.yolo_yaml import load_yaml, resolve_entry, split_entries, split_root
+from ._common import IMAGE_SUFFIXES, ReaderStats, check_class_names, make_record
 from .yolo_labels import parse_label_file
 
 logger = logging.getLogger(__name__)
@@ -148,34 +151,6 @@ def _names(raw, yaml_path: Path) -> tuple[str, ...]:
     raise DatasetError("'names' must be a list of class names or a {id: name} mapping", path=str(yaml_path))
 
 
-def _split_entries(raw, yaml_path: Path, split: str) -> list[str]:
-    entries = raw if isinstance(raw, list) else [raw]
-    if not entries or not all(isinstance(e, str) and e for e in entries):
-        raise DatasetError(
-            f"'{split}' must be a folder, a .txt image list, or a list of those (strings)", path=str(yaml_path)
-        )
-    return entries
-
-
-def _resolve_entry(
-    entry: str, root: Path, yaml_path: Path, split: str = "train", absent: list[str] | None = None
-) -> Path:
-    path = Path(entry)
-    if not path.is_absolute():
-        path = root / path
-        if not path.exists() and entry.startswith("../"):
-            if absent is not None:  # were it to appear, the entry would resolve to it instead
-                absent.append(os.path.abspath(path))
-            path = root / entry[3:]
-    path = Path(os.path.abspath(path))
-    if not path.exists():
-        raise MissingFileError(
-            f"{split} entry {entry!r} -> {path} does not exist (relative entries resolve against 'path' or the yaml's folder)",
-            path=str(yaml_path),
-        )
-    return path
-
-
 def _check_task(task: str) -> None:
     if task not in TASKS:
         raise ValueError(f"task {task!r} is not one of {list(TASKS)}")
@@ -228,6 +203,8 @@ def _read_images(
     *,
     task: str = "detect",
     kpt_shape: tuple[int, int] | None = None,
+    max_instances: int = DEFAULT_MAX_INSTANCES,
+    max_classes: int = DEFAULT_MAX_CLASSES,
 ) -> tuple[list[Record], int, list[Path]]:
     records = []
     dropped = 0
@@ -237,7 +214,7 @@ def _read_images(
     for image in sorted(images, key=str):
         label = label_path_for(image)
         classes, boxes, polygons, keypoints, n_dropped = parse_label_file(
-            label, num_classes, task=task, kpt_shape=kpt_shape
+            label, num_classes, task=task, kpt_shape=kpt_shape, max_instances=max_instances, max_classes=max_classes
         )
         if label.is_file():
             source_files.append(str(label))
@@ -289,19 +266,17 @@ def yaml_has_split(yaml_path: str | os.PathLike, split: str) -> bool:
 
 
 def read_yolo_yaml(
-    yaml_path: str | os.PathLike, split: str = "train", *, task: str = "detect"
+    yaml_path: str | os.PathLike,
+    split: str = "train",
+    *,
+    task: str = "detect",
+    max_instances_per_image: int = DEFAULT_MAX_INSTANCES,
+    max_classes: int = DEFAULT_MAX_CLASSES,
 ) -> tuple[Dataset, ReaderStats]:
     """Read a YOLO ``data.yaml``'s ``split`` (``train`` or ``val``) for ``task``; see the module docstring for the rules."""
     _check_task(task)
     yaml_path = Path(os.path.abspath(yaml_path))
-    try:
-        data = yaml.safe_load(yaml_path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise MissingFileError("data.yaml does not exist; check the path", path=str(yaml_path)) from None
-    except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
-        raise DatasetError(f"cannot read the yaml ({exc})", path=str(yaml_path)) from None
-    if not isinstance(data, dict):
-        raise DatasetError("expected a mapping with at least 'train' and 'names'", path=str(yaml_path))
+    data = load_yaml(yaml_path)
     for key in (split, "names"):
         if data.get(key) in (None, "", [], {}):
             raise DatasetError(
@@ -309,6 +284,7 @@ def read_yolo_yaml(
                 path=str(yaml_path),
             )
     names = _names(data["names"], yaml_path)
+    check_class_names(names, max_classes=max_classes, path=str(yaml_path), what="the data.yaml's 'names'")
     if "nc" in data and data["nc"] != len(names):
         raise DatasetError(
             f"'nc' is {data['nc']} but 'names' lists {len(names)} classes; make them agree", path=str(yaml_path)
@@ -332,15 +308,13 @@ def read_yolo_yaml(
     if task == "pose":
         flip_idx = _flip_idx(data.get("flip_idx"), kpt_shape[0], yaml_path)
 
-    root = yaml_path.parent
-    if data.get("path"):
-        root = Path(os.path.abspath(root / str(data["path"])))  # an absolute 'path' replaces root
+    root = split_root(data, yaml_path)
     source_files = [str(yaml_path)]
     images: list[Path] = []
     absent: list[str] = []
     dirs: list[str] = []
-    for entry in _split_entries(data[split], yaml_path, split):
-        path = _resolve_entry(entry, root, yaml_path, split, absent)
+    for entry in split_entries(data[split], yaml_path, split):
+        path = resolve_entry(entry, root, yaml_path, split, absent)
         if path.is_dir():
             found = _images_in(path, dirs)
         elif path.suffix.lower() == ".txt":
@@ -356,7 +330,9 @@ def read_yolo_yaml(
                 path=str(yaml_path),
             )
         images.extend(found)
-    records, dropped, missing = _read_images(images, names, source_files, task=task, kpt_shape=kpt_shape)
+    records, dropped, missing = _read_images(
+        images, names, source_files, task=task, kpt_shape=kpt_shape, max_instances=max_instances_per_image
+    )
     return _finish(
         records,
         names,
@@ -372,8 +348,15 @@ def read_yolo_yaml(
     )
 
 
-def read_yolo_folder(folder: str | os.PathLike, *, task: str = "detect") -> tuple[Dataset, ReaderStats]:
-    """Read an images folder with its sibling labels folder for ``task``; class names are "0".."K".
+def read_yolo_folder(
+    folder: str | os.PathLike,
+    *,
+    task: str = "detect",
+    max_instances_per_image: int = DEFAULT_MAX_INSTANCES,
+    max_classes: int = DEFAULT_MAX_CLASSES,
+) -> tuple[Dataset, ReaderStats]:
+    """Read an images folder with its sibling labels folder for ``task``; class names are "0".."K",
+    K the largest class id, under ``max_classes``.
 
     Not for pose: the keypoints' shape comes from a data.yaml's ``kpt_shape``."""
     _check_task(task)
@@ -392,7 +375,9 @@ def read_yolo_folder(folder: str | os.PathLike, *, task: str = "detect") -> tupl
         raise DatasetError(f"no images ({' '.join(sorted(IMAGE_SUFFIXES))}) in the folder", path=str(folder))
     label_path_for(images[0])  # fails early, naming the folder's layout problem
     source_files: list[str] = []
-    records, dropped, missing = _read_images(images, None, source_files, task=task)
+    records, dropped, missing = _read_images(
+        images, None, source_files, task=task, max_instances=max_instances_per_image, max_classes=max_classes
+    )
     top = max((int(r.classes.max()) for r in records if r.num_instances), default=-1)
     names = tuple(str(i) for i in range(top + 1))
     return _finish(records, names, source_files, dropped, missing, folder, task=task, dirs=dirs)

@@ -1,7 +1,8 @@
 """One YOLO label file -> the instances of one record, for the dataset's task.
 
 Runs in whichever process reads a dataset. Pure parsing; the only file touched is the
-label file itself.
+label file itself, read one line at a time: what a file costs follows the bounds below,
+never its size.
 
 Line forms per task (whitespace-separated, coordinates normalised to the image's width/height),
 those of Ultralytics' label files:
@@ -27,23 +28,64 @@ Blank lines are ignored; an empty or missing file is a background record. Coordi
 stray outside [0, 1] by at most ``COORD_TOLERANCE`` (rounding in exporters) and are then
 clipped (boxes, and segment/detect polygon points); further out is an error. Boxes with no width or height
 after clipping are dropped and counted (with their polygon and keypoints).
+
+Bounds, each refused by file and line as soon as it is passed (nothing after that line is read):
+
+- ``max_instances`` (``--max-instances-per-image``): the instance after the last one allowed.
+  Only kept instances count; blank lines and dropped boxes cost time, never memory.
+- ``max_classes`` (``--max-classes``), where the file is read without class names (an images
+  folder): a class id the names "0".."K" could not hold. With names, their count bounds the ids.
+- ``MAX_LINE_CHARS`` characters and ``MAX_LINE_FIELDS`` fields in one line: both admit a polygon
+  of 4M points (twice the 2M-point polygon known to work). A long line is split piece by piece
+  into the same fields (``_split``), so it costs the line itself and ~20 bytes per field, never
+  a Python string per field at once (~60 bytes each: 1.8 GB for a line of 64M characters).
 """
 
 from __future__ import annotations
 
 import math
+import re
+from collections.abc import Iterable
 from pathlib import Path
 
 import numpy as np
 
 from ...shared.errors import DatasetError
+from ...shared.stream.config import DEFAULT_MAX_CLASSES
 
 #: How far outside [0, 1] a normalised coordinate may be before the line is refused.
 COORD_TOLERANCE = 0.01
+#: Longest label line, in characters: a polygon of 2M points takes 36M characters written as
+#: Ultralytics writes coordinates (%g, "0.123457 "); this admits up to 15 characters each.
+MAX_LINE_CHARS = 1 << 26
+#: Most fields in one line: the class and 4M points.
+MAX_LINE_FIELDS = 1 + 2 * (1 << 22)
+#: A line longer than this is split piece by piece (``_split``).
+_PIECE_CHARS = 1 << 20
+# What str.split() splits on: re's \s is str.isspace() for str patterns (its documentation).
+_SPACE = re.compile(r"\s")
 
 
-def _numbers(fields: list[str], where: str, lineno: int) -> list[float]:
-    values = []
+def _split(line: str) -> tuple[int, Iterable[str]]:
+    """(field count, the fields) of ``line`` as ``line.split()`` gives them; a line over
+    ``_PIECE_CHARS`` as pieces cut at whitespace, each split when its fields are needed."""
+    if len(line) <= _PIECE_CHARS:
+        fields = line.split()
+        return len(fields), fields
+    spans = []
+    start = 0
+    while start < len(line):
+        cut = _SPACE.search(line, min(start + _PIECE_CHARS, len(line)))
+        end = cut.start() if cut is not None else len(line)
+        spans.append((start, end))
+        start = end
+    n = sum(len(line[a:b].split()) for a, b in spans)
+    return n, (text for a, b in spans for text in line[a:b].split())
+
+
+def _numbers(fields, n: int, where: str, lineno: int) -> np.ndarray:
+    # Straight into float64: no list of float objects beside the strings.
+    values = np.empty(n, dtype=np.float64)
     for i, text in enumerate(fields):
         try:
             value = float(text)
@@ -55,17 +97,27 @@ def _numbers(fields: list[str], where: str, lineno: int) -> list[float]:
             ) from None
         if not math.isfinite(value):
             raise DatasetError(f"field {i + 1} is not finite ({text!r})", path=where, line=lineno)
-        values.append(value)
+        values[i] = value
     return values
 
 
-def _class_id(value: float, num_classes: int | None, where: str, lineno: int) -> int:
+def _class_id(value: float, num_classes: int | None, max_classes: int, where: str, lineno: int) -> int:
     if value != int(value) or value < 0:
         raise DatasetError(f"class id {value:g} is not a non-negative integer", path=where, line=lineno)
     cls = int(value)
     if num_classes is not None and cls >= num_classes:
         raise DatasetError(
             f"class id {cls} out of range: the dataset names {num_classes} classes (ids 0..{num_classes - 1}); fix the label or add the class to 'names'",
+            path=where,
+            line=lineno,
+        )
+    if num_classes is None and cls >= max_classes:
+        # Read without names, the dataset gets one name per id up to the largest, and every
+        # attach carries them: one stray id would make that many classes.
+        raise DatasetError(
+            f"class id {cls} is over the limit of {max_classes} classes (ids 0..{max_classes - 1}); an images folder "
+            f"read without class names gets one per id up to its largest; fix the label, serve a data.yaml with "
+            f"'names', or raise --max-classes",
             path=where,
             line=lineno,
         )
@@ -150,42 +202,92 @@ def _keypoints(values: np.ndarray, kpt_shape: tuple[int, int], where: str, linen
 
 
 def parse_label_file(
-    path: Path, num_classes: int | None, *, task: str = "detect", kpt_shape: tuple[int, int] | None = None
+    path: Path,
+    num_classes: int | None,
+    *,
+    task: str = "detect",
+    kpt_shape: tuple[int, int] | None = None,
+    max_instances: int | None = None,
+    max_classes: int = DEFAULT_MAX_CLASSES,
 ) -> tuple[list[int], list[np.ndarray], list[np.ndarray], list[np.ndarray] | None, int]:
     """Parse one label file for ``task``; returns (classes, boxes xyxy, polygons (k, 2),
     keypoints (K, 3) per instance or None unless pose, dropped count).
 
-    A missing file gives no instances. ``num_classes`` None skips the range check (an
-    images folder read without class names). ``kpt_shape`` (K, D) is the data.yaml's, needed
-    for pose; for the other tasks it only lets a pose line keep its box (module docstring).
+    A missing file gives no instances. ``num_classes`` None: an images folder read without
+    class names, whose ids are bounded by ``max_classes`` instead. ``kpt_shape`` (K, D) is the
+    data.yaml's, needed for pose; for the other tasks it only lets a pose line keep its box
+    (module docstring). ``max_instances``: refuse the file at its instance past it (None: no bound).
     """
     if task == "pose" and kpt_shape is None:
         raise ValueError("parse_label_file: the pose task needs kpt_shape (K, D)")
     where = str(path)
-    keypoints: list[np.ndarray] | None = [] if task == "pose" else None
     try:
-        text = path.read_text(encoding="utf-8")
+        # Universal newlines, as Path.read_text read the whole file before; errors while
+        # reading are DatasetErrors raised by _lines, so only opening fails here.
+        with open(path, encoding="utf-8") as file:
+            return _parse_lines(_lines(file, where), where, num_classes, task, kpt_shape, max_instances, max_classes)
     except FileNotFoundError:
-        return [], [], [], keypoints, 0
-    except UnicodeDecodeError:
-        raise DatasetError("label file is not UTF-8 text; YOLO labels are text lines", path=where) from None
+        return [], [], [], [] if task == "pose" else None, 0
     except OSError as exc:
         raise DatasetError(f"cannot read the label file ({exc.strerror})", path=where) from None
 
+
+def _lines(file, where: str):
+    """(line number, text) of every line of ``file``, numbered as ``str.splitlines`` of the whole
+    text numbers them (its breaks \\v, \\f, \\x1c, U+2028 ... included), read one physical line of
+    at most ``MAX_LINE_CHARS`` at a time; DatasetError for a longer one."""
+    limit = MAX_LINE_CHARS
+    lineno = 0
+    while True:
+        try:
+            chunk = file.readline(limit + 1)  # one more than allowed tells a longer line apart
+        except UnicodeDecodeError:
+            raise DatasetError("label file is not UTF-8 text; YOLO labels are text lines", path=where) from None
+        except OSError as exc:
+            raise DatasetError(f"cannot read the label file ({exc.strerror})", path=where) from None
+        if not chunk:
+            return
+        parts = chunk.splitlines()
+        if len(chunk) > limit and not chunk.endswith("\n"):
+            raise DatasetError(
+                f"line longer than {limit} characters (a polygon of millions of points fits in fewer); "
+                "a label line is one instance: fix the file",
+                path=where,
+                line=lineno + len(parts),
+            )
+        del chunk
+        parts.reverse()
+        while parts:  # handed over, not kept here: the caller frees a long line once parsed
+            lineno += 1
+            yield lineno, parts.pop()
+
+
+def _parse_lines(
+    lines, where: str, num_classes: int | None, task: str, kpt_shape, max_instances: int | None, max_classes: int
+):
+    """The instances of ``lines`` ((number, text) pairs): ``parse_label_file``'s result."""
+    keypoints: list[np.ndarray] | None = [] if task == "pose" else None
     classes: list[int] = []
     boxes: list[np.ndarray] = []
     polygons: list[np.ndarray] = []
     dropped = 0
-    for lineno, line in enumerate(text.splitlines(), start=1):
-        fields = line.split()
-        if not fields:
+    for lineno, line in lines:
+        n, fields = _split(line)
+        if not n:
             continue
-        n = len(fields)
+        if n > MAX_LINE_FIELDS:
+            raise DatasetError(
+                f"{n} fields, over the limit of {MAX_LINE_FIELDS} (a polygon of {(MAX_LINE_FIELDS - 1) // 2} points); "
+                "a label line is one instance: fix the file",
+                path=where,
+                line=lineno,
+            )
         msg = _form_error(n, task, kpt_shape)
         if msg is not None:
             raise DatasetError(msg, path=where, line=lineno)
-        values = _numbers(fields, where, lineno)
-        cls = _class_id(values[0], num_classes, where, lineno)
+        values = _numbers(fields, n, where, lineno)
+        del fields, line  # a long polygon's text goes before its arrays are made
+        cls = _class_id(values[0], num_classes, max_classes, where, lineno)
         coords = np.asarray(values[1:], dtype=np.float64)
         kpts = None
         if task == "pose":
@@ -209,6 +311,14 @@ def parse_label_file(
         if box[2] <= box[0] or box[3] <= box[1]:
             dropped += 1
             continue
+        if max_instances is not None and len(classes) >= max_instances:
+            raise DatasetError(
+                f"more than {max_instances} instances for one image (this line holds instance {len(classes) + 1}), "
+                "over the limit per image (every batch slot is sized for the densest image); fix the labels, or "
+                "raise --max-instances-per-image",
+                path=where,
+                line=lineno,
+            )
         classes.append(cls)
         boxes.append(box.astype(np.float32))
         polygons.append(polygon.astype(np.float32))

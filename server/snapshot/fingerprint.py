@@ -19,21 +19,34 @@ another name.
 Size and mtime alone miss a file rewritten in place with its mtime set back (``touch
 -d``, ``cp -p``, ``rsync -t``); the ctime changes with every write or metadata change and
 cannot be set from user space, and the inode changes when a file is replaced (``mv``, most
-editors). What it does not catch: bytes changed behind the file system (a raw block device
-write). A copied dataset has new inodes and ctimes: it is prepared again, never served
+editors). A copied dataset has new inodes and ctimes: it is prepared again, never served
 stale.
+
+Where stat data cannot tell two versions of a file apart (``fs_trust.versionless``: a
+read-only mount, squashfs, erofs, iso9660 and the other image file systems, FUSE, FAT; or
+times that do not move, ``fs_trust.frozen_times``), every image on that file system is read
+and its sha256 goes in beside its stat (``hashed_devices``): v2 of a squashfs image with one
+photo changed at the same size gets another name. Everywhere else the pixels are trusted by
+stat, as before, so a detect set on ext4 or tmpfs keeps its name. What stat does not catch
+there: bytes changed behind the file system (a raw block device write), and an image
+rewritten through a shared mapping that was already dirty (its times move only on the first
+write after each writeback; ``fs_trust``); hashing every image at every start would cost a
+read of the whole dataset.
 """
 
 from __future__ import annotations
 
 import hashlib
+import logging
 import os
 
 from ...shared.errors import MissingFileError
 from ...shared.stream.config import FILL_VALUE
 from ...shared.stream.records import Dataset
 from ...shared.transport.names import snapshot_base, snapshot_parts
-from . import layout
+from . import fs_trust, layout
+
+log = logging.getLogger(__name__)
 
 NAME_HEX_DIGITS = 16
 
@@ -55,20 +68,15 @@ def fingerprint(dataset: Dataset, *, imgsz: int, fill: float = FILL_VALUE, dtype
         flip = None if dataset.flip_idx is None else tuple(int(v) for v in dataset.flip_idx)
         kpt = f" kpt_shape={tuple(int(v) for v in dataset.kpt_shape)!r} flip_idx={flip!r}" if pose else ""
         h.update(f"task={dataset.task}{kpt}\n".encode())
-    stat_cache: dict[str, tuple[int, int, int, int]] = {}
+    stats = image_stats(dataset)
+    hashed = hashed_devices(stats)
     for rec in dataset.records:
-        st = stat_cache.get(rec.image_path)
-        if st is None:
-            try:
-                s = os.stat(rec.image_path)
-            except FileNotFoundError:
-                raise MissingFileError(
-                    "image file does not exist; check the images folder or the annotation's file_name",
-                    path=rec.image_path,
-                ) from None
-            st = stat_cache[rec.image_path] = (s.st_size, s.st_mtime_ns, s.st_ino, s.st_ctime_ns)
+        st = stats[rec.image_path]
         size_hw = "-" if rec.size_hw is None else f"{int(rec.size_hw[0])}x{int(rec.size_hw[1])}"
-        h.update(("img " + "\0".join(map(str, (rec.image_path, *st, size_hw))) + "\n").encode())
+        fields = (rec.image_path, *st[:4], size_hw)
+        if st[4] in hashed:  # stat cannot tell this file's versions apart: its bytes go in
+            fields += ("sha256=" + fs_trust.image_digest(rec.image_path, st).hex(),)
+        h.update(("img " + "\0".join(map(str, fields)) + "\n").encode())
         h.update(rec.classes.astype("<i4", copy=False).tobytes())
         h.update(rec.boxes.astype("<f4", copy=False).tobytes())
         for poly in rec.polygons:
@@ -77,6 +85,48 @@ def fingerprint(dataset: Dataset, *, imgsz: int, fill: float = FILL_VALUE, dtype
         if pose and rec.keypoints is not None:
             h.update(rec.keypoints.astype("<f4", copy=False).tobytes())
     return h.hexdigest()
+
+
+def image_stats(dataset: Dataset) -> dict[str, tuple[int, int, int, int, int]]:
+    """image path -> (size, mtime_ns, inode, ctime_ns, st_dev), one ``stat`` per distinct path."""
+    out: dict[str, tuple[int, int, int, int, int]] = {}
+    for rec in dataset.records:
+        if rec.image_path in out:
+            continue
+        try:
+            s = os.stat(rec.image_path)
+        except FileNotFoundError:
+            raise MissingFileError(
+                "image file does not exist; check the images folder or the annotation's file_name",
+                path=rec.image_path,
+            ) from None
+        out[rec.image_path] = (s.st_size, s.st_mtime_ns, s.st_ino, s.st_ctime_ns, s.st_dev)
+    return out
+
+
+def hashed_devices(stats: dict[str, tuple[int, int, int, int, int]], *, what: str = "images") -> frozenset[int]:
+    """The devices (``st_dev``) of the files in ``stats`` (path -> ``image_stats``' rows) whose
+    stat data cannot tell versions apart (``fs_trust``: a read-only or image file system, FUSE,
+    FAT, or times that do not move among those files). For the images it is what the
+    fingerprint hashes; the label index asks it again for the images (the same answer) and
+    for the labels."""
+    by_dev: dict[int, tuple[str, dict[tuple[int, int], tuple[int, int]]]] = {}
+    for path, (_, mtime_ns, ino, ctime_ns, dev) in stats.items():
+        _, files = by_dev.setdefault(dev, (path, {}))
+        files[(ino, mtime_ns)] = (mtime_ns, ctime_ns)  # distinct files: 100k symlinks to 128 images are 128
+    out = set()
+    for dev, (path, files) in by_dev.items():
+        try:
+            fs = fs_trust.identify(path, dev)
+        except OSError as exc:  # what cannot be told apart by stat is hashed: the sound side
+            log.warning("%s on %s are hashed: its file system is unknown (%s)", what, path, exc)
+            out.add(dev)
+            continue
+        if fs_trust.versionless(fs) or fs_trust.frozen_times(list(files.values())):
+            log.info("%s on %s (%s, device %d) are hashed: its stat data cannot tell versions apart", what, path,
+                     fs.type_name, dev)  # fmt: skip
+            out.add(dev)
+    return frozenset(out)
 
 
 def content_fingerprint(dataset: Dataset, *, imgsz: int, fill: float = FILL_VALUE) -> str:

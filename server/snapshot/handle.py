@@ -28,28 +28,17 @@ from ...shared.stream.records import Targets
 from ...shared.transport.holds import remove_unused
 from ...shared.transport.names import DEFAULT_STORE, SNAPSHOT_PARTS, list_segments, parse, shm_path, snapshot_parts
 from ...shared.transport.shm import SharedSegment, read_prefix
-from . import layout
+from . import layout, unit
 
 log = logging.getLogger(__name__)
 
 PARTS = SNAPSHOT_PARTS
 
 
-def label_indexes(base: str, store: str | None = None) -> list[str]:
-    """The label index files beside snapshot ``base`` in ``store`` (``label_index.py``)."""
-    head = f"{base}-"
-    out = []
-    for seg in list_segments(store):
-        if seg.startswith(head):
-            parsed = parse(seg)
-            if parsed is not None and parsed.group == base and parsed.part not in PARTS:
-                out.append(seg)
-    return out
-
-
-def unit_names(base: str, store: str | None = None) -> list[str]:
-    """Every file of snapshot ``base`` that goes as one unit: its three segments and its label indexes."""
-    return [*snapshot_parts(base).values(), *label_indexes(base, store)]
+# What belongs to a snapshot (its removal unit) is decided by each file's owner and content,
+# never by a name prefix: ``unit.py``. Re-exported here, where the rest of pixpool looks for them.
+label_indexes = unit.label_indexes
+unit_names = unit.unit_names
 
 
 def read_header(meta_name: str, store: str | None = None) -> layout.Header:
@@ -398,20 +387,25 @@ class SnapshotInfo:
 def list_snapshots(*, uid: int | None = None, store: str | None = None) -> list[SnapshotInfo]:
     """Every snapshot (complete or not) of user ``uid`` (default: this process's) whose
     segments are in ``store`` (default /dev/shm), by base name. Files under that user's names that belong to
-    someone else are left out: they are no snapshot of this user's."""
-    from ...shared.transport.shm import owner_of
+    someone else, or are no regular file, are left out: they are no snapshot of this user's;
+    so is a file under a label index's name that is no index of that snapshot (``unit.py``)."""
+    import stat
 
     uid = os.geteuid() if uid is None else uid
     bases: dict[str, dict[str, int]] = {}
     for seg in list_segments(store):
         parsed = parse(seg)
-        if parsed is None or parsed.kind != "snapshot" or parsed.uid != uid or owner_of(seg, store) != uid:
+        if parsed is None or parsed.kind != "snapshot" or parsed.uid != uid:
             continue
         try:
-            size = os.stat(shm_path(seg, store)).st_size
+            st = os.lstat(shm_path(seg, store))  # never followed: a link is nobody's segment
         except FileNotFoundError:
             continue
-        bases.setdefault(parsed.group, {})[parsed.part] = size
+        if st.st_uid != uid or not stat.S_ISREG(st.st_mode):
+            continue
+        if parsed.part not in PARTS and unit.why_not_member(seg, parsed.group, store) is not None:
+            continue
+        bases.setdefault(parsed.group, {})[parsed.part] = st.st_size
     infos = []
     for base, parts in sorted(bases.items()):
         header = None

@@ -1,4 +1,4 @@
-"""The label index beside a snapshot: the stat data of every file its dataset was read from -> its fingerprint.
+"""The label index beside a snapshot: what vouches for every file its dataset was read from -> its fingerprint.
 
 Runs in the process that reads a dataset and prepares or re-attaches its snapshot (the
 daemon at start-up, ``pixpool prepare``). Reading a COCO-sized YOLO set means parsing 100k+
@@ -9,27 +9,52 @@ What it holds (one file ``<snapshot base>-lix<8 hex of the lineage>`` in the sna
 ``shared.transport.names.label_index_name``): the fingerprint, the content fingerprint, the
 class names, the task, the reader's counts, every record's image path (a ``PathTable``), and
 for every path the dataset depends on (``Dataset.source_files``, ``absent_files``,
-``listed_dirs`` and the images) its ``(size, mtime_ns, inode, ctime_ns)``, or "absent". A
-restart stats those paths again; if every one matches, the fingerprint is trusted and the
-snapshot attached without a label file being opened. Any difference (a label rewritten even
-with its mtime set back: the ctime changes, and cannot be set from user space; a file
-replaced: the inode; a label or image added or removed: the folder's mtime and ctime; a
-missing label appearing) means a full read, as before. A directory's stat stands for its
-listing: POSIX updates a folder's mtime and ctime whenever an entry is created, removed or
-renamed in it.
+``listed_dirs`` and the images) its ``(size, mtime_ns, inode, ctime_ns, st_dev)``, or
+"absent", and how a restart checks it (``STAT``, ``CONTENT``, ``LISTING``); the sha256 of every
+file checked by content and of every folder's listing checked by listing; and the identity of
+each file system those paths live on (``fs_trust.FileSystem``: device, type, ``f_fsid``,
+read-only flag).
+
+A restart first compares each file system's identity (a remount of another image at the same
+place, a mount made read-only, another file system mounted over a folder: a change), then
+stats every path (the fast pre-filter: any difference is a change), then reads and hashes what
+stat cannot vouch for. If everything matches, the fingerprint is trusted and the snapshot
+attached without a label file being parsed. Any difference means a full read, as before.
+What is checked how (``fs_trust`` says why):
+
+- ``STAT`` (size, mtime, inode, ctime, device): images and folders on file systems whose stat
+  tells versions apart (a label rewritten even with its mtime set back: the ctime changes, and
+  cannot be set from user space; a file replaced: the inode; a label or image added or removed:
+  the folder's mtime and ctime; a missing label appearing); every path recorded absent; and
+  a label file (a label, the data.yaml, an image list, a COCO json) on ext4, xfs, btrfs or
+  f2fs mounted read-write, whose times there are not frozen, that had been quiet for longer
+  than the kernel's writeback window when the dataset was read (``fs_trust.label_vouched``:
+  a write through a shared mapping moves its ctime again once its page is clean; this assumes
+  the kernel writes a dirty page back within that window, 5 minutes at least).
+- ``CONTENT`` (the descriptor's fstat, then the sha256 of the bytes): every other label file
+  (on tmpfs a write through a mapping never moves the times; on an image file system, FUSE or
+  a read-only mount no write moves them; NFS may answer a stat from its attribute cache), and
+  the images the fingerprint hashed (``fingerprint.hashed_devices``: on a file system whose
+  stat cannot tell versions apart).
+- ``LISTING`` (stat, then the sha256 of the folder's listing): folders on such file systems.
 
 Racy entries: a file changed while (or just before) the dataset was read could carry a stat
 that does not describe the bytes read. An index is written only when every recorded path
 last changed (ctime) more than ``RACY_MARGIN_NS`` before the read began (the file system's
 coarse clock lags by at most a tick); otherwise none is written, and the next start reads in
-full and writes it then (git's "racily clean" rule).
+full and writes it then (git's "racily clean" rule). The content digests are taken right after
+the read: a label changed without its stat moving *during* the read (through a mapping, on
+tmpfs) is recorded as its later bytes, which is the one change this index cannot see.
 
-Ownership: the file belongs to its snapshot. It is created under a temporary name and
-renamed into place while the writer maps the snapshot, is removed with the snapshot's
-segments as one unit (``Snapshot.release``, ``remove_superseded``, ``pixpool clean``), is
-listed with it (``pixpool ls``), and is checked like a segment before it is read (owner,
-mode: ``shared.transport.shm.check_trusted``), then by its magic, version, length and a
-sha256 of its body; a file that fails any check is ignored (a full read follows).
+Ownership: the file belongs to its snapshot. It is published whole while the writer maps the
+snapshot (``shared.transport.publish``: anonymous until linked under its name, so a killed
+writer leaves nothing), is removed with the snapshot's segments as one unit
+(``Snapshot.release``, ``remove_superseded``, ``pixpool clean``), is listed with it
+(``pixpool ls``), and is checked like a segment before it is read (opened non-blocking and
+no-follow, then type, owner and mode on the descriptor: ``shared.transport.shm.open_trusted``),
+then by its magic, version, length and a sha256 of its body; a file that fails any check is
+ignored (a full read follows). Which index files belong to a snapshot is decided by owner and
+content (``snapshot/unit.py``), never by the name alone.
 """
 
 from __future__ import annotations
@@ -48,16 +73,19 @@ from ...shared.errors import PixpoolError
 from ...shared.stream.path_table import PathTable
 from ...shared.transport.names import label_index_name, label_index_part, list_segments, parse, shm_path, snapshot_parts
 from ...shared.transport.shm import open_trusted
+from . import fs_trust
 
 log = logging.getLogger(__name__)
 
 MAGIC = b"PIXPLIX1"
 # Bump when what the index means changes. The code that reads labels is recorded as well
 # (``_version``): a new release may read them differently, so its first start reads in full.
-INDEX_VERSION = 1
+INDEX_VERSION = 2
 RACY_MARGIN_NS = 100_000_000
 _HEAD = struct.Struct("<8sIIQ32s")  # magic, version, reserved, body bytes, sha256 of the body
-_ABSENT = (-1, -1, -1, -1)
+_ABSENT = (-1, -1, -1, -1, -1)
+STAT, CONTENT, LISTING = 0, 1, 2  # how a restart checks a path (module docstring)
+_DIGEST = 32
 _ALIGN = 8
 
 
@@ -68,24 +96,28 @@ def _version() -> str:
     from ...shared import __version__
     from ...shared.stream import records
     from .. import readers
-    from . import fingerprint
+    from . import fingerprint, fs_trust
 
     h = hashlib.sha256()
     folder = os.path.dirname(readers.__file__)
     sources = [os.path.join(folder, n) for n in sorted(os.listdir(folder)) if n.endswith(".py")]
-    for path in (*sources, records.__file__, fingerprint.__file__, __file__):
+    for path in (*sources, records.__file__, fingerprint.__file__, fs_trust.__file__, __file__):
         with open(path, "rb") as f:
             h.update(f.read())
     return f"{__version__} {h.hexdigest()[:16]}"
 
 
-def stat_row(path: str) -> tuple[int, int, int, int]:
-    """(size, mtime_ns, inode, ctime_ns) of ``path`` (a symlink followed), ``_ABSENT`` where it is gone."""
+def stat_row(path: str) -> tuple[int, int, int, int, int]:
+    """(size, mtime_ns, inode, ctime_ns, st_dev) of ``path`` (a symlink followed), ``_ABSENT`` where it is gone."""
     try:
         s = os.stat(path)
     except (FileNotFoundError, NotADirectoryError):
         return _ABSENT
-    return (s.st_size, s.st_mtime_ns, s.st_ino, s.st_ctime_ns)
+    return _row(s)
+
+
+def _row(s: os.stat_result) -> tuple[int, int, int, int, int]:
+    return (s.st_size, s.st_mtime_ns, s.st_ino, s.st_ctime_ns, s.st_dev)
 
 
 @dataclass(frozen=True)
@@ -104,7 +136,10 @@ class IndexedSet:
     missing_label_example: str | None
     record_paths: PathTable
     check_paths: PathTable
-    check_stats: np.ndarray  # int64 (n, 4)
+    check_stats: np.ndarray  # int64 (n, 5): size, mtime_ns, inode, ctime_ns, st_dev
+    check_modes: np.ndarray  # uint8 (n,): STAT, CONTENT or LISTING
+    check_digests: np.ndarray  # uint8 (rows not STAT, 32): their sha256 in row order
+    filesystems: tuple  # (fs_trust.FileSystem, row of a path on it) per device recorded
 
     @property
     def base(self) -> str:
@@ -140,6 +175,16 @@ def write_index(
     if racy is not None:
         log.info("no label index for %s: %s changed just before or while the dataset was read", snapshot.name, racy)
         return None
+    try:
+        modes, digests, filesystems = _checks(dataset, paths, rows, read_started_ns=read_started_ns)
+    except _Racy as exc:
+        log.info("no label index for %s: %s changed while the index was written", snapshot.name, exc)
+        return None
+    finally:
+        fs_trust.forget_digests()  # the fingerprint's image digests: this is their last use
+    log.info("label index for %s: %d paths checked by stat, %d by their bytes, %d folders by their listing at a "
+             "restart (server/snapshot/label_index.py says which and why)", snapshot.name, modes.count(STAT),
+             modes.count(CONTENT), modes.count(LISTING))  # fmt: skip
     meta = {
         "fingerprint": header.fingerprint,
         "content": content,
@@ -151,6 +196,7 @@ def write_index(
         "labels_missing": int(stats.labels_missing),
         "missing_label_example": stats.missing_label_example,
         "pixpool": _version(),
+        "filesystems": [[*fs.as_row(), probe] for fs, probe in filesystems],
     }
     if record_paths is None:
         record_paths = PathTable.from_paths(rec.image_path for rec in dataset.records)
@@ -160,7 +206,9 @@ def write_index(
         "record_offsets": record_paths.offsets,
         "check_paths": np.frombuffer(check.data, np.uint8),
         "check_offsets": check.offsets,
-        "check_stats": np.asarray(rows, dtype=np.int64).reshape(len(rows), 4),
+        "check_stats": np.asarray(rows, dtype=np.int64).reshape(len(rows), 5),
+        "check_modes": np.asarray(modes, dtype=np.uint8),
+        "check_digests": np.frombuffer(b"".join(digests), np.uint8).reshape(len(digests), _DIGEST),
     }
     body = _pack_body(meta, arrays)
     name = label_index_name(snapshot.name, lineage)
@@ -168,6 +216,51 @@ def write_index(
         name, _HEAD.pack(MAGIC, INDEX_VERSION, 0, len(body), hashlib.sha256(body).digest()) + body, snapshot.store
     )
     return name
+
+
+class _Racy(Exception):
+    """A file changed between its stat and the read of its bytes for the index."""
+
+
+def _checks(dataset, paths: list[str], rows: list, *, read_started_ns: int):
+    """(mode per path, digests of the rows not STAT in order, [(FileSystem, probe row)]) for the
+    ``rows`` of ``paths``; _Racy where a file hashed no longer has the stat in ``rows``."""
+    from .fingerprint import hashed_devices
+
+    filesystems: dict[int, tuple] = {}
+    for i, (path, row) in enumerate(zip(paths, rows)):
+        if row != _ABSENT and row[4] not in filesystems:
+            filesystems[row[4]] = (fs_trust.identify(path, row[4]), i)
+    images = {rec.image_path for rec in dataset.records}
+    sources, dirs = set(dataset.source_files), set(dataset.listed_dirs)
+    hashed_images = hashed_devices({p: r for p, r in zip(paths, rows) if p in images})  # the fingerprint's decision
+    # Devices where stat cannot tell versions apart, judged by the labels' own times as well (a
+    # writable ext4 image built with one fixed time and uuid: its labels' times say so).
+    untrusted = hashed_images | hashed_devices(
+        {p: r for p, r in zip(paths, rows) if p in sources and r != _ABSENT}, what="label files"
+    )
+    window_ns = fs_trust.writeback_window_ns()
+    modes, digests = [], []
+    for i, (path, row) in enumerate(zip(paths, rows)):
+        mode = STAT
+        if row != _ABSENT:
+            fs = filesystems[row[4]][0]
+            if path in images and row[4] in hashed_images:
+                mode = CONTENT
+                digests.append(fs_trust.image_digest(path, row))
+            elif path in sources and (row[4] in untrusted or not fs_trust.label_vouched(
+                fs, row[3], read_started_ns=read_started_ns, window_ns=window_ns
+            )):  # fmt: skip
+                mode = CONTENT
+                digest, st = fs_trust.file_digest(path)
+                if _row(st) != row:  # changed since its stat a moment ago: racy (module docstring)
+                    raise _Racy(path)
+                digests.append(digest)
+            elif path in dirs and (row[4] in untrusted or fs_trust.versionless(fs)):
+                mode = LISTING
+                digests.append(fs_trust.listing_digest(path))
+        modes.append(mode)
+    return modes, digests, list(filesystems.values())
 
 
 def _pack_body(meta: dict, arrays: dict[str, np.ndarray]) -> bytes:
@@ -183,25 +276,13 @@ def _pack_body(meta: dict, arrays: dict[str, np.ndarray]) -> bytes:
 
 
 def _write_atomic(name: str, data: bytes, store: str) -> None:
-    """Write under a temporary name, then rename over ``name``: a reader sees the old file or
-    the new one, never a part. Mode 0600, like every segment."""
-    final = shm_path(name, store)
-    tmp = f"{final}.tmp{os.getpid()}"
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
-    try:
-        try:
-            view = memoryview(data)
-            while view:
-                view = view[os.write(fd, view) :]
-        finally:
-            os.close(fd)
-        os.replace(tmp, final)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except FileNotFoundError:
-            pass
-        raise
+    """Publish ``data`` as ``name`` at once (``shared.transport.publish``): written into an
+    anonymous file, then linked or renamed into place, so a reader sees the old file or the new
+    one, never a part, and a writer killed on the way leaves no file under a name anyone could
+    predict or squat (issue 26, fault class 5). Mode 0600, like every segment."""
+    from ...shared.transport.publish import publish_bytes
+
+    publish_bytes(name, data, store)
 
 
 # -- reading ------------------------------------------------------------------------------------
@@ -212,7 +293,7 @@ class IndexUnusable(PixpoolError, ValueError):
 def read_index(name: str, store: str) -> IndexedSet:
     """The index file ``name``, checked (module docstring); IndexUnusable where it fails a check."""
     try:
-        fd = open_trusted(name, store=store)  # owner and mode, as for a segment
+        fd = open_trusted(name, store=store)  # type, owner and mode on the open descriptor; never blocks (a FIFO)
     except PixpoolError as exc:
         raise IndexUnusable(str(exc)) from None
     try:
@@ -249,7 +330,13 @@ def read_index(name: str, store: str) -> IndexedSet:
             missing_label_example=meta["missing_label_example"],
             record_paths=PathTable(arrays["record_paths"].tobytes(), arrays["record_offsets"].copy()),
             check_paths=PathTable(arrays["check_paths"].tobytes(), arrays["check_offsets"].copy()),
-            check_stats=arrays["check_stats"].reshape(-1, 4),
+            check_stats=arrays["check_stats"].reshape(-1, 5),
+            check_modes=arrays["check_modes"].reshape(-1),
+            check_digests=arrays["check_digests"].reshape(-1, _DIGEST),
+            filesystems=tuple(
+                (fs_trust.FileSystem(dev=int(d), type=int(t), fsid=int(f), readonly=bool(r)), int(probe))
+                for d, t, f, r, probe in meta["filesystems"]
+            ),
         )  # fmt: skip
     except IndexUnusable:
         raise
@@ -261,22 +348,81 @@ _CHUNK = 8192  # paths decoded at a time: a 100k-image set's 200k paths never ex
 
 
 def first_change(index: IndexedSet) -> str | None:
-    """The first path whose stat differs from the index's (None: all match).
+    """The first path found changed since the index was written (None: nothing changed): each
+    file system's identity, then one ``stat`` per path (the pre-filter), then the bytes of every
+    ``CONTENT`` path and the listing of every ``LISTING`` folder (module docstring).
 
-    One ``stat`` per path is the whole cost (200k of them for a 100k-image YOLO set: its labels
-    and images); the loop compares the fields in place rather than building a row per path."""
-    paths, stats = index.check_paths, index.check_stats
+    Where stat vouches for every path (a YOLO set on ext4 whose labels are older than the
+    writeback window) the stats are the whole cost: 200k for a 100k-image set, its labels and
+    images; the loop compares the fields in place rather than building a row per path."""
+    return _filesystem_change(index) or _stat_change(index) or _content_change(index)
+
+
+def _filesystem_change(index: IndexedSet) -> str | None:
+    for fs, probe in index.filesystems:
+        path = index.check_paths[probe]
+        try:
+            now = fs_trust.identify(path, os.stat(path).st_dev)
+        except OSError:
+            return path
+        if now != fs:
+            log.info("label index %s: the file system of %s is not the one indexed (%s, now %s)", index.name, path,
+                     fs, now)  # fmt: skip
+            return path
+    return None
+
+
+def _stat_change(index: IndexedSet) -> str | None:
+    paths, stats, modes = index.check_paths, index.check_stats, index.check_modes
     stat = os.stat
     for start in range(0, len(paths), _CHUNK):
         expected = stats[start : start + _CHUNK].tolist()
-        for path, (size, mtime_ns, ino, ctime_ns) in zip(paths.tolist(start, start + _CHUNK), expected):
+        for path, mode, (size, mtime_ns, ino, ctime_ns, dev) in zip(
+            paths.tolist(start, start + _CHUNK), modes[start : start + _CHUNK].tolist(), expected
+        ):
+            if mode == CONTENT:
+                continue  # its descriptor's fstat is compared when its bytes are read
             try:
                 s = stat(path)
             except (FileNotFoundError, NotADirectoryError):
                 if size != _ABSENT[0]:
                     return path
                 continue
-            if s.st_ctime_ns != ctime_ns or s.st_ino != ino or s.st_mtime_ns != mtime_ns or s.st_size != size:
+            except OSError:  # unreadable now (permissions, I/O): not what was indexed
+                return path
+            if (s.st_ctime_ns != ctime_ns or s.st_ino != ino or s.st_mtime_ns != mtime_ns or s.st_size != size
+                    or s.st_dev != dev):  # fmt: skip
+                return path
+    return None
+
+
+def _content_change(index: IndexedSet) -> str | None:
+    paths, stats, modes = index.check_paths, index.check_stats, index.check_modes
+    digests, k = index.check_digests.tobytes(), 0
+    for start in range(0, len(paths), _CHUNK):
+        chunk = modes[start : start + _CHUNK]
+        if not chunk.any():
+            continue
+        expected = stats[start : start + _CHUNK].tolist()
+        for path, mode, row in zip(paths.tolist(start, start + _CHUNK), chunk.tolist(), expected):
+            if mode == STAT:
+                continue
+            want, k = digests[k * _DIGEST : (k + 1) * _DIGEST], k + 1
+            try:
+                if mode == LISTING:
+                    digest = fs_trust.listing_digest(path)
+                else:
+                    fd, st = fs_trust.open_regular(path)
+                    try:
+                        if list(_row(st)) != row:
+                            return path
+                        digest = fs_trust.digest_fd(fd, st.st_size)
+                    finally:
+                        os.close(fd)
+            except OSError:
+                return path
+            if digest != want:
+                log.info("label index %s: %s has other bytes at the same stat", index.name, path)
                 return path
     return None
 
@@ -285,9 +431,12 @@ def find_trusted(lineage: str, *, store: str) -> IndexedSet | None:
     """A checked index of ``lineage`` whose every path still matches, beside a complete snapshot
     of the fingerprint it names; None where there is none (the caller reads in full)."""
     t0 = time.perf_counter()
+    me = os.geteuid()
     for seg in list_segments(store):
         parsed = parse(seg)
-        if parsed is None or parsed.kind != "snapshot" or parsed.part != label_index_part(lineage):
+        # Only this user's names: another user's index names another user's snapshot. Whose the
+        # file under one of ours really is, and what it is, ``read_index`` checks on the open file.
+        if parsed is None or parsed.kind != "snapshot" or parsed.uid != me or parsed.part != label_index_part(lineage):
             continue
         try:
             index = read_index(seg, store)

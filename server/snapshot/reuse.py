@@ -5,7 +5,10 @@ Runs in the preparing process (``pixpool prepare``, the daemon at start-up), bef
 after a preparation (``prepare.py``). It removes only this user's segments that no live
 process maps, in any PID namespace (``shared.transport.holds``: a preparation in progress holds its
 segments, and so does every process that serves a snapshot), and never a file it cannot
-trust (``shared.transport.shm``: another user's, one others may write).
+trust (``shared.transport.shm``: another user's, one others may write). What belongs to a
+snapshot is decided by owner and content (``unit.py``), so another user's file under one of
+its names never keeps it nor goes with it. Temporary files that killed writers left
+(``shared.transport.publish``) are swept here too, at every prepare and re-attach.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ import os
 from ...shared.errors import SnapshotError, UntrustedSegmentError
 from ...shared.transport.holds import holds_of, remove_unused
 from ...shared.transport.names import shm_path
+from ...shared.transport.publish import sweep_debris
 from ...shared.transport.shm import check_trusted
 from .handle import Snapshot, check_header, label_indexes, list_snapshots, read_header, unit_names
 
@@ -28,6 +32,7 @@ class BeingPrepared(SnapshotError):
 
 def existing_snapshot(base: str, names: dict[str, str], *, store: str | None = None) -> Snapshot | None:
     """Attach a complete snapshot of this name; remove a stale incomplete one; raise if in progress."""
+    sweep_debris(store)
     present = [n for n in names.values() if os.path.lexists(shm_path(n, store))]
     if not present:
         return None

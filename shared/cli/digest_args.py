@@ -4,7 +4,10 @@ Runs in the user's shell process, on either side: the producer renders batches i
 (``--reference``, ``--in-process``: ``server/commands/digest.py``), a trainer-side client
 hashes what a daemon delivers (``client/commands/digest.py``). Both take this parser, so
 their flags cannot drift apart; the flags are generated from ``StreamSettings``,
-``AugmentConfig`` and the ``DaemonConfig`` fields of the snapshot and the temporary daemon.
+``AugmentConfig`` and the ``DaemonConfig`` fields of the snapshot and the temporary daemon:
+every field marked ``changes_bytes`` (``shared/stream/config.py``: what a daemon serves, a
+bound such as ``--max-instances-per-image`` included), so a setting added there is a digest
+flag without an edit here, and the few that say how this command runs (``RUN_FIELDS``).
 
 ``--imgsz`` is the stream's (``AugmentConfig.imgsz``): a snapshot this command prepares, or
 the temporary daemon it starts, is made for it (DaemonConfig's default where it is not
@@ -17,13 +20,17 @@ import argparse
 import json
 
 from ..errors import ConfigError
-from ..stream.config import AugmentConfig, DaemonConfig, StreamSettings
+from ..stream.config import AugmentConfig, DaemonConfig, StreamSettings, changes_bytes
 from . import flags
 
-__all__ = ["configure", "daemon_config_from", "report", "settings_from"]
+__all__ = ["DAEMON_FIELDS", "configure", "daemon_config_from", "report", "settings_from"]
 
-# The DaemonConfig fields of the snapshot (--in-process) and of the temporary daemon (no --socket-dir).
-DAEMON_FIELDS = ("data", "images", "task", "processes", "dtype", "workers", "store", "keep_snapshot")
+# How the snapshot is made and the temporary daemon runs: no effect on the digests.
+RUN_FIELDS = ("processes", "workers", "store", "keep_snapshot")
+# The DaemonConfig fields of the snapshot (--in-process) and of the temporary daemon (no
+# --socket-dir). imgsz is not among them: --imgsz is the stream's (AugmentConfig), which
+# ``daemon_config_from`` hands to the daemon.
+DAEMON_FIELDS = tuple(n for n in changes_bytes(DaemonConfig) if n != "imgsz") + RUN_FIELDS
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -41,7 +48,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
     flags.add_fields(
         parser,
         DaemonConfig,
-        group="the snapshot (--in-process) and the temporary daemon started without --socket-dir (DaemonConfig)",
+        group="what is served (DaemonConfig): the snapshot (--in-process), the temporary daemon started without "
+        "--socket-dir; with --socket-dir, DATA (or --val with --split val) is what that daemon must serve",
         only=DAEMON_FIELDS,
     )
     flags.add_fields(parser, StreamSettings, group="stream (StreamSettings)")

@@ -13,6 +13,11 @@ field's metadata (with ``aliases``: older spellings of the flag, still parsed, d
 command lines are generated from the fields (``shared/cli/flags.py``), so every setting is
 reachable from the CLI with its default in ``--help``. Range checks live
 in one table (``_RANGES``); a bad value raises ``ConfigError`` naming the field.
+
+A ``DaemonConfig`` field marked ``changes_bytes`` decides what a daemon serves: the bytes of
+its batches, or whether it serves a dataset at all (a bound that refuses it). ``pixpool
+digest`` generates a flag for each (``changes_bytes``), so that parity can be checked on
+every dataset a daemon can serve.
 """
 
 from __future__ import annotations
@@ -29,6 +34,14 @@ FILL_VALUE = 114.0
 SPLITS = ("train", "val")
 # Instances one image may have: every ring slot is sized for the densest image.
 DEFAULT_MAX_INSTANCES = 1000
+# Classes a dataset may have (``--max-classes``). Every ``attached`` and ``records`` reply
+# carries the class names, and an images folder read without names gets "0".."K" for its
+# largest class id K, so one stray id (a pixel coordinate, a track id) made a million names.
+# 20,000 admits every public detection vocabulary (LVIS 1,203; V3Det 13,204) with room.
+DEFAULT_MAX_CLASSES = 20_000
+# The most --max-classes may be: the names "0".."N-1" of an images folder at this N fit
+# ``protocol.MAX_NAMES_BYTES`` (806 KB packed; ``tests/unit/test_label_bounds.py`` checks).
+MAX_CLASSES = 1 << 17
 # Pixel types a snapshot's image arena may hold. float32: the pixel minus the fill, converted
 # and centred once at preparation. uint8: the pixel itself, a quarter of the bytes; the
 # route converts each value it reads to the same float32 (pixel - fill is exact in float32).
@@ -43,6 +56,11 @@ COPY_PASTE_MODES = ("flip", "mixup")
 def _opt(default: Any, help: str, **extra: Any) -> Any:
     """A dataclass field with its command-line help (and flag name, positional) as metadata."""
     return field(default=default, metadata={"help": help, **extra})
+
+
+def changes_bytes(cls: type) -> tuple[str, ...]:
+    """The fields of ``cls`` marked ``changes_bytes`` (module docstring), in declaration order."""
+    return tuple(f.name for f in dataclasses.fields(cls) if f.metadata.get("changes_bytes"))
 
 
 @dataclass(frozen=True)
@@ -164,37 +182,57 @@ class DaemonConfig:
     system (socket directory, keys, address) before any image is decoded.
     """
 
-    data: str = _opt("", "COCO json, YOLO data.yaml, or YOLO images folder", positional=True, metavar="DATA")
-    images: str | None = _opt(None, "image folder for a COCO json (default: beside the json)", metavar="DIR")
+    # changes_bytes: what is served (module docstring; every one is a `pixpool digest` flag).
+    data: str = _opt(
+        "", "COCO json, YOLO data.yaml, or YOLO images folder", positional=True, metavar="DATA", changes_bytes=True
+    )
+    images: str | None = _opt(
+        None, "image folder for a COCO json (default: beside the json)", metavar="DIR", changes_bytes=True
+    )
     val: str | None = _opt(
         None,
         "validation set to serve too (COCO json or YOLO images folder); a data.yaml's own val: is served without it",
         metavar="DATA",
+        changes_bytes=True,
     )
-    val_images: str | None = _opt(None, "image folder for a COCO json given as --val", metavar="DIR")
-    no_val: bool = _opt(False, "serve no validation set, not even a data.yaml's val:")
+    val_images: str | None = _opt(
+        None, "image folder for a COCO json given as --val", metavar="DIR", changes_bytes=True
+    )
+    no_val: bool = _opt(False, "serve no validation set, not even a data.yaml's val:", changes_bytes=True)
     imgsz: int = _opt(
         640,
         "training image size in pixels (a multiple of 32): the snapshot is prepared for it (long side = imgsz) "
         "and a trainer that names no imgsz trains at it",
+        changes_bytes=True,
     )
     task: str = _opt(
         "detect",
         "what the snapshot holds and the stream carries beside boxes: detect, segment (polygons -> masks), "
         "pose (keypoints; the data.yaml's kpt_shape) or obb (oriented boxes)",
         choices=TASKS,
+        changes_bytes=True,
     )
     processes: int = _opt(2, "decoder processes when preparing")
     dtype: str = _opt(
         "float32",
         "pixel type of the snapshot: float32 (centred once) or uint8 (a quarter of the bytes, same batches)",
         choices=SNAPSHOT_DTYPES,
+        changes_bytes=True,  # the snapshot's bytes; the batches are the same, which digest --in-process shows
     )
     max_instances_per_image: int = _opt(
         DEFAULT_MAX_INSTANCES,
         "refuse a dataset with an image of more instances than this (ring slots are sized for the densest image)",
+        changes_bytes=True,  # a bound: under it the dataset is refused, not served
     )
-    allow_unlabelled: bool = _opt(False, "accept a YOLO dataset where no image has a label file (all background)")
+    allow_unlabelled: bool = _opt(
+        False, "accept a YOLO dataset where no image has a label file (all background)", changes_bytes=True
+    )
+    max_classes: int = _opt(
+        DEFAULT_MAX_CLASSES,
+        "refuse a dataset of more classes than this: a class id >= this in an images folder (read without names), "
+        "more names in a data.yaml or categories in a COCO json (every attach carries the class names)",
+        changes_bytes=True,  # a bound: over it the dataset is refused, not served
+    )
     prepare_wait_s: float = _opt(
         600.0, "wait this long for another process preparing the same snapshot, then attach it"
     )
@@ -332,6 +370,7 @@ _RANGES: dict[str, tuple[float, float]] = {
     "start_epoch": (0, 1 << 30),
     "processes": (1, 256),
     "max_instances_per_image": (1, 1 << 20),
+    "max_classes": (1, MAX_CLASSES),
     "workers": (1, 256),
     "heartbeat_timeout_s": (1e-3, 1e9),
     "job_timeout_s": (1e-3, 1e9),

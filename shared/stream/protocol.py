@@ -25,8 +25,12 @@ unpickled after start-up).
 
 Every request is one frame of at most ``MAX_FRAME_BYTES``: a control message is a few hundred
 bytes, so a larger one is refused before msgpack sees it, and a message of more frames is
-dropped frame by frame without being kept. Replies may be up to ``MAX_REPLY_BYTES``: a
-``status`` reply grows with the number of attached trainers (each carries its settings).
+dropped frame by frame without being kept. Replies may be up to ``MAX_REPLY_BYTES``, and
+``encode_reply`` refuses a larger one (a trainer could not read it). What grows is bounded
+where it is made: a ``status`` reply lists as many trainers as fit; the class names an
+``attached`` and a ``records`` reply carry are at most ``MAX_NAMES_BYTES`` (the readers refuse
+a dataset over it, and over ``--max-classes``); a ``records`` page at most ``RECORDS_PAGE_BYTES``
+of file names.
 """
 
 from __future__ import annotations
@@ -48,14 +52,17 @@ from ..errors import (
     RenderError,
     SnapshotError,
 )
-from .config import SPLITS, TASKS
+from .config import MAX_CLASSES, SPLITS, TASKS
 
 __all__ = [
     "DELIVERIES",
     "DELIVERY_FRAMES",
     "DELIVERY_SHM",
     "ERROR_CODES",
+    "MAX_CLASSES",
+    "MAX_ERROR_CHARS",
     "MAX_FRAME_BYTES",
+    "MAX_NAMES_BYTES",
     "MAX_REPLY_BYTES",
     "MAX_REQUEST_BYTES",
     "MAX_REQUEST_FRAMES",
@@ -80,6 +87,7 @@ __all__ = [
     "error_frame",
     "error_frame_for",
     "error_from",
+    "names_nbytes",
     "pipe_frame",
 ]
 
@@ -107,6 +115,13 @@ RECORDS_PAGE = 2000
 # ... or, asked ``packed``, the names as one byte string of at most this many bytes (NUL-terminated
 # paths, ``shared/stream/path_table.py``): 100k names of 50 bytes come in 3 replies, not 50.
 RECORDS_PAGE_BYTES = 1 << 20
+# The class names, packed, that a dataset may have: an ``attached`` and every ``records`` reply
+# carry them whole, so names + a records page + the rest stay far below MAX_REPLY_BYTES. An
+# images folder's names "0".."N-1" fit it up to ``MAX_CLASSES`` (``config``: --max-classes' range).
+MAX_NAMES_BYTES = 1 << 20
+# Longest ``error`` message sent (characters; a longer one is cut): far below MAX_REPLY_BYTES
+# even at 4 bytes a character.
+MAX_ERROR_CHARS = 64 * 1024
 _INT_LIMIT = 1 << 62
 # Longest host name a trainer may report: DNS names are at most 253 characters.
 MAX_HOST_CHARS = 255
@@ -314,8 +329,9 @@ REPLIES: dict[Op, Message] = {
             "pid_ns": Field((str,), "the daemon's PID namespace", optional=True),
             "snapshot": Field(
                 (dict,),
-                "{fingerprint, name, records}: the snapshot this trainer's split streams, which a trainer"
-                " attaching again after a restart compares with the one it began on",
+                "{fingerprint, name, records, served}: the snapshot this trainer's split streams, which a trainer"
+                " attaching again after a restart compares with the one it began on; ``served``: which files the"
+                " split is (``served_data.describe``), which a trainer that names its data compares",
                 optional=True,
             ),
         },
@@ -483,8 +499,22 @@ def encode(op: str, **fields: Any) -> bytes:
 
 
 def encode_reply(op: str, **fields: Any) -> bytes:
-    """One reply frame (daemon -> trainer), checked against ``REPLIES`` as ``encode`` does."""
-    return _pack(_checked(op, fields, REPLIES, "reply"), fields)
+    """One reply frame (daemon -> trainer), checked against ``REPLIES`` as ``encode`` does, and
+    against ``MAX_REPLY_BYTES``: a larger frame is a ProtocolError here, on the daemon's side,
+    because the trainer would refuse it (``decode``) and never learn why."""
+    key = _checked(op, fields, REPLIES, "reply")
+    frame = _pack(key, fields)
+    if len(frame) > MAX_REPLY_BYTES:
+        raise ProtocolError(
+            f"reply {key.value!r} of {len(frame)} bytes exceeds the limit of {MAX_REPLY_BYTES} bytes a trainer reads; "
+            "what grows with the dataset or the sessions must be bounded or paged where the reply is built"
+        )
+    return frame
+
+
+def names_nbytes(names) -> int:
+    """Bytes the class ``names`` take in a reply (packed as a msgpack list), for ``MAX_NAMES_BYTES``."""
+    return len(msgpack.packb(list(names), use_bin_type=True))
 
 
 def _pack(op: Op, fields: dict[str, Any]) -> bytes:
@@ -510,8 +540,14 @@ def _checked(op: str, fields: dict[str, Any], table: Mapping[Any, Message], kind
 
 
 def error_frame(code: str, message: str, *, trainer_id: int | None = None, field: str | None = None) -> bytes:
+    """One ``error`` reply. A message (or field) over ``MAX_ERROR_CHARS`` is cut there, saying so:
+    an error reply is sent from the daemon's error path, which must never fail on its size."""
     if code not in ERROR_CODES:
         raise ValueError(f"undeclared error code {code!r}; declare it in ERROR_CODES")
+    if len(message) > MAX_ERROR_CHARS:
+        message = f"{message[:MAX_ERROR_CHARS]}... (cut at {MAX_ERROR_CHARS} of {len(message)} characters)"
+    if field is not None:
+        field = field[:MAX_ERROR_CHARS]
     return encode_reply(Op.ERROR, code=code, message=message, trainer_id=trainer_id, field=field)
 
 

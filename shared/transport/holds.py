@@ -35,12 +35,16 @@ from __future__ import annotations
 
 import errno
 import fcntl
+import logging
 import os
+import stat
 import struct
 import time
 from dataclasses import dataclass
 
 from .names import DEFAULT_STORE
+
+log = logging.getLogger(__name__)
 
 # Lock bytes (offsets in the segment's file; lengths 1).
 MAPPED, CREATOR, CONSUMER = 0, 1, 2
@@ -144,17 +148,31 @@ class Holds:
     consumer: bool  # the process it is for holds it (a ring: its trainer)
 
 
-def _open_probe(path: str) -> int:
-    # O_NONBLOCK: a FIFO planted under a pixpool name must not block the probe.
-    return os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+def _open_probe(path: str) -> int | None:
+    """A read-only descriptor of the regular file at ``path``, None where there is none: gone,
+    or no regular file (nothing maps a FIFO or a directory, so nothing holds it). Non-blocking
+    and no-follow like every open in a store (``shm.open_trusted``): a FIFO planted under a
+    pixpool name must not block the probe. The owner is not checked: reading locks reads no
+    byte of the file, and ``ls``/``clean`` ask about their own files only."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        if exc.errno in (errno.ELOOP, errno.ENXIO, errno.EACCES, errno.EPERM):
+            return None  # a symlink, a socket, a file we may not open: no segment of ours
+        raise
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        return None
+    return fd
 
 
 def holds_of(name: str, store: str | None = None) -> Holds | None:
-    """The holds on segment ``name`` in ``store`` (default /dev/shm); None if it is gone."""
-    path = os.path.join(store or DEFAULT_STORE, name)
-    try:
-        fd = _open_probe(path)
-    except FileNotFoundError:
+    """The holds on segment ``name`` in ``store`` (default /dev/shm); None if it is gone or is
+    no regular file (``_open_probe``)."""
+    fd = _open_probe(os.path.join(store or DEFAULT_STORE, name))
+    if fd is None:
         return None
     try:
         return Holds(
@@ -169,16 +187,28 @@ def remove_unused(names, store: str | None = None) -> str:
 
     Returns "removed" (every part that existed is gone), "in use" (some process holds a
     part: nothing was removed) or "gone" (none existed). A name replaced by another file
-    between open and lock counts as in use (someone just made it)."""
+    between open and lock counts as in use (someone just made it).
+
+    Only files of the owner a name claims are part of a unit (``shm.open_trusted``: a regular
+    file, opened non-blocking, never through a link): anything else under one of ``names``
+    (another user's file, a FIFO, a directory) is no part of it, is left alone and logged,
+    and neither keeps the rest nor stops the removal (issue 26, fault class 3)."""
+    from ..errors import UntrustedSegmentError
+    from .shm import open_trusted  # shm imports this module
+
     where = store or DEFAULT_STORE
     opened: list[tuple[str, int]] = []
     try:
         for name in names:
             path = os.path.join(where, name)
             try:
-                # Write locks need a descriptor open for writing.
-                fd = os.open(path, os.O_RDWR | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+                # Write locks need a descriptor open for writing; any mode: an own file made
+                # writable by others is still ours to remove (that is how it goes away).
+                fd = open_trusted(name, writable=True, store=where, any_mode=True)
             except FileNotFoundError:
+                continue
+            except UntrustedSegmentError as exc:
+                log.warning("not removed (no file of ours): %s", exc)
                 continue
             opened.append((path, fd))
             if not _setlk(fd, fcntl.F_WRLCK, *_WHOLE) or not same_file(fd, path):

@@ -19,6 +19,12 @@ real owner and mode before mapping anything.
   decides nothing: whether the ring's daemon is alive, or anyone uses the ring, is told by
   the locks on its file (``shared.transport.holds``). The random part makes the name unguessable,
   so nobody can squat the next ring name before the daemon creates it.
+- A temporary file is ``<segment name>.tmp-<random hex>`` (``temporary_name``;
+  ``shared.transport.publish``): it exists only for the moment between linking a finished
+  file and renaming it into place, or, where the store has no anonymous files, while it is
+  written; its writer holds it meanwhile. Older releases named it ``<name>.tmp<pid>``. Either,
+  when nobody holds it, is a killed writer's debris (``parse``: kind "debris"), which
+  ``publish.sweep_debris`` and ``pixpool clean`` remove.
 """
 
 from __future__ import annotations
@@ -37,11 +43,14 @@ DEFAULT_STORE = "/dev/shm"
 SNAPSHOT_PARTS = ("meta", "img", "tgt")
 # Beside them, none or more label indexes (``server/snapshot/label_index.py``): files named
 # ``<base>-lix<first 8 hex of a lineage>``, one per dataset spelling the snapshot serves. They
-# belong to the snapshot's unit: ``clean`` and ``Snapshot.release`` remove them with it.
+# belong to the snapshot's unit (``clean`` and ``Snapshot.release`` remove them with it) when
+# their owner and content say so, never by the name alone: ``server/snapshot/unit.py``.
 LABEL_INDEX_PART = "lix"
 _LINEAGE_HEX_DIGITS = 8
 # Random hex digits in a ring name: 64 bits, far beyond guessing.
 RING_TOKEN_HEX_DIGITS = 16
+# What follows a segment name in a temporary file's name (``temporary_name``).
+TEMPORARY_MARK = ".tmp"
 
 
 def user_prefix(uid: int | None = None) -> str:
@@ -100,6 +109,12 @@ def new_ring_token() -> str:
     return secrets.token_hex(RING_TOKEN_HEX_DIGITS // 2)
 
 
+def temporary_name(name: str) -> str:
+    """A fresh random temporary name for a file to be published as ``name``: 64 random bits,
+    so that nobody can create it first."""
+    return f"{name}{TEMPORARY_MARK}-{secrets.token_hex(RING_TOKEN_HEX_DIGITS // 2)}"
+
+
 def _is_hex(text: str) -> bool:
     return all(c in "0123456789abcdef" for c in text)
 
@@ -110,7 +125,7 @@ class SegmentName:
     a snapshot's base name, or the ring's own name."""
 
     name: str
-    kind: str  # "snapshot" or "ring"
+    kind: str  # "snapshot", "ring" or "debris" (a temporary file: ``temporary_name``)
     group: str
     uid: int  # the user the name claims (shm.py checks the file's real owner)
     part: str | None = None  # snapshot part
@@ -119,8 +134,18 @@ class SegmentName:
 
 
 def parse(name: str) -> SegmentName | None:
-    """What ``name`` is, or None where it is no well-formed pixpool snapshot or ring name
-    (names of older releases, ``pixpool-snap-...`` without a uid, are None too)."""
+    """What ``name`` is, or None where it is no well-formed pixpool snapshot, ring or
+    temporary name (names of older releases, ``pixpool-snap-...`` without a uid, are None too)."""
+    stem, mark, _ = name.rpartition(TEMPORARY_MARK)
+    if mark and stem:
+        parsed = _parse_segment(stem)
+        if parsed is None:
+            return None
+        return SegmentName(name, "debris", name, parsed.uid)
+    return _parse_segment(name)
+
+
+def _parse_segment(name: str) -> SegmentName | None:
     head = f"{PREFIX}-u"
     if not name.startswith(head):
         return None
@@ -140,7 +165,7 @@ def parse(name: str) -> SegmentName | None:
 
 
 def kind_of(name: str) -> str | None:
-    """ "snapshot", "ring", or None for a name that is neither."""
+    """ "snapshot", "ring", "debris", or None for a name that is none of them."""
     parsed = parse(name)
     return parsed.kind if parsed is not None else None
 

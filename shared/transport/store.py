@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import errno
 import mmap
 import os
 import stat
@@ -164,11 +165,20 @@ def _c():
 
 def resident_nbytes(path: str) -> int:
     """Bytes of the file at ``path`` that are in memory now (page cache or tmpfs pages),
-    by ``mincore`` over a short-lived read-only mapping that touches no page."""
-    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW)
+    by ``mincore`` over a short-lived read-only mapping that touches no page; 0 for what is
+    no regular file. Opened non-blocking and no-follow like every file in a store
+    (``shm.open_trusted``): a FIFO under a pixpool name would block a plain open. No owner
+    check: this maps no byte in, it only asks which pages are present."""
     try:
-        size = os.fstat(fd).st_size
-        if size == 0:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError as exc:
+        if exc.errno in (errno.ELOOP, errno.ENXIO):  # a symlink, a socket: no pages of a segment
+            return 0
+        raise
+    try:
+        st = os.fstat(fd)
+        size = st.st_size
+        if size == 0 or not stat.S_ISREG(st.st_mode):
             return 0
         libc = _c()
         addr = libc.mmap(None, size, mmap.PROT_READ, mmap.MAP_SHARED, fd, 0)

@@ -98,7 +98,7 @@ def _deep_json(ds):
 def _runaway_label_file(ds):
     path = ds / "labels" / "train" / "synth_0004.txt"
     path.write_text("0 0.5 0.5 0.1 0.1\n" * 5000)
-    return [str(ds / "data.yaml")], "synth_0004.txt: 5000 instances for one image, over the limit of 1000 per image"
+    return [str(ds / "data.yaml")], "synth_0004.txt:1001: more than 1000 instances for one image"
 
 
 def _non_finite_bbox(value):

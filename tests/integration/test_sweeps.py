@@ -75,3 +75,26 @@ def test_a_removed_ring_is_rebuilt_and_the_stream_goes_on(synthetic_data):
             assert c.reattaches == 1 and c._ring.name != old
             assert os.path.exists(shm_path(c._ring.name))
         assert got == reference_stream(dataset, s, 0)[0]
+
+
+def test_a_serving_daemon_sweeps_a_killed_writers_temporary_file(synthetic_data):
+    """A temporary file nobody holds (a writer killed before publishing) goes with the
+    periodic sweep, while the daemon serves; one a live writer holds stays."""
+    from pixpool.server.daemon.sweeps import SWEEP_EVERY_S
+    from pixpool.shared.transport import holds
+    from pixpool.shared.transport.names import temporary_name
+
+    with real_daemon(synthetic_data.coco_json, imgsz=IMGSZ, workers=1) as (proc, d):
+        base = ask_status(d)["snapshot"]["segments"][0]
+        dead, live = shm_path(temporary_name(base)), shm_path(temporary_name(base))
+        for path in (dead, live):
+            os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
+        fd = os.open(live, os.O_RDWR)
+        try:
+            assert holds.hold(fd, (holds.CREATOR,))
+            wait_for(lambda: not os.path.exists(dead), SWEEP_EVERY_S * 3, "the daemon swept the unheld temporary file")
+            assert os.path.exists(live), "a temporary file its writer still holds was removed"
+            assert proc.is_alive()
+        finally:
+            os.close(fd)
+            os.unlink(live)

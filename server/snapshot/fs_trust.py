@@ -1,0 +1,218 @@
+"""What a file's stat data can vouch for, decided by the file system the file lives on.
+
+Runs in the process that reads a dataset and names or re-attaches its snapshot (the daemon
+at start-up, ``pixpool prepare``): ``fingerprint.py`` asks it which images must be hashed,
+``label_index.py`` which paths a restart may check by ``stat`` alone. Pure decisions on
+numbers (``versionless``, ``frozen_times``, ``label_vouched``) are kept apart from the
+calls that touch files (``identify``, ``file_digest``, ``listing_digest``).
+
+Why stat is not enough everywhere (issue 26, fault 4):
+
+- A stat ``(size, mtime, inode, ctime)`` tells two versions of a file apart only where the
+  kernel keeps the times: it sets the ctime on every write and no user-space call can set
+  it. File-system *images* store their times and inodes: squashfs (``-all-time``,
+  ``SOURCE_DATE_EPOCH``), erofs, iso9660, cramfs, udf and romfs give v1 and v2 of a dataset
+  the same stat for every file, and so do FUSE servers (squashfuse, archive mounts) and FAT,
+  whose ctime is no change time. So does any mount made read-only, and any file system whose
+  recorded times are frozen (every file the same ``mtime == ctime``, or the epoch: an overlay
+  whose lower layer is such an image looks like this).
+  Those are ``versionless``: their files are hashed.
+- A write through a shared mapping moves mtime and ctime only on the first write to a clean
+  page (the ``page_mkwrite`` fault); later writes to the still-dirty page move nothing until
+  writeback has cleaned it. On tmpfs pages are never cleaned, so after the first write
+  nothing moves at all (measured: ``bench/label_trust.py mmap``). So a label's stat vouches
+  for its bytes only on a file system with writeback that keeps its times in the kernel
+  (``WRITEBACK_TIMES``), mounted read-write, and only once the label has been quiet for longer
+  than the kernel takes to write a dirty page back (``writeback_window_ns``): any mapped write
+  after that faults again and moves the ctime. Every other label is hashed.
+- The stat of a path is only ever compared on the file system it was taken on: the key holds
+  ``st_dev`` and the file system's type, ``f_fsid`` and read-only flag (``identify``); a remount
+  of another image at the same place, or another file system mounted over a folder, is a
+  change.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import os
+import stat as stat_mod
+from dataclasses import dataclass
+
+# statfs(2) f_type values (linux/magic.h, fs/fuse, fs/exfat, fs/ntfs3).
+SQUASHFS, EROFS, ISO9660, CRAMFS, CRAMFS_WEND = 0x73717368, 0xE0F5E1E2, 0x9660, 0x28CD3D45, 0x453DCD28
+UDF, ROMFS, FUSE, MSDOS, EXFAT, NTFS3 = 0x15013346, 0x7275, 0x65735546, 0x4D44, 0x2011BAB0, 0x7366746E
+EXT4, XFS, BTRFS, F2FS, TMPFS = 0xEF53, 0x58465342, 0x9123683E, 0xF2F52010, 0x01021994
+# Whose stat cannot tell versions apart: times and inodes are stored, or made up by a server.
+VERSIONLESS_TYPES = frozenset({SQUASHFS, EROFS, ISO9660, CRAMFS, CRAMFS_WEND, UDF, ROMFS, FUSE, MSDOS, EXFAT, NTFS3})
+# Local file systems with writeback whose kernel moves the ctime on every write, mapped
+# writes included once per writeback (ext2/3/4 share one magic).
+WRITEBACK_TIMES = frozenset({EXT4, XFS, BTRFS, F2FS})
+TYPE_NAMES = {
+    SQUASHFS: "squashfs", EROFS: "erofs", ISO9660: "iso9660", CRAMFS: "cramfs", CRAMFS_WEND: "cramfs", UDF: "udf",
+    ROMFS: "romfs", FUSE: "fuse", MSDOS: "vfat", EXFAT: "exfat", NTFS3: "ntfs3", EXT4: "ext4", XFS: "xfs",
+    BTRFS: "btrfs", F2FS: "f2fs", TMPFS: "tmpfs",
+}  # fmt: skip
+_EPOCH_FLOOR_NS = 1_000_000_000  # a time within a second of 1970: written by a tool, not a clock
+_READ_CHUNK = 1 << 20
+
+
+@dataclass(frozen=True)
+class FileSystem:
+    """The identity of the file system a path lives on, as a restart compares it."""
+
+    dev: int  # st_dev
+    type: int  # statfs f_type
+    fsid: int  # statvfs f_fsid
+    readonly: bool  # ST_RDONLY in statvfs f_flag
+
+    @property
+    def type_name(self) -> str:
+        return TYPE_NAMES.get(self.type, hex(self.type))
+
+    def as_row(self) -> list[int]:
+        return [self.dev, self.type, self.fsid, int(self.readonly)]
+
+
+# -- decisions (numbers in, answers out) ---------------------------------------------------------
+def versionless(fs: FileSystem) -> bool:
+    """Whether stat data on ``fs`` cannot tell two versions of a file apart (module docstring)."""
+    return fs.readonly or fs.type in VERSIONLESS_TYPES
+
+
+def frozen_times(times: list[tuple[int, int]]) -> bool:
+    """Whether the ``(mtime_ns, ctime_ns)`` of the distinct files of one file system look
+    written by a tool rather than kept by a clock: two or more files all with one time and
+    ``mtime == ctime`` (an image built with ``-all-time`` or ``SOURCE_DATE_EPOCH``: one stored
+    time for every file), or any ctime within a second of the epoch. A fast copy of a handful
+    of files onto ext4 can look frozen too (one clock tick): that costs hashing a handful of
+    files, never a wrong answer. The process's own ``SOURCE_DATE_EPOCH`` is not consulted: the
+    answer names snapshots, so it must be the same in every process, whatever its environment."""
+    if any(c < _EPOCH_FLOOR_NS for _, c in times):
+        return True
+    return len(times) >= 2 and len(set(times)) == 1 and times[0][0] == times[0][1]
+
+
+def writeback_window_ns(vm: str = "/proc/sys/vm") -> int | None:
+    """How long a page dirtied through a mapping may stay dirty: twice the kernel's dirty expiry
+    plus its flusher interval, and at least 5 minutes; None where periodic writeback is off
+    (``dirty_writeback_centisecs`` 0) or unknown, so no label's stat vouches for it."""
+    try:
+        with open(os.path.join(vm, "dirty_expire_centisecs")) as f:
+            expire = int(f.read())
+        with open(os.path.join(vm, "dirty_writeback_centisecs")) as f:
+            interval = int(f.read())
+    except (OSError, ValueError):
+        return None
+    if interval <= 0 or expire < 0:
+        return None
+    return max(300 * 10**9, 2 * (expire + interval) * 10**7)
+
+
+def label_vouched(fs: FileSystem, ctime_ns: int, *, read_started_ns: int, window_ns: int | None) -> bool:
+    """Whether a label's stat vouches for its bytes (module docstring): a read-write file system
+    that moves times on mapped writes, and the label quiet for longer than the writeback window
+    before the dataset was read."""
+    if window_ns is None or fs.readonly or fs.type not in WRITEBACK_TIMES:
+        return False
+    return ctime_ns < read_started_ns - window_ns
+
+
+# -- calls that touch files ----------------------------------------------------------------------
+class _StatFs(ctypes.Structure):
+    # Only f_type, the first field, is read; the buffer is sized for every layout of struct statfs.
+    _fields_ = [("f_type", ctypes.c_long), ("_rest", ctypes.c_byte * 256)]
+
+
+_libc = None
+
+
+def _statfs_type(path: str) -> int:
+    """statfs(2) f_type of ``path``'s file system (``os.statvfs`` does not expose it)."""
+    global _libc
+    if _libc is None:
+        _libc = ctypes.CDLL(None, use_errno=True)  # this process's own symbols: the C library's statfs
+    buf = _StatFs()
+    if _libc.statfs(os.fsencode(path), ctypes.byref(buf)) != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, os.strerror(err), path)
+    return buf.f_type & 0xFFFFFFFF
+
+
+def identify(path: str, dev: int) -> FileSystem:
+    """The identity of the file system ``path`` (on device ``dev``, from its stat) lives on."""
+    vfs = os.statvfs(path)
+    return FileSystem(dev=dev, type=_statfs_type(path), fsid=vfs.f_fsid, readonly=bool(vfs.f_flag & os.ST_RDONLY))
+
+
+def open_regular(path: str) -> tuple[int, os.stat_result]:
+    """(descriptor, its fstat) of ``path`` opened read-only without blocking (a FIFO planted in
+    a dataset never stalls a restart); OSError where it is no regular file."""
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK)
+    try:
+        st = os.fstat(fd)
+        if not stat_mod.S_ISREG(st.st_mode):
+            raise OSError(f"{path} is no regular file")
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd, st
+
+
+def digest_fd(fd: int, size_hint: int) -> bytes:
+    """sha256 of the bytes from ``fd``'s current offset to its end.
+
+    A small file (a label) is one ``read`` of one byte more than its size: a shorter read of a
+    regular file is its end, so the second ``read`` that would return nothing is saved (a read
+    cut short by a signal only gives another digest: a full read, never a wrong answer)."""
+    if size_hint < _READ_CHUNK:
+        first = os.read(fd, size_hint + 1)
+        if len(first) <= size_hint:
+            return hashlib.sha256(first).digest()
+    else:
+        first = b""
+    h = hashlib.sha256(first)
+    chunk = os.read(fd, _READ_CHUNK)
+    while chunk:
+        h.update(chunk)
+        chunk = os.read(fd, _READ_CHUNK)
+    return h.digest()
+
+
+def file_digest(path: str) -> tuple[bytes, os.stat_result]:
+    """(sha256 of the file's bytes, the stat of the descriptor they were read from)."""
+    fd, st = open_regular(path)
+    try:
+        return digest_fd(fd, st.st_size), st
+    finally:
+        os.close(fd)
+
+
+def listing_digest(path: str) -> bytes:
+    """sha256 of a folder's listing (each entry's name and whether it is a folder, sorted): what
+    a folder's mtime stands for where stat data cannot be trusted."""
+    with os.scandir(path) as it:
+        entries = sorted(f"{e.name}\0{int(e.is_dir(follow_symlinks=False))}" for e in it)
+    return hashlib.sha256("\n".join(entries).encode("utf-8", "surrogateescape")).digest()
+
+
+# Digests of image files already read by this process, keyed by their full stat: a restart on a
+# versionless file system hashes each image once although the fingerprint, the content
+# fingerprint and the index all ask (``label_index.write_index`` empties it).
+_digests: dict[tuple, bytes] = {}
+_DIGESTS_MAX = 1_000_000
+
+
+def image_digest(path: str, key: tuple) -> bytes:
+    """``file_digest`` of an image whose stat is ``key``, read at most once per process run."""
+    digest = _digests.get((path, *key))
+    if digest is None:
+        digest, _ = file_digest(path)
+        if len(_digests) >= _DIGESTS_MAX:
+            _digests.clear()
+        _digests[(path, *key)] = digest
+    return digest
+
+
+def forget_digests() -> None:
+    _digests.clear()
