@@ -1,6 +1,6 @@
 """bench/open_checks.py: what the store's open checks cost (issue 26, fault classes 2, 3 and 5).
 
-Runs in one process, in a private store (a fresh folder in /dev/shm, or ``--store``'s parent).
+Runs in one process, in a private store (a fresh folder in /dev/shm, or under ``--parent DIR``).
 Every round runs each pair of arms ``--calls`` times, alternating (the order swaps each
 round), and reports per arm the median over rounds of the time per call, and the median of
 the paired differences (after - before, same round):
