@@ -177,7 +177,7 @@ def mmap_times(args) -> dict:
                 m.close()
             finally:
                 os.close(fd)
-            times = lambda s: (s.st_mtime_ns, s.st_ctime_ns)  # noqa: E731
+            times = lambda s: (s.st_mtime_ns, s.st_ctime_ns)
             out[folder] = {"first_write_moves": times(s0) != times(s1), "after_msync_moves": times(s1) != times(s2)}
         finally:
             os.unlink(fd_path)

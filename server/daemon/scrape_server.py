@@ -76,7 +76,7 @@ class ScrapeServer:
         self._stopping = False
         self._thread: threading.Thread | None = None
 
-    def start(self) -> "ScrapeServer":
+    def start(self) -> ScrapeServer:
         family, _, _, _, address = socket.getaddrinfo(
             self.host, self.port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
         )[0]

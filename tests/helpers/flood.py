@@ -80,7 +80,7 @@ class IdleFlood:
             s.close()
         self.sockets.clear()
 
-    def __enter__(self) -> "IdleFlood":
+    def __enter__(self) -> IdleFlood:
         return self
 
     def __exit__(self, *exc) -> None:

@@ -100,9 +100,8 @@ def _assert_reads_the_files_as_they_are(config, caplog):
     with caplog.at_level(logging.INFO, logger="pixpool.server.daemon.run"):
         name, content, _ = _load(config)
     truth_name, truth_content = _truth(config)
-    assert content == truth_content, (
-        "served the indexed version: "
-        + "; ".join(r.getMessage() for r in caplog.records if "label index" in r.getMessage())
+    assert content == truth_content, "served the indexed version: " + "; ".join(
+        r.getMessage() for r in caplog.records if "label index" in r.getMessage()
     )
     assert name.startswith(truth_name)
 
@@ -265,9 +264,7 @@ def _lineage(config: DaemonConfig) -> str:
     return run.splits(config)["train"][2]
 
 
-def test_the_same_image_mounted_from_another_device_is_not_trusted_on_its_stat(
-    synthetic_data, tmp_path, squash, store
-):
+def test_the_same_image_mounted_from_another_device_is_not_trusted_on_its_stat(synthetic_data, tmp_path, squash, store):
     """The file system's identity is part of the key: an index is only compared on the file
     system it was written on (another loop device here: another st_dev)."""
     v1 = _copy_set(synthetic_data, tmp_path / "v1")
