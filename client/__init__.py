@@ -7,13 +7,11 @@ OpenCV nor the augmentation route.
 torch is the ``train`` extra (``pip install 'pixpool[train]'``); the ``Client`` itself
 works without it, yielding numpy views.
 
-Names are imported on first use, so importing the package costs nothing (``DetectorStep``
-and ``fit`` pull in torch).
+Names are imported on first use (``shared/_lazy.py``), so importing the package loads only
+``pixpool.shared`` (``DetectorStep`` and ``fit`` pull in torch).
 """
 
-from importlib import import_module
-
-__all__ = ["attach", "Loader", "Batch", "Client", "TrainerBatch", "DetectorStep", "fit", "FitConfig", "apply_hsv"]
+from ..shared._lazy import lazy_exports
 
 _WHERE = {
     "attach": "loader",
@@ -27,8 +25,4 @@ _WHERE = {
     "apply_hsv": "hsv_torch",
 }
 
-
-def __getattr__(name: str):
-    if name in _WHERE:
-        return getattr(import_module(f"{__name__}.{_WHERE[name]}"), name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+__all__, __getattr__ = lazy_exports(__name__, (), _WHERE)

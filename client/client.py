@@ -42,7 +42,7 @@ Faults, as the trainer sees them:
 - the Client was closed: ``ClosedError``.
 
 ``imgsz``: a stream whose ``settings.augment.imgsz`` is None takes the daemon's (the
-``attached`` reply's ``imgsz``, else its ring layout's); ``client.settings`` is the
+``attached`` reply's ``imgsz``, by ``StreamSettings.for_imgsz``); ``client.settings`` is the
 stream's settings with it filled in, and a reattach asks for that same size.
 
 The task: ``client.task`` (detect, segment, pose, obb), ``client.kpt_shape`` and
@@ -58,7 +58,6 @@ the data's class names, the task where given) and otherwise detaches and raises
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import os
 import socket as _socket
@@ -95,16 +94,6 @@ from .tensors import Conversion, TrainerBatch, to_batch
 __all__ = ["Client", "TrainerBatch"]
 
 log = logging.getLogger(__name__)
-
-
-def settings_with_daemon_imgsz(settings: StreamSettings, attached: dict) -> StreamSettings:
-    """``settings`` with ``augment.imgsz`` taken from the daemon where the trainer left it
-    None (the ``attached`` reply's ``imgsz``; from a daemon that does not send it, the ring
-    layout's, which is the snapshot's size too)."""
-    if settings.augment.imgsz is not None:
-        return settings
-    imgsz = attached.get("imgsz") or attached["layout"]["imgsz"]
-    return dataclasses.replace(settings, augment=dataclasses.replace(settings.augment, imgsz=int(imgsz)))
 
 
 class Client:
@@ -233,10 +222,6 @@ class Client:
         return self._snapshot.identity
 
     @property
-    def snapshot_changes(self) -> int:
-        return self._snapshot.changes
-
-    @property
     def _ring(self):
         """The mapped ring of a local trainer (None over TCP, where bytes come as frames)."""
         return self._reader.ring if self._reader is not None else None
@@ -269,7 +254,7 @@ class Client:
         if self._reader is not None:
             self._reader.close()
             self._reader = None
-        self.settings = settings_with_daemon_imgsz(self.settings, attached)
+        self.settings = self.settings.for_imgsz(attached["imgsz"])
         self.num_records = attached["num_records"]
         self.names = list(attached.get("names") or [])
         self._heartbeat.reset()

@@ -169,9 +169,6 @@ def memory_report(status: dict, *, store: str | None = None) -> dict:
         "uint8_caches_bytes": n * decoded,
         "break_even_trainers": break_even(service - ring_bytes, ring_bytes // n if n else None, decoded),
         "store": where,
-        # Deprecated copy of the store's figures under the name they had while the store was always /dev/shm;
-        # removed in the next release (docs/memory.md).
-        "shm": {"size_bytes": where["size_bytes"], "free_bytes": where["free_bytes"]},
         "segments": segs,
     }
 

@@ -86,13 +86,11 @@ def refusal(before: dict, after: dict, *, endpoint: str, position: tuple[int, in
 
 class StreamSnapshot:
     """The snapshot one trainer's stream is on: fixed at the first attach (``identity``);
-    ``check`` refuses another one at a later attach, or follows it (``follow``, counted in
-    ``changes``)."""
+    ``check`` refuses another one at a later attach, or follows it (``follow``)."""
 
     def __init__(self, *, follow: bool):
         self.follow = follow
         self.identity: dict = {}
-        self.changes = 0
 
     def check(self, attached: dict, *, endpoint: str, position: tuple[int, int]) -> None:
         """Raise ``SnapshotChangedError`` where ``attached`` serves another snapshot than the
@@ -104,5 +102,4 @@ class StreamSnapshot:
             if not self.follow:
                 raise error
             log.warning("following the daemon onto another snapshot (follow_snapshot=True): %s", error)
-            self.changes += 1
         self.identity = after

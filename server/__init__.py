@@ -9,21 +9,7 @@ Names are imported on first use, so ``pixpool --help`` and the workers pay only 
 they touch.
 """
 
-from importlib import import_module
-
-__all__ = [
-    "load_dataset",
-    "write_synthetic",
-    "prepare_snapshot",
-    "Snapshot",
-    "list_snapshots",
-    "ReferenceSource",
-    "render_batch",
-    "run_daemon",
-    "stop_process",
-    "preflight",
-    "Daemon",
-]
+from ..shared._lazy import lazy_exports
 
 _WHERE = {
     "load_dataset": "readers",
@@ -39,8 +25,4 @@ _WHERE = {
     "Daemon": "daemon.service",
 }
 
-
-def __getattr__(name: str):
-    if name in _WHERE:
-        return getattr(import_module(f"{__name__}.{_WHERE[name]}"), name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+__all__, __getattr__ = lazy_exports(__name__, (), _WHERE)

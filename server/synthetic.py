@@ -33,6 +33,7 @@ from pathlib import Path
 import cv2
 import numpy as np
 
+from ..shared.stream.config import check_task
 from .readers._common import polygon_area
 from .synthetic_draw import (
     BACKGROUND_INDICES,
@@ -103,8 +104,7 @@ def write_synthetic(root: str | Path, *, num_images: int = 24, seed: int = 0, ta
     """
     if num_images < 1:
         raise ValueError(f"num_images must be >= 1, got {num_images}")
-    if task not in SYNTH_TASKS:
-        raise ValueError(f"task {task!r} is not one of {list(SYNTH_TASKS)}; pick the set to write with --task")
+    check_task(task)
     if task in ("pose", "obb"):
         from .synthetic_tasks import write_obb, write_pose
 

@@ -16,19 +16,7 @@ Names are imported on first use, so ``import pixpool.client.detect`` does not lo
 (``pad_targets`` and ``coco_map`` need only numpy).
 """
 
-from importlib import import_module
-
-__all__ = [
-    "Detector",
-    "DetectionLoss",
-    "TaskAlignedAssigner",
-    "Assignment",
-    "pad_targets",
-    "decode",
-    "nms",
-    "coco_map",
-    "SCALES",
-]
+from ...shared._lazy import lazy_exports
 
 _WHERE = {
     "Detector": "model",
@@ -42,8 +30,4 @@ _WHERE = {
     "coco_map": "metrics",
 }
 
-
-def __getattr__(name: str):
-    if name in _WHERE:
-        return getattr(import_module(f"{__name__}.{_WHERE[name]}"), name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+__all__, __getattr__ = lazy_exports(__name__, (), _WHERE)

@@ -121,10 +121,10 @@ def write_image(
     clock.lap("kernel")
 
 
-def _output(images_out: np.ndarray | None, count: int, size: int) -> np.ndarray:
+def _output(images_out: np.ndarray | None, count: int, imgsz: int) -> np.ndarray:
     if images_out is None:
-        return np.empty((count, 3, size, size), dtype=np.uint8)
-    return _checked_out("images_out", images_out, (np.uint8,), (3, size, size), count, "a ring slot or np.empty")
+        return np.empty((count, 3, imgsz, imgsz), dtype=np.uint8)
+    return _checked_out("images_out", images_out, (np.uint8,), (3, imgsz, imgsz), count, "a ring slot or np.empty")
 
 
 def _checked_out(
@@ -198,7 +198,7 @@ def _render(
     """The one render loop: positions ``start .. stop`` (None: to the batch's end) of the batch."""
     settings = settings.for_imgsz(source.imgsz)  # imgsz None: the source's; another value: ConfigError
     cfg = settings.augment
-    size = cfg.imgsz
+    imgsz = cfg.imgsz
     every = batch_samples(len(source), settings, epoch, batch)
     stop = len(every) if stop is None else stop
     if not 0 <= start <= stop <= len(every):
@@ -206,11 +206,11 @@ def _render(
             f"samples {start}..{stop} of batch {batch}, which has {len(every)}; use 0 <= start <= stop <= {len(every)}"
         )
     samples = every[start:stop]
-    images = _output(images_out, len(samples), size)
+    images = _output(images_out, len(samples), imgsz)
     task, kpt_shape, _ = task_of(source)
     width = target_width(task, kpt_shape)
     keypoints = int(kpt_shape[0]) if task == "pose" else 0
-    side = mask_side(task, size, cfg.mask_ratio)
+    side = mask_side(task, imgsz, cfg.mask_ratio)
     planes = _masks_output(masks_out, len(samples), side, overlap=cfg.overlap_mask) if side else None
     instance_planes: list[np.ndarray] | None = [] if side and not cfg.overlap_mask else None
     apply_hsv = cfg.augment and not settings.hsv_on_device
@@ -228,20 +228,20 @@ def _render(
         if side:
             clock = _Clock(timings)
             if instance_planes is not None:
-                per, _ = render_masks(labels, size, cfg.mask_ratio, overlap=False)
+                per, _ = render_masks(labels, imgsz, cfg.mask_ratio, overlap=False)
                 instance_planes.append(per)
             else:
                 if planes is not None and masks_out is None and len(labels) > 255 and planes.dtype == np.uint8:
                     planes = planes.astype(np.int32)  # a plane of the batch's own: widen it, as Ultralytics does
-                _, order = render_masks(labels, size, cfg.mask_ratio, overlap=True, out=_plane(planes, i, len(labels)))
+                _, order = render_masks(labels, imgsz, cfg.mask_ratio, overlap=True, out=_plane(planes, i, len(labels)))
                 labels = labels.select(order)
             clock.lap("masks")
-        packed = pack(labels, size, task=task, keypoints=keypoints)
+        packed = pack(labels, imgsz, task=task, keypoints=keypoints)
         rows.append(packed)
         counts[i] = len(packed)
         if polygons is not None and len(labels):
             # Views of one scaled array, as np.split gives, without its per-call overhead.
-            scaled = labels.points * np.float32(1.0 / size)
+            scaled = labels.points * np.float32(1.0 / imgsz)
             bounds = labels.offsets.tolist()
             polygons.extend(scaled[a:b] for a, b in zip(bounds[:-1], bounds[1:]))
     # The batch index column and the rows written once per range, not once per sample.

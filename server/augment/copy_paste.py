@@ -114,14 +114,14 @@ def paste_union(dest: np.ndarray, source: np.ndarray, polygons: list[np.ndarray]
 
 
 def copy_paste_labels(
-    labels: Labels, size: int, fraction: float, rng: np.random.Generator
+    labels: Labels, imgsz: int, fraction: float, rng: np.random.Generator
 ) -> tuple[Labels, list[np.ndarray]]:
     """(labels with the pasted instances appended, the pasted polygons in pixels): the
     draws and the label step of copy-paste on an S x S image. The route hands the
     polygons' ``union_mask`` to the kernel, which reads the mirrored pixel under it."""
     if len(labels) == 0 or fraction <= 0:
         return labels, []
-    flipped = labels.flipped(size, size, horizontal=True)
+    flipped = labels.flipped(imgsz, imgsz, horizontal=True)
     chosen = select(labels, flipped, fraction, rng)
     if len(chosen) == 0:
         return labels, []

@@ -32,20 +32,20 @@ AREA_RATIO_POLYGONS = 0.01
 AREA_RATIO = 0.10
 
 
-def draw_rectangles(rng: np.random.Generator, size: int) -> np.ndarray:
+def draw_rectangles(rng: np.random.Generator, imgsz: int) -> np.ndarray:
     """float32 (CANDIDATES, 4) x1, y1, x2, y2 of the candidate rectangles on an S x S sample."""
     out = np.empty((CANDIDATES, 4), np.float32)
     for i in range(CANDIDATES):
         lam = rng.beta(BETA, BETA)
         cut = math.sqrt(1.0 - lam)
-        half_w, half_h = int(size * cut) // 2, int(size * cut) // 2
-        cx = int(rng.integers(0, size))
-        cy = int(rng.integers(0, size))
+        half_w, half_h = int(imgsz * cut) // 2, int(imgsz * cut) // 2
+        cx = int(rng.integers(0, imgsz))
+        cy = int(rng.integers(0, imgsz))
         out[i] = (
-            min(max(cx - half_w, 0), size),
-            min(max(cy - half_h, 0), size),
-            min(max(cx + half_w, 0), size),
-            min(max(cy + half_h, 0), size),
+            min(max(cx - half_w, 0), imgsz),
+            min(max(cy - half_h, 0), imgsz),
+            min(max(cx + half_w, 0), imgsz),
+            min(max(cy + half_h, 0), imgsz),
         )
     return out
 
@@ -62,11 +62,11 @@ def _over_second(first: np.ndarray, second: np.ndarray) -> np.ndarray:
 
 
 def cut_labels(
-    labels: Labels, partner: Labels, size: int, task: str, rng: np.random.Generator
+    labels: Labels, partner: Labels, imgsz: int, task: str, rng: np.random.Generator
 ) -> tuple[Labels, tuple[int, int, int, int] | None]:
     """(the sample's labels with the partner's instances in the rectangle appended, the rectangle
     x1, y1, x2, y2 in pixels, or None when nothing is pasted). Draws steps 2-3 from ``rng``."""
-    rects = draw_rectangles(rng, size)
+    rects = draw_rectangles(rng, imgsz)
     free = np.flatnonzero(_over_second(rects, labels.boxes).sum(axis=1) <= 0) if len(labels) else np.arange(CANDIDATES)
     if len(free) == 0:
         return labels, None
@@ -107,9 +107,9 @@ def clip_to_rectangle(labels: Labels, x1: int, y1: int, x2: int, y2: int, task: 
     return Labels(labels.classes, boxes, points, labels.offsets, keypoints)
 
 
-def rectangle_mask(size: int, rect: tuple[int, int, int, int]) -> np.ndarray:
+def rectangle_mask(imgsz: int, rect: tuple[int, int, int, int]) -> np.ndarray:
     """uint8 (S, S): 1 inside the rectangle x1 <= x < x2, y1 <= y < y2."""
     x1, y1, x2, y2 = rect
-    mask = np.zeros((size, size), np.uint8)
+    mask = np.zeros((imgsz, imgsz), np.uint8)
     mask[y1:y2, x1:x2] = 1
     return mask

@@ -144,7 +144,7 @@ IDENTITY = (1.0, 0.0, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0, 1.0)
 
 
 def render(
-    size: int,
+    imgsz: int,
     layers: list[Layer],
     *,
     flip_ud: bool = False,
@@ -160,7 +160,7 @@ def render(
     centred by ``fill`` (F above)."""
     tab = None if tables is None else np.ascontiguousarray(tables, dtype=np.uint8).tobytes()
     _kernel.render(
-        int(size),
+        int(imgsz),
         out,
         floats,
         tuple(layer.packed() for layer in layers),

@@ -254,14 +254,14 @@ class Labels:
 def transform_labels(
     labels: Labels,
     matrix: np.ndarray,
-    size: int,
+    imgsz: int,
     scale: float,
     *,
     perspective: bool,
     rotated: bool = False,
     visible: bool = False,
 ) -> Labels:
-    """Labels through the 3x3 ``matrix`` onto a ``size`` x ``size`` output, then filtered.
+    """Labels through the 3x3 ``matrix`` onto an ``imgsz`` x ``imgsz`` output, then filtered.
 
     Boxes come from the four transformed corners, or from the transformed polygon where
     the instance has one (vertices clipped to the output, then their extent; OBB polygons,
@@ -283,26 +283,26 @@ def transform_labels(
     has = labels.has_polygons if len(points) else None
     if len(points) and rotated:
         moved = _apply(points.astype(np.float64), matrix, perspective).astype(np.float32)
-        new = np.clip(new, 0, size).astype(np.float32)
-        new, points = clip_rotated(new, moved, labels.offsets, size, size)
+        new = np.clip(new, 0, imgsz).astype(np.float32)
+        new, points = clip_rotated(new, moved, labels.offsets, imgsz, imgsz)
     elif len(points) and visible:
         moved = _apply(points.astype(np.float64), matrix, perspective)
-        box, points = visible_boxes(moved, labels.offsets, size)
+        box, points = visible_boxes(moved, labels.offsets, imgsz)
         new[has] = box[has]
     elif len(points):
-        q = np.clip(_apply(points.astype(np.float64), matrix, perspective), 0, size)
+        q = np.clip(_apply(points.astype(np.float64), matrix, perspective), 0, imgsz)
         starts = labels.offsets[:-1][has]
         lo = np.minimum.reduceat(q, starts, axis=0)
         hi = np.maximum.reduceat(q, starts, axis=0)
         new[has] = np.concatenate([lo, hi], axis=1)
         points = q.astype(np.float32)
-    new = np.clip(new, 0, size).astype(np.float32)
+    new = np.clip(new, 0, imgsz).astype(np.float32)
     keypoints = labels.keypoints
     if keypoints is not None:
         k = keypoints.shape[1]
         moved = _apply(keypoints[..., :2].reshape(-1, 2).astype(np.float64), matrix, perspective).astype(np.float32)
         keypoints = np.concatenate([moved.reshape(n, k, 2), keypoints[..., 2:3]], axis=2)
-        keypoints = clip_keypoints(keypoints, size, size)
+        keypoints = clip_keypoints(keypoints, imgsz, imgsz)
     polygons = has is not None and has.any()
     keep = candidates(old * np.float32(scale), new, MIN_AREA_RATIO_POLYGONS if polygons else MIN_AREA_RATIO)
     return Labels(labels.classes, new, points, labels.offsets, keypoints).select(keep)
@@ -401,19 +401,19 @@ def _apply(points: np.ndarray, matrix: np.ndarray, perspective: bool) -> np.ndar
     return out
 
 
-def pack(labels: Labels, size: int, *, task: str = "detect", keypoints: int = 0) -> np.ndarray:
+def pack(labels: Labels, imgsz: int, *, task: str = "detect", keypoints: int = 0) -> np.ndarray:
     """float32 (n, W - 1), a target row without its batch index (``shared.stream.tasks``): class,
-    cx, cy, w, h normalised by ``size``; obb: the rotated box's cx, cy, w, h (normalised) and angle
+    cx, cy, w, h normalised by ``imgsz``; obb: the rotated box's cx, cy, w, h (normalised) and angle
     (radians) from the instance's final points; pose: then ``keypoints`` (K) x (x, y normalised,
     visibility)."""
     n = len(labels)
     extra = 1 if task == "obb" else 3 * keypoints if task == "pose" else 0
     out = np.empty((n, 5 + extra), dtype=np.float32)
     out[:, 0] = labels.classes
-    inv = np.float32(1.0 / size)
+    inv = np.float32(1.0 / imgsz)
     if task == "obb":
         r = xywhr(labels.points, labels.offsets)
-        out[:, 1:5] = r[:, :4] / size
+        out[:, 1:5] = r[:, :4] / imgsz
         out[:, 5] = r[:, 4]
         return out
     b = labels.boxes

@@ -35,21 +35,16 @@ def _cv2():
     return cv2
 
 
-def instance_mask(polygon: np.ndarray, size: int, ratio: int) -> tuple[np.ndarray, int, int]:
-    """(uint8 mask window, its mask-plane row, column) of one polygon (pixel x, y on the S x S
-    image): the resized mask restricted to a window that holds every set pixel."""
-    pts = np.asarray(polygon, dtype=np.float32).astype(np.int32)  # truncation, as an int32 cast does
-    if len(pts) == 0:
-        return np.zeros((0, 0), np.uint8), 0, 0
-    return _window_mask(pts, pts.min(0), pts.max(0), size, ratio)
-
-
-def _window_mask(pts: np.ndarray, lo: np.ndarray, hi: np.ndarray, size: int, ratio: int) -> tuple[np.ndarray, int, int]:
-    """``instance_mask`` of the int32 vertices ``pts`` whose extent is ``lo`` .. ``hi``."""
+def _window_mask(
+    pts: np.ndarray, lo: np.ndarray, hi: np.ndarray, imgsz: int, ratio: int
+) -> tuple[np.ndarray, int, int]:
+    """(uint8 mask window, its mask-plane row, column) of one polygon, its truncated int32
+    vertices ``pts`` (pixel x, y on the S x S image) with extent ``lo`` .. ``hi``: the resized
+    mask restricted to a window that holds every set pixel."""
     cv2 = _cv2()
-    side = size // ratio
-    if size % ratio:
-        full = np.zeros((size, size), np.uint8)
+    side = imgsz // ratio
+    if imgsz % ratio:
+        full = np.zeros((imgsz, imgsz), np.uint8)
         cv2.fillPoly(full, [pts], 1)
         return cv2.resize(full, (side, side), interpolation=cv2.INTER_LINEAR), 0, 0
     # whole blocks around the polygon's pixels, one more block on every side, inside the plane
@@ -68,8 +63,8 @@ def _window_mask(pts: np.ndarray, lo: np.ndarray, hi: np.ndarray, size: int, rat
     return small, by0, bx0
 
 
-def _windows(labels: Labels, size: int, ratio: int) -> list[tuple[np.ndarray, int, int]]:
-    """``instance_mask`` of every instance, with the truncation and the extents in one pass over all points."""
+def _windows(labels: Labels, imgsz: int, ratio: int) -> list[tuple[np.ndarray, int, int]]:
+    """``_window_mask`` of every instance, with the truncation and the extents in one pass over all points."""
     n = len(labels)
     counts = labels.counts
     empty = (np.zeros((0, 0), np.uint8), 0, 0)
@@ -95,20 +90,20 @@ def _windows(labels: Labels, size: int, ratio: int) -> list[tuple[np.ndarray, in
     pts = pts[keep]
     out = [empty] * n
     for j, i in enumerate(has.tolist()):
-        out[i] = _window_mask(pts[bounds[i] : bounds[i + 1]], lo[j], hi[j], size, ratio)
+        out[i] = _window_mask(pts[bounds[i] : bounds[i + 1]], lo[j], hi[j], imgsz, ratio)
     return out
 
 
 def render_masks(
-    labels: Labels, size: int, ratio: int, *, overlap: bool, out: np.ndarray | None = None
+    labels: Labels, imgsz: int, ratio: int, *, overlap: bool, out: np.ndarray | None = None
 ) -> tuple[np.ndarray, np.ndarray]:
     """(masks, order): ``overlap``: the (M, M) plane, written into ``out`` (any integer dtype wide
     enough for len(labels); a new uint8/int32 array when None), and the int64 instance order
     (largest area first) the rows must follow; otherwise (n, M, M) uint8 planes in instance order
     and the identity order."""
-    side = size // ratio
+    side = imgsz // ratio
     n = len(labels)
-    windows = _windows(labels, size, ratio)
+    windows = _windows(labels, imgsz, ratio)
     if not overlap:
         planes = np.zeros((n, side, side), np.uint8)
         for i, (m, r, c) in enumerate(windows):

@@ -70,7 +70,7 @@ def draw_mosaic(rng: np.random.Generator, num_records: int, imgsz: int) -> tuple
 def mosaic_tiles(source: ImageSource, indices: list[int], imgsz: int, xc: int, yc: int) -> tuple[list[Tile], Labels]:
     """Four records around the centre (xc, yc) of a 2·imgsz canvas: top-left, top-right,
     bottom-left, bottom-right; labels shifted and clipped to the canvas."""
-    size = 2 * imgsz
+    canvas = 2 * imgsz  # the mosaic canvas side
     task = task_of(source)[0]
     tiles: list[Tile] = []
     placed = []
@@ -81,17 +81,17 @@ def mosaic_tiles(source: ImageSource, indices: list[int], imgsz: int, xc: int, y
             xa0, ya0, xa1, ya1 = max(xc - w, 0), max(yc - h, 0), xc, yc
             xb0, yb0 = w - (xa1 - xa0), h - (ya1 - ya0)
         elif k == 1:
-            xa0, ya0, xa1, ya1 = xc, max(yc - h, 0), min(xc + w, size), yc
+            xa0, ya0, xa1, ya1 = xc, max(yc - h, 0), min(xc + w, canvas), yc
             xb0, yb0 = 0, h - (ya1 - ya0)
         elif k == 2:
-            xa0, ya0, xa1, ya1 = max(xc - w, 0), yc, xc, min(size, yc + h)
+            xa0, ya0, xa1, ya1 = max(xc - w, 0), yc, xc, min(canvas, yc + h)
             xb0, yb0 = w - (xa1 - xa0), 0
         else:
-            xa0, ya0, xa1, ya1 = xc, yc, min(xc + w, size), min(size, yc + h)
+            xa0, ya0, xa1, ya1 = xc, yc, min(xc + w, canvas), min(canvas, yc + h)
             xb0, yb0 = 0, 0
         tiles.append((image, (xa0, ya0, xa1, ya1), (xb0, yb0)))
         placed.append((resampled_targets(source, int(index), points_for(task)), w, h, xa0 - xb0, ya0 - yb0))
-    return tiles, clip_to(Labels.from_placed(placed), size, size, task)
+    return tiles, clip_to(Labels.from_placed(placed), canvas, canvas, task)
 
 
 def letterbox_tile(source: ImageSource, index: int, imgsz: int) -> tuple[list[Tile], Labels]:

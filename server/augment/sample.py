@@ -65,7 +65,7 @@ class Pending:
     the value the source was centred by, which the kernel adds back.
     """
 
-    size: int
+    imgsz: int
     layers: list[Layer]
     ratio: float | None
     flip_ud: bool
@@ -77,7 +77,7 @@ class Pending:
     def write(self, out_chw: np.ndarray, tables: np.ndarray | None) -> None:
         """Render into ``out_chw`` (uint8 (3, S, S) C-contiguous) with the HSV ``tables`` or None."""
         kernel.render(
-            self.size,
+            self.imgsz,
             self.layers,
             flip_ud=self.flip_ud,
             flip_lr=self.flip_lr,
@@ -89,9 +89,9 @@ class Pending:
 
     def float_image(self) -> np.ndarray:
         """The float32 (S, S, 3) BGR image before quantisation (a new array)."""
-        out = np.empty((self.size, self.size, 3), dtype=np.float32)
+        out = np.empty((self.imgsz, self.imgsz, 3), dtype=np.float32)
         kernel.render(
-            self.size,
+            self.imgsz,
             self.layers,
             flip_ud=self.flip_ud,
             flip_lr=self.flip_lr,
@@ -122,13 +122,13 @@ def render(
     """Draw record ``index`` of ``epoch`` as a ``Pending`` sample (labels final, pixels not yet rendered)."""
     settings = settings.for_imgsz(source.imgsz)  # the same object unless imgsz is None (render_sample's callers)
     cfg = settings.augment
-    size = cfg.imgsz
+    imgsz = cfg.imgsz
     rng = sample_generator(settings.seed, epoch, index)
     clock = _Clock(timings)
     if not cfg.augment:
-        layer, labels = letterbox(source, index, size)
+        layer, labels = letterbox(source, index, imgsz)
         clock.lap("letterbox")
-        return Pending(size, [layer], None, False, False, labels, rng, _fill_of(source))
+        return Pending(imgsz, [layer], None, False, False, labels, rng, _fill_of(source))
     closed = cfg.mosaic_closed(epoch)
     layer, labels = _pre_transform(source, index, settings, closed, rng, clock)
     layers, ratio = [layer], None
@@ -142,9 +142,9 @@ def render(
     if not closed and cfg.cutmix > 0 and rng.random() < cfg.cutmix:
         partner = int(rng.integers(0, len(source)))
         layer3, labels3 = _pre_transform(source, partner, settings, closed, rng, clock)
-        labels, rect = _cutmix.cut_labels(labels, labels3, size, task_of(source)[0], rng)
+        labels, rect = _cutmix.cut_labels(labels, labels3, imgsz, task_of(source)[0], rng)
         if rect is not None:
-            mask = _cutmix.rectangle_mask(size, rect)
+            mask = _cutmix.rectangle_mask(imgsz, rect)
             for layer_ in layers:  # under mixup both blended layers take the partner's pixels
                 layer_.pastes.append((mask, layer3))
         clock.lap("cutmix")
@@ -157,11 +157,11 @@ def render(
         # so the stream's position does not depend on it.
         flip_ud = flip_lr = False
     if flip_ud:
-        labels = labels.flipped(size, size, horizontal=False, flip_idx=flip_idx)
+        labels = labels.flipped(imgsz, imgsz, horizontal=False, flip_idx=flip_idx)
     if flip_lr:
-        labels = labels.flipped(size, size, horizontal=True, flip_idx=flip_idx)
+        labels = labels.flipped(imgsz, imgsz, horizontal=True, flip_idx=flip_idx)
     clock.lap("labels")
-    return Pending(size, layers, ratio, flip_ud, flip_lr, labels, rng, _fill_of(source))
+    return Pending(imgsz, layers, ratio, flip_ud, flip_lr, labels, rng, _fill_of(source))
 
 
 def _fill_of(source: ImageSource) -> float:
@@ -183,21 +183,21 @@ def _pre_transform(
 ) -> tuple[Layer, Labels]:
     """Steps 1, 2 and (``copy_paste``) 4 as a kernel layer and the labels in pixels."""
     cfg = settings.augment
-    size = cfg.imgsz
+    imgsz = cfg.imgsz
     if not closed and cfg.mosaic > 0 and rng.random() < cfg.mosaic:
-        partners, xc, yc = draw_mosaic(rng, len(source), size)
-        tiles, labels = mosaic_tiles(source, [index, *partners.tolist()], size, xc, yc)
-        canvas_hw = (2 * size, 2 * size)
+        partners, xc, yc = draw_mosaic(rng, len(source), imgsz)
+        tiles, labels = mosaic_tiles(source, [index, *partners.tolist()], imgsz, xc, yc)
+        canvas_hw = (2 * imgsz, 2 * imgsz)
     else:
-        tiles, labels = letterbox_tile(source, index, size)
-        canvas_hw = (size, size)
-    matrix, scale = affine.draw_matrix(rng, cfg, canvas_hw, size)
+        tiles, labels = letterbox_tile(source, index, imgsz)
+        canvas_hw = (imgsz, imgsz)
+    matrix, scale = affine.draw_matrix(rng, cfg, canvas_hw, imgsz)
     clock.lap("source")
     task = task_of(source)[0]
     labels = transform_labels(
         labels,
         matrix,
-        size,
+        imgsz,
         scale,
         perspective=affine.is_perspective(matrix),
         rotated=task == "obb",
@@ -209,9 +209,9 @@ def _pre_transform(
         if cfg.copy_paste_mode == "mixup":
             labels = _paste_partner(source, settings, layer, labels, rng, clock)
         else:
-            labels, polygons = _cp.copy_paste_labels(labels, size, cfg.copy_paste, rng)
+            labels, polygons = _cp.copy_paste_labels(labels, imgsz, cfg.copy_paste, rng)
             if polygons:
-                layer.mask, _ = _cp.union_mask((size, size), polygons)
+                layer.mask, _ = _cp.union_mask((imgsz, imgsz), polygons)
         clock.lap("copy_paste")
     return layer, labels
 

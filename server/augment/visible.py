@@ -17,8 +17,8 @@ from __future__ import annotations
 import numpy as np
 
 
-def visible_boxes(points: np.ndarray, offsets: np.ndarray, size: int) -> tuple[np.ndarray, np.ndarray]:
-    """(float64 (n, 4) boxes, float32 points) of transformed segment polygons on a ``size`` x ``size``
+def visible_boxes(points: np.ndarray, offsets: np.ndarray, imgsz: int) -> tuple[np.ndarray, np.ndarray]:
+    """(float64 (n, 4) boxes, float32 points) of transformed segment polygons on an ``imgsz`` x ``imgsz``
     output, as Ultralytics 8.4 derives a segment's box after its affine: the extent of the part of
     the polygon inside the output (its vertices inside, the crossings of its edges, the closing
     one included, with the four borders, and the output's corners that lie in the polygon); zeros
@@ -37,13 +37,13 @@ def visible_boxes(points: np.ndarray, offsets: np.ndarray, size: int) -> tuple[n
     starts = offsets[:-1][has]
     lo = np.minimum.reduceat(points, starts, axis=0)
     hi = np.maximum.reduceat(points, starts, axis=0)
-    inside = (lo >= 0).all(1) & (hi <= size).all(1)
+    inside = (lo >= 0).all(1) & (hi <= imgsz).all(1)
     boxes[has[inside]] = np.concatenate([lo[inside], hi[inside]], axis=1)
-    outside = (hi < 0).any(1) | (lo > size).any(1)
+    outside = (hi < 0).any(1) | (lo > imgsz).any(1)
     crossing = has[~inside & ~outside]
     if len(crossing):
         boxes[crossing] = _visible_extents(
-            points, offsets, crossing, lo[~inside & ~outside], hi[~inside & ~outside], size
+            points, offsets, crossing, lo[~inside & ~outside], hi[~inside & ~outside], imgsz
         )
     clipped = points.astype(np.float32)  # a polygon inside keeps its vertices: its box is their extent
     moved = has[~inside]
@@ -59,15 +59,15 @@ def visible_boxes(points: np.ndarray, offsets: np.ndarray, size: int) -> tuple[n
 
 
 def _visible_extents(
-    points: np.ndarray, offsets: np.ndarray, which: np.ndarray, lo: np.ndarray, hi: np.ndarray, size: int
+    points: np.ndarray, offsets: np.ndarray, which: np.ndarray, lo: np.ndarray, hi: np.ndarray, imgsz: int
 ) -> np.ndarray:
-    """x1, y1, x2, y2 of the part inside [0, size]^2 of each polygon ``which`` (float64 ``points``
+    """x1, y1, x2, y2 of the part inside [0, imgsz]^2 of each polygon ``which`` (float64 ``points``
     split by ``offsets``; ``lo``/``hi`` their extents), zeros where none: every candidate point
     (a vertex inside, an edge's crossing of a border) of all of them in one vectorised pass, then
     per-polygon minima and maxima; the image corners tested only where a polygon's extent holds them."""
     import cv2  # here, as the route's other cv2 users: importing the route stays cheap
 
-    s = float(size)
+    s = float(imgsz)
     lengths = (offsets[which + 1] - offsets[which]).astype(np.int64)
     starts = np.zeros(len(which), np.int64)
     np.cumsum(lengths[:-1], out=starts[1:])

@@ -61,9 +61,9 @@ def run(args: argparse.Namespace) -> int:
 
 def read_served_split(config: DaemonConfig, split: str):
     """The Dataset a daemon of ``config`` serves as ``split``, read as that daemon reads it
-    (``daemon.run``: the same split resolution, bounds and task), so that every setting that
+    (``snapshot.load``: the same split resolution, bounds and task), so that every setting that
     changes what a daemon serves changes these digests alike."""
-    from ..daemon.run import read_split, splits
+    from ..snapshot.load import read_split, splits
 
     served = splits(config)
     if split not in served:

@@ -2,7 +2,9 @@
 
 Runs in the user's shell process, which creates (and owns) the snapshot's segments and
 leaves them in the store (``--store``, default /dev/shm) on success: the snapshot persists until ``pixpool clean``. On any
-failure nothing is left behind (see ``server/snapshot/prepare.py``).
+failure nothing is left behind (see ``server/snapshot/prepare.py``). The training split is
+read, prepared and indexed by the daemon's own ``load_split`` (``server/snapshot/load.py``),
+so a daemon started on the unchanged files re-attaches it without reading a label.
 """
 
 from __future__ import annotations
@@ -12,7 +14,6 @@ import dataclasses
 import json
 import os
 import sys
-import time
 
 from ...shared.cli.flags import add_fields, from_args
 from ...shared.stream.config import DaemonConfig, PrepareOptions
@@ -30,33 +31,24 @@ def configure(parser: argparse.ArgumentParser, name: str) -> None:
 def run(args: argparse.Namespace) -> int:
     from ...shared.transport import procmem
     from .. import accountant
-    from ..readers import read_dataset
-    from ..snapshot.fingerprint import lineage_of
-    from ..snapshot.prepare import PreparationTerminated, prepare_snapshot
+    from ..snapshot.load import load_split, train_split
+    from ..snapshot.prepare import PreparationTerminated
 
     # Validated before the dataset is read: a typo costs nothing. What `pixpool prepare` makes
     # stays until `pixpool clean` (keep_snapshot): that is its purpose.
     config = from_args(DaemonConfig, args)
     options = config.prepare_options(keep_snapshot=True)
-    started_ns = time.time_ns()
-    dataset, stats = read_dataset(
-        config.data,
-        config.images,
-        max_instances_per_image=options.max_instances_per_image,
-        allow_unlabelled=options.allow_unlabelled,
-        task=options.task,
-        max_classes=config.max_classes,
-    )
-    lineage = lineage_of(config.data, config.images, options.imgsz, options.dtype, options.task)
+    data, images, lineage = train_split(config)
+    progress = not (args.json or args.no_progress) and sys.stderr.isatty()
     try:
-        result = prepare_snapshot(
-            dataset, options, progress=not (args.json or args.no_progress) and sys.stderr.isatty(), lineage=lineage
+        # Read in full, never on the label index alone: the report says what the reader found.
+        loaded = load_split(
+            config, options, data, images, "train", lineage, warned=set(), use_index=False, progress=progress
         )
     except PreparationTerminated:
         print("pixpool prepare: terminated (SIGTERM); no snapshot was left behind", file=sys.stderr)
         return 143
-    snap = result.snapshot
-    _write_label_index(snap, dataset, stats, lineage=lineage, imgsz=options.imgsz, read_started_ns=started_ns)
+    snap, result, stats = loaded.snapshot, loaded.prepared, loaded.stats
     try:
         if args.json:
             print(json.dumps({**result.as_dict(), "dataset": stats.as_dict()}))
@@ -76,19 +68,3 @@ def run(args: argparse.Namespace) -> int:
         return 0
     finally:
         snap.close()
-
-
-def _write_label_index(snap, dataset, stats, *, lineage: str, imgsz: int, read_started_ns: int) -> None:
-    """The label index beside the snapshot, so that a daemon started on the unchanged files
-    re-attaches it without reading a label (``snapshot/label_index.py``); a store that cannot
-    hold it costs that daemon a full read, nothing more."""
-    import logging
-
-    from ..snapshot import label_index
-    from ..snapshot.fingerprint import content_fingerprint
-
-    content = snap.fingerprint if snap.dtype == "float32" else content_fingerprint(dataset, imgsz=imgsz)
-    try:
-        label_index.write_index(snap, dataset, stats, lineage=lineage, content=content, read_started_ns=read_started_ns)
-    except OSError as exc:
-        logging.getLogger(__name__).warning("no label index written beside %s: %s", snap.name, exc)

@@ -152,14 +152,6 @@ class _Collector:
         yield GaugeMetricFamily(
             "pixpool_store_size_bytes", f"Size of the store's file system ({DEFAULT_STORE} by default)", value=size
         )
-        # The same figures under their names from before the store could be a folder on disk: deprecated,
-        # removed in the next release (docs/memory.md); dashboards move to pixpool_store_*.
-        for kind, value in (("free", free), ("size", size)):
-            yield GaugeMetricFamily(
-                f"pixpool_shm_{kind}_bytes",
-                f"Deprecated: use pixpool_store_{kind}_bytes (removed in the next release)",
-                value=value,
-            )
         yield GaugeMetricFamily("pixpool_trainers", "Trainers attached", value=len(st["trainers"]))
         yield CounterMetricFamily(
             "pixpool_worker_restarts",

@@ -1,7 +1,8 @@
 """``run_daemon``: check the settings, load the dataset, prepare or re-attach its snapshot,
 serve, clean up.
 
-A restart on unchanged files re-attaches the snapshot on the word of its label index
+Each split is loaded by ``snapshot/load.py``'s ``load_split``, as ``pixpool prepare`` loads
+one: a restart on unchanged files re-attaches the snapshot on the word of its label index
 (``snapshot/label_index.py``) without reading a label file; otherwise the dataset is read in
 full, prepared (or re-attached) and indexed. Either way the daemon keeps its records' image
 paths in one ``PathTable`` and no per-record object.
@@ -22,12 +23,11 @@ import logging
 import os
 import signal
 import threading
-import time
 
-from ...shared.errors import CapacityError, ConfigError
+from ...shared.errors import CapacityError
 from ...shared.stream import served_data
 from ...shared.stream.config import DaemonConfig, PrepareOptions
-from ...shared.stream.path_table import PathTable
+from ..snapshot.load import LoadedSplit, load_split, splits
 
 log = logging.getLogger(__name__)
 
@@ -95,148 +95,13 @@ def run_daemon(config: DaemonConfig, *, renderer: str | None = None) -> None:
             signal.signal(signal.SIGTERM, old_term if old_term is not None else signal.SIG_DFL)
 
 
-def splits(config: DaemonConfig) -> dict:
-    """split -> (data, images, lineage): the training set and, unless ``no_val``, the validation
-    set (``val``, else a data.yaml's own ``val:``). A split's lineage (``fingerprint.lineage_of``)
-    is where its data comes from, so that a newer snapshot of a split supersedes only older
-    ones of the same split, and its label index is found again."""
-    from ..readers import yaml_has_split
-    from ..snapshot.fingerprint import lineage_of
-
-    def lineage(data, images, split):
-        split_data = f"{data}#{split}" if split != "train" else data
-        return lineage_of(split_data, images, config.imgsz, config.dtype, config.task)
-
-    out = {"train": (config.data, config.images, lineage(config.data, config.images, "train"))}
-    if config.no_val:
-        return out
-    if config.val is not None:
-        out["val"] = (config.val, config.val_images, lineage(config.val, config.val_images, "val"))
-    elif str(config.data).lower().endswith((".yaml", ".yml")) and yaml_has_split(config.data, "val"):
-        out["val"] = (config.data, None, lineage(config.data, None, "val"))
-    return out
-
-
 def _load(
     config: DaemonConfig, options: PrepareOptions, data, images, split: str, lineage: str, *, warned: set, train_names
 ):
-    """(snapshot, info, record paths, class names) of one split: re-attached on the word of its
-    label index when every file it was read from is unchanged, else read, prepared (or
-    re-attached) and indexed. The records read go out of scope here: the daemon keeps only
-    the paths, in one ``PathTable``. ``train_names``: the training set's class names, which a
-    validation set must have (checked before it is prepared); ``warned``: the sets of images
-    without labels already warned about (a data.yaml whose val: is its train: folder, the
-    demo's, reads the same images twice: one warning)."""
-    from ..snapshot import label_index
-    from ..snapshot.fingerprint import content_fingerprint
-    from ..snapshot.prepare import prepare_snapshot
-
-    t0 = time.perf_counter()
-    indexed = _indexed(config, options, lineage)
-    if indexed is not None:
-        index, snap = indexed
-        try:
-            _check_names(config, index.names, train_names)
-        except ConfigError:
-            snap.close()
-            raise
-        _log_missing(index.records, index.labels_missing, index.missing_label_example, data, warned)
-        seconds = time.perf_counter() - t0
-        return snap, _info(snap, content=index.content, reused=True, seconds=seconds, classes=len(index.names)), (
-            index.record_paths
-        ), index.names  # fmt: skip
-    started_ns = time.time_ns()
-    dataset, stats = read_split(config, data, images, split, warned=warned, train_names=train_names)
-    result = prepare_snapshot(dataset, options, lineage=lineage)
-    snap = result.snapshot
-    # The float32 fingerprint is the content's whatever the arena's dtype; only a uint8
-    # snapshot pays a second pass (one stat per image file) to compute it.
-    content = snap.fingerprint if snap.dtype == "float32" else content_fingerprint(dataset, imgsz=options.imgsz)
-    paths = PathTable.from_paths(rec.image_path for rec in dataset.records)
-    try:
-        label_index.write_index(
-            snap, dataset, stats, lineage=lineage, content=content, read_started_ns=started_ns, record_paths=paths
-        )
-    except OSError as exc:  # the index only saves time: a store that cannot hold it costs a full read next time
-        log.warning("no label index written beside %s: %s", snap.name, exc)
-    info = _info(snap, content=content, reused=bool(result.reused), seconds=result.seconds, classes=len(dataset.names))
-    return snap, info, paths, tuple(dataset.names)
-
-
-def read_split(config: DaemonConfig, data, images, split: str, *, warned: set, train_names=None):
-    """(Dataset, ReaderStats) of one split read in full, with the daemon's settings; the
-    warning about images without labels once per set of them (``warned``), and a validation
-    set's class names checked against ``train_names``."""
-    from ..readers import read_dataset
-
-    dataset, stats = read_dataset(
-        data,
-        images,
-        max_instances_per_image=config.max_instances_per_image,
-        allow_unlabelled=config.allow_unlabelled,
-        split=split,
-        warn_missing_labels=False,
-        task=config.task,
-        max_classes=config.max_classes,
-    )
-    _check_names(config, dataset.names, train_names)
-    _log_missing(stats.records, stats.labels_missing, stats.missing_label_example, data, warned)
-    return dataset, stats
-
-
-def _indexed(config: DaemonConfig, options: PrepareOptions, lineage: str):
-    """(index, snapshot) where a trusted label index (``snapshot.label_index``) names a complete
-    snapshot this daemon may serve as a full read would; None otherwise (read in full). What a
-    full read would refuse (an image over ``max_instances_per_image``, more classes than
-    ``max_classes``, a set without any label file) is read in full, so that the refusal says
-    what it says today."""
-    from ..snapshot import label_index
-    from ..snapshot.fingerprint import segment_names
-    from ..snapshot.prepare import check_budget
-    from ..snapshot.reuse import BeingPrepared, existing_snapshot
-
-    index = label_index.find_trusted(lineage, store=options.store)
-    if index is None or index.task != config.task:
-        return None
-    if index.max_instances > config.max_instances_per_image or len(index.names) > config.max_classes:
-        return None
-    if index.labels_missing and index.labels_missing == index.records and not config.allow_unlabelled:
-        return None
-    try:
-        snap = existing_snapshot(index.base, segment_names(index.fingerprint), store=options.store)
-    except BeingPrepared:
-        return None
-    if snap is None:
-        return None
-    if snap.header.fingerprint != index.fingerprint or len(snap) != index.records:
-        snap.close()
-        return None
-    try:
-        check_budget(sum(snap.nbytes.values()), options.memory_budget_nbytes, what=f"the existing snapshot {snap.name}",
-                     imgsz=options.imgsz)  # fmt: skip
-    except CapacityError:
-        snap.close()
-        raise
-    log.info("snapshot %s re-attached on its label index %s: no label file read", snap.name, index.name)
-    return index, snap
-
-
-def _check_names(config: DaemonConfig, names, train_names) -> None:
-    if train_names is not None and tuple(names) != tuple(train_names):
-        raise ConfigError(
-            f"the validation set {config.val or config.data} has classes {list(names)[:5]}..., the training set "
-            f"{config.data} {list(train_names)[:5]}...; they must be the same classes in the same order",
-            field="val",
-        )
-
-
-def _log_missing(records: int, missing: int, example: str | None, data, warned: set) -> None:
-    from ..readers import ReaderStats, log_missing_labels
-
-    if (missing, example) in warned:
-        return
-    warned.add((missing, example))
-    log_missing_labels(ReaderStats(records=records, labels_missing=missing, missing_label_example=example), data)
+    """(snapshot, info, record paths, class names) of one split: ``snapshot.load.load_split``
+    and what the daemon tells about it (``_info``)."""
+    loaded = load_split(config, options, data, images, split, lineage, warned=warned, train_names=train_names)
+    return loaded.snapshot, _info(loaded), loaded.record_paths, loaded.names
 
 
 def _return_freed_memory() -> None:
@@ -266,19 +131,24 @@ def _budget_left(options: PrepareOptions, train_nbytes: int) -> PrepareOptions:
     return dataclasses.replace(options, memory_budget_nbytes=budget - train_nbytes)
 
 
-def _info(snap, *, content: str, reused: bool, seconds: float, classes: int) -> dict:
+def _info(loaded: LoadedSplit) -> dict:
     """What the daemon tells about a split's snapshot (status, attach)."""
     from ..snapshot.handle import label_indexes
 
+    snap = loaded.snapshot
     log.info(
-        "snapshot %s %s (%d records, %.1f s)", snap.name, "re-attached" if reused else "prepared", len(snap), seconds
+        "snapshot %s %s (%d records, %.1f s)",
+        snap.name,
+        "re-attached" if loaded.reused else "prepared",
+        len(snap),
+        loaded.seconds,
     )
     nbytes = snap.nbytes
     return {
         "name": snap.name,
-        "content": content,
-        "reused": bool(reused),
-        "prepare_s": round(float(seconds), 3),
+        "content": loaded.content,
+        "reused": bool(loaded.reused),
+        "prepare_s": round(float(loaded.seconds), 3),
         # Its label indexes too: bytes the store retains for it (invariant 8), removed with it.
         "segments": [*snap.segment_names, *label_indexes(snap.name, snap.store)],
         "dtype": snap.dtype,
@@ -289,7 +159,7 @@ def _info(snap, *, content: str, reused: bool, seconds: float, classes: int) -> 
         "polygon_bytes": int(snap.polygon_nbytes),
         "keypoint_bytes": int(snap.keypoint_nbytes),
         "decoded_bytes": int(snap.decoded_nbytes),
-        "classes": classes,
+        "classes": len(loaded.names),
     }
 
 

@@ -101,9 +101,6 @@ def build_status(d) -> dict:
         "memory_budget_nbytes": cfg.memory_budget_nbytes,
         "store_warn_free_nbytes": d.store_watch.warn_free_nbytes,
         "store_low": d.store_watch.low,
-        # Deprecated copies, named as before the store could be a folder on disk (removed in the next release).
-        "shm_warn_free_nbytes": d.store_watch.warn_free_nbytes,
-        "shm_low": d.store_watch.low,
         "metrics": f"http://{cfg.metrics_host}:{cfg.metrics_port}/metrics" if cfg.metrics_port else "",
         "trainers_total": len(d.sessions),
         # Periodic steps that failed with an OSError and were retried (``housekeeping.py``), and

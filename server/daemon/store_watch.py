@@ -9,7 +9,7 @@ import logging
 
 from ...shared.transport.store import DEFAULT_STORE, free_nbytes, size_nbytes
 
-__all__ = ["ShmWatch", "StoreWatch"]
+__all__ = ["StoreWatch"]
 
 log = logging.getLogger(__name__)
 
@@ -43,8 +43,3 @@ class StoreWatch:
             log.info("the store %s has %d bytes free again (threshold %d)", self.store, free, self.warn_free_nbytes)
         self.low = low
         return low
-
-
-# Deprecated: the class's name before the shared-memory directory became one store among
-# others. Kept for one release; use StoreWatch.
-ShmWatch = StoreWatch

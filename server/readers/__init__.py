@@ -14,7 +14,7 @@ import os
 from pathlib import Path
 
 from ...shared.errors import DatasetError, MissingFileError
-from ...shared.stream.config import DEFAULT_MAX_CLASSES, DEFAULT_MAX_INSTANCES, check_value
+from ...shared.stream.config import DEFAULT_MAX_CLASSES, DEFAULT_MAX_INSTANCES, check_task, check_value
 from ...shared.stream.records import Dataset
 from ._common import ReaderStats
 from .coco import read_coco
@@ -53,7 +53,7 @@ def read_dataset(
     check_value("max_instances_per_image", "int", max_instances_per_image)
     check_value("max_classes", "int", max_classes)
     check_value("allow_unlabelled", "bool", allow_unlabelled)
-    check_value("task", "str", task)
+    check_task(task)
     path = Path(data)
     suffix = path.suffix.lower()
     if suffix == ".json":

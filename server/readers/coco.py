@@ -56,7 +56,7 @@ from pathlib import Path
 import numpy as np
 
 from ...shared.errors import DatasetError, MissingFileError
-from ...shared.stream.config import DEFAULT_MAX_CLASSES, TASKS
+from ...shared.stream.config import DEFAULT_MAX_CLASSES, check_task
 from ...shared.stream.records import Dataset, Record
 from ._common import ReaderStats, check_class_names, clip_unit, main_part, make_record
 
@@ -346,8 +346,7 @@ def read_coco(
     Returns the Dataset and what was left out (see the module docstring for the rules).
     Raises DatasetError (MissingFileError for absent files) naming the file.
     """
-    if task not in TASKS:
-        raise ValueError(f"task {task!r} is not one of {list(TASKS)}")
+    check_task(task)
     json_path = Path(os.path.abspath(json_path))
     if task == "obb":
         raise DatasetError(

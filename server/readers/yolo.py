@@ -44,7 +44,7 @@ from pathlib import Path
 import yaml
 
 from ...shared.errors import DatasetError, MissingFileError
-from ...shared.stream.config import DEFAULT_MAX_CLASSES, DEFAULT_MAX_INSTANCES, TASKS
+from ...shared.stream.config import DEFAULT_MAX_CLASSES, DEFAULT_MAX_INSTANCES, check_task
 from ...shared.stream.records import Dataset, Record
 from ...shared.stream.yolo_yaml import load_yaml, resolve_entry, split_entries, split_root
 from ._common import IMAGE_SUFFIXES, ReaderStats, check_class_names, make_record
@@ -149,11 +149,6 @@ def _names(raw, yaml_path: Path) -> tuple[str, ...]:
         by_id = {int(k): str(v) for k, v in raw.items()}
         return tuple(by_id[i] for i in ids)
     raise DatasetError("'names' must be a list of class names or a {id: name} mapping", path=str(yaml_path))
-
-
-def _check_task(task: str) -> None:
-    if task not in TASKS:
-        raise ValueError(f"task {task!r} is not one of {list(TASKS)}")
 
 
 def _kpt_shape(raw, yaml_path: Path) -> tuple[int, int]:
@@ -274,7 +269,7 @@ def read_yolo_yaml(
     max_classes: int = DEFAULT_MAX_CLASSES,
 ) -> tuple[Dataset, ReaderStats]:
     """Read a YOLO ``data.yaml``'s ``split`` (``train`` or ``val``) for ``task``; see the module docstring for the rules."""
-    _check_task(task)
+    check_task(task)
     yaml_path = Path(os.path.abspath(yaml_path))
     data = load_yaml(yaml_path)
     for key in (split, "names"):
@@ -359,7 +354,7 @@ def read_yolo_folder(
     K the largest class id, under ``max_classes``.
 
     Not for pose: the keypoints' shape comes from a data.yaml's ``kpt_shape``."""
-    _check_task(task)
+    check_task(task)
     folder = Path(os.path.abspath(folder))
     if task == "pose":
         raise DatasetError(

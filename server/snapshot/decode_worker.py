@@ -47,18 +47,22 @@ from __future__ import annotations
 
 import errno
 import fcntl
+import importlib
 import os
 import signal
 from contextlib import contextmanager
+from types import ModuleType
 
 # Centred rows are written in bands of about this size: small enough that the band is still
 # in the CPU cache when pwrite copies it (about 10% faster than whole images on coco128).
 _BAND_NBYTES = 256 * 1024
 
-# Fault injection for the rollback tests: the decoder that claims this record index fails as
-# a corrupt image would. An environment variable, so that spawned decoders see it too and
-# no public signature carries a test hook.
-FAIL_AT_ENV = "PIXPOOL_TEST_FAIL_AT"
+# The module every decoder of a preparation reads its records' images with, passed as a
+# module *name* (``prepare_snapshot(..., decoder=)``) so that it crosses the spawn boundary as
+# a string, as the daemon's ``renderer=`` does. It provides ``decode_record(index, path) ->
+# uint8 BGR (h, w, 3)``. The default is this module; tests pass a stand-in whose record 7
+# fails as a corrupt image would (``tests/helpers/failing_decoder.py``).
+DEFAULT_DECODER = __name__
 
 # In a worker: set by ``worker_init``.
 _share: "WorkShare | None" = None
@@ -270,15 +274,21 @@ class ArenaWriter:
             self.fd = -1
 
 
-def decode_into(writer: ArenaWriter, task: tuple, imgsz: int, fail_at: int | None = None) -> int:
-    """Decode record ``task`` and write it into the arena; ImageDecodeError names the file."""
+def decode_record(index: int, path: str):
+    """The image of record ``index``, read from ``path`` (``DEFAULT_DECODER``'s one function)."""
+    from . import decode
+
+    return decode.decode_bgr(path)
+
+
+def decode_into(writer: ArenaWriter, task: tuple, imgsz: int, decoder: ModuleType) -> int:
+    """Decode record ``task`` with ``decoder`` (the module ``DEFAULT_DECODER`` names) and write
+    it into the arena; ImageDecodeError names the file."""
     from ...shared.errors import ImageDecodeError
     from . import decode
 
     i, path, offset, h, w, oh, ow = task
-    if fail_at is not None and i == fail_at:
-        raise ImageDecodeError(f"injected failure at record {i} (fail_at)", path=path)
-    image = decode.decode_bgr(path)
+    image = decoder.decode_record(i, path)
     if image.shape[:2] != (oh, ow):
         raise ImageDecodeError(
             f"decoded size {image.shape[1]}x{image.shape[0]} differs from the header size {ow}x{oh} used for allocation "
@@ -302,21 +312,22 @@ def decode_shared(
     dtype: str = "float32",
     store: str | None = None,
     mode: str = "pwrite",
+    decoder: str = DEFAULT_DECODER,
 ) -> int:
     """Claim, decode and write records until none is left; the number this process wrote.
 
     On any failure every other decoder is told to stop (``share.abort``) before re-raising.
     ``after_each`` (the preparing process: progress and worker-failure checks) runs after
-    every record written.
+    every record written. ``decoder`` names the module that reads each image (``DEFAULT_DECODER``).
     """
     writer = None
     count = 0
-    fail_at = int(os.environ[FAIL_AT_ENV]) if os.environ.get(FAIL_AT_ENV) else None
     try:
+        reader = importlib.import_module(decoder)
         writer = ArenaWriter(arena_name, imgsz, dtype, store, mode)
         share.bind(writer.fd)
         while (i := share.claim()) is not None:
-            decode_into(writer, tasks[i], imgsz, fail_at)
+            decode_into(writer, tasks[i], imgsz, reader)
             share.written()
             count += 1
             if after_each is not None:
@@ -385,9 +396,15 @@ def worker_started() -> None:
 
 
 def worker_decode(
-    arena_name: str, tasks: list, imgsz: int, dtype: str = "float32", store: str | None = None, mode: str = "pwrite"
+    arena_name: str,
+    tasks: list,
+    imgsz: int,
+    dtype: str = "float32",
+    store: str | None = None,
+    mode: str = "pwrite",
+    decoder: str = DEFAULT_DECODER,
 ) -> int:
     """The one task each worker runs: share the records with the other decoders."""
     if _share is None:  # pragma: no cover - worker_init always runs first
         raise RuntimeError("worker_decode ran in a process that worker_init did not set up")
-    return decode_shared(_share, arena_name, tasks, imgsz, dtype=dtype, store=store, mode=mode)
+    return decode_shared(_share, arena_name, tasks, imgsz, dtype=dtype, store=store, mode=mode, decoder=decoder)

@@ -254,12 +254,6 @@ class Snapshot:
     def segment_names(self) -> tuple[str, ...]:
         return tuple(self._parts[p] for p in PARTS)
 
-    def missing_segments(self) -> list[str]:
-        """Segments of this attached snapshot that the store no longer holds as the files
-        this handle maps (removed, or replaced by another file)."""
-        self._ensure()
-        return [seg.name for seg in self._segments.values() if not seg.present()]
-
     def damaged_segments(self) -> dict[str, str]:
         """segment name -> what happened to it (``SharedSegment.damage``), for each segment
         of this attached snapshot that is no longer whole in the store."""

@@ -73,7 +73,7 @@ from ...shared.transport.shm import SharedSegment
 from ...shared.transport.store import DEFAULT_STORE, check_store, free_nbytes, is_memory
 from . import decode, layout
 from .arena_pages import write_mode
-from .decode_worker import WorkShare, decode_shared, worker_decode, worker_init, worker_started
+from .decode_worker import DEFAULT_DECODER, WorkShare, decode_shared, worker_decode, worker_init, worker_started
 from .fingerprint import base_name, fingerprint, segment_names
 from .handle import Snapshot
 from .reuse import BeingPrepared, existing_snapshot, remove_superseded
@@ -242,7 +242,12 @@ def _plan(records, imgsz: int, itemsize: int = 4, kpt_count: int = 0, flip_count
 
 
 def prepare_snapshot(
-    dataset: Dataset, options: PrepareOptions | None = None, *, progress: bool = False, lineage: str | None = None
+    dataset: Dataset,
+    options: PrepareOptions | None = None,
+    *,
+    progress: bool = False,
+    lineage: str | None = None,
+    decoder: str = DEFAULT_DECODER,
 ) -> PrepareResult:
     """Decode ``dataset`` into a snapshot (or re-attach an identical one); see module docstring.
 
@@ -258,7 +263,9 @@ def prepare_snapshot(
     anything is allocated, or not re-attached. ``dtype`` (``config.SNAPSHOT_DTYPES``) is the
     arena's pixel type: ``float32`` centred, or ``uint8`` (the same integers + the fill, a
     quarter of the bytes); it is part of the fingerprint, so only a snapshot of the same dtype
-    is re-attached."""
+    is re-attached. ``decoder`` names the module whose ``decode_record(index, path)`` reads each
+    record's image, in this process and in every decode worker (``decode_worker.DEFAULT_DECODER``;
+    tests pass a stand-in that fails at one record)."""
     t0 = time.perf_counter()
     if options is None:
         options = PrepareOptions()
@@ -297,7 +304,7 @@ def prepare_snapshot(
                     existing.close()
                     raise
                 return _result(existing, reused=True, seconds=time.perf_counter() - t0, processes=0)
-            build = _Build(dataset, options, fp=fp, base=base, names=names, lineage=lineage)
+            build = _Build(dataset, options, fp=fp, base=base, names=names, lineage=lineage, decoder=decoder)
             snap = build.run(progress=progress)
             return _result(snap, reused=False, seconds=time.perf_counter() - t0, processes=options.processes)
         except BeingPrepared as exc:
@@ -342,10 +349,12 @@ class _Build:
         base: str,
         names: dict[str, str],
         lineage: str | None,
+        decoder: str,
     ):
         self.dataset, self.options, self.fp, self.base, self.names, self.lineage = (
             dataset, options, fp, base, names, lineage
         )  # fmt: skip
+        self.decoder = decoder
         self.records = dataset.records
         self.workers = min(options.processes, len(self.records)) - 1  # the preparing process is one of the decoders
         self.code = layout.CODE_OF[options.dtype]
@@ -445,7 +454,9 @@ class _Build:
         try:
             futures = (
                 [
-                    self.pool.submit(worker_decode, arena, tasks, opts.imgsz, opts.dtype, opts.store, mode)
+                    self.pool.submit(
+                        worker_decode, arena, tasks, opts.imgsz, opts.dtype, opts.store, mode, self.decoder
+                    )
                     for _ in range(self.workers)
                 ]
                 if self.pool
@@ -456,7 +467,17 @@ class _Build:
                 _raise_worker_failure(futures, arena)
                 bar.update(share.done - bar.n)
 
-            decode_shared(share, arena, tasks, opts.imgsz, after_each, dtype=opts.dtype, store=opts.store, mode=mode)
+            decode_shared(
+                share,
+                arena,
+                tasks,
+                opts.imgsz,
+                after_each,
+                dtype=opts.dtype,
+                store=opts.store,
+                mode=mode,
+                decoder=self.decoder,
+            )
             _wait_for_workers(share, futures, bar, arena)
         finally:
             bar.close()

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import sys
 from typing import Any, Iterable
 
 from ..errors import ConfigError
@@ -100,35 +99,6 @@ def add_fields(
             **extra,
         )
         known[f.name] = flag
-        for alias in f.metadata.get("aliases", ()):
-            # A deprecated spelling: parsed as the flag, left out of --help, and it says what replaces it.
-            target.add_argument(
-                alias,
-                dest=dest,
-                type=conv,
-                default=argparse.SUPPRESS,
-                help=argparse.SUPPRESS,
-                action=_DeprecatedFlag,
-                replacement=flag,
-                **extra,
-            )
-
-
-class _DeprecatedFlag(argparse.Action):
-    """An older spelling of a flag (field metadata ``aliases``): stores its value like the flag
-    and warns on stderr, naming the flag to use, for one release before it is removed."""
-
-    def __init__(self, option_strings: list[str], dest: str, *, replacement: str, **kwargs: Any):
-        super().__init__(option_strings, dest, **kwargs)
-        self.replacement = replacement
-
-    def __call__(self, parser, namespace, values, option_string=None):
-        print(
-            f"{parser.prog}: warning: {option_string} is deprecated and will be removed in the next release; "
-            f"use {self.replacement}",
-            file=sys.stderr,
-        )
-        setattr(namespace, self.dest, values)
 
 
 def from_args(cls: type, args: argparse.Namespace, *, prefix: str = "", **overrides: Any) -> Any:

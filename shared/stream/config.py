@@ -9,9 +9,8 @@ Code both sides import.
 - ``PrepareOptions``: the part of it a preparation needs (``DaemonConfig.prepare_options``).
 
 Each field's help text and, where it differs from ``--field-name``, its flag live in the
-field's metadata (with ``aliases``: older spellings of the flag, still parsed, deprecated): the
-command lines are generated from the fields (``shared/cli/flags.py``), so every setting is
-reachable from the CLI with its default in ``--help``. Range checks live
+field's metadata: the command lines are generated from the fields (``shared/cli/flags.py``),
+so every setting is reachable from the CLI with its default in ``--help``. Range checks live
 in one table (``_RANGES``); a bad value raises ``ConfigError`` naming the field.
 
 A ``DaemonConfig`` field marked ``changes_bytes`` decides what a daemon serves: the bytes of
@@ -108,20 +107,6 @@ class AugmentConfig:
     def from_dict(cls, data: dict[str, Any]) -> "AugmentConfig":
         return _from_dict(cls, data)
 
-    def for_imgsz(self, imgsz: int) -> "AugmentConfig":
-        """This config at the daemon's ``imgsz``: None takes it, the same value is kept, another
-        value is a ConfigError naming ``imgsz`` and both values."""
-        if self.imgsz is None:
-            return dataclasses.replace(self, imgsz=imgsz)
-        if self.imgsz != imgsz:
-            raise ConfigError(
-                f"the trainer asks for imgsz {self.imgsz} but the daemon serves imgsz {imgsz} (its snapshot is prepared "
-                f"for it); leave imgsz unset to train at the daemon's, or serve the data with --imgsz {self.imgsz}",
-                field="imgsz",
-                value=self.imgsz,
-            )
-        return self
-
     def mosaic_closed(self, epoch: int) -> bool:
         """True in the last ``close_mosaic`` epochs (mosaic, copy-paste, mixup off)."""
         return self.close_mosaic > 0 and epoch >= self.epochs - self.close_mosaic
@@ -155,11 +140,22 @@ class StreamSettings:
         return dataclasses.asdict(self)
 
     def for_imgsz(self, imgsz: int) -> "StreamSettings":
-        """These settings at the daemon's (the snapshot's) ``imgsz`` (``AugmentConfig.for_imgsz``):
-        the one place a trainer's imgsz meets the daemon's, at attach and wherever a stream is
+        """These settings at the daemon's (the snapshot's) ``imgsz``: ``augment.imgsz`` None takes
+        it, the same value keeps these settings (the same object), another value is a ConfigError
+        naming ``imgsz`` and both values. The one place a trainer's imgsz meets the daemon's: the
+        daemon at attach, the client with the ``attached`` reply, and wherever a stream is
         rendered in-process."""
-        augment = self.augment.for_imgsz(imgsz)
-        return self if augment is self.augment else dataclasses.replace(self, augment=augment)
+        asked = self.augment.imgsz
+        if asked is None:
+            return dataclasses.replace(self, augment=dataclasses.replace(self.augment, imgsz=int(imgsz)))
+        if asked != imgsz:
+            raise ConfigError(
+                f"the trainer asks for imgsz {asked} but the daemon serves imgsz {imgsz} (its snapshot is prepared "
+                f"for it); leave imgsz unset to train at the daemon's, or serve the data with --imgsz {asked}",
+                field="imgsz",
+                value=asked,
+            )
+        return self
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "StreamSettings":
@@ -280,8 +276,6 @@ class DaemonConfig:
         None,
         "warn when the store has less free than this (default: a tenth of its size)",
         flag="--store-warn-free",
-        # The flag's spelling before the store could be a folder on disk; deprecated, removed in the next release.
-        aliases=("--shm-warn-free",),
         size=True,
         metavar="SIZE",
     )
@@ -388,10 +382,9 @@ _RANGES: dict[str, tuple[float, float]] = {
 # Settings that must be a multiple of a step: the detector's largest stride (32) divides imgsz,
 # both where a daemon prepares its snapshot and where a trainer sizes its model.
 _MULTIPLES: dict[str, int] = {"imgsz": 32}
-# Settings that take one of a few words.
+# Settings that take one of a few words (the task: ``check_task``).
 _CHOICES: dict[str, tuple[str, ...]] = {
     "dtype": SNAPSHOT_DTYPES,
-    "task": TASKS,
     "copy_paste_mode": COPY_PASTE_MODES,
 }
 
@@ -401,6 +394,15 @@ def field_kind(f: dataclasses.Field) -> tuple[str, bool]:
     text = f.type if isinstance(f.type, str) else getattr(f.type, "__name__", str(f.type))
     optional = text.endswith(" | None")
     return (text[: -len(" | None")] if optional else text), optional
+
+
+def check_task(task: Any) -> str:
+    """``task`` if it is one of ``TASKS``; otherwise the one error an unknown task is wherever a
+    task is taken (a setting, a reader, a ``Dataset``, a target row's width, a synthetic set):
+    a ConfigError (a ValueError) naming the field ``task``, the value and the tasks."""
+    if not isinstance(task, str) or task not in TASKS:
+        raise ConfigError.for_field("task", task, f"is not one of the tasks; use one of {list(TASKS)} (--task)")
+    return task
 
 
 def check_value(name: str, kind: str, value: Any) -> None:
@@ -424,6 +426,8 @@ def check_value(name: str, kind: str, value: Any) -> None:
     elif kind == "str":
         if not isinstance(value, str):
             raise ConfigError.for_field(name, value, "must be a string")
+        if name == "task":
+            check_task(value)
         choices = _CHOICES.get(name)
         if choices is not None and value not in choices:
             raise ConfigError.for_field(name, value, f"is not one of the choices; use one of {list(choices)}")

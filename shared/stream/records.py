@@ -96,10 +96,9 @@ class Dataset:
     listed_dirs: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
-        from .config import TASKS  # config imports nothing of this module; kept local all the same
+        from .config import check_task  # config imports nothing of this module; kept local all the same
 
-        if self.task not in TASKS:
-            raise ValueError(f"Dataset.task {self.task!r} is not one of {list(TASKS)}")
+        check_task(self.task)
         if self.task != "pose":
             if self.kpt_shape is not None or self.flip_idx is not None:
                 raise ValueError(f"Dataset.kpt_shape and flip_idx belong to the pose task, not {self.task!r}")

@@ -17,7 +17,7 @@ a relative path or another yaml naming the same folders is the same split. Both 
 the sorted real paths into ``source_key`` (a reply stays small however many entries a yaml
 lists); messages show the first few. Beside it: the class names where the trainer's data
 names them (a data.yaml's ``names``), and the task where the trainer states one. The imgsz
-is compared by the daemon itself at attach (``AugmentConfig.for_imgsz``).
+is compared by the daemon itself at attach (``StreamSettings.for_imgsz``).
 
 Not compared here: the files' content. A trainer cannot know it without reading every
 label; the snapshot's content fingerprint travels beside this description, and a daemon

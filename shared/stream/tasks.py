@@ -14,15 +14,14 @@ followed by the task's own columns:
 
 from __future__ import annotations
 
-from .config import TASKS
+from .config import check_task
 
 BASE_COLUMNS = 6
 
 
 def target_width(task: str, kpt_shape: tuple[int, int] | None = None) -> int:
     """Columns of one target row for ``task`` (``kpt_shape`` (K, D) for pose)."""
-    if task not in TASKS:
-        raise ValueError(f"task {task!r} is not one of {list(TASKS)}")
+    check_task(task)
     if task == "obb":
         return BASE_COLUMNS + 1
     if task == "pose":

@@ -10,6 +10,7 @@ import dataclasses
 import multiprocessing as mp
 import os
 import shutil
+import socket
 import tempfile
 import time
 from contextlib import contextmanager
@@ -30,6 +31,13 @@ def short_socket_dir() -> str:
     return tempfile.mkdtemp(prefix="pxd-", dir="/tmp")
 
 
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on now (the kernel picks it)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
 def ask_status(socket_dir: str, timeout_s: float = 2.0) -> dict | None:
     return request_status(f"ipc://{socket_dir}/daemon.sock", timeout_s=timeout_s)
 
@@ -47,13 +55,15 @@ def wait_ready(proc, socket_dir: str, timeout_s: float = WAIT_S, workers: int | 
     raise TimeoutError(f"daemon in {socket_dir} not ready within {timeout_s} s")
 
 
-def wait_for(predicate, timeout_s: float = WAIT_S, what: str = "condition"):
+def wait_for(predicate, timeout_s: float = WAIT_S, what: str = "condition", *, poll_s: float = 0.05):
+    """``predicate()``'s first true value, asked every ``poll_s`` until ``timeout_s`` has passed
+    (then TimeoutError naming ``what``)."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         value = predicate()
         if value:
             return value
-        time.sleep(0.05)  # polling interval of a bounded wait
+        time.sleep(poll_s)  # polling interval of a bounded wait, not synchronisation: the predicate decides
     raise TimeoutError(f"{what} not reached within {timeout_s} s")
 
 

@@ -9,13 +9,12 @@ from __future__ import annotations
 
 import os
 import shutil
-import socket
 
 import pytest
 import zmq
 import zmq.auth
 
-from helpers.daemon import WAIT_S, ask_status, real_daemon
+from helpers.daemon import WAIT_S, ask_status, free_port, real_daemon
 from helpers.wire import raw_frame
 from pixpool.shared.cli import main
 from pixpool.shared.stream import protocol as proto
@@ -24,12 +23,6 @@ from pixpool.shared.transport import endpoint as ep
 from pixpool.shared.transport.endpoint import write_keys
 
 IMGSZ = 160
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _attach_frame(host: str = "bounds") -> bytes:
@@ -111,7 +104,7 @@ def test_one_client_cannot_take_every_session(synthetic_data, tmp_path, peers):
     shutil.copy(keys / "server.key", other / "server.key")
     shutil.copy(keys / "server.key_secret", other / "server.key_secret")
     shutil.copy(other / "client.key", keys / "authorized" / "other.key")
-    port = _free_port()
+    port = free_port()
     with real_daemon(
         synthetic_data.coco_json,
         imgsz=IMGSZ,

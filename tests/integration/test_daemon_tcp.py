@@ -7,23 +7,16 @@ from __future__ import annotations
 
 import os
 import shutil
-import socket
 
 import pytest
 
-from helpers.daemon import WAIT_S, digest_of, real_daemon, reference_stream
+from helpers.daemon import WAIT_S, digest_of, free_port, real_daemon, reference_stream
 from pixpool.client import Client
 from pixpool.shared.errors import ConfigError, NotAuthorized
 from pixpool.shared.stream import protocol as proto
 from pixpool.shared.stream.config import AugmentConfig, StreamSettings
 
 IMGSZ = 160
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def test_tcp_requires_keys():
@@ -46,7 +39,7 @@ def test_tcp_stream_equals_local_and_refuses_strangers(synthetic_data, tmp_path,
     stranger = tmp_path / "stranger"
     write_keys(stranger)
     shutil.copy(keys / "server.key", stranger / "server.key")  # knows the server, not authorized
-    port = _free_port()
+    port = free_port()
     s = StreamSettings(seed=31, batch_size=4, augment=AugmentConfig(imgsz=IMGSZ))
     with real_daemon(synthetic_data.coco_json, imgsz=IMGSZ, workers=1, tcp=f"127.0.0.1:{port}", keys_dir=str(keys)) as (
         _,

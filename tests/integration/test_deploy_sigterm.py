@@ -21,21 +21,13 @@ import pytest
 import yaml
 
 from helpers.commands import REPO
-from helpers.daemon import WAIT_S, ask_status, segments_of, short_socket_dir, wait_for
+from helpers.daemon import WAIT_S, ask_status, free_port, segments_of, short_socket_dir, wait_for
 from pixpool.client import Client
 from pixpool.shared.errors import DaemonStopped
 from pixpool.shared.stream.config import AugmentConfig, StreamSettings
 from pixpool.shared.transport.shm import unlink_segment
 
 IMGSZ = 96
-
-
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def manifest_command(data: str, overrides: dict[str, str]) -> tuple[list[str], int]:
@@ -59,7 +51,7 @@ def test_the_daemonsets_daemon_exits_cleanly_on_sigterm_within_the_grace_period(
         "--workers": "1",
         "--processes": "1",
         "--socket-dir": socket_dir,
-        "--metrics-port": str(_free_port()),
+        "--metrics-port": str(free_port()),
         "--metrics-host": "127.0.0.1",
     }
     argv, grace_s = manifest_command(str(synthetic_data.coco_json), overrides)

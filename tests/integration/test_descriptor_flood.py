@@ -24,7 +24,7 @@ import urllib.request
 
 import pytest
 
-from helpers.daemon import WAIT_S, ask_status, daemon_process, wait_for
+from helpers.daemon import WAIT_S, ask_status, daemon_process, free_port, wait_for
 from helpers.flood import IdleFlood, raise_own_nofile, run_daemon_with_nofile
 from pixpool.client import Client
 from pixpool.server.daemon.sweeps import SWEEP_EVERY_S
@@ -37,12 +37,6 @@ RECORDS = 24  # the synthetic set
 NOFILE = 1024
 FLOOD = 1100  # per endpoint: more than the daemon's whole descriptor table
 FLOOD_FROM = "127.0.0.2"
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _settings(seed: int) -> StreamSettings:
@@ -65,7 +59,7 @@ def test_idle_connection_flood_leaves_the_daemon_serving(synthetic_data, tmp_pat
         pytest.skip(f"this test opens {2 * FLOOD} sockets; the hard RLIMIT_NOFILE here is lower")
     keys = tmp_path / "keys"
     write_keys(keys)
-    tcp_port, metrics_port = _free_port(), _free_port()
+    tcp_port, metrics_port = free_port(), free_port()
     config = DaemonConfig(
         data=str(synthetic_data.coco_json),
         imgsz=IMGSZ,
@@ -128,7 +122,7 @@ def test_the_guard_caps_unfinished_handshakes_per_address_and_in_all():
     router = ctx.socket(zmq.ROUTER)
     router.setsockopt(zmq.LINGER, 0)
     router.setsockopt(zmq.HANDSHAKE_IVL, 30_000)  # nothing closes on time during the test
-    port = _free_port()
+    port = free_port()
     guard = None
     flood = IdleFlood()
     try:

@@ -9,12 +9,11 @@ synthetic snapshot at imgsz 160).
 from __future__ import annotations
 
 import shutil
-import socket
 import time
 
 import pytest
 
-from helpers.daemon import WAIT_S, ask_status, real_daemon, wait_for
+from helpers.daemon import WAIT_S, ask_status, free_port, real_daemon, wait_for
 from pixpool.client import Client
 from pixpool.shared.errors import NotAuthorized
 from pixpool.shared.stream.config import AugmentConfig, StreamSettings
@@ -24,12 +23,6 @@ IMGSZ = 160
 # A refused handshake is reported within a round trip; 10 s is far under the trainer's 60 s
 # timeout, which is what it waited before.
 PROMPT_S = 10.0
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _settings() -> StreamSettings:
@@ -42,7 +35,7 @@ def test_authorized_keys_are_read_live(synthetic_data, tmp_path):
     late = tmp_path / "late"  # a trainer's key pair for the same server, authorized later
     write_keys(late)
     shutil.copy(keys / "server.key", late / "server.key")
-    port = _free_port()
+    port = free_port()
     endpoint = f"tcp://127.0.0.1:{port}"
     with real_daemon(synthetic_data.coco_json, imgsz=IMGSZ, workers=1, tcp=endpoint[6:], keys_dir=str(keys)) as (_, d):
         t0 = time.monotonic()

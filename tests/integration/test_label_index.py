@@ -17,6 +17,7 @@ from pixpool.server.commands.snapshots import plan_clean
 from pixpool.server.daemon import run
 from pixpool.server.snapshot import label_index
 from pixpool.server.snapshot.handle import label_indexes, list_snapshots
+from pixpool.server.snapshot.load import splits
 from pixpool.shared.stream.config import DaemonConfig
 from pixpool.shared.transport.holds import holds_of
 from pixpool.shared.transport.names import list_segments
@@ -47,7 +48,7 @@ def config(yolo_set, tmp_path):
 
 def load(config: DaemonConfig):
     """What the daemon loads for its training split: (snapshot, info, paths, names)."""
-    data, images, lineage = run.splits(config)["train"]
+    data, images, lineage = splits(config)["train"]
     return run._load(config, config.prepare_options(), data, images, "train", lineage, warned=set(), train_names=None)
 
 
@@ -55,7 +56,7 @@ def no_reading(monkeypatch):
     def refuse(*args, **kwargs):
         raise AssertionError("the dataset was read although the label index says nothing changed")
 
-    monkeypatch.setattr(run, "read_split", refuse)
+    monkeypatch.setattr("pixpool.server.snapshot.load.read_split", refuse)
     monkeypatch.setattr("pixpool.server.readers.yolo.parse_label_file", refuse)
 
 
@@ -78,14 +79,14 @@ def test_restart_on_unchanged_files_reads_no_label(config, monkeypatch):
 
 def _changed_after_index(config) -> bool:
     """Whether a load after the first one read the dataset again (its index did not vouch)."""
-    lineage = run.splits(config)["train"][2]
+    lineage = splits(config)["train"][2]
     return label_index.find_trusted(lineage, store=config.store) is None
 
 
 def _indexed(config):
     snap, *_ = load(config)
     snap.close()
-    lineage = run.splits(config)["train"][2]
+    lineage = splits(config)["train"][2]
     assert label_index.find_trusted(lineage, store=config.store) is not None
 
 

@@ -33,6 +33,7 @@ from pixpool.server.daemon import run
 from pixpool.server.snapshot import label_index
 from pixpool.server.snapshot.fingerprint import base_name, content_fingerprint, fingerprint
 from pixpool.server.snapshot.handle import label_indexes
+from pixpool.server.snapshot.load import read_split, splits
 from pixpool.shared.stream.config import DaemonConfig
 from pixpool.shared.transport.names import list_segments
 
@@ -78,7 +79,7 @@ def _config(data_yaml: Path, store: str) -> DaemonConfig:
 
 def _load(config: DaemonConfig):
     """(snapshot name, content fingerprint, whether it was re-attached) of the daemon's load."""
-    data, images, lineage = run.splits(config)["train"]
+    data, images, lineage = splits(config)["train"]
     snap, info, _, _ = run._load(
         config, config.prepare_options(), data, images, "train", lineage, warned=set(), train_names=None
     )
@@ -90,8 +91,8 @@ def _load(config: DaemonConfig):
 
 def _truth(config: DaemonConfig):
     """(snapshot name, content fingerprint) a full read of the files as they are now gives."""
-    data, images, _ = run.splits(config)["train"]
-    dataset, _ = run.read_split(config, data, images, "train", warned=set())
+    data, images, _ = splits(config)["train"]
+    dataset, _ = read_split(config, data, images, "train", warned=set())
     name = base_name(fingerprint(dataset, imgsz=config.imgsz, dtype=config.dtype))
     return name, content_fingerprint(dataset, imgsz=config.imgsz)
 
@@ -261,7 +262,7 @@ def test_an_image_changed_in_a_squashfs_v2_with_every_stat_equal_gets_another_sn
 
 
 def _lineage(config: DaemonConfig) -> str:
-    return run.splits(config)["train"][2]
+    return splits(config)["train"][2]
 
 
 def test_the_same_image_mounted_from_another_device_is_not_trusted_on_its_stat(synthetic_data, tmp_path, squash, store):

@@ -8,14 +8,13 @@ from __future__ import annotations
 
 import json
 import re
-import socket
 import urllib.request
 from pathlib import Path
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from helpers.daemon import WAIT_S, ask_status, real_daemon, wait_for
+from helpers.daemon import WAIT_S, ask_status, free_port, real_daemon, wait_for
 from helpers.snapshot import created_by_me
 from helpers.trainers import holding_trainers
 from pixpool.client import Client
@@ -85,14 +84,8 @@ def test_memory_report_agrees_with_the_kernel_and_counts_rings_once(synthetic_da
     )  # at 320 px a 3-slot ring of batch 32 costs more than a uint8 cache of 24 small images
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def test_metrics_endpoint_scraped_and_parsed(synthetic_data):
-    port = _free_port()
+    port = free_port()
     with real_daemon(synthetic_data.coco_json, imgsz=IMGSZ, workers=2, metrics_port=port) as (proc, d):
         with Client(_stream(4), socket_dir=d, timeout_s=WAIT_S) as c:
             for _ in zip(range(3), c.epoch(0)):
@@ -122,8 +115,6 @@ def test_metrics_endpoint_scraped_and_parsed(synthetic_data):
         "pixpool_worker_busy_seconds_total",
         "pixpool_store_free_bytes",
         "pixpool_store_size_bytes",
-        "pixpool_shm_free_bytes",  # deprecated names, kept for one release
-        "pixpool_shm_size_bytes",
     ):
         assert name in samples, name
     snap = {s.labels["segment"]: s.value for s in samples["pixpool_snapshot_bytes"]}
@@ -201,6 +192,4 @@ def test_low_store_is_reported(synthetic_data):
             10,
             "the liveness tick that checks the store",
         )
-        assert st["daemon"]["store_warn_free_nbytes"] == 1 << 60
-        # The deprecated names say the same, for one release.
-        assert st["daemon"]["shm_low"] is True and st["daemon"]["shm_warn_free_nbytes"] == 1 << 60
+        assert st["daemon"]["store_low"] is True and st["daemon"]["store_warn_free_nbytes"] == 1 << 60

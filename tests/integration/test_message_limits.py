@@ -13,13 +13,11 @@ and given back; 32 MiB of growth is half the smaller attack.
 
 from __future__ import annotations
 
-import socket
-
 import psutil
 import pytest
 import zmq
 
-from helpers.daemon import WAIT_S, real_daemon
+from helpers.daemon import WAIT_S, free_port, real_daemon
 from pixpool.client import Client
 from pixpool.shared.stream import protocol as proto
 from pixpool.shared.stream.config import AugmentConfig, StreamSettings
@@ -30,12 +28,6 @@ IMGSZ = 160
 GROWTH_LIMIT_BYTES = 32 << 20
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _rss(pid: int) -> int:
     return psutil.Process(pid).memory_info().rss
 
@@ -44,7 +36,7 @@ def _rss(pid: int) -> int:
 def test_oversized_messages_leave_the_daemon_bounded_and_serving(synthetic_data, tmp_path, transport):
     keys = tmp_path / "keys"
     write_keys(keys)
-    port = _free_port()
+    port = free_port()
     made: list[zmq.Socket] = []
 
     def peer(endpoint: str) -> zmq.Socket:

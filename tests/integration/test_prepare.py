@@ -11,11 +11,11 @@ import numpy as np
 import pytest
 from PIL import Image
 
+from helpers import failing_decoder
 from helpers.snapshot import created_by_me, dataset_of, remove_snapshot, write_jpegs
 from pixpool.server import accountant
 from pixpool.server.readers import load_dataset
 from pixpool.server.snapshot import decode, prepare
-from pixpool.server.snapshot.decode_worker import FAIL_AT_ENV
 from pixpool.server.snapshot.fingerprint import base_name, fingerprint
 from pixpool.server.snapshot.prepare import PreparationTerminated, PrepareOptions, prepare_snapshot
 from pixpool.shared.errors import CapacityError, ImageDecodeError
@@ -157,12 +157,16 @@ def test_pixels_changed_with_size_and_mtime_kept_are_prepared_again(tmp_path, pr
 
 
 @pytest.mark.parametrize("processes", [1, 2])
-def test_failure_at_record_k_leaves_no_segment(synthetic_data, processes, monkeypatch, store):
+def test_failure_at_record_k_leaves_no_segment(synthetic_data, processes, store):
     dataset = load_dataset(synthetic_data.coco_json)
     before = set(list_segments(store))
-    monkeypatch.setenv(FAIL_AT_ENV, "7")  # the decoder that claims record 7 fails (spawned ones too)
+    assert failing_decoder.FAIL_AT == 7  # the decoder that claims record 7 fails (spawned ones too)
     with pytest.raises(ImageDecodeError, match="injected failure at record 7") as info:
-        prepare_snapshot(dataset, PrepareOptions(imgsz=160, processes=processes, store=store))
+        prepare_snapshot(
+            dataset,
+            PrepareOptions(imgsz=160, processes=processes, store=store),
+            decoder=failing_decoder.__name__,
+        )
     assert dataset.records[7].image_path in str(info.value)
     assert created_by_me(before, store) == []
     assert not any(s.startswith(base_name(fingerprint(dataset, imgsz=160))) for s in list_segments(store))

@@ -7,11 +7,11 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 
+from helpers.daemon import wait_for
 from helpers.snapshot import created_by_me, remove_snapshot
 from pixpool.server.readers import load_dataset
 from pixpool.server.snapshot.fingerprint import base_name, fingerprint
@@ -310,16 +310,6 @@ def test_prepare_json_ls_and_clean(store, ds, capsys):
     assert created_by_me(before, store) == []
 
 
-def _wait_for(predicate, timeout_s: float, what: str):
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.002)  # polling interval, not synchronisation: the predicate decides
-    raise TimeoutError(f"timed out after {timeout_s} s waiting for {what}")
-
-
 def test_sigkill_during_prepare_then_clean_removes_everything(coco128, tmp_path):
     # A dataset big enough to be caught mid-decode: coco128 listed four times (duplicates
     # are records too), prepared at 640 by two decode processes, which must die with it
@@ -341,8 +331,11 @@ def test_sigkill_during_prepare_then_clean_removes_everything(coco128, tmp_path)
         stdout=subprocess.PIPE, stderr=subprocess.PIPE,
     )  # fmt: skip
     try:
-        _wait_for(
-            lambda: os.path.exists(shm_path(parts["img"])) or proc.poll() is not None, 60, "the image arena to appear"
+        wait_for(
+            lambda: os.path.exists(shm_path(parts["img"])) or proc.poll() is not None,
+            60,
+            "the image arena to appear",
+            poll_s=0.002,
         )
         assert proc.poll() is None, proc.communicate()
         os.kill(proc.pid, signal.SIGKILL)
@@ -352,10 +345,11 @@ def test_sigkill_during_prepare_then_clean_removes_everything(coco128, tmp_path)
         assert left, "the killed preparation left nothing to clean (it finished too fast)"
         assert not read_header(parts["meta"]).is_complete
         # neither the dead process nor its decode workers map anything any more
-        _wait_for(
+        wait_for(
             lambda: not any((h := holds_of(s)) is not None and h.in_use for s in parts.values()),
             30,
             "the killed preparation's workers to exit",
+            poll_s=0.002,
         )
         assert main(["clean", base]) == 0
         assert not [s for s in parts.values() if os.path.exists(shm_path(s))]

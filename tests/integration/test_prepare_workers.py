@@ -7,12 +7,13 @@ from __future__ import annotations
 import errno
 import hashlib
 import os
-import time
 
 import numpy as np
 import psutil
 import pytest
 
+from helpers import failing_decoder
+from helpers.daemon import wait_for
 from helpers.snapshot import created_by_me, remove_snapshot
 from pixpool.server.readers import load_dataset
 from pixpool.server.snapshot import arena_pages, prepare
@@ -25,15 +26,6 @@ from pixpool.shared.errors import CapacityError, ImageDecodeError
 from pixpool.shared.transport.names import list_segments
 
 IMGSZ = 160
-
-
-def _wait_for(predicate, timeout_s: float, what: str):
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(0.002)  # polling interval, not synchronisation: the predicate decides
-    raise TimeoutError(f"timed out after {timeout_s} s waiting for {what}")
 
 
 def _prepare_and_remove(dataset, processes: int, dtype: str = "float32") -> tuple[str, np.ndarray]:
@@ -60,7 +52,7 @@ def _hold_parent_until_workers_claimed(monkeypatch, claimed_more_than: int) -> d
     seen = {}
 
     def held(share, *args, **kwargs):
-        _wait_for(lambda: share.claimed > claimed_more_than, 120, "a decode worker to claim records")
+        wait_for(lambda: share.claimed > claimed_more_than, 120, "a decode worker to claim records", poll_s=0.002)
         seen["parent_wrote"] = real(share, *args, **kwargs)
         return seen["parent_wrote"]
 
@@ -93,13 +85,13 @@ def test_failure_in_a_worker_at_record_k_leaves_no_segment(synthetic_data, monke
     dataset = load_dataset(synthetic_data.coco_json)
     before = set(list_segments())
     _hold_parent_until_workers_claimed(monkeypatch, 7)  # record 7 is a worker's
-    monkeypatch.setenv(prepare_worker.FAIL_AT_ENV, "7")  # the decoder that claims record 7 fails
+    assert failing_decoder.FAIL_AT == 7  # the decoder that claims record 7 fails
     with pytest.raises(ImageDecodeError, match="injected failure at record 7") as info:
-        prepare_snapshot(dataset, PrepareOptions(imgsz=IMGSZ, processes=2))
+        prepare_snapshot(dataset, PrepareOptions(imgsz=IMGSZ, processes=2), decoder=failing_decoder.__name__)
     assert dataset.records[7].image_path in str(info.value)
     assert created_by_me(before) == []
     assert not any(s.startswith(base_name(fingerprint(dataset, imgsz=IMGSZ))) for s in list_segments())
-    _wait_for(lambda: not _live_children(), 30, "the decode workers to exit")
+    wait_for(lambda: not _live_children(), 30, "the decode workers to exit", poll_s=0.002)
 
 
 def test_worker_still_starting_at_the_end_is_stopped_cleanly(synthetic_data):
@@ -109,7 +101,7 @@ def test_worker_still_starting_at_the_end_is_stopped_cleanly(synthetic_data):
     one_checksum, _ = _prepare_and_remove(dataset, 1)
     two_checksum, _ = _prepare_and_remove(dataset, 2)
     assert two_checksum == one_checksum
-    _wait_for(lambda: not _live_children(), 30, "the decode workers to exit")
+    wait_for(lambda: not _live_children(), 30, "the decode workers to exit", poll_s=0.002)
 
 
 def test_decode_workers_are_spawned():

@@ -10,14 +10,13 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import textwrap
 
 import pytest
 
-from helpers.daemon import WAIT_S, real_daemon, reference_stream, short_socket_dir
+from helpers.daemon import WAIT_S, free_port, real_daemon, reference_stream, short_socket_dir
 from pixpool.client import Client
 from pixpool.client.child import cli_command, serve_child, stop_child, wait_serving
 from pixpool.server.readers import load_dataset
@@ -125,12 +124,6 @@ def test_serve_and_digest_without_torch(synthetic_data, no_torch_env):
     assert set(list_segments()) - before == set()
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.mark.parametrize(
     "problem",
     [
@@ -163,10 +156,10 @@ def test_bad_serve_settings_fail_before_any_decoding(synthetic_data, tmp_path, p
     }[problem]
     other = None
     if problem == "tcp without keys":
-        argv += ["--tcp", f"127.0.0.1:{_free_port()}"]
+        argv += ["--tcp", f"127.0.0.1:{free_port()}"]
     elif problem == "keys without a server key":
         (tmp_path / "keys").mkdir()
-        argv += ["--tcp", f"127.0.0.1:{_free_port()}", "--keys", str(tmp_path / "keys")]
+        argv += ["--tcp", f"127.0.0.1:{free_port()}", "--keys", str(tmp_path / "keys")]
     elif problem == "socket dir others can enter":
         os.chmod(d, 0o755)
     elif problem == "socket dir a dangling symlink":

@@ -30,6 +30,7 @@ from pixpool.server.daemon.sweeps import sweep_rings
 from pixpool.server.readers import load_dataset
 from pixpool.server.snapshot import label_index
 from pixpool.server.snapshot.handle import label_indexes
+from pixpool.server.snapshot.load import splits
 from pixpool.server.snapshot.prepare import PrepareOptions, prepare_snapshot
 from pixpool.shared.cli import main
 from pixpool.shared.errors import UntrustedSegmentError
@@ -110,7 +111,7 @@ def _config(dataset_dir: str, store: str) -> DaemonConfig:
 
 def load(config: DaemonConfig):
     """What ``pixpool serve`` loads for its training split: (snapshot, info, paths, names)."""
-    data, images, lineage = run.splits(config)["train"]
+    data, images, lineage = splits(config)["train"]
     return run._load(config, config.prepare_options(), data, images, "train", lineage, warned=set(), train_names=None)
 
 

@@ -1,23 +1,39 @@
-"""The stream settings a Client ends up with: a trainer that leaves ``imgsz`` to the daemon
-gets the daemon's, from the ``attached`` reply (or its ring layout, from a daemon that does
-not send ``imgsz``); one that names it keeps its own."""
+"""The stream settings a Client ends up with: ``StreamSettings.for_imgsz`` with the ``attached``
+reply's ``imgsz`` (``client/client.py``). A trainer that leaves ``imgsz`` to the daemon gets the
+daemon's; one that names it keeps its own. Every ``attached`` reply carries ``imgsz`` (the
+protocol refuses one without it), so the client has no other source to fall back on."""
 
 from __future__ import annotations
 
 import dataclasses
 
+import msgpack
 import pytest
 
-from pixpool.client.client import settings_with_daemon_imgsz
-from pixpool.shared.errors import ConfigError
+from pixpool.shared.errors import ConfigError, ProtocolError
+from pixpool.shared.stream import protocol as proto
 from pixpool.shared.stream.config import AugmentConfig, StreamSettings
 
 
 def _attached(imgsz: int | None, layout_imgsz: int) -> dict:
-    reply = {"layout": {"imgsz": layout_imgsz, "slots": 2, "batch_size": 4, "max_targets": 8}}
+    """An ``attached`` reply as the trainer decodes it (``imgsz`` None: left out)."""
+    reply = {
+        "trainer_id": 1,
+        "token": 2,
+        "ring": "r",
+        "layout": {"imgsz": layout_imgsz, "slots": 2, "batch_size": 4, "max_targets": 8},
+        "num_records": 3,
+        "daemon_pid": 9,
+        "host": "h",
+        "task": "detect",
+        "kpt_shape": None,
+        "flip_idx": None,
+        "store": "/dev/shm",
+    }
     if imgsz is not None:
         reply["imgsz"] = imgsz
-    return reply
+    frame = msgpack.packb({"v": proto.PROTOCOL_VERSION, "op": "attached", **reply}, use_bin_type=True)
+    return proto.decode(frame, reply=True)
 
 
 def _left_to_the_daemon() -> StreamSettings:
@@ -30,16 +46,24 @@ def _left_to_the_daemon() -> StreamSettings:
 
 def test_a_named_imgsz_is_kept():
     s = StreamSettings(augment=AugmentConfig(imgsz=320))
-    assert settings_with_daemon_imgsz(s, _attached(640, 640)) is s
+    assert s.for_imgsz(_attached(320, 320)["imgsz"]) is s
+
+
+def test_a_named_imgsz_the_daemon_does_not_serve_is_a_config_error():
+    s = StreamSettings(augment=AugmentConfig(imgsz=320))
+    with pytest.raises(ConfigError, match="asks for imgsz 320 but the daemon serves imgsz 640") as info:
+        s.for_imgsz(_attached(640, 640)["imgsz"])
+    assert info.value.field == "imgsz"
 
 
 def test_imgsz_left_to_the_daemon_takes_the_attach_reply():
     s = _left_to_the_daemon()
-    got = settings_with_daemon_imgsz(s, _attached(416, 416))
+    got = s.for_imgsz(_attached(416, 416)["imgsz"])
     assert got.augment.imgsz == 416
     assert dataclasses.replace(got, augment=dataclasses.replace(got.augment, imgsz=None)) == s  # nothing else
 
 
-def test_imgsz_from_a_daemon_that_does_not_send_it_is_the_ring_layouts():
-    s = _left_to_the_daemon()
-    assert settings_with_daemon_imgsz(s, _attached(None, 256)).augment.imgsz == 256
+def test_an_attach_reply_without_imgsz_is_refused():
+    with pytest.raises(ProtocolError, match="lacks field 'imgsz'") as info:
+        _attached(None, 256)
+    assert info.value.field == "imgsz"

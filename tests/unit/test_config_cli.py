@@ -176,39 +176,15 @@ def _serve_args(*argv: str) -> argparse.Namespace:
     return parser.parse_args(["data.yaml", *argv])
 
 
-def test_store_warn_free_is_the_flag_and_the_shm_spelling_still_works_deprecated(capsys):
+def test_store_warn_free_is_the_flag(capsys):
     from pixpool.shared.cli.flags import from_args
 
     text = " ".join(_help(capsys, "serve").split())
-    assert "--store-warn-free SIZE" in text and "--shm-warn-free" not in text  # the old spelling is not advertised
+    assert "--store-warn-free SIZE" in text
     new = from_args(DaemonConfig, _serve_args("--store-warn-free", "2G"))
     assert new.store_warn_free_nbytes == 2 << 30
-    assert "deprecated" not in capsys.readouterr().err
-    old = from_args(DaemonConfig, _serve_args("--shm-warn-free", "2G"))
-    assert old == new  # the same setting, the same config
-    err = capsys.readouterr().err
-    assert "pixpool serve: warning: --shm-warn-free is deprecated" in err and "use --store-warn-free" in err
-    # Unset, both leave the default (a tenth of the store), and a bad size names the spelling typed.
+    # Unset, it leaves the default (a tenth of the store), and a bad size names the flag.
     assert from_args(DaemonConfig, _serve_args()).store_warn_free_nbytes is None
     with pytest.raises(SystemExit):
-        _serve_args("--shm-warn-free", "lots")
-    assert "--shm-warn-free: expected a size" in capsys.readouterr().err
-
-
-def test_aliases_in_field_metadata_become_hidden_flags(capsys):
-    @dataclasses.dataclass(frozen=True)
-    class Settings:
-        depth_m: float = dataclasses.field(default=1.0, metadata={"help": "depth", "aliases": ("--depth", "--deep")})
-        wet: bool = dataclasses.field(default=False, metadata={"help": "wet", "aliases": ("--damp",)})
-
-    from pixpool.shared.cli.flags import add_fields
-
-    parser = argparse.ArgumentParser(prog="p")
-    add_fields(parser, Settings)
-    assert parser.parse_args([]) == argparse.Namespace(depth_m=1.0, wet=False)
-    assert parser.parse_args(["--deep", "3"]) == argparse.Namespace(depth_m=3.0, wet=False)
-    assert parser.parse_args(["--damp"]).wet is True and parser.parse_args(["--damp", "0"]).wet is False
-    err = capsys.readouterr().err
-    assert err.count("deprecated") == 3 and "--deep is deprecated" in err and "use --depth-m" in err
-    assert "--damp is deprecated" in err and "use --wet" in err
-    assert "--deep" not in parser.format_help() and "--depth-m" in parser.format_help()
+        _serve_args("--store-warn-free", "lots")
+    assert "--store-warn-free: expected a size" in capsys.readouterr().err

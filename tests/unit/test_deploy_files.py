@@ -251,27 +251,6 @@ def test_systemd_unit_runs_real_commands():
         parse_pixpool(["pixpool", *argv[1:]])
 
 
-# -- deprecated names ----------------------------------------------------------------------
-def _deprecated_names() -> set[str]:
-    """Every flag spelling kept only as a deprecated alias (field metadata ``aliases``) and the
-    metrics kept under their old names (``pixpool_shm_*``)."""
-    import dataclasses
-
-    from pixpool.shared.stream.config import AugmentConfig, StreamSettings
-
-    flags = {a for cls in (DaemonConfig, StreamSettings, AugmentConfig) for f in dataclasses.fields(cls)
-             for a in f.metadata.get("aliases", ())}  # fmt: skip
-    return flags | {"pixpool_shm_free_bytes", "pixpool_shm_size_bytes"}
-
-
-def test_deployment_files_use_no_deprecated_flag_or_metric():
-    old = _deprecated_names()
-    assert "--shm-warn-free" in old  # the walk sees the aliases it is meant to keep out
-    files = [REPO / "Dockerfile", REPO / "compose.yaml", *sorted((REPO / "deploy").iterdir())]
-    used = {(f.name, name) for f in files for name in old if re.search(rf"{re.escape(name)}\b", f.read_text())}
-    assert used == set(), f"deployment files use deprecated names; use the new ones (docs/memory.md): {used}"
-
-
 # -- the checker itself --------------------------------------------------------------------
 @pytest.mark.parametrize(
     "argv",

@@ -127,21 +127,19 @@ def _idle_status(store) -> dict:
     }
 
 
-def test_memory_report_has_the_store_block_and_the_deprecated_shm_copy(tmp_path):
+def test_memory_report_has_the_store_block(tmp_path):
     from pixpool.client.memory import memory_report
     from pixpool.client.view import memory_lines
 
     report = memory_report(_idle_status(tmp_path))
     store, vfs = report["store"], os.statvfs(tmp_path)
     assert store["path"] == str(tmp_path) and store["size_bytes"] == vfs.f_blocks * vfs.f_frsize
-    # The old block: the same two figures of the same measurement, under their old names.
-    assert report["shm"] == {"size_bytes": store["size_bytes"], "free_bytes": store["free_bytes"]}
-    assert json.loads(json.dumps(report))["shm"] == report["shm"]  # what `pixpool memory --json` prints
+    assert json.loads(json.dumps(report))["store"] == store  # what `pixpool memory --json` prints
     text = memory_lines(report).plain
     assert f"{tmp_path}: " in text and "free of" in text
 
 
-def test_metrics_have_store_names_and_the_deprecated_shm_names(tmp_path):
+def test_metrics_have_store_names(tmp_path):
     pytest.importorskip("prometheus_client")
     from pixpool.server.daemon.metrics import Metrics, _Collector
 
@@ -152,10 +150,9 @@ def test_metrics_have_store_names_and_the_deprecated_shm_names(tmp_path):
     size = vfs.f_blocks * vfs.f_frsize
     assert families["pixpool_store_size_bytes"].samples[0].value == size
     for kind in ("free", "size"):
-        new, old = families[f"pixpool_store_{kind}_bytes"], families[f"pixpool_shm_{kind}_bytes"]
-        assert old.samples[0].value == new.samples[0].value and old.type == new.type == "gauge"
-        assert old.documentation.startswith(f"Deprecated: use pixpool_store_{kind}_bytes")
-        assert "Deprecated" not in new.documentation
+        family = families[f"pixpool_store_{kind}_bytes"]
+        assert family.type == "gauge" and len(family.samples) == 1
+        assert "Deprecated" not in family.documentation
 
 
 def test_memory_report_counts_polygon_and_keypoint_bytes_of_every_served_snapshot_once(tmp_path):

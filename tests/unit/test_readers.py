@@ -208,7 +208,7 @@ def test_coco_reader_prints_nothing(synthetic_data, capsys):
 
 def _read_splits(config) -> dict:
     """Every split the daemon would serve, read in full as it reads them (no snapshot)."""
-    from pixpool.server.daemon.run import read_split, splits
+    from pixpool.server.snapshot.load import read_split, splits
 
     warned: set = set()
     out = {}

@@ -1,0 +1,44 @@
+"""An unknown task is one error wherever a task is taken: the ConfigError of
+``config.check_task`` (also a ValueError), naming the field ``task``, the value and the tasks.
+No processes; the readers refuse before they open a file."""
+
+from __future__ import annotations
+
+import pytest
+
+from pixpool.server.readers import read_dataset
+from pixpool.server.readers.coco import read_coco
+from pixpool.server.readers.yolo import read_yolo_folder, read_yolo_yaml
+from pixpool.server.synthetic import write_synthetic
+from pixpool.shared.errors import ConfigError
+from pixpool.shared.stream import tasks
+from pixpool.shared.stream.config import TASKS, DaemonConfig, check_task
+from pixpool.shared.stream.records import Dataset
+
+PLACES = {
+    "check_task": lambda tmp: check_task("classify"),
+    "DaemonConfig": lambda tmp: DaemonConfig(data=str(tmp / "data.yaml"), task="classify"),
+    "target_width": lambda tmp: tasks.target_width("classify"),
+    "Dataset": lambda tmp: Dataset((), ("a",), (), task="classify"),
+    "read_dataset": lambda tmp: read_dataset(tmp / "data.yaml", task="classify"),
+    "read_yolo_yaml": lambda tmp: read_yolo_yaml(tmp / "data.yaml", task="classify"),
+    "read_yolo_folder": lambda tmp: read_yolo_folder(tmp / "images", task="classify"),
+    "read_coco": lambda tmp: read_coco(tmp / "instances.json", tmp / "images", task="classify"),
+    "write_synthetic": lambda tmp: write_synthetic(tmp / "synth", task="classify"),
+}
+
+
+@pytest.mark.parametrize("place", PLACES)
+def test_an_unknown_task_is_the_one_config_error(place, tmp_path):
+    with pytest.raises(ConfigError) as info:
+        PLACES[place](tmp_path)
+    assert isinstance(info.value, ValueError)
+    assert info.value.field == "task" and info.value.value == "classify"
+    assert str(info.value) == f"field 'task' = 'classify' is not one of the tasks; use one of {list(TASKS)} (--task)"
+    assert not list(tmp_path.iterdir())  # refused before anything was read or written
+
+
+def test_every_task_passes_and_a_non_string_is_refused():
+    assert [check_task(t) for t in TASKS] == list(TASKS)
+    with pytest.raises(ConfigError, match="field 'task' = 3 is not one of the tasks"):
+        check_task(3)
