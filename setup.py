@@ -6,6 +6,22 @@ operation is one IEEE-754 operation in the written order on every x86-64 CPU (do
 
 from setuptools import Extension, setup
 
-KERNEL_FLAGS = ["-O3", "-std=c99", "-ffp-contract=off", "-fno-fast-math", "-fno-math-errno", "-fexcess-precision=standard"]
+KERNEL_FLAGS = [
+    "-O3",
+    "-std=c99",
+    "-ffp-contract=off",
+    "-fno-fast-math",
+    "-fno-math-errno",
+    "-fexcess-precision=standard",
+]
 
-setup(ext_modules=[Extension("pixpool.server.augment._kernel", ["server/augment/_kernel.c"], depends=["server/augment/_kernel_hsv.h"], extra_compile_args=KERNEL_FLAGS)])
+setup(
+    ext_modules=[
+        Extension(
+            "pixpool.server.augment._kernel",
+            ["server/augment/_kernel.c"],
+            depends=["server/augment/_kernel_hsv.h"],
+            extra_compile_args=KERNEL_FLAGS,
+        )
+    ]
+)

@@ -177,7 +177,10 @@ def mmap_times(args) -> dict:
                 m.close()
             finally:
                 os.close(fd)
-            times = lambda s: (s.st_mtime_ns, s.st_ctime_ns)
+
+            def times(s):
+                return (s.st_mtime_ns, s.st_ctime_ns)
+
             out[folder] = {"first_write_moves": times(s0) != times(s1), "after_msync_moves": times(s1) != times(s2)}
         finally:
             os.unlink(fd_path)

@@ -164,7 +164,7 @@ def make_loader(source, settings, workers: int):
 def run_loader_arm(loader, settings) -> tuple[float, int]:
     n = 0
     t0 = time.perf_counter()
-    for images, targets, samples in loader:
+    for images, _targets, samples in loader:
         _consume(images, settings, 0, samples.numpy())
         n += len(samples)
     return time.perf_counter() - t0, n
@@ -256,7 +256,7 @@ def main(argv=None) -> int:
             tag = "+hsv_on_device" if hsv_dev else ""
             for lw in () if args.no_loader else (0, 2):
                 loaders[lw] = make_loader(cache, s, lw)
-            for w, (_, d) in daemons.items():  # warm-up: workers import the route on their first job; not measured
+            for _w, (_, d) in daemons.items():  # warm-up: workers import the route on their first job; not measured
                 run_daemon_arm(d, s, 10_000, {}, 1)
             for r in range(args.rounds):
                 for w, (_, d) in daemons.items():

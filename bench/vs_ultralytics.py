@@ -415,7 +415,7 @@ def speed(args, dirs: dict, ul_python: str) -> list[dict]:
         for prep in preps.values():
             release(prep)
     rows = []
-    for i, (label, task, pw, dev, uw) in enumerate(pairs):
+    for i, (label, task, _pw, _dev, uw) in enumerate(pairs):
         p, u = px.get(i, []), ul[(task, uw)]
         rows.append(
             {

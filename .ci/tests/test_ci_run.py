@@ -48,7 +48,7 @@ def _sandbox(tmp_path: Path) -> tuple[Path, dict]:
     return repo, env
 
 
-STAGE_NAMES = ["unit", "integration", "slow", "ci-scripts"]
+STAGE_NAMES = ["lint", "unit", "integration", "slow", "ci-scripts"]
 STAGES = ["-m not slow unit", "-m not slow integration", "-m slow .", "."]
 
 
@@ -73,6 +73,9 @@ def test_ci_run_uses_a_new_empty_venv_each_time_and_removes_it(tmp_path):
         # the CI scripts, then the Ultralytics tests in their own venv with its torch.
         tests = [i for i, line in enumerate(log) if line.startswith("python -m pytest ")]
         assert [log[i].split(" --timeout=600 ")[1] for i in tests] == [*STAGES, "-m ultralytics ."], log
+        # ruff, pinned, checks and format-checks the tree before the first test.
+        lint = [log.index("python -m ruff check ."), log.index("python -m ruff format --check .")]
+        assert log.index("python -m pip install -q ruff==0.17.6") < lint[0] < lint[1] < tests[0], log
         assert "python -m pip install -q torch==2.14.1 torchvision==0.29.1 ultralytics" in log[tests[3] : tests[4]], log
         said = [line for line in proc.stdout.splitlines() if line.startswith("== stage ") and " s, exit " in line]
         assert [line.split()[2].rstrip(":") for line in said] == [*STAGE_NAMES, "ultralytics"], proc.stdout

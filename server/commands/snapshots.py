@@ -118,7 +118,7 @@ def plan_clean(
     for seg in segments:
         groups.setdefault(units.get(seg) or group_of(seg), []).append(seg)
     remove, kept = [], {}
-    for key, segs in groups.items():
+    for _key, segs in groups.items():
         held = [holds[s] for s in segs if holds.get(s) is not None and holds[s].in_use]
         parsed = parse(segs[0])
         if held:

@@ -241,7 +241,7 @@ def _checks(dataset, paths: list[str], rows: list, *, read_started_ns: int):
     )
     window_ns = fs_trust.writeback_window_ns()
     modes, digests = [], []
-    for i, (path, row) in enumerate(zip(paths, rows)):
+    for path, row in zip(paths, rows):
         mode = STAT
         if row != _ABSENT:
             fs = filesystems[row[4]][0]

@@ -121,7 +121,7 @@ def segment_users(store: str | None = None) -> dict[str, set[int]]:
             if target.startswith(me_prefix):
                 users.setdefault(os.path.basename(target), set()).add(pid)
     # A zombie keeps its /proc entry but maps nothing; skip pids that are not running.
-    for name, pids in users.items():
+    for _name, pids in users.items():
         pids.difference_update({p for p in pids if not alive(p)})
     return {n: p for n, p in users.items() if p}
 

@@ -313,7 +313,9 @@ def test_creator_daemon_leaves_a_snapshot_another_process_maps(synthetic_data):
         assert other.checksum()  # still readable
     finally:
         other.close()
-        remove_snapshot(st["snapshot"]["name"])  # the test is the last user: it removes the snapshot and its label index
+        remove_snapshot(
+            st["snapshot"]["name"]
+        )  # the test is the last user: it removes the snapshot and its label index
     assert not set(other.segment_names) & set(list_segments())
 
 

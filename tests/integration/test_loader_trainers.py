@@ -74,7 +74,7 @@ def test_a_closed_loader_says_so(daemon_dir):
         first = next(batches)  # a batch held across close() stays the user's
     assert loader.closed and first.images.shape[0] == 8
     with pytest.raises(ClosedError, match="closed pixpool loader"):
-        for images, targets in loader:
+        for _images, _targets in loader:
             pass
     with pytest.raises(ClosedError, match=r"len\(\) of a closed pixpool loader"):
         len(loader)

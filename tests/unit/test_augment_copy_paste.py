@@ -47,7 +47,7 @@ def _random_polygons(rng: np.random.Generator, n: int) -> list[np.ndarray]:
 
 def test_union_equals_instance_by_instance_with_overlap_and_duplicates() -> None:
     rng = np.random.default_rng(0)
-    for trial in range(25):
+    for _trial in range(25):
         dest = rng.normal(0, 60, (S, S, 3)).astype(np.float32)
         source = rng.normal(0, 60, (S, S, 3)).astype(np.float32)
         polys = _random_polygons(rng, 6)

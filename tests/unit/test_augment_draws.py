@@ -10,7 +10,17 @@ from pixpool.server.augment.affine import uniform
 from pixpool.server.augment.labels import Labels
 from pixpool.shared.stream.records import Targets
 
-RANGES = [(-0.5, 0.5), (0.0, 0.0), (-0.0, 0.0), (0, 0), (0.1, 0.9), (320.0, 960.0), (-10.0, 10.0), (0.5, 1.5), (1e-4, 2e-4)]
+RANGES = [
+    (-0.5, 0.5),
+    (0.0, 0.0),
+    (-0.0, 0.0),
+    (0, 0),
+    (0.1, 0.9),
+    (320.0, 960.0),
+    (-10.0, 10.0),
+    (0.5, 1.5),
+    (1e-4, 2e-4),
+]
 
 
 def test_scalar_uniform_is_numpys_uniform_value_for_value_and_keeps_the_stream_position():
@@ -33,7 +43,13 @@ def test_a_mosaic_of_boxes_alone_equals_the_parts_placed_one_by_one():
     rng = np.random.default_rng(4)
     for counts in ([3, 0, 5, 1], [0, 0, 0, 0], [7], [0, 2]):
         placed = [
-            (_targets(rng, n, polygons=False), int(rng.integers(20, 640)), int(rng.integers(20, 640)), float(x), float(y))
+            (
+                _targets(rng, n, polygons=False),
+                int(rng.integers(20, 640)),
+                int(rng.integers(20, 640)),
+                float(x),
+                float(y),
+            )
             for n, x, y in zip(counts, rng.integers(-300, 900, len(counts)), rng.integers(-300, 900, len(counts)))
         ]
         got = Labels.from_placed(placed)

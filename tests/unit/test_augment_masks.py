@@ -79,7 +79,7 @@ def test_resampled_polygons_with_repeated_pixels_give_the_full_size_masks():
     from pixpool.server.augment.resample import resample_polygons
 
     rng = np.random.default_rng(5)
-    for trial in range(6):
+    for _trial in range(6):
         polygons = resample_polygons(_random_polygons(rng, 640, 12), 1000)
         polygons = [np.clip(p * np.float32(rng.uniform(0.05, 1.0)), 0, 640) for p in polygons]
         plane, order = render_masks(_labels(polygons), 640, 4, overlap=True)

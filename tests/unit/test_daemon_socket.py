@@ -114,7 +114,6 @@ def test_wait_s_must_be_seconds(sdir, bad):
         Client(StreamSettings(), socket_dir=sdir, wait_s=bad)
 
 
-
 def test_a_daemon_that_listens_but_does_not_answer_is_waited_for_and_named(sdir, monkeypatch, caplog):
     from pixpool.client import connection
 

@@ -118,7 +118,7 @@ def test_an_attach_meeting_a_remover_waits_for_its_outcome(shm_name):
         waiting = threading.Event()
         result: list = []
 
-        def attach():
+        def attach(waiting=waiting, result=result):  # this iteration's, bound now
             waiting.set()
             try:
                 result.append(SharedSegment.attach(name))

@@ -114,7 +114,8 @@ def test_yaml_names_over_max_classes_are_refused_naming_the_yaml(ds):
     text = yaml_path.read_text()
     names = "[" + ", ".join(f"c{i}" for i in range(600)) + "]"
     yaml_path.write_text(
-        "\n".join(l for l in text.splitlines() if not l.startswith(("names", "nc", " "))) + f"\nnames: {names}\n"
+        "\n".join(line for line in text.splitlines() if not line.startswith(("names", "nc", " ")))
+        + f"\nnames: {names}\n"
     )
     assert len(load_dataset(yaml_path).names) == 600
     with pytest.raises(DatasetError) as info:
@@ -141,7 +142,8 @@ def test_class_names_too_long_for_a_reply_are_refused(ds):
     long = "n" * 4000
     names = "[" + ", ".join(f"{long}{i}" for i in range(400)) + "]"  # 1.6 MB of names
     yaml_path.write_text(
-        "\n".join(l for l in text.splitlines() if not l.startswith(("names", "nc", " "))) + f"\nnames: {names}\n"
+        "\n".join(line for line in text.splitlines() if not line.startswith(("names", "nc", " ")))
+        + f"\nnames: {names}\n"
     )
     with pytest.raises(DatasetError) as info:
         load_dataset(yaml_path)
