@@ -18,6 +18,8 @@ COPY shared shared
 COPY server server
 COPY client client
 COPY integrations integrations
+COPY cli cli
+COPY ops ops
 
 # The serving image: the package and its core dependencies only (numpy, OpenCV, pyzmq, ...).
 FROM base AS serve

@@ -69,7 +69,7 @@ def run_arm(loader, epochs: list[int]) -> tuple[float, int]:
 def main(argv=None) -> int:
     from pixpool.client import attach
     from pixpool.client.loader import Loader, stream_settings
-    from pixpool.client.status import query_status
+    from pixpool.ops.status_client import query_status
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--data", default=str(COCO128))

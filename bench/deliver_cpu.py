@@ -62,7 +62,7 @@ def measure(workers: int, epochs: int) -> dict:
         import torch
 
         import pixpool.client
-        from pixpool.client.status import query_status
+        from pixpool.ops.status_client import query_status
 
         torch.set_num_threads(1)
         st = query_status(d)

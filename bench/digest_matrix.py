@@ -42,7 +42,7 @@ ROUTES = {
 
 
 def _matrix(datasets: dict[str, Path], *, imgsz: int, batches: int, store: str) -> dict[str, str]:
-    from pixpool.server.commands.digest import digest_stream
+    from pixpool.server.local_stream import digest_stream
     from pixpool.server.readers import load_dataset
     from pixpool.server.snapshot.prepare import prepare_snapshot
     from pixpool.server.snapshot.reference import ReferenceSource

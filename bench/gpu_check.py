@@ -99,7 +99,7 @@ def _daemon(data: str, imgsz: int, workers: int, socket_dir: str):
         args=(DaemonConfig(data=data, imgsz=imgsz, workers=workers, socket_dir=socket_dir, keep_snapshot=True),),
     )
     p.start()
-    from pixpool.client.status import query_status
+    from pixpool.ops.status_client import query_status
 
     deadline = time.monotonic() + WAIT_S
     while True:

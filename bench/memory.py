@@ -5,7 +5,7 @@ Runs in one process (the measurer); everything measured runs in spawned processe
 
 - pixpool arm: a daemon (2 workers) serving coco128 at 640; N trainer processes attach,
   take one batch of 16 each and hold their rings. Figures: ``pixpool memory --json``
-  (``client/memory.py``): ``service_pss_bytes`` (daemon, workers and their segments, each
+  (``ops/memory_report.py``): ``service_pss_bytes`` (daemon, workers and their segments, each
   segment once), ``trainers_pss_bytes``, ``total_pss_bytes``, ``break_even_trainers``.
 - uint8 arm: N loader processes, each decoding every image resized to 640 into its own
   uint8 cache (``bench/serve.py``'s ``Uint8CacheSource``, the conventional decoded cache),
@@ -99,8 +99,8 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     counts = [int(n) for n in args.trainers.split(",")]
 
-    from pixpool.client.memory import memory_report
-    from pixpool.client.status import query_status
+    from pixpool.ops.memory_report import memory_report
+    from pixpool.ops.status_client import query_status
     from pixpool.server.daemon.run import run_daemon, stop_process
     from pixpool.shared.stream.config import AugmentConfig, DaemonConfig, StreamSettings
 

@@ -83,7 +83,7 @@ def _pixpool() -> str:
 
 
 def _status(socket_dir: str, timeout_s: float = 2.0) -> dict:
-    from pixpool.client.status import query_status
+    from pixpool.ops.status_client import query_status
 
     return query_status(socket_dir, timeout_s=timeout_s)
 

@@ -119,7 +119,7 @@ def run_daemon_arm(socket_dir: str, settings, epoch: int, timings: dict, epochs:
     """Seconds and images for ``epochs`` epochs from ``epoch`` on; sets ``timings["first_batch_s"]``
     (the first epoch's first batch, workers idle before) and ``timings["ring_nbytes"]``."""
     from pixpool.client import Client
-    from pixpool.client.status import query_status
+    from pixpool.ops.status_client import query_status
 
     n = 0
     with Client(settings, socket_dir=socket_dir, timeout_s=300, as_torch=True, timings=timings) as c:
@@ -182,7 +182,7 @@ def _start_daemon(data: str, imgsz: int, workers: int) -> tuple[mp.Process, str]
 
 
 def _wait(socket_dir: str, workers: int, timeout_s: float = 300) -> dict:
-    from pixpool.client.status import query_status
+    from pixpool.ops.status_client import query_status
     from pixpool.shared.errors import DaemonTimeout
 
     deadline = time.monotonic() + timeout_s
@@ -230,7 +230,7 @@ def main(argv=None) -> int:
         parser.error(f"--hsv {args.hsv!r}: use cpu, device or cpu,device")
 
     _one_thread()
-    from pixpool.client.status import query_status
+    from pixpool.ops.status_client import query_status
     from pixpool.server.daemon.run import stop_process
     from pixpool.server.readers import load_dataset
     from pixpool.server.snapshot.prepare import PrepareOptions, prepare_snapshot

@@ -27,7 +27,7 @@ both; then pixpool with ``hsv_on_device=True`` (the trainer applies HSV in torch
 machine the "device" is the trainer's CPU) against the same Ultralytics runs.
 
 Memory (``--what memory``): total PSS (``/proc/PID/smaps_rollup``) of N trainers and one
-pixpool daemon with ``--mem-workers`` workers (``pixpool.client.memory.memory_report``:
+pixpool daemon with ``--mem-workers`` workers (``pixpool.ops.memory_report.memory_report``:
 each segment once, whole), against N Ultralytics loaders, each a process with its own
 cache='ram' dataset and ``--mem-workers`` workers (PSS of each process and its worker
 children). Every consumer has taken two batches and holds its loader. For the float32
@@ -209,7 +209,7 @@ def start_daemon(
 
 
 def wait_ready(socket_dir: str, workers: int, proc: mp.Process) -> None:
-    from pixpool.client.status import query_status
+    from pixpool.ops.status_client import query_status
     from pixpool.shared.errors import DaemonTimeout
 
     deadline = time.monotonic() + WAIT_S
@@ -487,8 +487,8 @@ def _stop_holders(procs: list[subprocess.Popen]) -> None:
 
 
 def memory(args, dirs: dict, ul_python: str, dtypes: list[str]) -> list[dict]:
-    from pixpool.client.memory import memory_report
-    from pixpool.client.status import query_status
+    from pixpool.ops.memory_report import memory_report
+    from pixpool.ops.status_client import query_status
 
     data_yaml = dirs["detect"] / "data.yaml"
     rows = []

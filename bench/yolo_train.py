@@ -177,8 +177,8 @@ class PssSampler:
 
 def _run_arm(arm: str, concurrent: int, opts: argparse.Namespace, data: Path, work: Path, tag: str) -> dict:
     from pixpool.client.child import serve_child
-    from pixpool.shared.cli.flags import to_argv
     from pixpool.shared.stream.config import DaemonConfig
+    from pixpool.shared.stream.flags import to_argv
 
     env = {**os.environ, "YOLO_OFFLINE": "1", "YOLO_CONFIG_DIR": str(work / "ycfg")}
     results = [work / f"{tag}-{i}.json" for i in range(concurrent)]

@@ -2,7 +2,7 @@
 
 Runs in the operator's process (``pixpool demo``, ``pixpool digest`` without
 ``--socket-dir``). The trainer side never imports the producer's code: it runs
-``pixpool serve`` (``python -P -m pixpool.shared.cli serve ...``) like a user would, waits
+``pixpool serve`` (``python -P -m pixpool.cli serve ...``) like a user would, waits
 until the daemon answers a status request, and on the way out stops it with SIGTERM (its
 clean shutdown removes its rings and the snapshot it created), escalating to SIGKILL
 after ``stop_timeout_s``; the child is always reaped.
@@ -30,7 +30,7 @@ _POLL_S = 0.1
 def cli_command(*args: str) -> list[str]:
     """argv that runs ``pixpool ARGS`` with this interpreter (no PATH lookup), never with the
     working directory on ``sys.path`` (``shared.transport.spawn``)."""
-    return python_argv("pixpool.shared.cli", *args)
+    return python_argv("pixpool.cli", *args)
 
 
 @contextmanager

@@ -8,6 +8,7 @@ the environment is restored afterwards.
 
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -76,3 +77,71 @@ def train(
     }
     with _environment(env):
         return YOLO(model, task=task).train(trainer=TRAINERS[task], **args)
+
+
+def parse_pairs(pairs: list[str], value=lambda v: v) -> dict:
+    """``["k=v", ...]`` -> ``{k: value(v)}``; ConfigError naming a pair without ``=`` or a key given twice."""
+    out: dict = {}
+    for pair in pairs:
+        key, sep, raw = pair.partition("=")
+        key, raw = key.strip(), raw.strip()
+        if not sep or not key or not raw:
+            raise ConfigError(
+                f"argument {pair!r} is not key=value (e.g. epochs=3); `pixpool yolo train` takes Ultralytics' key=value pairs",
+                field=key or None,
+            )
+        if key in out:
+            raise ConfigError(f"{key}= is given twice ({out[key]!r} and {raw!r}); give it once", field=key)
+        out[key] = raw if key in ("name", "project") else value(raw)
+    return out
+
+
+def train_command(pairs: list[str]) -> int:
+    """``pixpool yolo train KEY=VALUE ...`` (``cli/yolo.py``): parse the pairs as Ultralytics does,
+    check the keys, train, and print the one-line summary."""
+    from . import failures
+
+    require_ultralytics("pixpool yolo train")
+    failures.check_cv2()
+    from ultralytics.cfg import DEFAULT_CFG_DICT, smart_value
+
+    overrides = parse_pairs(pairs, smart_value)
+    if "model" not in overrides:
+        raise ConfigError(
+            "model= is missing; name an Ultralytics model, e.g. model=yolo11n.yaml (from scratch) or model=yolo11n.pt",
+            field="model",
+        )
+    overrides.setdefault("plots", False)
+    socket_dir = overrides.pop("socket_dir", None)
+    _check_keys(overrides)
+    try:
+        metrics = train(socket_dir=None if socket_dir is None else str(socket_dir), **overrides)
+    except (SyntaxError, RuntimeError, ConnectionError, FileNotFoundError) as exc:
+        # The mistakes a user makes become one line naming the key or file (``failures.explain``).
+        shaped = failures.explain(exc, overrides=overrides, valid_keys=DEFAULT_CFG_DICT)
+        if shaped is None:
+            raise
+        raise shaped from None
+    results = getattr(metrics, "results_dict", None) or {}
+    shown = ", ".join(f"{k} {v:.4f}" for k, v in results.items() if isinstance(v, float))
+    save_dir = getattr(metrics, "save_dir", None)
+    print(f"pixpool yolo train: done; {shown}" + (f"; results in {save_dir}" if save_dir else ""), flush=True)
+    return 0
+
+
+def _check_keys(overrides: dict) -> None:
+    """Ultralytics' own key check, before anything starts, without the help screen it logs
+    first (its ``SyntaxError`` becomes one line: ``failures.explain``)."""
+    from ultralytics.cfg import DEFAULT_CFG_DICT, check_dict_alignment
+    from ultralytics.utils import LOGGER
+
+    from . import failures
+
+    level = LOGGER.level
+    LOGGER.setLevel(logging.WARNING)
+    try:
+        check_dict_alignment(DEFAULT_CFG_DICT, dict(overrides))
+    except SyntaxError as exc:
+        raise failures.explain(exc, overrides=overrides, valid_keys=DEFAULT_CFG_DICT) from None
+    finally:
+        LOGGER.setLevel(level)

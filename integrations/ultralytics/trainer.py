@@ -53,9 +53,9 @@ from ultralytics.utils.patches import override_configs
 
 from ...client.child import serve_child
 from ...client.loader import Loader, distributed_rank
-from ...shared.cli.flags import to_argv
 from ...shared.errors import ConfigError
 from ...shared.stream.config import DaemonConfig
+from ...shared.stream.flags import to_argv
 from ...shared.stream.served_data import ExpectedData, expect_entries
 from ...shared.transport import endpoint as ep
 from ...shared.transport.control import request_status

@@ -164,7 +164,7 @@ class Daemon:
                 poller.register(s, zmq.POLLIN)
             self.supervisor.start(self.config.workers, poller)
             if self.config.metrics_port is not None:
-                from .metrics import Metrics
+                from ...ops.metrics import Metrics
 
                 self.metrics = Metrics(self.config.metrics_host, self.config.metrics_port).start()
                 self.metrics.publish(self.status())
@@ -277,7 +277,7 @@ class Daemon:
         delivery.send(sock, req.identity, proto.encode_reply(Op.STATUS, **self.status()))
 
     def _on_health(self, sock: zmq.Socket, req: intake.Request, msg: dict) -> None:
-        from .status import build_health
+        from ...ops.status_reply import build_health
 
         delivery.send(sock, req.identity, proto.encode_reply(Op.HEALTH, **build_health(self)))
 
@@ -542,7 +542,7 @@ class Daemon:
 
     # -- status and shutdown -------------------------------------------------------------
     def status(self) -> dict:
-        from .status import build_status
+        from ...ops.status_reply import build_status
 
         return build_status(self)
 

@@ -9,7 +9,7 @@
 - ``digest``: the SHA-256 of a delivered batch (equal digests, equal bytes).
 
 Nothing here knows how bytes move (``pixpool.shared.transport``; ``config`` takes only the
-default store's path from it) or how a command line is parsed (``pixpool.shared.cli``).
+default store's path from it) or how a command line is parsed (``pixpool.cli``).
 """
 
 from .._lazy import lazy_exports

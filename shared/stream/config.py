@@ -9,7 +9,7 @@ Code both sides import.
 - ``PrepareOptions``: the part of it a preparation needs (``DaemonConfig.prepare_options``).
 
 Each field's help text and, where it differs from ``--field-name``, its flag live in the
-field's metadata: the command lines are generated from the fields (``shared/cli/flags.py``),
+field's metadata: the command lines are generated from the fields (``shared/stream/flags.py``),
 so every setting is reachable from the CLI with its default in ``--help``. Range checks live
 in one table (``_RANGES``); a bad value raises ``ConfigError`` naming the field.
 

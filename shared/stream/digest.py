@@ -1,9 +1,8 @@
 """The digest of a delivered batch: equal digests mean equal bytes.
 
 Code both sides import: the producer hashes batches it renders (``--reference`` and
-``--in-process``, ``server/commands/digest.py``), a trainer-side client hashes the batches
-a daemon delivers (``client/commands/digest.py``). Their one command line is
-``shared/cli/digest_args.py``.
+``--in-process``, ``server/local_stream.py``), a trainer-side client hashes the batches
+a daemon delivers. Their one command line is ``cli/digest.py``.
 """
 
 from __future__ import annotations

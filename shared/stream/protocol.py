@@ -368,7 +368,7 @@ REPLIES: dict[Op, Message] = {
     Op.HEARTBEAT: Message("the daemon's loop runs and knows this trainer", {"trainer_id": _int(_TID)}),
     Op.DETACHED: Message("the session is over", {"trainer_id": _int(_TID)}),
     Op.STATUS: Message(
-        "the daemon's state (``server/daemon/status.py``)",
+        "the daemon's state (``ops/status_reply.py``)",
         {
             "daemon": _map("the daemon's settings and counters"),
             "snapshot": _map("the training split's snapshot"),

@@ -1,7 +1,7 @@
 """Check command lines written into deployment files against the real parsers.
 
 Runs in the pytest process and starts nothing: a ``pixpool ...`` argv is parsed by the
-sub-command's own parser (built as ``pixpool.shared.cli.main`` builds it), a ``torchrun ...``
+sub-command's own parser (built as ``pixpool.cli.main`` builds it), a ``torchrun ...``
 argv by torch's own (``torch.distributed.run.get_args_parser``) and the script it runs by
 that script's ``parse_args``. An unknown or abbreviated flag or a bad value raises
 ``BadCommand`` naming it.
@@ -34,14 +34,14 @@ def _strict(parser: argparse.ArgumentParser, where: str) -> argparse.ArgumentPar
 
 def parse_pixpool(argv: list[str]) -> argparse.Namespace:
     """``argv`` starts with ``pixpool``; parsed by the sub-command's own parser."""
-    from pixpool.shared.cli.main import COMMANDS
+    from pixpool.cli.main import COMMANDS
 
     if not argv or argv[0] != "pixpool":
         raise BadCommand(f"{argv}: not a pixpool command line")
     if len(argv) < 2 or argv[1] not in COMMANDS:
         raise BadCommand(f"{argv}: {argv[1:2]} is not a pixpool command; known: {sorted(COMMANDS)}")
     name, rest = argv[1], argv[2:]
-    module = importlib.import_module(f"pixpool.{COMMANDS[name].module_for(rest)}")
+    module = importlib.import_module(f"pixpool.cli.{COMMANDS[name].module}")
     parser = _strict(argparse.ArgumentParser(prog=f"pixpool {name}"), " ".join(argv))
     module.configure(parser, name)
     args = parser.parse_args(rest)

@@ -23,8 +23,8 @@ import psutil
 import pytest
 
 from helpers.daemon import WAIT_S, ask_status
-from pixpool.shared.cli.flags import to_argv
 from pixpool.shared.stream.config import DaemonConfig
+from pixpool.shared.stream.flags import to_argv
 
 UNSHARE = ["unshare", "--pid", "--fork", "--mount-proc"]
 
@@ -49,7 +49,7 @@ def in_pid_namespace(argv: list[str], timeout_s: float = WAIT_S) -> subprocess.C
 
 
 def pixpool_in_pid_namespace(args: list[str], timeout_s: float = WAIT_S) -> subprocess.CompletedProcess:
-    return in_pid_namespace([sys.executable, "-m", "pixpool.shared.cli", *args], timeout_s)
+    return in_pid_namespace([sys.executable, "-m", "pixpool.cli", *args], timeout_s)
 
 
 class NsDaemon:
@@ -96,7 +96,7 @@ def ns_daemon(data, socket_dir: str, *, imgsz: int, workers: int = 1, extra: tup
     until it answers ``status`` with its workers up. Killed (SIGKILL, the whole namespace
     with it) and reaped on exit unless the test stopped it."""
     config = DaemonConfig(data=str(data), imgsz=imgsz, workers=workers, processes=1, socket_dir=socket_dir)
-    argv = [*UNSHARE, sys.executable, "-m", "pixpool.shared.cli", "serve", *to_argv(config), *extra]
+    argv = [*UNSHARE, sys.executable, "-m", "pixpool.cli", "serve", *to_argv(config), *extra]
     log = tempfile.TemporaryFile("w+")  # a file, not a pipe: a chatty daemon never blocks on it
     proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=log, text=True, env=_env())
     try:

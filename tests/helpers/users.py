@@ -36,7 +36,7 @@ def cli_as(user: User, argv: list[str], *, timeout_s: float = 60.0) -> tuple[int
 
     Forked rather than exec'd: the test interpreter may live where that user cannot
     reach it (a pyenv under /root), and the child needs nothing it has not imported."""
-    from pixpool.shared.cli import main
+    from pixpool.cli import main
 
     def run() -> None:
         code = main(argv)

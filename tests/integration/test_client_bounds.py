@@ -16,7 +16,7 @@ import zmq.auth
 
 from helpers.daemon import WAIT_S, ask_status, free_port, real_daemon
 from helpers.wire import raw_frame
-from pixpool.shared.cli import main
+from pixpool.cli import main
 from pixpool.shared.stream import protocol as proto
 from pixpool.shared.stream.config import AugmentConfig, StreamSettings
 from pixpool.shared.transport import endpoint as ep

@@ -76,7 +76,7 @@ def test_workers_are_light_and_never_import_torch(daemon):
 
 
 def test_status_and_monitor_commands(daemon, capsys):
-    from pixpool.shared.cli import main
+    from pixpool.cli import main
 
     _, d = daemon
     with Client(settings(3), socket_dir=d, timeout_s=WAIT_S) as c:
@@ -164,7 +164,7 @@ def test_silent_trainer_is_detached_after_heartbeat_timeout(daemon, dealer):
 
 
 def test_daemon_digests_running_and_temporary_daemon(daemon, dataset, synthetic_data):
-    from pixpool.client.commands.digest import daemon_digests
+    from pixpool.cli.digest import daemon_digests
 
     _, d = daemon
     s = settings(9)
@@ -296,7 +296,7 @@ def test_new_epoch_iterator_replaces_the_old_one(daemon, dataset):
 
 def test_train_command_trains_on_the_daemons_stream(daemon, capsys, tmp_path):
     """``pixpool train``: a trainer from the command line, attached to the running daemon."""
-    from pixpool.shared.cli import main
+    from pixpool.cli import main
 
     _, d = daemon
     argv = [

@@ -122,7 +122,7 @@ def test_pose_and_obb_rows_arrive_at_their_width_and_mask_settings_are_ignored(
             assert client.delivery == proto.DELIVERY_FRAMES
             _check_epoch(client, source, s)
         # pixpool's own detector trains on 6-column rows: it points to Ultralytics instead.
-        from pixpool.shared.cli import main
+        from pixpool.cli import main
 
         argv = ["train", "--socket-dir", d, "--imgsz", str(IMGSZ), "--batch-size", "5", "--max-steps", "1"]
         assert main([*argv, "--project", str(tmp_path / "run")]) == 1
@@ -200,8 +200,8 @@ def test_digest_and_loader_of_a_segment_daemon(synthetic_data, records):
     carry the planes as ``masks`` (a view of the slot with ``zero_copy``, else their own),
     which survive a rebuild by type; the loader names the task."""
     torch = pytest.importorskip("torch")
+    from pixpool.cli.digest import daemon_digests
     from pixpool.client import attach
-    from pixpool.client.commands.digest import daemon_digests
 
     s = _settings(21)
     source = _Expected(records, "segment")

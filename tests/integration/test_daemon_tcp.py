@@ -27,8 +27,8 @@ def test_tcp_requires_keys():
 
 
 def test_tcp_stream_equals_local_and_refuses_strangers(synthetic_data, tmp_path, dealer):
+    from pixpool.cli import main
     from pixpool.server.readers import load_dataset
-    from pixpool.shared.cli import main
     from pixpool.shared.transport.endpoint import write_keys
 
     keys = tmp_path / "keys"

@@ -20,7 +20,7 @@ def test_demo_runs_two_trainers_and_leaves_nothing(tmp_path):
         [
             sys.executable,
             "-m",
-            "pixpool.shared.cli",
+            "pixpool.cli",
             "demo",
             "--workdir",
             str(tmp_path),

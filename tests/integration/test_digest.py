@@ -7,7 +7,7 @@ import os
 
 import pytest
 
-from pixpool.shared.cli import main
+from pixpool.cli import main
 from pixpool.shared.transport.names import list_segments
 
 

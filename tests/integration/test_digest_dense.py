@@ -13,7 +13,7 @@ import cv2
 import numpy as np
 import pytest
 
-from pixpool.shared.cli import main
+from pixpool.cli import main
 from pixpool.shared.stream.config import DEFAULT_MAX_INSTANCES
 
 DENSE = DEFAULT_MAX_INSTANCES + 200

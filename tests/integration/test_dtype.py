@@ -16,14 +16,14 @@ import pytest
 
 from helpers.daemon import real_daemon
 from helpers.snapshot import created_by_me, remove_snapshot
-from pixpool.server import accountant
+from pixpool.cli import main
+from pixpool.ops import accounting as accountant
 from pixpool.server.augment import render_batch
 from pixpool.server.readers import load_dataset
 from pixpool.server.snapshot import layout
 from pixpool.server.snapshot.fingerprint import lineage_of
 from pixpool.server.snapshot.handle import list_snapshots
 from pixpool.server.snapshot.prepare import PrepareOptions, prepare_snapshot
-from pixpool.shared.cli import main
 from pixpool.shared.errors import ConfigError
 from pixpool.shared.stream.config import FILL_VALUE, AugmentConfig, DaemonConfig, StreamSettings
 from pixpool.shared.stream.digest import batch_digest

@@ -123,7 +123,7 @@ def test_no_daemon_times_out_with_clear_message():
 
 
 def test_daemon_sigkill_restart_reattaches_then_clean_removes_all(synthetic_data, dataset):
-    from pixpool.shared.cli import main
+    from pixpool.cli import main
 
     s = settings(13, batch_size=2)
     d = short_socket_dir()
@@ -179,7 +179,7 @@ def test_serve_command_ctrl_c_exits_cleanly(synthetic_data):
     cmd = [
         sys.executable,
         "-m",
-        "pixpool.shared.cli",
+        "pixpool.cli",
         "serve",
         str(synthetic_data.coco_json),
         "--imgsz",
@@ -225,7 +225,7 @@ def test_serve_sigterm_while_preparing_leaves_nothing(coco128):
     cmd = [
         sys.executable,
         "-m",
-        "pixpool.shared.cli",
+        "pixpool.cli",
         "serve",
         str(coco128 / "annotations" / "instances_train2017.json"),
         "--imgsz",
@@ -337,8 +337,8 @@ def test_a_daemon_restarted_on_a_changed_dataset_stops_the_trainer_unless_it_fol
     version of the dataset (4 images fewer). The trainer must not go on silently on other
     images: it stops with SnapshotChangedError naming both snapshots, and its ring on the
     new daemon is gone; with ``follow_snapshot`` it goes on with the new snapshot."""
+    from pixpool.cli import main
     from pixpool.server.readers import load_dataset
-    from pixpool.shared.cli import main
     from pixpool.shared.errors import SnapshotChangedError
 
     data = synthetic_copy / "annotations" / "instances_train.json"

@@ -13,7 +13,7 @@ import time
 
 import pytest
 
-from pixpool.server.commands.snapshots import plan_clean
+from pixpool.cli.snapshots import plan_clean
 from pixpool.server.daemon import run
 from pixpool.server.snapshot import label_index
 from pixpool.server.snapshot.handle import label_indexes, list_snapshots

@@ -86,7 +86,7 @@ def test_a_closed_loader_says_so(daemon_dir):
 
 
 def test_pixpool_train_and_attach_without_a_daemon_fail_at_once(tmp_path, capsys):
-    from pixpool.shared.cli import main
+    from pixpool.cli import main
     from pixpool.shared.errors import DaemonNotFound
 
     missing = tmp_path / "no-daemon-here"

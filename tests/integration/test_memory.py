@@ -17,8 +17,8 @@ from prometheus_client.parser import text_string_to_metric_families
 from helpers.daemon import WAIT_S, ask_status, free_port, real_daemon, wait_for
 from helpers.snapshot import created_by_me
 from helpers.trainers import holding_trainers
+from pixpool.cli import main
 from pixpool.client import Client
-from pixpool.shared.cli import main
 from pixpool.shared.errors import CapacityError
 from pixpool.shared.stream.config import AugmentConfig, StreamSettings
 from pixpool.shared.transport.names import list_segments, ring_prefix

@@ -22,9 +22,9 @@ import pytest
 from helpers.daemon import WAIT_S, ask_status, digest_of, real_daemon, reference_stream, short_socket_dir, wait_for
 from helpers.pidns import ns_daemon, pixpool_in_pid_namespace, require_pid_namespaces
 from helpers.snapshot import remove_snapshot
+from pixpool.cli import main
 from pixpool.client import Client
 from pixpool.server.readers import load_dataset
-from pixpool.shared.cli import main
 from pixpool.shared.stream import protocol as proto
 from pixpool.shared.stream.config import AugmentConfig, StreamSettings
 from pixpool.shared.transport.names import parse, shm_path

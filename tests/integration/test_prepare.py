@@ -13,7 +13,7 @@ from PIL import Image
 
 from helpers import failing_decoder
 from helpers.snapshot import created_by_me, dataset_of, remove_snapshot, write_jpegs
-from pixpool.server import accountant
+from pixpool.ops import accounting as accountant
 from pixpool.server.readers import load_dataset
 from pixpool.server.snapshot import decode, prepare
 from pixpool.server.snapshot.fingerprint import base_name, fingerprint

@@ -13,10 +13,10 @@ import pytest
 
 from helpers.daemon import wait_for
 from helpers.snapshot import created_by_me, remove_snapshot
+from pixpool.cli import main
 from pixpool.server.readers import load_dataset
 from pixpool.server.snapshot.fingerprint import base_name, fingerprint
 from pixpool.server.snapshot.handle import read_header
-from pixpool.shared.cli import main
 from pixpool.shared.transport.holds import holds_of
 from pixpool.shared.transport.names import list_segments, shm_path, snapshot_base
 from pixpool.shared.transport.names import snapshot_parts as parts_of_base
@@ -327,7 +327,7 @@ def test_sigkill_during_prepare_then_clean_removes_everything(coco128, tmp_path)
     base = base_name(fingerprint(load_dataset(ann, img_dir), imgsz=640))
     parts = parts_of_base(base)
     proc = subprocess.Popen(
-        [sys.executable, "-m", "pixpool.shared.cli", "prepare", str(ann), "--images", str(img_dir), "--processes", "2", "--json"],
+        [sys.executable, "-m", "pixpool.cli", "prepare", str(ann), "--images", str(img_dir), "--processes", "2", "--json"],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE,
     )  # fmt: skip
     try:
@@ -365,7 +365,7 @@ def test_sigkill_during_prepare_then_clean_removes_everything(coco128, tmp_path)
 def test_clean_decisions():
     """What ``clean`` keeps is what is held (``shared.transport.holds``), whatever pid a ring's name
     carries: a ring of "live" pid 1 nobody holds goes, a held one stays with its state."""
-    from pixpool.server.commands.snapshots import plan_clean
+    from pixpool.cli.snapshots import plan_clean
     from pixpool.shared.transport.holds import Holds
     from pixpool.shared.transport.names import ring_segment, snapshot_parts
 

@@ -12,13 +12,13 @@ import pytest
 
 from helpers.snapshot import remove_snapshot
 from helpers.task_sets import KPT_FLIP, coco_pose_set, yolo_set
-from pixpool.server import accountant
+from pixpool.cli import main
+from pixpool.ops import accounting as accountant
 from pixpool.server.readers import load_dataset
 from pixpool.server.snapshot.fingerprint import lineage_of
 from pixpool.server.snapshot.handle import Snapshot, read_header
 from pixpool.server.snapshot.prepare import PrepareOptions, prepare_snapshot
 from pixpool.server.snapshot.reference import ReferenceSource
-from pixpool.shared.cli import main
 from pixpool.shared.errors import ConfigError
 from pixpool.shared.transport.names import shm_path, snapshot_parts
 

@@ -22,7 +22,7 @@ IMGSZ = 64
 
 
 def _serve(folder, socket_dir: str, *extra: str) -> subprocess.Popen:
-    cmd = [sys.executable, "-m", "pixpool.shared.cli", "serve", str(folder), "--imgsz", str(IMGSZ), "--workers", "1",
+    cmd = [sys.executable, "-m", "pixpool.cli", "serve", str(folder), "--imgsz", str(IMGSZ), "--workers", "1",
            "--processes", "1", "--socket-dir", socket_dir, *extra]  # fmt: skip
     return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 

@@ -12,8 +12,8 @@ from __future__ import annotations
 import pytest
 
 from helpers.daemon import WAIT_S, real_daemon
+from pixpool.cli import main
 from pixpool.client import attach
-from pixpool.shared.cli import main
 from pixpool.shared.errors import DatasetMismatchError
 
 IMGSZ = 64

@@ -1,7 +1,7 @@
 """The sides at run time: a trainer loads no producer code, a serving node runs without torch,
 a bad setting fails before anything is decoded, and a daemon's refusal keeps its class.
 
-Integration tests: CLI children (``python -m pixpool.shared.cli``) and spawned daemons,
+Integration tests: CLI children (``python -m pixpool.cli``) and spawned daemons,
 every one reaped; each wait is bounded.
 """
 
@@ -31,7 +31,7 @@ IMGSZ = 96
 def test_a_trainer_process_loads_no_producer_code():
     code = textwrap.dedent("""
         import sys
-        import pixpool.client.client, pixpool.client.delivery, pixpool.client.commands.digest
+        import pixpool.client.client, pixpool.client.delivery, pixpool.cli.digest
         print([m for m in sys.modules if m.startswith("pixpool.server") or m in ("cv2", "torch", "pycocotools")])
     """)
     out = subprocess.run(

@@ -42,7 +42,7 @@ def dataset(synthetic_data):
 def test_the_daemon_serves_from_the_store_byte_identical_in_place(store, synthetic_data, dataset):
     """Snapshot and rings live in the store; the trainer proves it maps its ring and reads
     the slots in place; the bytes equal the reference; the memory report measures the store."""
-    from pixpool.client.memory import memory_report
+    from pixpool.ops.memory_report import memory_report
 
     s = _settings(3)
     with real_daemon(synthetic_data.coco_json, imgsz=IMGSZ, workers=1, store=store) as (proc, d):

@@ -25,6 +25,7 @@ import time
 import pytest
 
 from helpers.users import as_user
+from pixpool.cli import main
 from pixpool.server.daemon import run
 from pixpool.server.daemon.sweeps import sweep_rings
 from pixpool.server.readers import load_dataset
@@ -32,7 +33,6 @@ from pixpool.server.snapshot import label_index
 from pixpool.server.snapshot.handle import label_indexes
 from pixpool.server.snapshot.load import splits
 from pixpool.server.snapshot.prepare import PrepareOptions, prepare_snapshot
-from pixpool.shared.cli import main
 from pixpool.shared.errors import UntrustedSegmentError
 from pixpool.shared.stream.config import DaemonConfig
 from pixpool.shared.transport import holds

@@ -8,9 +8,9 @@ import os
 import pytest
 
 from helpers.daemon import WAIT_S, ask_status, digest_of, real_daemon, reference_stream, wait_for
+from pixpool.cli import main
 from pixpool.client import Client
 from pixpool.server.readers import load_dataset
-from pixpool.shared.cli import main
 from pixpool.shared.errors import DaemonStopped
 from pixpool.shared.stream.config import AugmentConfig, StreamSettings
 from pixpool.shared.transport.names import shm_path

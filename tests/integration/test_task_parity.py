@@ -347,7 +347,7 @@ def test_digest_with_another_task_names_the_label_file_and_line(task_sets, tmp_p
     label line, naming the file, the line and what a pose line holds; no digest is printed."""
     import shutil
 
-    from pixpool.shared.cli import main
+    from pixpool.cli import main
 
     root = tmp_path / "seg-as-pose"
     shutil.copytree(task_sets["segment"].parent, root)

@@ -15,7 +15,7 @@ import pytest
 import torch
 
 from helpers.daemon import WAIT_S, real_daemon
-from pixpool.shared.cli import main
+from pixpool.cli import main
 
 IMGSZ = 64
 

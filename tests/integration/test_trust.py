@@ -14,11 +14,11 @@ import pytest
 
 from helpers.snapshot import remove_snapshot
 from helpers.users import as_user, cli_as
+from pixpool.cli import main
 from pixpool.server.readers import load_dataset
 from pixpool.server.snapshot.fingerprint import base_name, fingerprint
 from pixpool.server.snapshot.handle import Snapshot
 from pixpool.server.snapshot.prepare import PrepareOptions, prepare_snapshot
-from pixpool.shared.cli import main
 from pixpool.shared.errors import CapacityError, ConfigError, UntrustedSegmentError
 from pixpool.shared.transport.names import shm_path, snapshot_base, snapshot_parts
 

@@ -94,7 +94,7 @@ def test_yolo_train_trains_and_validates_offline(synthetic_copy, tmp_path, offli
     cmd = [
         sys.executable,
         "-m",
-        "pixpool.shared.cli",
+        "pixpool.cli",
         "yolo",
         "train",
         f"data={synthetic_copy / 'data.yaml'}",
@@ -251,7 +251,7 @@ def test_a_daemon_serving_other_classes_is_refused(synthetic_copy, tmp_path, off
     ],
 )
 def test_yolo_train_refuses_unsupported_settings_by_name(synthetic_copy, tmp_path, offline, capsys, extra, named):
-    from pixpool.shared.cli import main
+    from pixpool.cli import main
 
     pairs = {
         "data": str(synthetic_copy / "data.yaml"),
@@ -288,7 +288,7 @@ def test_yolo_train_mistakes_end_in_one_line_and_leave_no_run_folder(synthetic_c
     pairs.update([pair.split("=", 1)])
     argv = [*[f"{k}={v}" for k, v in pairs.items()], "device=cpu", f"project={tmp_path / 'runs'}", "name=run"]
     proc = subprocess.run(
-        [sys.executable, "-m", "pixpool.shared.cli", "yolo", "train", *argv],
+        [sys.executable, "-m", "pixpool.cli", "yolo", "train", *argv],
         env={**os.environ, **offline, **_NO_NETWORK},
         capture_output=True,
         text=True,
@@ -322,7 +322,7 @@ def test_yolo_train_stops_the_daemon_it_started_on_ctrl_c_and_on_errors(syntheti
         pairs.append("optimizer=NoSuchOptimizer")  # Ultralytics raises building it, after the stream attached
     with open(log_path, "w") as log:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "pixpool.shared.cli", "yolo", "train", *pairs],
+            [sys.executable, "-m", "pixpool.cli", "yolo", "train", *pairs],
             env={**os.environ, **offline},
             stdout=subprocess.DEVNULL,
             stderr=log,

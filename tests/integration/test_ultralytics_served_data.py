@@ -33,7 +33,7 @@ def test_yolo_train_refuses_a_daemon_serving_another_dataset(synthetic_data, tmp
         cmd = [
             sys.executable,
             "-m",
-            "pixpool.shared.cli",
+            "pixpool.cli",
             "yolo",
             "train",
             f"data={other.data_yaml}",

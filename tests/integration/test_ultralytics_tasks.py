@@ -434,7 +434,7 @@ def _coco128_segment(coco128: Path, root: Path) -> Path:
 def _synth(root: Path, task: str) -> Path:
     """``pixpool synth OUT --task TASK``: the synthetic set of ``task`` and its data.yaml."""
     proc = subprocess.run(
-        [sys.executable, "-m", "pixpool.shared.cli", "synth", str(root), "--task", task],
+        [sys.executable, "-m", "pixpool.cli", "synth", str(root), "--task", task],
         check=False,
         capture_output=True,
         text=True,
@@ -471,7 +471,7 @@ def test_yolo_train_one_epoch_at_320_per_task(task, tmp_path, offline, request):
     cmd = [
         sys.executable,
         "-m",
-        "pixpool.shared.cli",
+        "pixpool.cli",
         "yolo",
         "train",
         f"data={data}",
@@ -543,7 +543,7 @@ def test_a_segment_trainer_refuses_a_daemon_serving_detect(synthetic_copy, tmp_p
     ids=["classify", "overlap-mask-false", "detect-model-segment-task", "pose-model-obb-task"],
 )
 def test_yolo_train_refuses_what_the_ring_cannot_carry(synthetic_copy, tmp_path, offline, capsys, pairs, said):
-    from pixpool.shared.cli import main
+    from pixpool.cli import main
 
     base = {"data": str(synthetic_copy / "data.yaml"), "epochs": "1", "imgsz": "160", "project": str(tmp_path / "runs")}
     base.update(p.split("=", 1) for p in pairs)

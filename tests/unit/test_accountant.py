@@ -6,8 +6,8 @@ import os
 
 import numpy as np
 
-from pixpool.server import accountant
-from pixpool.shared.cli import text
+from pixpool.ops import accounting as accountant
+from pixpool.shared import text
 from pixpool.shared.transport import procmem
 from pixpool.shared.transport.shm import SharedSegment, unlink_segment
 

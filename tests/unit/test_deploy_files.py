@@ -20,8 +20,8 @@ import pytest
 import yaml
 
 from helpers.commands import REPO, BadCommand, parse_command, parse_pixpool, parse_torchrun
-from pixpool.shared.cli.flags import from_args
 from pixpool.shared.stream.config import DaemonConfig
+from pixpool.shared.stream.flags import from_args
 
 # The newest Kubernetes version whose schemas the installed kubernetes-validate bundles.
 K8S_VERSION = kubernetes_validate.latest_version()

@@ -12,8 +12,8 @@ import kubernetes_validate
 import yaml
 
 from helpers.commands import REPO, parse_pixpool
-from pixpool.shared.cli.flags import from_args
 from pixpool.shared.stream.config import DaemonConfig
+from pixpool.shared.stream.flags import from_args
 
 _EVERY_ADDRESS = {"0.0.0.0", "::", ""}
 

@@ -10,9 +10,9 @@ from __future__ import annotations
 import argparse
 import dataclasses
 
-from pixpool.shared.cli import digest_args
-from pixpool.shared.cli.flags import flag_of
+from pixpool.cli import digest as digest_args
 from pixpool.shared.stream.config import DaemonConfig, changes_bytes
+from pixpool.shared.stream.flags import flag_of
 
 
 def _digest_parser() -> argparse.ArgumentParser:

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from pixpool.cli import train as train_cmd
 from pixpool.client.checkpoint import resumed_config
-from pixpool.client.commands import train as train_cmd
 from pixpool.client.fit_config import DETECTOR_SCALES, FitConfig, explicit_settings, flat_settings
 from pixpool.client.loader import attach, stream_settings
 from pixpool.client.run_dir import claim

@@ -7,8 +7,8 @@ import os
 
 import pytest
 
-from pixpool.client.memory import break_even
-from pixpool.shared.cli.flags import parse_size
+from pixpool.ops.memory_report import break_even
+from pixpool.shared.stream.flags import parse_size
 from pixpool.shared.transport.procmem import parse_rollup, rollup_figures
 
 ROLLUP = """\
@@ -69,7 +69,7 @@ def test_plot_draws_a_record(tmp_path):
     pytest.importorskip("matplotlib", reason="pixpool plot needs the plot extra")
     from PIL import Image
 
-    from pixpool.client.plot import plot, read_record
+    from pixpool.ops.plot import plot, read_record
 
     record = tmp_path / "rec.jsonl"
     record.write_text("".join(json.dumps(_sample(100.0 + i, min(i, 4))) + "\n" for i in range(8)))
@@ -79,7 +79,7 @@ def test_plot_draws_a_record(tmp_path):
 
 
 def test_plot_names_a_bad_line(tmp_path):
-    from pixpool.client.plot import read_record
+    from pixpool.ops.plot import read_record
     from pixpool.shared.errors import ConfigError
 
     record = tmp_path / "rec.jsonl"
@@ -92,7 +92,7 @@ def test_plot_draws_training_results(tmp_path):
     pytest.importorskip("matplotlib", reason="pixpool plot needs the plot extra")
     from PIL import Image
 
-    from pixpool.client.plot import plot_any, read_record
+    from pixpool.ops.plot import plot_any, read_record
 
     rows = [
         {
@@ -128,8 +128,8 @@ def _idle_status(store) -> dict:
 
 
 def test_memory_report_has_the_store_block(tmp_path):
-    from pixpool.client.memory import memory_report
-    from pixpool.client.view import memory_lines
+    from pixpool.ops.memory_report import memory_report
+    from pixpool.ops.view import memory_lines
 
     report = memory_report(_idle_status(tmp_path))
     store, vfs = report["store"], os.statvfs(tmp_path)
@@ -141,7 +141,7 @@ def test_memory_report_has_the_store_block(tmp_path):
 
 def test_metrics_have_store_names(tmp_path):
     pytest.importorskip("prometheus_client")
-    from pixpool.server.daemon.metrics import Metrics, _Collector
+    from pixpool.ops.metrics import Metrics, _Collector
 
     metrics = Metrics("127.0.0.1", 0)  # not started: the collector reads what was published
     metrics.publish(_idle_status(tmp_path))
@@ -156,7 +156,7 @@ def test_metrics_have_store_names(tmp_path):
 
 
 def test_memory_report_counts_polygon_and_keypoint_bytes_of_every_served_snapshot_once(tmp_path):
-    from pixpool.client.memory import memory_report
+    from pixpool.ops.memory_report import memory_report
 
     status = _idle_status(tmp_path)
     train = {**status["snapshot"], "name": "a", "polygon_bytes": 800, "keypoint_bytes": 6000}

@@ -18,7 +18,7 @@ API_PACKAGES = (
     "pixpool.shared",
     "pixpool.shared.stream",
     "pixpool.shared.transport",
-    "pixpool.shared.cli",
+    "pixpool.cli",
 )
 
 

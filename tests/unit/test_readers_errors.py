@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from pixpool.cli import main
 from pixpool.server.readers import load_dataset, read_dataset
-from pixpool.shared.cli import main
 from pixpool.shared.errors import DatasetError, MissingFileError
 
 

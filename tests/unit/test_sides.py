@@ -1,13 +1,15 @@
-"""The house's one rule on imports: shared/ imports neither side, client/ never server/, server/ never client/.
+"""The house's one rule on imports: they run one way (``docs/architecture.md``, "Which part may import which").
 
+shared/ imports no other part; client/ never server/; server/ never client/; ``ops/``
+(accounting, metrics, status, monitor views, plots) imports shared/ only, and server/ may
+import it (the daemon's metrics and status reply).
 ``integrations/`` (bridges to other frameworks) is trainer side: it may import client/ and
-shared/, never server/, and no other side imports it. Ultralytics (AGPL-3.0) is imported
-only under ``pixpool.integrations.ultralytics``.
+shared/, never server/. ``cli/`` (every command and the dispatcher) may import every part and
+no part imports it. Ultralytics (AGPL-3.0) is imported only under
+``pixpool.integrations.ultralytics``.
 
 Walks the installed package's files with ``ast`` (every ``import`` and ``from`` statement,
-at any depth, relative ones resolved), so a lazy import inside a function counts too. The
-``pixpool`` dispatcher (``shared/cli/main.py``) names sub-command modules as strings and imports
-the chosen one with ``importlib``: that is the one place that knows both sides, by design.
+at any depth, relative ones resolved), so a lazy import inside a function counts too.
 """
 
 from __future__ import annotations
@@ -17,22 +19,28 @@ from pathlib import Path
 
 import pytest
 
+import pixpool.cli
 import pixpool.client
 import pixpool.integrations
+import pixpool.ops
 import pixpool.server
 import pixpool.shared
 
 SIDES = {
+    "cli": pixpool.cli,
     "server": pixpool.server,
     "client": pixpool.client,
     "shared": pixpool.shared,
     "integrations": pixpool.integrations,
+    "ops": pixpool.ops,
 }
 FORBIDDEN = {
-    "shared": {"server", "client", "integrations"},
-    "client": {"server", "integrations"},
-    "server": {"client", "integrations"},
-    "integrations": {"server"},
+    "cli": set(),
+    "ops": {"server", "client", "integrations", "cli"},
+    "shared": {"server", "client", "integrations", "cli", "ops"},
+    "client": {"server", "integrations", "cli", "ops"},
+    "server": {"client", "integrations", "cli"},
+    "integrations": {"server", "cli", "ops"},
 }
 
 
@@ -122,8 +130,9 @@ def test_every_module_is_walked():
         "pixpool.server.daemon.service",
         "pixpool.server.snapshot.prepare",
         "pixpool.client.client",
-        "pixpool.client.commands.train",
-        "pixpool.server.commands.serve",
+        "pixpool.cli.train",
+        "pixpool.cli.serve",
+        "pixpool.ops.memory_report",
         "pixpool.integrations.ultralytics.trainer",
     ):
         assert expected in walked

@@ -9,9 +9,9 @@ from pathlib import Path
 import cv2
 import numpy as np
 
+from pixpool.cli import main
 from pixpool.server.readers import load_dataset
 from pixpool.server.synthetic import CATEGORY_IDS, CLASS_NAMES, write_synthetic
-from pixpool.shared.cli import main
 
 
 def _tree_bytes(root: Path) -> dict[str, bytes]:

@@ -10,9 +10,9 @@ import dataclasses
 
 import pytest
 
-from pixpool.shared.cli.flags import add_fields, from_args, to_argv
 from pixpool.shared.errors import ConfigError
 from pixpool.shared.stream.config import AugmentConfig, DaemonConfig, StreamSettings
+from pixpool.shared.stream.flags import add_fields, from_args, to_argv
 
 # Every field away from its default (a test below checks that none is left at it).
 AUGMENT = AugmentConfig(

@@ -7,8 +7,8 @@ import os
 from pathlib import Path
 
 from pixpool.client.loader import attach
-from pixpool.client.memory import memory_report
-from pixpool.client.view import memory_lines
+from pixpool.ops.memory_report import memory_report
+from pixpool.ops.view import memory_lines
 
 ROOT = Path(__file__).resolve().parents[2]
 COLUMNS = "(batch_index, class, cx, cy, w, h)"

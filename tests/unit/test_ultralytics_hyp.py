@@ -11,9 +11,9 @@ import sys
 
 import pytest
 
+from pixpool.cli import main
 from pixpool.integrations.ultralytics import hyp
-from pixpool.integrations.ultralytics.command import parse_pairs
-from pixpool.shared.cli import main
+from pixpool.integrations.ultralytics.run import parse_pairs
 from pixpool.shared.errors import ConfigError
 from pixpool.shared.stream.config import AugmentConfig
 

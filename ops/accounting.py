@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import os
 
-from ..shared.cli.text import format_table, human_bytes
+from ..shared.text import format_table, human_bytes
 from ..shared.transport import store as _store
 from ..shared.transport.names import DEFAULT_STORE, parse, shm_path
 from ..shared.transport.procmem import ProcessMemory

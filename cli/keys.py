@@ -16,7 +16,7 @@ def configure(parser: argparse.ArgumentParser, name: str) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ...shared.transport.endpoint import write_keys
+    from ..shared.transport.endpoint import write_keys
 
     out = write_keys(args.dir, force=args.force)
     print(f"server key pair: {out['server']} {out['server_secret']}")

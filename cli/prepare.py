@@ -15,8 +15,8 @@ import json
 import os
 import sys
 
-from ...shared.cli.flags import add_fields, from_args
-from ...shared.stream.config import DaemonConfig, PrepareOptions
+from ..shared.stream.config import DaemonConfig, PrepareOptions
+from ..shared.stream.flags import add_fields, from_args
 
 # Every flag is the DaemonConfig field a daemon would prepare with (``DaemonConfig.prepare_options``).
 _FIELDS = ("data", "images", *(f.name for f in dataclasses.fields(PrepareOptions) if f.name != "keep_snapshot"))
@@ -29,10 +29,10 @@ def configure(parser: argparse.ArgumentParser, name: str) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ...shared.transport import procmem
-    from .. import accountant
-    from ..snapshot.load import load_split, train_split
-    from ..snapshot.prepare import PreparationTerminated
+    from ..ops import accounting
+    from ..server.snapshot.load import load_split, train_split
+    from ..server.snapshot.prepare import PreparationTerminated
+    from ..shared.transport import procmem
 
     # Validated before the dataset is read: a typo costs nothing. What `pixpool prepare` makes
     # stays until `pixpool clean` (keep_snapshot): that is its purpose.
@@ -62,9 +62,9 @@ def run(args: argparse.Namespace) -> int:
         print(
             f"dataset: {stats.instances} instances, {stats.background} background images, {stats.labels_missing} without a label file"
         )
-        print(accountant.format_snapshot_report(accountant.snapshot_bytes(snap), records=result.records))
+        print(accounting.format_snapshot_report(accounting.snapshot_bytes(snap), records=result.records))
         print()
-        print(accountant.format_process_report(procmem.process_memory([os.getpid()], snap.store)))
+        print(accounting.format_process_report(procmem.process_memory([os.getpid()], snap.store)))
         return 0
     finally:
         snap.close()

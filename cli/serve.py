@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import argparse
 
-from ...shared.cli.flags import add_fields, from_args
-from ...shared.stream.config import DaemonConfig
+from ..shared.stream.config import DaemonConfig
+from ..shared.stream.flags import add_fields, from_args
 
 
 def configure(parser: argparse.ArgumentParser, name: str) -> None:
@@ -21,8 +21,8 @@ def configure(parser: argparse.ArgumentParser, name: str) -> None:
 def run(args: argparse.Namespace) -> int:
     import sys
 
-    from ..daemon.run import run_daemon
-    from ..snapshot.prepare import PreparationTerminated
+    from ..server.daemon.run import run_daemon
+    from ..server.snapshot.prepare import PreparationTerminated
 
     config = from_args(DaemonConfig, args)
     try:

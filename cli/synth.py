@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from ...shared.stream.config import TASKS
+from ..shared.stream.config import TASKS
 
 
 def configure(parser: argparse.ArgumentParser, name: str) -> None:
@@ -28,8 +28,8 @@ def configure(parser: argparse.ArgumentParser, name: str) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ...shared.errors import ConfigError
-    from ..synthetic import write_synthetic
+    from ..server.synthetic import write_synthetic
+    from ..shared.errors import ConfigError
 
     if args.num_images < 1:
         raise ConfigError(f"--num-images must be >= 1, got {args.num_images}")

@@ -1,8 +1,8 @@
 """``pixpool monitor``: the memory footprint and the streams, live.
 
 Runs in the user's shell process. Once a second it asks the daemon for its status,
-measures memory (``client/memory.py``) and redraws one full-screen frame (rich, 80 columns:
-``client/view.py``). ``--once`` prints a single frame (scripts, tests); ``--json`` prints
+measures memory (``ops/memory_report.py``) and redraws one full-screen frame (rich, 80 columns:
+``ops/view.py``). ``--once`` prints a single frame (scripts, tests); ``--json`` prints
 status and figures as one JSON line per sample instead; ``--record FILE`` appends each
 sample as a JSON line to FILE (``pixpool plot FILE`` draws it).
 """
@@ -29,8 +29,8 @@ def configure(parser: argparse.ArgumentParser, name: str) -> None:
 
 
 def sample(args: argparse.Namespace) -> dict:
-    from ..memory import memory_report
-    from ..status import query_status
+    from ..ops.memory_report import memory_report
+    from ..ops.status_client import query_status
 
     st = query_status(args.socket_dir, timeout_s=args.timeout_s)
     return {"time_unix": time.time(), **st, "memory": memory_report(st)}
@@ -55,7 +55,7 @@ def run(args: argparse.Namespace) -> int:
     from rich.console import Console
     from rich.live import Live
 
-    from ..view import frame
+    from ..ops.view import frame
 
     console = Console(width=80)
     limit = 1 if args.once else args.samples

@@ -11,7 +11,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from ..status import format_status, query_health, query_status
+from ..ops.status_client import format_status, query_health, query_status
 
 
 def add_daemon_flags(parser: argparse.ArgumentParser) -> None:

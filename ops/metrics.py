@@ -17,8 +17,8 @@ import logging
 import os
 import threading
 
-from ...shared.transport.names import DEFAULT_STORE, shm_path
-from ...shared.transport.procmem import process_memory
+from ..shared.transport.names import DEFAULT_STORE, shm_path
+from ..shared.transport.procmem import process_memory
 
 log = logging.getLogger(__name__)
 

@@ -17,8 +17,8 @@ import time
 
 import msgpack
 
-from ...shared import __version__
-from ...shared.stream import protocol as proto
+from ..shared import __version__
+from ..shared.stream import protocol as proto
 
 # Room for the trainer list in a status reply; the rest (daemon, snapshot, workers) is small.
 TRAINERS_BUDGET_BYTES = proto.MAX_REPLY_BYTES // 2

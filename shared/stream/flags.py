@@ -17,7 +17,7 @@ import dataclasses
 from typing import Any, Iterable
 
 from ..errors import ConfigError
-from ..stream.config import field_kind
+from .config import field_kind
 
 _FLAGS_ATTR = "_pixpool_flags"
 

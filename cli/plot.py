@@ -1,5 +1,5 @@
 """``pixpool plot FILE -o out.png``: draw a ``pixpool monitor --record`` file or a training
-run's ``results.jsonl`` (``client/plot.py``)."""
+run's ``results.jsonl`` (``ops/plot.py``)."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ def configure(parser: argparse.ArgumentParser, name: str) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..plot import plot_any, read_record
+    from ..ops.plot import plot_any, read_record
 
     out = plot_any(read_record(args.file), args.out)
     print(f"wrote {out}")

@@ -36,8 +36,8 @@ import os
 
 
 def configure(parser: argparse.ArgumentParser, name: str) -> None:
-    from ...shared.cli.flags import add_fields
-    from ...shared.stream.config import DaemonConfig
+    from ..shared.stream.config import DaemonConfig
+    from ..shared.stream.flags import add_fields
 
     add_fields(parser, DaemonConfig, only=("store",))
     if name == "ls":
@@ -63,7 +63,7 @@ def configure(parser: argparse.ArgumentParser, name: str) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ...shared.transport.store import check_store
+    from ..shared.transport.store import check_store
 
     args.store = check_store(args.store)
     return _ls(args) if args.command == "ls" else _clean(args)
@@ -111,7 +111,7 @@ def plan_clean(
     ring it serves). A name this release does not parse goes only with ``unrecognised`` and
     when nobody holds it. Nothing held ever goes; the removal itself decides once more.
     """
-    from ...shared.transport.names import group_of, parse
+    from ..shared.transport.names import group_of, parse
 
     pids, units = pids or {}, units or {}
     groups: dict[str, list[str]] = {}
@@ -154,7 +154,7 @@ def _describe(pid: int) -> str:
 
 
 def _holds(segments: list[str], store: str) -> dict:
-    from ...shared.transport.holds import holds_of
+    from ..shared.transport.holds import holds_of
 
     return {s: holds_of(s, store) for s in segments}
 
@@ -164,7 +164,7 @@ def _own_segments(store: str) -> tuple[list[str], dict[int, int]]:
     followed; what is no regular file is nobody's segment and is left out (``ignored``)."""
     import stat
 
-    from ...shared.transport.names import list_segments, shm_path
+    from ..shared.transport.names import list_segments, shm_path
 
     segments = list_segments(store)
     owners = {}
@@ -182,10 +182,10 @@ def ignored(store: str) -> dict[str, str]:
     another user's file, a FIFO, a directory or a link planted there, and a file under a label
     index's name that is no index of that snapshot (``snapshot/unit.py``). Nothing is opened
     but the caller's own regular files."""
-    from ...shared.errors import UntrustedSegmentError
-    from ...shared.transport.names import list_segments, parse, shm_path, user_prefix
-    from ...shared.transport.shm import check_trusted
-    from ..snapshot import unit
+    from ..server.snapshot import unit
+    from ..shared.errors import UntrustedSegmentError
+    from ..shared.transport.names import list_segments, parse, shm_path, user_prefix
+    from ..shared.transport.shm import check_trusted
 
     me, mine = os.geteuid(), user_prefix()
     out, bases = {}, set()
@@ -211,10 +211,10 @@ def ignored(store: str) -> dict[str, str]:
 def _ls(args: argparse.Namespace) -> int:
     import sys
 
-    from ...shared.transport.names import snapshot_parts
-    from ...shared.transport.procmem import segment_users
-    from ..snapshot import layout
-    from ..snapshot.handle import list_snapshots
+    from ..server.snapshot import layout
+    from ..server.snapshot.handle import list_snapshots
+    from ..shared.transport.names import snapshot_parts
+    from ..shared.transport.procmem import segment_users
 
     mine, others = _own_segments(args.store)
     holds = _holds(mine, args.store)
@@ -255,7 +255,7 @@ def _ls(args: argparse.Namespace) -> int:
 def ring_rows(segments: list[str], holds: dict, users: dict[str, set[int]], store: str) -> list[dict]:
     """``ls`` rows of the rings among ``segments``: the daemon alive or dead and the trainer
     attached or not, by their locks (``holds``); pids as this namespace sees them."""
-    from ...shared.transport.names import parse, shm_path
+    from ..shared.transport.names import parse, shm_path
 
     rows = []
     for seg in segments:
@@ -275,7 +275,7 @@ def ring_rows(segments: list[str], holds: dict, users: dict[str, set[int]], stor
 def debris_rows(segments: list[str], holds: dict, store: str) -> list[dict]:
     """``ls`` rows of the temporary files among ``segments`` (``shared.transport.publish``): one
     nobody holds is a killed writer's, and ``clean`` removes it."""
-    from ...shared.transport.names import parse, shm_path
+    from ..shared.transport.names import parse, shm_path
 
     rows = []
     for seg in segments:
@@ -293,7 +293,7 @@ def debris_rows(segments: list[str], holds: dict, store: str) -> list[dict]:
 
 
 def _print_tables(rows: list[dict]) -> None:
-    from ...shared.cli.text import format_table, human_bytes
+    from ..shared.text import format_table, human_bytes
 
     snaps = [r for r in rows if r["kind"] == "snapshot"]
     rings = [r for r in rows if r["kind"] == "ring"]
@@ -324,8 +324,8 @@ def _in_use_text(row: dict) -> str:
 def _stray_units(segments: list[str], store: str) -> dict[str, str]:
     """segment -> itself, for the caller's files under a label index's name that are no index of
     that snapshot (``snapshot/unit.py``): each goes, or stays, on its own, never with the snapshot."""
-    from ...shared.transport.names import parse
-    from ..snapshot import unit
+    from ..server.snapshot import unit
+    from ..shared.transport.names import parse
 
     bases = {p.group for p in map(parse, segments) if p is not None and p.kind == "snapshot"}
     wanted = set(segments)
@@ -333,9 +333,9 @@ def _stray_units(segments: list[str], store: str) -> dict[str, str]:
 
 
 def _clean(args: argparse.Namespace) -> int:
-    from ...shared.transport.holds import remove_unused
-    from ...shared.transport.names import group_of
-    from ...shared.transport.procmem import segment_users
+    from ..shared.transport.holds import remove_unused
+    from ..shared.transport.names import group_of
+    from ..shared.transport.procmem import segment_users
 
     segments, others = _own_segments(args.store)
     if args.names:
@@ -345,7 +345,7 @@ def _clean(args: argparse.Namespace) -> int:
     units = _stray_units(segments, args.store)
     targets, kept = plan_clean(segments, holds, unrecognised=args.all, pids=segment_users(args.store), units=units)
     if args.keep_complete:
-        from ..snapshot.handle import list_snapshots
+        from ..server.snapshot.handle import list_snapshots
 
         complete = {info.name for info in list_snapshots(store=args.store) if info.complete}
         for t in [t for t in targets if group_of(t) in complete]:

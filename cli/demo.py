@@ -68,17 +68,17 @@ def run(args: argparse.Namespace) -> int:
 def _demo(workdir: Path, args: argparse.Namespace) -> int:
     import yaml
 
-    from ...shared.cli.flags import to_argv
-    from ...shared.errors import DaemonStopped, DaemonTimeout
-    from ...shared.stream.config import AugmentConfig, DaemonConfig, StreamSettings
-    from ...shared.transport.names import DEFAULT_STORE, list_segments, ring_prefix
-    from ...shared.transport.spawn import spawn_context
-    from .._torch import require_torch
-    from ..child import cli_command, serve_child
-    from ..fit import FitConfig, fit_process
-    from ..memory import memory_report
-    from ..run_dir import claim
-    from ..status import query_status
+    from ..client._torch import require_torch
+    from ..client.child import cli_command, serve_child
+    from ..client.fit import FitConfig, fit_process
+    from ..client.run_dir import claim
+    from ..ops.memory_report import memory_report
+    from ..ops.status_client import query_status
+    from ..shared.errors import DaemonStopped, DaemonTimeout
+    from ..shared.stream.config import AugmentConfig, DaemonConfig, StreamSettings
+    from ..shared.stream.flags import to_argv
+    from ..shared.transport.names import DEFAULT_STORE, list_segments, ring_prefix
+    from ..shared.transport.spawn import spawn_context
 
     require_torch("pixpool demo (its trainers)")
     data_dir = workdir / "data"
@@ -190,8 +190,8 @@ def _demo(workdir: Path, args: argparse.Namespace) -> int:
 
 
 def _plot(results: Path) -> str:
-    from ...shared.errors import MissingExtraError
-    from ..plot import plot_any, read_record
+    from ..ops.plot import plot_any, read_record
+    from ..shared.errors import MissingExtraError
 
     try:
         return str(plot_any(read_record(results), results.with_suffix(".png")))
@@ -202,7 +202,7 @@ def _plot(results: Path) -> str:
 def _print_memory(report: dict) -> None:
     from rich.console import Console
 
-    from ..view import memory_lines, processes_table
+    from ..ops.view import memory_lines, processes_table
 
     console = Console(width=80)
     console.print(memory_lines(report))

@@ -20,9 +20,9 @@ import argparse
 import dataclasses
 import json
 
-from ...shared.cli.flags import add_fields, from_args
-from ...shared.stream.config import AugmentConfig, StreamSettings
-from ..fit_config import FIT_SET_FIELDS, FitConfig
+from ..client.fit_config import FIT_SET_FIELDS, FitConfig
+from ..shared.stream.config import AugmentConfig, StreamSettings
+from ..shared.stream.flags import add_fields, from_args
 
 # The stream's flags: those of StreamSettings that neither ``fit`` sets (FIT_SET_FIELDS) nor
 # the environment gives (rank and world size: torchrun's RANK/WORLD_SIZE).
@@ -96,16 +96,16 @@ def config_from_args(args: argparse.Namespace) -> FitConfig:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ...shared.transport import endpoint as ep
-    from .._torch import require_torch
-    from ..daemon_socket import await_daemon
+    from ..client._torch import require_torch
+    from ..client.daemon_socket import await_daemon
+    from ..shared.transport import endpoint as ep
 
     # The settings first (a bad flag is named before anything else), then the daemon, before
     # torch loads (seconds): without a daemon there is nothing to train on.
     config = config_from_args(args)
     await_daemon(args.endpoint or ep.ipc_endpoint(args.socket_dir), wait_s=args.wait_s)
     require_torch("pixpool train")
-    from ..fit import fit
+    from ..client.fit import fit
 
     total = {}
 

@@ -2,14 +2,14 @@
 
 Runs in an operator's or trainer's process (``pixpool status``, ``memory``, ``monitor``, the
 demo, the benchmarks). Asks the daemon for its status over the local ipc socket (the plain
-msgpack ``status`` reply). What it costs is ``memory.py``'s.
+msgpack ``status`` reply). What it costs is ``memory_report.py``'s.
 """
 
 from __future__ import annotations
 
-from ..shared.cli.text import format_table, human_bytes
 from ..shared.errors import DaemonTimeout
 from ..shared.stream.protocol import error_from
+from ..shared.text import format_table, human_bytes
 from ..shared.transport import endpoint as ep
 from ..shared.transport.control import request_health, request_status
 from ..shared.transport.names import DEFAULT_STORE

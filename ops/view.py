@@ -12,7 +12,7 @@ from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 
-from ..shared.cli.text import human_bytes
+from ..shared.text import human_bytes
 
 
 def _table(*headers: str) -> Table:

@@ -1,7 +1,7 @@
 """``pixpool memory``: what the service and its trainers retain, once, measured.
 
 Runs in the user's shell process: asks the daemon who is who (``status``), then measures
-the segments in the daemon's store and each local process in /proc (``client/memory.py``). ``--json``
+the segments in the daemon's store and each local process in /proc (``ops/memory_report.py``). ``--json``
 prints the figures with the field names documented in ``docs/memory.md``.
 """
 
@@ -20,9 +20,9 @@ def configure(parser: argparse.ArgumentParser, name: str) -> None:
 def run(args: argparse.Namespace) -> int:
     from rich.console import Console
 
-    from ..memory import memory_report
-    from ..status import query_status
-    from ..view import memory_lines, processes_table
+    from ..ops.memory_report import memory_report
+    from ..ops.status_client import query_status
+    from ..ops.view import memory_lines, processes_table
 
     report = memory_report(query_status(args.socket_dir, timeout_s=args.timeout_s), store=args.store)
     if args.json:

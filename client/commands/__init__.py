@@ -1,1 +1,0 @@
-"""Trainer and operator sub-commands of the ``pixpool`` CLI (``train``, ``digest`` through a daemon, ``status``, ``monitor``, ``demo``); each module has ``configure(parser, name)`` and ``run(args)``."""

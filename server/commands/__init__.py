@@ -1,1 +1,0 @@
-"""Producer sub-commands of the ``pixpool`` CLI (``synth``, ``prepare``, ``serve``, ``ls``, ``clean``, ``keys``, ``digest --reference/--in-process``); each module has ``configure(parser, name)`` and ``run(args)``."""

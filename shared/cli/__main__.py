@@ -1,7 +1,0 @@
-"""``python -m pixpool.shared.cli``: the ``pixpool`` command."""
-
-import sys
-
-from .main import main
-
-sys.exit(main())
