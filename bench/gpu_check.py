@@ -45,7 +45,7 @@ def graph_vs_eager(steps: int, batch_size: int, imgsz: int, scale: str, toleranc
     import numpy as np
     import torch
 
-    from pixpool.client.step import DetectorStep
+    from pixpool.client.train.step import DetectorStep
 
     if not torch.cuda.is_available():
         return {"skipped": "no CUDA device: the graph cannot be captured here"}
@@ -115,7 +115,7 @@ def _daemon(data: str, imgsz: int, workers: int, socket_dir: str):
 def data_wait(data: str, batch_size: int, imgsz: int, steps: int, scale: str, workers: int) -> dict:
     import torch
 
-    from pixpool.client.fit import FitConfig, fit
+    from pixpool.client.train.fit import FitConfig, fit
     from pixpool.server.daemon.run import stop_process
     from pixpool.shared.stream.config import AugmentConfig, StreamSettings
 
@@ -149,7 +149,7 @@ def dataloader_fit(data: str, batch_size: int, imgsz: int, epochs: int, scale: s
     """The same fit fed by a torch DataLoader over a decoded uint8 cache (same route); wall seconds."""
     import torch
 
-    from pixpool.client.step import DetectorStep
+    from pixpool.client.train.step import DetectorStep
     from pixpool.server.readers import load_dataset
     from pixpool.shared.stream.config import AugmentConfig, StreamSettings
     from pixpool.shared.stream.sampler import num_batches
@@ -246,7 +246,7 @@ def paired_fits(
 
 
 def _pixpool_fit_arm(data: str, batch_size: int, imgsz: int, epochs: int, scale: str, workers: int) -> float:
-    from pixpool.client.fit import FitConfig, fit
+    from pixpool.client.train.fit import FitConfig, fit
     from pixpool.server.daemon.run import stop_process
     from pixpool.shared.stream.config import AugmentConfig, StreamSettings
 

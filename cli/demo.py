@@ -11,7 +11,7 @@ trainer, not more trainers), draws each run's results as a PNG, then stops the d
 behind. The exit status is non-zero if any of that fails. Needs the trainer extra.
 
 Each trainer writes into ``PROJECT/trainer-N``; ``PROJECT`` is taken as ``pixpool train``
-takes its run folder (``client/run_dir.py``): when it exists, the next free name
+takes its run folder (``client/train/run_dir.py``): when it exists, the next free name
 (``pixpool-demo-runs2``, ...), made once the daemon serves, so an earlier demo's results and
 plots are never mixed with this one's. Each trainer gets its ``FitConfig`` as the dataclass
 (pickled by the spawn), not as a dict to rebuild.
@@ -70,8 +70,8 @@ def _demo(workdir: Path, args: argparse.Namespace) -> int:
 
     from ..client._torch import require_torch
     from ..client.child import cli_command, serve_child
-    from ..client.fit import FitConfig, fit_process
-    from ..client.run_dir import claim
+    from ..client.train.fit import FitConfig, fit_process
+    from ..client.train.run_dir import claim
     from ..ops.memory_report import memory_report
     from ..ops.status_client import query_status
     from ..shared.errors import DaemonStopped, DaemonTimeout

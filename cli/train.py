@@ -11,7 +11,7 @@ flags (``--socket-dir``, ``--endpoint``, ``--keys``, ``--timeout-s``), ``--data`
 
 Every generated flag is parsed with its default suppressed (a flag not given leaves no
 attribute; ``from_args`` then takes the field's default), so ``run`` knows which flags were given: ``--resume RUN/last.pt`` alone restores the run's saved settings, and a flag
-given that differs from the checkpoint is refused (``client/checkpoint.py``).
+given that differs from the checkpoint is refused (``client/train/checkpoint.py``).
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ import argparse
 import dataclasses
 import json
 
-from ..client.fit_config import FIT_SET_FIELDS, FitConfig
+from ..client.train.fit_config import FIT_SET_FIELDS, FitConfig
 from ..shared.stream.config import AugmentConfig, StreamSettings
 from ..shared.stream.flags import add_fields, from_args
 
@@ -105,7 +105,7 @@ def run(args: argparse.Namespace) -> int:
     config = config_from_args(args)
     await_daemon(args.endpoint or ep.ipc_endpoint(args.socket_dir), wait_s=args.wait_s)
     require_torch("pixpool train")
-    from ..client.fit import fit
+    from ..client.train.fit import fit
 
     total = {}
 

@@ -1,6 +1,5 @@
-"""The trainer side: the client of the daemon (``attach``, ``Client``), the reference
-detector (``detect``), its training step and loop (``step``, ``fit``), device HSV, and the
-trainer's and operator's commands.
+"""The trainer side: the stream client of the daemon (``attach``, ``Client``, device HSV),
+and, in ``train/``, the training loop (the reference detector, its step and ``fit``).
 
 It imports ``pixpool.shared``, never ``pixpool.server``: a trainer process loads neither
 OpenCV nor the augmentation route.
@@ -19,9 +18,9 @@ _WHERE = {
     "Batch": "batch",
     "Client": "client",
     "TrainerBatch": "client",
-    "DetectorStep": "step",
-    "fit": "fit",
-    "FitConfig": "fit",
+    "DetectorStep": "train.step",
+    "fit": "train.fit",
+    "FitConfig": "train.fit",
     "apply_hsv": "hsv_torch",
 }
 

@@ -40,7 +40,7 @@ import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 
 import pixpool.client
-from pixpool.client.detect import DetectionLoss, Detector, pad_targets
+from pixpool.client.train.detect import DetectionLoss, Detector, pad_targets
 
 
 def parse_args(argv=None) -> argparse.Namespace:

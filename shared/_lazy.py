@@ -1,10 +1,10 @@
 """Lazy re-exports for pixpool's packages (``pixpool.server``, ``pixpool.client``,
-``pixpool.client.detect`` and the sub-packages of ``pixpool.shared``).
+``pixpool.client.train.detect`` and the sub-packages of ``pixpool.shared``).
 
 Code both sides import. A package names its modules and the names it re-exports from
 them; each is imported on first use (PEP 562 ``__getattr__``), so ``import
 pixpool.shared.transport`` costs nothing until a name is asked for, a serving node never
-imports a module it does not use, and ``import pixpool.client.detect`` does not load torch.
+imports a module it does not use, and ``import pixpool.client.train.detect`` does not load torch.
 """
 
 from __future__ import annotations

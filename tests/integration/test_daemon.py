@@ -326,7 +326,7 @@ def test_train_command_trains_on_the_daemons_stream(daemon, capsys, tmp_path):
 def test_train_with_hsv_on_device_applies_it(daemon, monkeypatch, tmp_path):
     """The training loop's batches get HSV on the device when the workers skip it."""
     import pixpool.client.hsv_torch as hsv_torch
-    from pixpool.client.fit import FitConfig, fit
+    from pixpool.client.train.fit import FitConfig, fit
 
     calls = []
     real = hsv_torch.apply_hsv

@@ -13,7 +13,7 @@ import json
 import pytest
 
 from helpers.daemon import WAIT_S, real_daemon
-from pixpool.client.fit import FitConfig, fit
+from pixpool.client.train.fit import FitConfig, fit
 from pixpool.shared.errors import ConfigError
 from pixpool.shared.stream.config import AugmentConfig, StreamSettings
 

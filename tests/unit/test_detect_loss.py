@@ -8,8 +8,8 @@ import pytest
 import torch
 from torch.nn import functional as F
 
-from pixpool.client.detect import DetectionLoss, Detector, pad_targets
-from pixpool.client.detect.boxes import ciou
+from pixpool.client.train.detect import DetectionLoss, Detector, pad_targets
+from pixpool.client.train.detect.boxes import ciou
 
 REG_MAX = 16
 STRIDES = (8, 16, 32)

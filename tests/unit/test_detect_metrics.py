@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from pixpool.client.detect import coco_map
+from pixpool.client.train.detect import coco_map
 from pixpool.shared.errors import ConfigError
 
 

@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from pixpool.client.detect import Detector
+from pixpool.client.train.detect import Detector
 from pixpool.shared.errors import ConfigError
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from pixpool.client.detect import decode, nms
+from pixpool.client.train.detect import decode, nms
 from pixpool.shared.errors import ConfigError
 
 

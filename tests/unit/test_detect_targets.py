@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from pixpool.client.detect import pad_targets
+from pixpool.client.train.detect import pad_targets
 from pixpool.shared.errors import CapacityError, ConfigError
 
 

@@ -12,10 +12,10 @@ from pathlib import Path
 import pytest
 
 from pixpool.cli import train as train_cmd
-from pixpool.client.checkpoint import resumed_config
-from pixpool.client.fit_config import DETECTOR_SCALES, FitConfig, explicit_settings, flat_settings
 from pixpool.client.loader import attach, stream_settings
-from pixpool.client.run_dir import claim
+from pixpool.client.train.checkpoint import resumed_config
+from pixpool.client.train.fit_config import DETECTOR_SCALES, FitConfig, explicit_settings, flat_settings
+from pixpool.client.train.run_dir import claim
 from pixpool.shared.errors import ConfigError
 from pixpool.shared.stream.config import AugmentConfig, StreamSettings
 
@@ -152,7 +152,7 @@ def test_fitconfig_refuses_bad_values_naming_field_and_flag():
 
 def test_detector_scales_match_the_model():
     pytest.importorskip("torch")
-    from pixpool.client.detect.model import SCALES
+    from pixpool.client.train.detect.model import SCALES
 
     assert set(DETECTOR_SCALES) == set(SCALES)
 
@@ -160,7 +160,7 @@ def test_detector_scales_match_the_model():
 def test_fitconfig_crosses_a_spawn_as_a_dataclass():
     config = FitConfig(epochs=3, scale="tiny", stream=StreamSettings(seed=2, augment=AugmentConfig(imgsz=64)))
     assert pickle.loads(pickle.dumps(config)) == config
-    from pixpool.client.fit import fit_process
+    from pixpool.client.train.fit import fit_process
 
     assert next(iter(inspect.signature(fit_process).parameters)) == "config"
     assert inspect.signature(fit_process).parameters["config"].annotation in (FitConfig, "FitConfig")

@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 import torch
 
-from pixpool.client.feeder import Feeder
-from pixpool.client.step import DetectorStep, _param_groups, ema_decay_at, lr_at
+from pixpool.client.train.feeder import Feeder
+from pixpool.client.train.step import DetectorStep, _param_groups, ema_decay_at, lr_at
 
 
 def test_lr_warms_up_then_decays_to_its_floor():

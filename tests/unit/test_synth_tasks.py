@@ -19,7 +19,7 @@ import yaml
 
 from pixpool.cli import main
 from pixpool.server.synthetic import write_synthetic
-from pixpool.server.synthetic_tasks import FLIP_IDX, KPT_SHAPE, OBB_NAMES, POSE_NAMES
+from pixpool.server.synthetic.tasks import FLIP_IDX, KPT_SHAPE, OBB_NAMES, POSE_NAMES
 
 # What `write_synthetic(root, num_images=24, seed=0)` wrote on main at f6ca3bf, before the task
 # sets existed: sha256 over (relative path, sha256 of the bytes) of every file, split into the

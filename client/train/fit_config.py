@@ -24,8 +24,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..shared.errors import ConfigError
-from ..shared.stream.config import AugmentConfig, StreamSettings, check_value, field_kind
+from ...shared.errors import ConfigError
+from ...shared.stream.config import AugmentConfig, StreamSettings, check_value, field_kind
 
 __all__ = [
     "DETECTOR_SCALES",
@@ -37,7 +37,7 @@ __all__ = [
     "from_flat",
 ]
 
-# The reference detector's scales (``client/detect/model.py`` ``SCALES``, which imports torch;
+# The reference detector's scales (``client/train/detect/model.py`` ``SCALES``, which imports torch;
 # a unit test keeps the two equal).
 DETECTOR_SCALES = ("n", "s", "m", "tiny")
 # Stream fields ``fit`` sets itself (module docstring): never flags, never compared on resume.

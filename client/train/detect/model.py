@@ -19,7 +19,7 @@ import math
 import torch
 from torch import nn
 
-from ...shared.errors import ConfigError
+from ....shared.errors import ConfigError
 
 # name -> (depth multiplier, width multiplier, max channels), as in the YOLOv8 model cards.
 SCALES: dict[str, tuple[float, float, int]] = {

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from ...shared.errors import CapacityError, ConfigError
+from ....shared.errors import CapacityError, ConfigError
 
 
 def pad_targets(

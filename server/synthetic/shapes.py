@@ -20,7 +20,7 @@ image, with two background images (one with an empty label file, one with none).
 
 ``task`` picks the set (``pixpool synth --task``): ``detect`` (the default, the bytes above
 unchanged), ``segment`` (the same layout and shapes from a random stream of its own, 1-10
-shapes per image so that masks overlap), ``pose`` and ``obb`` (``synthetic_tasks.py``:
+shapes per image so that masks overlap), ``pose`` and ``obb`` (``tasks.py``:
 drawn figures with keypoints, rotated rectangles with their 4 corners).
 """
 
@@ -33,9 +33,9 @@ from pathlib import Path
 import cv2
 import numpy as np
 
-from ..shared.stream.config import check_task
-from .readers._common import polygon_area
-from .synthetic_draw import (
+from ...shared.stream.config import check_task
+from ..readers._common import polygon_area
+from .draw import (
     BACKGROUND_INDICES,
     CATEGORY_IDS,
     CLASS_NAMES,
@@ -106,7 +106,7 @@ def write_synthetic(root: str | Path, *, num_images: int = 24, seed: int = 0, ta
         raise ValueError(f"num_images must be >= 1, got {num_images}")
     check_task(task)
     if task in ("pose", "obb"):
-        from .synthetic_tasks import write_obb, write_pose
+        from .tasks import write_obb, write_pose
 
         writer = write_pose if task == "pose" else write_obb
         return writer(Path(root), num_images=num_images, seed=seed)

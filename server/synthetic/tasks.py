@@ -31,7 +31,7 @@ from pathlib import Path
 import cv2
 import numpy as np
 
-from . import synthetic_draw as _s
+from . import draw as _s
 
 # -- pose -------------------------------------------------------------------------------------
 POSE_CLASSES = (("light_figure", (225, 225, 240)), ("dark_figure", (40, 30, 60)))

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import torch
 
-from ...shared.errors import ConfigError
+from ....shared.errors import ConfigError
 from .boxes import box_iou, dfl_decode, flatten_levels, make_anchors
 
 

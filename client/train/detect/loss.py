@@ -21,7 +21,7 @@ from __future__ import annotations
 import torch
 from torch.nn import functional as F
 
-from ...shared.errors import ConfigError
+from ....shared.errors import ConfigError
 from .assign import TaskAlignedAssigner
 from .boxes import boxes_to_distances, ciou, dfl_decode, flatten_levels, make_anchors, xywh_to_xyxy
 

@@ -21,7 +21,7 @@ from typing import NamedTuple
 
 import torch
 
-from ...shared.errors import ConfigError
+from ....shared.errors import ConfigError
 from .boxes import ciou
 
 

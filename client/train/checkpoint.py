@@ -22,8 +22,8 @@ import os
 from pathlib import Path
 from typing import Any
 
-from ..shared.errors import ConfigError, SnapshotChangedError
-from . import snapshot_check
+from ...shared.errors import ConfigError, SnapshotChangedError
+from .. import snapshot_check
 from .fit_config import FitConfig, flag_of_path, flat_settings, from_flat
 
 log = logging.getLogger(__name__)

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..shared.errors import ConfigError
+from ...shared.errors import ConfigError
 
 __all__ = ["candidates", "claim"]
 

@@ -18,7 +18,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from ...shared.errors import ConfigError
+from ....shared.errors import ConfigError
 
 
 def coco_map(

@@ -31,11 +31,12 @@ from pathlib import Path
 
 import numpy as np
 
-from ..shared.errors import ConfigError
-from ..shared.stream import served_data
-from ..shared.stream.digest import batch_digest
-from . import checkpoint, run_dir, snapshot_check
-from ._torch import require_torch
+from ...shared.errors import ConfigError
+from ...shared.stream import served_data
+from ...shared.stream.digest import batch_digest
+from .. import snapshot_check
+from .._torch import require_torch
+from . import checkpoint, run_dir
 from .fit_config import FitConfig, explicit_settings, flat_settings
 
 __all__ = ["FitConfig", "fit", "fit_process"]
@@ -68,7 +69,7 @@ def fit(
     serving another is refused (``attach(data=)``), and its validation split too where
     ``data`` is a data.yaml with ``val:``. None: whatever the daemon serves."""
     torch = require_torch("pixpool train")
-    from .loader import attach, distributed_rank
+    from ..loader import attach, distributed_rank
     from .step import DetectorStep
 
     given = explicit_settings(config) if given is None else set(given)
@@ -248,7 +249,7 @@ def _check_snapshot(ckpt: dict, client, config: FitConfig) -> None:
 
 
 def _val_loader(train, socket_dir, endpoint, keys_dir, config: FitConfig, imgsz: int, timeout_s: float, *, data=None):
-    from .loader import attach
+    from ..loader import attach
 
     # zero_copy: ``_validate`` keeps only what it computes from a batch (predictions, boxes).
     try:

@@ -1,7 +1,7 @@
 """What every synthetic set shares: the classes, the image sizes, the backgrounds and the drawing.
 
-Runs in the process that writes a synthetic set (``synthetic.py`` for detect and segment,
-``synthetic_tasks.py`` for pose and obb); pure functions of their generator, no files.
+Runs in the process that writes a synthetic set (``shapes.py`` for detect and segment,
+``tasks.py`` for pose and obb); pure functions of their generator, no files.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from pathlib import Path
 import cv2
 import numpy as np
 
-from ..shared.stream.config import TASKS
+from ...shared.stream.config import TASKS
 
 # (name, shape, BGR colour): two colours per shape kind.
 CLASSES = (

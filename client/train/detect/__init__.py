@@ -12,11 +12,11 @@ Everything here runs in the trainer process; the daemon and its workers never im
 - ``postprocess``: ``decode`` maps to pixel boxes and scores, ``nms`` per image (validation).
 - ``metrics``: ``coco_map``, mAP@[.5:.95] and mAP@.5 through pycocotools' COCOeval.
 
-Names are imported on first use, so ``import pixpool.client.detect`` does not load torch
+Names are imported on first use, so ``import pixpool.client.train.detect`` does not load torch
 (``pad_targets`` and ``coco_map`` need only numpy).
 """
 
-from ...shared._lazy import lazy_exports
+from ....shared._lazy import lazy_exports
 
 _WHERE = {
     "Detector": "model",
