@@ -1,7 +1,7 @@
-"""The Ultralytics side of bench/vs_ultralytics.py and bench/fidelity.py: its own loader, run
+"""The Ultralytics side of bench/vs_ultralytics.py and bench/memory.py: its own loader, run
 with the Python of a venv where Ultralytics is installed (never pixpool's).
 
-Imports Ultralytics, torch, numpy, cv2, yaml and ``fidelity_stats`` (pure numpy, beside
+Imports Ultralytics, torch, numpy, cv2, yaml and ``_fidelity_stats`` (pure numpy, beside
 this file); never pixpool, so it runs against any pixpool checkout. Prints one JSON object
 on stdout (the last line); Ultralytics' own log goes to stderr.
 
@@ -18,10 +18,10 @@ Commands:
   prefetched batches, for a PSS reading; prints ``{"pid": ...}``, then waits for a line on
   stdin.
 - ``collect --epochs E --seed S --out FILE.npz [--hsv 0]``: the stream's figures
-  (``fidelity_stats.batch_figures``), the HSV gains Ultralytics drew for each image and
+  (``_fidelity_stats.batch_figures``), the HSV gains Ultralytics drew for each image and
   the hue change they caused, and the first 8 images with their boxes, in workers=0 so
-  the seeds fix everything. With ``--task segment|pose|obb`` (issue 18) the task's own
-  figures too: ``fidelity_stats.mask_figures`` of its overlap masks,
+  the seeds fix everything. With ``--task segment|pose|obb`` the task's own
+  figures too: ``_fidelity_stats.mask_figures`` of its overlap masks,
   ``keypoint_figures`` of its keypoints, the OBB angles (radians, ``xywhr``'s r) with the
   image each belongs to; the task's route settings (``TASK_ROUTES``), HSV on.
 
@@ -32,7 +32,7 @@ hsv_h/s/v). The wrapper also reads the image before and after and measures the h
 with OpenCV's 8-bit HSV.
 
 Usage: ``/work/venv-ul/bin/python bench/_ultralytics_arm.py CMD --data-dir DIR ...`` where
-DIR holds ``data.yaml`` and ``images/``, ``labels/`` (bench/vs_ultralytics.py makes it).
+DIR holds ``data.yaml`` and ``images/``, ``labels/`` (``_common.make_data_dir`` makes it).
 """
 
 from __future__ import annotations
@@ -49,8 +49,9 @@ os.environ.setdefault("YOLO_VERBOSE", "False")
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import fidelity_stats
+if str(Path(__file__).resolve().parent) not in sys.path:  # the helpers beside this file, under python -P too
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+import _fidelity_stats as fidelity_stats
 
 DETECT = {
     "mosaic": 1.0,
@@ -69,15 +70,28 @@ DETECT = {
     "cutmix": 0.0,
 }
 SEGMENT = {**DETECT, "copy_paste": 0.5}
-# The route each task's benchmarks run (issue 18): segment with copy-paste, as above; pose and
+# The route each task's benchmarks run: segment with copy-paste, as above; pose and
 # obb the detect settings (Ultralytics' defaults for them are the detect ones; the pose route
 # flips with the dataset's flip_idx, the synthetic obb set has boxes at every angle).
 TASK_ROUTES = {"detect": DETECT, "segment": SEGMENT, "pose": DETECT, "obb": DETECT}
 TASKS = tuple(TASK_ROUTES)
+# The same routes as pixpool's attach options: its AugmentConfig has the same names, less the
+# cutmix it lacks (0 in every route here).
+PIXPOOL_ROUTES = {task: {k: v for k, v in r.items() if k != "cutmix"} for task, r in TASK_ROUTES.items()}
 # Saturation / value below which a pixel's hue is too coarse to measure a shift on.
 HUE_MIN_SV = 32
 # The real stdout: Ultralytics' log is sent to stderr while a command runs.
 _STDOUT = [sys.stdout]
+
+
+def run(python: str, cmd: str, data_dir: Path, **options) -> dict:
+    """From pixpool's side: this file's ``cmd`` run by ``python`` (a venv with Ultralytics), its JSON."""
+    from _common import run_json
+
+    argv = [python, str(Path(__file__).resolve()), cmd, "--data-dir", str(data_dir)]
+    for k, v in options.items():
+        argv += [f"--{k.replace('_', '-')}", str(v)]
+    return run_json(argv)
 
 
 def build_loader(

@@ -37,7 +37,7 @@ ROUTES = {
     "rotate_copy_paste_mixup": {"degrees": 10.0, "shear": 2.0, "copy_paste": 0.5, "mixup": 0.5, "flipud": 0.5},
     "mosaic_off_rotate": {"mosaic": 0.0, "degrees": 10.0},
     "hsv_off": {"hsv_h": 0.0, "hsv_s": 0.0, "hsv_v": 0.0},
-    "validation": {"augment": False},
+    "validation": {"train_route": False},
 }
 
 

@@ -1,43 +1,50 @@
-"""bench/scale.py: a daemon over a COCO-sized YOLO set: cold preparation, restart, memory, attach, status, img/s.
+"""bench/scale.py: a daemon at scale: a COCO-sized set, its label index checks, and a trainer on another node.
 
-Runs in one process (the measurer); the daemon runs as a ``pixpool serve`` subprocess, each
-trainer in a spawned process, so every figure is taken from outside the process it describes.
+Runs in one process (the measurer); daemons run as ``pixpool serve`` subprocesses (``set``,
+``restart-ab``) or spawned processes (``tcp``), trainers in spawned processes, so every figure
+is taken from outside the process it describes.
 
-1. Builds an N-record YOLO set in a temporary folder (``--records``, default 100000):
-   ``images/train/img_NNNNNN.jpg`` symlinks to coco128's 128 images in turn, and
-   ``labels/train/img_NNNNNN.txt`` text copies of their label files (an image coco128 has no
-   label for gets none), and a ``data.yaml`` with 80 class names.
-2. Prepares it once (``pixpool prepare --imgsz 64 --dtype uint8``, which keeps it, into a private
-   store folder under /dev/shm): the cold preparation time.
-3. Starts ``pixpool serve`` on the unchanged prepared set ``--restarts`` times (SIGTERM between
-   them): restart-to-ready is from the subprocess's start to the first status reply that shows
-   every worker started; the median is reported.
-4. On the last daemon: its RSS, USS (private pages, ``/proc/PID/smaps_rollup``) and anonymous
-   memory, per record; a trainer's attach (``Client(fetch_files=True)``, what ``attach()`` does:
-   the ``attached`` reply, the locality proof and every record's file name), median of
-   ``--attaches`` in one trainer process; one ``status`` request's reply size and time
-   (median of 5); and the img/s one trainer receives with the daemon's 2 workers over
-   ``--batches`` batches of 64.
-5. Unless ``--no-full-read``: one more restart with the label indexes removed from the store,
-   so the daemon reads every label file (the snapshot is still re-attached by its
-   fingerprint): its ready time and memory (a pixpool without label indexes has none to remove).
+- ``set`` (default): an N-record YOLO set (``--records``; ``images/train/img_NNNNNN.jpg``
+  symlinks to coco128's 128 images in turn, label files as text copies, a data.yaml with 80
+  names), prepared once (``pixpool prepare --imgsz 64 --dtype uint8``, 2 processes, kept, in a
+  private store folder under /dev/shm): the cold preparation; ``pixpool serve`` restarted on it
+  ``--restarts`` times (restart to ready: from the subprocess's start to the first status that
+  lists every worker started); on the last daemon its RSS, USS and anonymous memory, a
+  trainer's attach with every record's file name (``Client(fetch_files=True)``, median of
+  ``--attaches``), one ``status`` reply's size and time, and the img/s one trainer receives
+  over ``--batches`` batches of 64; unless ``--no-full-read``, one more restart with the label
+  indexes removed, so the daemon reads every label file. ``--keep DIR`` builds the set in DIR
+  and its store in /dev/shm/pxscale-keep-NAME and keeps both (the next run re-attaches).
+- ``restart-ab``: restart to ready on a kept set, two code trees alternating by pairs
+  (``--code before=PATH --code after=PATH``: each a folder holding a ``pixpool`` package, put
+  first on the daemon's ``PYTHONPATH``), each tree on its own copy of the kept store after one
+  warm-up start that writes its index; every timed start must say it re-attached on its label
+  index; the index check's own time from each daemon's log.
+- ``index-check``: the label index check alone, in this process, on the index in ``--store``:
+  ``read_index`` + ``first_change`` as written, and with every label checked by its bytes (what
+  a set on tmpfs, or with labels changed in the last minutes, pays).
+- ``mmap``: whether a write through a shared mapping moves a file's mtime/ctime, per folder
+  (why labels on tmpfs are hashed: ``server/snapshot/fs_trust.py``).
+- ``tcp``: what a rank on a node without a daemon pays: one daemon (CURVE keys, TCP on
+  127.0.0.1) and two trainers in this process alternating round by round, ``shm`` (ring slots
+  read in place) and ``tcp`` (each batch as CURVE-encrypted frames): img/s, and CPU seconds per
+  batch of the trainer (getrusage, ZeroMQ's thread included) and of the daemon's own process.
 
-Usage: ``python bench/scale.py [--records 100000] [--imgsz 64] [--label before] [--write docs/benchmarks.md]``.
-``--write`` replaces (or appends) the block for this label and record count in the file.
-
-Where the restart's label index check is compared between two code trees in alternating
-pairs, and where labels are checked by their bytes rather than their stat (tmpfs, labels
-changed in the last minutes, image file systems), ``bench/label_trust.py`` uses this file's
-``start_daemon`` on a set ``--keep`` left.
+    python bench/scale.py --what set [--records 100000] [--keep DIR] [--restarts 3] [--no-full-read]
+    python bench/scale.py --what restart-ab --keep DIR --code before=PATH --code after=PATH [--pairs 5]
+    python bench/scale.py --what index-check --store /dev/shm/pxscale-keep-NAME [--rounds 3]
+    python bench/scale.py --what mmap /dev/shm /tmp
+    python bench/scale.py --what tcp [--rounds 7] [--epochs-per-round 4]
 """
 
 from __future__ import annotations
 
-import argparse
+import dataclasses
 import json
+import mmap
 import multiprocessing as mp
 import os
-import shlex
+import re
 import shutil
 import signal
 import statistics
@@ -47,20 +54,22 @@ import tempfile
 import time
 from pathlib import Path
 
-COCO128 = Path(__file__).resolve().parents[1] / ".." / "shared" / "data" / "coco128"
+if str(Path(__file__).resolve().parent) not in sys.path:  # the helpers beside this file, under python -P too
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+import _common as common  # noqa: E402
+
 WAIT_S = 900.0
-MIB = 1 << 20
+MIB = common.MIB
 
 
+# -- set ------------------------------------------------------------------------------------------------
 def build_set(root: Path, records: int, coco128: Path) -> Path:
-    """The N-record YOLO set under ``root`` (module docstring, step 1); returns its data.yaml."""
+    """The N-record YOLO set under ``root`` (module docstring); returns its data.yaml."""
     src_images = sorted((coco128 / "images" / "train2017").glob("*.jpg"))
     if not src_images:
         raise SystemExit(f"no coco128 images in {coco128}/images/train2017 (pass --coco128)")
-    labels = []
-    for img in src_images:
-        lab = coco128 / "labels" / "train2017" / (img.stem + ".txt")
-        labels.append(lab.read_text() if lab.is_file() else None)
+    labels = [(coco128 / "labels" / "train2017" / f"{img.stem}.txt") for img in src_images]
+    labels = [lab.read_text() if lab.is_file() else None for lab in labels]
     images_dir, labels_dir = root / "images" / "train", root / "labels" / "train"
     images_dir.mkdir(parents=True)
     labels_dir.mkdir(parents=True)
@@ -69,10 +78,9 @@ def build_set(root: Path, records: int, coco128: Path) -> Path:
         os.symlink(src_images[k], images_dir / f"img_{i:06d}.jpg")
         if labels[k] is not None:
             (labels_dir / f"img_{i:06d}.txt").write_text(labels[k])
-    yaml_path = root / "data.yaml"
     names = "\n".join(f"  {i}: c{i}" for i in range(80))
-    yaml_path.write_text(f"path: {root}\ntrain: images/train\nnames:\n{names}\n")
-    return yaml_path
+    (root / "data.yaml").write_text(f"path: {root}\ntrain: images/train\nnames:\n{names}\n")
+    return root / "data.yaml"
 
 
 def _pixpool() -> str:
@@ -82,34 +90,19 @@ def _pixpool() -> str:
     return str(exe)
 
 
-def _status(socket_dir: str, timeout_s: float = 2.0) -> dict:
-    from pixpool.ops.status_client import query_status
-
-    return query_status(socket_dir, timeout_s=timeout_s)
-
-
-def start_daemon(data: Path, store: str, imgsz: int, workers: int, socket_dir: str, log_path: Path):
+def start_daemon(data: Path, store: str, imgsz: int, workers: int, socket_dir: str, log_path: Path, env=None):
     """``pixpool serve`` on ``data``; returns (process, seconds until every worker had started)."""
-    from pixpool.shared.errors import DaemonTimeout
-
     cmd = [_pixpool(), "serve", str(data), "--imgsz", str(imgsz), "--dtype", "uint8", "--workers", str(workers),
            "--socket-dir", socket_dir, "--store", store, "--no-val"]  # fmt: skip
     t0 = time.perf_counter()
     with open(log_path, "ab") as log:
-        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
-    deadline = time.monotonic() + WAIT_S
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise SystemExit(f"pixpool serve exited with {proc.returncode}; see {log_path}")
-        try:
-            st = _status(socket_dir, timeout_s=1.0)
-            if len(st["workers"]) == workers and all(w["pid"] for w in st["workers"]):
-                return proc, time.perf_counter() - t0
-        except (DaemonTimeout, FileNotFoundError, ConnectionError):
-            pass
-        time.sleep(0.02)  # polling interval of a bounded wait
-    proc.kill()
-    raise SystemExit(f"daemon not ready within {WAIT_S} s; see {log_path}")
+        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env)
+    try:
+        common.wait_ready(socket_dir, workers, proc, timeout_s=WAIT_S, poll_s=0.02)
+    except (RuntimeError, TimeoutError) as exc:
+        stop_daemon(proc)
+        raise SystemExit(f"pixpool serve: {exc}; see {log_path}") from exc
+    return proc, time.perf_counter() - t0
 
 
 def stop_daemon(proc) -> None:
@@ -123,9 +116,9 @@ def stop_daemon(proc) -> None:
 
 
 def memory_of(pid: int) -> dict:
-    from pixpool.shared.transport.procmem import parse_rollup, rollup_figures
+    from pixpool.shared.transport.procmem import rollup_figures
 
-    fields = parse_rollup(Path(f"/proc/{pid}/smaps_rollup").read_text())
+    fields = common.rollup(pid)
     rss, uss, _ = rollup_figures(fields)
     return {"rss": rss, "uss": uss, "anon": fields.get("Anonymous", 0)}
 
@@ -171,26 +164,30 @@ def measure_trainer(socket_dir: str, attaches: int, batches: int) -> dict:
 
 
 def measure_status(socket_dir: str, rounds: int = 5) -> tuple[float, int]:
+    from pixpool.ops.status_client import query_status
+
     times, size = [], 0
     for _ in range(rounds):
         t0 = time.perf_counter()
-        st = _status(socket_dir, timeout_s=30.0)
+        size = len(json.dumps(query_status(socket_dir, timeout_s=30.0)))
         times.append(time.perf_counter() - t0)
-        size = len(json.dumps(st))
     return statistics.median(times), size
 
 
-def run(args) -> dict:
+def kept_store(keep: Path) -> str:
+    """The store folder of a set ``--keep`` built."""
+    return f"/dev/shm/pxscale-keep-{keep.name}"
+
+
+def run_set(args) -> dict:
     if args.keep:
-        work = Path(args.keep)
-        store = f"/dev/shm/pxscale-keep-{work.name}"
+        work, store = Path(args.keep), kept_store(Path(args.keep))
         work.mkdir(parents=True, exist_ok=True)
         os.makedirs(store, mode=0o700, exist_ok=True)
     else:
         work = Path(tempfile.mkdtemp(prefix="pxscale-"))
         store = tempfile.mkdtemp(prefix="pxscale-store-", dir="/dev/shm")
-    socket_dir = str(work / "sock")
-    log_path = work / "serve.log"
+    socket_dir, log_path = str(work / "sock"), work / "serve.log"
     out: dict = {
         "records": args.records,
         "imgsz": args.imgsz,
@@ -198,17 +195,14 @@ def run(args) -> dict:
     }
     proc = None
     try:
-        t0 = time.perf_counter()
         data = work / "set" / "data.yaml"
         out["kept"] = data.exists()
         if not out["kept"]:
             data = build_set(work / "set", args.records, Path(args.coco128))
-        out["build_s"] = time.perf_counter() - t0
-        out["load_before"] = os.getloadavg()
+        out["load_before"] = common.load()
         t0 = time.perf_counter()
         subprocess.run([_pixpool(), "prepare", str(data), "--imgsz", str(args.imgsz), "--dtype", "uint8",
-                        "--processes", "2", "--no-progress", "--store", store],
-                       check=True, stdout=subprocess.DEVNULL)  # fmt: skip
+                        "--processes", "2", "--no-progress", "--store", store], check=True, stdout=subprocess.DEVNULL)  # fmt: skip
         out["prepare_s"] = time.perf_counter() - t0
         ready = []
         for r in range(args.restarts):
@@ -218,19 +212,12 @@ def run(args) -> dict:
                 stop_daemon(proc)
                 proc = None
         out["ready_s_runs"] = ready
-        out["ready_s"] = statistics.median(ready)
         time.sleep(1.0)  # let the daemon's first sweep and status ticks settle before reading its memory
         out["memory"] = memory_of(proc.pid)
         out["status_s"], out["status_bytes"] = measure_status(socket_dir)
-        trainer = measure_trainer(socket_dir, args.attaches, args.batches)
-        out["attach_s_runs"] = trainer["attach_s"]
-        out["attach_s"] = statistics.median(trainer["attach_s"])
-        out["files"] = trainer["files"]
-        out["img_per_s"] = trainer["img_per_s"]
+        out["trainer"] = measure_trainer(socket_dir, args.attaches, args.batches)
         out["memory_after"] = memory_of(proc.pid)
-        if args.full_read:
-            # The same restart with the label indexes removed: the dataset is read in full (and
-            # the snapshot re-attached by its fingerprint), as every restart was before them.
+        if args.full_read:  # the label indexes removed: every label file is read (the snapshot re-attached)
             stop_daemon(proc)
             proc = None
             indexes = [n for n in os.listdir(store) if "-lix" in n]
@@ -240,7 +227,7 @@ def run(args) -> dict:
             proc, out["full_read_ready_s"] = start_daemon(data, store, args.imgsz, 2, socket_dir, log_path)
             time.sleep(1.0)
             out["full_read_memory"] = memory_of(proc.pid)
-        out["load_after"] = os.getloadavg()
+        out["load_after"] = common.load()
     finally:
         if proc is not None:
             stop_daemon(proc)
@@ -250,81 +237,286 @@ def run(args) -> dict:
     return out
 
 
-def table(r: dict, label: str, command: str) -> str:
-    n = r["records"]
-    mem, bound = r["memory"], 100 * MIB + 512 * n
-    lb = " ".join(f"{v:.2f}" for v in r["load_before"])
-    la = " ".join(f"{v:.2f}" for v in r["load_after"])
+def set_table(r: dict, command: str) -> str:
+    n, mem, t = r["records"], r["memory"], r["trainer"]
     rows = [
-        ("cold preparation (2 processes)" if not r.get("kept") else "preparation (kept from an earlier run: re-attach)",
-         f"{r['prepare_s']:.1f} s"),
-        ("restart to ready (median)", f"{r['ready_s']:.2f} s (runs {', '.join(f'{x:.2f}' for x in r['ready_s_runs'])})"),
-        ("daemon USS (private pages)", f"{mem['uss'] / MIB:.0f} MiB = {mem['uss'] / n:.0f} B per record (bound {bound / MIB:.0f} MiB)"),
-        ("daemon RSS / anonymous", f"{mem['rss'] / MIB:.0f} MiB / {mem['anon'] / MIB:.0f} MiB"),
-        ("daemon USS after the trainer", f"{r['memory_after']['uss'] / MIB:.0f} MiB"),
-        ("attach with every file name (median)", f"{r['attach_s']:.3f} s (runs {', '.join(f'{x:.3f}' for x in r['attach_s_runs'])}; {r['files']} names)"),
-        ("status reply", f"{r['status_bytes']} bytes, {r['status_s'] * 1000:.1f} ms"),
-        ("img/s to one trainer, 2 workers, batch 64", f"{r['img_per_s']:.0f}"),
+        ["preparation (kept from an earlier run: re-attach)" if r["kept"] else "cold preparation (2 processes)", f"{r['prepare_s']:.1f} s"],
+        ["restart to ready (median)", f"{statistics.median(r['ready_s_runs']):.2f} s (runs {common.runs(r['ready_s_runs'], '.2f')})"],
+        ["daemon USS (private pages)", f"{mem['uss'] / MIB:.0f} MiB = {mem['uss'] / n:.0f} B per record (bound {(100 * MIB + 512 * n) / MIB:.0f} MiB)"],
+        ["daemon RSS / anonymous", f"{mem['rss'] / MIB:.0f} MiB / {mem['anon'] / MIB:.0f} MiB"],
+        ["daemon USS after the trainer", f"{r['memory_after']['uss'] / MIB:.0f} MiB"],
+        ["attach with every file name (median)", f"{statistics.median(t['attach_s']):.3f} s (runs {common.runs(t['attach_s'], '.3f')}; {t['files']} names)"],
+        ["status reply", f"{r['status_bytes']} bytes, {r['status_s'] * 1000:.1f} ms"],
+        ["img/s to one trainer, 2 workers, batch 64", f"{t['img_per_s']:.0f}"],
     ]  # fmt: skip
     if "full_read_ready_s" in r:
         fm = r["full_read_memory"]
         rows += [
-            (f"restart reading every label ({r['indexes_removed']} label index(es) removed)", f"{r['full_read_ready_s']:.2f} s"),
-            ("daemon USS / anonymous after that restart", f"{fm['uss'] / MIB:.0f} MiB / {fm['anon'] / MIB:.0f} MiB = {fm['uss'] / n:.0f} B per record"),
+            [f"restart reading every label ({r['indexes_removed']} label index(es) removed)", f"{r['full_read_ready_s']:.2f} s"],
+            ["daemon USS / anonymous after that restart", f"{fm['uss'] / MIB:.0f} MiB / {fm['anon'] / MIB:.0f} MiB = {fm['uss'] / n:.0f} B per record"],
         ]  # fmt: skip
-    lines = [
-        f"<!-- scale.py {label} {n} -->",
-        f"**{label}**, {n} records at {r['imgsz']} px uint8, {r['when']}, load {lb} (before) / {la} (after):",
-        f"`{command}`",
-        "",
-        "| figure | value |",
-        "| --- | --- |",
-        *(f"| {a} | {b} |" for a, b in rows),
-        f"<!-- /scale.py {label} {n} -->",
-    ]
-    return "\n".join(lines)
+    head = f"{n} records at {r['imgsz']} px uint8, {r['when']}, load average before / after: {r['load_before']} / {r['load_after']}"
+    return f"`{command}`\n\n{head}\n\n" + common.table(["figure", "value"], rows, left=2)
 
 
-def write_block(path: Path, block: str, label: str, n: int) -> None:
-    text = path.read_text() if path.exists() else ""
-    start, end = f"<!-- scale.py {label} {n} -->", f"<!-- /scale.py {label} {n} -->"
-    if start in text and end in text:
-        head, _, rest = text.partition(start)
-        _, _, tail = rest.partition(end)
-        text = head + block + tail
-    else:
-        text = text.rstrip("\n") + "\n\n" + block + "\n"
-    path.write_text(text)
-
-
-def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--records", type=int, default=100_000)
-    parser.add_argument("--imgsz", type=int, default=64)
-    parser.add_argument("--restarts", type=int, default=3)
-    parser.add_argument("--attaches", type=int, default=5)
-    parser.add_argument("--batches", type=int, default=40)
-    parser.add_argument("--coco128", default=str(COCO128.resolve()))
-    parser.add_argument(
-        "--no-full-read", dest="full_read", action="store_false",
-        help="skip the last restart, made with the label indexes removed (a full read of the labels)",
-    )  # fmt: skip
-    parser.add_argument(
-        "--keep", default=None, metavar="DIR",
-        help="build the set in DIR (and its store in /dev/shm/pxscale-keep-NAME) and keep both for the next run, "
-        "which then reuses them (its preparation is a re-attach); remove them by hand",
-    )  # fmt: skip
-    parser.add_argument("--label", default="measured", help="the block's name in the --write file (before, after)")
-    parser.add_argument("--write", default=None, help="a markdown file to write the table into")
-    args = parser.parse_args(argv)
-    command = "python bench/scale.py " + shlex.join(argv if argv is not None else sys.argv[1:])
-    r = run(args)
-    print(json.dumps(r, indent=2))
-    block = table(r, args.label, command)
-    print(block)
+def set_main(argv: list[str]) -> int:
+    """A daemon over a COCO-sized YOLO set: preparation, restart, memory, attach, status, img/s (``set``)."""
+    p = common.parser(set_main.__doc__, "scale.py --what set")
+    p.add_argument("--records", type=int, default=100_000)
+    p.add_argument("--imgsz", type=int, default=64)
+    p.add_argument("--restarts", type=int, default=3)
+    p.add_argument("--attaches", type=int, default=5)
+    p.add_argument("--batches", type=int, default=40)
+    p.add_argument("--coco128", default=str(common.COCO128))
+    p.add_argument(
+        "--no-full-read", dest="full_read", action="store_false", help="skip the restart without label indexes"
+    )
+    p.add_argument(
+        "--keep", default=None, metavar="DIR", help="build the set in DIR and keep it and its store (remove by hand)"
+    )
+    p.add_argument("--label", default="measured", help="the block's name in the --write file")
+    p.add_argument("--write", type=Path, default=None, help="a markdown file to write the table into")
+    args = p.parse_args(argv)
+    r = run_set(args)
+    common.dump(r)
+    text = set_table(r, args.command)
+    print(text)
     if args.write:
-        write_block(Path(args.write), block, args.label, args.records)
+        common.write_section(
+            args.write, f"scale {args.label} {args.records}", text, f"## Latest run: scale, {args.label}"
+        )
     return 0
+
+
+# -- restart-ab --------------------------------------------------------------------------------------------
+def _timed_start(data: Path, store: str, code: str, work: Path, label: str) -> tuple[float, float | None]:
+    """(seconds to ready, the label index check's seconds by the daemon's log, or None where it
+    does not say it re-attached on its index) of one restart with ``code`` first on PYTHONPATH."""
+    log_path = work / f"serve-{label}.log"
+    before = log_path.stat().st_size if log_path.exists() else 0
+    env = {**os.environ, "PYTHONPATH": code}
+    proc, secs = start_daemon(data, store, 64, 2, str(work / f"sock-{label}"), log_path, env=env)
+    stop_daemon(proc)
+    with open(log_path, "rb") as f:
+        f.seek(before)
+        text = f.read().decode(errors="replace")
+    found = re.search(r"paths unchanged \(([0-9.]+) s\)", text)
+    if "re-attached on its label index" not in text or found is None:
+        return secs, None
+    return secs, float(found.group(1))
+
+
+def restart_ab_main(argv: list[str]) -> int:
+    """Restart to ready on a kept set, two code trees alternating by pairs (``restart-ab``)."""
+    p = common.parser(restart_ab_main.__doc__, "scale.py --what restart-ab")
+    p.add_argument("--keep", required=True, help="the folder --what set --keep built")
+    p.add_argument("--code", action="append", required=True, help="LABEL=PATH (twice)")
+    p.add_argument("--pairs", type=int, default=5)
+    p.add_argument(
+        "--keep-stores", action="store_true", help="keep each tree's store (for index-check); remove by hand"
+    )
+    p.add_argument("--reuse-stores", action="store_true", help="use each tree's store a --keep-stores run left")
+    args = p.parse_args(argv)
+    work = Path(args.keep)
+    data, base = work / "set" / "data.yaml", kept_store(work)
+    codes = dict(c.split("=", 1) for c in args.code)
+    stores = {label: f"{base}-{label}" for label in codes}
+    for store in stores.values():
+        if not (args.reuse_stores and os.path.isdir(store)):  # the kept snapshot, never its label indexes
+            shutil.rmtree(store, ignore_errors=True)
+            os.makedirs(store, mode=0o700)
+            for name in (n for n in os.listdir(base) if "-lix" not in n):
+                shutil.copy(os.path.join(base, name), os.path.join(store, name))
+    out: dict = {"command": args.command, "stores": stores, "load_before": common.load()}
+    try:
+        for label, code in codes.items():  # warm-up: writes this code's index (a full read)
+            out[f"warmup_{label}_s"], _ = _timed_start(data, stores[label], code, work, label)
+
+        def arm(label: str):
+            def run():
+                secs, check_s = _timed_start(data, stores[label], codes[label], work, label)
+                if check_s is None:
+                    raise SystemExit(f"{label}: a restart did not re-attach on its label index; see its log")
+                return secs, check_s
+
+            return run
+
+        got = common.rounds({label: arm(label) for label in codes}, args.pairs)
+    finally:
+        if not args.keep_stores:
+            for store in stores.values():
+                shutil.rmtree(store, ignore_errors=True)
+    (a, ra), (b, rb) = got.items()
+    out["ready_s_runs"] = {label: [s for s, _ in v] for label, v in got.items()}
+    out["ready_s_medians"] = {label: statistics.median(s for s, _ in v) for label, v in got.items()}
+    out[f"{b}_minus_{a}_per_pair_s"] = [round(y[0] - x[0], 3) for x, y in zip(ra, rb)]
+    out["index_check_s_medians"] = {label: statistics.median(c for _, c in v) for label, v in got.items()}
+    out["load_after"] = common.load()
+    common.dump(out)
+    return 0
+
+
+# -- index-check -------------------------------------------------------------------------------------------
+def index_check_main(argv: list[str]) -> int:
+    """The label index check alone, as written and with every label checked by its bytes (``index-check``)."""
+    p = common.parser(index_check_main.__doc__, "scale.py --what index-check")
+    p.add_argument(
+        "--store", required=True, help="a store holding one label index (restart-ab --keep-stores leaves one)"
+    )
+    p.add_argument("--rounds", type=int, default=3)
+    args = p.parse_args(argv)
+    import numpy as np
+
+    from pixpool.server.snapshot import fs_trust, label_index
+    from pixpool.shared.transport.names import list_segments
+
+    (name,) = [s for s in list_segments(args.store) if "-lix" in s]
+    index = label_index.read_index(name, args.store)
+    # Every label by its bytes: the same index with its label rows turned to CONTENT.
+    paths = index.check_paths.tolist()
+    modes = index.check_modes.copy()
+    labels = [i for i, path in enumerate(paths) if path.endswith(".txt") and index.check_stats[i, 0] >= 0]
+    modes[labels] = label_index.CONTENT
+    hashed = np.flatnonzero(modes != label_index.STAT)
+    old = {int(i): k for k, i in enumerate(np.flatnonzero(index.check_modes != label_index.STAT))}
+    digests = np.zeros((len(hashed), 32), np.uint8)
+    for k, i in enumerate(hashed.tolist()):
+        digests[k] = (
+            index.check_digests[old[i]] if i in old else np.frombuffer(fs_trust.file_digest(paths[i])[0], np.uint8)
+        )
+    hashed_index = dataclasses.replace(index, check_modes=modes, check_digests=digests)
+
+    def timed(fn, *, unchanged: bool = True):
+        def run():
+            t0 = time.perf_counter()
+            found = fn()
+            if unchanged and found is not None:
+                raise SystemExit(f"the index check found a change ({found}): the set moved under the benchmark")
+            return time.perf_counter() - t0
+
+        return run
+
+    before = common.load()
+    arms = {
+        "read_s": timed(lambda: label_index.read_index(name, args.store), unchanged=False),
+        "check_s": timed(lambda: label_index.first_change(index)),
+        "content_check_s": timed(lambda: label_index.first_change(hashed_index)),
+    }
+    got = common.rounds(arms, args.rounds)
+    modes_count = {m: int((index.check_modes == v).sum()) for m, v in (("stat", label_index.STAT), ("content", label_index.CONTENT), ("listing", label_index.LISTING))}  # fmt: skip
+    common.dump({"command": args.command, "index": name, "paths": len(paths), "labels": len(labels), "modes": modes_count,
+                 "medians": {k: statistics.median(v) for k, v in got.items()}, "runs": got, "load": [before, common.load()]})  # fmt: skip
+    return 0
+
+
+# -- mmap ---------------------------------------------------------------------------------------------------
+def mmap_main(argv: list[str]) -> int:
+    """Whether a write through a shared mapping moves a file's times, per folder (``mmap``)."""
+    p = common.parser(mmap_main.__doc__, "scale.py --what mmap")
+    p.add_argument("folders", nargs="+")
+    args = p.parse_args(argv)
+    out = {}
+    for folder in args.folders:
+        fd, path = tempfile.mkstemp(prefix="pxbench-mmap-", dir=folder)
+        try:
+            os.write(fd, b"0 0.5 0.5 0.1 0.1\n")
+            os.fsync(fd)
+            m = mmap.mmap(fd, 0)
+            times = [(os.stat(path).st_mtime_ns, os.stat(path).st_ctime_ns)]
+            for value, flush in ((b"1", True), (b"2", False)):
+                time.sleep(0.05)  # a clock tick between the stats (coarse file-system clocks)
+                m[0:1] = value
+                times.append((os.stat(path).st_mtime_ns, os.stat(path).st_ctime_ns))
+                if flush:
+                    m.flush()  # msync: written back where the file system has writeback
+            m.close()
+            out[folder] = {"first_write_moves": times[0] != times[1], "after_msync_moves": times[1] != times[2]}
+        finally:
+            os.close(fd)
+            os.unlink(path)
+    common.dump(out)
+    return 0
+
+
+# -- tcp ------------------------------------------------------------------------------------------------------
+def _delivery(settings, epochs: range, daemon, **client_options) -> tuple[float, float, float]:
+    """(img/s, trainer CPU s per batch, daemon-process CPU s per batch) reading ``epochs`` through one Client."""
+    from pixpool.client import Client
+
+    n = batches = 0
+    with Client(settings, timeout_s=300, as_torch=True, **client_options) as c:
+        c0, d0, t0 = common.cpu_s(), sum(daemon.cpu_times()[:2]), time.perf_counter()
+        for epoch in epochs:
+            for b in c.epoch(epoch):
+                int(b.images[0, 0, 0, 0])
+                n += len(b.samples)
+                batches += 1
+        secs, cpu, dcpu = time.perf_counter() - t0, common.cpu_s() - c0, sum(daemon.cpu_times()[:2]) - d0
+    return n / secs, cpu / batches, dcpu / batches
+
+
+def tcp_main(argv: list[str]) -> int:
+    """shm against TCP (CURVE) delivery from one daemon, alternating (``tcp``)."""
+    p = common.parser(tcp_main.__doc__, "scale.py --what tcp")
+    common.serving_args(p, rounds=7, epochs_per_round=4)
+    args = p.parse_args(argv)
+    import socket
+
+    import psutil
+    import torch
+
+    from pixpool.shared.stream.config import AugmentConfig, StreamSettings
+    from pixpool.shared.transport.endpoint import write_keys
+
+    torch.set_num_threads(1)
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    before = common.load()
+    with tempfile.TemporaryDirectory(prefix="pxbench-tcp-") as tmp:
+        keys = Path(tmp) / "keys"
+        write_keys(keys)
+        fields = {"data": args.data, "imgsz": args.imgsz, "tcp": f"127.0.0.1:{port}", "keys_dir": str(keys)}
+        with common.daemon(workers=args.workers, **fields) as (d, proc):
+            daemon = psutil.Process(proc.pid)  # the daemon's own process (it encrypts TCP frames), not its workers
+            st = StreamSettings(seed=0, batch_size=args.batch_size, augment=AugmentConfig(imgsz=args.imgsz))
+            ways = {"shm": {"socket_dir": d}, "tcp": {"endpoint": f"tcp://127.0.0.1:{port}", "keys_dir": str(keys)}}
+            _delivery(st, range(1), daemon, **ways["shm"])  # warm-up: the workers' first jobs
+            epoch = [1]
+
+            def arm(way: str):
+                def run():
+                    e = epoch[0]
+                    epoch[0] += args.epochs_per_round
+                    return _delivery(st, range(e, e + args.epochs_per_round), daemon, **ways[way])
+
+                return run
+
+            got = common.rounds({way: arm(way) for way in ways}, args.rounds)
+    rate = {w: [r for r, _, _ in v] for w, v in got.items()}
+    common.dump({
+        "command": args.command, "load": [before, common.load()],
+        "img_per_s": {w: round(statistics.median(v), 1) for w, v in rate.items()},
+        "img_per_s_rounds": {w: [round(x, 1) for x in v] for w, v in rate.items()},
+        "tcp_vs_shm_paired": common.paired(rate["tcp"], rate["shm"]),
+        "trainer_cpu_ms_per_batch": {w: round(1e3 * statistics.median(c for _, c, _ in v), 2) for w, v in got.items()},
+        "daemon_cpu_ms_per_batch": {w: round(1e3 * statistics.median(c for _, _, c in v), 2) for w, v in got.items()},
+        "image_bytes_per_batch_over_tcp": args.batch_size * 3 * args.imgsz * args.imgsz,
+    })  # fmt: skip
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    return common.dispatch(
+        {
+            "set": (set_main, "a daemon over a COCO-sized set: preparation, restart, memory, attach, status"),
+            "restart-ab": (restart_ab_main, "restart to ready on a kept set, two code trees alternating"),
+            "index-check": (index_check_main, "the label index check alone, by stat and by bytes"),
+            "mmap": (mmap_main, "whether a mapped write moves a file's times, per folder"),
+            "tcp": (tcp_main, "a trainer over TCP (CURVE) against one on shared memory"),
+        },
+        argv,
+    )
 
 
 if __name__ == "__main__":

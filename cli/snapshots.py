@@ -19,7 +19,7 @@ lock) and its trainer (attached or not), and the temporary files killed writers 
 (``shared.transport.publish``). It also names every file it ignored under the caller's names:
 another user's file, a FIFO, a directory or a link planted there, a file under a label
 index's name that is no index of that snapshot (``snapshot/unit.py``). Nothing in the store
-is opened before its type and owner are known (``lstat``, then ``shm.open_trusted``). ``clean`` is how what a killed process left
+is opened before its type and owner are known (``lstat``, then ``trusted.open_trusted``). ``clean`` is how what a killed process left
 behind goes away. It removes, as whole units (a snapshot's three parts together),
 snapshots and rings nobody holds, each under a write lock that no holder lets it take
 (``holds.remove_unused``); it never removes a segment that a live process maps or holds
@@ -185,7 +185,7 @@ def ignored(store: str) -> dict[str, str]:
     from ..server.snapshot import unit
     from ..shared.errors import UntrustedSegmentError
     from ..shared.transport.names import list_segments, parse, shm_path, user_prefix
-    from ..shared.transport.shm import check_trusted
+    from ..shared.transport.trusted import check_trusted
 
     me, mine = os.geteuid(), user_prefix()
     out, bases = {}, set()

@@ -45,10 +45,10 @@ Faults, as the trainer sees them:
 ``attached`` reply's ``imgsz``, by ``StreamSettings.for_imgsz``); ``client.settings`` is the
 stream's settings with it filled in, and a reattach asks for that same size.
 
-The task: ``client.task`` (detect, segment, pose, obb), ``client.kpt_shape`` and
-``client.flip_idx`` (pose) are the daemon's dataset's, from each ``attached`` reply. Each
-batch's ``targets`` has ``tasks.target_width`` columns for it, and a segment batch carries
-``masks`` (``tensors.py``).
+The task: ``client.task`` (detect, segment, pose, obb; ``client.spec`` its ``TaskSpec``),
+``client.kpt_shape`` and ``client.flip_idx`` (pose) are the daemon's dataset's, from each
+``attached`` reply. Each batch's ``targets`` has ``spec.target_width`` columns for it, and a
+segment batch carries ``masks`` (``tensors.py``).
 
 ``expect``: the data the trainer names (``shared/stream/served_data.py``: ``expect``). Each
 attach then checks that the daemon serves exactly that (the split's resolved image sources,
@@ -75,13 +75,13 @@ from ..shared.errors import (
     ProtocolError,
     SnapshotChangedError,
 )
-from ..shared.stream import protocol as proto
-from ..shared.stream import tasks
 from ..shared.stream.config import StreamSettings
 from ..shared.stream.served_data import ExpectedData, check_served
+from ..shared.task import BASE_COLUMNS, task_spec
 from ..shared.transport import endpoint as ep
 from ..shared.transport.procmem import pid_namespace
 from ..shared.transport.ring import DEFAULT_SLOTS
+from ..shared.wire.trainer import DELIVERY_FRAMES, DELIVERY_SHM
 from .connection import KEEP_WAITING, Connection, Lost
 from .daemon_socket import await_daemon
 from .delivery import delivery_for, open_reader, prove
@@ -131,12 +131,12 @@ class Client:
             raise ConfigError.for_field("wait_s", wait_s, "must be a number of seconds >= 0 (0: fail at once)")
         self.settings = settings  # with the daemon's imgsz filled in once attached
         self.endpoint = endpoint or ep.ipc_endpoint(socket_dir)
-        self.remote = delivery_for(self.endpoint) == proto.DELIVERY_FRAMES
+        self.remote = delivery_for(self.endpoint) == DELIVERY_FRAMES
         # ``store``: where this process sees the daemon's store (a container may mount it
         # elsewhere); default the path the daemon names. Over ipc the client always tries
         # to map its ring; over TCP only when told where the store is.
         self.store = os.fspath(store) if store is not None else None
-        self._asked = proto.DELIVERY_SHM if (not self.remote or self.store is not None) else proto.DELIVERY_FRAMES
+        self._asked = DELIVERY_SHM if (not self.remote or self.store is not None) else DELIVERY_FRAMES
         self.delivery = self._asked  # what the daemon granted, once attached
         if self.remote and keys_dir is None:
             raise ConfigError(
@@ -152,7 +152,7 @@ class Client:
         self.device = device
         self.heartbeat_interval_s = heartbeat_interval_s
         # Optional: accumulates "deliver_s" (ready message received -> batch built, tensors
-        # included) and "batches", for bench/serve.py.
+        # included) and "batches", for bench/memory.py --what ownership.
         self.timings = timings
         self.zero_copy = bool(zero_copy)
         self._conversion = Conversion(as_torch=self.as_torch, zero_copy=self.zero_copy, device=device)
@@ -171,6 +171,7 @@ class Client:
         self.layout = None
         # The daemon's dataset's task (``attached``): what the target rows carry beyond boxes.
         self.task = "detect"
+        self.spec = task_spec(self.task)
         self.kpt_shape: tuple[int, int] | None = None
         self.flip_idx: tuple[int, ...] | None = None
         self.position: tuple[int, int] = (settings.start_epoch, 0)
@@ -273,14 +274,16 @@ class Client:
         kpt_shape = attached.get("kpt_shape")
         flip_idx = attached.get("flip_idx")
         kpt_shape = None if kpt_shape is None else (int(kpt_shape[0]), int(kpt_shape[1]))
-        width = tasks.target_width(task, kpt_shape)
-        layout_width = attached["layout"].get("target_width", tasks.BASE_COLUMNS)
+        spec = task_spec(task)
+        width = spec.target_width(kpt_shape)
+        layout_width = attached["layout"].get("target_width", BASE_COLUMNS)
         if layout_width != width:
             raise ProtocolError(
                 f"the daemon serves the {task} task (rows of {width} columns) but its ring layout has rows of "
                 f"{layout_width}; the daemon and this trainer disagree: run the same pixpool release on both"
             )
         self.task = task
+        self.spec = spec
         self.kpt_shape = kpt_shape
         self.flip_idx = None if flip_idx is None else tuple(int(i) for i in flip_idx)
 

@@ -6,7 +6,7 @@ the heartbeat thread has its own (``heartbeat.py``); both are made by ``Connecti
 (over TCP with the CURVE keys, the main one watched by ``AuthWatch``).
 
 ``wait`` receives replies until one answers what the caller asked. Replies are dispatched
-through tables keyed by the protocol's op strings (``shared/stream/protocol.py``): two
+through tables keyed by the protocol's op strings (``shared/wire/trainer.py``): two
 replies mean the same whatever was asked (``stopped`` ends the stream, ``error`` raises the
 daemon's error class, or ``Lost`` where the daemon no longer knows this trainer); the
 caller's table names the replies it waits for, each handler returning the answer or
@@ -22,8 +22,9 @@ from typing import Any, Callable, Protocol
 import zmq
 
 from ..shared.errors import DaemonStopped, DaemonTimeout
-from ..shared.stream import protocol as proto
 from ..shared.transport import endpoint as ep
+from ..shared.wire.error_codes import error_from
+from ..shared.wire.trainer import decode, encode
 from .auth_watch import AuthWatch
 
 log = logging.getLogger(__name__)
@@ -60,7 +61,7 @@ def _error(msg: dict, frames: list, peer: Peer) -> Any:
         if ident is not None and msg.get("trainer_id") == ident[0]:
             raise Lost()
         return KEEP_WAITING  # about an identity this client no longer uses
-    raise proto.error_from(msg)  # the daemon's error class and message
+    raise error_from(msg)  # the daemon's error class and message
 
 
 # Replies that mean the same whatever the caller waits for.
@@ -98,7 +99,7 @@ class Connection:
         return self.sock is not None and not self.sock.closed
 
     def send(self, op: str, **fields: Any) -> None:
-        self.sock.send(proto.encode(op, **fields))
+        self.sock.send(encode(op, **fields))
 
     def wait(
         self, handlers: dict[str, Handler], *, deadline: float, what: str, peer: Peer, patient: bool = False
@@ -112,7 +113,7 @@ class Connection:
         while True:
             if self.sock.poll(_STEP_MS):
                 frames = self.sock.recv_multipart(copy=False)
-                msg = proto.decode(frames[0].bytes, reply=True)
+                msg = decode(frames[0].bytes, reply=True)
                 always = _ALWAYS.get(msg["op"])
                 if always is not None:
                     answer = always(msg, frames[1:], peer)

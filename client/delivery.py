@@ -4,7 +4,7 @@ Runs in the trainer process, inside ``Client``. The daemon's side is
 ``pixpool.server.daemon.delivery``; the choice is made once per attach, by proof
 (``prove``): the trainer maps the ring it was given through the daemon's store path (or the
 path this process sees that store under), reads the nonce in its header (``map_ring``) and
-sends it back; the daemon answers which delivery it gets (``shared/stream/protocol.py``,
+sends it back; the daemon answers which delivery it gets (``shared/wire/trainer.py``,
 ``prove``):
 
 - ``SlotReader`` (``DELIVERY_SHM``): the trainer maps its ring (read-write, as the
@@ -25,15 +25,15 @@ import logging
 import numpy as np
 
 from ..shared.errors import PixpoolError, ProtocolError
-from ..shared.stream import protocol as proto
 from ..shared.transport.ring import Ring, RingLayout
+from ..shared.wire.trainer import DELIVERY_FRAMES, DELIVERY_SHM
 from .connection import KEEP_WAITING, Connection, Peer
 
 log = logging.getLogger(__name__)
 
 
 class SlotReader:
-    delivery = proto.DELIVERY_SHM
+    delivery = DELIVERY_SHM
 
     def __init__(self, ring: Ring, layout: RingLayout):
         self.layout = layout
@@ -59,7 +59,7 @@ class SlotReader:
 
 
 class FrameReader:
-    delivery = proto.DELIVERY_FRAMES
+    delivery = DELIVERY_FRAMES
     ring = None
 
     def __init__(self, layout: RingLayout):
@@ -96,7 +96,7 @@ class FrameReader:
 
 def delivery_for(endpoint: str) -> str:
     """How batches reach a trainer attached at ``endpoint``."""
-    return proto.DELIVERY_FRAMES if endpoint.startswith("tcp://") else proto.DELIVERY_SHM
+    return DELIVERY_FRAMES if endpoint.startswith("tcp://") else DELIVERY_SHM
 
 
 def map_ring(attached: dict, store: str | None = None) -> tuple[Ring | None, str]:
@@ -121,7 +121,7 @@ def open_reader(attached: dict, delivery: str, ring: Ring | None) -> SlotReader 
     """The reader for an ``attached`` reply and the delivery the daemon granted; ``ring``
     (``map_ring``) is closed when it is not needed."""
     layout = RingLayout.from_dict(attached["layout"])
-    if delivery == proto.DELIVERY_SHM and ring is not None:
+    if delivery == DELIVERY_SHM and ring is not None:
         return SlotReader(ring, layout)
     if ring is not None:
         ring.close()
@@ -132,8 +132,8 @@ def prove(conn: Connection, attached: dict, *, asked: str, store: str | None, de
     """(granted delivery, mapped ring or None): the locality handshake for an ``attached``
     reply. A trainer that asked for frames proves nothing; one that cannot map its ring
     sends an empty nonce and gets frames."""
-    if asked != proto.DELIVERY_SHM:
-        return proto.DELIVERY_FRAMES, None
+    if asked != DELIVERY_SHM:
+        return DELIVERY_FRAMES, None
     ring, nonce = map_ring(attached, store)
 
     def proved(msg: dict, frames: list):

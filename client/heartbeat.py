@@ -19,7 +19,7 @@ from typing import Callable
 import zmq
 
 from ..shared.errors import ProtocolError
-from ..shared.stream import protocol as proto
+from ..shared.wire.trainer import decode, encode
 
 
 class Heartbeat:
@@ -71,14 +71,14 @@ class Heartbeat:
                     continue
                 try:
                     s.send(
-                        proto.encode("heartbeat", trainer_id=ident[0], token=ident[1], data_wait_s=self._data_wait_s()),
+                        encode("heartbeat", trainer_id=ident[0], token=ident[1], data_wait_s=self._data_wait_s()),
                         zmq.NOBLOCK,
                     )
                 except zmq.Again:
                     pass
                 while s.poll(0):
                     try:
-                        msg = proto.decode(s.recv(), reply=True)
+                        msg = decode(s.recv(), reply=True)
                     except ProtocolError:
                         continue
                     handler = self._replies.get(msg["op"])

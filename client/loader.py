@@ -44,10 +44,10 @@ ring's slots less one are lent at a time, so the workers always keep a slot; pas
 batches are copied: ``list(loader)`` keeps its first two batches as lent slots and copies
 the rest. A ``for batch in loader`` loop holds the previous batch while the next is handed
 out, so it gets every batch lent: no copy per batch. The copy it saves is one memcpy of the
-slot per batch in the trainer's thread: measured (``bench/batch_ownership.py``,
+slot per batch in the trainer's thread: measured (``bench/memory.py --what ownership``,
 docs/benchmarks.md) 6-8 ms for batch 16 at 640 against 100-380 ms of render time per batch
 (2-6 %); on two cores shared by the workers and the trainer that is CPU taken from
-rendering (issue 19: docs/benchmarks.md). Lending needs torch batches on the host; a device
+rendering (docs/benchmarks.md, "The route"). Lending needs torch batches on the host; a device
 gets its own copy, and ``zero_copy=True`` hands out slot views valid only until the next
 batch, as pixpool's own loops use it, which provably drop each batch before asking for the
 next (``fit.py``'s training and validation loops copy it into the step's buffers or the
@@ -115,7 +115,7 @@ class Loader:
 
     @property
     def task(self) -> str:
-        """The daemon's dataset's task: detect, segment, pose or obb (``shared/stream/tasks.py``)."""
+        """The daemon's dataset's task: detect, segment, pose or obb (``shared/task.py``)."""
         return self.client.task
 
     @property
@@ -219,11 +219,11 @@ def attach(
     ``overrides`` applied: any field of ``StreamSettings`` (``batch_size``, ``seed``,
     ``rank``, ``world_size``, ``shuffle``, ``drop_last``, ``start_epoch``, ``hsv_on_device``,
     ``split``) or of ``AugmentConfig`` (``imgsz``, ``mosaic``, ``degrees``, ``copy_paste``,
-    ``close_mosaic``, ``epochs``, ``augment``, ...) by name, validated by those classes (an
+    ``close_mosaic``, ``epochs``, ``train_route``, ...) by name, validated by those classes (an
     unknown name is a ConfigError naming it and the known ones); ``augment=`` takes a whole
     ``AugmentConfig`` too. Unless given (here or by ``settings``): ``rank``/``world_size``
     come from ``torch.distributed``, else ``RANK``/``WORLD_SIZE``, else 0/1; ``split="val"``
-    streams the daemon's validation set through the validation route (``augment=False``:
+    streams the daemon's validation set through the validation route (``train_route=False``:
     letterboxed, no randomness) in dataset order (``shuffle=False``).
 
     Each batch unpacks as ``images, targets``: ``images`` uint8 (B, 3, S, S) RGB, S the
@@ -231,7 +231,7 @@ def attach(
     ``(batch_index, class, cx, cy, w, h)``, ``batch_index`` the image's position in the batch
     (0..B-1), ``class`` the class id (an index into ``loader.names``), the box centre and
     size normalised by S (0..1), rows in image order; then the task's columns
-    (``loader.task``; ``shared/stream/tasks.py``): obb the angle in radians, pose K x (x, y,
+    (``loader.task``; ``shared/task.py``): obb the angle in radians, pose K x (x, y,
     visibility) with x, y normalised by S. It also carries ``indices``, ``files``, ``epoch``,
     ``batch`` and, for segment, ``masks``: (B, S/mask_ratio, S/mask_ratio) uint8 (int32 where
     an image may have more than 255 instances), instance k of an image numbered k, 0 background.
@@ -289,7 +289,7 @@ def stream_settings(settings: StreamSettings | None = None, /, **overrides: Any)
     if settings is not None and not isinstance(settings, StreamSettings):
         raise ConfigError(f"settings must be a StreamSettings, got {type(settings).__name__}", field="settings")
     overrides = {k: v for k, v in overrides.items() if not (k in _NONE_IS_UNSET and v is None)}
-    unknown = sorted(set(overrides) - _STREAM_FIELDS - _AUGMENT_FIELDS)
+    unknown = sorted(set(overrides) - _STREAM_FIELDS - _AUGMENT_FIELDS - {"augment"})
     if unknown:
         raise ConfigError(
             f"unknown field(s) {unknown} for attach(); StreamSettings fields: {sorted(_STREAM_FIELDS)}; "
@@ -298,13 +298,19 @@ def stream_settings(settings: StreamSettings | None = None, /, **overrides: Any)
         )
     base = settings if settings is not None else StreamSettings()
     augment = base.augment
-    if isinstance(overrides.get("augment"), AugmentConfig):
+    if "augment" in overrides:
         augment = overrides.pop("augment")
+        if not isinstance(augment, AugmentConfig):
+            raise ConfigError(
+                f"augment= takes a whole AugmentConfig, got {type(augment).__name__}; give single fields as "
+                "attach(mosaic=0.5, ...), or train_route=False for the validation route",
+                field="augment",
+            )
     stream = {k: v for k, v in overrides.items() if k in _STREAM_FIELDS}
     aug = {k: v for k, v in overrides.items() if k in _AUGMENT_FIELDS}
     if settings is None:
         if stream.get("split") == "val":
-            aug.setdefault("augment", False)
+            aug.setdefault("train_route", False)
             stream.setdefault("shuffle", False)
         if "rank" not in stream or "world_size" not in stream:
             env_rank, env_world = distributed_rank()

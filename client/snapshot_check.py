@@ -1,7 +1,7 @@
 """Which snapshot a trainer's stream is on, and what changed when a restarted daemon serves another.
 
 Runs in the trainer process, inside ``Client``: each ``attached`` reply names the snapshot
-the trainer's split streams (``shared/stream/protocol.py``: fingerprint of its content, name,
+the trainer's split streams (``shared/wire/trainer.py``: fingerprint of its content, name,
 record count) and the daemon's class names. The first attach fixes the stream's snapshot;
 an attach after a restart is compared with it (``changed``), and a different one stops
 the trainer with ``SnapshotChangedError`` (``refusal``) unless the user asked to follow the

@@ -111,7 +111,7 @@ def _to_torch(images, targets, masks, samples, epoch: int, how: Conversion, sett
     if how.device is not None:
         out = [None if t is None else t.to(how.device, non_blocking=True) for t in out]
     timg, ttgt, tmask = out
-    if settings.hsv_on_device and settings.augment.augment:  # validation streams get no HSV
+    if settings.hsv_on_device and settings.augment.train_route:  # validation streams get no HSV
         from .hsv_torch import apply_hsv
 
         timg = apply_hsv(timg, settings, epoch, samples)

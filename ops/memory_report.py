@@ -32,10 +32,10 @@ from __future__ import annotations
 import math
 import os
 
-from ..shared.stream import protocol as proto
 from ..shared.transport import store as _store
 from ..shared.transport.names import DEFAULT_STORE, list_segments, parse, shm_path
 from ..shared.transport.procmem import process_memory
+from ..shared.wire.trainer import DELIVERY_SHM
 
 
 def segment_figures(store: str | None = None) -> dict[str, dict[str, int]]:
@@ -65,7 +65,7 @@ def _roles(status: dict) -> dict[int, tuple[str, int | None]]:
 
 
 def _measurable(t: dict) -> bool:
-    return bool(t["pid"]) and t.get("pid_watched", t["delivery"] == proto.DELIVERY_SHM)
+    return bool(t["pid"]) and t.get("pid_watched", t["delivery"] == DELIVERY_SHM)
 
 
 def snapshot_segments(status: dict) -> list[str]:
@@ -130,7 +130,7 @@ def memory_report(status: dict, *, store: str | None = None) -> dict:
             "trainer_id": t["trainer_id"],
             "pid": t["pid"],
             "host": t["host"],
-            "local": t["delivery"] == proto.DELIVERY_SHM,
+            "local": t["delivery"] == DELIVERY_SHM,
             "ring": name,
             "slots": t.get("slots", 0),
             "bytes": segs[name]["bytes"] if name in segs else 0,

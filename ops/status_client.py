@@ -8,11 +8,11 @@ msgpack ``status`` reply). What it costs is ``memory_report.py``'s.
 from __future__ import annotations
 
 from ..shared.errors import DaemonTimeout
-from ..shared.stream.protocol import error_from
 from ..shared.text import format_table, human_bytes
 from ..shared.transport import endpoint as ep
 from ..shared.transport.control import request_health, request_status
 from ..shared.transport.names import DEFAULT_STORE
+from ..shared.wire.error_codes import error_from
 
 
 def query_status(socket_dir: str | None = None, *, timeout_s: float = 3.0) -> dict:

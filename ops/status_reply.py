@@ -5,7 +5,7 @@ the metrics endpoint). Read-only: it only looks at the daemon, its sessions, sch
 supervisor.
 
 The ``status`` reply stays under ``MAX_REPLY_BYTES`` whatever trainers sent: their fields
-are bounded at decode (``shared.stream.protocol``), and the trainer list stops at
+are bounded at decode (``shared.wire.trainer``), and the trainer list stops at
 ``TRAINERS_BUDGET_BYTES`` (``daemon.trainers_total`` says how many there are, so a reader
 knows some were left out). ``health`` is a few numbers: its cost does not grow with the
 sessions, which is what a probe asking every few seconds needs.
@@ -18,10 +18,10 @@ import time
 import msgpack
 
 from ..shared import __version__
-from ..shared.stream import protocol as proto
+from ..shared.wire.trainer import MAX_REPLY_BYTES, PROTOCOL_VERSION
 
 # Room for the trainer list in a status reply; the rest (daemon, snapshot, workers) is small.
-TRAINERS_BUDGET_BYTES = proto.MAX_REPLY_BYTES // 2
+TRAINERS_BUDGET_BYTES = MAX_REPLY_BYTES // 2
 
 
 def build_health(d) -> dict:
@@ -91,7 +91,7 @@ def build_status(d) -> dict:
         "store": d.store,
         "pid_ns": d.pid_ns,
         "version": __version__,
-        "protocol": proto.PROTOCOL_VERSION,
+        "protocol": PROTOCOL_VERSION,
         "endpoint": d.endpoint or "",
         "tcp": cfg.tcp or "",
         "uptime_s": round(now - d.started, 3),

@@ -18,6 +18,7 @@ import psutil
 import pytest
 import zmq
 
+from helpers.snapshot import remove_snapshot
 from pixpool.shared.transport.names import list_segments
 from pixpool.shared.transport.shm import unlink_segment
 
@@ -209,6 +210,18 @@ def store(request):
         assert not left, f"segments left in the disk store {path}: {left}"
     finally:
         shutil.rmtree(path, ignore_errors=True)
+
+
+@pytest.fixture
+def prepared():
+    """Collects PrepareResults and removes their snapshots afterwards, whatever happens."""
+    results = []
+    try:
+        yield results
+    finally:
+        for r in results:
+            r.snapshot.close()
+            remove_snapshot(r.snapshot.name, r.snapshot.store)
 
 
 @pytest.fixture

@@ -36,6 +36,7 @@ def _sandbox(tmp_path: Path) -> tuple[Path, dict]:
     (repo / ".ci").mkdir(parents=True)
     (repo / "tests").mkdir()
     (repo / ".ci" / "tests").mkdir()
+    (repo / "bench" / "tests").mkdir(parents=True)
     shutil.copy(REPO / ".ci" / "run", repo / ".ci" / "run")
     (repo / ".ci" / "serve-without-torch").write_text('echo "serve-without-torch (stand-in)" >> "$CI_LOG"\n')
     bin_dir = tmp_path / "bin"
@@ -48,8 +49,8 @@ def _sandbox(tmp_path: Path) -> tuple[Path, dict]:
     return repo, env
 
 
-STAGE_NAMES = ["lint", "unit", "integration", "slow", "ci-scripts"]
-STAGES = ["-m not slow unit", "-m not slow integration", "-m slow .", "."]
+STAGE_NAMES = ["lint", "unit", "integration", "slow", "ci-scripts", "bench-scripts"]
+STAGES = ["-m not slow unit", "-m not slow integration", "-m slow .", ".", "."]
 
 
 def test_ci_run_uses_a_new_empty_venv_each_time_and_removes_it(tmp_path):
@@ -76,7 +77,7 @@ def test_ci_run_uses_a_new_empty_venv_each_time_and_removes_it(tmp_path):
         # ruff, pinned, checks and format-checks the tree before the first test.
         lint = [log.index("python -m ruff check ."), log.index("python -m ruff format --check .")]
         assert log.index("python -m pip install -q ruff==0.17.6") < lint[0] < lint[1] < tests[0], log
-        assert "python -m pip install -q torch==2.14.1 torchvision==0.29.1 ultralytics" in log[tests[3] : tests[4]], log
+        assert "python -m pip install -q torch==2.14.1 torchvision==0.29.1 ultralytics" in log[tests[4] : tests[5]], log
         said = [line for line in proc.stdout.splitlines() if line.startswith("== stage ") and " s, exit " in line]
         assert [line.split()[2].rstrip(":") for line in said] == [*STAGE_NAMES, "ultralytics"], proc.stdout
     assert len(set(venvs)) == len(venvs), "a venv directory was reused"
@@ -104,7 +105,7 @@ def test_a_failing_stage_fails_the_run_and_no_later_stage_runs(tmp_path):
 def test_an_empty_slow_stage_passes_but_an_empty_unit_stage_fails(tmp_path):
     repo, env = _sandbox(tmp_path)
     proc, tests = _run(repo, env, "-m slow .", 5)  # pytest: no test collected
-    assert proc.returncode == 0 and len(tests) == 5, proc.stdout + proc.stderr
+    assert proc.returncode == 0 and len(tests) == 6, proc.stdout + proc.stderr
     assert "== stage slow: no test selected" in proc.stdout
     proc, tests = _run(repo, env, "-m not slow unit", 5)
     assert proc.returncode == 5 and len(tests) == 1, proc.stdout

@@ -114,7 +114,7 @@ def fit(
             raise ConfigError(
                 "the daemon did not say how many classes its dataset has; serve a COCO json or a data.yaml with names"
             )
-        if train.task not in ("detect", "segment"):  # a segment set's rows are its boxes: a detector trains on them
+        if not train.client.spec.rows_are_boxes:  # a segment set's rows are its boxes: a detector trains on them
             raise ConfigError(
                 f"pixpool train trains a detector on rows of 6 columns; the daemon serves the {train.task} task "
                 f"(rows of {train.client.layout.target_width}); train it with Ultralytics: "

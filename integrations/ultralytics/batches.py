@@ -16,7 +16,7 @@ one Ultralytics' ``Format`` transform and ``YOLODataset.collate_fn`` produce tog
   For a mosaic these describe the sample's own record, as Ultralytics' do for its first tile.
 
 Beside these, per task (the pixpool target row is ``(batch_index, class, cx, cy, w, h)``
-then the task's columns, ``shared/stream/tasks.py``):
+then the task's columns, ``shared/task.py``):
 
 - segment: ``masks`` (B, M, M), M = imgsz // mask_ratio: the batch's mask planes (0
   background, i + 1 instance i of the image in the order of its rows, the rows sorted by
@@ -39,7 +39,7 @@ from typing import Any
 
 from PIL import Image
 
-from ...shared.stream.tasks import BASE_COLUMNS, target_width
+from ...shared.task import BASE_COLUMNS, TaskSpec, task_spec
 
 _ORIENTATION_TAG = 0x0112
 _TRANSPOSED = {5, 6, 7, 8}  # EXIF orientations that swap height and width
@@ -85,18 +85,19 @@ def to_ultralytics(
     imgsz: int,
     shapes: ShapeCache,
     single_cls: bool = False,
-    task: str = "detect",
+    task: str | TaskSpec = "detect",
     kpt_shape: tuple[int, int] | None = None,
     masks: Any = None,
 ) -> dict[str, Any]:
     """The Ultralytics batch dict of one pixpool batch of ``task``: ``images`` uint8 (B, 3, S, S),
-    ``targets`` float32 (n, W) with W = ``target_width(task, kpt_shape)``, ``masks`` the batch's
+    ``targets`` float32 (n, W) with W = the task's ``target_width(kpt_shape)``, ``masks`` the batch's
     mask planes (B, M, M) for segment (None otherwise)."""
-    width = target_width(task, kpt_shape)
+    spec = task_spec(task)
+    width = spec.target_width(kpt_shape)
     if targets.ndim != 2 or targets.shape[1] != width:
         raise ValueError(
-            f"pixpool targets of shape {tuple(targets.shape)} do not fit the {task!r} task's rows of {width} columns; "
-            f"the daemon serves another task or keypoint layout (serve with `pixpool serve --task {task}`)"
+            f"pixpool targets of shape {tuple(targets.shape)} do not fit the {spec.name!r} task's rows of {width} columns; "
+            f"the daemon serves another task or keypoint layout (serve with `pixpool serve --task {spec.name}`)"
         )
     cls = targets[:, 1:2].clone()
     if single_cls:
@@ -104,7 +105,7 @@ def to_ultralytics(
     ori = tuple(shapes(f) for f in files)
     out = {
         "batch_idx": targets[:, 0].clone(),
-        "bboxes": targets[:, 2 : (7 if task == "obb" else 6)].clone(),
+        "bboxes": targets[:, 2 : BASE_COLUMNS + (1 if spec.rotated else 0)].clone(),  # obb: xywhr
         "cls": cls,
         "im_file": tuple(files),
         "img": images,
@@ -112,9 +113,9 @@ def to_ultralytics(
         "ratio_pad": tuple(resize_gain(s, imgsz) for s in ori),
         "resized_shape": tuple((imgsz, imgsz) for _ in files),
     }
-    if task == "pose":
+    if spec.has_keypoints:
         out["keypoints"] = targets[:, BASE_COLUMNS:].reshape(len(targets), int(kpt_shape[0]), 3).clone()
-    elif task == "segment":
+    elif spec.has_masks:
         if masks is None:
             raise ValueError(
                 "a segment batch carries no masks; the daemon serves another task (serve with --task segment)"

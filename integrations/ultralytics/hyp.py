@@ -24,6 +24,7 @@ from typing import Any
 
 from ...shared.errors import ConfigError
 from ...shared.stream.config import AugmentConfig, StreamSettings
+from ...shared.task import TASKS, task_spec
 
 log = logging.getLogger(__name__)
 
@@ -53,8 +54,8 @@ AUGMENT_KEYS: dict[str, str] = {
 SEGMENT_KEYS: dict[str, str] = {"mask_ratio": "mask_ratio", "overlap_mask": "overlap_mask"}
 # Ultralytics key -> StreamSettings field.
 STREAM_KEYS: dict[str, str] = {"batch": "batch_size", "seed": "seed"}
-# The Ultralytics tasks whose training batches pixpool's ring carries (``shared/stream/tasks.py``).
-SERVED_TASKS = ("detect", "segment", "pose", "obb")
+# The Ultralytics tasks whose training batches pixpool's ring carries (``shared/task.py``).
+SERVED_TASKS = TASKS
 
 
 def task_of(args: Mapping[str, Any]) -> str:
@@ -110,7 +111,7 @@ def check_supported(args: Mapping[str, Any]) -> None:
                 field=key,
                 value=args[key],
             )
-    if task_of(args) == "segment" and args.get("overlap_mask") is False:
+    if task_spec(task_of(args)).has_masks and args.get("overlap_mask") is False:
         raise ConfigError(
             "Ultralytics setting overlap_mask=False is not supported with pixpool as the data stream: a ring slot holds "
             "one mask plane per image (instances numbered 1..n, Ultralytics' default overlap_mask=True), not one plane "
@@ -148,10 +149,10 @@ def augment_config(args: Mapping[str, Any], *, data: Mapping[str, Any] | None = 
     right keypoints swapped). A value pixpool's ranges refuse raises ConfigError naming the
     Ultralytics key."""
     check_supported(args)
-    task = task_of(args)
-    keys = {**AUGMENT_KEYS, **SEGMENT_KEYS} if task == "segment" else AUGMENT_KEYS
+    spec = task_spec(task_of(args))
+    keys = {**AUGMENT_KEYS, **SEGMENT_KEYS} if spec.has_masks else AUGMENT_KEYS
     fields = {field: args[key] for key, field in keys.items() if key in args}
-    if task == "pose" and data is not None:
+    if spec.has_keypoints and data is not None:
         flip_idx = data.get("flip_idx") or []
         kpt_shape = data.get("kpt_shape")
         if not flip_idx:
@@ -167,7 +168,7 @@ def augment_config(args: Mapping[str, Any], *, data: Mapping[str, Any] | None = 
                 field="flip_idx",
                 value=list(flip_idx),
             )
-    fields["augment"] = True
+    fields["train_route"] = True
     return _build(lambda: AugmentConfig.from_dict(fields), keys)
 
 
@@ -207,16 +208,17 @@ def check_served(
     The daemon renders the targets of the task its dataset was served with (``pixpool serve
     --task``): a segment model on a detect stream would get no masks, a pose model on another
     keypoint layout the wrong columns. ``data``: the dataset dict Ultralytics resolved."""
+    spec = task_spec(task)
     if served_task != task:
         raise ConfigError(
             f"{where} serves the {served_task!r} task but the model trains {task!r}; serve the dataset with "
             f"`pixpool serve --task {task}`"
-            + (" (its data.yaml names kpt_shape)" if task == "pose" else "")
+            + (" (its data.yaml names kpt_shape)" if spec.has_keypoints else "")
             + f", or give a {served_task} model",
             field="task",
             value=task,
         )
-    if task != "pose":
+    if not spec.has_keypoints:
         return
     wanted_shape = [int(v) for v in data.get("kpt_shape") or ()]
     served_shape = [int(v) for v in served_kpt_shape or ()]

@@ -57,6 +57,7 @@ from ...shared.errors import ConfigError
 from ...shared.stream.config import DaemonConfig
 from ...shared.stream.flags import to_argv
 from ...shared.stream.served_data import ExpectedData, expect_entries
+from ...shared.task import task_spec
 from ...shared.transport import endpoint as ep
 from ...shared.transport.control import request_status
 from . import failures, hyp
@@ -170,7 +171,7 @@ class PixpoolStream:
         names = check_det_dataset(self.args.data)["names"] if self.args.single_cls else self.data["names"]
         names = [names[i] for i in range(len(names))] if isinstance(names, dict) else list(names)
         split = {"train": entries, "names": names}
-        if self.args.task == "pose":  # the keypoint layout and the left-right pairs the route flips
+        if task_spec(self.args.task).has_keypoints:  # the keypoint layout and the left-right pairs the route flips
             for key in ("kpt_shape", "flip_idx"):
                 if self.data.get(key) is not None:
                     split[key] = [int(v) for v in self.data[key]]

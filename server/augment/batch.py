@@ -8,7 +8,7 @@ Output per batch:
 
 - ``images``: uint8 (B, 3, S, S) RGB, C-contiguous.
 - ``targets``: float32 (n, W) rows ``(batch_index, class, cx, cy, w, h)``, normalised
-  by S, then the task's columns (``shared.stream.tasks.target_width``: obb the angle in
+  by S, then the task's columns (``shared.task``, ``TaskSpec.target_width``: obb the angle in
   radians, with cx, cy, w, h those of the rotated box; pose K x (x, y normalised, visibility));
   rows in sample order, then instance order (segment: each sample's instances by mask area,
   largest first, as the mask plane numbers them).
@@ -37,10 +37,9 @@ from ...shared.stream.hsv_tables import tables
 from ...shared.stream.rng import hsv_gains
 from ...shared.stream.sampler import batch_samples
 from ...shared.stream.source import ImageSource
-from ...shared.stream.tasks import mask_side, target_width
 from .labels import pack
 from .masks import render_masks
-from .sample import Pending, _Clock, render, task_of
+from .sample import Pending, StageClock, render, task_of
 
 
 @dataclass
@@ -62,7 +61,7 @@ def max_targets(max_instances: int, settings: StreamSettings) -> int:
     """
     cfg = settings.augment
     per = max(0, int(max_instances))
-    if cfg.augment:
+    if cfg.train_route:
         if cfg.mosaic > 0:
             per *= 4
         if cfg.copy_paste > 0:
@@ -115,7 +114,7 @@ def write_image(
 ) -> None:
     """Render ``pending`` into ``out_chw`` (uint8 (3, S, S) C-contiguous RGB) in one kernel
     pass, with HSV when ``gains`` are given (gains of exactly 1 change nothing and skip it)."""
-    clock = _Clock(timings)
+    clock = StageClock(timings)
     # gains of exactly 1 (hsv_* all 0): a list compare, a fraction of np.all's call cost per sample
     pending.write(out_chw, None if gains is None or gains.tolist() == [1.0, 1.0, 1.0] else tables(gains))
     clock.lap("kernel")
@@ -207,13 +206,13 @@ def _render(
         )
     samples = every[start:stop]
     images = _output(images_out, len(samples), imgsz)
-    task, kpt_shape, _ = task_of(source)
-    width = target_width(task, kpt_shape)
-    keypoints = int(kpt_shape[0]) if task == "pose" else 0
-    side = mask_side(task, imgsz, cfg.mask_ratio)
+    spec, kpt_shape, _ = task_of(source)
+    width = spec.target_width(kpt_shape)
+    keypoints = int(kpt_shape[0]) if spec.has_keypoints else 0
+    side = spec.mask_side(imgsz, cfg.mask_ratio)
     planes = _masks_output(masks_out, len(samples), side, overlap=cfg.overlap_mask) if side else None
     instance_planes: list[np.ndarray] | None = [] if side and not cfg.overlap_mask else None
-    apply_hsv = cfg.augment and not settings.hsv_on_device
+    apply_hsv = cfg.train_route and not settings.hsv_on_device
     counts = np.zeros(len(samples), dtype=np.int64)
     floats: list[np.ndarray] | None = [] if keep_float else None
     polygons: list[np.ndarray] | None = [] if segments else None
@@ -226,7 +225,7 @@ def _render(
         write_image(pending, images[i], gains, timings=timings)
         labels = pending.labels
         if side:
-            clock = _Clock(timings)
+            clock = StageClock(timings)
             if instance_planes is not None:
                 per, _ = render_masks(labels, imgsz, cfg.mask_ratio, overlap=False)
                 instance_planes.append(per)
@@ -236,7 +235,7 @@ def _render(
                 _, order = render_masks(labels, imgsz, cfg.mask_ratio, overlap=True, out=_plane(planes, i, len(labels)))
                 labels = labels.select(order)
             clock.lap("masks")
-        packed = pack(labels, imgsz, task=task, keypoints=keypoints)
+        packed = pack(labels, imgsz, task=spec, keypoints=keypoints)
         rows.append(packed)
         counts[i] = len(packed)
         if polygons is not None and len(labels):

@@ -29,6 +29,7 @@ import numpy as np
 
 from ...shared.errors import ConfigError
 from ...shared.stream.records import Targets
+from ...shared.task import BASE_COLUMNS, TaskSpec, task_spec
 from .obb import clip_rotated, xywhr
 from .resample import MIN_VERTICES, resample_polygons
 from .visible import visible_boxes
@@ -401,17 +402,17 @@ def _apply(points: np.ndarray, matrix: np.ndarray, perspective: bool) -> np.ndar
     return out
 
 
-def pack(labels: Labels, imgsz: int, *, task: str = "detect", keypoints: int = 0) -> np.ndarray:
-    """float32 (n, W - 1), a target row without its batch index (``shared.stream.tasks``): class,
+def pack(labels: Labels, imgsz: int, *, task: str | TaskSpec = "detect", keypoints: int = 0) -> np.ndarray:
+    """float32 (n, W - 1), a target row without its batch index (``shared.task``): class,
     cx, cy, w, h normalised by ``imgsz``; obb: the rotated box's cx, cy, w, h (normalised) and angle
     (radians) from the instance's final points; pose: then ``keypoints`` (K) x (x, y normalised,
     visibility)."""
+    spec = task_spec(task)
     n = len(labels)
-    extra = 1 if task == "obb" else 3 * keypoints if task == "pose" else 0
-    out = np.empty((n, 5 + extra), dtype=np.float32)
+    out = np.empty((n, BASE_COLUMNS - 1 + spec.extra_columns(keypoints)), dtype=np.float32)
     out[:, 0] = labels.classes
     inv = np.float32(1.0 / imgsz)
-    if task == "obb":
+    if spec.rotated:
         r = xywhr(labels.points, labels.offsets)
         out[:, 1:5] = r[:, :4] / imgsz
         out[:, 5] = r[:, 4]
@@ -421,7 +422,7 @@ def pack(labels: Labels, imgsz: int, *, task: str = "detect", keypoints: int = 0
     lo, hi = b[:, :2], b[:, 2:4]
     np.multiply((lo + hi) * np.float32(0.5), inv, out=out[:, 1:3])
     np.multiply(hi - lo, inv, out=out[:, 3:5])
-    if task == "pose" and n:
+    if spec.has_keypoints and n:
         if labels.keypoints is None or labels.keypoints.shape[1] != keypoints:
             got = None if labels.keypoints is None else labels.keypoints.shape
             raise ConfigError(f"pose rows need keypoints (n, {keypoints}, 3) on every instance, the labels have {got}")

@@ -13,20 +13,21 @@ import weakref
 import numpy as np
 
 from ...shared.stream.source import ImageSource
+from ...shared.task import TaskSpec, task_spec
 from .affine import uniform
 from .labels import Labels
 from .obb import clip_rotated
-from .resample import points_for, resampled_targets
+from .resample import resampled_targets
 
 Tile = tuple[np.ndarray, tuple[int, int, int, int], tuple[int, int]]
 
 
-Task = tuple[str, tuple[int, int] | None, tuple[int, ...] | None]
+Task = tuple[TaskSpec, tuple[int, int] | None, tuple[int, ...] | None]
 _tasks: weakref.WeakKeyDictionary[object, tuple[tuple, Task]] = weakref.WeakKeyDictionary()
 
 
 def task_of(source: ImageSource) -> Task:
-    """(task, kpt_shape, flip_idx) of ``source``: a source without them is a detect source.
+    """(task spec, kpt_shape, flip_idx) of ``source``: a source without them is a detect source.
 
     Asked several times per sample: kept per source, and rebuilt when any of the three
     attributes is no longer the very object it was built from."""
@@ -39,7 +40,7 @@ def task_of(source: ImageSource) -> Task:
         return kept[1]
     task, kpt_shape, flip_idx = raw
     out = (
-        str(task or "detect"),
+        task_spec(str(task or "detect")),
         None if kpt_shape is None else tuple(int(v) for v in kpt_shape),
         None if flip_idx is None else tuple(int(v) for v in flip_idx),
     )
@@ -50,9 +51,9 @@ def task_of(source: ImageSource) -> Task:
     return out
 
 
-def clip_to(labels: Labels, width: float, height: float, task: str) -> Labels:
+def clip_to(labels: Labels, width: float, height: float, spec: TaskSpec) -> Labels:
     """``labels.clip``, or for OBB polygons the clip that keeps each box's direction."""
-    if task != "obb" or not len(labels.points):
+    if not spec.rotated or not len(labels.points):
         return labels.clip(width, height)
     clipped = labels.clip(width, height)  # keypoints (none for obb) and polygon-less boxes
     boxes, points = clip_rotated(labels.boxes, labels.points, labels.offsets, width, height)
@@ -71,7 +72,7 @@ def mosaic_tiles(source: ImageSource, indices: list[int], imgsz: int, xc: int, y
     """Four records around the centre (xc, yc) of a 2·imgsz canvas: top-left, top-right,
     bottom-left, bottom-right; labels shifted and clipped to the canvas."""
     canvas = 2 * imgsz  # the mosaic canvas side
-    task = task_of(source)[0]
+    spec = task_of(source)[0]
     tiles: list[Tile] = []
     placed = []
     for k, index in enumerate(indices):
@@ -90,8 +91,8 @@ def mosaic_tiles(source: ImageSource, indices: list[int], imgsz: int, xc: int, y
             xa0, ya0, xa1, ya1 = xc, yc, min(xc + w, canvas), min(canvas, yc + h)
             xb0, yb0 = 0, 0
         tiles.append((image, (xa0, ya0, xa1, ya1), (xb0, yb0)))
-        placed.append((resampled_targets(source, int(index), points_for(task)), w, h, xa0 - xb0, ya0 - yb0))
-    return tiles, clip_to(Labels.from_placed(placed), canvas, canvas, task)
+        placed.append((resampled_targets(source, int(index), spec.polygon_points), w, h, xa0 - xb0, ya0 - yb0))
+    return tiles, clip_to(Labels.from_placed(placed), canvas, canvas, spec)
 
 
 def letterbox_tile(source: ImageSource, index: int, imgsz: int) -> tuple[list[Tile], Labels]:
@@ -99,6 +100,6 @@ def letterbox_tile(source: ImageSource, index: int, imgsz: int) -> tuple[list[Ti
     image = source.image(int(index))
     h, w = image.shape[:2]
     top, left = (imgsz - h) // 2, (imgsz - w) // 2
-    task = task_of(source)[0]
-    labels = Labels.from_targets(resampled_targets(source, int(index), points_for(task)), w, h, left, top)
-    return [(image, (left, top, left + w, top + h), (0, 0))], clip_to(labels, imgsz, imgsz, task)
+    spec = task_of(source)[0]
+    labels = Labels.from_targets(resampled_targets(source, int(index), spec.polygon_points), w, h, left, top)
+    return [(image, (left, top, left + w, top + h), (0, 0))], clip_to(labels, imgsz, imgsz, spec)

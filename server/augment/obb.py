@@ -1,7 +1,7 @@
 """Oriented boxes on the route: clipping that keeps a box's direction, and the final ``xywhr``.
 
 Runs wherever a sample is rendered. An OBB instance travels as its polygon (the label's four
-corners resampled to ``resample.OBB_POINTS`` points) like a segment does; only two steps differ
+corners resampled to the obb ``TaskSpec.polygon_points``) like a segment does; only two steps differ
 from the polygon route, both as Ultralytics' OBB task does them (behaviour read from
 ``Instances.clip(preserve_obb=True)`` and ``ops.xyxyxyxy2xywhr``; our own code):
 

@@ -9,7 +9,7 @@ by linear interpolation over the vertex index: ``count`` points evenly spaced fr
 vertex to the closing one, merged with the original vertices where the closed outline has
 fewer than ``count`` points (so every corner survives), or exactly ``count`` evenly spaced
 points where it has more. A polygon that already has ``count`` points is kept as it is.
-``count`` is per record: ``SEGMENT_POINTS`` (OBB: ``OBB_POINTS``), raised to the longest
+``count`` is per record: the task's ``TaskSpec.polygon_points``, raised to the longest
 polygon's length + 1 when a polygon of the record is longer (so none is thinned out).
 
 The positions along the outline depend only on (closed length, count), so they are computed
@@ -33,19 +33,12 @@ import numpy as np
 
 from ...shared.stream.records import Targets
 
-SEGMENT_POINTS = 1000
-OBB_POINTS = 100
 MIN_VERTICES = 3  # fewer vertices count as no polygon (``labels.py``), and are not resampled
 CACHE_BYTES = 64 << 20  # per source, task and process: coco128's segment polygons take ~8 MB
 # Records that are not resampled (detect, pose) save only a fetch (~20 us) on a hit, and every
 # worker holds its own cache: a small bound keeps a COCO-sized set's workers lean (coco128's
 # detect records take ~0.2 MB) while a small set, or a mosaic's partners, still hit.
 PLAIN_CACHE_BYTES = 8 << 20
-
-
-def points_for(task: str) -> int:
-    """Points each polygon of ``task`` is resampled to before the route; 0: no resampling."""
-    return SEGMENT_POINTS if task == "segment" else OBB_POINTS if task == "obb" else 0
 
 
 @lru_cache(maxsize=4096)

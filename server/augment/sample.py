@@ -3,7 +3,7 @@
 Runs in the augmentation workers (on the snapshot), in the reference pipeline and in the
 digest command; the code cannot tell the sources apart, which is what byte parity shows.
 
-Training (``augment=True``), every draw from the sample's generator (``pixpool.shared.stream.rng``):
+Training (``train_route=True``), every draw from the sample's generator (``pixpool.shared.stream.rng``):
 
 1. mosaic with probability ``mosaic`` (not in the closed epochs): the record and three
    random partners around a random centre on a 2·imgsz zero canvas; otherwise the
@@ -31,7 +31,7 @@ Here only the draws, the labels and the copy-paste mask are computed; the pixels
 (``kernel.py``, which defines their arithmetic), run by ``Pending.write`` straight into
 the output slot. No canvas and no intermediate image exist.
 
-Validation (``augment=False``): ``letterbox.py``, no draws.
+Validation (``train_route=False``): ``letterbox.py``, no draws.
 """
 
 from __future__ import annotations
@@ -102,8 +102,9 @@ class Pending:
         return out
 
 
-class _Clock:
-    """Accumulates seconds per stage into ``timings`` (a dict) when one is given."""
+class StageClock:
+    """Accumulates seconds per stage into ``timings`` (a dict) when one is given: the route's stage
+    timings (``render(timings=)``), shared by the sample and the batch steps."""
 
     def __init__(self, timings: dict[str, float] | None):
         self.timings = timings
@@ -124,8 +125,8 @@ def render(
     cfg = settings.augment
     imgsz = cfg.imgsz
     rng = sample_generator(settings.seed, epoch, index)
-    clock = _Clock(timings)
-    if not cfg.augment:
+    clock = StageClock(timings)
+    if not cfg.train_route:
         layer, labels = letterbox(source, index, imgsz)
         clock.lap("letterbox")
         return Pending(imgsz, [layer], None, False, False, labels, rng, _fill_of(source))
@@ -150,8 +151,8 @@ def render(
         clock.lap("cutmix")
     flip_ud = bool(rng.random() < cfg.flipud)
     flip_lr = bool(rng.random() < cfg.fliplr)
-    task, _, flip_idx = task_of(source)
-    if task == "pose" and flip_idx is None:
+    spec, _, flip_idx = task_of(source)
+    if spec.has_keypoints and flip_idx is None:
         # Without flip_idx a mirrored person's left and right keypoints would swap meaning:
         # no flips (Ultralytics turns fliplr and flipud off for such a dataset); still drawn,
         # so the stream's position does not depend on it.
@@ -177,7 +178,7 @@ def _pre_transform(
     settings: StreamSettings,
     closed: bool,
     rng: np.random.Generator,
-    clock: _Clock,
+    clock: StageClock,
     *,
     copy_paste: bool = True,
 ) -> tuple[Layer, Labels]:
@@ -193,15 +194,15 @@ def _pre_transform(
         canvas_hw = (imgsz, imgsz)
     matrix, scale = affine.draw_matrix(rng, cfg, canvas_hw, imgsz)
     clock.lap("source")
-    task = task_of(source)[0]
+    spec = task_of(source)[0]
     labels = transform_labels(
         labels,
         matrix,
         imgsz,
         scale,
         perspective=affine.is_perspective(matrix),
-        rotated=task == "obb",
-        visible=task == "segment",
+        rotated=spec.rotated,
+        visible=spec.has_masks,
     )
     clock.lap("labels")
     layer = Layer(kernel.inverse(matrix), tiles, None)
@@ -217,7 +218,12 @@ def _pre_transform(
 
 
 def _paste_partner(
-    source: ImageSource, settings: StreamSettings, layer: Layer, labels: Labels, rng: np.random.Generator, clock: _Clock
+    source: ImageSource,
+    settings: StreamSettings,
+    layer: Layer,
+    labels: Labels,
+    rng: np.random.Generator,
+    clock: StageClock,
 ) -> Labels:
     """Copy-paste in mixup mode (``copy_paste.py``): with probability ``copy_paste`` a random
     partner through steps 1-2, its chosen instances appended and its layer pasted into ``layer``

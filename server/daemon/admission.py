@@ -7,7 +7,7 @@ Runs in the daemon process, in its loop (``service.py``).
   ring's bytes against the budgets
   (per ring, all rings, and the memory budget of snapshot plus rings). A refusal is an
   ``error`` reply to that trainer only; the others are served on.
-- ``task_layout``: what the served task puts in a ring (``shared/stream/tasks.py``): the
+- ``task_layout``: what the served task puts in a ring (its ``TaskSpec``, ``shared/task.py``): the
   target row width and, for segment, the mask plane (side, dtype), all counted in the
   ring's bytes above.
 - ``default_ring_budget``: what all rings together may take when no budget is set.
@@ -19,11 +19,11 @@ the sweep of dead daemons' rings ``sweeps.py``; the store's free space ``store_w
 from __future__ import annotations
 
 from ...shared.errors import CapacityError, ConfigError
-from ...shared.stream import protocol as proto
-from ...shared.stream import tasks
 from ...shared.stream.config import DaemonConfig, StreamSettings
+from ...shared.task import task_spec
 from ...shared.transport.ring import MAX_SLOTS, MIN_SLOTS, RingLayout, mask_dtype_for
 from ...shared.transport.store import DEFAULT_STORE, free_nbytes
+from ...shared.wire.trainer import DELIVERIES, DELIVERY_FRAMES, DELIVERY_SHM
 
 __all__ = ["check_quota", "default_ring_budget", "ring_for", "source_task", "task_layout"]
 
@@ -61,9 +61,9 @@ def ring_for(
             f"slots {slots} is out of range; use {MIN_SLOTS} to {MAX_SLOTS} (all workers render into one slot together, so {MAX_SLOTS} keep a trainer fed whatever the worker count)",
             field="slots",
         )
-    if msg["delivery"] not in proto.DELIVERIES:
+    if msg["delivery"] not in DELIVERIES:
         raise ConfigError(
-            f"delivery {msg['delivery']!r}: use {proto.DELIVERY_SHM!r} (same machine) or {proto.DELIVERY_FRAMES!r} (TCP)"
+            f"delivery {msg['delivery']!r}: use {DELIVERY_SHM!r} (same machine) or {DELIVERY_FRAMES!r} (TCP)"
         )
     max_t = max(1, renderer.max_targets(source.max_instances, settings))
     per_task = task_layout(source, settings, max_targets=max_t)
@@ -114,10 +114,11 @@ def task_layout(source, settings: StreamSettings, *, max_targets: int) -> dict:
     instance count times the plane. The other tasks ignore the mask settings."""
     task, kpt_shape, _ = source_task(source)
     try:
-        width = tasks.target_width(task, kpt_shape)
+        spec = task_spec(task)
+        width = spec.target_width(kpt_shape)
     except ValueError as exc:
         raise ConfigError(f"the served dataset's task cannot be carried in a ring: {exc}", field="task") from None
-    if task != "segment":
+    if not spec.has_masks:
         return {"target_width": width}
     aug = settings.augment
     if not aug.overlap_mask:
@@ -128,7 +129,7 @@ def task_layout(source, settings: StreamSettings, *, max_targets: int) -> dict:
             "1..n, Ultralytics' default overlap layout), and one plane per instance does not fit a fixed slot; "
             "train with overlap_mask=True, or render in process (pixpool.server.augment) for per-instance planes",
         )
-    side = tasks.mask_side(task, source.imgsz, aug.mask_ratio)
+    side = spec.mask_side(source.imgsz, aug.mask_ratio)
     if side < 1:
         raise ConfigError.for_field(
             "mask_ratio", aug.mask_ratio, f"leaves no mask pixel at imgsz {source.imgsz}; use a mask_ratio <= imgsz"

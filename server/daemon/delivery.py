@@ -15,7 +15,7 @@ from typing import Any
 
 import zmq
 
-from ...shared.stream import protocol as proto
+from ...shared.wire.trainer import DELIVERY_FRAMES, Op, encode_reply
 from .scheduler import Announcement
 from .sessions import TrainerSession
 
@@ -31,8 +31,8 @@ def send(sock: zmq.Socket, identity: bytes, frame: bytes, *extra: Any) -> None:
 
 
 def announce(t: TrainerSession, a: Announcement) -> None:
-    frame = proto.encode_reply(
-        proto.Op.READY,
+    frame = encode_reply(
+        Op.READY,
         trainer_id=a.trainer_id,
         slot=a.slot,
         epoch=a.epoch,
@@ -41,7 +41,7 @@ def announce(t: TrainerSession, a: Announcement) -> None:
         size=a.size,
         n_targets=a.n_targets,
     )
-    if t.delivery == proto.DELIVERY_FRAMES:
+    if t.delivery == DELIVERY_FRAMES:
         r = t.ring
         frames = [r.images(a.slot, a.size).data, r.targets(a.slot, a.n_targets).data, r.samples(a.slot, a.size).data]
         if r.layout.has_masks:

@@ -29,13 +29,13 @@ from dataclasses import dataclass
 
 import zmq
 
-from ...shared.stream import protocol as proto
+from ...shared.wire.trainer import MAX_REQUEST_BYTES, MAX_REQUEST_FRAMES, MAX_WIRE_BYTES
 
 log = logging.getLogger(__name__)
 
 # Dropped messages larger than this are followed by malloc_trim: below it the freed blocks
 # are few and glibc reuses them anyway.
-_TRIM_AFTER_NBYTES = 4 * proto.MAX_WIRE_BYTES
+_TRIM_AFTER_NBYTES = 4 * MAX_WIRE_BYTES
 
 
 @dataclass
@@ -51,11 +51,11 @@ class Request:
 
     def problem(self) -> str | None:
         """Why this message is no request (for the ``protocol`` error reply), or None."""
-        if self.frames_sent != proto.MAX_REQUEST_FRAMES:
+        if self.frames_sent != MAX_REQUEST_FRAMES:
             return f"expected one message frame, got {self.frames_sent}; a request is one msgpack frame"
-        if self.nbytes_sent > proto.MAX_REQUEST_BYTES:
+        if self.nbytes_sent > MAX_REQUEST_BYTES:
             return (
-                f"message of {self.nbytes_sent} bytes exceeds the limit of {proto.MAX_REQUEST_BYTES} bytes "
+                f"message of {self.nbytes_sent} bytes exceeds the limit of {MAX_REQUEST_BYTES} bytes "
                 "for a request; "
                 "a control message is a few hundred bytes"
             )
@@ -84,7 +84,7 @@ def read_request(sock: zmq.Socket, *, remote: bool = False) -> Request | None:
         nbytes += len(frame)
         if frames == 1:
             peer = peer_of(frame, remote=remote)
-        if frames <= proto.MAX_REQUEST_FRAMES and nbytes <= proto.MAX_REQUEST_BYTES:
+        if frames <= MAX_REQUEST_FRAMES and nbytes <= MAX_REQUEST_BYTES:
             kept.append(frame.bytes)
         elif kept:
             kept.clear()  # past a limit: nothing of this message is used

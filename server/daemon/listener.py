@@ -25,10 +25,10 @@ import os
 import zmq
 
 from ...shared.errors import ConfigError
-from ...shared.stream import protocol as proto
 from ...shared.stream.config import DaemonConfig
 from ...shared.transport import endpoint as ep
 from ...shared.transport.control import request_status
+from ...shared.wire.trainer import MAX_WIRE_BYTES
 from .authorized import AuthorizedKeys
 from .descriptors import open_descriptors, raise_nofile_limit
 from .handshake_guard import HANDSHAKE_S, HandshakeGuard, pending_caps
@@ -82,7 +82,7 @@ class Listener:
         sock.setsockopt(zmq.LINGER, 0)
         # A frame over MAX_WIRE_BYTES makes libzmq drop the peer before allocating it;
         # smaller oversized frames reach decode(), which answers with an error.
-        sock.setsockopt(zmq.MAXMSGSIZE, proto.MAX_WIRE_BYTES)
+        sock.setsockopt(zmq.MAXMSGSIZE, MAX_WIRE_BYTES)
         # A peer that connects and sends nothing is closed after this (libzmq's default: 30 s).
         sock.setsockopt(zmq.HANDSHAKE_IVL, int(HANDSHAKE_S * 1000))
         return sock

@@ -18,7 +18,7 @@ A renderer module provides:
   (targets float32 (n, W), counts int (stop - start,), samples int64 (stop - start,))``:
   sample positions ``start .. stop`` of the batch, writing their uint8 (stop - start, 3, S, S)
   images into ``images_out``; ``targets`` are their rows in sample order with
-  ``batch_index`` = the position in the whole batch, W = ``tasks.target_width`` of the
+  ``batch_index`` = the position in the whole batch, W = ``TaskSpec.target_width`` of the
   source's task, ``counts[i]`` the rows of position ``start + i``. Only for a ring with masks
   (segment) the worker passes ``masks_out`` (stop - start, M, M), zeroed, of the ring's mask
   dtype: the overlap planes go there (the worker copies them into the slot). The bytes must

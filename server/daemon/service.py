@@ -15,7 +15,7 @@ wires four parts together and owns none of their details:
   a ring, exactly once per announcement), and ``delivery`` sends it the trainer's way.
 
 The loop is single-threaded: one ``zmq.Poller`` watches the sockets and every worker's
-pipe. Each turn it 1. handles trainer messages (``shared.stream.protocol``, dispatched through
+pipe. Each turn it 1. handles trainer messages (``shared.wire.trainer``, dispatched through
 the op -> handler tables at the end of this module; anything malformed gets an ``error``
 reply with a declared code and the loop goes on), 2. collects finished
 jobs and announces batches in order, 3. every ``_LIVENESS_EVERY_S`` kills stuck workers,
@@ -39,13 +39,13 @@ from typing import Any, Callable
 import zmq
 
 from ...shared.errors import ConfigError, DaemonStopped, NotAuthorized, PixpoolError, ProtocolError
-from ...shared.stream import protocol as proto
 from ...shared.stream.config import DaemonConfig, StreamSettings
 from ...shared.stream.path_table import PathTable
-from ...shared.stream.protocol import Op
 from ...shared.transport.procmem import pid_namespace
 from ...shared.transport.spawn import spawn_context
 from ...shared.transport.store import check_store
+from ...shared.wire.error_codes import error_frame, error_frame_for
+from ...shared.wire.trainer import RECORDS_PAGE, RECORDS_PAGE_BYTES, Op, decode, encode_reply
 from . import admission, delivery, intake, sweeps
 from . import renderer as _renderer
 from .housekeeping import Housekeeping
@@ -240,12 +240,12 @@ class Daemon:
                     # Its connection was admitted before the key left authorized/ (libzmq
                     # checks keys at the handshake only): refuse what it sends now.
                     raise NotAuthorized(self._not_authorized_text(req.peer[4:]))
-                self._handle(sock, req, proto.decode(req.frames[0]))
+                self._handle(sock, req, decode(req.frames[0]))
             except PixpoolError as exc:
-                delivery.send(sock, req.identity, proto.error_frame_for(exc))
+                delivery.send(sock, req.identity, error_frame_for(exc))
             except Exception as exc:  # a bug must not take the service down for everyone
                 log.exception("request %r failed", req.frames[:1])
-                delivery.send(sock, req.identity, proto.error_frame("internal", f"{type(exc).__name__}: {exc}"))
+                delivery.send(sock, req.identity, error_frame("internal", f"{type(exc).__name__}: {exc}"))
 
     def _handle(self, sock: zmq.Socket, req: intake.Request, msg: dict) -> None:
         """Dispatch a decoded request through the tables below ``Daemon``: requests open to any
@@ -262,7 +262,7 @@ class Daemon:
             delivery.send(
                 sock,
                 req.identity,
-                proto.error_frame(
+                error_frame(
                     "unknown_trainer",
                     f"trainer {exc.trainer_id} is not attached to daemon {self.pid} "
                     "(detached, or the daemon restarted); attach again",
@@ -274,12 +274,12 @@ class Daemon:
 
     # -- requests open to any peer ------------------------------------------------------------
     def _on_status(self, sock: zmq.Socket, req: intake.Request, msg: dict) -> None:
-        delivery.send(sock, req.identity, proto.encode_reply(Op.STATUS, **self.status()))
+        delivery.send(sock, req.identity, encode_reply(Op.STATUS, **self.status()))
 
     def _on_health(self, sock: zmq.Socket, req: intake.Request, msg: dict) -> None:
         from ...ops.status_reply import build_health
 
-        delivery.send(sock, req.identity, proto.encode_reply(Op.HEALTH, **build_health(self)))
+        delivery.send(sock, req.identity, encode_reply(Op.HEALTH, **build_health(self)))
 
     def _on_records(self, sock: zmq.Socket, req: intake.Request, msg: dict) -> None:
         split = msg.get("split", "train")
@@ -288,14 +288,14 @@ class Daemon:
         if files is None or not 0 <= start <= len(files):
             raise ProtocolError(f"records from {start} of split {split!r}: the daemon serves {sorted(self.files)}")
         if msg.get("packed"):
-            packed, count = files.page(start, proto.RECORDS_PAGE_BYTES)
-            reply = proto.encode_reply(
+            packed, count = files.page(start, RECORDS_PAGE_BYTES)
+            reply = encode_reply(
                 Op.RECORDS, start=start, total=len(files), files=[], names=self.names, packed=packed, count=count
             )
         else:  # a trainer of an earlier release: names in a list, RECORDS_PAGE at a time, no more bytes than packed
-            _, count = files.page(start, proto.RECORDS_PAGE_BYTES)
-            page = [files[i] for i in range(start, start + min(count, proto.RECORDS_PAGE))]
-            reply = proto.encode_reply(Op.RECORDS, start=start, total=len(files), files=page, names=self.names)
+            _, count = files.page(start, RECORDS_PAGE_BYTES)
+            page = [files[i] for i in range(start, start + min(count, RECORDS_PAGE))]
+            reply = encode_reply(Op.RECORDS, start=start, total=len(files), files=page, names=self.names)
         delivery.send(sock, req.identity, reply)
 
     # -- requests of an attached trainer --------------------------------------------------------
@@ -303,7 +303,7 @@ class Daemon:
         wait = msg.get("data_wait_s")
         if isinstance(wait, (int, float)) and not isinstance(wait, bool) and 0 <= wait < 1e12:
             t.data_wait_s = float(wait)
-        delivery.send(sock, identity, proto.encode_reply(Op.HEARTBEAT, trainer_id=t.trainer_id))
+        delivery.send(sock, identity, encode_reply(Op.HEARTBEAT, trainer_id=t.trainer_id))
 
     def _on_start(self, sock: zmq.Socket, identity: bytes, t: TrainerSession, msg: dict) -> None:
         if msg["epoch"] < 0 or msg["batch"] < 0:
@@ -318,9 +318,7 @@ class Daemon:
             num_batches=n,
             size_of=lambda b: self.renderer.batch_size_of(records, settings, epoch, b),
         )
-        reply = proto.encode_reply(
-            Op.STARTED, trainer_id=t.trainer_id, epoch=msg["epoch"], batch=msg["batch"], num_batches=n
-        )
+        reply = encode_reply(Op.STARTED, trainer_id=t.trainer_id, epoch=msg["epoch"], batch=msg["batch"], num_batches=n)
         delivery.send(sock, identity, reply)
 
     def _on_release(self, sock: zmq.Socket, identity: bytes, t: TrainerSession, msg: dict) -> None:
@@ -329,15 +327,15 @@ class Daemon:
                 t.trainer_id, msg["slot"], epoch=msg["epoch"], batch=msg["batch"], generation=msg["generation"]
             )
         except ProtocolError as exc:
-            delivery.send(sock, identity, proto.error_frame("order", str(exc), trainer_id=t.trainer_id))
+            delivery.send(sock, identity, error_frame("order", str(exc), trainer_id=t.trainer_id))
 
     def _on_prove(self, sock: zmq.Socket, identity: bytes, t: TrainerSession, msg: dict) -> None:
         granted = self.sessions.prove(t, msg["nonce"])
-        delivery.send(sock, identity, proto.encode_reply(Op.PROVED, trainer_id=t.trainer_id, delivery=granted))
+        delivery.send(sock, identity, encode_reply(Op.PROVED, trainer_id=t.trainer_id, delivery=granted))
 
     def _on_detach(self, sock: zmq.Socket, identity: bytes, t: TrainerSession, msg: dict) -> None:
         self.sessions.detach(t.trainer_id, "trainer detached")
-        delivery.send(sock, identity, proto.encode_reply(Op.DETACHED, trainer_id=t.trainer_id))
+        delivery.send(sock, identity, encode_reply(Op.DETACHED, trainer_id=t.trainer_id))
 
     def _on_attach(self, sock: zmq.Socket, req: intake.Request, msg: dict) -> None:
         identity = req.identity
@@ -369,7 +367,7 @@ class Daemon:
         delivery.send(
             sock,
             identity,
-            proto.encode_reply(
+            encode_reply(
                 Op.ATTACHED,
                 trainer_id=t.trainer_id,
                 token=t.token,
@@ -428,7 +426,7 @@ class Daemon:
         if t is not None:
             delivery.tell(
                 t,
-                proto.error_frame(
+                error_frame(
                     "render",
                     f"batch {job.batch} of epoch {job.epoch} failed in worker {worker_pid}: {error}",
                     trainer_id=t.trainer_id,
@@ -489,7 +487,7 @@ class Daemon:
                 )
                 delivery.tell(
                     t,
-                    proto.error_frame(
+                    error_frame(
                         "unknown_trainer",
                         f"ring {t.ring.name} was removed from {self.store}; attach again",
                         trainer_id=t.trainer_id,
@@ -517,7 +515,7 @@ class Daemon:
                     self.listener.authorized.folder,
                 )
                 text = self._not_authorized_text(t.client[4:])
-                delivery.tell(t, proto.error_frame("not_authorized", text, trainer_id=t.trainer_id))
+                delivery.tell(t, error_frame("not_authorized", text, trainer_id=t.trainer_id))
                 self.sessions.detach(t.trainer_id, "its CURVE key is no longer authorized")
 
     def _admits(self, peer: str) -> bool:
@@ -548,7 +546,7 @@ class Daemon:
 
     def _shutdown(self) -> None:
         reason = self._stop_reason or "daemon error"
-        frame = proto.encode_reply(Op.STOPPED, reason=f"daemon {self.pid} stopped ({reason})")
+        frame = encode_reply(Op.STOPPED, reason=f"daemon {self.pid} stopped ({reason})")
         for t in self.sessions.trainers.values():
             delivery.tell(t, frame)
         # Rings and the socket go first: a service manager's SIGKILL after its stop timeout
@@ -564,7 +562,7 @@ class Daemon:
 
 
 # op -> handler: every request is handled by exactly one entry of these two tables
-# (``tests/unit/test_protocol.py`` checks they cover ``protocol.REQUESTS``).
+# (``tests/unit/test_protocol.py`` checks they cover ``REQUESTS``).
 def _table(files) -> PathTable:
     """A split's image paths as a PathTable (a list or tuple of paths is packed once)."""
     return files if isinstance(files, PathTable) else PathTable.from_paths(files)

@@ -29,11 +29,11 @@ import psutil
 import zmq
 
 from ...shared.errors import CapacityError
-from ...shared.stream import protocol as proto
 from ...shared.stream.config import StreamSettings
 from ...shared.transport.names import new_ring_token, ring_segment
 from ...shared.transport.procmem import pid_namespace
 from ...shared.transport.ring import Ring, RingLayout
+from ...shared.wire.trainer import DELIVERY_FRAMES, DELIVERY_SHM
 from .scheduler import Scheduler
 
 log = logging.getLogger(__name__)
@@ -61,7 +61,7 @@ class TrainerSession:
     identity: bytes
     ring: Ring
     pid_ns: str = ""  # the trainer's PID namespace as it reported it (``pid_namespace``)
-    requested: str = proto.DELIVERY_FRAMES  # the delivery it asked for; ``delivery`` is what it got
+    requested: str = DELIVERY_FRAMES  # the delivery it asked for; ``delivery`` is what it got
     watch_pid: bool = False  # proved local and in the daemon's PID namespace: its pid can be watched
     attached_at: float = field(default_factory=time.monotonic)
     last_seen: float = field(default_factory=time.monotonic)
@@ -123,7 +123,7 @@ class Sessions:
             settings.to_dict(),
             msg["pid"],
             msg["host"],
-            proto.DELIVERY_FRAMES,
+            DELIVERY_FRAMES,
             sock,
             identity,
             ring,
@@ -162,8 +162,8 @@ class Sessions:
 
     def prove(self, t: TrainerSession, nonce: str) -> str:
         """Decide ``t``'s delivery from the nonce it read in its ring (module docstring)."""
-        local = t.requested == proto.DELIVERY_SHM and bool(nonce) and secrets.compare_digest(nonce, t.ring.nonce())
-        t.delivery = proto.DELIVERY_SHM if local else proto.DELIVERY_FRAMES
+        local = t.requested == DELIVERY_SHM and bool(nonce) and secrets.compare_digest(nonce, t.ring.nonce())
+        t.delivery = DELIVERY_SHM if local else DELIVERY_FRAMES
         t.watch_pid = local and t.pid > 0 and bool(t.pid_ns) and t.pid_ns == self.pid_ns
         log.info(
             "trainer %d: %s (%s)",
@@ -203,7 +203,7 @@ class Sessions:
         trainer, whatever PID namespace it runs in (a container's trainer is PID 1 there, so
         its pid says nothing here). The pid is watched too where it means something."""
         for t in list(self.trainers.values()):
-            if t.delivery == proto.DELIVERY_SHM and not t.ring.trainer_holds():
+            if t.delivery == DELIVERY_SHM and not t.ring.trainer_holds():
                 self.detach(t.trainer_id, f"it no longer maps its ring {t.ring.name} (its process is gone)")
             elif t.watch_pid and not psutil.pid_exists(t.pid):
                 self.detach(t.trainer_id, f"process {t.pid} is gone")

@@ -7,7 +7,7 @@ worker processes and the daemon's end of their pipes; the workers run ``worker.p
   failure half-way still leaves every started one to ``stop``.
 - A free, ready worker takes the scheduler's next job: a part of a batch (sample positions
   ``start .. stop``, see ``scheduler.py``); its result comes back over the pipe
-  (``done`` with each sample's target-row count, or ``failed``; ``shared/stream/protocol.py``)
+  (``done`` with each sample's target-row count, or ``failed``; ``shared/wire/worker_pipe.py``)
   and goes to the daemon's callbacks. Every timing below is per part.
 - Stragglers: a part that has run longer than ``straggler_factor`` times the median of
   the recently measured part times (and at least ``straggler_min_s``) is given to an idle
@@ -45,8 +45,7 @@ from typing import Any, Callable
 import zmq
 
 from ...shared.errors import ProtocolError
-from ...shared.stream import protocol as proto
-from ...shared.stream.protocol import PipeOp
+from ...shared.wire.worker_pipe import PipeOp, decode_pipe, pipe_frame
 from .scheduler import Job, Scheduler
 from .worker import worker_main
 
@@ -88,7 +87,7 @@ class WorkerHandle:
     def send(self, op: PipeOp, **fields: Any) -> bool:
         """Send one pipe message; False when the worker's end is gone (the liveness check
         deals with it). A message its table refuses raises: that is a bug, not a dead worker."""
-        frame = proto.pipe_frame(op, **fields)
+        frame = pipe_frame(op, **fields)
         try:
             self.conn.send_bytes(frame)
         except (OSError, ValueError):
@@ -204,7 +203,7 @@ class Supervisor:
         try:
             while w.conn.poll(0):
                 try:
-                    reply = proto.decode_pipe(w.conn.recv_bytes())
+                    reply = decode_pipe(w.conn.recv_bytes())
                 except ProtocolError:
                     log.exception("worker %d sent an unreadable message", w.index)
                     continue
@@ -428,7 +427,7 @@ class Supervisor:
             w.send(PipeOp.FORGET, ring=ring_name)
 
 
-# What a worker sends -> the supervisor's handler (``protocol.PIPE``; the other ops go the other way).
+# What a worker sends -> the supervisor's handler (``worker_pipe.PIPE``; the other ops go the other way).
 _FROM_WORKER: dict[PipeOp, Callable[[Supervisor, WorkerHandle, dict, Any], None]] = {
     PipeOp.HELLO: Supervisor._on_hello,
     PipeOp.DONE: Supervisor._on_done,

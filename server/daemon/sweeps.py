@@ -28,7 +28,7 @@ def sweep_rings(store: str | None = None) -> list[str]:
     namespace, so a ring nobody holds is a dead daemon's leftover. Returns the names removed."""
     from ...shared.transport.holds import remove_unused
     from ...shared.transport.names import list_segments, parse
-    from ...shared.transport.shm import owner_of
+    from ...shared.transport.trusted import owner_of
 
     uid = os.geteuid()
     gone = []

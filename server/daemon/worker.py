@@ -6,7 +6,7 @@ OpenCV only once copy-paste rasterises a polygon; never torch (a test checks ``s
 
 - It receives the image sources by split (``train``, ``val``: snapshot handles pickle as
   their names and re-attach read-only) and talks to the daemon over one duplex ``multiprocessing`` pipe, using
-  ``send_bytes``/``recv_bytes`` with the pipe messages of ``shared/stream/protocol.py`` (msgpack;
+  ``send_bytes``/``recv_bytes`` with the pipe messages of ``shared/wire/worker_pipe.py`` (msgpack;
   nothing is unpickled after start-up).
 - It attaches a trainer's ring on first use and writes its part of the slot in place: the
   images of its sample positions by the renderer (and, in a segment ring, their mask planes:
@@ -45,10 +45,9 @@ def worker_main(
     import msgpack
 
     from ...shared.errors import ProtocolError
-    from ...shared.stream import protocol as proto
     from ...shared.stream.config import StreamSettings
-    from ...shared.stream.protocol import PipeOp
     from ...shared.transport.ring import Ring
+    from ...shared.wire.worker_pipe import PipeOp, decode_pipe, pipe_frame
     from . import renderer as _renderer
 
     renderer = _renderer.load(renderer_name)
@@ -71,12 +70,12 @@ def worker_main(
             if ring is None:
                 ring = rings[msg["ring"]] = Ring.attach(msg["ring"], store=store)
             counts = _render_into(ring, renderer, sources[msg["split"]], settings, msg)
-            return proto.pipe_frame(PipeOp.DONE, job=msg["job"], counts=counts, seconds=time.perf_counter() - t0)
+            return pipe_frame(PipeOp.DONE, job=msg["job"], counts=counts, seconds=time.perf_counter() - t0)
         except Exception as exc:  # report any failure of one job; the worker stays up
             log.exception("worker %d: job %s failed", index, msg.get("job"))
-            return proto.pipe_frame(PipeOp.FAILED, job=msg["job"], error=f"{type(exc).__name__}: {exc}")
+            return pipe_frame(PipeOp.FAILED, job=msg["job"], error=f"{type(exc).__name__}: {exc}")
 
-    # What the daemon sends -> what this worker does (``protocol.PIPE``): a reply to send, or
+    # What the daemon sends -> what this worker does (``worker_pipe.PIPE``): a reply to send, or
     # None; ``stop`` ends the loop.
     handlers: dict[PipeOp, Callable[[dict], Any]] = {
         PipeOp.JOB: on_job,
@@ -84,14 +83,14 @@ def worker_main(
         PipeOp.STOP: lambda msg: _EXIT,
     }
     try:
-        conn.send_bytes(proto.pipe_frame(PipeOp.HELLO, pid=os.getpid(), index=index))
+        conn.send_bytes(pipe_frame(PipeOp.HELLO, pid=os.getpid(), index=index))
         while True:
             if not conn.poll(_POLL_S):
                 if os.getppid() != parent_pid:
                     return
                 continue
             try:
-                msg = proto.decode_pipe(conn.recv_bytes())
+                msg = decode_pipe(conn.recv_bytes())
             except (EOFError, OSError):
                 return
             except ProtocolError:
@@ -152,7 +151,7 @@ def _render_into(ring, renderer, source, settings, msg: dict) -> list[int]:
         raise ValueError(
             f"renderer returned target rows of shape {targets.shape} for samples {start}..{stop} "
             f"of batch {msg['batch']}, "
-            f"but this ring's rows have {lay.target_width} columns (the served task's width, shared/stream/tasks.py); "
+            f"but this ring's rows have {lay.target_width} columns (the served task's width, shared/task.py); "
             "the route and the daemon disagree on the task"
         )
     per = lay.per_sample

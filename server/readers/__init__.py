@@ -14,8 +14,9 @@ import os
 from pathlib import Path
 
 from ...shared.errors import DatasetError, MissingFileError
-from ...shared.stream.config import DEFAULT_MAX_CLASSES, DEFAULT_MAX_INSTANCES, check_task, check_value
+from ...shared.stream.config import DEFAULT_MAX_CLASSES, DEFAULT_MAX_INSTANCES, check_value
 from ...shared.stream.records import Dataset
+from ...shared.task import task_spec
 from ._common import ReaderStats
 from .coco import read_coco
 from .yolo import label_path_for, read_yolo_folder, read_yolo_yaml, yaml_has_split
@@ -53,7 +54,7 @@ def read_dataset(
     check_value("max_instances_per_image", "int", max_instances_per_image)
     check_value("max_classes", "int", max_classes)
     check_value("allow_unlabelled", "bool", allow_unlabelled)
-    check_task(task)
+    task_spec(task)  # an unknown task is refused before any file is looked at
     path = Path(data)
     suffix = path.suffix.lower()
     if suffix == ".json":

@@ -12,8 +12,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from ...shared.errors import DatasetError
-from ...shared.stream.protocol import MAX_CLASSES, MAX_NAMES_BYTES, names_nbytes
+from ...shared.stream.config import MAX_CLASSES
 from ...shared.stream.records import Record
+from ...shared.wire.trainer import MAX_NAMES_BYTES, names_nbytes
 
 #: Image suffixes the YOLO folder reader picks up (compared lower-cased).
 IMAGE_SUFFIXES = frozenset({".jpg", ".jpeg", ".png", ".bmp", ".tif", ".tiff", ".webp"})

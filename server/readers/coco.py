@@ -56,8 +56,9 @@ from pathlib import Path
 import numpy as np
 
 from ...shared.errors import DatasetError, MissingFileError
-from ...shared.stream.config import DEFAULT_MAX_CLASSES, check_task
+from ...shared.stream.config import DEFAULT_MAX_CLASSES
 from ...shared.stream.records import Dataset, Record
+from ...shared.task import task_spec
 from ._common import ReaderStats, check_class_names, clip_unit, main_part, make_record
 
 logger = logging.getLogger(__name__)
@@ -346,9 +347,9 @@ def read_coco(
     Returns the Dataset and what was left out (see the module docstring for the rules).
     Raises DatasetError (MissingFileError for absent files) naming the file.
     """
-    check_task(task)
+    spec = task_spec(task)
     json_path = Path(os.path.abspath(json_path))
-    if task == "obb":
+    if spec.rotated:
         raise DatasetError(
             "the obb task needs oriented boxes, which a COCO json has no field for; write YOLO OBB labels "
             "('cls x1 y1 x2 y2 x3 y3 x4 y4', the 4 corners normalised) with a data.yaml, or pass --task detect",
@@ -369,7 +370,7 @@ def read_coco(
     names = tuple(str(coco.cats[cid]["name"]) for cid in cat_ids)
     where = str(json_path)
     check_class_names(names, max_classes=max_classes, path=where, what="the json's categories")
-    kpt_names = _keypoint_names(data, where) if task == "pose" else None
+    kpt_names = _keypoint_names(data, where) if spec.has_keypoints else None
     k = len(kpt_names) if kpt_names is not None else 0
     flip_idx = flip_idx_from_names(kpt_names, where) if kpt_names is not None else None
 
@@ -385,7 +386,7 @@ def read_coco(
             )
         w, h = img["width"], img["height"]
         classes, boxes, polygons = [], [], []
-        keypoints = [] if task == "pose" else None
+        keypoints = [] if spec.has_keypoints else None
         for ann in coco.imgToAnns.get(img_id, ()):
             if ann.get("iscrowd", 0):
                 crowd += 1
@@ -398,12 +399,12 @@ def read_coco(
             if box[2] <= box[0] or box[3] <= box[1]:
                 degenerate += 1
                 continue
-            if task == "pose":
+            if spec.has_keypoints:
                 keypoints.append(_ann_keypoints(ann, k, w, h, where))
                 polygon = np.zeros((0, 2), dtype=np.float32)
             else:
                 polygon = _polygon(ann.get("segmentation"), w, h, json_path, ann["id"])
-                if task == "segment" and not len(polygon):
+                if spec.has_masks and not len(polygon):
                     raise DatasetError(
                         f"annotation id {ann['id']} (image id {img_id}, {img['file_name']}) has no polygon of 3 or more "
                         "points (an RLE or empty segmentation): the segment task needs one for every instance, as "
@@ -428,8 +429,8 @@ def read_coco(
         records=tuple(records),
         names=names,
         source_files=(str(json_path),),
-        task=task,
-        kpt_shape=(k, 3) if task == "pose" else None,
+        task=spec.name,
+        kpt_shape=(k, 3) if spec.has_keypoints else None,
         flip_idx=flip_idx,
     )
     return dataset, stats

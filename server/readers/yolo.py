@@ -44,9 +44,10 @@ from pathlib import Path
 import yaml
 
 from ...shared.errors import DatasetError, MissingFileError
-from ...shared.stream.config import DEFAULT_MAX_CLASSES, DEFAULT_MAX_INSTANCES, check_task
+from ...shared.stream.config import DEFAULT_MAX_CLASSES, DEFAULT_MAX_INSTANCES
 from ...shared.stream.records import Dataset, Record
 from ...shared.stream.yolo_yaml import load_yaml, resolve_entry, split_entries, split_root
+from ...shared.task import TaskSpec, task_spec
 from ._common import IMAGE_SUFFIXES, ReaderStats, check_class_names, make_record
 from .yolo_labels import parse_label_file
 
@@ -196,7 +197,7 @@ def _read_images(
     names: tuple[str, ...] | None,
     source_files: list[str],
     *,
-    task: str = "detect",
+    spec: TaskSpec,
     kpt_shape: tuple[int, int] | None = None,
     max_instances: int = DEFAULT_MAX_INSTANCES,
     max_classes: int = DEFAULT_MAX_CLASSES,
@@ -205,11 +206,11 @@ def _read_images(
     dropped = 0
     missing = []
     num_classes = len(names) if names is not None else None
-    kpt_count = kpt_shape[0] if task == "pose" else 0
+    kpt_count = kpt_shape[0] if spec.has_keypoints else 0
     for image in sorted(images, key=str):
         label = label_path_for(image)
         classes, boxes, polygons, keypoints, n_dropped = parse_label_file(
-            label, num_classes, task=task, kpt_shape=kpt_shape, max_instances=max_instances, max_classes=max_classes
+            label, num_classes, task=spec, kpt_shape=kpt_shape, max_instances=max_instances, max_classes=max_classes
         )
         if label.is_file():
             source_files.append(str(label))
@@ -228,7 +229,7 @@ def _finish(
     missing: list[Path],
     origin: Path,
     *,
-    task: str = "detect",
+    spec: TaskSpec,
     kpt_shape: tuple[int, int] | None = None,
     flip_idx: tuple[int, ...] | None = None,
     absent: list[str] = (),
@@ -245,7 +246,7 @@ def _finish(
     logger.debug("%s: %s", origin, stats)
     files = tuple(sorted(set(source_files)))
     dataset = Dataset(
-        records=tuple(records), names=names, source_files=files, task=task, kpt_shape=kpt_shape, flip_idx=flip_idx,
+        records=tuple(records), names=names, source_files=files, task=spec.name, kpt_shape=kpt_shape, flip_idx=flip_idx,
         absent_files=tuple(sorted({*absent, *map(str, missing)})), listed_dirs=tuple(sorted(set(dirs))),
     )  # fmt: skip
     return dataset, stats
@@ -269,7 +270,7 @@ def read_yolo_yaml(
     max_classes: int = DEFAULT_MAX_CLASSES,
 ) -> tuple[Dataset, ReaderStats]:
     """Read a YOLO ``data.yaml``'s ``split`` (``train`` or ``val``) for ``task``; see the module docstring for the rules."""
-    check_task(task)
+    spec = task_spec(task)
     yaml_path = Path(os.path.abspath(yaml_path))
     data = load_yaml(yaml_path)
     for key in (split, "names"):
@@ -287,20 +288,20 @@ def read_yolo_yaml(
 
     # kpt_shape matters for every task: a detect read of a pose set keeps the pose lines' boxes.
     kpt_shape = flip_idx = None
-    if task == "pose" and data.get("kpt_shape") is None:
+    if spec.has_keypoints and data.get("kpt_shape") is None:
         raise DatasetError(
             "the pose task needs 'kpt_shape: [K, D]' in the data.yaml (K keypoints per instance, D = 2 for x y or 3 "
             "for x y visibility); add it, or pass the task the labels are for (--task detect, segment, obb)",
             path=str(yaml_path),
         )
-    if task == "pose":
+    if spec.has_keypoints:
         kpt_shape = _kpt_shape(data["kpt_shape"], yaml_path)
-    elif task == "detect" and data.get("kpt_shape") is not None:
+    elif spec.pose_lines_as_boxes and data.get("kpt_shape") is not None:
         try:
             kpt_shape = _kpt_shape(data["kpt_shape"], yaml_path)
         except DatasetError:
             kpt_shape = None  # not read for keypoints: a malformed kpt_shape only stops pose lines keeping a box
-    if task == "pose":
+    if spec.has_keypoints:
         flip_idx = _flip_idx(data.get("flip_idx"), kpt_shape[0], yaml_path)
 
     root = split_root(data, yaml_path)
@@ -326,7 +327,7 @@ def read_yolo_yaml(
             )
         images.extend(found)
     records, dropped, missing = _read_images(
-        images, names, source_files, task=task, kpt_shape=kpt_shape, max_instances=max_instances_per_image
+        images, names, source_files, spec=spec, kpt_shape=kpt_shape, max_instances=max_instances_per_image
     )
     return _finish(
         records,
@@ -335,8 +336,8 @@ def read_yolo_yaml(
         dropped,
         missing,
         yaml_path,
-        task=task,
-        kpt_shape=kpt_shape if task == "pose" else None,
+        spec=spec,
+        kpt_shape=kpt_shape if spec.has_keypoints else None,
         flip_idx=flip_idx,
         absent=absent,
         dirs=dirs,
@@ -354,9 +355,9 @@ def read_yolo_folder(
     K the largest class id, under ``max_classes``.
 
     Not for pose: the keypoints' shape comes from a data.yaml's ``kpt_shape``."""
-    check_task(task)
+    spec = task_spec(task)
     folder = Path(os.path.abspath(folder))
-    if task == "pose":
+    if spec.has_keypoints:
         raise DatasetError(
             "an images folder cannot be read for the pose task: the number of keypoints per line comes from a "
             "data.yaml's 'kpt_shape' (and the flip pairs from its 'flip_idx'); pass a data.yaml",
@@ -371,8 +372,8 @@ def read_yolo_folder(
     label_path_for(images[0])  # fails early, naming the folder's layout problem
     source_files: list[str] = []
     records, dropped, missing = _read_images(
-        images, None, source_files, task=task, max_instances=max_instances_per_image, max_classes=max_classes
+        images, None, source_files, spec=spec, max_instances=max_instances_per_image, max_classes=max_classes
     )
     top = max((int(r.classes.max()) for r in records if r.num_instances), default=-1)
     names = tuple(str(i) for i in range(top + 1))
-    return _finish(records, names, source_files, dropped, missing, folder, task=task, dirs=dirs)
+    return _finish(records, names, source_files, dropped, missing, folder, spec=spec, dirs=dirs)

@@ -4,8 +4,8 @@ Runs in whichever process reads a dataset. Pure parsing; the only file touched i
 label file itself, read one line at a time: what a file costs follows the bounds below,
 never its size.
 
-Line forms per task (whitespace-separated, coordinates normalised to the image's width/height),
-those of Ultralytics' label files:
+Line forms per task (its ``TaskSpec.label_line``; whitespace-separated, coordinates normalised to
+the image's width/height), those of Ultralytics' label files:
 
 - detect: ``cls cx cy w h`` (5 fields; the polygon is empty (0, 2)) or a segment line (its
   polygon kept for copy-paste); both may mix. In a data.yaml with ``kpt_shape`` (K, D), a pose
@@ -52,6 +52,7 @@ import numpy as np
 
 from ...shared.errors import DatasetError
 from ...shared.stream.config import DEFAULT_MAX_CLASSES
+from ...shared.task import TaskSpec, task_spec
 
 #: How far outside [0, 1] a normalised coordinate may be before the line is refused.
 COORD_TOLERANCE = 0.01
@@ -135,39 +136,45 @@ def _check_range(coords: np.ndarray, where: str, lineno: int) -> None:
         )
 
 
-def _form_error(n: int, task: str, kpt_shape: tuple[int, int] | None) -> str | None:
-    """Why a line of ``n`` fields does not fit ``task`` (None when it fits)."""
-    segment_ok = n >= 7 and n % 2 == 1
-    if task == "detect":
-        if n == 5 or segment_ok:
-            return None
-        if kpt_shape is not None and n == 5 + kpt_shape[0] * kpt_shape[1]:
-            return None  # a pose line: its box is kept (module docstring)
-        hint = ""
-        if n > 5 and (n - 5) % 3 == 0:
-            hint = f"; if it is a pose line (5 + K x 3 values, K = {(n - 5) // 3}), pass --task pose with kpt_shape in the data.yaml"
-        if n > 5 and n % 2 == 0:
-            return f"odd number of coordinates ({n - 1}); segment lines are 'cls x1 y1 x2 y2 ...' with at least 3 points{hint}"
-        return f"{n} fields; detection lines have 5 ('cls cx cy w h'), segment lines an odd count >= 7 ('cls x1 y1 x2 y2 x3 y3 ...'){hint}"
-    if task == "segment":
-        if segment_ok:
-            return None
-        if n == 5:
-            return (
-                "a box line ('cls cx cy w h', 5 fields) in a segment dataset: every instance needs a polygon "
-                "(Ultralytics refuses a segment dataset with boxes that have none); write the polygon "
-                "'cls x1 y1 x2 y2 x3 y3 ...' or train the detect task (--task detect)"
-            )
-        return f"{n} fields; segment lines are 'cls x1 y1 x2 y2 x3 y3 ...': an odd count >= 7 (at least 3 points)"
-    if task == "obb":
-        if n == 9:
-            return None
-        what = "a box line ('cls cx cy w h')" if n == 5 else "a segment line" if segment_ok else "a line"
+def _box_or_polygon(n: int, kpt_shape: tuple[int, int] | None) -> str | None:
+    if n == 5 or _polygon_fields(n):
+        return None
+    if _pose_fields(n, kpt_shape):
+        return None  # a pose line: its box is kept (module docstring)
+    hint = ""
+    if n > 5 and (n - 5) % 3 == 0:
+        hint = f"; if it is a pose line (5 + K x 3 values, K = {(n - 5) // 3}), pass --task pose with kpt_shape in the data.yaml"
+    if n > 5 and n % 2 == 0:
         return (
-            f"{what} of {n} fields in an obb dataset; obb lines have 9 fields, the class and the 4 corners "
-            "'cls x1 y1 x2 y2 x3 y3 x4 y4'; fix the line, or pass the task the labels are for "
-            "(--task detect for boxes, --task segment for polygons)"
+            f"odd number of coordinates ({n - 1}); segment lines are 'cls x1 y1 x2 y2 ...' with at least 3 points{hint}"
         )
+    return f"{n} fields; detection lines have 5 ('cls cx cy w h'), segment lines an odd count >= 7 ('cls x1 y1 x2 y2 x3 y3 ...'){hint}"
+
+
+def _polygon(n: int, kpt_shape: tuple[int, int] | None) -> str | None:
+    if _polygon_fields(n):
+        return None
+    if n == 5:
+        return (
+            "a box line ('cls cx cy w h', 5 fields) in a segment dataset: every instance needs a polygon "
+            "(Ultralytics refuses a segment dataset with boxes that have none); write the polygon "
+            "'cls x1 y1 x2 y2 x3 y3 ...' or train the detect task (--task detect)"
+        )
+    return f"{n} fields; segment lines are 'cls x1 y1 x2 y2 x3 y3 ...': an odd count >= 7 (at least 3 points)"
+
+
+def _corners(n: int, kpt_shape: tuple[int, int] | None) -> str | None:
+    if n == 9:
+        return None
+    what = "a box line ('cls cx cy w h')" if n == 5 else "a segment line" if _polygon_fields(n) else "a line"
+    return (
+        f"{what} of {n} fields in an obb dataset; obb lines have 9 fields, the class and the 4 corners "
+        "'cls x1 y1 x2 y2 x3 y3 x4 y4'; fix the line, or pass the task the labels are for "
+        "(--task detect for boxes, --task segment for polygons)"
+    )
+
+
+def _box_and_keypoints(n: int, kpt_shape: tuple[int, int] | None) -> str | None:
     k, d = kpt_shape
     expected = 5 + k * d
     if n == expected:
@@ -178,6 +185,25 @@ def _form_error(n: int, task: str, kpt_shape: tuple[int, int] | None) -> str | N
         f"fields ('cls cx cy w h' then {k} keypoints as {'x y v' if d == 3 else 'x y'}); fix the line, or the "
         "data.yaml's kpt_shape, or pass the task the labels are for (--task detect, --task segment)"
     )
+
+
+def _polygon_fields(n: int) -> bool:
+    """Whether ``n`` fields can be a polygon line: the class and at least 3 points."""
+    return n >= 7 and n % 2 == 1
+
+
+def _pose_fields(n: int, kpt_shape: tuple[int, int] | None) -> bool:
+    """Whether ``n`` fields are a pose line of ``kpt_shape`` (K, D): the box and K x D values."""
+    return kpt_shape is not None and n == 5 + kpt_shape[0] * kpt_shape[1]
+
+
+# Why a line of n fields is not of a task's form (None when it is), by ``TaskSpec.label_line``.
+_FORM_ERRORS = {
+    "box or polygon": _box_or_polygon,
+    "polygon": _polygon,
+    "4 corners": _corners,
+    "box and keypoints": _box_and_keypoints,
+}
 
 
 def _keypoints(values: np.ndarray, kpt_shape: tuple[int, int], where: str, lineno: int) -> np.ndarray:
@@ -205,7 +231,7 @@ def parse_label_file(
     path: Path,
     num_classes: int | None,
     *,
-    task: str = "detect",
+    task: str | TaskSpec = "detect",
     kpt_shape: tuple[int, int] | None = None,
     max_instances: int | None = None,
     max_classes: int = DEFAULT_MAX_CLASSES,
@@ -218,16 +244,17 @@ def parse_label_file(
     data.yaml's, needed for pose; for the other tasks it only lets a pose line keep its box
     (module docstring). ``max_instances``: refuse the file at its instance past it (None: no bound).
     """
-    if task == "pose" and kpt_shape is None:
-        raise ValueError("parse_label_file: the pose task needs kpt_shape (K, D)")
+    spec = task_spec(task)
+    if spec.has_keypoints and kpt_shape is None:
+        raise ValueError(f"parse_label_file: the {spec.name} task needs kpt_shape (K, D)")
     where = str(path)
     try:
         # Universal newlines, as Path.read_text read the whole file before; errors while
         # reading are DatasetErrors raised by _lines, so only opening fails here.
         with open(path, encoding="utf-8") as file:
-            return _parse_lines(_lines(file, where), where, num_classes, task, kpt_shape, max_instances, max_classes)
+            return _parse_lines(_lines(file, where), where, num_classes, spec, kpt_shape, max_instances, max_classes)
     except FileNotFoundError:
-        return [], [], [], [] if task == "pose" else None, 0
+        return [], [], [], [] if spec.has_keypoints else None, 0
     except OSError as exc:
         raise DatasetError(f"cannot read the label file ({exc.strerror})", path=where) from None
 
@@ -263,10 +290,11 @@ def _lines(file, where: str):
 
 
 def _parse_lines(
-    lines, where: str, num_classes: int | None, task: str, kpt_shape, max_instances: int | None, max_classes: int
+    lines, where: str, num_classes: int | None, spec: TaskSpec, kpt_shape, max_instances: int | None, max_classes: int
 ):
     """The instances of ``lines`` ((number, text) pairs): ``parse_label_file``'s result."""
-    keypoints: list[np.ndarray] | None = [] if task == "pose" else None
+    form_error = _FORM_ERRORS[spec.label_line]
+    keypoints: list[np.ndarray] | None = [] if spec.has_keypoints else None
     classes: list[int] = []
     boxes: list[np.ndarray] = []
     polygons: list[np.ndarray] = []
@@ -282,7 +310,7 @@ def _parse_lines(
                 path=where,
                 line=lineno,
             )
-        msg = _form_error(n, task, kpt_shape)
+        msg = form_error(n, kpt_shape)
         if msg is not None:
             raise DatasetError(msg, path=where, line=lineno)
         values = _numbers(fields, n, where, lineno)
@@ -290,17 +318,17 @@ def _parse_lines(
         cls = _class_id(values[0], num_classes, max_classes, where, lineno)
         coords = np.asarray(values[1:], dtype=np.float64)
         kpts = None
-        if task == "pose":
+        if spec.has_keypoints:
             kpts = _keypoints(coords[4:], kpt_shape, where, lineno)
             coords = coords[:4]
-        elif n != 5 and task == "detect" and kpt_shape is not None and n == 5 + kpt_shape[0] * kpt_shape[1]:
+        elif n != 5 and spec.pose_lines_as_boxes and _pose_fields(n, kpt_shape):
             coords = coords[:4]  # a pose line read for boxes: its keypoints are dropped
         _check_range(coords, where, lineno)
         if len(coords) == 4:
             cx, cy, w, h = coords
             box = np.clip([cx - w / 2, cy - h / 2, cx + w / 2, cy + h / 2], 0.0, 1.0)
             polygon = np.zeros((0, 2), dtype=np.float32)
-        elif task == "obb":
+        elif spec.rotated:
             # The corners as written: clipping one that strays by the tolerance would bend the
             # rectangle and move the angle Ultralytics measures from them (it clips none either).
             polygon = coords.reshape(4, 2)

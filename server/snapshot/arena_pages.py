@@ -4,7 +4,7 @@ Runs in the preparing process, which decides once per preparation (``write_mode`
 the answer to every decoder, so all of them write the arena the same way.
 
 Why it depends on the store's pages (measured on these 2-core machines, two processes
-writing 1024-record arenas, ``docs/benchmarks.md``, issue 19 goal 4):
+writing 1024-record arenas, ``docs/benchmarks.md``, "Preparation"):
 
 - On /dev/shm (tmpfs, 4 KB pages) most of a write is the kernel allocating pages:
   ``pwrite`` costs ~0.42 ms of CPU per 0.9 MB uint8 record and ~1.9 ms per 3.7 MB float32

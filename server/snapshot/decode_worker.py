@@ -281,13 +281,14 @@ def decode_record(index: int, path: str):
     return decode.decode_bgr(path)
 
 
-def decode_into(writer: ArenaWriter, task: tuple, imgsz: int, decoder: ModuleType) -> int:
-    """Decode record ``task`` with ``decoder`` (the module ``DEFAULT_DECODER`` names) and write
-    it into the arena; ImageDecodeError names the file."""
+def decode_into(writer: ArenaWriter, job: tuple, imgsz: int, decoder: ModuleType) -> int:
+    """Decode the record of ``job`` (index, path, arena offset, resized h, w, file h, w) with
+    ``decoder`` (the module ``DEFAULT_DECODER`` names) and write it into the arena;
+    ImageDecodeError names the file."""
     from ...shared.errors import ImageDecodeError
     from . import decode
 
-    i, path, offset, h, w, oh, ow = task
+    i, path, offset, h, w, oh, ow = job
     image = decoder.decode_record(i, path)
     if image.shape[:2] != (oh, ow):
         raise ImageDecodeError(
@@ -306,7 +307,7 @@ def decode_into(writer: ArenaWriter, task: tuple, imgsz: int, decoder: ModuleTyp
 def decode_shared(
     share: WorkShare,
     arena_name: str,
-    tasks: list,
+    jobs: list,
     imgsz: int,
     after_each=None,
     dtype: str = "float32",
@@ -327,7 +328,7 @@ def decode_shared(
         writer = ArenaWriter(arena_name, imgsz, dtype, store, mode)
         share.bind(writer.fd)
         while (i := share.claim()) is not None:
-            decode_into(writer, tasks[i], imgsz, reader)
+            decode_into(writer, jobs[i], imgsz, reader)
             share.written()
             count += 1
             if after_each is not None:
@@ -397,7 +398,7 @@ def worker_started() -> None:
 
 def worker_decode(
     arena_name: str,
-    tasks: list,
+    jobs: list,
     imgsz: int,
     dtype: str = "float32",
     store: str | None = None,
@@ -407,4 +408,4 @@ def worker_decode(
     """The one task each worker runs: share the records with the other decoders."""
     if _share is None:  # pragma: no cover - worker_init always runs first
         raise RuntimeError("worker_decode ran in a process that worker_init did not set up")
-    return decode_shared(_share, arena_name, tasks, imgsz, dtype=dtype, store=store, mode=mode, decoder=decoder)
+    return decode_shared(_share, arena_name, jobs, imgsz, dtype=dtype, store=store, mode=mode, decoder=decoder)

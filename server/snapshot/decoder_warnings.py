@@ -12,7 +12,7 @@ reliable witness is that text. ``capture_fd2`` points descriptor 2 at an in-memo
 (``memfd_create``) for the length of one call and hands back what was written there.
 
 Cost: a handful of system calls per image (dup, two dup2, close, lseek), 8-11 µs measured
-against 1.7-8 ms for the decode itself (``bench/decode_warnings.py``). The decode is the
+against 1.7-8 ms for the decode itself (``bench/prepare.py --what decode-warnings``). The decode is the
 same call as before, so the bytes of every good image are unchanged (parity holds).
 
 Caveats, by design: descriptor 2 is process-wide, so while a decode runs, text another

@@ -43,6 +43,7 @@ import os
 from ...shared.errors import MissingFileError
 from ...shared.stream.config import FILL_VALUE
 from ...shared.stream.records import Dataset
+from ...shared.task import task_spec
 from ...shared.transport.names import snapshot_base, snapshot_parts
 from . import fs_trust, layout
 
@@ -63,10 +64,10 @@ def fingerprint(dataset: Dataset, *, imgsz: int, fill: float = FILL_VALUE, dtype
         f"pixpool-snapshot layout={layout.LAYOUT_VERSION} imgsz={int(imgsz)} fill={float(fill)!r} dtype={code}\n".encode()
     )
     h.update(("names " + "\0".join(dataset.names) + "\n").encode())
-    pose = dataset.task == "pose"
-    if dataset.task != "detect":
+    spec = dataset.spec
+    if not spec.is_default:
         flip = None if dataset.flip_idx is None else tuple(int(v) for v in dataset.flip_idx)
-        kpt = f" kpt_shape={tuple(int(v) for v in dataset.kpt_shape)!r} flip_idx={flip!r}" if pose else ""
+        kpt = f" kpt_shape={tuple(int(v) for v in dataset.kpt_shape)!r} flip_idx={flip!r}" if spec.has_keypoints else ""
         h.update(f"task={dataset.task}{kpt}\n".encode())
     stats = image_stats(dataset)
     hashed = hashed_devices(stats)
@@ -82,7 +83,7 @@ def fingerprint(dataset: Dataset, *, imgsz: int, fill: float = FILL_VALUE, dtype
         for poly in rec.polygons:
             h.update(len(poly).to_bytes(8, "little"))
             h.update(poly.astype("<f4", copy=False).tobytes())
-        if pose and rec.keypoints is not None:
+        if spec.has_keypoints and rec.keypoints is not None:
             h.update(rec.keypoints.astype("<f4", copy=False).tobytes())
     return h.hexdigest()
 
@@ -148,8 +149,9 @@ def lineage_of(
     parts = [os.path.abspath(data), os.path.abspath(images) if images is not None else "", str(int(imgsz))]
     if dtype != "float32":  # float32 keeps the key it had before the dtype was a setting
         parts.append(dtype)
-    if task != "detect":  # detect keeps the key it had before tasks
-        parts.append(f"task={task}")
+    spec = task_spec(task)
+    if not spec.is_default:  # detect keeps the key it had before tasks
+        parts.append(f"task={spec.name}")
     key = "\0".join(parts)
     return hashlib.sha256(key.encode()).hexdigest()[:32]
 

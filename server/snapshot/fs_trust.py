@@ -20,7 +20,7 @@ Why stat is not enough everywhere (issue 26, fault 4):
 - A write through a shared mapping moves mtime and ctime only on the first write to a clean
   page (the ``page_mkwrite`` fault); later writes to the still-dirty page move nothing until
   writeback has cleaned it. On tmpfs pages are never cleaned, so after the first write
-  nothing moves at all (measured: ``bench/label_trust.py mmap``). So a label's stat vouches
+  nothing moves at all (measured: ``bench/scale.py --what mmap``). So a label's stat vouches
   for its bytes only on a file system with writeback that keeps its times in the kernel
   (``WRITEBACK_TIMES``), mounted read-write, and only once the label has been quiet for longer
   than the kernel takes to write a dirty page back (``writeback_window_ns``): any mapped write

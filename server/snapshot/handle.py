@@ -25,9 +25,11 @@ import numpy as np
 from ...shared.errors import SnapshotError
 from ...shared.stream.config import FILL_VALUE
 from ...shared.stream.records import Targets
+from ...shared.task import task_spec
 from ...shared.transport.holds import remove_unused
 from ...shared.transport.names import DEFAULT_STORE, SNAPSHOT_PARTS, list_segments, parse, shm_path, snapshot_parts
-from ...shared.transport.shm import SharedSegment, read_prefix
+from ...shared.transport.shm import SharedSegment
+from ...shared.transport.trusted import read_prefix
 from . import layout, unit
 
 log = logging.getLogger(__name__)
@@ -146,9 +148,10 @@ class Snapshot:
         for arr in (self._index, self._arena, self._classes, self._boxes, self._poly_offsets, self._points):
             arr.flags.writeable = False
         self._keypoints.flags.writeable = False
-        self._task = layout.TASK_CODES[header.task_code]
-        self._kpt_shape = (header.kpt_count, header.kpt_dims) if self._task == "pose" else None
-        self._flip_idx = tuple(int(v) for v in flip) if self._task == "pose" and header.flip_count else None
+        self._spec = task_spec(layout.TASK_CODES[header.task_code])
+        keypoints = self._spec.has_keypoints
+        self._kpt_shape = (header.kpt_count, header.kpt_dims) if keypoints else None
+        self._flip_idx = tuple(int(v) for v in flip) if keypoints and header.flip_count else None
 
     def _ensure(self) -> None:
         if self._segments is None:
@@ -185,7 +188,7 @@ class Snapshot:
     def task(self) -> str:
         """The task the snapshot was prepared for (``config.TASKS``): what its targets carry."""
         self._ensure()
-        return self._task
+        return self._spec.name
 
     @property
     def kpt_shape(self) -> tuple[int, int] | None:
@@ -246,7 +249,7 @@ class Snapshot:
         s, c = int(row["target_start"]), int(row["target_count"])
         off = self._poly_offsets
         polys = tuple(self._points[off[j] : off[j + 1]] for j in range(s, s + c))
-        keypoints = self._keypoints[s : s + c] if self._task == "pose" else None
+        keypoints = self._keypoints[s : s + c] if self._spec.has_keypoints else None
         return Targets(self._classes[s : s + c], self._boxes[s : s + c], polys, keypoints)
 
     # -- bookkeeping ----------------------------------------------------------------------

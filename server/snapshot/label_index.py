@@ -51,7 +51,7 @@ snapshot (``shared.transport.publish``: anonymous until linked under its name, s
 writer leaves nothing), is removed with the snapshot's segments as one unit
 (``Snapshot.release``, ``remove_superseded``, ``pixpool clean``), is listed with it
 (``pixpool ls``), and is checked like a segment before it is read (opened non-blocking and
-no-follow, then type, owner and mode on the descriptor: ``shared.transport.shm.open_trusted``),
+no-follow, then type, owner and mode on the descriptor: ``shared.transport.trusted.open_trusted``),
 then by its magic, version, length and a sha256 of its body; a file that fails any check is
 ignored (a full read follows). Which index files belong to a snapshot is decided by owner and
 content (``snapshot/unit.py``), never by the name alone.
@@ -72,7 +72,7 @@ import numpy as np
 from ...shared.errors import PixpoolError
 from ...shared.stream.path_table import PathTable
 from ...shared.transport.names import label_index_name, label_index_part, list_segments, parse, shm_path, snapshot_parts
-from ...shared.transport.shm import open_trusted
+from ...shared.transport.trusted import open_trusted
 from . import fs_trust
 
 log = logging.getLogger(__name__)

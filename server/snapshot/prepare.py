@@ -392,8 +392,9 @@ class _Build:
         """Steps 3-4: exact sizes from image headers, checked against the budget and the store
         before anything is decoded or allocated."""
         opts, ds = self.options, self.dataset
-        kpt_count = ds.kpt_shape[0] if ds.task == "pose" else 0
-        flip_count = len(ds.flip_idx) if ds.task == "pose" and ds.flip_idx is not None else 0
+        keypoints = ds.spec.has_keypoints
+        kpt_count = ds.kpt_shape[0] if keypoints else 0
+        flip_count = len(ds.flip_idx) if keypoints and ds.flip_idx is not None else 0
         plan = _Plan(*_plan(self.records, opts.imgsz, layout.DTYPE_CODES[self.code].itemsize, kpt_count, flip_count))
         what = f"the snapshot of {len(self.records)} records"
         check_budget(plan.nbytes, opts.memory_budget_nbytes, what=what, imgsz=opts.imgsz)
@@ -448,15 +449,13 @@ class _Build:
         workers are stopped once the last record is written."""
         opts, arena, index = self.options, self.names["img"], plan.index
         mode = write_mode(opts.store)  # the same for every decoder (arena_pages)
-        tasks = [(i, rec.image_path, int(index[i]["image_offset"]), int(index[i]["height"]), int(index[i]["width"]),
+        jobs = [(i, rec.image_path, int(index[i]["image_offset"]), int(index[i]["height"]), int(index[i]["width"]),
                   int(index[i]["orig_height"]), int(index[i]["orig_width"])) for i, rec in enumerate(self.records)]  # fmt: skip
         bar = _progress_bar(len(self.records), progress)
         try:
             futures = (
                 [
-                    self.pool.submit(
-                        worker_decode, arena, tasks, opts.imgsz, opts.dtype, opts.store, mode, self.decoder
-                    )
+                    self.pool.submit(worker_decode, arena, jobs, opts.imgsz, opts.dtype, opts.store, mode, self.decoder)
                     for _ in range(self.workers)
                 ]
                 if self.pool
@@ -470,7 +469,7 @@ class _Build:
             decode_shared(
                 share,
                 arena,
-                tasks,
+                jobs,
                 opts.imgsz,
                 after_each,
                 dtype=opts.dtype,

@@ -20,7 +20,7 @@ from ...shared.errors import SnapshotError, UntrustedSegmentError
 from ...shared.transport.holds import holds_of, remove_unused
 from ...shared.transport.names import shm_path
 from ...shared.transport.publish import sweep_debris
-from ...shared.transport.shm import check_trusted
+from ...shared.transport.trusted import check_trusted
 from .handle import Snapshot, check_header, label_indexes, list_snapshots, read_header, unit_names
 
 log = logging.getLogger(__name__)

@@ -7,7 +7,7 @@ Runs wherever a snapshot is removed or listed: ``Snapshot.release`` and ``unlink
 ``<snapshot base>-lix00000000`` included. A name says nothing about whose a file is, so a
 file is a label index of snapshot ``base`` only when
 
-- it is a regular file of the user the name carries (``shm.open_trusted``: opened
+- it is a regular file of the user the name carries (``trusted.open_trusted``: opened
   non-blocking and no-follow, checked on the open descriptor; its mode may be any, an own
   file made writable by others is still ours to remove), and
 - its content says so: the index's magic, and the snapshot fingerprint in its meta naming
@@ -28,7 +28,7 @@ import struct
 
 from ...shared.errors import UntrustedSegmentError
 from ...shared.transport.names import list_segments, parse, snapshot_parts
-from ...shared.transport.shm import open_trusted
+from ...shared.transport.trusted import open_trusted
 
 __all__ = ["label_indexes", "strays", "unit_names"]
 

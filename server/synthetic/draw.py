@@ -13,7 +13,7 @@ from pathlib import Path
 import cv2
 import numpy as np
 
-from ...shared.stream.config import TASKS
+from ...shared.task import TASKS
 
 # (name, shape, BGR colour): two colours per shape kind.
 CLASSES = (

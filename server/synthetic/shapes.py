@@ -33,7 +33,7 @@ from pathlib import Path
 import cv2
 import numpy as np
 
-from ...shared.stream.config import check_task
+from ...shared.task import task_spec
 from ..readers._common import polygon_area
 from .draw import (
     BACKGROUND_INDICES,
@@ -51,6 +51,9 @@ from .draw import (
 )
 
 __all__ = ["CATEGORY_IDS", "CLASS_NAMES", "SYNTH_TASKS", "SyntheticData", "write_synthetic"]
+
+# Most instances drawn in one image of the polygon sets written here: a segment set is denser.
+_MAX_INSTANCES = {"detect": 6, "segment": 10}
 
 
 def _shape(kind: str, w: int, h: int, rng: np.random.Generator) -> np.ndarray:
@@ -84,7 +87,7 @@ def _shape(kind: str, w: int, h: int, rng: np.random.Generator) -> np.ndarray:
 
 def _data_yaml(num_images: int, seed: int, task: str = "detect") -> str:
     # detect keeps its header line byte for byte; the other sets name their task
-    what = "" if task == "detect" else f" ({task})"
+    what = "" if task_spec(task).is_default else f" ({task})"
     lines = [
         f"# pixpool synthetic dataset{what}: {num_images} images, seed {seed}",
         "train: images/train",
@@ -104,11 +107,11 @@ def write_synthetic(root: str | Path, *, num_images: int = 24, seed: int = 0, ta
     """
     if num_images < 1:
         raise ValueError(f"num_images must be >= 1, got {num_images}")
-    check_task(task)
-    if task in ("pose", "obb"):
+    spec = task_spec(task)
+    if spec.has_keypoints or spec.rotated:  # figures and rotated rectangles, drawn by ``tasks.py``
         from .tasks import write_obb, write_pose
 
-        writer = write_pose if task == "pose" else write_obb
+        writer = write_pose if spec.has_keypoints else write_obb
         return writer(Path(root), num_images=num_images, seed=seed)
     root = Path(root)
     images_dir = root / "images" / "train"
@@ -118,8 +121,8 @@ def write_synthetic(root: str | Path, *, num_images: int = 24, seed: int = 0, ta
         folder.mkdir(parents=True, exist_ok=True)
 
     # detect draws from the seed itself (its bytes are fixed); segment from a stream of its own
-    rng = np.random.default_rng(seed if task == "detect" else [seed, SYNTH_TASKS.index(task)])
-    max_count = 6 if task == "detect" else 10
+    rng = np.random.default_rng(seed if spec.is_default else [seed, SYNTH_TASKS.index(task)])
+    max_count = _MAX_INSTANCES[spec.name]
     coco_images, coco_anns = [], []
     for i in range(num_images):
         w, h = size_wh(i, rng)

@@ -5,16 +5,16 @@
 - ``sampler``: which record indices an epoch delivers, in which batches and shards.
 - ``hsv_tables``: the HSV jitter's lookup tables, the same on the CPU and the device.
 - ``records`` and ``source``: the record form readers produce and what the route reads.
-- ``protocol``: the wire messages between trainers, the daemon and its workers.
 - ``digest``: the SHA-256 of a delivered batch (equal digests, equal bytes).
 
 Nothing here knows how bytes move (``pixpool.shared.transport``; ``config`` takes only the
-default store's path from it) or how a command line is parsed (``pixpool.cli``).
+default store's path from it), what a message is (``pixpool.shared.wire``) or how a command
+line is parsed (``pixpool.cli``).
 """
 
 from .._lazy import lazy_exports
 
-_MODULES = ("config", "rng", "sampler", "hsv_tables", "protocol", "records", "source", "digest")
+_MODULES = ("config", "rng", "sampler", "hsv_tables", "records", "source", "digest")
 # The contract's names, each from its module; imported on first use like the modules themselves.
 _WHERE = {
     "AugmentConfig": "config",

@@ -10,8 +10,9 @@ Code both sides import.
 
 Each field's help text and, where it differs from ``--field-name``, its flag live in the
 field's metadata: the command lines are generated from the fields (``shared/stream/flags.py``),
-so every setting is reachable from the CLI with its default in ``--help``. Range checks live
-in one table (``_RANGES``); a bad value raises ``ConfigError`` naming the field.
+so every setting is reachable from the CLI with its default in ``--help``. Its rules (a range,
+a step, choices) are declared beside it too (``_opt(..., lo=, hi=)``, a ``shared.schema.Field``)
+and checked by ``shared.schema``; a bad value raises ``ConfigError`` naming the field.
 
 A ``DaemonConfig`` field marked ``changes_bytes`` decides what a daemon serves: the bytes of
 its batches, or whether it serves a dataset at all (a bound that refuses it). ``pixpool
@@ -22,10 +23,13 @@ every dataset a daemon can serve.
 from __future__ import annotations
 
 import dataclasses
+import functools
 from dataclasses import dataclass, field
 from typing import Any
 
+from .. import schema
 from ..errors import ConfigError
+from ..task import TASKS, task_spec
 from ..transport.names import DEFAULT_STORE
 
 FILL_VALUE = 114.0
@@ -39,21 +43,33 @@ DEFAULT_MAX_INSTANCES = 1000
 # 20,000 admits every public detection vocabulary (LVIS 1,203; V3Det 13,204) with room.
 DEFAULT_MAX_CLASSES = 20_000
 # The most --max-classes may be: the names "0".."N-1" of an images folder at this N fit
-# ``protocol.MAX_NAMES_BYTES`` (806 KB packed; ``tests/unit/test_label_bounds.py`` checks).
+# ``wire.trainer.MAX_NAMES_BYTES`` (806 KB packed; ``tests/unit/test_label_bounds.py`` checks).
 MAX_CLASSES = 1 << 17
 # Pixel types a snapshot's image arena may hold. float32: the pixel minus the fill, converted
 # and centred once at preparation. uint8: the pixel itself, a quarter of the bytes; the
 # route converts each value it reads to the same float32 (pixel - fill is exact in float32).
 SNAPSHOT_DTYPES = ("float32", "uint8")
-# The Ultralytics tasks a daemon serves; a dataset is prepared for one (``shared/stream/tasks.py``
-# says what each carries beside the images).
-TASKS = ("detect", "segment", "pose", "obb")
 # Where copy-paste takes its pasted instances from: the sample's own mirror, or a random partner.
 COPY_PASTE_MODES = ("flip", "mixup")
 
 
-def _opt(default: Any, help: str, **extra: Any) -> Any:
-    """A dataclass field with its command-line help (and flag name, positional) as metadata."""
+def _opt(
+    default: Any,
+    help: str,
+    *,
+    lo: float | None = None,
+    hi: float | None = None,
+    multiple_of: int | None = None,
+    **extra: Any,
+) -> Any:
+    """A dataclass field with its command-line help (and flag name, positional, choices) as
+    metadata, and its rules as a ``schema.Field`` under ``rules``: the closed range ``lo`` to
+    ``hi``, a step (``multiple_of``) and the ``choices`` (which ``flags.py`` shows too)."""
+    choices = extra.get("choices")
+    bounds = {"lo": lo, "hi": hi, "multiple_of": multiple_of, "choices": None if choices is None else tuple(choices)}
+    declared = {k: v for k, v in bounds.items() if v is not None}
+    if declared:
+        extra["rules"] = schema.Field(closed=True, **declared)
     return field(default=default, metadata={"help": help, **extra})
 
 
@@ -66,36 +82,46 @@ def changes_bytes(cls: type) -> tuple[str, ...]:
 class AugmentConfig:
     """The YOLO training route's settings; defaults are the customary YOLO ones."""
 
-    # None: the daemon's imgsz, which it resolves at attach (``StreamSettings.for_imgsz``).
-    imgsz: int | None = _opt(None, "training image size in pixels (square, a multiple of 32); none: the daemon's")
-    mosaic: float = _opt(1.0, "probability of a 4-image mosaic")
-    degrees: float = _opt(0.0, "rotation range, +/- degrees")
-    translate: float = _opt(0.1, "translation range, fraction of imgsz")
-    scale: float = _opt(0.5, "scale range, +/- fraction")
-    shear: float = _opt(0.0, "shear range, +/- degrees")
-    perspective: float = _opt(0.0, "perspective range")
-    copy_paste: float = _opt(0.0, "fraction of instances copy-pasted (mirrored)")
-    mixup: float = _opt(0.0, "probability of mixup with a random partner")
-    cutmix: float = _opt(0.0, "probability of cutmix: a random partner's rectangle pasted in")
+    # None: the daemon's imgsz, which it resolves at attach (``StreamSettings.for_imgsz``). A multiple
+    # of 32: the detector's largest stride divides imgsz, both where a daemon prepares its snapshot
+    # and where a trainer sizes its model.
+    imgsz: int | None = _opt(
+        None,
+        "training image size in pixels (square, a multiple of 32); none: the daemon's",
+        lo=32,
+        hi=8192,
+        multiple_of=32,
+    )
+    mosaic: float = _opt(1.0, "probability of a 4-image mosaic", lo=0.0, hi=1.0)
+    degrees: float = _opt(0.0, "rotation range, +/- degrees", lo=0.0, hi=180.0)
+    translate: float = _opt(0.1, "translation range, fraction of imgsz", lo=0.0, hi=0.9)
+    scale: float = _opt(0.5, "scale range, +/- fraction", lo=0.0, hi=0.95)
+    shear: float = _opt(0.0, "shear range, +/- degrees", lo=0.0, hi=90.0)
+    perspective: float = _opt(0.0, "perspective range", lo=0.0, hi=0.001)
+    copy_paste: float = _opt(0.0, "fraction of instances copy-pasted (mirrored)", lo=0.0, hi=1.0)
+    mixup: float = _opt(0.0, "probability of mixup with a random partner", lo=0.0, hi=1.0)
+    cutmix: float = _opt(0.0, "probability of cutmix: a random partner's rectangle pasted in", lo=0.0, hi=1.0)
     copy_paste_mode: str = _opt(
         "flip",
         "where copy-paste takes instances from: flip (the mirrored sample) or mixup (a random partner)",
         choices=COPY_PASTE_MODES,
     )
-    fliplr: float = _opt(0.5, "probability of a left-right flip")
-    flipud: float = _opt(0.0, "probability of an up-down flip")
-    hsv_h: float = _opt(0.015, "hue gain range")
-    hsv_s: float = _opt(0.7, "saturation gain range")
-    hsv_v: float = _opt(0.4, "value gain range")
+    fliplr: float = _opt(0.5, "probability of a left-right flip", lo=0.0, hi=1.0)
+    flipud: float = _opt(0.0, "probability of an up-down flip", lo=0.0, hi=1.0)
+    hsv_h: float = _opt(0.015, "hue gain range", lo=0.0, hi=0.5)
+    hsv_s: float = _opt(0.7, "saturation gain range", lo=0.0, hi=1.0)
+    hsv_v: float = _opt(0.4, "value gain range", lo=0.0, hi=1.0)
     # The last `close_mosaic` epochs of `epochs` run without mosaic, copy-paste and mixup.
-    close_mosaic: int = _opt(0, "the last N epochs of --epochs run without mosaic, copy-paste and mixup")
-    epochs: int = _opt(0, "epochs of the whole run (for --close-mosaic)")
+    close_mosaic: int = _opt(
+        0, "the last N epochs of --epochs run without mosaic, copy-paste and mixup", lo=0, hi=1 << 30
+    )
+    epochs: int = _opt(0, "epochs of the whole run (for --close-mosaic)", lo=0, hi=1 << 30)
     # Segment task only: masks are rendered at imgsz / mask_ratio, all instances of an image in
     # one plane (overlap_mask, Ultralytics' default) or one plane per instance.
-    mask_ratio: int = _opt(4, "segment: masks at imgsz / mask_ratio")
+    mask_ratio: int = _opt(4, "segment: masks at imgsz / mask_ratio", lo=1, hi=32)
     overlap_mask: bool = _opt(True, "segment: one mask plane per image, instances numbered 1..n by area")
     # False: validation route (letterbox only, no randomness).
-    augment: bool = _opt(True, "false: the validation route (letterbox only, no randomness)")
+    train_route: bool = _opt(True, "false: the validation route (letterbox only, no randomness)")
 
     def __post_init__(self) -> None:
         _validate(self)
@@ -116,13 +142,13 @@ class AugmentConfig:
 class StreamSettings:
     """One trainer's stream: which samples, in which order, with which augmentation."""
 
-    seed: int = _opt(0, "seed of the stream (order and augmentation)")
-    batch_size: int = _opt(16, "images per batch")
-    rank: int = _opt(0, "this trainer's shard (DDP rank)")
-    world_size: int = _opt(1, "number of shards (DDP world size)")
+    seed: int = _opt(0, "seed of the stream (order and augmentation)", lo=0, hi=(1 << 63) - 1)
+    batch_size: int = _opt(16, "images per batch", lo=1, hi=4096)
+    rank: int = _opt(0, "this trainer's shard (DDP rank)", lo=0, hi=1 << 20)
+    world_size: int = _opt(1, "number of shards (DDP world size)", lo=1, hi=1 << 20)
     shuffle: bool = _opt(True, "false keeps dataset order")
     drop_last: bool = _opt(False, "drop the last, short batch (and the shard's uneven tail)")
-    start_epoch: int = _opt(0, "first epoch of the stream")
+    start_epoch: int = _opt(0, "first epoch of the stream", lo=0, hi=1 << 30)
     hsv_on_device: bool = _opt(False, "leave HSV to the trainer's device instead of the workers")
     split: str = _opt("train", "which of the daemon's datasets: train, or val (its validation split)")
     augment: AugmentConfig = field(default_factory=AugmentConfig)
@@ -200,15 +226,19 @@ class DaemonConfig:
         "training image size in pixels (a multiple of 32): the snapshot is prepared for it (long side = imgsz) "
         "and a trainer that names no imgsz trains at it",
         changes_bytes=True,
+        lo=32,
+        hi=8192,
+        multiple_of=32,
     )
     task: str = _opt(
         "detect",
         "what the snapshot holds and the stream carries beside boxes: detect, segment (polygons -> masks), "
         "pose (keypoints; the data.yaml's kpt_shape) or obb (oriented boxes)",
         choices=TASKS,
+        refine=task_spec,
         changes_bytes=True,
     )
-    processes: int = _opt(2, "decoder processes when preparing")
+    processes: int = _opt(2, "decoder processes when preparing", lo=1, hi=256)
     dtype: str = _opt(
         "float32",
         "pixel type of the snapshot: float32 (centred once) or uint8 (a quarter of the bytes, same batches)",
@@ -218,6 +248,8 @@ class DaemonConfig:
     max_instances_per_image: int = _opt(
         DEFAULT_MAX_INSTANCES,
         "refuse a dataset with an image of more instances than this (ring slots are sized for the densest image)",
+        lo=1,
+        hi=1 << 20,
         changes_bytes=True,  # a bound: under it the dataset is refused, not served
     )
     allow_unlabelled: bool = _opt(
@@ -227,12 +259,14 @@ class DaemonConfig:
         DEFAULT_MAX_CLASSES,
         "refuse a dataset of more classes than this: a class id >= this in an images folder (read without names), "
         "more names in a data.yaml or categories in a COCO json (every attach carries the class names)",
+        lo=1,
+        hi=MAX_CLASSES,
         changes_bytes=True,  # a bound: over it the dataset is refused, not served
     )
     prepare_wait_s: float = _opt(
-        600.0, "wait this long for another process preparing the same snapshot, then attach it"
+        600.0, "wait this long for another process preparing the same snapshot, then attach it", lo=0.0, hi=1e9
     )
-    workers: int = _opt(2, "augmentation worker processes")
+    workers: int = _opt(2, "augmentation worker processes", lo=1, hi=256)
     store: str = _opt(
         DEFAULT_STORE,
         "directory the snapshot and the batch rings live in, as files mapped with mmap: a tmpfs (RAM), or a folder on a "
@@ -245,24 +279,36 @@ class DaemonConfig:
     tcp: str | None = _opt(None, "also serve remote trainers over TCP (requires --keys)", metavar="HOST:PORT")
     keys_dir: str | None = _opt(None, "CURVE key directory made by `pixpool keys DIR`", flag="--keys", metavar="DIR")
     keep_snapshot: bool = _opt(False, "leave the snapshot in the store on exit")
-    heartbeat_timeout_s: float = _opt(10.0, "detach a trainer silent this long")
+    heartbeat_timeout_s: float = _opt(10.0, "detach a trainer silent this long", lo=1e-3, hi=1e9)
     job_timeout_s: float = _opt(
-        300.0, "kill a worker stuck this long in one part of a batch (only that part's samples are re-run)"
+        300.0,
+        "kill a worker stuck this long in one part of a batch (only that part's samples are re-run)",
+        lo=1e-3,
+        hi=1e9,
     )
     straggler_factor: float = _opt(
         8.0,
         "a batch part running this many times the median measured part time is also given to an idle worker (first result wins)",
+        lo=1.0,
+        hi=1e6,
     )
-    straggler_min_s: float = _opt(5.0, "never re-dispatch a batch part that has run less than this many seconds")
-    max_ring_nbytes: int = _opt(2 << 30, "largest batch ring one trainer may ask for, in bytes")
+    straggler_min_s: float = _opt(
+        5.0, "never re-dispatch a batch part that has run less than this many seconds", lo=1e-3, hi=1e9
+    )
+    max_ring_nbytes: int = _opt(2 << 30, "largest batch ring one trainer may ask for, in bytes", lo=1, hi=1 << 50)
     max_total_ring_nbytes: int | None = _opt(
-        None, "all trainers' rings together, in bytes (default: half of the store's free space at start)"
+        None,
+        "all trainers' rings together, in bytes (default: half of the store's free space at start)",
+        lo=1,
+        hi=1 << 50,
     )
-    max_trainers: int = _opt(64, "trainers attached at once")
+    max_trainers: int = _opt(64, "trainers attached at once", lo=1, hi=1 << 16)
     max_trainers_per_client: int = _opt(
         32,
         "trainers one client may have attached at once: a CURVE key over TCP, "
         "a uid over ipc (so one client cannot take every session from the others)",
+        lo=1,
+        hi=1 << 16,
     )
     memory_budget_nbytes: int | None = _opt(
         None,
@@ -271,6 +317,8 @@ class DaemonConfig:
         flag="--memory-budget",
         size=True,
         metavar="SIZE",
+        lo=1,
+        hi=1 << 60,
     )
     store_warn_free_nbytes: int | None = _opt(
         None,
@@ -278,9 +326,11 @@ class DaemonConfig:
         flag="--store-warn-free",
         size=True,
         metavar="SIZE",
+        lo=0,
+        hi=1 << 60,
     )
     metrics_port: int | None = _opt(
-        None, "serve Prometheus metrics over HTTP on this port (off by default)", metavar="PORT"
+        None, "serve Prometheus metrics over HTTP on this port (off by default)", metavar="PORT", lo=1, hi=65535
     )
     metrics_host: str = _opt(
         "127.0.0.1", "address of the metrics endpoint (0.0.0.0 to let a scraper on another host in)"
@@ -338,57 +388,6 @@ class PrepareOptions:
             raise ConfigError.for_field("store", self.store, "is empty; name a directory such as /dev/shm")
 
 
-_RANGES: dict[str, tuple[float, float]] = {
-    "imgsz": (32, 8192),
-    "mosaic": (0.0, 1.0),
-    "degrees": (0.0, 180.0),
-    "translate": (0.0, 0.9),
-    "scale": (0.0, 0.95),
-    "shear": (0.0, 90.0),
-    "perspective": (0.0, 0.001),
-    "copy_paste": (0.0, 1.0),
-    "mixup": (0.0, 1.0),
-    "cutmix": (0.0, 1.0),
-    "mask_ratio": (1, 32),
-    "fliplr": (0.0, 1.0),
-    "flipud": (0.0, 1.0),
-    "hsv_h": (0.0, 0.5),
-    "hsv_s": (0.0, 1.0),
-    "hsv_v": (0.0, 1.0),
-    "close_mosaic": (0, 1 << 30),
-    "epochs": (0, 1 << 30),
-    "seed": (0, (1 << 63) - 1),
-    "batch_size": (1, 4096),
-    "rank": (0, 1 << 20),
-    "world_size": (1, 1 << 20),
-    "start_epoch": (0, 1 << 30),
-    "processes": (1, 256),
-    "max_instances_per_image": (1, 1 << 20),
-    "max_classes": (1, MAX_CLASSES),
-    "workers": (1, 256),
-    "heartbeat_timeout_s": (1e-3, 1e9),
-    "job_timeout_s": (1e-3, 1e9),
-    "straggler_factor": (1.0, 1e6),
-    "straggler_min_s": (1e-3, 1e9),
-    "prepare_wait_s": (0.0, 1e9),
-    "max_ring_nbytes": (1, 1 << 50),
-    "max_total_ring_nbytes": (1, 1 << 50),
-    "max_trainers": (1, 1 << 16),
-    "max_trainers_per_client": (1, 1 << 16),
-    "memory_budget_nbytes": (1, 1 << 60),
-    "store_warn_free_nbytes": (0, 1 << 60),
-    "metrics_port": (1, 65535),
-}
-# Settings that must be a multiple of a step: the detector's largest stride (32) divides imgsz,
-# both where a daemon prepares its snapshot and where a trainer sizes its model.
-_MULTIPLES: dict[str, int] = {"imgsz": 32}
-# Settings that take one of a few words (the task: ``check_task``).
-_CHOICES: dict[str, tuple[str, ...]] = {
-    "dtype": SNAPSHOT_DTYPES,
-    "copy_paste_mode": COPY_PASTE_MODES,
-}
-
-
 def field_kind(f: dataclasses.Field) -> tuple[str, bool]:
     """(base type name, optional) of a field: ``int | None`` -> ("int", True)."""
     text = f.type if isinstance(f.type, str) else getattr(f.type, "__name__", str(f.type))
@@ -397,40 +396,59 @@ def field_kind(f: dataclasses.Field) -> tuple[str, bool]:
 
 
 def check_task(task: Any) -> str:
-    """``task`` if it is one of ``TASKS``; otherwise the one error an unknown task is wherever a
-    task is taken (a setting, a reader, a ``Dataset``, a target row's width, a synthetic set):
-    a ConfigError (a ValueError) naming the field ``task``, the value and the tasks."""
-    if not isinstance(task, str) or task not in TASKS:
-        raise ConfigError.for_field("task", task, f"is not one of the tasks; use one of {list(TASKS)} (--task)")
-    return task
+    """``task`` if it is one of ``TASKS``; otherwise ``task_spec``'s ConfigError."""
+    return task_spec(task).name
 
 
 def check_value(name: str, kind: str, value: Any) -> None:
-    """Raise ConfigError unless ``value`` is a valid ``kind`` for setting ``name`` (its range)."""
-    if kind == "bool":
-        if not isinstance(value, bool):
-            raise ConfigError.for_field(name, value, "must be true or false")
-    elif kind in ("int", "float"):
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise ConfigError.for_field(name, value, "must be a number")
-        if kind == "int" and not float(value).is_integer():
-            raise ConfigError.for_field(name, value, "must be a whole number")
-        lo, hi = _RANGES.get(name, (float("-inf"), float("inf")))
-        if not lo <= value <= hi:
-            raise ConfigError.for_field(name, value, f"is out of range; use {lo} to {hi}")
-        step = _MULTIPLES.get(name)
-        if step is not None and value % step:
-            below = max(int(value // step) * step, int(lo))
-            above = min(below + step, int(hi))
-            raise ConfigError.for_field(name, value, f"is not a multiple of {step}; use {below} or {above}")
-    elif kind == "str":
-        if not isinstance(value, str):
-            raise ConfigError.for_field(name, value, "must be a string")
-        if name == "task":
-            check_task(value)
-        choices = _CHOICES.get(name)
-        if choices is not None and value not in choices:
-            raise ConfigError.for_field(name, value, f"is not one of the choices; use one of {list(choices)}")
+    """Raise ConfigError unless ``value`` is a valid ``kind`` for setting ``name``: the rules
+    declared with the setting of that name (``_opt``), or the kind's alone for another name."""
+    _check(name, kind, value, _RULES.get(name))
+
+
+# What a value of each annotated kind may be. An int setting takes a whole float too (640.0:
+# JSON and YAML may write it so); the range of a setting declared without one is all numbers.
+_KINDS = {
+    "bool": schema.Field((bool,)),
+    "int": schema.Field((int, float), closed=True, whole=True),
+    "float": schema.Field((int, float), closed=True),
+    "str": schema.Field((str,)),
+}
+
+
+@functools.cache
+def _typed(rules: schema.Field, kind: str) -> schema.Field:
+    """``rules`` (declared beside the field, without its type) for a value of ``kind``; choices
+    are words, so only a ``str`` setting has them."""
+    choices = rules.choices if kind == "str" else None
+    return dataclasses.replace(rules, types=_KINDS[kind].types, whole=_KINDS[kind].whole, choices=choices)
+
+
+def _check(name: str, kind: str, value: Any, rules: schema.Field | None, refine=None) -> None:
+    if kind not in _KINDS:
+        return  # a nested settings dataclass (``StreamSettings.augment``) checked itself
+    broken = schema.check(value, _KINDS[kind] if rules is None else _typed(rules, kind))
+    if refine is not None and isinstance(value, str):
+        refine(value)  # a word with its own refusal (the task: ``task_spec``), not a choice
+    if broken is not None:
+        raise ConfigError.for_field(name, value, _problem(broken, kind, value))
+
+
+def _problem(broken: schema.Violation, kind: str, value: Any) -> str:
+    """What ``ConfigError.for_field`` says of a setting that broke a rule (ranges are closed)."""
+    spec = broken.field
+    if broken.rule == "type":
+        return {"bool": "must be true or false", "str": "must be a string"}.get(kind, "must be a number")
+    if broken.rule == "whole":
+        return "must be a whole number"
+    if broken.rule == "range":
+        return f"is out of range; use {spec.lo} to {spec.hi}"
+    if broken.rule == "multiple":
+        step = spec.multiple_of
+        below = max(int(value // step) * step, int(spec.lo))
+        above = min(below + step, int(spec.hi))
+        return f"is not a multiple of {step}; use {below} or {above}"
+    return f"is not one of the choices; use one of {list(spec.choices or ())}"
 
 
 def _validate(obj: Any) -> None:
@@ -439,7 +457,23 @@ def _validate(obj: Any) -> None:
         value = getattr(obj, f.name)
         if optional and value is None:
             continue
-        check_value(f.name, kind, value)
+        _check(f.name, kind, value, f.metadata.get("rules"), f.metadata.get("refine"))
+
+
+def _rules_by_name() -> dict[str, schema.Field]:
+    """Each setting's declared rules by its name, for ``check_value`` (a reader checks its
+    ``max_classes``, a ``FitConfig`` its ``epochs``, against the declarations here). A name
+    declared in two classes (``imgsz``) must be declared alike."""
+    rules: dict[str, schema.Field] = {}
+    for cls in (AugmentConfig, StreamSettings, DaemonConfig):
+        for f in dataclasses.fields(cls):
+            declared = f.metadata.get("rules")
+            if declared is not None and rules.setdefault(f.name, declared) != declared:
+                raise TypeError(f"{cls.__name__}.{f.name} is declared with other rules than a setting of its name")
+    return rules
+
+
+_RULES = _rules_by_name()
 
 
 def _from_dict(cls: type, data: dict[str, Any]) -> Any:

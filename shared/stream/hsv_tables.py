@@ -14,7 +14,7 @@ On OpenCV's 8-bit HSV (hue 0..179, saturation and value 0..255), for gains
 
 The hue is shifted, not scaled: a draw moves every hue by the same number of levels, as
 Ultralytics' loader does since 8.3.79 (before, it scaled the hue, which left reds nearly
-unmoved; ``bench/fidelity.py`` measured that difference). The sum and the modulo run in
+unmoved; ``bench/vs_ultralytics.py --what fidelity`` measured that difference). The sum and the modulo run in
 float64 on exact levels, then the floor, so the tables are the same on every machine.
 """
 

@@ -3,7 +3,7 @@
 Code both sides import: the daemon keeps its records' image paths in one (a COCO-sized set
 has 118k of them: as a list of Python strings that is ~100 bytes of objects per path, in one
 buffer it is the path's own bytes plus 8), serves them to trainers in pages of raw bytes
-(``protocol``'s ``records`` with ``packed``), and a trainer keeps what it receives the same way.
+(``wire.trainer``'s ``records`` with ``packed``), and a trainer keeps what it receives the same way.
 
 Paths are encoded as UTF-8 with ``surrogateescape`` (a file name that is not UTF-8 survives the
 round trip) and each is followed by one NUL byte, which no POSIX path contains, so a page of

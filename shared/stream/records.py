@@ -17,6 +17,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from ..task import TaskSpec, task_spec
+
 
 def _empty_polygon() -> np.ndarray:
     return np.zeros((0, 2), dtype=np.float32)
@@ -68,7 +70,8 @@ class Record:
 class Dataset:
     """What a reader returns: the records, the class names, and the files that define it.
 
-    ``task``: one of ``config.TASKS``, what the records carry beside boxes. ``kpt_shape``: (K, 2 or 3)
+    ``task``: one of ``shared.task.TASKS`` (``spec``: its ``TaskSpec``), what the records carry beside
+    boxes; the name, as the fingerprint and the label index write it. ``kpt_shape``: (K, 2 or 3)
     as the data.yaml states it, and ``flip_idx``: the keypoint each one becomes under a left-right
     flip (K entries), for the pose task; None otherwise.
 
@@ -95,11 +98,13 @@ class Dataset:
     absent_files: tuple[str, ...] = ()
     listed_dirs: tuple[str, ...] = ()
 
-    def __post_init__(self) -> None:
-        from .config import check_task  # config imports nothing of this module; kept local all the same
+    @property
+    def spec(self) -> TaskSpec:
+        """The ``TaskSpec`` of ``task``: what the records carry beside boxes."""
+        return task_spec(self.task)
 
-        check_task(self.task)
-        if self.task != "pose":
+    def __post_init__(self) -> None:
+        if not self.spec.has_keypoints:
             if self.kpt_shape is not None or self.flip_idx is not None:
                 raise ValueError(f"Dataset.kpt_shape and flip_idx belong to the pose task, not {self.task!r}")
             for rec in self.records:

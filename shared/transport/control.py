@@ -14,7 +14,7 @@ from typing import Any
 
 import zmq
 
-from ..stream import protocol as proto
+from ..wire.trainer import decode, encode
 
 
 def request_status(endpoint: str, *, timeout_s: float = 3.0, ctx: zmq.Context | None = None) -> dict[str, Any] | None:
@@ -33,9 +33,9 @@ def _request(op: str, endpoint: str, *, timeout_s: float, ctx: zmq.Context | Non
     sock.setsockopt(zmq.LINGER, 0)
     try:
         sock.connect(endpoint)
-        sock.send(proto.encode(op))
+        sock.send(encode(op))
         if not sock.poll(int(timeout_s * 1000)):
             return None
-        return proto.decode(sock.recv(), reply=True)
+        return decode(sock.recv(), reply=True)
     finally:
         sock.close(linger=0)

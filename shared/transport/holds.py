@@ -43,6 +43,7 @@ import time
 from dataclasses import dataclass
 
 from .names import DEFAULT_STORE
+from .trusted import open_trusted
 
 log = logging.getLogger(__name__)
 
@@ -151,7 +152,7 @@ class Holds:
 def _open_probe(path: str) -> int | None:
     """A read-only descriptor of the regular file at ``path``, None where there is none: gone,
     or no regular file (nothing maps a FIFO or a directory, so nothing holds it). Non-blocking
-    and no-follow like every open in a store (``shm.open_trusted``): a FIFO planted under a
+    and no-follow like every open in a store (``trusted.open_trusted``): a FIFO planted under a
     pixpool name must not block the probe. The owner is not checked: reading locks reads no
     byte of the file, and ``ls``/``clean`` ask about their own files only."""
     try:
@@ -189,12 +190,11 @@ def remove_unused(names, store: str | None = None) -> str:
     part: nothing was removed) or "gone" (none existed). A name replaced by another file
     between open and lock counts as in use (someone just made it).
 
-    Only files of the owner a name claims are part of a unit (``shm.open_trusted``: a regular
+    Only files of the owner a name claims are part of a unit (``trusted.open_trusted``: a regular
     file, opened non-blocking, never through a link): anything else under one of ``names``
     (another user's file, a FIFO, a directory) is no part of it, is left alone and logged,
     and neither keeps the rest nor stops the removal (issue 26, fault class 3)."""
     from ..errors import UntrustedSegmentError
-    from .shm import open_trusted  # shm imports this module
 
     where = store or DEFAULT_STORE
     opened: list[tuple[str, int]] = []

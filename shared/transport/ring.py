@@ -19,7 +19,7 @@ Layout (all offsets 64-byte aligned, slots 4096-byte aligned)::
         masks    uint8 or int32 (batch_size, M, M)       segment only (M = mask_side > 0), else no bytes
         samples  int64   (batch_size,)
 
-Per task (``shared/stream/tasks.py``): a row has ``target_width`` W columns (6 for detect
+Per task (``shared/task.py``): a row has ``target_width`` W columns (6 for detect
 and segment, 7 for obb, 6 + 3K for pose), and a segment ring has one mask plane of
 ``mask_side`` pixels a side per sample position, Ultralytics' overlap layout: 0 background,
 instance k of the sample numbered k (1..n). Its dtype is ``mask_dtype``: uint8 while a
@@ -71,6 +71,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import CapacityError, ConfigError, SnapshotError
+from ..task import BASE_COLUMNS
 from . import holds
 from .names import DEFAULT_STORE
 from .shm import SharedSegment, unlink_segment
@@ -94,7 +95,7 @@ NONCE_OFFSET, NONCE_NBYTES = 2048, 16
 # A mask plane's dtypes, by name (as the layout travels) and their item sizes (as the header holds them).
 MASK_DTYPES = {"uint8": 1, "int32": 4}
 _DTYPE_OF_ITEMSIZE = {size: name for name, size in MASK_DTYPES.items()}
-BASE_TARGET_WIDTH = 6
+BASE_TARGET_WIDTH = BASE_COLUMNS  # a detect row; every task's row starts with these
 # The most instances a uint8 plane can number (0 is the background).
 UINT8_INSTANCES = 255
 _FIELDS = ("slots", "batch_size", "imgsz", "max_targets", "target_width", "mask_side", "mask_dtype")
@@ -119,7 +120,7 @@ class RingLayout:
     batch_size: int
     imgsz: int
     max_targets: int
-    target_width: int = BASE_TARGET_WIDTH  # columns of a target row (``tasks.target_width``)
+    target_width: int = BASE_TARGET_WIDTH  # columns of a target row (``TaskSpec.target_width``)
     mask_side: int = 0  # pixels a side of a sample's mask plane; 0: no masks (every task but segment)
     mask_dtype: str = "uint8"  # the plane's dtype: ``mask_dtype_for(per_sample)``
 

@@ -167,7 +167,7 @@ def resident_nbytes(path: str) -> int:
     """Bytes of the file at ``path`` that are in memory now (page cache or tmpfs pages),
     by ``mincore`` over a short-lived read-only mapping that touches no page; 0 for what is
     no regular file. Opened non-blocking and no-follow like every file in a store
-    (``shm.open_trusted``): a FIFO under a pixpool name would block a plain open. No owner
+    (``trusted.open_trusted``): a FIFO under a pixpool name would block a plain open. No owner
     check: this maps no byte in, it only asks which pages are present."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK)

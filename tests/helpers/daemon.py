@@ -31,6 +31,12 @@ def short_socket_dir() -> str:
     return tempfile.mkdtemp(prefix="pxd-", dir="/tmp")
 
 
+def small_serve_args(data, socket_dir: str, imgsz: int) -> list[str]:
+    """``pixpool serve``'s arguments for a small daemon: DATA at ``imgsz``, one worker, one
+    decoder, its sockets in ``socket_dir``."""
+    return [str(data), "--imgsz", str(imgsz), "--workers", "1", "--processes", "1", "--socket-dir", socket_dir]
+
+
 def free_port() -> int:
     """A TCP port on 127.0.0.1 that nothing listens on now (the kernel picks it)."""
     with socket.socket() as s:
@@ -182,18 +188,18 @@ def segments_of(pid: int, store: str | None = None) -> list[str]:
 def prove(sock, attached: dict, *, store: str | None = None, nonce: str | None = None) -> str:
     """The locality handshake of a raw-protocol trainer: read the nonce of the ring the
     ``attached`` reply names (or send ``nonce``), send ``prove``; the delivery granted."""
-    from pixpool.shared.stream import protocol as proto
     from pixpool.shared.transport.ring import Ring
+    from pixpool.shared.wire.trainer import decode, encode
 
     if nonce is None:
         ring = Ring.attach(attached["ring"], store=store or attached["store"])
         nonce = ring.nonce()
         ring.close()
-    sock.send(proto.encode("prove", trainer_id=attached["trainer_id"], token=attached["token"], nonce=nonce))
+    sock.send(encode("prove", trainer_id=attached["trainer_id"], token=attached["token"], nonce=nonce))
     deadline = time.monotonic() + WAIT_S
     while time.monotonic() < deadline:
         if sock.poll(100):
-            msg = proto.decode(sock.recv(), reply=True)
+            msg = decode(sock.recv(), reply=True)
             if msg["op"] == "proved":
                 return msg["delivery"]
     raise TimeoutError("no reply to prove")

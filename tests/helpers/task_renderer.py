@@ -7,7 +7,7 @@ task, never of the range a worker renders, so any split of a batch gives the who
 bytes, as the real route must (``server/daemon/renderer.py``):
 
 - the image: a uint8 pattern of the record index and epoch;
-- 0 to 3 target rows of ``tasks.target_width`` columns: ``batch_index`` = the position in
+- 0 to 3 target rows of ``TaskSpec.target_width`` columns: ``batch_index`` = the position in
   the batch, then seeded values (an obb angle, a pose row's keypoints: whatever the width);
 - where the worker passes ``masks_out`` (a segment ring): a seeded plane whose values go up
   to ``PIXPOOL_TEST_MASK_MAX`` (default: the sample's row count), so a test can ask for
@@ -28,7 +28,8 @@ import numpy as np
 
 from pixpool.server.daemon.admission import source_task
 from pixpool.server.daemon.renderer import batch_size_of, num_batches  # noqa: F401  (the route's interface)
-from pixpool.shared.stream import sampler, tasks
+from pixpool.shared.stream import sampler
+from pixpool.shared.task import task_spec
 
 MAX_ROWS = 3
 
@@ -45,7 +46,7 @@ def rows_of(index: int, epoch: int) -> int:
 def sample(source, epoch: int, index: int, position: int, side: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(image uint8 (3, S, S), rows float32 (n, W), plane int64 (side, side)) of one sample."""
     task, kpt_shape, _ = source_task(source)
-    width = tasks.target_width(task, kpt_shape)
+    width = task_spec(task).target_width(kpt_shape)
     s = source.imgsz
     image = ((np.arange(3 * s * s, dtype=np.int64) + index * 31 + epoch * 7) % 251).astype(np.uint8)
     rng = np.random.default_rng([epoch, index])
@@ -82,7 +83,8 @@ def render_range(source, settings, epoch, batch, start, stop, images_out, masks_
             masks_out[i] = plane
         rows.append(r)
         counts.append(len(r))
-    width = tasks.target_width(*source_task(source)[:2])
+    task, kpt_shape, _ = source_task(source)
+    width = task_spec(task).target_width(kpt_shape)
     targets = np.concatenate(rows) if rows else np.zeros((0, width), np.float32)
     return targets, np.asarray(counts, np.int64), np.asarray(samples, np.int64)
 

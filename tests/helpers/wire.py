@@ -11,9 +11,9 @@ from typing import Any
 
 import msgpack
 
-from pixpool.shared.stream import protocol as proto
+from pixpool.shared.wire.trainer import PROTOCOL_VERSION
 
 
 def raw_frame(op: str, **fields: Any) -> bytes:
     """``{v, op, **fields}`` packed with msgpack, as ``encode`` would, without its checks."""
-    return msgpack.packb({"v": proto.PROTOCOL_VERSION, "op": str(op), **fields}, use_bin_type=True)
+    return msgpack.packb({"v": PROTOCOL_VERSION, "op": str(op), **fields}, use_bin_type=True)

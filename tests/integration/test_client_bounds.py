@@ -17,10 +17,10 @@ import zmq.auth
 from helpers.daemon import WAIT_S, ask_status, free_port, real_daemon
 from helpers.wire import raw_frame
 from pixpool.cli import main
-from pixpool.shared.stream import protocol as proto
 from pixpool.shared.stream.config import AugmentConfig, StreamSettings
 from pixpool.shared.transport import endpoint as ep
 from pixpool.shared.transport.endpoint import write_keys
+from pixpool.shared.wire.trainer import MAX_HOST_CHARS, decode, encode, encode_reply
 
 IMGSZ = 160
 
@@ -34,7 +34,7 @@ def _attach_frame(host: str = "bounds") -> bytes:
 def _ask(sock: zmq.Socket, frame: bytes) -> dict:
     sock.send(frame)
     assert sock.poll(WAIT_S * 1000), "no reply from the daemon"
-    return proto.decode(sock.recv_multipart()[0], reply=True)
+    return decode(sock.recv_multipart()[0], reply=True)
 
 
 @pytest.fixture
@@ -83,7 +83,7 @@ def test_status_stays_bounded_and_the_probe_is_cheap_with_64_sessions(synthetic_
         sock = peers(f"ipc://{d}/daemon.sock")
         refused = [_ask(sock, _attach_frame(host=f"{i:03d}" + "h" * 60_000)) for i in range(64)]
         assert {(r["op"], r["field"]) for r in refused} == {("error", "host")}
-        attached = [_ask(sock, _attach_frame(host=f"{i:03d}" + "h" * (proto.MAX_HOST_CHARS - 3))) for i in range(64)]
+        attached = [_ask(sock, _attach_frame(host=f"{i:03d}" + "h" * (MAX_HOST_CHARS - 3))) for i in range(64)]
         assert [r["op"] for r in attached] == ["attached"] * 64
         st = ask_status(d, timeout_s=10.0)
         assert st is not None and len(st["trainers"]) == st["daemon"]["trainers_total"] == 64
@@ -91,9 +91,9 @@ def test_status_stays_bounded_and_the_probe_is_cheap_with_64_sessions(synthetic_
         assert main(["status", "--probe", "--socket-dir", d]) == 0
         out = capsys.readouterr().out
         assert "healthy: 64 trainers" in out, out
-        health = _ask(sock, proto.encode("health"))
+        health = _ask(sock, encode("health"))
         assert health["op"] == "health" and health["healthy"] is True and health["trainers"] == 64
-        assert len(proto.encode_reply("health", **{k: v for k, v in health.items() if k not in ("v", "op")})) < 200
+        assert len(encode_reply("health", **{k: v for k, v in health.items() if k not in ("v", "op")})) < 200
 
 
 def test_one_client_cannot_take_every_session(synthetic_data, tmp_path, peers):

@@ -18,9 +18,9 @@ import pytest
 
 from helpers.daemon import WAIT_S, ask_status, digest_of, prove, real_daemon, reference_stream, segments_of, wait_for
 from pixpool.client import Client
-from pixpool.shared.stream import protocol as proto
 from pixpool.shared.stream.config import AugmentConfig, DaemonConfig, StreamSettings
 from pixpool.shared.transport.names import shm_path, user_prefix
+from pixpool.shared.wire.trainer import DELIVERY_SHM, PROTOCOL_VERSION, decode, encode
 
 IMGSZ = 160
 
@@ -143,21 +143,21 @@ def test_silent_trainer_is_detached_after_heartbeat_timeout(daemon, dealer):
     sock = dealer(f"ipc://{d}/daemon.sock")
     # Our own (live) pid: only the missing heartbeat can get it detached.
     sock.send(
-        proto.encode(
+        encode(
             "attach", settings=settings(5).to_dict(), pid=os.getpid(), host=os.uname().nodename, slots=2, delivery="shm"
         )
     )
     assert sock.poll(WAIT_S * 1000)
-    reply = proto.decode(sock.recv(), reply=True)
+    reply = decode(sock.recv(), reply=True)
     assert reply["op"] == "attached"
     ring = reply["ring"]
     assert os.path.exists(shm_path(ring))
     t0 = time.monotonic()
     wait_for(lambda: not os.path.exists(shm_path(ring)), 20, "silent trainer's ring unlinked")
     assert time.monotonic() - t0 >= 1.0  # not before the 2 s timeout (minus the attach time)
-    sock.send(proto.encode("heartbeat", trainer_id=reply["trainer_id"], token=reply["token"]))
+    sock.send(encode("heartbeat", trainer_id=reply["trainer_id"], token=reply["token"]))
     assert sock.poll(WAIT_S * 1000)
-    late = proto.decode(sock.recv(), reply=True)
+    late = decode(sock.recv(), reply=True)
     assert late["op"] == "error" and late["code"] == "unknown_trainer"
     assert all(t["trainer_id"] != reply["trainer_id"] for t in ask_status(d)["trainers"])
     assert ring not in segments_of(proc_d.pid)
@@ -182,7 +182,7 @@ def test_daemon_digests_running_and_temporary_daemon(daemon, dataset, synthetic_
 def _ask(sock, frame: bytes) -> dict:
     sock.send(frame)
     assert sock.poll(WAIT_S * 1000), "no reply"
-    return proto.decode(sock.recv(), reply=True)
+    return decode(sock.recv(), reply=True)
 
 
 def test_bad_requests_get_clear_errors_and_daemon_keeps_serving(daemon, dealer):
@@ -191,10 +191,10 @@ def test_bad_requests_get_clear_errors_and_daemon_keeps_serving(daemon, dealer):
     _, d = daemon
     sock = dealer(f"ipc://{d}/daemon.sock")
     r = _ask(sock, msgpack.packb({"v": 99, "op": "status"}))
-    assert r["op"] == "error" and "version 99" in r["message"] and f"version {proto.PROTOCOL_VERSION}" in r["message"]
+    assert r["op"] == "error" and "version 99" in r["message"] and f"version {PROTOCOL_VERSION}" in r["message"]
     r = _ask(
         sock,
-        proto.encode(
+        encode(
             "attach",
             settings={**settings(1).to_dict(), "batch_size": 0},
             pid=os.getpid(),
@@ -206,7 +206,7 @@ def test_bad_requests_get_clear_errors_and_daemon_keeps_serving(daemon, dealer):
     assert r["op"] == "error" and "batch_size" in r["message"]
     r = _ask(
         sock,
-        proto.encode(
+        encode(
             "attach",
             settings=StreamSettings(augment=AugmentConfig(imgsz=320)).to_dict(),
             pid=os.getpid(),
@@ -219,25 +219,25 @@ def test_bad_requests_get_clear_errors_and_daemon_keeps_serving(daemon, dealer):
     # A trainer that names no imgsz trains at the daemon's: the reply says which, the ring is sized for it.
     r = _ask(
         sock,
-        proto.encode("attach", settings=StreamSettings().to_dict(), pid=os.getpid(), host="x", slots=2, delivery="shm"),
+        encode("attach", settings=StreamSettings().to_dict(), pid=os.getpid(), host="x", slots=2, delivery="shm"),
     )
     assert (r["op"], r["imgsz"], r["layout"]["imgsz"]) == ("attached", IMGSZ, IMGSZ)
-    gone = _ask(sock, proto.encode("detach", trainer_id=r["trainer_id"], token=r["token"]))
+    gone = _ask(sock, encode("detach", trainer_id=r["trainer_id"], token=r["token"]))
     assert gone["op"] == "detached"
     att = _ask(
-        sock, proto.encode("attach", settings=settings(1).to_dict(), pid=os.getpid(), host="x", slots=2, delivery="shm")
+        sock, encode("attach", settings=settings(1).to_dict(), pid=os.getpid(), host="x", slots=2, delivery="shm")
     )
     assert att["op"] == "attached"
     tid, token = att["trainer_id"], att["token"]
     r = _ask(
-        sock, proto.encode("release", trainer_id=tid, token=token, slot=0, epoch=0, batch=0, generation=1)
+        sock, encode("release", trainer_id=tid, token=token, slot=0, epoch=0, batch=0, generation=1)
     )  # nothing announced yet
     assert (r["op"], r["code"]) == ("error", "order") and "does not hold" in r["message"]
-    r = _ask(sock, proto.encode("release", trainer_id=tid, token=token + 1, slot=0, epoch=0, batch=0, generation=1))
+    r = _ask(sock, encode("release", trainer_id=tid, token=token + 1, slot=0, epoch=0, batch=0, generation=1))
     assert (r["op"], r["code"]) == ("error", "unknown_trainer")
-    r = _ask(sock, proto.encode("start", trainer_id=tid, token=token, epoch=0, batch=99))
+    r = _ask(sock, encode("start", trainer_id=tid, token=token, epoch=0, batch=99))
     assert r["op"] == "error" and "99" in r["message"]
-    assert _ask(sock, proto.encode("detach", trainer_id=tid, token=token))["op"] == "detached"
+    assert _ask(sock, encode("detach", trainer_id=tid, token=token))["op"] == "detached"
     assert not os.path.exists(shm_path(att["ring"]))
     assert ask_status(d) is not None
 
@@ -353,7 +353,7 @@ def test_validation_stream_gets_no_device_hsv(daemon, dataset):
     from pixpool.server.augment.batch import render_batch
     from pixpool.server.snapshot.reference import ReferenceSource
 
-    s = StreamSettings(seed=4, batch_size=4, hsv_on_device=True, augment=AugmentConfig(imgsz=IMGSZ, augment=False))
+    s = StreamSettings(seed=4, batch_size=4, hsv_on_device=True, augment=AugmentConfig(imgsz=IMGSZ, train_route=False))
     with Client(s, socket_dir=daemon[1], timeout_s=WAIT_S) as c:
         it = c.epoch(0)
         b = next(it)
@@ -365,7 +365,7 @@ def test_validation_stream_gets_no_device_hsv(daemon, dataset):
 def _next_ready(sock) -> dict:
     while True:
         assert sock.poll(WAIT_S * 1000), "no ready"
-        msg = proto.decode(sock.recv(), reply=True)
+        msg = decode(sock.recv(), reply=True)
         if msg["op"] == "ready":
             return msg
 
@@ -378,23 +378,21 @@ def test_a_duplicate_release_is_refused_and_the_slot_keeps_its_batch(daemon, dea
     _, d = daemon
     sock = dealer(f"ipc://{d}/daemon.sock")
     s = settings(3, batch_size=4)
-    att = _ask(
-        sock, proto.encode("attach", settings=s.to_dict(), pid=os.getpid(), host="elsewhere", slots=2, delivery="shm")
-    )
+    att = _ask(sock, encode("attach", settings=s.to_dict(), pid=os.getpid(), host="elsewhere", slots=2, delivery="shm"))
     tid, token = att["trainer_id"], att["token"]
     # Map the ring before proving, as a trainer does: a proved trainer whose hold on its ring
     # is gone is detached at the daemon's next liveness tick.
     ring = Ring.attach(att["ring"], trainer=True)  # with the CONSUMER hold client/delivery.py takes
-    assert prove(sock, att, nonce=ring.nonce()) == proto.DELIVERY_SHM
+    assert prove(sock, att, nonce=ring.nonce()) == DELIVERY_SHM
     try:
-        assert _ask(sock, proto.encode("start", trainer_id=tid, token=token, epoch=0, batch=0))["op"] == "started"
+        assert _ask(sock, encode("start", trainer_id=tid, token=token, epoch=0, batch=0))["op"] == "started"
         ready = {}
         ready[0] = _next_ready(sock)
         ready[1] = _next_ready(sock)
 
         def release(m):
             sock.send(
-                proto.encode(
+                encode(
                     "release",
                     trainer_id=tid,
                     token=token,
@@ -411,7 +409,7 @@ def test_a_duplicate_release_is_refused_and_the_slot_keeps_its_batch(daemon, dea
         before = ring.images(ready[2]["slot"], ready[2]["size"]).copy()
         r = _ask(
             sock,
-            proto.encode(
+            encode(
                 "release",
                 trainer_id=tid,
                 token=token,
@@ -435,4 +433,4 @@ def test_a_duplicate_release_is_refused_and_the_slot_keeps_its_batch(daemon, dea
             assert batch_digest(ring.images(m["slot"], m["size"]), ring.targets(m["slot"], m["n_targets"])) == ref[b]
     finally:
         ring.close()
-        _ask(sock, proto.encode("detach", trainer_id=tid, token=token))
+        _ask(sock, encode("detach", trainer_id=tid, token=token))

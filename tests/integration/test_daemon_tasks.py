@@ -22,10 +22,10 @@ from helpers.daemon import WAIT_S, ask_status, wait_for
 from helpers.task_daemon import task_daemon
 from pixpool.client import Client
 from pixpool.shared.errors import ConfigError
-from pixpool.shared.stream import protocol as proto
 from pixpool.shared.stream import sampler
 from pixpool.shared.stream.config import AugmentConfig, StreamSettings
 from pixpool.shared.stream.digest import batch_digest
+from pixpool.shared.wire.trainer import DELIVERY_FRAMES, DELIVERY_SHM
 
 IMGSZ = 64
 RENDERER = "helpers.task_renderer"
@@ -86,7 +86,7 @@ def test_segment_rows_and_mask_planes_arrive_as_rendered_in_place_and_as_frames(
     source = _Expected(records, "segment")
     with task_daemon(synthetic_data.coco_json, task="segment", workers=workers, renderer=RENDERER) as (_, d):
         with Client(s, socket_dir=d, timeout_s=WAIT_S, as_torch=False) as client:
-            assert client.delivery == proto.DELIVERY_SHM
+            assert client.delivery == DELIVERY_SHM
             assert (client.task, client.kpt_shape, client.flip_idx) == ("segment", None, None)
             lay = client.layout
             assert (lay.target_width, lay.mask_side, lay.mask_dtype) == (6, IMGSZ // 4, "uint8")
@@ -96,7 +96,7 @@ def test_segment_rows_and_mask_planes_arrive_as_rendered_in_place_and_as_frames(
         elsewhere = tmp_path / "not-the-store"
         elsewhere.mkdir()
         with Client(s, socket_dir=d, timeout_s=WAIT_S, as_torch=False, store=elsewhere) as client:
-            assert client.delivery == proto.DELIVERY_FRAMES and client._ring is None
+            assert client.delivery == DELIVERY_FRAMES and client._ring is None
             _check_epoch(client, source, s, epoch=1)
 
 
@@ -119,7 +119,7 @@ def test_pose_and_obb_rows_arrive_at_their_width_and_mask_settings_are_ignored(
         elsewhere = tmp_path / "not-the-store"
         elsewhere.mkdir()
         with Client(s, socket_dir=d, timeout_s=WAIT_S, as_torch=False, store=elsewhere) as client:
-            assert client.delivery == proto.DELIVERY_FRAMES
+            assert client.delivery == DELIVERY_FRAMES
             _check_epoch(client, source, s)
         # pixpool's own detector trains on 6-column rows: it points to Ultralytics instead.
         from pixpool.cli import main

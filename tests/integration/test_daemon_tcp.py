@@ -13,8 +13,8 @@ import pytest
 from helpers.daemon import WAIT_S, digest_of, free_port, real_daemon, reference_stream
 from pixpool.client import Client
 from pixpool.shared.errors import ConfigError, NotAuthorized
-from pixpool.shared.stream import protocol as proto
 from pixpool.shared.stream.config import AugmentConfig, StreamSettings
+from pixpool.shared.wire.trainer import encode
 
 IMGSZ = 160
 
@@ -54,7 +54,7 @@ def test_tcp_stream_equals_local_and_refuses_strangers(synthetic_data, tmp_path,
         with pytest.raises(NotAuthorized, match="authorized"):  # told so at once, not after its timeout
             Client(s, endpoint=endpoint, keys_dir=stranger, timeout_s=WAIT_S)
         plain = dealer(endpoint)
-        plain.send(proto.encode("status"))
+        plain.send(encode("status"))
         assert not plain.poll(2000), "a peer without CURVE keys got an answer"
     assert got_remote == got_local == reference_stream(load_dataset(synthetic_data.coco_json), s, 0)[0]
 

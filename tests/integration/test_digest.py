@@ -10,6 +10,9 @@ import pytest
 from pixpool.cli import main
 from pixpool.shared.transport.names import list_segments
 
+# A small stream: 64 px, batches of 2, one decoder, no mosaic.
+_TINY = ["--batch-size", "2", "--imgsz", "64", "--processes", "1", "--mosaic", "0"]
+
 
 def _digest(capsys, *argv: str) -> dict:
     assert main(["digest", *argv, "--json"]) == 0
@@ -56,14 +59,7 @@ def test_plain_output_and_keep_snapshot(synthetic_data, capsys) -> None:
                 str(synthetic_data.data_yaml),
                 "--batches",
                 "1",
-                "--batch-size",
-                "2",
-                "--imgsz",
-                "64",
-                "--processes",
-                "1",
-                "--mosaic",
-                "0",
+                *_TINY,
                 "--keep-snapshot",
                 "--in-process",
             ]
@@ -128,14 +124,7 @@ def test_batches_without_targets_digest_on_every_path(synthetic_copy, capsys) ->
         str(synthetic_copy / "images" / "train"),
         "--batches",
         "2",
-        "--batch-size",
-        "2",
-        "--imgsz",
-        "64",
-        "--processes",
-        "1",
-        "--mosaic",
-        "0",
+        *_TINY,
     ]
     ref = _digest(capsys, *flags, "--reference")
     snap = _digest(capsys, *flags, "--in-process")

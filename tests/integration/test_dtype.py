@@ -43,7 +43,7 @@ ROUTES = {
     "mixup": {"mixup": 0.7, "copy_paste": 0.3},
     "flips": {"fliplr": 0.5, "flipud": 0.5},
     "no_hsv": {"hsv_h": 0.0, "hsv_s": 0.0, "hsv_v": 0.0},
-    "validation": {"augment": False},
+    "validation": {"train_route": False},
 }
 
 

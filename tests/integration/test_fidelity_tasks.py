@@ -1,11 +1,11 @@
 """pixpool's segment, pose and OBB streams against Ultralytics' own loader for that task,
-statistically (bench/fidelity.py --task TASK --quick; issue 18).
+statistically (bench/vs_ultralytics.py --what fidelity --task TASK --quick).
 
 Needs Ultralytics as tests/integration/test_fidelity_ultralytics.py does (this interpreter or
 ``$PIXPOOL_UL_PYTHON``) and, for segment, coco128's ``labels-seg``; pose and obb run on
 ``pixpool synth --task pose|obb``. Each task starts a daemon with 2 workers and one
 Ultralytics process; about 1 minute per task on 2 cores. The tolerances are the ones
-bench/fidelity.py fixed before the pixpool arm of these tasks existed.
+bench/_fidelity.py fixed before the pixpool arm of these tasks existed.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ pytestmark = [
 def fidelity():
     sys.path.insert(0, str(BENCH))
     try:
-        import fidelity
+        import _fidelity as fidelity  # bench/_fidelity.py: bench/vs_ultralytics.py --what fidelity
 
         yield fidelity
     finally:

@@ -1,4 +1,4 @@
-"""pixpool's stream against Ultralytics' own loader, statistically (bench/fidelity.py --quick).
+"""pixpool's stream against Ultralytics' own loader, statistically (bench/vs_ultralytics.py --what fidelity --quick).
 
 Needs Ultralytics: in this interpreter (the CI venv that installs it beside pixpool), or in
 the Python named by ``$PIXPOOL_UL_PYTHON`` (a separate venv; its arm never imports
@@ -48,7 +48,7 @@ pytestmark = [
 def fidelity():
     sys.path.insert(0, str(BENCH))
     try:
-        import fidelity
+        import _fidelity as fidelity  # bench/_fidelity.py: bench/vs_ultralytics.py --what fidelity
 
         yield fidelity
     finally:
@@ -70,5 +70,5 @@ def test_pixpool_stream_matches_ultralytics_loader_within_tolerance(coco128, fid
     # A known difference that no longer shows has been fixed: take it off the list.
     for metric in fidelity.KNOWN_DIFFERENCES:
         assert not all(r.passed for r in rows if r.metric == metric), (
-            f"{metric!r} now passes; remove it from bench/fidelity.py KNOWN_DIFFERENCES"
+            f"{metric!r} now passes; remove it from bench/_fidelity.py KNOWN_DIFFERENCES"
         )

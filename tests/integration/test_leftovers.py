@@ -12,9 +12,9 @@ import psutil
 
 from helpers.daemon import WAIT_S, ask_status, real_daemon, short_socket_dir
 from helpers.snapshot import remove_snapshot
-from pixpool.shared.stream import protocol as proto
 from pixpool.shared.stream.config import AugmentConfig, StreamSettings
 from pixpool.shared.transport.names import list_segments, shm_path
+from pixpool.shared.wire.trainer import decode, encode
 
 IMGSZ = 224  # a multiple of 32 no other module prepares
 
@@ -68,10 +68,10 @@ def test_a_restarted_daemon_sweeps_the_rings_its_killed_predecessor_left(synthet
             sock = dealer(f"ipc://{d}/daemon.sock")
             s = StreamSettings(seed=1, batch_size=2, augment=AugmentConfig(imgsz=IMGSZ))
             sock.send(
-                proto.encode("attach", settings=s.to_dict(), pid=os.getpid(), host="elsewhere", slots=2, delivery="shm")
+                encode("attach", settings=s.to_dict(), pid=os.getpid(), host="elsewhere", slots=2, delivery="shm")
             )
             assert sock.poll(WAIT_S * 1000)
-            ring = proto.decode(sock.recv(), reply=True)["ring"]
+            ring = decode(sock.recv(), reply=True)["ring"]
             workers = psutil.Process(proc.pid).children()
             os.kill(proc.pid, signal.SIGKILL)
             proc.join(WAIT_S)

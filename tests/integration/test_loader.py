@@ -135,7 +135,7 @@ def test_a_data_yaml_daemon_serves_its_val_split(synthetic_data):
             assert len(val) == 3
             got = [batch_digest(b.images.numpy(), b.targets.numpy()) for b in val]
             order = [i for b in val for i in b.indices.tolist()]
-    s = StreamSettings(batch_size=8, shuffle=False, split="val", augment=AugmentConfig(imgsz=IMGSZ, augment=False))
+    s = StreamSettings(batch_size=8, shuffle=False, split="val", augment=AugmentConfig(imgsz=IMGSZ, train_route=False))
     assert got == reference_stream(dataset, s, 0)[0]  # the letterboxed validation route, in dataset order
     assert order == list(range(24))
 

@@ -19,10 +19,10 @@ import zmq
 
 from helpers.daemon import WAIT_S, free_port, real_daemon
 from pixpool.client import Client
-from pixpool.shared.stream import protocol as proto
 from pixpool.shared.stream.config import AugmentConfig, StreamSettings
 from pixpool.shared.transport import endpoint as ep
 from pixpool.shared.transport.endpoint import write_keys
+from pixpool.shared.wire.trainer import decode, encode
 
 IMGSZ = 160
 GROWTH_LIMIT_BYTES = 32 << 20
@@ -53,7 +53,7 @@ def test_oversized_messages_leave_the_daemon_bounded_and_serving(synthetic_data,
         endpoint = f"ipc://{d}/daemon.sock" if transport == "ipc" else f"tcp://127.0.0.1:{port}"
         try:
             probe = peer(endpoint)  # the connection works (CURVE handshake done) before measuring
-            probe.send(proto.encode("status"))
+            probe.send(encode("status"))
             assert probe.poll(WAIT_S * 1000)
             probe.recv()
             before = _rss(proc.pid)
@@ -70,10 +70,10 @@ def test_oversized_messages_leave_the_daemon_bounded_and_serving(synthetic_data,
             many = peer(endpoint)
             many.send_multipart([b"\x02" * (60 * 1024)] * 1000)
             assert many.poll(WAIT_S * 1000), "no reply to a message of 1000 frames"
-            msg = proto.decode(many.recv(), reply=True)
+            msg = decode(many.recv(), reply=True)
             assert msg["op"] == "error" and msg["code"] == "protocol" and "got 1000" in msg["message"], msg
 
-            probe.send(proto.encode("status"))
+            probe.send(encode("status"))
             assert probe.poll(WAIT_S * 1000)
             probe.recv()
             growth = _rss(proc.pid) - before

@@ -23,6 +23,7 @@ from pathlib import Path
 
 import pytest
 
+from helpers.daemon import small_serve_args
 from helpers.ranks import TORCHRUN, check_each_index_once, example_args, read_records
 from pixpool.shared.transport.names import ring_prefix
 
@@ -80,19 +81,7 @@ def _node_script(
     With ``keys``, node 0's daemon also serves TCP (CURVE) on its veth address and node 1 runs
     no daemon: its rank attaches to node 0's over the network."""
     remote = keys is not None and node == 1
-    serve = [
-        PIXPOOL,
-        "serve",
-        data,
-        "--imgsz",
-        str(IMGSZ),
-        "--workers",
-        "1",
-        "--processes",
-        "1",
-        "--socket-dir",
-        socket_dir,
-    ]
+    serve = [PIXPOOL, "serve", *small_serve_args(data, socket_dir, IMGSZ)]
     if keys is not None:
         serve += ["--tcp", f"{ADDRS[0]}:{TCP_PORT}", "--keys", str(keys)]
     status = [PIXPOOL, "status", "--socket-dir", socket_dir, "--timeout-s", "1"]

@@ -25,9 +25,9 @@ from helpers.snapshot import remove_snapshot
 from pixpool.cli import main
 from pixpool.client import Client
 from pixpool.server.readers import load_dataset
-from pixpool.shared.stream import protocol as proto
 from pixpool.shared.stream.config import AugmentConfig, StreamSettings
 from pixpool.shared.transport.names import parse, shm_path
+from pixpool.shared.wire.trainer import DELIVERY_SHM, decode, encode
 
 IMGSZ = 96
 
@@ -54,9 +54,9 @@ def _raw_attach(dealer, socket_dir: str, seed: int) -> str:
     """Attach a trainer that never maps its ring (raw protocol); the ring's name."""
     sock = dealer(f"ipc://{socket_dir}/daemon.sock")
     settings = _settings(seed).to_dict()
-    sock.send(proto.encode("attach", settings=settings, pid=os.getpid(), host="elsewhere", slots=2, delivery="shm"))
+    sock.send(encode("attach", settings=settings, pid=os.getpid(), host="elsewhere", slots=2, delivery="shm"))
     assert sock.poll(WAIT_S * 1000), "no reply to attach"
-    return proto.decode(sock.recv(), reply=True)["ring"]
+    return decode(sock.recv(), reply=True)["ring"]
 
 
 def _kill_host_daemon(proc) -> None:
@@ -269,7 +269,7 @@ def test_a_killed_trainer_in_another_pid_namespace_is_detached_by_its_ring_hold(
             env=_env(),
         )
         try:
-            assert proc.stdout.readline().strip() == proto.DELIVERY_SHM
+            assert proc.stdout.readline().strip() == DELIVERY_SHM
             (trainer,) = ask_status(d)["trainers"]
             assert trainer["pid"] == 1 and trainer["pid_watched"] is False
             ring = trainer["ring"]

@@ -86,7 +86,7 @@ def test_synthetic_batches_identical_and_snapshot_unchanged(synthetic) -> None:
 
 def test_synthetic_validation_parity(synthetic) -> None:
     snap, ref = synthetic
-    st = StreamSettings(batch_size=24, shuffle=False, augment=AugmentConfig(imgsz=128, augment=False))
+    st = StreamSettings(batch_size=24, shuffle=False, augment=AugmentConfig(imgsz=128, train_route=False))
     a, r = render_batch(snap, st, 0, 0, keep_float=True), render_batch(ref, st, 0, 0, keep_float=True)
     assert [f.tobytes() for f in a.floats] == [f.tobytes() for f in r.floats]
     assert a.targets.tobytes() == r.targets.tobytes()

@@ -12,7 +12,7 @@ import pytest
 from PIL import Image
 
 from helpers import failing_decoder
-from helpers.snapshot import created_by_me, dataset_of, remove_snapshot, write_jpegs
+from helpers.snapshot import created_by_me, dataset_of, write_jpegs
 from pixpool.ops import accounting as accountant
 from pixpool.server.readers import load_dataset
 from pixpool.server.snapshot import decode, prepare
@@ -22,18 +22,6 @@ from pixpool.shared.errors import CapacityError, ImageDecodeError
 from pixpool.shared.stream.records import Dataset
 from pixpool.shared.transport.names import list_segments
 from pixpool.shared.transport.shm import SharedSegment
-
-
-@pytest.fixture
-def prepared():
-    """Collects PrepareResults and removes their snapshots afterwards, whatever happens."""
-    results = []
-    try:
-        yield results
-    finally:
-        for r in results:
-            r.snapshot.close()
-            remove_snapshot(r.snapshot.name, r.snapshot.store)
 
 
 def _private(dataset: Dataset, tmp_path) -> Dataset:

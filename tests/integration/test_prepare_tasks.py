@@ -25,18 +25,6 @@ from pixpool.shared.transport.names import shm_path, snapshot_parts
 IMGSZ = 64
 
 
-@pytest.fixture
-def prepared():
-    """Collects PrepareResults and removes their snapshots afterwards, whatever happens."""
-    results = []
-    try:
-        yield results
-    finally:
-        for r in results:
-            r.snapshot.close()
-            remove_snapshot(r.snapshot.name, r.snapshot.store)
-
-
 def _pose_set(root):
     lines = [
         (

@@ -17,8 +17,8 @@ import msgpack
 from helpers.daemon import WAIT_S, ask_status, digest_of, real_daemon, reference_stream
 from helpers.wire import raw_frame
 from pixpool.client import Client
-from pixpool.shared.stream import protocol as proto
 from pixpool.shared.stream.config import AugmentConfig, StreamSettings
+from pixpool.shared.wire.trainer import MAX_FRAME_BYTES, MAX_WIRE_BYTES, PROTOCOL_VERSION, REQUEST_OPS, decode, encode
 
 IMGSZ = 160
 FRAMES = 3000
@@ -67,16 +67,14 @@ def _mutate(rng: random.Random, frame: bytes) -> bytes:
 
 
 def _frames(rng: random.Random, tid: int, token: int):
-    ok_attach = proto.encode(
-        "attach", settings=_settings(5).to_dict(), pid=os.getpid(), host="fuzz", slots=2, delivery="shm"
-    )
+    ok_attach = encode("attach", settings=_settings(5).to_dict(), pid=os.getpid(), host="fuzz", slots=2, delivery="shm")
     valid = [
         ok_attach,
-        proto.encode("release", trainer_id=tid, token=token, slot=0, epoch=0, batch=0, generation=1),
-        proto.encode("start", trainer_id=tid, token=token, epoch=0, batch=0),
-        proto.encode("heartbeat", trainer_id=tid, token=token),
-        proto.encode("status"),
-        proto.encode("detach", trainer_id=tid + 1000, token=token),
+        encode("release", trainer_id=tid, token=token, slot=0, epoch=0, batch=0, generation=1),
+        encode("start", trainer_id=tid, token=token, epoch=0, batch=0),
+        encode("heartbeat", trainer_id=tid, token=token),
+        encode("status"),
+        encode("detach", trainer_id=tid + 1000, token=token),
     ]
     for k in range(FRAMES):
         kind = k % 10
@@ -87,7 +85,7 @@ def _frames(rng: random.Random, tid: int, token: int):
         elif kind == 5:
             yield [msgpack.packb(_random_obj(rng))]
         elif kind == 6:
-            msg = {"v": proto.PROTOCOL_VERSION, "op": rng.choice(sorted(proto.REQUEST_OPS) + ["ready", "error", "zz"])}
+            msg = {"v": PROTOCOL_VERSION, "op": rng.choice(sorted(REQUEST_OPS) + ["ready", "error", "zz"])}
             msg.update(
                 {
                     k: _random_obj(rng)
@@ -130,9 +128,7 @@ def _frames(rng: random.Random, tid: int, token: int):
                             epoch=rng.randrange(-2, 3),
                             batch=rng.randrange(-2, 50),
                         ),
-                        proto.encode(
-                            "release", trainer_id=tid, token=token + 1, slot=0, epoch=0, batch=0, generation=1
-                        ),
+                        encode("release", trainer_id=tid, token=token + 1, slot=0, epoch=0, batch=0, generation=1),
                     ]
                 )
             ]
@@ -141,13 +137,13 @@ def _frames(rng: random.Random, tid: int, token: int):
                 rng.choice(
                     [
                         msgpack.packb({"v": 99, "op": "status"}),
-                        b"\x00" * (proto.MAX_FRAME_BYTES + rng.randrange(1, 5000)),
+                        b"\x00" * (MAX_FRAME_BYTES + rng.randrange(1, 5000)),
                         pickle.dumps({"op": "status"}),
                     ]
                 )
             ]
         else:
-            yield [proto.encode("status")] * rng.randrange(2, 4) if rng.random() < 0.5 else [b""] * rng.randrange(2, 5)
+            yield [encode("status")] * rng.randrange(2, 4) if rng.random() < 0.5 else [b""] * rng.randrange(2, 5)
 
 
 def _count_error_replies(sock) -> int:
@@ -156,7 +152,7 @@ def _count_error_replies(sock) -> int:
     while sock.poll(0):
         msg = sock.recv_multipart()
         try:
-            errors += proto.decode(msg[0], reply=True)["op"] == "error"
+            errors += decode(msg[0], reply=True)["op"] == "error"
         except Exception:  # a reply this test cannot parse is simply not an error reply
             pass
     return errors
@@ -171,12 +167,10 @@ def test_daemon_survives_fuzz_and_serves_correct_stream(synthetic_data, tmp_path
     ) as (proc, d):
         sock = dealer(f"ipc://{d}/daemon.sock", RCVHWM=100000)
         sock.send(
-            proto.encode(
-                "attach", settings=_settings(6).to_dict(), pid=os.getpid(), host="fuzz", slots=2, delivery="shm"
-            )
+            encode("attach", settings=_settings(6).to_dict(), pid=os.getpid(), host="fuzz", slots=2, delivery="shm")
         )
         assert sock.poll(WAIT_S * 1000)
-        att = proto.decode(sock.recv(), reply=True)
+        att = decode(sock.recv(), reply=True)
         tid, token = att["trainer_id"], att["token"]
         sent, errors = 0, 0
         deadline = time.monotonic() + 60
@@ -206,7 +200,7 @@ def test_huge_frame_drops_only_that_peer(synthetic_data, dealer):
 
     with real_daemon(synthetic_data.coco_json, imgsz=IMGSZ, workers=1) as (proc, d):
         sock = dealer(f"ipc://{d}/daemon.sock")
-        sock.send(b"\x00" * (proto.MAX_WIRE_BYTES + 1))
+        sock.send(b"\x00" * (MAX_WIRE_BYTES + 1))
         assert not sock.poll(500), "no reply: the daemon never reads such a frame"
         assert ask_status(d)["daemon"]["pid"] and proc.is_alive()
         with Client(_settings(2), socket_dir=d, timeout_s=WAIT_S) as c:

@@ -16,7 +16,7 @@ import textwrap
 
 import pytest
 
-from helpers.daemon import WAIT_S, free_port, real_daemon, reference_stream, short_socket_dir
+from helpers.daemon import WAIT_S, free_port, real_daemon, reference_stream, short_socket_dir, small_serve_args
 from pixpool.client import Client
 from pixpool.client.child import cli_command, serve_child, stop_child, wait_serving
 from pixpool.server.readers import load_dataset
@@ -71,18 +71,7 @@ def test_serve_and_digest_without_torch(synthetic_data, no_torch_env):
     before = set(list_segments())
     d = short_socket_dir()
     serve = subprocess.Popen(
-        cli_command(
-            "serve",
-            str(synthetic_data.coco_json),
-            "--imgsz",
-            str(IMGSZ),
-            "--workers",
-            "1",
-            "--processes",
-            "1",
-            "--socket-dir",
-            d,
-        ),
+        cli_command("serve", *small_serve_args(synthetic_data.coco_json, d, IMGSZ)),
         env=no_torch_env,
     )
     try:
@@ -136,17 +125,7 @@ def test_serve_and_digest_without_torch(synthetic_data, no_torch_env):
 )
 def test_bad_serve_settings_fail_before_any_decoding(synthetic_data, tmp_path, problem):
     d = short_socket_dir()
-    argv = [
-        str(synthetic_data.coco_json),
-        "--imgsz",
-        str(IMGSZ),
-        "--workers",
-        "1",
-        "--processes",
-        "1",
-        "--socket-dir",
-        d,
-    ]
+    argv = small_serve_args(synthetic_data.coco_json, d, IMGSZ)
     expect = {
         "tcp without keys": "requires CURVE keys",
         "keys without a server key": "server.key_secret is missing",

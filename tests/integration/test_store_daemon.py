@@ -23,9 +23,9 @@ from pixpool.client import Client
 from pixpool.server.readers import load_dataset
 from pixpool.server.snapshot.prepare import PrepareOptions, prepare_snapshot
 from pixpool.shared.errors import CapacityError
-from pixpool.shared.stream import protocol as proto
 from pixpool.shared.stream.config import AugmentConfig, StreamSettings
 from pixpool.shared.transport.names import list_segments, ring_prefix
+from pixpool.shared.wire.trainer import DELIVERY_FRAMES, DELIVERY_SHM, decode, encode
 
 IMGSZ = 96
 
@@ -50,11 +50,11 @@ def test_the_daemon_serves_from_the_store_byte_identical_in_place(store, synthet
         assert st["daemon"]["store"] == store and st["snapshot"]["store"] == store
         assert set(st["snapshot"]["segments"]) <= set(list_segments(store))
         with Client(s, socket_dir=d, timeout_s=WAIT_S, as_torch=False) as client:
-            assert client.delivery == proto.DELIVERY_SHM and client._ring.store == store
+            assert client.delivery == DELIVERY_SHM and client._ring.store == store
             assert client._ring.name in list_segments(store)
             got = [digest_of(b) for b in client.epoch(0)]
             trainer = ask_status(d)["trainers"][0]
-            assert trainer["delivery"] == proto.DELIVERY_SHM and trainer["pid_watched"] is True
+            assert trainer["delivery"] == DELIVERY_SHM and trainer["pid_watched"] is True
             report = memory_report(ask_status(d))
             assert report["store"]["path"] == store and report["store"]["memory"] == (store == "/dev/shm")
             # whole pages: up to one partial page per segment more than the file bytes
@@ -73,18 +73,18 @@ def test_a_trainer_that_cannot_map_the_store_gets_frames(synthetic_data, dataset
     elsewhere.mkdir()
     with real_daemon(synthetic_data.coco_json, imgsz=IMGSZ, workers=1) as (_, d):
         with Client(s, socket_dir=d, timeout_s=WAIT_S, as_torch=False, store=elsewhere) as client:
-            assert client.delivery == proto.DELIVERY_FRAMES and client._ring is None
+            assert client.delivery == DELIVERY_FRAMES and client._ring is None
             got = [digest_of(b) for b in client.epoch(0)]
             trainer = ask_status(d)["trainers"][0]
-            assert trainer["delivery"] == proto.DELIVERY_FRAMES and trainer["pid_watched"] is False
+            assert trainer["delivery"] == DELIVERY_FRAMES and trainer["pid_watched"] is False
         assert got == reference_stream(dataset, s, 0)[0]
         sock = dealer(f"ipc://{d}/daemon.sock")
-        sock.send(proto.encode("attach", settings=s.to_dict(), pid=os.getpid(), host="h", slots=2, delivery="shm"))
+        sock.send(encode("attach", settings=s.to_dict(), pid=os.getpid(), host="h", slots=2, delivery="shm"))
         assert sock.poll(WAIT_S * 1000)
-        att = proto.decode(sock.recv(), reply=True)
-        assert prove(sock, att, nonce="00" * 16) == proto.DELIVERY_FRAMES
-        assert prove(sock, att) == proto.DELIVERY_SHM  # the real nonce, read through the store
-        sock.send(proto.encode("detach", trainer_id=att["trainer_id"], token=att["token"]))
+        att = decode(sock.recv(), reply=True)
+        assert prove(sock, att, nonce="00" * 16) == DELIVERY_FRAMES
+        assert prove(sock, att) == DELIVERY_SHM  # the real nonce, read through the store
+        sock.send(encode("detach", trainer_id=att["trainer_id"], token=att["token"]))
 
 
 # -- root only ------------------------------------------------------------------------------
@@ -126,7 +126,7 @@ def test_a_dataset_larger_than_a_tmpfs_fails_there_cleanly_and_serves_from_disk(
             snap_nbytes = sum(ask_status(d)["snapshot"][k] for k in ("image_bytes", "index_bytes", "target_bytes"))
             assert snap_nbytes > 2 << 20, "the dataset must be larger than the tmpfs for this test to mean anything"
             with Client(s, socket_dir=d, timeout_s=WAIT_S, as_torch=False) as client:
-                assert client.delivery == proto.DELIVERY_SHM
+                assert client.delivery == DELIVERY_SHM
                 got = [digest_of(b) for b in client.epoch(0)]
         assert got == reference_stream(dataset, s, 0)[0]
         assert list_segments(disk) == []
@@ -178,7 +178,7 @@ def test_a_trainer_in_another_pid_namespace_gets_shm_delivery(synthetic_data, da
         assert r.returncode == 0, r.stderr
         out = json.loads(r.stdout.strip().splitlines()[-1])
     assert out["pid"] == 1, "the trainer did not run in a PID namespace of its own"
-    assert out["delivery"] == proto.DELIVERY_SHM and out["reattaches"] == 0
+    assert out["delivery"] == DELIVERY_SHM and out["reattaches"] == 0
     # The daemon does not watch a pid of another namespace (pid 1 there is not pid 1 here).
-    assert out["seen_by_daemon"] == {"pid": 1, "delivery": proto.DELIVERY_SHM, "pid_watched": False}
+    assert out["seen_by_daemon"] == {"pid": 1, "delivery": DELIVERY_SHM, "pid_watched": False}
     assert out["digests"] == reference_stream(dataset, _settings(7), 0)[0]

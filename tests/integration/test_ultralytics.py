@@ -8,7 +8,6 @@ yaml (no weights), ``plots=False`` (no font), CPU (no AMP check).
 
 from __future__ import annotations
 
-import csv
 import dataclasses
 import math
 import os
@@ -28,6 +27,7 @@ pytest.importorskip(
 import psutil
 
 from helpers.daemon import real_daemon
+from helpers.yolo import results_rows, yolo_train
 from pixpool.integrations.ultralytics import hyp
 from pixpool.shared.errors import ConfigError
 from pixpool.shared.stream.config import AugmentConfig
@@ -91,30 +91,23 @@ def test_ultralytics_defaults_map_onto_pixpool_defaults():
 
 def test_yolo_train_trains_and_validates_offline(synthetic_copy, tmp_path, offline):
     project = tmp_path / "runs"
-    cmd = [
-        sys.executable,
-        "-m",
-        "pixpool.cli",
-        "yolo",
-        "train",
-        f"data={synthetic_copy / 'data.yaml'}",
-        "model=yolo11n.yaml",
-        "epochs=2",
-        "imgsz=320",
-        "batch=8",
-        "workers=1",
-        "device=cpu",
-        "close_mosaic=1",
-        f"project={project}",
-        "name=run",
-        "exist_ok=True",
-    ]
-    proc = subprocess.run(cmd, check=False, env={**os.environ, **offline}, capture_output=True, text=True, timeout=300)
+    proc = yolo_train(
+        project,
+        offline,
+        300,
+        data=synthetic_copy / "data.yaml",
+        model="yolo11n.yaml",
+        epochs=2,
+        imgsz=320,
+        batch=8,
+        workers=1,
+        device="cpu",
+        close_mosaic=1,
+    )
     assert proc.returncode == 0, proc.stderr[-4000:]
     assert "pixpool yolo train: done" in proc.stdout
     assert "starting a daemon (1 workers, imgsz 320, task detect)" in proc.stderr
-    with open(project / "run" / "results.csv") as f:
-        rows = [{k.strip(): float(v) for k, v in row.items()} for row in csv.DictReader(f)]
+    rows = results_rows(project)
     assert [int(r["epoch"]) for r in rows] == [1, 2]
     for r in rows:
         for key in ("train/box_loss", "train/cls_loss", "train/dfl_loss"):

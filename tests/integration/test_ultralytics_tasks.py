@@ -19,7 +19,6 @@ import csv
 import dataclasses
 import json
 import math
-import os
 import re
 import shutil
 import subprocess
@@ -38,6 +37,7 @@ import psutil
 import torch
 
 from helpers.daemon import real_daemon
+from helpers.yolo import results_rows, yolo_train
 from pixpool.integrations.ultralytics.batches import to_ultralytics
 from pixpool.shared.errors import ConfigError
 from pixpool.shared.transport.names import list_segments
@@ -220,7 +220,7 @@ def _write_task_set(root: Path, task: str) -> Path:
 def _stand_in_stream(task: str, trainer_args, data: dict):
     """A class in the place of ``pixpool.client.loader.Loader``: the stream of a daemon serving
     ``task``, its batches those of Ultralytics' own training loader in pixpool's form (target
-    rows of ``tasks.target_width`` columns, uint8 mask planes)."""
+    rows of ``TaskSpec.target_width`` columns, uint8 mask planes)."""
     from types import SimpleNamespace
 
     from ultralytics.data import build_dataloader, build_yolo_dataset
@@ -468,29 +468,13 @@ def test_yolo_train_one_epoch_at_320_per_task(task, tmp_path, offline, request):
     else:
         data = _synth(tmp_path / "ds", task)
     project = tmp_path / "runs"
-    cmd = [
-        sys.executable,
-        "-m",
-        "pixpool.cli",
-        "yolo",
-        "train",
-        f"data={data}",
-        f"model={model}",
-        "epochs=1",
-        "imgsz=320",
-        "batch=16",
-        "workers=2",
-        "device=cpu",
-        f"project={project}",
-        "name=run",
-        "exist_ok=True",
-    ]
-    proc = subprocess.run(cmd, check=False, env={**os.environ, **offline}, capture_output=True, text=True, timeout=560)
+    proc = yolo_train(
+        project, offline, 560, data=data, model=model, epochs=1, imgsz=320, batch=16, workers=2, device="cpu"
+    )
     assert proc.returncode == 0, proc.stderr[-4000:]
     assert "pixpool yolo train: done" in proc.stdout
     assert f"starting a daemon (2 workers, imgsz 320, task {task})" in proc.stderr
-    with open(project / "run" / "results.csv") as f:
-        rows = [{k.strip(): float(v) for k, v in row.items()} for row in csv.DictReader(f)]
+    rows = results_rows(project)
     assert [int(r["epoch"]) for r in rows] == [1]
     for key in losses:
         assert math.isfinite(rows[0][key]) and rows[0][key] > 0, (key, rows[0])

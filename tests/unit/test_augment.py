@@ -38,7 +38,7 @@ ROUTES = {
     "no_mosaic": {"mosaic": 0.0},
     "everything": {"degrees": 10.0, "shear": 5.0, "copy_paste": 1.0, "mixup": 1.0, "flipud": 0.5},
     "perspective": {"perspective": 0.001, "degrees": 20.0, "copy_paste": 0.5},
-    "validation": {"augment": False},
+    "validation": {"train_route": False},
 }
 
 
@@ -172,7 +172,7 @@ def test_closed_mosaic_epochs_use_one_record(source: ArraySource) -> None:
 
 
 def test_validation_is_a_plain_letterbox(source: ArraySource) -> None:
-    st = settings(augment=False)
+    st = settings(train_route=False)
     image, labels, gen = render_sample(source, 1, st, 0)  # (40, 64): 12 rows of padding above and below
     assert np.all(image[:12] == FILL_VALUE) and np.all(image[52:] == FILL_VALUE)
     np.testing.assert_array_equal(image[12:52], source.uint8[1].astype(np.float32))
@@ -186,7 +186,7 @@ def test_images_are_the_quantised_float_images(source: ArraySource, name: str) -
     r = render_batch(source, st, 0, 1, keep_float=True)
     for k, (index, f) in enumerate(zip(r.samples.tolist(), r.floats)):
         u8 = np.clip(np.rint(f), 0, 255).astype(np.uint8)
-        if st.augment.augment:
+        if st.augment.train_route:
             u8 = hsv.apply_hsv_bgr(u8, hsv_gains(st.seed, 0, index, 0.015, 0.7, 0.4))
         np.testing.assert_array_equal(r.images[k], u8[:, :, ::-1].transpose(2, 0, 1))
 

@@ -15,7 +15,7 @@ from pixpool.server.augment.labels import Labels
 from pixpool.server.daemon.scheduler import split
 from pixpool.shared.stream.config import FILL_VALUE, AugmentConfig, StreamSettings
 from pixpool.shared.stream.sampler import num_batches
-from pixpool.shared.stream.tasks import target_width
+from pixpool.shared.task import task_spec
 
 S = 64
 
@@ -157,7 +157,7 @@ def test_mixed_batches_are_deterministic_and_split_into_ranges_byte_for_byte(tas
     shapes = [(64, 40), (40, 64), (64, 64), (20, 64), (64, 20), (33, 64), (64, 30)]
     source = TaskSource(task, shapes, S, seed=6, instances=3)
     st = StreamSettings(seed=4, batch_size=4, augment=AugmentConfig(imgsz=S, **MIXES[mix]))
-    width = target_width(task, source.kpt_shape)
+    width = task_spec(task).target_width(source.kpt_shape)
     for b in range(num_batches(len(source), st, 2)):
         whole = render_batch(source, st, 2, b)
         assert whole.targets.shape[1] == width

@@ -22,7 +22,7 @@ SHAPES = [(64, 48), (40, 64), (64, 64), (1, 64), (64, 3), (20, 64), (64, 1), (33
 ROUTES = {
     "default": {},
     "everything": {"degrees": 10.0, "shear": 5.0, "copy_paste": 1.0, "mixup": 1.0, "flipud": 0.5},
-    "validation": {"augment": False},
+    "validation": {"train_route": False},
 }
 
 

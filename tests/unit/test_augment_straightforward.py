@@ -133,7 +133,7 @@ def straightforward(source, index: int, st: StreamSettings, epoch: int) -> tuple
     """(uint8 3 x S x S RGB, packed targets, float image) of one sample."""
     cfg = st.augment
     rng = sample_generator(st.seed, epoch, index)
-    if not cfg.augment:
+    if not cfg.train_route:
         tiles, labels = letterbox_tile(source, index, S)
         image = _resample(tiles, (S, S), np.eye(3)) + FILL
         b = labels.boxes
@@ -174,7 +174,7 @@ ROUTES = {
     "perspective": {"perspective": 0.001, "shear": 5.0, "copy_paste": 1.0},
     "closed": {"close_mosaic": 1, "epochs": 2, "copy_paste": 1.0, "mixup": 1.0},
     "hsv_off": {"hsv_h": 0.0, "hsv_s": 0.0, "hsv_v": 0.0, "mixup": 0.5},
-    "validation": {"augment": False},
+    "validation": {"train_route": False},
 }
 SHAPES = [(64, 48), (40, 64), (64, 64), (1, 64), (64, 30), (50, 60), (64, 64)]
 

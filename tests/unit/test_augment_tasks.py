@@ -23,7 +23,7 @@ from pixpool.server.daemon.scheduler import split
 from pixpool.shared.stream.config import AugmentConfig, StreamSettings
 from pixpool.shared.stream.records import Targets
 from pixpool.shared.stream.sampler import num_batches
-from pixpool.shared.stream.tasks import target_width
+from pixpool.shared.task import task_spec
 
 S = 64
 SHAPES = [(64, 48), (40, 64), (64, 64), (20, 64), (64, 20), (50, 50), (33, 64)]
@@ -128,7 +128,7 @@ def test_pose_rows_carry_each_keypoint_normalised_with_its_visibility():
     t = _pose_targets(2, 5, 4)
     labels = Labels.from_targets(t, 64, 64)
     rows = pack(labels, 64, task="pose", keypoints=5)
-    assert rows.shape == (2, 5 + 15) and target_width("pose", (5, 3)) == 6 + 15
+    assert rows.shape == (2, 5 + 15) and task_spec("pose").target_width((5, 3)) == 6 + 15
     kp = rows[:, 5:].reshape(2, 5, 3)
     np.testing.assert_allclose(kp[..., :2], t.keypoints[..., :2], rtol=1e-6)
     np.testing.assert_array_equal(kp[..., 2], t.keypoints[..., 2])
@@ -183,9 +183,9 @@ def test_an_obb_clipped_at_the_border_keeps_its_direction():
 @pytest.mark.parametrize("route", ["default", "everything", "validation"])
 def test_a_task_batch_split_into_ranges_is_the_whole_batch(task, route):
     source = TaskSource(task, SHAPES, S, seed=4, instances=4)
-    cfg = {"default": {}, "everything": EVERYTHING, "validation": {"augment": False}}[route]
+    cfg = {"default": {}, "everything": EVERYTHING, "validation": {"train_route": False}}[route]
     st = StreamSettings(seed=9, batch_size=4, augment=AugmentConfig(imgsz=S, **cfg))
-    width = target_width(task, KPT_SHAPE if task == "pose" else None)
+    width = task_spec(task).target_width(KPT_SHAPE if task == "pose" else None)
     for b in range(num_batches(len(source), st, 1)):
         whole = render_batch(source, st, 1, b)
         assert whole.targets.shape[1] == width

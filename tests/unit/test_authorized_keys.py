@@ -12,8 +12,8 @@ import zmq.auth
 
 from pixpool.server.daemon.authorized import AuthorizedKeys
 from pixpool.server.daemon.intake import read_request
-from pixpool.shared.stream import protocol as proto
 from pixpool.shared.transport.endpoint import write_keys
+from pixpool.shared.wire.trainer import MAX_REQUEST_BYTES, decode, encode
 
 
 def _public(path) -> str:
@@ -82,12 +82,12 @@ def test_intake_keeps_no_frame_of_a_message_past_the_limits(pair):
     req = read_request(router)
     assert req.frames == [] and req.frames_sent == 50 and req.nbytes_sent == 50_000
     assert "got 50" in req.problem()
-    dealer.send(b"b" * (proto.MAX_REQUEST_BYTES + 1))
+    dealer.send(b"b" * (MAX_REQUEST_BYTES + 1))
     assert router.poll(5000)
     req = read_request(router)
     assert req.frames == [] and "exceeds the limit" in req.problem()
-    dealer.send(proto.encode("status"))
+    dealer.send(encode("status"))
     assert router.poll(5000)
     req = read_request(router)
-    assert req.problem() is None and proto.decode(req.frames[0])["op"] == "status"
+    assert req.problem() is None and decode(req.frames[0])["op"] == "status"
     assert read_request(router) is None  # nothing waiting

@@ -11,8 +11,8 @@ import msgpack
 import pytest
 
 from pixpool.shared.errors import ConfigError, ProtocolError
-from pixpool.shared.stream import protocol as proto
 from pixpool.shared.stream.config import AugmentConfig, StreamSettings
+from pixpool.shared.wire.trainer import PROTOCOL_VERSION, decode
 
 
 def _attached(imgsz: int | None, layout_imgsz: int) -> dict:
@@ -32,8 +32,8 @@ def _attached(imgsz: int | None, layout_imgsz: int) -> dict:
     }
     if imgsz is not None:
         reply["imgsz"] = imgsz
-    frame = msgpack.packb({"v": proto.PROTOCOL_VERSION, "op": "attached", **reply}, use_bin_type=True)
-    return proto.decode(frame, reply=True)
+    frame = msgpack.packb({"v": PROTOCOL_VERSION, "op": "attached", **reply}, use_bin_type=True)
+    return decode(frame, reply=True)
 
 
 def _left_to_the_daemon() -> StreamSettings:

@@ -59,18 +59,18 @@ def test_overrides_apply_to_the_settings_given(monkeypatch):
         s.world_size,
     ) == (0, 1)
     assert stream_settings(base, augment=AugmentConfig(imgsz=32)).augment == AugmentConfig(imgsz=32)
-    assert stream_settings(base) is not None and stream_settings(base).augment.augment is True
+    assert stream_settings(base) is not None and stream_settings(base).augment.train_route is True
 
 
 def test_the_val_split_defaults_to_the_validation_route_in_order(monkeypatch):
     monkeypatch.delenv("RANK", raising=False)
     monkeypatch.delenv("WORLD_SIZE", raising=False)
     s = stream_settings(split="val", batch_size=8)
-    assert s.augment.augment is False and s.shuffle is False and (s.rank, s.world_size) == (0, 1)
-    s = stream_settings(split="val", augment=True, shuffle=True, rank=None)
-    assert s.augment.augment is True and s.shuffle is True
+    assert s.augment.train_route is False and s.shuffle is False and (s.rank, s.world_size) == (0, 1)
+    s = stream_settings(split="val", train_route=True, shuffle=True, rank=None)
+    assert s.augment.train_route is True and s.shuffle is True
     t = stream_settings()
-    assert t.augment.augment is True and t.shuffle is True
+    assert t.augment.train_route is True and t.shuffle is True
 
 
 # -- pixpool train's flags, generated from the fields ---------------------------------------------

@@ -32,8 +32,17 @@ import pytest
 from pixpool.server.readers import load_dataset, read_dataset, yolo_labels
 from pixpool.shared.errors import ConfigError, DatasetError, ProtocolError
 from pixpool.shared.stream import config
-from pixpool.shared.stream import protocol as proto
-from pixpool.shared.stream.config import DaemonConfig
+from pixpool.shared.stream.config import MAX_CLASSES, DaemonConfig
+from pixpool.shared.wire.error_codes import MAX_ERROR_CHARS, error_frame
+from pixpool.shared.wire.trainer import (
+    MAX_NAMES_BYTES,
+    MAX_REPLY_BYTES,
+    RECORDS_PAGE_BYTES,
+    Op,
+    decode,
+    encode_reply,
+    names_nbytes,
+)
 
 # A reader's working memory with the default bound of 1000 instances: far below what a
 # 1M-line label file cost when it was read whole (644 MB measured in the issue).
@@ -104,7 +113,7 @@ def test_max_classes_is_a_daemon_setting_with_a_flag_and_a_range():
     with pytest.raises(ConfigError, match="max_classes"):
         DaemonConfig(data="x", max_classes=0)
     with pytest.raises(ConfigError, match="max_classes"):
-        DaemonConfig(data="x", max_classes=proto.MAX_CLASSES + 1)
+        DaemonConfig(data="x", max_classes=MAX_CLASSES + 1)
     args = parse_pixpool(["pixpool", "serve", "data.yaml", "--max-classes", "123"])
     assert args.max_classes == 123
 
@@ -147,7 +156,7 @@ def test_class_names_too_long_for_a_reply_are_refused(ds):
     )
     with pytest.raises(DatasetError) as info:
         load_dataset(yaml_path)
-    assert info.value.path == str(yaml_path) and f"{proto.MAX_NAMES_BYTES}" in str(info.value), str(info.value)
+    assert info.value.path == str(yaml_path) and f"{MAX_NAMES_BYTES}" in str(info.value), str(info.value)
 
 
 # ---- instances and lines -------------------------------------------------------------------
@@ -262,32 +271,32 @@ def test_invalid_utf8_is_still_named(tmp_path):
 def test_encode_reply_refuses_a_reply_over_the_frame_limit():
     names = [f"{i:07d}" for i in range(1_000_000)]  # the issue's attach: 6.9 MB of names
     with pytest.raises(ProtocolError) as info:
-        proto.encode_reply(proto.Op.RECORDS, start=0, total=1, files=[], names=names)
-    assert "records" in str(info.value) and f"{proto.MAX_REPLY_BYTES}" in str(info.value)
+        encode_reply(Op.RECORDS, start=0, total=1, files=[], names=names)
+    assert "records" in str(info.value) and f"{MAX_REPLY_BYTES}" in str(info.value)
 
 
 def test_an_error_reply_is_cut_to_fit_never_refused():
     """The daemon's error path sends whatever an exception says: it must not fail on size."""
-    frame = proto.error_frame("internal", "x" * (8 << 20), field="f" * (8 << 20))
-    msg = proto.decode(frame, reply=True)
-    assert len(msg["message"]) < proto.MAX_ERROR_CHARS + 100 and f"of {8 << 20} characters" in msg["message"]
-    assert len(msg["field"]) == proto.MAX_ERROR_CHARS
+    frame = error_frame("internal", "x" * (8 << 20), field="f" * (8 << 20))
+    msg = decode(frame, reply=True)
+    assert len(msg["message"]) < MAX_ERROR_CHARS + 100 and f"of {8 << 20} characters" in msg["message"]
+    assert len(msg["field"]) == MAX_ERROR_CHARS
 
 
 def test_the_largest_class_list_fits_every_reply_that_carries_it():
     """An images folder at the largest ``--max-classes`` names "0".."N-1": those names, or any
     names under ``MAX_NAMES_BYTES``, fit an ``attached`` and a full ``records`` reply."""
-    names = [str(i) for i in range(proto.MAX_CLASSES)]
-    assert proto.names_nbytes(names) <= proto.MAX_NAMES_BYTES
-    attached = proto.encode_reply(
-        proto.Op.ATTACHED, trainer_id=1, token=2, ring="r" * 255, layout={"slots": 4, "x": "y" * 1000}, num_records=1,
+    names = [str(i) for i in range(MAX_CLASSES)]
+    assert names_nbytes(names) <= MAX_NAMES_BYTES
+    attached = encode_reply(
+        Op.ATTACHED, trainer_id=1, token=2, ring="r" * 255, layout={"slots": 4, "x": "y" * 1000}, num_records=1,
         imgsz=640, daemon_pid=1, host="h" * 255, names=names, task="detect", kpt_shape=None, flip_idx=None,
         store="/s" * 2000, pid_ns="pid:[1]", snapshot={"fingerprint": "f" * 64, "name": "n" * 255, "records": 1},
     )  # fmt: skip
-    assert len(attached) < proto.MAX_REPLY_BYTES
-    packed = b"p" * proto.RECORDS_PAGE_BYTES
-    reply = proto.encode_reply(proto.Op.RECORDS, start=0, total=1, files=[], names=names, packed=packed, count=1)
-    assert len(reply) < proto.MAX_REPLY_BYTES
+    assert len(attached) < MAX_REPLY_BYTES
+    packed = b"p" * RECORDS_PAGE_BYTES
+    reply = encode_reply(Op.RECORDS, start=0, total=1, files=[], names=names, packed=packed, count=1)
+    assert len(reply) < MAX_REPLY_BYTES
 
 
 def test_a_records_list_page_of_long_paths_stays_under_the_reply_limit(monkeypatch):
@@ -305,8 +314,8 @@ def test_a_records_list_page_of_long_paths_stays_under_the_reply_limit(monkeypat
     got, start = [], 0
     while start < len(paths):
         service.Daemon._on_records(daemon, None, SimpleNamespace(identity=b"i"), {"start": start})
-        assert len(sent[-1]) < proto.MAX_REPLY_BYTES
-        page = proto.decode(sent[-1], reply=True)["files"]
+        assert len(sent[-1]) < MAX_REPLY_BYTES
+        page = decode(sent[-1], reply=True)["files"]
         assert page, "an empty page"
         got += page
         start += len(page)

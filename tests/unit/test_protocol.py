@@ -8,15 +8,16 @@ import pickle
 import msgpack
 import pytest
 
+from pixpool.shared import schema
 from pixpool.shared.errors import ProtocolError
-from pixpool.shared.stream import protocol as proto
+from pixpool.shared.wire import error_codes, trainer, worker_pipe
 
 
 def test_round_trip_keeps_fields():
-    frame = proto.encode("release", trainer_id=3, token=99, slot=1, epoch=0, batch=4, generation=2)
-    msg = proto.decode(frame)
+    frame = trainer.encode("release", trainer_id=3, token=99, slot=1, epoch=0, batch=4, generation=2)
+    msg = trainer.decode(frame)
     assert msg == {
-        "v": proto.PROTOCOL_VERSION,
+        "v": trainer.PROTOCOL_VERSION,
         "op": "release",
         "trainer_id": 3,
         "token": 99,
@@ -30,8 +31,8 @@ def test_round_trip_keeps_fields():
 def test_version_mismatch_names_both_versions():
     frame = msgpack.packb({"v": 99, "op": "status"})
     with pytest.raises(ProtocolError) as err:
-        proto.decode(frame)
-    assert "99" in str(err.value) and f"version {proto.PROTOCOL_VERSION}" in str(err.value)
+        trainer.decode(frame)
+    assert "99" in str(err.value) and f"version {trainer.PROTOCOL_VERSION}" in str(err.value)
 
 
 @pytest.mark.parametrize(
@@ -39,16 +40,16 @@ def test_version_mismatch_names_both_versions():
     [
         (b"", "not one valid msgpack"),
         (
-            proto.encode("release", trainer_id=1, token=2, slot=3, epoch=0, batch=0, generation=1)[:-2],
+            trainer.encode("release", trainer_id=1, token=2, slot=3, epoch=0, batch=0, generation=1)[:-2],
             "not one valid msgpack",
         ),
-        (proto.encode("status") + b"\x01", "not one valid msgpack"),
+        (trainer.encode("status") + b"\x01", "not one valid msgpack"),
         (msgpack.packb([1, 2, 3]), "must be a msgpack map"),
-        (msgpack.packb({"v": proto.PROTOCOL_VERSION, "op": "launch"}), "unknown op"),
+        (msgpack.packb({"v": trainer.PROTOCOL_VERSION, "op": "launch"}), "unknown op"),
         (
             msgpack.packb(
                 {
-                    "v": proto.PROTOCOL_VERSION,
+                    "v": trainer.PROTOCOL_VERSION,
                     "op": "ready",
                     "trainer_id": 1,
                     "slot": 0,
@@ -61,31 +62,33 @@ def test_version_mismatch_names_both_versions():
             "not a request",
         ),
         (
-            msgpack.packb({"v": proto.PROTOCOL_VERSION, "op": "release", "trainer_id": 1, "token": 2}),
+            msgpack.packb({"v": trainer.PROTOCOL_VERSION, "op": "release", "trainer_id": 1, "token": 2}),
             "lacks field 'slot'",
         ),
         (
-            msgpack.packb({"v": proto.PROTOCOL_VERSION, "op": "release", "trainer_id": 1, "token": 2, "slot": "0"}),
+            msgpack.packb({"v": trainer.PROTOCOL_VERSION, "op": "release", "trainer_id": 1, "token": 2, "slot": "0"}),
             "field 'slot' must be int",
         ),
         (
-            msgpack.packb({"v": proto.PROTOCOL_VERSION, "op": "release", "trainer_id": 1, "token": 2, "slot": True}),
+            msgpack.packb({"v": trainer.PROTOCOL_VERSION, "op": "release", "trainer_id": 1, "token": 2, "slot": True}),
             "got bool",
         ),
         (
-            msgpack.packb({"v": proto.PROTOCOL_VERSION, "op": "release", "trainer_id": 1, "token": 2, "slot": 1 << 63}),
+            msgpack.packb(
+                {"v": trainer.PROTOCOL_VERSION, "op": "release", "trainer_id": 1, "token": 2, "slot": 1 << 63}
+            ),
             "out of range",
         ),
-        (msgpack.packb({"v": proto.PROTOCOL_VERSION, "op": "status", "x": msgpack.ExtType(1, b"zz")}), None),
-        (b"\x00" * (proto.MAX_FRAME_BYTES + 1), "exceeds the limit"),
+        (msgpack.packb({"v": trainer.PROTOCOL_VERSION, "op": "status", "x": msgpack.ExtType(1, b"zz")}), None),
+        (b"\x00" * (trainer.MAX_FRAME_BYTES + 1), "exceeds the limit"),
     ],
 )
 def test_malformed_frames_raise_protocol_error(frame, words):
     if words is None:  # an unknown extension in an ignored field is harmless: no hook runs
-        assert proto.decode(frame)["op"] == "status"
+        assert trainer.decode(frame)["op"] == "status"
         return
     with pytest.raises(ProtocolError) as err:
-        proto.decode(frame)
+        trainer.decode(frame)
     assert words in str(err.value)
 
 
@@ -96,23 +99,23 @@ class _Bomb:
 
 def test_pickle_payload_is_refused_not_unpickled():
     with pytest.raises(ProtocolError):
-        proto.decode(pickle.dumps(_Bomb()))
+        trainer.decode(pickle.dumps(_Bomb()))
 
 
 def test_replies_use_reply_schema():
-    frame = proto.encode_reply("heartbeat", trainer_id=4)
-    assert proto.decode(frame, reply=True)["trainer_id"] == 4
+    frame = trainer.encode_reply("heartbeat", trainer_id=4)
+    assert trainer.decode(frame, reply=True)["trainer_id"] == 4
     with pytest.raises(ProtocolError, match="token"):
-        proto.decode(frame)  # as a request a heartbeat needs its token
-    err = proto.decode(proto.error_frame("order", "release of slot 9", trainer_id=2), reply=True)
-    assert proto.as_error(err) == "order: release of slot 9"
+        trainer.decode(frame)  # as a request a heartbeat needs its token
+    err = trainer.decode(error_codes.error_frame("order", "release of slot 9", trainer_id=2), reply=True)
+    assert error_codes.as_error(err) == "order: release of slot 9"
 
 
 def test_every_declared_error_code_comes_back_as_its_class():
     from pixpool.shared import errors
 
-    for code, cls in proto.ERROR_CODES.items():
-        exc = proto.error_from(proto.decode(proto.error_frame(code, f"{code} happened"), reply=True))
+    for code, cls in error_codes.ERROR_CODES.items():
+        exc = error_codes.error_from(trainer.decode(error_codes.error_frame(code, f"{code} happened"), reply=True))
         assert type(exc) is cls and str(exc) == f"{code} happened"
     # The daemon picks the code from the class it raised; the client raises that class again.
     cases = [
@@ -124,29 +127,32 @@ def test_every_declared_error_code_comes_back_as_its_class():
         (errors.DaemonTimeout("slow"), errors.PixpoolError),  # undeclared: "internal"
     ]
     for raised, expected in cases:
-        back = proto.error_from(proto.decode(proto.error_frame_for(raised), reply=True))
+        back = error_codes.error_from(trainer.decode(error_codes.error_frame_for(raised), reply=True))
         assert type(back) is expected and str(back) == str(raised)
     assert (
-        proto.error_from(
-            proto.decode(proto.error_frame_for(errors.ConfigError.for_field("slots", 99, "x")), reply=True)
+        error_codes.error_from(
+            trainer.decode(error_codes.error_frame_for(errors.ConfigError.for_field("slots", 99, "x")), reply=True)
         ).field
         == "slots"
     )
-    assert type(proto.error_from({"op": "error", "code": "from-a-newer-daemon", "message": "m"})) is errors.PixpoolError
+    assert (
+        type(error_codes.error_from({"op": "error", "code": "from-a-newer-daemon", "message": "m"}))
+        is errors.PixpoolError
+    )
     with pytest.raises(ValueError, match="undeclared error code"):
-        proto.error_frame("made-up", "m")
+        error_codes.error_frame("made-up", "m")
 
 
 def test_pipe_messages_are_validated():
-    frame = proto.pipe_frame("done", job=3, counts=[2, 0, 5], seconds=0.5)
-    assert proto.decode_pipe(frame)["counts"] == [2, 0, 5]
+    frame = worker_pipe.pipe_frame("done", job=3, counts=[2, 0, 5], seconds=0.5)
+    assert worker_pipe.decode_pipe(frame)["counts"] == [2, 0, 5]
     # What arrives is checked whoever packed it (``pipe_frame`` would refuse the first and last).
     with pytest.raises(ProtocolError, match="lacks field 'counts'"):
-        proto.decode_pipe(msgpack.packb({"op": "done", "job": 3, "seconds": 0.5}))
+        worker_pipe.decode_pipe(msgpack.packb({"op": "done", "job": 3, "seconds": 0.5}))
     with pytest.raises(ProtocolError, match="list of target-row counts"):
-        proto.decode_pipe(proto.pipe_frame("done", job=3, counts=[1, -1], seconds=0.5))
+        worker_pipe.decode_pipe(worker_pipe.pipe_frame("done", job=3, counts=[1, -1], seconds=0.5))
     with pytest.raises(ProtocolError, match="unknown pipe op"):
-        proto.decode_pipe(msgpack.packb({"op": "exec", "code": "rm -rf /"}))
+        worker_pipe.decode_pipe(msgpack.packb({"op": "exec", "code": "rm -rf /"}))
 
 
 _ATTACH = {"op": "attach", "settings": {}, "pid": 1, "host": "h", "slots": 2, "delivery": "shm"}
@@ -158,12 +164,12 @@ _ATTACH = {"op": "attach", "settings": {}, "pid": 1, "host": "h", "slots": 2, "d
         ({"op": "records", "start": 0, "split": ["train"]}, "split", "must be str"),
         ({"op": "records", "start": 0, "split": "test"}, "split", "not one of"),
         ({"op": "records", "start": -1}, "start", "out of range"),
-        ({**_ATTACH, "host": "h" * (proto.MAX_HOST_CHARS + 1)}, "host", "over the limit"),
+        ({**_ATTACH, "host": "h" * (trainer.MAX_HOST_CHARS + 1)}, "host", "over the limit"),
         ({**_ATTACH, "delivery": "carrier pigeon"}, "delivery", "not one of"),
         ({**_ATTACH, "pid": -5}, "pid", "out of range"),
         ({"op": "heartbeat", "trainer_id": 1, "token": 2, "data_wait_s": float("nan")}, "data_wait_s", "out of range"),
         (
-            {"op": "prove", "trainer_id": 1, "token": 2, "nonce": "0" * (proto.MAX_NONCE_CHARS + 1)},
+            {"op": "prove", "trainer_id": 1, "token": 2, "nonce": "0" * (trainer.MAX_NONCE_CHARS + 1)},
             "nonce",
             "over the limit",
         ),
@@ -172,32 +178,32 @@ _ATTACH = {"op": "attach", "settings": {}, "pid": 1, "host": "h", "slots": 2, "d
 )
 def test_request_fields_are_bounded_and_named(fields, field, words):
     with pytest.raises(ProtocolError) as err:
-        proto.decode(msgpack.packb({"v": proto.PROTOCOL_VERSION, **fields}))
+        trainer.decode(msgpack.packb({"v": trainer.PROTOCOL_VERSION, **fields}))
     assert err.value.field == field and words in str(err.value) and repr(field) in str(err.value)
-    reply = proto.decode(proto.error_frame_for(err.value), reply=True)
+    reply = trainer.decode(error_codes.error_frame_for(err.value), reply=True)
     assert reply["code"] == "protocol" and reply["field"] == field
-    assert proto.error_from(reply).field == field  # the trainer sees which field was refused
+    assert error_codes.error_from(reply).field == field  # the trainer sees which field was refused
 
 
 def test_optional_fields_may_be_left_out_and_bounded_ones_pass():
-    assert proto.decode(proto.encode("records", start=0))["start"] == 0
-    assert proto.decode(proto.encode("heartbeat", trainer_id=1, token=2))["op"] == "heartbeat"
-    msg = proto.decode(
-        proto.encode(
+    assert trainer.decode(trainer.encode("records", start=0))["start"] == 0
+    assert trainer.decode(trainer.encode("heartbeat", trainer_id=1, token=2))["op"] == "heartbeat"
+    msg = trainer.decode(
+        trainer.encode(
             "attach",
             settings={},
             pid=1,
-            host="h" * proto.MAX_HOST_CHARS,
+            host="h" * trainer.MAX_HOST_CHARS,
             slots=2,
             delivery="frames",
             pid_ns="pid:[4026531836]",
         )
     )
-    assert len(msg["host"]) == proto.MAX_HOST_CHARS
-    assert proto.decode(proto.encode("health"))["op"] == "health"
+    assert len(msg["host"]) == trainer.MAX_HOST_CHARS
+    assert trainer.decode(trainer.encode("health"))["op"] == "health"
 
 
-def _valid(spec: proto.Field):
+def _valid(spec: schema.Field):
     """A value ``spec`` admits, at the edge of its bounds where it has them."""
     if spec.choices is not None:
         return spec.choices[-1]
@@ -214,9 +220,9 @@ def _valid(spec: proto.Field):
 
 
 _TABLES = [
-    ("request", proto.REQUESTS, proto.encode, lambda frame: proto.decode(frame)),
-    ("reply", proto.REPLIES, proto.encode_reply, lambda frame: proto.decode(frame, reply=True)),
-    ("pipe", proto.PIPE, proto.pipe_frame, proto.decode_pipe),
+    ("request", trainer.REQUESTS, trainer.encode, lambda frame: trainer.decode(frame)),
+    ("reply", trainer.REPLIES, trainer.encode_reply, lambda frame: trainer.decode(frame, reply=True)),
+    ("pipe", worker_pipe.PIPE, worker_pipe.pipe_frame, worker_pipe.decode_pipe),
 ]
 
 
@@ -231,18 +237,18 @@ def test_every_declared_op_encodes_and_decodes_back(kind, table, encode, decode)
         required = {name: value for name, value in every.items() if not message.fields[name].optional}
         for fields in (every, required):
             back = decode(encode(op, **fields))
-            assert back.pop("op") == op and back.pop("v", proto.PROTOCOL_VERSION) == proto.PROTOCOL_VERSION
+            assert back.pop("op") == op and back.pop("v", trainer.PROTOCOL_VERSION) == trainer.PROTOCOL_VERSION
             assert back == fields, (kind, op)
 
 
 def test_op_members_are_the_wire_strings_and_the_bytes_are_unchanged():
-    assert proto.Op.READY == "ready" and {"ready": 1}[proto.Op.READY] == 1  # string comparisons still hold
-    assert {op.value for op in proto.Op} == set(proto.REQUESTS) | set(proto.REPLIES)
+    assert trainer.Op.READY == "ready" and {"ready": 1}[trainer.Op.READY] == 1  # string comparisons still hold
+    assert {op.value for op in trainer.Op} == set(trainer.REQUESTS) | set(trainer.REPLIES)
     fields = {"trainer_id": 3, "token": 99, "slot": 1, "epoch": 0, "batch": 4, "generation": 2}
-    frame = proto.encode(proto.Op.RELEASE, **fields)
-    assert frame == proto.encode("release", **fields)
-    assert frame == msgpack.packb({"v": proto.PROTOCOL_VERSION, "op": "release", **fields}, use_bin_type=True)
-    assert proto.pipe_frame("stop") == msgpack.packb({"op": "stop"}, use_bin_type=True)
+    frame = trainer.encode(trainer.Op.RELEASE, **fields)
+    assert frame == trainer.encode("release", **fields)
+    assert frame == msgpack.packb({"v": trainer.PROTOCOL_VERSION, "op": "release", **fields}, use_bin_type=True)
+    assert worker_pipe.pipe_frame("stop") == msgpack.packb({"op": "stop"}, use_bin_type=True)
 
 
 _RELEASE = {"trainer_id": 3, "token": 99, "slot": 1, "epoch": 0, "batch": 4, "generation": 2}
@@ -252,14 +258,14 @@ _READY = {"trainer_id": 3, "slot": 1, "epoch": 0, "batch": 4, "generation": 2, "
 @pytest.mark.parametrize(
     "encode, op, fields, field, words",
     [
-        (proto.encode, "release", {k: v for k, v in _RELEASE.items() if k != "slot"}, "slot", "lacks field 'slot'"),
-        (proto.encode, "release", {**_RELEASE, "slot": "1"}, "slot", "must be int, got str"),
-        (proto.encode, "release", {**_RELEASE, "epoch": -1}, "epoch", "out of range"),
-        (proto.encode, "release", {**_RELEASE, "slto": 1}, "slto", "with field 'slto'"),
-        (proto.encode, "prove", {"trainer_id": 1, "token": 2, "nonce": "n" * 5000}, "nonce", "over the limit"),
-        (proto.encode_reply, "ready", {**_READY, "n_targets": True}, "n_targets", "got bool"),
-        (proto.encode_reply, "error", {"code": "protocol", "message": 5}, "message", "must be str"),
-        (proto.pipe_frame, "done", {"job": 1, "counts": (1, 2), "seconds": 0.5}, "counts", "must be list"),
+        (trainer.encode, "release", {k: v for k, v in _RELEASE.items() if k != "slot"}, "slot", "lacks field 'slot'"),
+        (trainer.encode, "release", {**_RELEASE, "slot": "1"}, "slot", "must be int, got str"),
+        (trainer.encode, "release", {**_RELEASE, "epoch": -1}, "epoch", "out of range"),
+        (trainer.encode, "release", {**_RELEASE, "slto": 1}, "slto", "with field 'slto'"),
+        (trainer.encode, "prove", {"trainer_id": 1, "token": 2, "nonce": "n" * 5000}, "nonce", "over the limit"),
+        (trainer.encode_reply, "ready", {**_READY, "n_targets": True}, "n_targets", "got bool"),
+        (trainer.encode_reply, "error", {"code": "protocol", "message": 5}, "message", "must be str"),
+        (worker_pipe.pipe_frame, "done", {"job": 1, "counts": (1, 2), "seconds": 0.5}, "counts", "must be list"),
     ],
 )
 def test_encode_refuses_a_bad_field_on_the_sending_side(encode, op, fields, field, words):
@@ -270,11 +276,11 @@ def test_encode_refuses_a_bad_field_on_the_sending_side(encode, op, fields, fiel
 
 def test_encode_refuses_an_op_of_the_other_direction_or_none():
     with pytest.raises(ProtocolError, match="cannot send request op 'ready'"):
-        proto.encode("ready", trainer_id=1, slot=0, epoch=0, batch=0, generation=1, size=1, n_targets=0)
+        trainer.encode("ready", trainer_id=1, slot=0, epoch=0, batch=0, generation=1, size=1, n_targets=0)
     with pytest.raises(ProtocolError, match="cannot send reply op 'attach'"):
-        proto.encode_reply("attach")
+        trainer.encode_reply("attach")
     with pytest.raises(ProtocolError, match="cannot send pipe op 'exec'"):
-        proto.pipe_frame("exec", code="rm -rf /")
+        worker_pipe.pipe_frame("exec", code="rm -rf /")
 
 
 def test_the_daemon_and_supervisor_dispatch_every_op_they_receive():
@@ -282,5 +288,9 @@ def test_the_daemon_and_supervisor_dispatch_every_op_they_receive():
 
     open_ops, session_ops = set(service._OPEN_REQUESTS), set(service._SESSION_REQUESTS)
     assert not open_ops & session_ops, "each request has one handler"
-    assert open_ops | session_ops == set(proto.REQUESTS)
-    assert set(supervisor._FROM_WORKER) == {proto.PipeOp.HELLO, proto.PipeOp.DONE, proto.PipeOp.FAILED}
+    assert open_ops | session_ops == set(trainer.REQUESTS)
+    assert set(supervisor._FROM_WORKER) == {
+        worker_pipe.PipeOp.HELLO,
+        worker_pipe.PipeOp.DONE,
+        worker_pipe.PipeOp.FAILED,
+    }

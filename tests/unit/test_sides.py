@@ -126,7 +126,7 @@ def test_ultralytics_is_imported_only_by_its_integration():
 def test_every_module_is_walked():
     walked = {m for side in SIDES for _, m, _ in _modules(side)}
     for expected in (
-        "pixpool.shared.stream.protocol",
+        "pixpool.shared.wire.trainer",
         "pixpool.server.daemon.service",
         "pixpool.server.snapshot.prepare",
         "pixpool.client.client",

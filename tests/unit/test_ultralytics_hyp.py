@@ -70,7 +70,7 @@ def test_all_keys_together_and_the_stream_fields():
         2,
         True,
     )
-    assert settings.augment.augment is True
+    assert settings.augment.train_route is True
     # Ultralytics gives each DDP rank batch // world_size.
     assert hyp.stream_settings({"batch": 24}, batch_size=12, rank=0, world_size=2).batch_size == 12
 

@@ -16,11 +16,11 @@ from pixpool.client.tensors import Conversion, to_batch
 from pixpool.server.daemon import admission
 from pixpool.server.daemon.worker import _render_into
 from pixpool.shared.errors import ConfigError, ProtocolError
-from pixpool.shared.stream import protocol as proto
 from pixpool.shared.stream.config import AugmentConfig, StreamSettings
 from pixpool.shared.stream.digest import batch_digest
 from pixpool.shared.transport.names import ring_segment
 from pixpool.shared.transport.ring import Ring, RingLayout
+from pixpool.shared.wire.trainer import PROTOCOL_VERSION, decode, encode_reply
 
 
 # -- the attached reply --------------------------------------------------------------------
@@ -50,7 +50,7 @@ def _attached(**task) -> dict:
     ],
 )
 def test_attached_carries_the_task_and_its_keypoint_shape(task):
-    back = proto.decode(proto.encode_reply("attached", **_attached(**task)), reply=True)
+    back = decode(encode_reply("attached", **_attached(**task)), reply=True)
     assert {k: back[k] for k in task} == task
 
 
@@ -69,15 +69,15 @@ def test_attached_carries_the_task_and_its_keypoint_shape(task):
 )
 def test_attached_refuses_a_task_field_out_of_bounds_on_both_sides(task, field, words):
     with pytest.raises(ProtocolError) as sent:
-        proto.encode_reply("attached", **_attached(**task))
+        encode_reply("attached", **_attached(**task))
     assert sent.value.field == field and words in str(sent.value)
     import msgpack
 
     frame = msgpack.packb(
-        {"v": proto.PROTOCOL_VERSION, "op": "attached", **_attached(**task)}, use_bin_type=True
+        {"v": PROTOCOL_VERSION, "op": "attached", **_attached(**task)}, use_bin_type=True
     )  # what a broken daemon would send
     with pytest.raises(ProtocolError) as got:
-        proto.decode(frame, reply=True)
+        decode(frame, reply=True)
     assert got.value.field == field and words in str(got.value)
 
 

@@ -1,9 +1,9 @@
 """Fidelity statistics: per-image figures of a training stream and two-sample comparisons.
 
-Pure numpy; imports neither pixpool nor Ultralytics, so both arms of ``bench/fidelity.py``
-(pixpool's venv and the Ultralytics venv, ``bench/_ultralytics_arm.py``) compute their
-figures with the very same functions, and ``tests/unit/test_fidelity_stats.py`` checks them
-on known inputs.
+Pure numpy; imports neither pixpool nor Ultralytics, so both arms of the fidelity comparison
+(``bench/_fidelity.py`` in pixpool's venv, ``bench/_ultralytics_arm.py`` in the Ultralytics venv)
+compute their figures with the very same functions, and ``bench/tests/test_fidelity_stats.py``
+checks them on known inputs.
 
 What one batch gives (``batch_figures``): images are uint8 (B, 3, S, S) RGB; boxes are
 normalised (cx, cy, w, h) with the image index of each row. Per image: the number of boxes,
@@ -23,7 +23,7 @@ Boxes are not independent (a mosaic's boxes share its scale; one photo's boxes c
 together), so per-box distributions are judged at the number of *images* of each arm, the
 independent unit, not the number of boxes (``unit_sizes``).
 
-Per task (issue 18), from what a trainer receives and nothing else (neither arm's batch
+Per task (segment, pose, obb), from what a trainer receives and nothing else (neither arm's batch
 carries the polygons any more), each arm computing with the same functions:
 
 - masks (``mask_figures``): an overlap plane (M, M) per image, instance j of that image
@@ -52,7 +52,7 @@ import numpy as np
 
 # The fill as a uint8 pixel value. A literal, not pixpool's FILL_VALUE: this module also runs
 # in the Ultralytics arm's venv (bench/_ultralytics_arm.py), where pixpool need not be
-# installed; tests/unit/test_fidelity_stats.py checks that the two agree.
+# installed; bench/tests/test_fidelity_stats.py checks that the two agree.
 FILL = 114
 
 
@@ -98,18 +98,24 @@ def mean_tolerance(a: np.ndarray, b: np.ndarray, alpha: float) -> float:
     return normal_quantile(1 - alpha / 2) * se
 
 
-def batch_figures(images: np.ndarray, image_index: np.ndarray, boxes_cxcywh: np.ndarray) -> dict[str, np.ndarray]:
-    """Per-image and per-box figures of one batch (see module docstring)."""
-    images = np.asarray(images)
-    if images.ndim != 4 or images.shape[1] != 3 or images.dtype != np.uint8:
-        raise ValueError(f"images must be uint8 (B, 3, S, S), got {images.dtype} {images.shape}")
-    b = images.shape[0]
+def _rows(image_index, boxes_cxcywh, b: int) -> tuple[np.ndarray, np.ndarray]:
+    """The rows of a batch of ``b`` images: (n,) image indices and (n, 4) boxes, checked."""
     image_index = np.asarray(image_index, dtype=np.int64).ravel()
     boxes = np.asarray(boxes_cxcywh, dtype=np.float64).reshape(-1, 4)
     if image_index.size != boxes.shape[0]:
         raise ValueError(f"{image_index.size} image indices for {boxes.shape[0]} boxes")
     if image_index.size and (image_index.min() < 0 or image_index.max() >= b):
         raise ValueError(f"image indices must lie in 0..{b - 1}, got {image_index.min()}..{image_index.max()}")
+    return image_index, boxes
+
+
+def batch_figures(images: np.ndarray, image_index: np.ndarray, boxes_cxcywh: np.ndarray) -> dict[str, np.ndarray]:
+    """Per-image and per-box figures of one batch (see module docstring)."""
+    images = np.asarray(images)
+    if images.ndim != 4 or images.shape[1] != 3 or images.dtype != np.uint8:
+        raise ValueError(f"images must be uint8 (B, 3, S, S), got {images.dtype} {images.shape}")
+    b = images.shape[0]
+    image_index, boxes = _rows(image_index, boxes_cxcywh, b)
     flat = images.reshape(b, 3, -1)
     fill = (flat == FILL).all(axis=1).mean(axis=1)
     mean = flat.mean(axis=2)
@@ -177,12 +183,7 @@ def mask_figures(masks: np.ndarray, image_index: np.ndarray, boxes_cxcywh: np.nd
     if masks.ndim != 3 or masks.shape[1] != masks.shape[2]:
         raise ValueError(f"masks must be (B, M, M) overlap planes, got shape {masks.shape}")
     b, side = masks.shape[0], masks.shape[1]
-    image_index = np.asarray(image_index, dtype=np.int64).ravel()
-    boxes = np.asarray(boxes_cxcywh, dtype=np.float64).reshape(-1, 4)
-    if image_index.size != boxes.shape[0]:
-        raise ValueError(f"{image_index.size} image indices for {boxes.shape[0]} boxes")
-    if image_index.size and (image_index.min() < 0 or image_index.max() >= b):
-        raise ValueError(f"image indices must lie in 0..{b - 1}, got {image_index.min()}..{image_index.max()}")
+    image_index, boxes = _rows(image_index, boxes_cxcywh, b)
     if np.any(np.diff(image_index) < 0):
         raise ValueError("rows must come in image order (both arms deliver them so)")
     area, iou = [], []

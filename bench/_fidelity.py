@@ -1,12 +1,12 @@
-"""bench/fidelity.py: is pixpool's stream the same augmentation as Ultralytics' own loader?
+"""``bench/vs_ultralytics.py --what fidelity``: is pixpool's stream the same augmentation as Ultralytics' own loader?
 
 Runs in pixpool's venv (a daemon in a spawned process and this process as its trainer);
 the Ultralytics arm runs in a venv with Ultralytics (``--ul-python``) as
 ``bench/_ultralytics_arm.py collect`` (workers=0, python/numpy/torch seeded), which never
-imports pixpool. Both compute their figures with ``bench/fidelity_stats.py``.
+imports pixpool. Both compute their figures with ``bench/_fidelity_stats.py``.
 
-Same coco128 images and YOLO labels, imgsz 640, batch 16, the detect settings of
-``bench/vs_ultralytics.py`` (mosaic 1.0, translate 0.1, scale 0.5, fliplr 0.5, HSV
+Same coco128 images and YOLO labels, imgsz 640, batch 16, the detect route of
+``_ultralytics_arm.TASK_ROUTES`` (mosaic 1.0, translate 0.1, scale 0.5, fliplr 0.5, HSV
 0.015/0.7/0.4, no rotation, shear, perspective, mixup or copy-paste), ``--epochs`` epochs
 of 128 images from each, fixed seeds. Each arm streams twice: HSV on (pixel mean and std,
 boxes, gains) and HSV off (the fill share: pixels whose three channels are exactly 114,
@@ -18,7 +18,7 @@ way in both (OpenCV 8-bit HSV of the image before and after the jitter, pixels w
 >= 32): for pixpool, the HSV-off stream is the HSV-on stream's image before the jitter
 (the gains come from their own random stream, so the geometry is the same; checked).
 
-Tolerances (``fidelity_stats``): each metric at ``--alpha`` (default 0.001, so that with
+Tolerances (``_fidelity_stats``): each metric at ``--alpha`` (default 0.001, so that with
 16 metrics two identical routes fail somewhere with probability < 2 %):
 distributions by the two-sample KS statistic against its critical value (per-box figures
 at the number of images, the independent unit), means by z standard errors. With
@@ -28,27 +28,25 @@ seed shows what the same route gives against itself.
 Output: the markdown table, and ``--grid PNG`` (default docs/fidelity_grid.png): the first
 8 images of each HSV-on stream, pixpool's above Ultralytics', boxes drawn.
 
-Per task (issue 18, ``--task segment|pose|obb``): one stream from each arm with that task's
-route (``_ultralytics_arm.TASK_ROUTES``: segment with copy-paste 0.5 on coco128's
-``labels-seg``; pose and obb with the detect settings on ``pixpool synth --task pose|obb``,
-128 images, seed 0), HSV on, and the task's own figures beside the boxes (``fidelity_stats``:
-``mask_figures``, ``keypoint_figures``, the angles), from what each trainer receives: pixpool's
-target rows (obb: column 6, radians; pose: columns 6.. as K x (x, y, v)) and ``batch.masks``;
-Ultralytics' ``masks``, ``keypoints`` and ``bboxes`` (xywhr). ``task_rows`` lists the rows.
-Their tolerances were fixed before any pixpool figure of these tasks existed, by the same
-rules as the detect table (see ``TASK_TOLERANCES``).
+Per task (``--task segment|pose|obb``): one stream from each arm with that task's route
+(segment with copy-paste 0.5 on coco128's ``labels-seg``; pose and obb with the detect
+settings on ``pixpool synth --task pose|obb``, 128 images, seed 0), HSV on, and the task's own
+figures beside the boxes (``_fidelity_stats``: ``mask_figures``, ``keypoint_figures``, the
+angles), from what each trainer receives: pixpool's target rows (obb: column 6, radians; pose:
+columns 6.. as K x (x, y, v)) and ``batch.masks``; Ultralytics' ``masks``, ``keypoints`` and
+``bboxes`` (xywhr). ``task_rows`` lists the rows. Their tolerances were fixed before any
+pixpool figure of these tasks existed, by the same rules as the detect table (``TASK_TOLERANCES``).
 
-Usage: ``python bench/fidelity.py [--quick] [--task detect|segment|pose|obb] [--epochs 4] [--seed 0]
-[--write docs/benchmarks.md]``.
+The integration tests (``tests/integration/test_fidelity_*.py``) call ``parse_args``, ``run``
+and ``run_task`` of this module with ``--quick``.
 """
 
 from __future__ import annotations
 
-import argparse
+import contextlib
 import itertools
 import json
 import math
-import os
 import shutil
 import sys
 import tempfile
@@ -56,26 +54,13 @@ from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+if str(Path(__file__).resolve().parent) not in sys.path:  # the helpers beside this file, under python -P too
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+import _common as common  # noqa: E402
+import _fidelity_stats as fs  # noqa: E402
+import _ultralytics_arm as ularm  # noqa: E402
 
-import fidelity_stats as fs
-from vs_ultralytics import (
-    COCO128_DIR,
-    DEFAULT_UL_PYTHON,
-    DETECT,
-    ROUTES,
-    TASKS,
-    check_ul_python,
-    make_data_dir,
-    prepare,
-    release,
-    start_daemon,
-    stop_daemon,
-    ul_run,
-    wait_ready,
-    write_section,
-)
-
+DETECT = ularm.PIXPOOL_ROUTES["detect"]
 HUE_MIN_SV = 32  # the same threshold as _ultralytics_arm.py
 CHANNELS = "RGB"
 # Metrics where pixpool's route is known to differ from Ultralytics 8.4's, and how. A row
@@ -95,16 +80,27 @@ def _bgr(chw_rgb: np.ndarray) -> np.ndarray:
     return np.ascontiguousarray(chw_rgb.transpose(1, 2, 0)[:, :, ::-1])
 
 
+@contextlib.contextmanager
+def _served(data_yaml: Path, task: str, imgsz: int, workers: int):
+    """A daemon serving ``task``'s snapshot of ``data_yaml`` (prepared here, removed after); its socket folder."""
+    from pixpool.server.readers import load_dataset
+
+    dataset = load_dataset(data_yaml, task=task)
+    fields = {"data": str(data_yaml), "imgsz": imgsz, "task": task, "keep_snapshot": True, "no_val": True}
+    with (
+        common.prepared(dataset, imgsz=imgsz, processes=2, task=task),
+        common.daemon(workers=workers, **fields) as (d, _),
+    ):
+        yield d
+
+
 def pixpool_collect(data_yaml: Path, *, epochs: int, seed: int, workers: int, imgsz: int, batch: int) -> dict:
     """Both pixpool streams (HSV on and off) through a daemon, as a trainer receives them."""
     import pixpool.client
     from pixpool.shared.stream.rng import hsv_gains
 
-    prep = prepare(data_yaml, imgsz)
-    proc, d = start_daemon(data_yaml, imgsz, workers, "float32")
     on, off, gains, shifts, grid, grid_boxes = [], [], [], [], [], []
-    try:
-        wait_ready(d, workers, proc)
+    with _served(data_yaml, "detect", imgsz, workers) as d:
         common = {"batch_size": batch, "seed": seed, "imgsz": imgsz, "timeout_s": 300.0}
         no_hsv = {**DETECT, "hsv_h": 0.0, "hsv_s": 0.0, "hsv_v": 0.0}
         with (
@@ -131,9 +127,6 @@ def pixpool_collect(data_yaml: Path, *, epochs: int, seed: int, workers: int, im
                         if len(grid) < 8:
                             grid.append(ia[i].copy())
                             grid_boxes.append(ta[ta[:, 0] == i, 2:6].copy())
-    finally:
-        stop_daemon(proc, d)
-        release(prep)
     return {
         "on": fs.concat(on),
         "off": fs.concat(off),
@@ -151,7 +144,7 @@ def ul_collect(
     got = {}
     for hsv in (1, 0):
         out = out_dir / f"ul_seed{seed}_hsv{hsv}.npz"
-        ul_run(ul_python, "collect", data_dir, epochs=epochs, seed=seed, hsv=hsv, imgsz=imgsz, batch=batch, out=out)
+        ularm.run(ul_python, "collect", data_dir, epochs=epochs, seed=seed, hsv=hsv, imgsz=imgsz, batch=batch, out=out)
         got[hsv] = dict(np.load(out, allow_pickle=True))
     on = got[1]
     keys = ("boxes_per_image", "fill_share", "mean", "std", "box_w", "box_h")
@@ -239,9 +232,9 @@ def grid_png(path: Path, a: dict, b: dict, tile: int = 192) -> None:
     cv2.imwrite(str(path), image, [cv2.IMWRITE_PNG_COMPRESSION, 9])
 
 
-# -- per task (issue 18) ------------------------------------------------------------------------
+# -- per task ---------------------------------------------------------------------------------------
 # Tolerances of the task rows, fixed on 2026-12-02 before the pixpool arm of any of these tasks
-# had run (the route and readers of issue 18 were still being written): the detect table's
+# had run (the task routes and readers were still being written): the detect table's
 # rules, unchanged. Every row at --alpha (0.001); distributions by the two-sample KS statistic
 # against c(alpha) sqrt((n+m)/nm), per-instance and per-point figures judged at the number of
 # images (the independent unit: a mosaic's instances share its scale and crop); means within
@@ -258,7 +251,7 @@ def _task_figures(task: str, images, targets, masks, first_image: int) -> dict[s
     figures = fs.batch_figures(images, targets[:, 0], targets[:, 2:6])
     if task == "segment":
         if masks is None:
-            raise RuntimeError("a segment batch came without masks: this pixpool does not render them yet (issue 18)")
+            raise RuntimeError("a segment batch came without masks: this pixpool does not render them")
         figures.update(fs.mask_figures(masks, targets[:, 0], targets[:, 2:6]))
     elif task == "pose":
         k = (targets.shape[1] - 6) // 3
@@ -277,13 +270,10 @@ def pixpool_collect_task(data_yaml: Path, task: str, *, epochs: int, seed: int, 
     """One pixpool stream of ``task`` through a daemon, HSV on, as a trainer receives it."""
     import pixpool.client
 
-    prep = prepare(data_yaml, imgsz, task)
-    proc, d = start_daemon(data_yaml, imgsz, workers, "float32", task=task)
     parts, seen = [], 0
-    try:
-        wait_ready(d, workers, proc)
+    with _served(data_yaml, task, imgsz, workers) as d:
         common = {"batch_size": batch, "seed": seed, "imgsz": imgsz, "timeout_s": 300.0}
-        with pixpool.client.attach(d, **common, **ROUTES[task]) as loader:
+        with pixpool.client.attach(d, **common, **ularm.PIXPOOL_ROUTES[task]) as loader:
             if getattr(loader, "task", task) != task:
                 raise RuntimeError(f"the daemon serves the {loader.task} task, not {task}")
             for epoch in range(epochs):
@@ -294,15 +284,12 @@ def pixpool_collect_task(data_yaml: Path, task: str, *, epochs: int, seed: int, 
                     masks = None if masks is None else np.asarray(masks.numpy() if hasattr(masks, "numpy") else masks)
                     parts.append(_task_figures(task, images, targets, masks, seen))
                     seen += images.shape[0]
-    finally:
-        stop_daemon(proc, d)
-        release(prep)
     return fs.concat(parts)
 
 
 def ul_collect_task(ul_python: str, data_dir: Path, out_dir: Path, task: str, *, epochs, seed, imgsz, batch) -> dict:
     out = out_dir / f"ul_{task}_seed{seed}.npz"
-    ul_run(
+    ularm.run(
         ul_python, "collect", data_dir, task=task, epochs=epochs, seed=seed, hsv=1, imgsz=imgsz, batch=batch, out=out
     )
     got = dict(np.load(out, allow_pickle=True))
@@ -356,14 +343,23 @@ def task_rows(task: str, a: dict, b: dict, alpha: float) -> list[fs.Row]:
     return rows
 
 
+def _null_block(args, null_rows: list[fs.Row] | None) -> list[str]:
+    """The table of Ultralytics against itself under another seed: the spread of the route."""
+    if null_rows is None:
+        return []
+    other = f"ultralytics seed {args.seed + 1}"
+    head = f"Ultralytics against itself (seed {args.seed + 1} against seed {args.seed}), the spread of the route:"
+    return ["", head, "", fs.markdown(null_rows, (other, "ultralytics"))]
+
+
 def run_task(args) -> tuple[str, list[fs.Row], list[fs.Row] | None]:
     """``--task segment|pose|obb``: one table for that task (module docstring)."""
-    versions = check_ul_python(args.ul_python)
-    load_before = " ".join(f"{x:.2f}" for x in os.getloadavg())
+    versions = common.ul_version(args.ul_python)
+    load_before = common.load()
     root = Path(tempfile.mkdtemp(prefix="pxfid-"))
     opts = {"epochs": args.epochs, "imgsz": args.imgsz, "batch": args.batch}
     try:
-        data_dir = make_data_dir(root, args.task, args.coco128)
+        data_dir = common.make_data_dir(root, args.task, args.coco128)
         ul = ul_collect_task(args.ul_python, data_dir, root, args.task, seed=args.seed, **opts)
         ul2 = (
             ul_collect_task(args.ul_python, data_dir, root, args.task, seed=args.seed + 1, **opts)
@@ -377,16 +373,16 @@ def run_task(args) -> tuple[str, list[fs.Row], list[fs.Row] | None]:
         shutil.rmtree(root, ignore_errors=True)
     rows = task_rows(args.task, px, ul, args.alpha) if px is not None else []
     null_rows = task_rows(args.task, ul2, ul, args.alpha) if ul2 is not None else None
-    load_after = " ".join(f"{x:.2f}" for x in os.getloadavg())
+    load_after = common.load()
     source = "coco128's labels-seg" if args.task == "segment" else f"`pixpool synth --task {args.task}` (128 images)"
     n = ul["fill_share"].size
     hist = f"; the angle histogram against {TASK_TOLERANCES['rounds']} image permutations" if args.task == "obb" else ""
     lines = [
-        f"`python bench/fidelity.py {' '.join(args.argv)}`".replace(" `", "`"),
+        f"`{args.command}`",
         "",
         (
             f"{args.task}: {source} at {args.imgsz}, batch {args.batch}, {args.epochs} epochs ({n} images) from each arm, seed {args.seed}, "
-            f"route {', '.join(f'{k} {v}' for k, v in ROUTES[args.task].items() if v)} (pixpool: daemon with {args.workers} workers; "
+            f"route {', '.join(f'{k} {v}' for k, v in ularm.PIXPOOL_ROUTES[args.task].items() if v)} (pixpool: daemon with {args.workers} workers; "
             f"Ultralytics {versions.split()[0]}: its loader, workers=0, seeded). Per row alpha = {args.alpha}; per-instance rows at the image counts"
             f"{hist}. Load average before / after: {load_before} / {load_after}."
         ),
@@ -396,15 +392,9 @@ def run_task(args) -> tuple[str, list[fs.Row], list[fs.Row] | None]:
     else:
         lines += [
             "",
-            "pixpool arm: not run (`--ul-only`): it needs the issue 18 route, readers and ring (the lead fills it after the merge).",
+            "pixpool arm: not run (`--ul-only`).",
         ]
-    if null_rows is not None:
-        lines += [
-            "",
-            f"Ultralytics against itself (seed {args.seed + 1} against seed {args.seed}), the spread of the route:",
-            "",
-            fs.markdown(null_rows, ("ultralytics seed " + str(args.seed + 1), "ultralytics")),
-        ]
+    lines += _null_block(args, null_rows)
     failed = sorted({r.metric for r in rows if not r.passed})
     if failed:
         lines += ["", "Rows that do not pass: " + ", ".join(failed) + "."]
@@ -412,11 +402,11 @@ def run_task(args) -> tuple[str, list[fs.Row], list[fs.Row] | None]:
 
 
 def run(args) -> tuple[str, list[fs.Row], list[fs.Row] | None]:
-    versions = check_ul_python(args.ul_python)
-    load_before = " ".join(f"{x:.2f}" for x in os.getloadavg())
+    versions = common.ul_version(args.ul_python)
+    load_before = common.load()
     root = Path(tempfile.mkdtemp(prefix="pxfid-"))
     try:
-        data_dir = make_data_dir(root, "detect", args.coco128)
+        data_dir = common.make_data_dir(root, "detect", args.coco128)
         px = pixpool_collect(
             data_dir / "data.yaml",
             epochs=args.epochs,
@@ -447,10 +437,10 @@ def run(args) -> tuple[str, list[fs.Row], list[fs.Row] | None]:
     null_rows = compare(ul2, ul, args.alpha) if ul2 is not None else None
     if args.grid:
         grid_png(args.grid, px, ul)
-    load_after = " ".join(f"{x:.2f}" for x in os.getloadavg())
+    load_after = common.load()
     n = px["on"]["fill_share"].size
     lines = [
-        f"`python bench/fidelity.py {' '.join(args.argv)}`".replace(" `", "`"),
+        f"`{args.command}`",
         "",
         (
             f"coco128 at {args.imgsz}, batch {args.batch}, detect settings, {args.epochs} epochs ({n} images) from each arm, seed {args.seed} "
@@ -461,13 +451,7 @@ def run(args) -> tuple[str, list[fs.Row], list[fs.Row] | None]:
         "",
         fs.markdown(rows),
     ]
-    if null_rows is not None:
-        lines += [
-            "",
-            f"The same comparison between two Ultralytics streams (seed {args.seed + 1} against seed {args.seed}), to show the spread of the route against itself:",
-            "",
-            fs.markdown(null_rows, ("ultralytics seed " + str(args.seed + 1), "ultralytics")),
-        ]
+    lines += _null_block(args, null_rows)
     lines += ["", "Histograms:", "", histograms(px, ul)]
     failed = [r.metric for r in rows if not r.passed]
     if failed:
@@ -487,7 +471,7 @@ def run(args) -> tuple[str, list[fs.Row], list[fs.Row] | None]:
 
 
 def parse_args(argv):
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = common.parser(__doc__, "vs_ultralytics.py --what fidelity")
     parser.add_argument(
         "--quick", action="store_true", help="2 epochs (256 images) per arm and no Ultralytics-vs-Ultralytics reference"
     )
@@ -497,7 +481,7 @@ def parse_args(argv):
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument(
         "--task",
-        choices=TASKS,
+        choices=ularm.TASKS,
         default="detect",
         help="the task's stream and figures (default detect: the table above)",
     )
@@ -514,9 +498,9 @@ def parse_args(argv):
     parser.add_argument("--imgsz", type=int, default=640)
     parser.add_argument("--batch", type=int, default=16)
     parser.add_argument(
-        "--ul-python", default=DEFAULT_UL_PYTHON, help="Python of a venv with Ultralytics (env PIXPOOL_UL_PYTHON)"
+        "--ul-python", default=common.UL_PYTHON, help="Python of a venv with Ultralytics (env PIXPOOL_UL_PYTHON)"
     )
-    parser.add_argument("--coco128", type=Path, default=COCO128_DIR)
+    parser.add_argument("--coco128", type=Path, default=common.COCO128)
     parser.add_argument(
         "--grid",
         type=Path,
@@ -526,7 +510,6 @@ def parse_args(argv):
     parser.add_argument("--json", type=Path, default=None, help="also write the rows here")
     parser.add_argument("--write", type=Path, default=None, help="markdown file whose 'Fidelity' section to replace")
     args = parser.parse_args(argv)
-    args.argv = argv
     args.epochs = args.epochs or (2 if args.quick else 4)
     args.null = bool(args.null if args.null is not None else not args.quick)
     args.grid = args.grid if str(args.grid) else None
@@ -547,10 +530,10 @@ def main(argv=None) -> int:
             json.dumps({"rows": _as_dicts(rows), "null_rows": _as_dicts(null_rows) if null_rows else None}, indent=1)
         )
     if args.write and args.task == "detect":
-        write_section(args.write, "fidelity", "## Fidelity against Ultralytics' loader (bench/fidelity.py)", text)
+        common.write_section(args.write, "fidelity", text, "## Latest run: fidelity against Ultralytics' loader")
     elif args.write:
-        heading = f"### Fidelity, {args.task} (bench/fidelity.py --task {args.task})"
-        write_section(args.write, f"fidelity-{args.task}", heading, text)
+        heading = f"## Latest run: fidelity against Ultralytics' loader, {args.task}"
+        common.write_section(args.write, f"fidelity-{args.task}", text, heading)
     return 0
 
 

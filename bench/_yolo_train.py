@@ -1,6 +1,7 @@
-"""bench/yolo_train.py: the same Ultralytics training fed by Ultralytics' own loader and by pixpool.
+"""``bench/vs_ultralytics.py --what train``: the same Ultralytics training fed by Ultralytics' own loader and by pixpool.
 
-Runs in one driver process; every run is a fresh child process (``--child ARM``), the arms
+Runs in one driver process, with the Python of a venv that has Ultralytics and pixpool
+(``pip install pixpool[ultralytics]``); every run is a fresh child process (``--child ARM``), the arms
 alternate, and each repeat runs both arms at each concurrency (1 run alone, then 2 runs at
 once). Both arms train Ultralytics' ``yolo11n.yaml`` from scratch with the same arguments
 (seed, epochs, imgsz, batch, ``close_mosaic``, ``plots=False``, CPU) on coco128, and both
@@ -21,8 +22,8 @@ mAP50 / mAP50-95 of Ultralytics' final validation. Measured by the driver: the t
 every process of the arm (trainers, their loader workers, the daemon and its workers;
 ``/proc/PID/smaps_rollup``), sampled every 0.5 s; the peak is reported.
 
-Usage: ``python bench/yolo_train.py [--epochs 3] [--imgsz 320] [--batch 16] [--workers 1]
-[--repeats 2] [--json out.json]``. Needs ``pixpool[ultralytics]``.
+Usage: ``VENV/bin/python bench/vs_ultralytics.py --what train [--epochs 3] [--imgsz 320] [--batch 16]
+[--workers 1] [--repeats 5] [--json out.json]``.
 """
 
 from __future__ import annotations
@@ -41,8 +42,9 @@ from pathlib import Path
 import psutil
 import yaml
 
-COCO128 = Path(__file__).resolve().parents[2] / "shared" / "data" / "coco128"
-MIB = 1 << 20
+if str(Path(__file__).resolve().parent) not in sys.path:  # the helpers beside this file, under python -P too
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _common import COCO128, MIB, alternate, load, parser, table  # noqa: E402
 
 
 # -- child: one training run ------------------------------------------------------------
@@ -274,64 +276,56 @@ def _summary(rows: list[dict]) -> list[dict]:
 
 
 def _table(summary: list[dict]) -> str:
-    lines = [
-        "| loader | runs at once | training epoch (median s) | waiting for data | peak total PSS (MiB) | final mAP50 | final mAP50-95 | last-epoch loss |",
-        "| --- | --- | --- | --- | --- | --- | --- | --- |",
-    ]
-    for s in summary:
-        lines.append(
-            f"| {s['arm']} | {s['concurrent']} | {s['epoch_s_median']:.2f} | {100 * s['data_wait_share']:.1f}% | {s['peak_pss_mib']:.0f} | "
-            f"{s['mAP50']:.4f} | {s['mAP50_95']:.4f} | {s['last_epoch_loss']:.3f} |"
-        )
-    return "\n".join(lines)
+    header = ["loader", "runs at once", "training epoch (median s)", "waiting for data", "peak total PSS (MiB)",
+              "final mAP50", "final mAP50-95", "last-epoch loss"]  # fmt: skip
+    rows = [
+        [s["arm"], s["concurrent"], f"{s['epoch_s_median']:.2f}", f"{100 * s['data_wait_share']:.1f}%",
+         f"{s['peak_pss_mib']:.0f}", f"{s['mAP50']:.4f}", f"{s['mAP50_95']:.4f}", f"{s['last_epoch_loss']:.3f}"]
+        for s in summary
+    ]  # fmt: skip
+    return table(header, rows, left=2)
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--child", choices=["ultralytics", "pixpool"], help=argparse.SUPPRESS)
-    parser.add_argument("--result", help=argparse.SUPPRESS)
-    parser.add_argument("--project", help=argparse.SUPPRESS)
-    parser.add_argument("--data", default=None, help="data.yaml (default: coco128 beside the checkout)")
-    parser.add_argument("--epochs", type=int, default=3)
-    parser.add_argument("--close-mosaic", type=int, default=1)
-    parser.add_argument("--imgsz", type=int, default=320)
-    parser.add_argument("--batch", type=int, default=16)
-    parser.add_argument(
-        "--workers",
-        type=int,
-        default=1,
-        help="loader workers of each arm (Ultralytics' dataloader workers, pixpool's daemon workers)",
-    )
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--repeats", type=int, default=2)
-    parser.add_argument("--concurrency", default="1,2")
-    parser.add_argument("--json", default=None, help="write every measurement here")
-    opts = parser.parse_args(argv)
+    p = parser(__doc__, "vs_ultralytics.py --what train")
+    p.add_argument("--child", choices=["ultralytics", "pixpool"], help=argparse.SUPPRESS)
+    p.add_argument("--result", help=argparse.SUPPRESS)
+    p.add_argument("--project", help=argparse.SUPPRESS)
+    p.add_argument("--data", default=None, help="data.yaml (default: coco128 beside the checkout)")
+    p.add_argument("--epochs", type=int, default=3)
+    p.add_argument("--close-mosaic", type=int, default=1)
+    p.add_argument("--imgsz", type=int, default=320)
+    p.add_argument("--batch", type=int, default=16)
+    p.add_argument("--workers", type=int, default=1, help="Ultralytics' dataloader workers, pixpool's daemon workers")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--repeats", type=int, default=5, help="alternating repeats of both arms at each concurrency")
+    p.add_argument("--concurrency", default="1,2")
+    p.add_argument("--json", default=None, help="write every measurement here")
+    opts = p.parse_args(argv)
     if opts.child:
         child(opts.child, opts)
         return 0
+    before = load()
     with tempfile.TemporaryDirectory(prefix="pixpool-ybench-") as tmp:
         work = Path(tmp)
         data = Path(opts.data) if opts.data else _coco128_yaml(work)
         rows = []
         for repeat in range(opts.repeats):
-            for concurrent in [int(c) for c in opts.concurrency.split(",")]:
-                arms = ("ultralytics", "pixpool") if repeat % 2 == 0 else ("pixpool", "ultralytics")
-                for arm in arms:
+            for concurrent in [int(n) for n in opts.concurrency.split(",")]:
+                for arm in alternate(("ultralytics", "pixpool"), repeat):
                     row = _run_arm(arm, concurrent, opts, data, work, f"r{repeat}-c{concurrent}-{arm}")
                     rows.append(row)
-                    print(
-                        f"repeat {repeat} {arm} x{concurrent}: {row['wall_s']:.1f} s, peak PSS {row['peak_pss'] / MIB:.0f} MiB, "
-                        f"mAP50 {[round(r['mAP50'], 4) for r in row['runs']]}, epochs {[round(e['seconds'], 2) for r in row['runs'] for e in r['epochs']]}",
-                        flush=True,
-                    )
+                    epochs = [round(e["seconds"], 2) for r in row["runs"] for e in r["epochs"]]
+                    print(f"repeat {repeat} {arm} x{concurrent}: {row['wall_s']:.1f} s, peak PSS "
+                          f"{row['peak_pss'] / MIB:.0f} MiB, mAP50 {[round(r['mAP50'], 4) for r in row['runs']]}, "
+                          f"epochs {epochs}", flush=True)  # fmt: skip
         summary = _summary(rows)
         if opts.json:
             Path(opts.json).write_text(
-                json.dumps({"rows": rows, "summary": summary, "load": os.getloadavg()}, indent=1)
+                json.dumps({"rows": rows, "summary": summary, "load": [before, load()]}, indent=1)
             )
         print(_table(summary))
-        print(f"load average at the end: {os.getloadavg()}")
+        print(f"load average before / after: {before} / {load()}")
     return 0
 
 

@@ -1,20 +1,16 @@
-"""The fidelity statistics (bench/fidelity_stats.py, pure numpy) on inputs with known answers.
+"""The fidelity statistics (bench/_fidelity_stats.py, pure numpy) on inputs with known answers.
 
-bench/fidelity.py compares pixpool's stream with Ultralytics' loader through these
+bench/_fidelity.py compares pixpool's stream with Ultralytics' loader through these
 functions; both arms compute their figures with ``batch_figures``. Starts no process.
 """
 
 from __future__ import annotations
 
 import math
-import sys
-from pathlib import Path
 
+import _fidelity_stats as fs  # bench/, on sys.path by conftest.py
 import numpy as np
 import pytest
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
-import fidelity_stats as fs
 
 
 def test_ks_statistic_is_the_largest_gap_between_the_empirical_cdfs():
@@ -195,7 +191,7 @@ def test_compare_histogram_passes_the_same_angles_and_fails_other_ones():
 
 
 def _fake_arm(task: str, rng: np.random.Generator, images: int = 200, *, mirror_left: bool = False) -> dict:
-    """Figures as bench/fidelity.py's two arms return them, drawn from one known distribution."""
+    """Figures as bench/_fidelity.py's two arms return them, drawn from one known distribution."""
     per_image = rng.integers(1, 6, size=images)
     n = int(per_image.sum())
     arm = {
@@ -230,7 +226,7 @@ def _fake_arm(task: str, rng: np.random.Generator, images: int = 200, *, mirror_
 
 @pytest.mark.parametrize("task", ["segment", "pose", "obb"])
 def test_the_task_tables_pass_one_distribution_against_itself(task):
-    import fidelity
+    import _fidelity as fidelity
 
     rng = np.random.default_rng(7)
     rows = fidelity.task_rows(task, _fake_arm(task, rng), _fake_arm(task, rng), 0.001)
@@ -242,7 +238,7 @@ def test_the_task_tables_pass_one_distribution_against_itself(task):
 
 
 def test_the_pose_table_catches_flips_that_ignore_flip_idx():
-    import fidelity
+    import _fidelity as fidelity
 
     rng = np.random.default_rng(8)
     rows = fidelity.task_rows("pose", _fake_arm("pose", rng, mirror_left=True), _fake_arm("pose", rng), 0.001)

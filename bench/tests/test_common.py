@@ -1,0 +1,64 @@
+"""The bench scripts' shared helpers (bench/_common.py) that decide what a table says: the order
+of the arms, the paired ratios, the tables and the blocks written into docs/benchmarks.md, and
+which question of a script runs. Starts no process.
+"""
+
+from __future__ import annotations
+
+import _common as common
+import pytest
+
+
+def test_arms_alternate_or_rotate_round_by_round():
+    assert [common.alternate("ab", r) for r in range(3)] == [["a", "b"], ["b", "a"], ["a", "b"]]
+    assert [common.alternate("abc", r, rotate=True) for r in range(4)] == [
+        ["a", "b", "c"],
+        ["b", "c", "a"],
+        ["c", "a", "b"],
+        ["a", "b", "c"],
+    ]
+
+
+def test_rounds_runs_every_arm_once_a_round_in_the_alternating_order_after_a_warm_up():
+    calls = []
+    got = common.rounds({"a": lambda: calls.append("a") or len(calls), "b": lambda: calls.append("b") or len(calls)}, 2, warmup=True)  # fmt: skip
+    assert calls == ["a", "b", "a", "b", "b", "a"]
+    assert got == {"a": [3, 6], "b": [4, 5]}
+
+
+def test_paired_ratios_are_per_round_and_every_round_is_listed():
+    assert common.ratios([2.0, 3.0, 8.0], [1.0, 2.0, 2.0]) == [2.0, 1.5, 4.0]
+    assert common.paired([2.0, 3.0, 8.0], [1.0, 2.0, 2.0]) == "2.00x (2.00, 1.50, 4.00)"
+    with pytest.raises(ValueError, match="equal, non-empty"):
+        common.ratios([1.0], [1.0, 2.0])
+
+
+def test_a_table_aligns_text_left_and_numbers_right():
+    assert common.table(["arm", "ms"], [["a", 1.5]]) == "| arm | ms |\n| --- | ---: |\n| a | 1.5 |"
+
+
+def test_a_section_is_replaced_between_its_markers_or_appended(tmp_path):
+    doc = tmp_path / "b.md"
+    doc.write_text("# B\n\nbefore\n<!-- k: start -->\nold\n<!-- k: end -->\nafter\n")
+    common.write_section(doc, "k", "new", "## K")
+    assert doc.read_text() == "# B\n\nbefore\n<!-- k: start -->\nnew\n<!-- k: end -->\nafter\n"
+    common.write_section(doc, "other", "text", "## Other")
+    assert doc.read_text().endswith("after\n\n## Other\n\n<!-- other: start -->\ntext\n<!-- other: end -->\n")
+
+
+def test_what_picks_the_question_and_the_parser_keeps_the_command_that_reproduces_it():
+    seen = {}
+
+    def first(argv):
+        p = common.parser("The first question.\n\nMore.", "store.py --what first")
+        p.add_argument("--n", type=int, default=1)
+        seen["first"] = p.parse_args(argv)
+
+    def second(argv):
+        seen["second"] = argv
+        return 3
+
+    whats = {"first": (first, "one"), "second": (second, "two")}
+    assert common.dispatch(whats, ["--n", "2"]) == 0
+    assert seen["first"].n == 2 and seen["first"].command == "python bench/store.py --what first --n 2"
+    assert common.dispatch(whats, ["--what", "second", "--n", "5"]) == 3 and seen["second"] == ["--n", "5"]
