@@ -10,11 +10,13 @@ the service retains against per-trainer uint8 caches (validation streams are par
 trainer, not more trainers), draws each run's results as a PNG, then stops the daemon with SIGTERM and checks that no segment of the project is left
 behind. The exit status is non-zero if any of that fails. Needs the trainer extra.
 
-Each trainer writes into ``PROJECT/trainer-N``; ``PROJECT`` is taken as ``pixpool train``
+Each trainer writes into ``PROJECT/seed-N`` (N its stream's seed); ``PROJECT`` is taken as ``pixpool train``
 takes its run folder (``client/train/run_dir.py``): when it exists, the next free name
 (``pixpool-demo-runs2``, ...), made once the daemon serves, so an earlier demo's results and
 plots are never mixed with this one's. Each trainer gets its ``FitConfig`` as the dataclass
-(pickled by the spawn), not as a dict to rebuild.
+(pickled by the spawn), not as a dict to rebuild. A trainer is named as every other view
+names it (``pixpool memory``, ``monitor``, ``status``): by the daemon's id of its training
+stream, learnt when it attaches.
 """
 
 from __future__ import annotations
@@ -40,7 +42,7 @@ def configure(parser: argparse.ArgumentParser, name: str) -> None:
         "--project",
         metavar="DIR",
         default="pixpool-demo-runs",
-        help="where each trainer's results and checkpoints go, in DIR/trainer-N; if DIR exists the demo takes the "
+        help="where each trainer's results and checkpoints go, in DIR/seed-N; if DIR exists the demo takes the "
         "next free name (DIR2, DIR3, ...) (default ./pixpool-demo-runs)",
     )
     parser.add_argument(
@@ -72,7 +74,7 @@ def _demo(workdir: Path, args: argparse.Namespace) -> int:
     from ..client.child import cli_command, serve_child
     from ..client.train.fit import FitConfig, fit_process
     from ..client.train.run_dir import claim
-    from ..ops.memory_report import memory_report
+    from ..ops.memory_report import memory_report, trainer_ids
     from ..ops.status_client import query_status
     from ..shared.errors import DaemonStopped, DaemonTimeout
     from ..shared.stream.config import AugmentConfig, DaemonConfig, StreamSettings
@@ -96,6 +98,7 @@ def _demo(workdir: Path, args: argparse.Namespace) -> int:
     serve = to_argv(DaemonConfig(data=str(data_dir / "data.yaml"), imgsz=args.imgsz, workers=args.workers))
     ok = True
     projects = {}
+    names: dict[int, str] = {}  # pid -> "trainer 3 (seed 1)"
     with serve_child(serve, socket_dir=str(workdir / "sock"), timeout_s=args.timeout_s) as (daemon, sock, status):
         snapshot_names = {info["name"] for info in status["splits"].values()}
         print(
@@ -109,7 +112,7 @@ def _demo(workdir: Path, args: argparse.Namespace) -> int:
         print(f"      runs go to {runs}", flush=True)
         try:
             for i in range(args.trainers):
-                project = runs / f"trainer-{i}"
+                project = runs / f"seed-{i}"
                 config = FitConfig(
                     epochs=args.epochs,
                     scale=args.model,
@@ -142,10 +145,13 @@ def _demo(workdir: Path, args: argparse.Namespace) -> int:
                 if kind == "attached":
                     attached.add(pid)
                     projects[pid] = (projects[pid][0], Path(payload))  # the folder the trainer's run claimed
+                    names[pid] = trainer_name(
+                        trainer_ids(query_status(sock, timeout_s=10.0)["trainers"]), pid, projects[pid][0]
+                    )
                 elif kind == "epoch":
                     r = payload
                     print(
-                        f"  trainer {projects[pid][0]} (seed {projects[pid][0]}): epoch {r['epoch'] + 1}/{args.epochs} loss {r['loss']:.2f} "
+                        f"  {names[pid]}: epoch {r['epoch'] + 1}/{args.epochs} loss {r['loss']:.2f} "
                         f"mAP50 {r.get('mAP50', float('nan')):.3f} mAP50-95 {r.get('mAP50_95', float('nan')):.3f}",
                         flush=True,
                     )
@@ -159,17 +165,17 @@ def _demo(workdir: Path, args: argparse.Namespace) -> int:
                     _print_memory(memory_report(query_status(sock, timeout_s=10.0)))
             print("[4/5] training finished:", flush=True)
             for pid, r in sorted(reports.items()):
-                index, project = projects[pid]
+                project = projects[pid][1]
                 png = _plot(project / "results.jsonl")
                 m = r["metrics"]
                 print(
-                    f"  trainer {index} (seed {index}) on {r['device']}: {r['epochs']} epochs, {r['images_per_s']:.1f} img/s, "
+                    f"  {names[pid]} on {r['device']}: {r['epochs']} epochs, {r['images_per_s']:.1f} img/s, "
                     f"final loss {r['final_loss']:.3f}, mAP50 {m.get('mAP50', float('nan')):.3f}, mAP50-95 {m.get('mAP50_95', float('nan')):.3f}, "
                     f"data wait {100 * r['data_wait_fraction']:.0f}%; results {png}; checkpoint {r['checkpoint']}",
                     flush=True,
                 )
             for pid, text in sorted(errors.items()):
-                print(f"  trainer {projects[pid][0]} failed: {text}", file=sys.stderr)
+                print(f"  {names.get(pid) or trainer_name({}, pid, projects[pid][0])} failed: {text}", file=sys.stderr)
                 ok = False
         finally:
             for p in trainers:
@@ -187,6 +193,11 @@ def _demo(workdir: Path, args: argparse.Namespace) -> int:
         f"[5/5] daemon stopped (exit code {daemon.returncode}); no pixpool segment left in {DEFAULT_STORE}", flush=True
     )
     return 0 if ok and daemon.returncode == 0 else 1
+
+
+def trainer_name(ids: dict[int, int], pid: int, seed: int) -> str:
+    """A trainer process by the number the other views show (``trainer_ids``), and its seed."""
+    return f"trainer {ids[pid]} (seed {seed})" if pid in ids else f"trainer (pid {pid}, seed {seed})"
 
 
 def _plot(results: Path) -> str:

@@ -28,7 +28,7 @@ import json
 
 from ..shared.errors import ConfigError
 from ..shared.stream import digest, flags, served_data
-from ..shared.stream.config import AugmentConfig, DaemonConfig, StreamSettings, changes_bytes
+from ..shared.stream.config import NOT_ULTRALYTICS_DEFAULTS, AugmentConfig, DaemonConfig, StreamSettings, changes_bytes
 from ..shared.stream.flags import to_argv
 
 __all__ = ["DAEMON_FIELDS", "configure", "daemon_config_from", "daemon_digests", "report", "run", "settings_from"]
@@ -61,7 +61,13 @@ def configure(parser: argparse.ArgumentParser, name: str = "digest") -> None:
         only=DAEMON_FIELDS,
     )
     flags.add_fields(parser, StreamSettings, group="stream (StreamSettings)")
-    flags.add_fields(parser, AugmentConfig, group="augmentation (AugmentConfig; defaults are YOLO's)", prefix="aug_")
+    flags.add_fields(
+        parser,
+        AugmentConfig,
+        group="augmentation (AugmentConfig)",
+        group_help=flags.defaults_note(AugmentConfig, NOT_ULTRALYTICS_DEFAULTS),
+        prefix="aug_",
+    )
 
 
 def settings_from(args: argparse.Namespace) -> StreamSettings:

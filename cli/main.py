@@ -12,12 +12,15 @@ from __future__ import annotations
 import argparse
 import importlib
 import logging
+import re
 import sys
 from dataclasses import dataclass
+from typing import NoReturn
 
 from ..shared import __version__
 from ..shared.errors import ConfigError, PixpoolError
 from ..shared.stream.flags import flag_names
+from ..shared.text import closest
 
 
 @dataclass(frozen=True)
@@ -50,10 +53,43 @@ COMMANDS: dict[str, Command] = {
 }
 
 
+class _Parser(argparse.ArgumentParser):
+    """An argparse parser whose errors take one line and name the closest flag or command.
+
+    argparse prints the whole usage (20 lines for ``pixpool train``) before the error; a
+    mistyped flag is better answered with the flag meant."""
+
+    def error(self, message: str) -> NoReturn:
+        hint = _hint(message, self)
+        self.exit(2, f"{self.prog}: error: {message}{hint} (see `{self.prog} --help`)\n")
+
+
+def _hint(message: str, parser: argparse.ArgumentParser) -> str:
+    """The ``; did you mean ...`` that follows an argparse ``message``: the closest known flag to
+    each unknown one (``--X 0`` for ``--no-X`` of a bool), or the closest command to a mistyped one."""
+    if message.startswith("unrecognized arguments:"):
+        shown = [a for a in parser._actions if a.help != argparse.SUPPRESS]
+        flags = {s: a for a in shown for s in a.option_strings}
+        meant = []
+        for token in message.split(":", 1)[1].split():
+            word = token.split("=", 1)[0]
+            if not word.startswith("--"):
+                continue
+            negated = flags.get("--" + word.removeprefix("--no-"))
+            if word.startswith("--no-") and negated is not None and negated.metavar == "BOOL":
+                meant.append(f"{negated.option_strings[-1]} 0")  # one way to say a bool: --X 0
+            elif (near := closest(word, flags)) is not None:
+                meant.append(near)
+        return f"; did you mean {', '.join(meant)}?" if meant else ""
+    chosen = re.search(r"invalid choice: '([^']*)' \(choose from (.*)\)", message)
+    if chosen:
+        near = closest(chosen.group(1), re.findall(r"'([^']*)'", chosen.group(2)))
+        return f"; did you mean {near!r}?" if near else ""
+    return ""
+
+
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="pixpool", description="Shared-memory data service for training object detectors."
-    )
+    parser = _Parser(prog="pixpool", description="Shared-memory data service for training object detectors.")
     parser.add_argument("--version", action="version", version=f"pixpool {__version__}")
     parser.add_argument("-v", "--verbose", action="store_true", help="log at debug level")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
@@ -74,7 +110,7 @@ def main(argv: list[str] | None = None) -> int:
         level=logging.DEBUG if known.verbose else logging.INFO, format="%(levelname)s %(name)s: %(message)s"
     )
     command = COMMANDS[known.command]
-    sub = argparse.ArgumentParser(prog=f"pixpool {known.command}", description=command.help)
+    sub = _Parser(prog=f"pixpool {known.command}", description=command.help)
     try:
         module = importlib.import_module(f"pixpool.cli.{command.module}")
         module.configure(sub, known.command)

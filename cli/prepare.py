@@ -16,7 +16,7 @@ import os
 import sys
 
 from ..shared.stream.config import DaemonConfig, PrepareOptions
-from ..shared.stream.flags import add_fields, from_args
+from ..shared.stream.flags import add_fields, add_negative_alias, from_args, parse_bool
 
 # Every flag is the DaemonConfig field a daemon would prepare with (``DaemonConfig.prepare_options``).
 _FIELDS = ("data", "images", *(f.name for f in dataclasses.fields(PrepareOptions) if f.name != "keep_snapshot"))
@@ -25,7 +25,16 @@ _FIELDS = ("data", "images", *(f.name for f in dataclasses.fields(PrepareOptions
 def configure(parser: argparse.ArgumentParser, name: str) -> None:
     add_fields(parser, DaemonConfig, only=_FIELDS)
     parser.add_argument("--json", action="store_true", help="print one JSON object instead of the table")
-    parser.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
+    parser.add_argument(
+        "--progress",
+        type=parse_bool,
+        nargs="?",
+        const=True,
+        default=True,
+        metavar="BOOL",
+        help="a progress bar on stderr when it is a terminal (default True)",
+    )
+    add_negative_alias(parser, "--progress", dest="progress")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -39,7 +48,7 @@ def run(args: argparse.Namespace) -> int:
     config = from_args(DaemonConfig, args)
     options = config.prepare_options(keep_snapshot=True)
     data, images, lineage = train_split(config)
-    progress = not (args.json or args.no_progress) and sys.stderr.isatty()
+    progress = args.progress and not args.json and sys.stderr.isatty()
     try:
         # Read in full, never on the label index alone: the report says what the reader found.
         loaded = load_split(

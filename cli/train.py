@@ -6,8 +6,9 @@ Runs in the trainer's process. Start several beside one ``pixpool serve`` (diffe
 of ``FitConfig`` (the run), ``StreamSettings`` (the stream: seed, batch size, HSV placement)
 and ``AugmentConfig`` (augmentation), each with its default in ``--help``; the connection
 flags (``--socket-dir``, ``--endpoint``, ``--keys``, ``--timeout-s``), ``--data`` / ``--images``
-(the dataset the run must train on: a daemon serving another is refused) and ``--json`` /
-``--no-progress`` are this command's own. Needs the trainer extra (torch).
+(the dataset the run must train on: a daemon serving another is refused) and ``--json``
+are this command's own (``--no-progress``, the older spelling of ``--progress 0``, is accepted
+but not listed). Needs the trainer extra (torch).
 
 Every generated flag is parsed with its default suppressed (a flag not given leaves no
 attribute; ``from_args`` then takes the field's default), so ``run`` knows which flags were given: ``--resume RUN/last.pt`` alone restores the run's saved settings, and a flag
@@ -19,10 +20,12 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import shlex
+import sys
 
 from ..client.train.fit_config import FIT_SET_FIELDS, FitConfig
-from ..shared.stream.config import AugmentConfig, StreamSettings
-from ..shared.stream.flags import add_fields, from_args
+from ..shared.stream.config import NOT_ULTRALYTICS_DEFAULTS, AugmentConfig, StreamSettings
+from ..shared.stream.flags import add_fields, add_negative_alias, defaults_note, from_args
 
 # The stream's flags: those of StreamSettings that neither ``fit`` sets (FIT_SET_FIELDS) nor
 # the environment gives (rank and world size: torchrun's RANK/WORLD_SIZE).
@@ -54,7 +57,7 @@ def configure(parser: argparse.ArgumentParser, name: str) -> None:
         "daemon serving another is refused, naming both (default: train on whatever the daemon serves)",
     )
     parser.add_argument("--images", metavar="DIR", default=None, help="with a COCO json as --data: its images folder")
-    parser.add_argument("--json", action="store_true", help="print the final report as JSON (implies --no-progress)")
+    parser.add_argument("--json", action="store_true", help="print the final report as JSON (implies --progress 0)")
     add_fields(parser, FitConfig, group="the run (FitConfig)", prefix="run_", suppress_defaults=True)
     add_fields(
         parser,
@@ -67,14 +70,13 @@ def configure(parser: argparse.ArgumentParser, name: str) -> None:
     add_fields(
         parser,
         AugmentConfig,
-        group="augmentation (AugmentConfig; defaults are YOLO's)",
+        group="augmentation (AugmentConfig)",
+        group_help=defaults_note(AugmentConfig, NOT_ULTRALYTICS_DEFAULTS, exclude=_AUG_SET),
         prefix="aug_",
         exclude=_AUG_SET,
         suppress_defaults=True,
     )
-    parser.add_argument(
-        "--no-progress", dest="run_progress", action="store_false", default=argparse.SUPPRESS, help="no progress bar"
-    )
+    add_negative_alias(parser, "--progress", dest="run_progress")
 
 
 def given(args: argparse.Namespace) -> set[str]:
@@ -93,6 +95,22 @@ def config_from_args(args: argparse.Namespace) -> FitConfig:
     stream = from_args(StreamSettings, args, prefix="stream_", augment=augment)
     config = from_args(FitConfig, args, prefix="run_", stream=stream)
     return dataclasses.replace(config, progress=False) if args.json else config
+
+
+def resume_command(args: argparse.Namespace, checkpoint) -> str:
+    """The ``pixpool train`` line that continues the run of ``checkpoint`` against the same daemon
+    (the run's settings come back from the checkpoint; only where to find the daemon and data is given)."""
+    argv = ["pixpool", "train", "--resume", str(checkpoint)]
+    for flag, value in (
+        ("--socket-dir", args.socket_dir),
+        ("--endpoint", args.endpoint),
+        ("--keys", args.keys),
+        ("--data", args.data),
+        ("--images", args.images),
+    ):
+        if value is not None:
+            argv += [flag, str(value)]
+    return shlex.join(argv)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -123,19 +141,29 @@ def run(args: argparse.Namespace) -> int:
                 flush=True,
             )
 
-    report = fit(
-        config,
-        socket_dir=args.socket_dir,
-        endpoint=args.endpoint,
-        keys_dir=args.keys,
-        timeout_s=args.timeout_s,
-        wait_s=args.wait_s,
-        given=given(args),
-        on_attached=started,
-        on_epoch=show,
-        data=args.data,
-        images=args.images,
-    )
+    from ..client.train.fit import Interrupted
+
+    try:
+        report = fit(
+            config,
+            socket_dir=args.socket_dir,
+            endpoint=args.endpoint,
+            keys_dir=args.keys,
+            timeout_s=args.timeout_s,
+            wait_s=args.wait_s,
+            given=given(args),
+            on_attached=started,
+            on_epoch=show,
+            data=args.data,
+            images=args.images,
+        )
+    except Interrupted as stop:
+        print(f"\n{stop}", file=sys.stderr)
+        if stop.checkpoint is not None:
+            print(f"resume with: {resume_command(args, stop.checkpoint)}", file=sys.stderr)
+        else:
+            print("nothing to resume: run the same command again to start over", file=sys.stderr)
+        return 130  # the shell's status for SIGINT
     if args.json:
         print(json.dumps({k: v for k, v in report.items() if k != "history"}))
     else:

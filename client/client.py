@@ -86,7 +86,7 @@ from .connection import KEEP_WAITING, Connection, Lost
 from .daemon_socket import await_daemon
 from .delivery import delivery_for, open_reader, prove
 from .flow import Flow
-from .heartbeat import Heartbeat
+from .heartbeat import Heartbeat, WaitCount
 from .record_files import fetch_files
 from .snapshot_check import StreamSnapshot
 from .tensors import Conversion, TrainerBatch, to_batch
@@ -176,8 +176,9 @@ class Client:
         self.flip_idx: tuple[int, ...] | None = None
         self.position: tuple[int, int] = (settings.start_epoch, 0)
         self.reattaches = 0
-        # Seconds this trainer spent waiting for the daemon's batches (the heartbeat reports it).
-        self.data_wait_s = 0.0
+        # Seconds this trainer spent waiting for the daemon's batches (the heartbeat reports
+        # those of the current attachment).
+        self.data_wait = WaitCount()
         self.closed = False
         self._ctx = zmq.Context()
         self._conn = Connection(
@@ -191,7 +192,7 @@ class Client:
             self._conn.socket,
             interval_s=heartbeat_interval_s,
             identity=lambda: self._ident,
-            data_wait_s=lambda: self.data_wait_s,
+            data_wait_s=self.data_wait.since_attach_s,
         )
         try:
             self._attach(wait_s=self.wait_s)
@@ -216,6 +217,11 @@ class Client:
     def daemon_answers(self) -> bool:
         """The daemon answered this trainer's heartbeat lately (its loop runs)."""
         return self._ident is not None and self._heartbeat.answered_lately()
+
+    @property
+    def data_wait_s(self) -> float:
+        """Seconds this trainer waited for batches, over all its attachments."""
+        return self.data_wait.total_s
 
     @property
     def snapshot(self) -> dict:
@@ -259,6 +265,7 @@ class Client:
         self.num_records = attached["num_records"]
         self.names = list(attached.get("names") or [])
         self._heartbeat.reset()
+        self.data_wait.attached()
         self._ident = (attached["trainer_id"], attached["token"])
         self._flow = Flow(self._conn, self._ident, peer=self, timeout_s=self.timeout_s)
         granted, ring = prove(self._conn, attached, asked=self._asked, store=self.store, deadline=deadline, peer=self)
@@ -355,7 +362,7 @@ class Client:
                         t_wait = time.perf_counter()
                         msg, frames = flow.next_ready(epoch, b)
                         t0 = time.perf_counter()
-                        self.data_wait_s += t0 - t_wait
+                        self.data_wait.add(t0 - t_wait)
                         arrays = self._reader.arrays(msg, frames)
                         lend = self._lends and self._reader.ring is not None and flow.lent < self.layout.slots - 1
                         out = to_batch(arrays, msg, self._conversion, self.settings, lend=lend)

@@ -3,7 +3,7 @@
 Runs in the trainer process, on its own thread with its own DEALER socket (made in that
 thread: ZeroMQ sockets are not thread-safe), while the caller's thread trains. Each
 ``interval_s`` it sends ``heartbeat`` for the identity the Client holds now (none between
-attaches) with the seconds spent waiting for batches, and reads the replies without
+attaches) with the seconds spent waiting for batches since that attach (``WaitCount``), and reads the replies without
 blocking: an answer for the current identity is the daemon's sign of life (``last_ack``);
 ``unknown_trainer`` for it means the daemon no longer knows this trainer (``lost``: a
 restarted daemon, or one that swept a trainer it thought silent). The caller's thread
@@ -20,6 +20,29 @@ import zmq
 
 from ..shared.errors import ProtocolError
 from ..shared.wire.trainer import decode, encode
+
+
+class WaitCount:
+    """Seconds a trainer waited for batches: in all, and since its latest attach.
+
+    The heartbeat reports the second: the daemon divides it by how long this attachment has
+    lasted (``pixpool monitor``'s wait column), and a daemon restarted mid-run knows only the
+    attachment it made, so wait and time must cover that one span (the whole run's wait over
+    a new daemon's minutes read 253 %)."""
+
+    def __init__(self) -> None:
+        self.total_s = 0.0
+        self._at_attach_s = 0.0
+
+    def add(self, seconds: float) -> None:
+        self.total_s += seconds
+
+    def attached(self) -> None:
+        """A new attachment starts: its count starts at zero."""
+        self._at_attach_s = self.total_s
+
+    def since_attach_s(self) -> float:
+        return self.total_s - self._at_attach_s
 
 
 class Heartbeat:

@@ -58,6 +58,7 @@ device first; the Ultralytics loader's batches are moved and converted by the tr
 from __future__ import annotations
 
 import dataclasses
+import inspect
 import os
 from typing import Any, Iterator
 
@@ -66,6 +67,7 @@ from ..shared.stream import served_data
 from ..shared.stream.config import AugmentConfig, StreamSettings
 from ..shared.stream.sampler import num_batches
 from ..shared.stream.served_data import ExpectedData
+from ..shared.text import closest
 from ..shared.transport.ring import DEFAULT_SLOTS
 from ._torch import require_torch
 from .batch import Batch
@@ -284,6 +286,21 @@ def expected_data(
     return served_data.expect(data, images, split=split, task=task)
 
 
+def _unknown_message(unknown: list[str]) -> str:
+    """One line naming the field meant for each mistyped one; the list of every field only
+    where none is close (a typo is answered by its fix, not by 30 names)."""
+    # attach()'s own keywords too: ``timeout=`` lands in ``overrides`` and means ``timeout_s``.
+    own = {p.name for p in inspect.signature(attach).parameters.values() if p.kind is p.KEYWORD_ONLY}
+    known = _STREAM_FIELDS | _AUGMENT_FIELDS | {"augment"} | own
+    meant = {name: closest(name, known) for name in unknown}
+    if all(meant.values()):
+        return f"unknown field(s) {unknown} for attach(); did you mean {', '.join(repr(m) for m in meant.values())}?"
+    return (
+        f"unknown field(s) {unknown} for attach(); StreamSettings fields: {sorted(_STREAM_FIELDS)}; "
+        f"AugmentConfig fields: {sorted(_AUGMENT_FIELDS)}"
+    )
+
+
 def stream_settings(settings: StreamSettings | None = None, /, **overrides: Any) -> StreamSettings:
     """``settings`` (default: ``StreamSettings()``) with ``overrides`` by field name, as ``attach`` takes them."""
     if settings is not None and not isinstance(settings, StreamSettings):
@@ -291,11 +308,7 @@ def stream_settings(settings: StreamSettings | None = None, /, **overrides: Any)
     overrides = {k: v for k, v in overrides.items() if not (k in _NONE_IS_UNSET and v is None)}
     unknown = sorted(set(overrides) - _STREAM_FIELDS - _AUGMENT_FIELDS - {"augment"})
     if unknown:
-        raise ConfigError(
-            f"unknown field(s) {unknown} for attach(); StreamSettings fields: {sorted(_STREAM_FIELDS)}; "
-            f"AugmentConfig fields: {sorted(_AUGMENT_FIELDS)}",
-            field=unknown[0],
-        )
+        raise ConfigError(_unknown_message(unknown), field=unknown[0])
     base = settings if settings is not None else StreamSettings()
     augment = base.augment
     if "augment" in overrides:

@@ -4,7 +4,9 @@ Runs in each rank that ``torchrun`` starts. One daemon serves the node (``pixpoo
 every rank of the node attaches to it through ``pixpool.client.attach()``, which takes the
 rank and world size from the initialised ``torch.distributed`` group, so each rank gets a
 disjoint shard of every epoch and all ranks together see each sample once. The daemon holds
-one snapshot for all of them; each rank only maps its own batch ring.
+one snapshot for all of them; each rank only maps its own batch ring. The ranks train at the
+size and task the daemon serves (``--imgsz`` only to insist on one: a daemon serving another
+is refused, naming both); rank 0 prints them when it has attached.
 
 One node, 2 ranks (gloo on the CPU, NCCL with one GPU per rank)::
 
@@ -42,6 +44,10 @@ from torch.nn.parallel import DistributedDataParallel
 import pixpool.client
 from pixpool.client.train.detect import DetectionLoss, Detector, pad_targets
 
+# Tasks whose target rows are (batch_index, class, cx, cy, w, h): the detector's loss reads those
+# (segment's masks come beside the rows); obb and pose rows carry more columns (shared/task.py).
+_BOX_TASKS = ("detect", "segment")
+
 
 def parse_args(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description="DDP training of the reference detector on a pixpool stream")
@@ -56,7 +62,13 @@ def parse_args(argv=None) -> argparse.Namespace:
     )
     p.add_argument("--epochs", type=int, default=10)
     p.add_argument("--batch-size", type=int, default=16, help="images per rank per step")
-    p.add_argument("--imgsz", type=int, default=640, help="must match the daemon's --imgsz")
+    p.add_argument(
+        "--imgsz",
+        type=int,
+        default=None,
+        help="training image size; default: the daemon's (give it only to insist on one: a daemon serving "
+        "another size is refused, naming both)",
+    )
     p.add_argument(
         "--seed",
         type=int,
@@ -100,6 +112,20 @@ def main(argv=None) -> int:
             zero_copy=True,
         ) as loader:  # the loop below keeps no batch past the next
             torch.manual_seed(args.seed)  # the same initial weights on every rank (DDP also broadcasts them)
+            # The daemon's size and task unless the user named a size: what it renders is what the loss needs.
+            imgsz = loader.settings.augment.imgsz
+            if loader.task not in _BOX_TASKS:
+                raise SystemExit(
+                    f"examples/torchrun_ddp.py trains the reference detector on boxes; the daemon at "
+                    f"{args.endpoint or args.socket_dir} serves task {loader.task!r}: serve a detect or segment set, "
+                    "or put a model for that task in this loop"
+                )
+            if rank == 0:
+                print(
+                    f"attached: task {loader.task}, imgsz {imgsz}, {len(loader)} batches of {args.batch_size} "
+                    f"per rank per epoch, {dist.get_world_size()} ranks",
+                    flush=True,
+                )
             model = Detector(loader.num_classes, scale=args.scale).to(device)
             ddp = DistributedDataParallel(model, device_ids=[local_rank] if cuda else None)
             loss_fn = DetectionLoss(loader.num_classes, reg_max=model.reg_max, strides=model.strides)
@@ -114,7 +140,7 @@ def main(argv=None) -> int:
                     targets, mask = pad_targets(rows.numpy(), len(images), args.max_targets)
                     x = images.to(device, non_blocking=True).float().div_(255.0)
                     loss, _ = loss_fn(
-                        ddp(x), torch.from_numpy(targets).to(device), torch.from_numpy(mask).to(device), args.imgsz
+                        ddp(x), torch.from_numpy(targets).to(device), torch.from_numpy(mask).to(device), imgsz
                     )
                     optimizer.zero_grad(set_to_none=True)
                     loss.backward()

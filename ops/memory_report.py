@@ -25,6 +25,12 @@ Break-even: with pixpool, N trainers cost F + N x r (F the service's measured co
 rings, r the mean measured ring); with a decoded uint8 cache each, N x d (d the decoded
 bytes of the resized images). ``break_even_trainers`` is the smallest N with N x d >= F + N x r
 (None while no trainer is attached, or when a ring costs more than a uint8 cache).
+
+Validation streams (sessions on the ``val`` split: ``pixpool train`` attaches one for each
+validation pass and detaches it after) are no trainers: they are not counted in
+``trainers``, their rings are ``validation_ring_bytes`` (part of ``ring_bytes``, the bytes of
+every ring now), and r is the mean training ring (``ring_bytes_per_trainer``). F leaves out
+every ring, so a validation pass under way does not move the break-even.
 """
 
 from __future__ import annotations
@@ -60,8 +66,37 @@ def _roles(status: dict) -> dict[int, tuple[str, int | None]]:
     roles.update({w["pid"]: ("worker", w["index"]) for w in status["workers"] if w["pid"]})
     # Trainers whose pid is this machine's and this PID namespace's (the daemon watches it);
     # remote ones, and local ones in another PID namespace, are not measurable by pid here.
-    roles.update({t["pid"]: ("trainer", t["trainer_id"]) for t in status["trainers"] if _measurable(t)})
+    measurable = [t for t in status["trainers"] if _measurable(t)]
+    roles.update({pid: ("trainer", trainer_id) for pid, trainer_id in trainer_ids(measurable).items()})
     return roles
+
+
+def is_validation(trainer: dict) -> bool:
+    """A session that streams the val split: a trainer's validation pass, not a trainer."""
+    return trainer.get("split", "train") != "train"
+
+
+def trainer_ids(trainers: list[dict]) -> dict[int, int]:
+    """pid -> the number every view gives that trainer process: the daemon's id of its training
+    stream (its validation stream, a second session of the same process, is part of it)."""
+    ids: dict[int, int] = {}
+    for t in sorted(trainers, key=lambda t: not is_validation(t)):  # training streams last: they win
+        ids[t["pid"]] = t["trainer_id"]
+    return ids
+
+
+def stream_labels(trainers: list[dict]) -> list[tuple[str, str]]:
+    """(who, epoch:batch) of each session as every view shows it: a validation stream is its
+    trainer's ("3 val", "val:b/n"; the daemon's epoch of a pass is -1), never a trainer of its own."""
+    owner = trainer_ids(trainers)
+    out = []
+    for t in trainers:
+        if is_validation(t):
+            who = f"{owner[t['pid']]} val" if t["pid"] else str(t["trainer_id"])
+            out.append((who, f"val:{t['next_batch']}/{t['num_batches']}"))
+        else:
+            out.append((str(t["trainer_id"]), f"{t['epoch']}:{t['next_batch']}/{t['num_batches']}"))
+    return out
 
 
 def _measurable(t: dict) -> bool:
@@ -135,14 +170,17 @@ def memory_report(status: dict, *, store: str | None = None) -> dict:
             "slots": t.get("slots", 0),
             "bytes": segs[name]["bytes"] if name in segs else 0,
             "mask_bytes": t.get("ring_mask_nbytes", 0),  # segment rings' mask planes, part of ``bytes``
+            "validation": is_validation(t),
         }
         for name, t in ring_of.items()
     ]
     ring_bytes = sum(segs[r]["resident_bytes"] for r in ring_segs)
+    validation_ring_bytes = sum(segs[r]["resident_bytes"] for r in ring_segs if is_validation(ring_of[r]))
+    training_ring_bytes = ring_bytes - validation_ring_bytes
     decoded = int(snap.get("decoded_bytes", 0))
-    # Training streams only: a trainer's validation stream (``split`` "val") is part of that
-    # trainer, not another one; its ring is counted in ``ring_bytes`` all the same.
-    n = sum(1 for t in status["trainers"] if t.get("split", "train") == "train")
+    # Training streams only (module docstring): a validation stream is part of its trainer.
+    n = sum(1 for t in status["trainers"] if not is_validation(t))
+    per_trainer = training_ring_bytes // n if n else None
     where = _store.describe(store)
     return {
         "snapshot": snap.get("name", ""),
@@ -160,14 +198,15 @@ def memory_report(status: dict, *, store: str | None = None) -> dict:
         "decoded_bytes": decoded,
         "rings": rings,
         "ring_bytes": ring_bytes,
-        "ring_bytes_per_trainer": ring_bytes // n if n else None,
+        "validation_ring_bytes": validation_ring_bytes,
+        "ring_bytes_per_trainer": per_trainer,
         "processes": procs,
         "service_pss_bytes": service,
         "trainers_pss_bytes": trainers_own,
         "total_pss_bytes": service + trainers_own,
         "trainers": n,
         "uint8_caches_bytes": n * decoded,
-        "break_even_trainers": break_even(service - ring_bytes, ring_bytes // n if n else None, decoded),
+        "break_even_trainers": break_even(service - ring_bytes, per_trainer, decoded),
         "store": where,
         "segments": segs,
     }

@@ -19,6 +19,7 @@ import threading
 
 from ..shared.transport.names import DEFAULT_STORE, shm_path
 from ..shared.transport.procmem import process_memory
+from .memory_report import is_validation
 
 log = logging.getLogger(__name__)
 
@@ -124,7 +125,7 @@ class _Collector:
         images = CounterMetricFamily("pixpool_trainer_images", "Images delivered to each trainer", labels=["trainer"])
         wait = CounterMetricFamily(
             "pixpool_trainer_data_wait_seconds",
-            "Seconds each trainer waited for batches (its own count)",
+            "Seconds each trainer waited for batches since it attached (its own count)",
             labels=["trainer"],
         )
         for t in st["trainers"]:
@@ -152,7 +153,12 @@ class _Collector:
         yield GaugeMetricFamily(
             "pixpool_store_size_bytes", f"Size of the store's file system ({DEFAULT_STORE} by default)", value=size
         )
-        yield GaugeMetricFamily("pixpool_trainers", "Trainers attached", value=len(st["trainers"]))
+        # A trainer's validation pass is a session of its own, but no trainer (``memory_report.is_validation``).
+        validating = sum(1 for t in st["trainers"] if is_validation(t))
+        yield GaugeMetricFamily("pixpool_trainers", "Trainers attached", value=len(st["trainers"]) - validating)
+        yield GaugeMetricFamily(
+            "pixpool_validation_streams", "Validation passes under way (sessions on the val split)", value=validating
+        )
         yield CounterMetricFamily(
             "pixpool_worker_restarts",
             "Augmentation workers replaced after dying",

@@ -13,6 +13,7 @@ from ..shared.transport import endpoint as ep
 from ..shared.transport.control import request_health, request_status
 from ..shared.transport.names import DEFAULT_STORE
 from ..shared.wire.error_codes import error_from
+from .memory_report import stream_labels
 
 
 def query_status(socket_dir: str | None = None, *, timeout_s: float = 3.0) -> dict:
@@ -63,17 +64,17 @@ def format_status(st: dict) -> str:
     if st["trainers"]:
         rows = [
             [
-                t["trainer_id"],
+                who,
                 t["pid"],
                 t["delivery"],
                 f"seed={t['settings']['seed']} batch={t['settings']['batch_size']} rank={t['settings']['rank']}/{t['settings']['world_size']}",
-                f"{t['epoch']}:{t['next_batch']}/{t['num_batches']}",
+                where,
                 t["batches_delivered"],
                 t["img_per_s"],
                 f"{t['slots_in_use']}/{t['slots']}",
                 human_bytes(t["ring_nbytes"]),
             ]
-            for t in st["trainers"]
+            for t, (who, where) in zip(st["trainers"], stream_labels(st["trainers"]))
         ]
         lines.append(
             format_table(

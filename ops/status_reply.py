@@ -31,7 +31,8 @@ def build_health(d) -> dict:
     return {
         "pid": d.pid,
         "healthy": healthy,
-        "trainers": len(d.sessions),
+        # A trainer's validation pass (a session on the val split) is no trainer (``memory_report.is_validation``).
+        "trainers": sum(1 for t in d.sessions.trainers.values() if t.settings.split == "train"),
         "workers_ready": workers_ready,
         "uptime_s": round(time.monotonic() - d.started, 3),
     }

@@ -13,6 +13,7 @@ from rich.table import Table
 from rich.text import Text
 
 from ..shared.text import human_bytes
+from .memory_report import stream_labels
 
 
 def _table(*headers: str) -> Table:
@@ -33,6 +34,9 @@ def memory_lines(mem: dict) -> Text:
     out = Text()
     per = mem.get("ring_bytes_per_trainer")
     each = f" ({human_bytes(per)} per trainer)" if per else ""
+    validating = mem.get("validation_ring_bytes", 0)
+    if validating:  # a validation pass under way: its ring goes when the pass ends
+        each += f", {human_bytes(validating)} of them validation"
     out.append(
         f"snapshot retained {human_bytes(mem['snapshot_bytes'])} ({mem['dtype']}), batch rings {human_bytes(mem['ring_bytes'])}{each}\n"
     )
@@ -77,18 +81,26 @@ def processes_table(mem: dict) -> Table:
     return t
 
 
+def _wait_share(tr: dict) -> float:
+    """The share of its attachment a trainer spent waiting for batches, 0 to 1: wait and time
+    over the same span (a trainer of this release counts its wait from its latest attach; one
+    of an older release counts it from its first, so a share over 1 is theirs, and capped)."""
+    attached_s = tr.get("attached_s") or 0.0
+    return min(1.0, tr.get("data_wait_s", 0.0) / attached_s) if attached_s > 0 else 0.0
+
+
 def trainers_table(st: dict) -> Table | Text:
     if not st["trainers"]:
         return Text("no trainers attached")
     t = _table("trainer", "pid", "seed/batch", "epoch:batch", "img/s", "wait", "ring")
-    for tr in st["trainers"]:
+    for tr, (who, where) in zip(st["trainers"], stream_labels(st["trainers"])):
         s = tr["settings"]
-        wait = tr.get("data_wait_s", 0.0) / tr["attached_s"] if tr.get("attached_s") else 0.0
+        wait = _wait_share(tr)
         t.add_row(
-            str(tr["trainer_id"]),
+            who,
             str(tr["pid"]),
             f"{s['seed']}/{s['batch_size']} r{s['rank']}/{s['world_size']}",
-            f"{tr['epoch']}:{tr['next_batch']}/{tr['num_batches']}",
+            where,
             f"{tr['img_per_s']:.1f}",
             f"{100 * wait:.0f}%",
             human_bytes(tr["ring_nbytes"]),

@@ -1,4 +1,5 @@
-"""Plain-text tables and byte counts for the command line (both sides' commands print them)."""
+"""Plain text for the command line and for error messages (both sides print them): byte counts,
+tables, the closest known name to a mistyped one."""
 
 from __future__ import annotations
 
@@ -22,3 +23,12 @@ def format_table(rows: list[list], headers: list[str]) -> str:
         lines.append("  ".join(parts).rstrip())
     lines.insert(1, "  ".join("-" * w for w in widths))
     return "\n".join(lines)
+
+
+def closest(word: str, known) -> str | None:
+    """The one name of ``known`` closest to a mistyped ``word`` (difflib's ratio of at least
+    0.6, the ratio Python's own "Did you mean" uses), or None when none is close."""
+    import difflib
+
+    found = difflib.get_close_matches(word, list(known), n=1, cutoff=0.6)
+    return found[0] if found else None

@@ -51,6 +51,7 @@ def _sandbox(tmp_path: Path) -> tuple[Path, dict]:
 
 STAGE_NAMES = ["lint", "unit", "integration", "slow", "ci-scripts", "bench-scripts"]
 STAGES = ["-m not slow unit", "-m not slow integration", "-m slow .", ".", "."]
+UL_STAGES = ["test_ultralytics_install.py", "-m ultralytics ."]
 
 
 def test_ci_run_uses_a_new_empty_venv_each_time_and_removes_it(tmp_path):
@@ -71,15 +72,20 @@ def test_ci_run_uses_a_new_empty_venv_each_time_and_removes_it(tmp_path):
             assert not os.path.exists(venv), f"run {run} left its venv {venv} behind"
         venvs.extend(made)
         # The whole suite first, in stages (each product test in exactly one), then the tests of
-        # the CI scripts, then the Ultralytics tests in their own venv with its torch.
+        # the CI scripts, then in the Ultralytics venv: torch with its torchvision, the dry-run
+        # check that the extra keeps them, the extra, the Ultralytics tests.
         tests = [i for i, line in enumerate(log) if line.startswith("python -m pytest ")]
-        assert [log[i].split(" --timeout=600 ")[1] for i in tests] == [*STAGES, "-m ultralytics ."], log
+        assert [log[i].split(" --timeout=600 ")[1] for i in tests] == [*STAGES, *UL_STAGES], log
         # ruff, pinned, checks and format-checks the tree before the first test.
         lint = [log.index("python -m ruff check ."), log.index("python -m ruff format --check .")]
         assert log.index("python -m pip install -q ruff==0.17.6") < lint[0] < lint[1] < tests[0], log
-        assert "python -m pip install -q torch==2.14.1 torchvision==0.29.1 ultralytics" in log[tests[4] : tests[5]], log
+        pair = "python -m pip install -q torch==2.14.1 torchvision==0.29.1 pytest pytest-timeout"
+        assert pair in log[tests[4] : tests[5]], log
+        assert f"python -m pip install -q {repo}[test,ultralytics]" in log[tests[5] : tests[6]], log
         said = [line for line in proc.stdout.splitlines() if line.startswith("== stage ") and " s, exit " in line]
-        assert [line.split()[2].rstrip(":") for line in said] == [*STAGE_NAMES, "ultralytics"], proc.stdout
+        assert [line.split()[2].rstrip(":") for line in said] == [*STAGE_NAMES, "ultralytics-install", "ultralytics"], (
+            proc.stdout
+        )
     assert len(set(venvs)) == len(venvs), "a venv directory was reused"
     assert not os.listdir(env["TMPDIR"]), "a run left something in its temporary folder"
 
@@ -105,7 +111,7 @@ def test_a_failing_stage_fails_the_run_and_no_later_stage_runs(tmp_path):
 def test_an_empty_slow_stage_passes_but_an_empty_unit_stage_fails(tmp_path):
     repo, env = _sandbox(tmp_path)
     proc, tests = _run(repo, env, "-m slow .", 5)  # pytest: no test collected
-    assert proc.returncode == 0 and len(tests) == 6, proc.stdout + proc.stderr
+    assert proc.returncode == 0 and len(tests) == len(STAGES) + len(UL_STAGES), proc.stdout + proc.stderr
     assert "== stage slow: no test selected" in proc.stdout
     proc, tests = _run(repo, env, "-m not slow unit", 5)
     assert proc.returncode == 5 and len(tests) == 1, proc.stdout

@@ -11,7 +11,9 @@ identity of the snapshot the run trained on (``snapshot_check.identity``).
 Resume rule: the checkpoint's settings come back, and the run writes into the checkpoint's
 folder. A setting the user gave (a flag on the command line; from Python, a field that
 differs from its default) must equal the saved one, else the resume is refused naming the
-field, its flag and both values. ``epochs`` may grow only with ``extend`` (the schedule
+field, its flag and both values; run-only settings (``--val``, ``--val-batch-size``:
+``fit_config.run_only_settings``) and transient ones (``--device``, ``--threads``,
+``--progress``) may differ, and the given value holds from then on. ``epochs`` may grow only with ``extend`` (the schedule
 is then no longer the one the run began with: ``FitConfig.extend``).
 """
 
@@ -24,7 +26,7 @@ from typing import Any
 
 from ...shared.errors import ConfigError, SnapshotChangedError
 from .. import snapshot_check
-from .fit_config import FitConfig, flag_of_path, flat_settings, from_flat
+from .fit_config import FitConfig, flag_of_path, flat_settings, from_flat, run_only_settings
 
 log = logging.getLogger(__name__)
 
@@ -71,7 +73,13 @@ def resumed_config(config: FitConfig, ckpt: dict, *, given: set[str]) -> FitConf
     unknown = sorted(set(saved) - set(now))
     if unknown:
         log.warning("%s holds settings this pixpool does not know, ignored: %s", where, unknown)
-    differ = [p for p in sorted(given) if p in saved and p in now and p != "epochs" and now[p] != saved[p]]
+    run_only = run_only_settings()
+    changed = {p: now[p] for p in given if p in run_only}
+    differ = [
+        p
+        for p in sorted(given)
+        if p in saved and p in now and p != "epochs" and p not in run_only and now[p] != saved[p]
+    ]
     folder = Path(where).parent
     if "project" in given and Path(config.project).resolve() != folder.resolve():
         differ.insert(0, "project")
@@ -109,7 +117,7 @@ def resumed_config(config: FitConfig, ckpt: dict, *, given: set[str]) -> FitConf
             field="epochs",
         )
     transient = {k: v for k, v in flat_settings(config, transient=True).items() if k not in now}
-    restored = {k: v for k, v in saved.items() if k in now}
+    restored = {**{k: v for k, v in saved.items() if k in now}, **changed}
     return from_flat({**restored, **transient, "epochs": epochs, "project": str(folder)})
 
 

@@ -3,11 +3,20 @@
 Runs in the trainer process (``pixpool train``, the demo's trainers, a user's script).
 Per epoch: the training stream (``attach``, ``drop_last`` so every batch fills the static
 step) through ``DetectorStep``, a progress bar (loss, img/s, share of time spent waiting for
-data), validation of the EMA model on the daemon's val split (letterboxed route, in order;
-torch-only NMS; mAP@[.5:.95] and mAP@.5 by pycocotools' COCOeval, in the letterboxed
-frame), one JSON line of metrics in ``RUN/results.jsonl``, and ``RUN/last.pt`` (plus
-``best.pt`` when mAP improved). ``RUN`` is ``project``, or its next free name when it
+data), validation of the EMA model on the daemon's val split with its own progress bar
+(letterboxed route, in order; torch-only NMS; mAP@[.5:.95] and mAP@.5 by pycocotools'
+COCOeval, in the letterboxed frame), one JSON line of metrics in ``RUN/results.jsonl``, and
+``RUN/last.pt`` (plus ``best.pt`` when mAP improved). ``RUN`` is ``project``, or its next free name when it
 exists (``run_dir.py``), made once the run has attached.
+
+The validation stream is a second session with its own ring in the daemon; it is attached
+for each validation pass and closed after it (once at the start too, so that a daemon
+without a val split, or serving another dataset, is named before the first epoch), so
+between validations a trainer costs the service one ring, not two.
+
+Ctrl-C: ``fit`` raises ``Interrupted`` (a KeyboardInterrupt) naming the run's last
+checkpoint, or, where none was saved yet, after removing the run folder it made (it holds
+nothing): ``pixpool train`` prints the resume line from it.
 
 A checkpoint (``checkpoint.py``) holds the model, EMA, optimizer, step count, the next
 epoch, the RNG states, the run's settings and the snapshot it trained on. ``resume`` alone
@@ -39,9 +48,24 @@ from .._torch import require_torch
 from . import checkpoint, run_dir
 from .fit_config import FitConfig, explicit_settings, flat_settings
 
-__all__ = ["FitConfig", "fit", "fit_process"]
+__all__ = ["FitConfig", "Interrupted", "fit", "fit_process"]
 
 log = logging.getLogger(__name__)
+
+
+class Interrupted(KeyboardInterrupt):
+    """Ctrl-C during ``fit``: ``checkpoint`` is the run's latest ``last.pt`` (None when the run
+    saved none; then ``removed`` is the empty run folder ``fit`` made and took away again)."""
+
+    def __init__(self, *, checkpoint: Path | None, run_dir: Path, epoch: int, removed: bool):
+        self.checkpoint, self.run_dir, self.epoch, self.removed = checkpoint, run_dir, epoch, removed
+        if checkpoint is not None:
+            text = f"interrupted in epoch {epoch + 1}; the run's last checkpoint is {checkpoint}"
+        else:
+            text = f"interrupted in epoch {epoch + 1} before any checkpoint; " + (
+                f"removed the empty run folder {run_dir}" if removed else f"nothing saved in {run_dir}"
+            )
+        super().__init__(text)
 
 
 def fit(
@@ -152,14 +176,19 @@ def fit(
             _set_rng(ckpt["rng"], torch)
             best = ckpt["best"]
         val_data = data if data is not None and served_data.names_split(data, "val") else None
-        val = (
-            _val_loader(train, socket_dir, endpoint, keys_dir, config, imgsz, timeout_s, data=val_data)
-            if config.validate
-            else None
-        )
+        val = None
+        if config.validate:
+            val = _ValStream(train, socket_dir, endpoint, keys_dir, config, imgsz, timeout_s, data=val_data)
+            if not val.probe():
+                val = None
+        # Made only now: every refusal (settings, checkpoint, snapshot, the daemon's) came before.
+        # A folder this run made (not a checkpoint's, not one reused with exist_ok) goes again if Ctrl-C
+        # comes before anything was saved in it.
+        made = ckpt is None and not (config.exist_ok and Path(config.project).is_dir())
+        folder = Path(config.resume).parent if ckpt else run_dir.claim(config.project, exist_ok=config.exist_ok)
+        saved = Path(config.resume) if ckpt else None
+        epoch = start_epoch
         try:
-            # Made only now: every refusal (settings, checkpoint, snapshot, the daemon's) came before.
-            folder = Path(config.resume).parent if ckpt else run_dir.claim(config.project, exist_ok=config.exist_ok)
             # What the checkpoint records: the settings as they ran, imgsz as the daemon served it.
             ran = dataclasses.replace(
                 config,
@@ -187,7 +216,10 @@ def fit(
             for epoch in range(start_epoch, config.epochs):
                 row = _train_epoch(train, step, epoch, config, report)
                 if val is not None:
-                    row.update(_validate(step.ema, val, config, imgsz, device, torch))
+                    t0 = time.perf_counter()
+                    with val.open() as loader:
+                        row.update(_validate(step.ema, loader, config, imgsz, device, torch, epoch=epoch))
+                    row["val_time_s"] = time.perf_counter() - t0
                 score = row.get("mAP50_95", -row["loss"])
                 improved = score > best
                 best = max(best, score)
@@ -203,7 +235,7 @@ def fit(
                         "python": random.getstate(),
                     },
                 }
-                ckpt_path = checkpoint.save(folder, state, improved=improved, torch=torch)
+                ckpt_path = saved = checkpoint.save(folder, state, improved=improved, torch=torch)
                 with results.open(mode) as f:
                     f.write(json.dumps(row) + "\n")
                 mode = "a"
@@ -213,9 +245,9 @@ def fit(
                     on_epoch(row)
                 if config.max_steps is not None and report["steps"] >= config.max_steps:
                     break
-        finally:
-            if val is not None:
-                val.close()
+        except KeyboardInterrupt:
+            removed = saved is None and made and run_dir.release(folder)
+            raise Interrupted(checkpoint=saved, run_dir=folder, epoch=epoch, removed=removed) from None
     last = report["history"][-1] if report["history"] else {}
     report.update(
         final_loss=last.get("loss"),
@@ -248,13 +280,12 @@ def _check_snapshot(ckpt: dict, client, config: FitConfig) -> None:
     log.warning("resuming on another snapshot (follow_snapshot=True): %s", error)
 
 
-def _val_loader(train, socket_dir, endpoint, keys_dir, config: FitConfig, imgsz: int, timeout_s: float, *, data=None):
-    from ..loader import attach
+class _ValStream:
+    """The run's validation stream, attached only while it is read (module docstring)."""
 
-    # zero_copy: ``_validate`` keeps only what it computes from a batch (predictions, boxes).
-    try:
-        return attach(
-            socket_dir,
+    def __init__(self, train, socket_dir, endpoint, keys_dir, config: FitConfig, imgsz: int, timeout_s: float, *, data):
+        # zero_copy: ``_validate`` keeps only what it computes from a batch (predictions, boxes).
+        self._kwargs = dict(
             endpoint=endpoint,
             keys_dir=keys_dir,
             batch_size=config.val_batch_size,
@@ -267,11 +298,23 @@ def _val_loader(train, socket_dir, endpoint, keys_dir, config: FitConfig, imgsz:
             follow_snapshot=config.follow_snapshot,
             data=data,
         )
-    except ConfigError as exc:
-        if getattr(exc, "field", None) == "split":
-            log.warning("no validation this run: %s", exc)
-            return None
-        raise
+        self._socket_dir = socket_dir
+
+    def open(self):
+        from ..loader import attach
+
+        return attach(self._socket_dir, **self._kwargs)
+
+    def probe(self) -> bool:
+        """Attach once and detach: False (with a warning) when the daemon serves no val split."""
+        try:
+            self.open().close()
+        except ConfigError as exc:
+            if getattr(exc, "field", None) == "split":
+                log.warning("no validation this run: %s", exc)
+                return False
+            raise
+        return True
 
 
 def _train_epoch(train, step, epoch: int, config: FitConfig, report: dict) -> dict:
@@ -333,15 +376,25 @@ def _train_epoch(train, step, epoch: int, config: FitConfig, report: dict) -> di
     }
 
 
-def _validate(model, val, config: FitConfig, imgsz: int, device, torch) -> dict:
+def _validate(model, val, config: FitConfig, imgsz: int, device, torch, *, epoch: int = 0) -> dict:
+    from tqdm import tqdm
+
     from .detect.metrics import coco_map
     from .detect.postprocess import decode, nms
 
     model.eval()
     predictions, truth = [], []
+    bar = tqdm(
+        val,
+        total=len(val),
+        desc=f"val {epoch + 1}/{config.epochs}",
+        unit="batch",
+        disable=not config.progress,
+        leave=False,
+    )
     try:
         with torch.no_grad():
-            for images, targets in val:
+            for images, targets in bar:
                 feats = model(images.to(device).float().div_(255.0))
                 boxes, scores = decode([f.float() for f in feats], model.strides, model.reg_max)
                 for det in nms(
@@ -356,6 +409,7 @@ def _validate(model, val, config: FitConfig, imgsz: int, device, torch) -> dict:
                         np.stack([r[:, 1], cx - w / 2, cy - h / 2, cx + w / 2, cy + h / 2], 1).astype(np.float32)
                     )
     finally:
+        bar.close()
         model.train()
     return coco_map(predictions, truth, image_sizes=[(imgsz, imgsz)] * len(truth))
 

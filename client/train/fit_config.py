@@ -7,7 +7,9 @@ A run is its own fields (epochs, model scale, optimizer, schedule, validation) a
 ``StreamSettings`` (seed, batch size, HSV placement, augmentation): those are saved in the
 checkpoint and restored on resume. Fields marked ``transient`` belong to one invocation
 (where the run folder is, the device, a step limit, progress output) and are neither saved
-nor compared on resume. Each field carries its help text, and its flag where that is not
+nor compared on resume. Fields marked ``run_only`` (``--val``, ``--val-batch-size``) are
+saved and restored, but a resume may give them another value: they never change the model
+the run trains (``run_only_settings``). Each field carries its help text, and its flag where that is not
 ``--field-name`` (``scale`` is ``--model``, ``validate`` is ``--val``), as the config
 dataclasses in ``shared/stream/config.py`` do.
 
@@ -35,6 +37,7 @@ __all__ = [
     "flag_of_path",
     "flat_settings",
     "from_flat",
+    "run_only_settings",
 ]
 
 # The reference detector's scales (``client/train/detect/model.py`` ``SCALES``, which imports torch;
@@ -60,8 +63,10 @@ class FitConfig:
     lr: float = _opt(0.01, "initial learning rate")
     warmup_epochs: float = _opt(1.0, "linear LR warm-up, in epochs")
     schedule: str = _opt("cosine", "LR decay after the warm-up, over all --epochs", choices=("cosine", "linear"))
-    validate: bool = _opt(True, "validate each epoch on the daemon's val split", flag="--val")
-    val_batch_size: int = _opt(16, "images per validation batch")
+    # -- run-only (saved and restored on resume, but a resume may change them: they shape what
+    # the run measures and how fast, never the model it trains)
+    validate: bool = _opt(True, "validate each epoch on the daemon's val split", flag="--val", run_only=True)
+    val_batch_size: int = _opt(16, "images per validation batch", run_only=True)
     conf_thres: float = _opt(0.001, "validation: lowest score a detection keeps before NMS")
     iou_thres: float = _opt(0.7, "validation: NMS IoU threshold")
     max_det: int = _opt(300, "validation: most detections per image")
@@ -174,6 +179,11 @@ def flat_settings(config: FitConfig, *, transient: bool = False) -> dict[str, An
         for path, f, value in _walk(config)
         if path not in FIT_SET_FIELDS and (transient or not f.metadata.get("transient"))
     }
+
+
+def run_only_settings() -> frozenset[str]:
+    """The setting paths a resume may change (module docstring); every other saved one must match."""
+    return frozenset(path for path, f, _ in _walk(FitConfig()) if f.metadata.get("run_only"))
 
 
 def explicit_settings(config: FitConfig) -> set[str]:

@@ -7,7 +7,8 @@ overwrites its ``last.pt``/``best.pt``. ``exist_ok`` reuses the folder as it is.
 
 The folder is made only once the run starts (after every check and the attach), so a
 refused run leaves nothing behind; ``mkdir`` without ``exist_ok`` claims a name atomically,
-so two runs started at once into one project get two folders.
+so two runs started at once into one project get two folders. A run interrupted before
+it saved anything gives its folder back (``release``), so Ctrl-C leaves no empty run behind.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from pathlib import Path
 
 from ...shared.errors import ConfigError
 
-__all__ = ["candidates", "claim"]
+__all__ = ["candidates", "claim", "release"]
 
 MAX_SUFFIX = 9999  # as Ultralytics' increment_path
 
@@ -50,3 +51,15 @@ def claim(project: str | Path, *, exist_ok: bool = False) -> Path:
         f"{base} and {base}2 ... {base}{MAX_SUFFIX} are all taken; pass another --project or --exist-ok",
         field="project",
     )
+
+
+def release(folder: str | Path) -> bool:
+    """Remove a run folder that holds nothing of the run (at most a half-written ``last.pt.tmp``);
+    True if it was removed. A folder with anything else in it is left as it is."""
+    folder = Path(folder)
+    (folder / "last.pt.tmp").unlink(missing_ok=True)
+    try:
+        folder.rmdir()
+    except OSError:  # not empty (or gone): nothing of another's is removed
+        return False
+    return True

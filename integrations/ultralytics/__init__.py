@@ -5,8 +5,9 @@ Detect, segment, pose and obb, each with Ultralytics' own trainer and validator:
 ``PixpoolOBBTrainer`` (the daemon serves the matching ``--task``).
 
 Ultralytics (AGPL-3.0) is imported only by ``trainer``, ``command`` and ``run`` of this
-package, and only when they are used: ``hyp`` (the hyper-parameter mapping) and
-``batches``/``loader`` (the batch layout) import no Ultralytics code.
+package, and only when they are used: ``hyp`` (the hyper-parameter mapping),
+``batches``/``loader`` (the batch layout) and ``notices`` (what a run says at start) import
+no Ultralytics code.
 
     from ultralytics import YOLO
     from pixpool.integrations.ultralytics import PixpoolDetectionTrainer

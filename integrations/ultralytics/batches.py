@@ -85,13 +85,16 @@ def to_ultralytics(
     imgsz: int,
     shapes: ShapeCache,
     single_cls: bool = False,
+    classes: tuple[int, ...] | None = None,
     task: str | TaskSpec = "detect",
     kpt_shape: tuple[int, int] | None = None,
     masks: Any = None,
 ) -> dict[str, Any]:
     """The Ultralytics batch dict of one pixpool batch of ``task``: ``images`` uint8 (B, 3, S, S),
     ``targets`` float32 (n, W) with W = the task's ``target_width(kpt_shape)``, ``masks`` the batch's
-    mask planes (B, M, M) for segment (None otherwise)."""
+    mask planes (B, M, M) for segment (None otherwise). ``classes``: keep only the rows of these
+    class ids (Ultralytics' ``classes=``; before ``single_cls`` zeroes them, as its
+    ``update_labels`` orders the two); not for segment, whose mask planes number every row."""
     spec = task_spec(task)
     width = spec.target_width(kpt_shape)
     if targets.ndim != 2 or targets.shape[1] != width:
@@ -99,6 +102,12 @@ def to_ultralytics(
             f"pixpool targets of shape {tuple(targets.shape)} do not fit the {spec.name!r} task's rows of {width} columns; "
             f"the daemon serves another task or keypoint layout (serve with `pixpool serve --task {spec.name}`)"
         )
+    if classes is not None:
+        if spec.has_masks:
+            raise ValueError("classes= cannot filter a segment batch: its mask planes number every instance")
+        import torch
+
+        targets = targets[torch.isin(targets[:, 1], torch.tensor(classes, dtype=targets.dtype))]
     cls = targets[:, 1:2].clone()
     if single_cls:
         cls.zero_()

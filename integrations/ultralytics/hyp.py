@@ -11,9 +11,14 @@ Ultralytics' training route and pixpool's route take the same settings under the
 ``overlap_mask``); ``batch`` becomes ``batch_size``, ``epochs`` the run length that
 ``close_mosaic`` counts back from, and ``seed`` the stream's seed. The tasks served are
 detect, segment, pose and obb (``SERVED_TASKS``). A setting pixpool's route does not have is
-refused by name when it is set away from the value that makes it a no-op (``UNSUPPORTED``);
-settings that only act in Ultralytics' own code (the optimiser, the loss, validation,
-``multi_scale`` in ``preprocess_batch``) pass through untouched.
+refused by name when it is set away from the value that makes it a no-op (``UNSUPPORTED``),
+and so are ``time`` beside ``close_mosaic`` and ``classes`` for segment or beside
+``copy_paste`` (``_check_combinations``). Settings that only act in Ultralytics' own code
+(the optimiser, the loss, validation, ``multi_scale`` in ``preprocess_batch``, ``time`` in
+its epoch loop, AutoBatch before it builds the loader) pass through untouched; ``classes``
+drops the other classes' rows from each batch (``loader.py``), and an ``imgsz`` pair trains
+at its larger side (``train_imgsz``), both as Ultralytics' own trainer does. The table of
+every data argument is in docs/ultralytics.md.
 """
 
 from __future__ import annotations
@@ -76,16 +81,21 @@ UNSUPPORTED: dict[str, tuple[Any, str]] = {
             "angles); train other tasks, such as classify, on Ultralytics' own loader"
         ),
     ),
-    "bgr": (_off, "pixpool's route has no RGB/BGR channel swap; set bgr=0"),
-    "augmentations": (_off, "custom Albumentations transforms do not run in pixpool's workers; remove augmentations"),
-    "rect": (_off, "pixpool streams square imgsz batches; rect=True (rectangular training batches) is not served"),
-    "fraction": (
-        lambda v: v in (None, 1, 1.0),
-        "pixpool serves the whole training set; set fraction=1 (or serve a smaller data.yaml)",
-    ),
-    "classes": (
+    "bgr": (
         _off,
-        "pixpool serves every class of the training set; classes= (a class filter) is not applied to training batches",
+        "pixpool's route has no RGB/BGR channel swap (its batches are RGB, as Ultralytics' with bgr=0); set bgr=0",
+    ),
+    "augmentations": (_off, "custom Albumentations transforms do not run in pixpool's workers; remove augmentations"),
+    "rect": (
+        _off,
+        "rect=True trains on unshuffled aspect-ratio batches without mosaic, and pixpool streams shuffled square imgsz "
+        "batches; set rect=False (validation is rectangular either way)",
+    ),
+    "fraction": (
+        lambda v: train_fraction(v) == 1.0,
+        "pixpool serves the whole training split; set fraction=1 (a per-split list [1.0, val, test] keeps the "
+        "validation fraction, which Ultralytics' own loader applies), or serve a data.yaml whose train: lists the "
+        "images to train on",
     ),
     "cache": (
         lambda v: v in (None, False, "ram", True),
@@ -95,11 +105,69 @@ UNSUPPORTED: dict[str, tuple[Any, str]] = {
         lambda v: v in (None, 16, 32, "fp16", "fp32"),
         "quantisation-aware training calibrates on a second training loader; train without quantize=8 on pixpool",
     ),
-    "time": (
-        _off,
-        "time= re-plans the number of epochs after each one, but pixpool fixes the close_mosaic epoch when the trainer attaches; set epochs=",
-    ),
 }
+
+
+def train_fraction(value: Any) -> float | int:
+    """The training split's share of Ultralytics' ``fraction`` (a ratio, an image count, or a
+    per-split list ``[train, val, test]``), normalised as its ``get_split_fraction`` does:
+    a list gives its first entry (1.0 when empty), and 0 or 1 become floats."""
+    if value is None:
+        return 1.0
+    if isinstance(value, (list, tuple)):
+        value = value[0] if value else 1.0
+    return float(value) if value in (0, 1) else value
+
+
+def classes_of(value: Any) -> tuple[int, ...] | None:
+    """Ultralytics' ``classes`` (one class id or a list of them) as a tuple, None when unset."""
+    if value is None or (isinstance(value, (list, tuple)) and not value):
+        return None
+    values = list(value) if isinstance(value, (list, tuple)) else [value]
+    if any(not isinstance(v, (int, float)) or isinstance(v, bool) or not float(v).is_integer() for v in values):
+        raise ConfigError(
+            f"Ultralytics setting classes={value!r}: give class ids, e.g. classes=0 or classes=[0,2]",
+            field="classes",
+            value=value,
+        )
+    return tuple(int(v) for v in values)
+
+
+def _check_combinations(args: Mapping[str, Any]) -> None:
+    """The settings pixpool honours only beside others (``time``, ``classes``)."""
+    # time= re-plans epochs after each epoch (Ultralytics' trainer); the stream learns the
+    # epoch its mosaic closes on when it attaches, so time= is exact only without close_mosaic.
+    if not _off(args.get("time")) and not _off(args.get("close_mosaic")):
+        raise ConfigError(
+            f"Ultralytics setting time={args['time']!r} with close_mosaic={args['close_mosaic']!r} is not "
+            "supported with pixpool as the data stream: time= re-plans the number of epochs after each one, but the "
+            "stream fixes the epoch it closes mosaic on when the trainer attaches; set close_mosaic=0 with time=, or "
+            "give epochs= instead of time=",
+            field="time",
+            value=args["time"],
+        )
+    if classes_of(args.get("classes")) is None:
+        return
+    # The rows of other classes are dropped from each batch (loader.py). That is Ultralytics'
+    # filter exactly where each row is transformed on its own; copy-paste pastes instances
+    # (and occludes others) by the rows of every class, and a segment batch's mask planes
+    # number every instance.
+    if task_spec(task_of(args)).has_masks:
+        raise ConfigError(
+            f"Ultralytics setting classes={args['classes']!r} is not supported for segment with pixpool as the data "
+            "stream: each mask plane numbers every instance of the image, filtered or not; serve labels of the "
+            "wanted classes only, or remove classes=",
+            field="classes",
+            value=args["classes"],
+        )
+    if not _off(args.get("copy_paste")):
+        raise ConfigError(
+            f"Ultralytics setting classes={args['classes']!r} with copy_paste={args['copy_paste']!r} is not supported "
+            "with pixpool as the data stream: the workers paste instances of every class before the trainer drops "
+            "the others; set copy_paste=0, or remove classes=",
+            field="classes",
+            value=args["classes"],
+        )
 
 
 def check_supported(args: Mapping[str, Any]) -> None:
@@ -119,10 +187,14 @@ def check_supported(args: Mapping[str, Any]) -> None:
             field="overlap_mask",
             value=False,
         )
+    _check_combinations(args)
     batch = args.get("batch")
-    if batch is not None and (isinstance(batch, bool) or not float(batch).is_integer() or batch < 1):
+    # batch=-1 or a memory fraction in (0, 1): AutoBatch, which Ultralytics' trainer resolves to
+    # a whole size before it builds the training loader (the stream attaches with that size).
+    if batch is not None and (isinstance(batch, bool) or not (batch == -1 or 0 < batch < 1 or _whole(batch))):
         raise ConfigError(
-            f"Ultralytics setting batch={batch!r} is not supported with pixpool: AutoBatch (batch=-1 or a memory fraction) would size a second loader; give a whole batch size, e.g. batch=16",
+            f"Ultralytics setting batch={batch!r} is not a batch size: give a whole size (batch=16), batch=-1 "
+            "(AutoBatch) or a fraction of GPU memory in (0, 1)",
             field="batch",
             value=batch,
         )
@@ -133,10 +205,31 @@ def check_supported(args: Mapping[str, Any]) -> None:
             field="scale",
             value=scale,
         )
-    imgsz = args.get("imgsz")
+
+
+def _whole(value: Any) -> bool:
+    return float(value).is_integer() and value >= 1
+
+
+def train_imgsz(imgsz: Any) -> Any:
+    """The training size of Ultralytics' ``imgsz``: a [h, w] pair trains square at its larger
+    side, as its trainer's ``check_imgsz(..., max_dim=1)`` makes it (with a warning there)."""
     if isinstance(imgsz, (list, tuple)):
+        return max(int(v) for v in imgsz) if imgsz else imgsz
+    return imgsz
+
+
+def check_channels(data: Mapping[str, Any] | None) -> None:
+    """Raise ConfigError when the data.yaml names image ``channels`` other than 3: pixpool's
+    ring carries uint8 (B, 3, S, S) RGB images, decoded as colour whatever the file holds."""
+    channels = 3 if data is None else data.get("channels", 3)
+    if channels != 3:
         raise ConfigError(
-            f"Ultralytics setting imgsz={imgsz!r}: training is square; give one number", field="imgsz", value=imgsz
+            f"data.yaml channels={channels!r} is not supported with pixpool as the data stream: its ring carries "
+            "3-channel RGB images (a grayscale file is decoded to 3 equal channels); train grayscale or "
+            "multispectral sets on Ultralytics' own loader, or remove channels: to train them as RGB",
+            field="channels",
+            value=channels,
         )
 
 
@@ -149,9 +242,12 @@ def augment_config(args: Mapping[str, Any], *, data: Mapping[str, Any] | None = 
     right keypoints swapped). A value pixpool's ranges refuse raises ConfigError naming the
     Ultralytics key."""
     check_supported(args)
+    check_channels(data)
     spec = task_spec(task_of(args))
     keys = {**AUGMENT_KEYS, **SEGMENT_KEYS} if spec.has_masks else AUGMENT_KEYS
     fields = {field: args[key] for key, field in keys.items() if key in args}
+    if "imgsz" in fields:
+        fields["imgsz"] = train_imgsz(fields["imgsz"])
     if spec.has_keypoints and data is not None:
         flip_idx = data.get("flip_idx") or []
         kpt_shape = data.get("kpt_shape")
@@ -185,6 +281,13 @@ def stream_settings(
     ``data`` as for ``augment_config``."""
     augment = augment_config(args, data=data)
     batch = args.get("batch", 16) if batch_size is None else batch_size
+    if not _whole(batch):
+        raise ConfigError(
+            f"Ultralytics setting batch={batch!r}: AutoBatch is resolved by Ultralytics' trainer before it builds "
+            "the training loader; give the size it chose (batch_size=) or a whole batch=",
+            field="batch",
+            value=batch,
+        )
     seed = args.get("seed", 0)
     return _build(
         lambda: StreamSettings(

@@ -83,6 +83,7 @@ class TrainLoader:
         *,
         num_workers: int = 0,
         single_cls: bool = False,
+        classes: tuple[int, ...] | None = None,
         labels_source: Callable[[], list] | None = None,
     ):
         self.stream = stream
@@ -90,6 +91,7 @@ class TrainLoader:
         self.drop_last = stream.settings.drop_last
         self.num_workers = num_workers  # the daemon's workers (Ultralytics logs it)
         self.single_cls = single_cls
+        self.classes = classes  # Ultralytics' classes=: the rows of other classes are dropped
         self.sampler = _Sampler(self)
         self.dataset = _Dataset(self, labels_source)
         self._shapes = ShapeCache()
@@ -118,6 +120,7 @@ class TrainLoader:
                 imgsz=imgsz,
                 shapes=self._shapes,
                 single_cls=self.single_cls,
+                classes=self.classes,
                 task=self.task,
                 kpt_shape=self.kpt_shape,
                 masks=getattr(batch, "masks", None),

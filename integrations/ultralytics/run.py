@@ -55,12 +55,14 @@ def train(
     require_ultralytics("pixpool yolo train")
     from ultralytics import YOLO
     from ultralytics.nn.tasks import guess_model_task
+    from ultralytics.utils import DEFAULT_CFG_DICT
 
     from .trainer import SOCKET_DIR_ENV, TIMEOUT_ENV, TRAINERS, WORKERS_ENV
 
     model_task = guess_model_task(model)
     task = args.get("task") or model_task
-    hyp.check_supported({**args, "task": task})
+    # Over Ultralytics' defaults, as its trainer will see them (time= beside its close_mosaic=10).
+    hyp.check_supported({**DEFAULT_CFG_DICT, **args, "task": task})
     if task != model_task:
         raise ConfigError(
             f"task={task} but model={model} is a {model_task} model; give a {task} model "

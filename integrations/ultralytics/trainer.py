@@ -19,7 +19,9 @@ is copied, the mixin overrides three hooks:
   process, ``workers`` workers, imgsz and ``--task`` of the run) on the training split
   Ultralytics resolved from ``data=`` (for pose with its ``kpt_shape`` and ``flip_idx``), and
   stopped when training ends, also on errors and Ctrl-C (its clean shutdown removes its rings
-  and its snapshot).
+  and its snapshot). Either way one line names the daemon (``notices.daemon_line``), and one
+  says where the stream differs from Ultralytics' loader in this environment
+  (``notices.albumentations_line``).
 - an ``on_train_epoch_start`` callback pins the stream's epoch to the trainer's.
 
 The socket directory and worker count travel in environment variables (``PIXPOOL_SOCKET_DIR``,
@@ -60,7 +62,7 @@ from ...shared.stream.served_data import ExpectedData, expect_entries
 from ...shared.task import task_spec
 from ...shared.transport import endpoint as ep
 from ...shared.transport.control import request_status
-from . import failures, hyp
+from . import failures, hyp, notices
 from .loader import TrainLoader
 
 log = logging.getLogger(__name__)
@@ -109,6 +111,8 @@ class PixpoolStream:
     def train(self):
         try:
             with self._daemon():
+                if RANK in (-1, 0) and (line := notices.albumentations_line()):
+                    log.warning(line)
                 return super().train()
         except BaseException:
             failures.remove_unused_run(self.save_dir)  # refused before the first epoch: no folder left
@@ -119,6 +123,8 @@ class PixpoolStream:
         status = daemon_answers(self.pixpool_socket_dir)
         if status is not None:
             self.pixpool_status = status
+            if RANK in (-1, 0):  # the ranks of a DDP run use the one their launcher named
+                log.info(notices.daemon_line(status, socket=ep.socket_path(self.pixpool_socket_dir), started=False))
             yield
             return
         if RANK not in (-1, 0):
@@ -154,6 +160,7 @@ class PixpoolStream:
             ):
                 self.pixpool_socket_dir, self.pixpool_status = sdir, status
                 os.environ[SOCKET_DIR_ENV] = sdir  # for DDP ranks Ultralytics spawns from here
+                log.info(notices.daemon_line(status, socket=ep.socket_path(sdir), started=True))
                 yield
         finally:
             if previous is None:
@@ -214,6 +221,7 @@ class PixpoolStream:
             stream,
             num_workers=workers,
             single_cls=bool(self.args.single_cls),
+            classes=hyp.classes_of(self.args.classes),
             labels_source=lambda: self._labels(dataset_path),
         )
 
@@ -237,9 +245,13 @@ class PixpoolStream:
 
     def _labels(self, dataset_path: str) -> list:
         """Ultralytics' own labels of the training images (its label cache; no pixels), for
-        ``max_det``, class weights and label plots."""
+        ``max_det``, class weights and label plots; ``classes`` and ``single_cls`` applied.
+        ``fraction=1.0``: the stream serves the whole split (``hyp`` refuses less), and
+        ``mode="val"`` would otherwise take the validation split's share of a per-split list."""
         with override_configs(self.args, {"cache": False}) as args:
-            return build_yolo_dataset(args, dataset_path, self.batch_size, self.data, mode="val", stride=32).labels
+            return build_yolo_dataset(
+                args, dataset_path, self.batch_size, self.data, mode="val", stride=32, fraction=1.0
+            ).labels
 
 
 class PixpoolDetectionTrainer(PixpoolStream, DetectionTrainer):

@@ -18,14 +18,25 @@ the sweep of dead daemons' rings ``sweeps.py``; the store's free space ``store_w
 
 from __future__ import annotations
 
+import dataclasses
+
 from ...shared.errors import CapacityError, ConfigError
 from ...shared.stream.config import DaemonConfig, StreamSettings
+from ...shared.stream.flags import flag_of
 from ...shared.task import task_spec
 from ...shared.transport.ring import MAX_SLOTS, MIN_SLOTS, RingLayout, mask_dtype_for
 from ...shared.transport.store import DEFAULT_STORE, free_nbytes
 from ...shared.wire.trainer import DELIVERIES, DELIVERY_FRAMES, DELIVERY_SHM
 
 __all__ = ["check_quota", "default_ring_budget", "ring_for", "source_task", "task_layout"]
+
+
+def _raise(field: str) -> str:
+    """The words for raising a daemon limit, field and flag: ``raise max_trainers (pixpool serve
+    --max-trainers)``. The refusal reaches the trainer, whose user started the daemon with the
+    flag, or with the field from Python."""
+    flag = next(flag_of(f) for f in dataclasses.fields(DaemonConfig) if f.name == field)
+    return f"raise {field} (pixpool serve {flag})"
 
 
 def check_quota(config: DaemonConfig, client: str, held: int) -> None:
@@ -35,7 +46,7 @@ def check_quota(config: DaemonConfig, client: str, held: int) -> None:
         raise CapacityError(
             f"{who} already has {held} trainers attached, the daemon's limit per client "
             f"(max_trainers_per_client = {config.max_trainers_per_client}); detach one of them "
-            "or raise max_trainers_per_client (--max-trainers-per-client)"
+            f"or {_raise('max_trainers_per_client')}"
         )
 
 
@@ -74,12 +85,12 @@ def ring_for(
             f"a ring of {slots} slots for batch {settings.batch_size} at imgsz {source.imgsz} needs {layout.nbytes} bytes "
             f"({max_t} target rows of {layout.target_width} columns{masks} per slot: "
             f"the snapshot's densest image has {source.max_instances} instances), "
-            f"over the daemon's limit of {config.max_ring_nbytes}; use fewer slots or a smaller batch, fix that image's labels, or raise max_ring_nbytes"
+            f"over the daemon's limit of {config.max_ring_nbytes}; use fewer slots or a smaller batch, fix that image's labels, or {_raise('max_ring_nbytes')}"
         )
     if rings_nbytes + layout.nbytes > ring_budget_nbytes:
         raise CapacityError(
             f"a ring of {layout.nbytes} bytes on top of the {rings_nbytes} bytes of attached trainers' rings exceeds the daemon's "
-            f"budget of {ring_budget_nbytes} bytes; use fewer slots or a smaller batch, or raise max_total_ring_nbytes"
+            f"budget of {ring_budget_nbytes} bytes; use fewer slots or a smaller batch, or {_raise('max_total_ring_nbytes')}"
         )
     budget = config.memory_budget_nbytes
     if budget is not None and snapshot_nbytes + rings_nbytes + layout.nbytes > budget:
@@ -89,7 +100,9 @@ def ring_for(
             "use fewer slots or a smaller batch, detach a trainer, or raise the budget (--memory-budget)"
         )
     if trainers >= config.max_trainers:
-        raise CapacityError(f"{trainers} trainers are attached, the daemon's limit; detach one or raise max_trainers")
+        raise CapacityError(
+            f"{trainers} trainers are attached, the daemon's limit; detach one or {_raise('max_trainers')}"
+        )
     return layout
 
 

@@ -124,9 +124,10 @@ def _budget_left(options: PrepareOptions, train_nbytes: int) -> PrepareOptions:
     """The options of the validation snapshot: the memory budget less the training snapshot."""
     budget = options.memory_budget_nbytes
     if train_nbytes >= budget:
+        cheaper = "use --dtype uint8 (a quarter of the bytes of float32), " if options.dtype == "float32" else ""
         raise CapacityError(
             f"the training snapshot takes {train_nbytes} bytes, the whole memory budget of {budget} bytes, and leaves "
-            "nothing for the validation set; raise the budget (--memory-budget) or serve no validation set (--no-val)"
+            f"nothing for the validation set; {cheaper}raise the budget (--memory-budget) or serve no validation set (--no-val)"
         )
     return dataclasses.replace(options, memory_budget_nbytes=budget - train_nbytes)
 

@@ -65,7 +65,9 @@ class TrainerSession:
     watch_pid: bool = False  # proved local and in the daemon's PID namespace: its pid can be watched
     attached_at: float = field(default_factory=time.monotonic)
     last_seen: float = field(default_factory=time.monotonic)
-    data_wait_s: float = 0.0  # the trainer's own count of seconds spent waiting for batches (heartbeats)
+    data_wait_s: float = (
+        0.0  # the trainer's own count of seconds spent waiting for batches since this attach (heartbeats)
+    )
     client: str = ""  # who attached it (``intake.peer_of``): ``key:<z85>`` over TCP, ``uid:<n>`` over ipc
 
 

@@ -179,7 +179,7 @@ def _indexed(config: DaemonConfig, options: PrepareOptions, lineage: str):
         return None
     try:
         check_budget(sum(snap.nbytes.values()), options.memory_budget_nbytes, what=f"the existing snapshot {snap.name}",
-                     imgsz=options.imgsz)  # fmt: skip
+                     imgsz=options.imgsz, dtype=options.dtype)  # fmt: skip
     except CapacityError:
         snap.close()
         raise

@@ -177,25 +177,33 @@ def _check_jpeg_end(fp, path: str) -> None:
 
 
 # -- capacity ---------------------------------------------------------------------------------
-def check_budget(total_nbytes: int, budget_nbytes: int | None, *, what: str, imgsz: int) -> None:
+def _smaller(imgsz: int, dtype: str) -> str:
+    """The cheaper snapshot, first: uint8 (made for this: a quarter of float32's bytes), then a smaller size."""
+    cheaper = "--dtype uint8 (a quarter of the bytes of float32) or " if dtype == "float32" else ""
+    return f"use {cheaper}a smaller --imgsz (now {imgsz})"
+
+
+def check_budget(
+    total_nbytes: int, budget_nbytes: int | None, *, what: str, imgsz: int, dtype: str = "float32"
+) -> None:
     """CapacityError if a snapshot of ``total_nbytes`` exceeds the memory budget."""
     if budget_nbytes is not None and total_nbytes > budget_nbytes:
         raise CapacityError(
             f"{what} takes {total_nbytes} bytes, over the memory budget of {budget_nbytes} bytes; "
-            f"raise the budget (--memory-budget, memory_budget_nbytes) or use a smaller --imgsz (now {imgsz})"
+            f"{_smaller(imgsz, dtype)}, or raise the budget (--memory-budget, memory_budget_nbytes)"
         )
 
 
-def check_capacity(total_nbytes: int, *, imgsz: int, store: str = DEFAULT_STORE) -> None:
+def check_capacity(total_nbytes: int, *, imgsz: int, dtype: str = "float32", store: str = DEFAULT_STORE) -> None:
     """CapacityError unless the store (and, for a store in memory, available memory) can hold ``total_nbytes``."""
     shm_free = free_nbytes(store)
     if total_nbytes > shm_free:
         memory = is_memory(store)
         raise CapacityError(
             f"the snapshot needs {total_nbytes} bytes but the store {store} has {shm_free} bytes free; "
-            f"use a smaller --imgsz (now {imgsz}), remove old snapshots with `pixpool clean`, "
+            f"{_smaller(imgsz, dtype)}, remove old snapshots with `pixpool clean`, "
             + (
-                f"enlarge {store} (docker: --shm-size; mount -o remount,size=...) or put the snapshot on a local disk (--store DIR)"
+                f"put the snapshot on a local disk (--store DIR) or enlarge {store} (docker: --shm-size; mount -o remount,size=...)"
                 if memory
                 else "or choose a --store with more room"
             )
@@ -206,7 +214,7 @@ def check_capacity(total_nbytes: int, *, imgsz: int, store: str = DEFAULT_STORE)
     if total_nbytes > mem_free:
         raise CapacityError(
             f"the snapshot needs {total_nbytes} bytes but only {mem_free} bytes of memory are available; "
-            f"use a smaller --imgsz (now {imgsz}), free memory, or put the snapshot on a local disk (--store DIR)"
+            f"{_smaller(imgsz, dtype)}, put the snapshot on a local disk (--store DIR), or free memory"
         )
 
 
@@ -299,6 +307,7 @@ def prepare_snapshot(
                         options.memory_budget_nbytes,
                         what=f"the existing snapshot {base}",
                         imgsz=options.imgsz,
+                        dtype=options.dtype,
                     )
                 except CapacityError:
                     existing.close()
@@ -397,8 +406,8 @@ class _Build:
         flip_count = len(ds.flip_idx) if keypoints and ds.flip_idx is not None else 0
         plan = _Plan(*_plan(self.records, opts.imgsz, layout.DTYPE_CODES[self.code].itemsize, kpt_count, flip_count))
         what = f"the snapshot of {len(self.records)} records"
-        check_budget(plan.nbytes, opts.memory_budget_nbytes, what=what, imgsz=opts.imgsz)
-        check_capacity(plan.nbytes, imgsz=opts.imgsz, store=opts.store)
+        check_budget(plan.nbytes, opts.memory_budget_nbytes, what=what, imgsz=opts.imgsz, dtype=opts.dtype)
+        check_capacity(plan.nbytes, imgsz=opts.imgsz, dtype=opts.dtype, store=opts.store)
         return plan
 
     def allocate(self, plan: _Plan) -> None:
@@ -421,7 +430,7 @@ class _Build:
             if exc.errno in (errno.ENOSPC, errno.ENOMEM):
                 raise CapacityError(
                     f"the store {opts.store} could not reserve {plan.nbytes} bytes for snapshot {self.base!r} "
-                    f"({exc.strerror}); use a smaller --imgsz, enlarge {opts.store} or choose another --store"
+                    f"({exc.strerror}); {_smaller(opts.imgsz, opts.dtype)}, choose another --store or enlarge {opts.store}"
                 ) from None
             raise
         meta, tgt, _ = self.created

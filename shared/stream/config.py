@@ -78,9 +78,25 @@ def changes_bytes(cls: type) -> tuple[str, ...]:
     return tuple(f.name for f in dataclasses.fields(cls) if f.metadata.get("changes_bytes"))
 
 
+# The AugmentConfig defaults that are not Ultralytics' (its cfg/default.yaml): field ->
+# (Ultralytics' default, why). Every other default is Ultralytics'; ``--help`` says so and
+# names these (``flags.defaults_note``). A default is part of every default stream's digests,
+# so these stay and are explained rather than changed.
+NOT_ULTRALYTICS_DEFAULTS: dict[str, tuple[Any, str]] = {
+    "imgsz": (640, "the daemon's size, so a trainer takes what is served"),
+    "close_mosaic": (
+        10,
+        "it counts back from the run's last epoch, which a bare stream (attach(), digest) does not know, and "
+        "pixpool train keeps the stream's default; give 10 for Ultralytics' closing",
+    ),
+    "epochs": (100, "the run's length, set by the run (pixpool train --epochs), 0 for a bare stream"),
+}
+
+
 @dataclass(frozen=True)
 class AugmentConfig:
-    """The YOLO training route's settings; defaults are the customary YOLO ones."""
+    """The YOLO training route's settings. The defaults are Ultralytics' but for those in
+    ``NOT_ULTRALYTICS_DEFAULTS``, which says why."""
 
     # None: the daemon's imgsz, which it resolves at attach (``StreamSettings.for_imgsz``). A multiple
     # of 32: the detector's largest stride divides imgsz, both where a daemon prepares its snapshot

@@ -6,7 +6,9 @@ help text and its default in ``--help``; a field marked ``positional`` becomes a
 argument. ``from_args`` builds the dataclass back from the parsed namespace, so validation
 happens once, in the dataclass. Each parser remembers field -> flag so that a
 ``ConfigError`` about a field can be printed with the flag the user typed
-(``flag_names``). ``to_argv`` is the inverse: the argument list that parses back into an equal
+(``flag_names``). ``defaults_note`` says which defaults of a group are not Ultralytics'; a
+help text that states its default itself gets no second one; ``add_negative_alias`` keeps an
+older ``--no-X`` spelling working without listing it. ``to_argv`` is the inverse: the argument list that parses back into an equal
 dataclass, so a process that starts another (a child daemon) writes no flag by hand.
 """
 
@@ -14,12 +16,14 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import re
 from typing import Any, Iterable
 
 from ..errors import ConfigError
 from .config import field_kind
 
 _FLAGS_ATTR = "_pixpool_flags"
+_STATES_DEFAULT = re.compile(r"\bdefault\b")
 
 
 def parse_bool(text: str) -> bool:
@@ -54,6 +58,7 @@ def add_fields(
     cls: type,
     *,
     group: str | None = None,
+    group_help: str | None = None,
     prefix: str = "",
     only: Iterable[str] | None = None,
     exclude: Iterable[str] = (),
@@ -63,7 +68,7 @@ def add_fields(
     given; ``only``/``exclude`` choose the fields. ``suppress_defaults``: a flag not given
     leaves no attribute (``from_args`` then takes the field's default), so the caller can
     tell the flags given from the defaults."""
-    target = parser.add_argument_group(group) if group else parser
+    target = parser.add_argument_group(group, group_help) if group else parser
     keep, skip = (set(only) if only is not None else None), set(exclude)
     known = _flag_table(parser)
     for f in dataclasses.fields(cls):
@@ -95,10 +100,35 @@ def add_fields(
             dest=dest,
             type=conv,
             default=argparse.SUPPRESS if suppress_defaults else default,
-            help=f"{text} (default {shown})",
+            # A help text that says its default in words ("(default: beside the json)") gets no second one.
+            help=text if _STATES_DEFAULT.search(text) else f"{text} (default {shown})",
             **extra,
         )
         known[f.name] = flag
+
+
+def defaults_note(cls: type, differ: dict[str, tuple[Any, str]], *, exclude: Iterable[str] = ()) -> str:
+    """The text under a group of flags whose defaults are Ultralytics' but for ``differ``
+    (field -> (Ultralytics' default, why)); fields in ``exclude`` have no flag there."""
+    skip = set(exclude)
+    parts = [
+        f"{flag_of(f)} {'none' if f.default is None else f.default} (Ultralytics {differ[f.name][0]}): {differ[f.name][1]}"
+        for f in dataclasses.fields(cls)
+        if f.name in differ and f.name not in skip
+    ]
+    return "Defaults are Ultralytics' (its cfg/default.yaml) except " + "; ".join(parts) + "."
+
+
+def add_negative_alias(parser: argparse.ArgumentParser, flag: str, *, dest: str) -> None:
+    """Accept the older spelling ``--no-X`` of ``--X 0`` without listing it: ``--help`` shows one
+    way to say a bool (``--X [BOOL]``), while scripts that type ``--no-X`` keep working."""
+    parser.add_argument(
+        "--no-" + flag.removeprefix("--"),
+        dest=dest,
+        action="store_false",
+        default=argparse.SUPPRESS,
+        help=argparse.SUPPRESS,
+    )
 
 
 def from_args(cls: type, args: argparse.Namespace, *, prefix: str = "", **overrides: Any) -> Any:

@@ -201,7 +201,11 @@ REQUESTS: dict[Op, Message] = {
             "trainer_id": id_field(_TID),
             "token": id_field(_TOKEN),
             "data_wait_s": wire_field(
-                (float, int), "seconds this trainer spent waiting for batches so far", lo=0, hi=1e12, optional=True
+                (float, int),
+                "seconds this trainer spent waiting for batches since it attached (this session)",
+                lo=0,
+                hi=1e12,
+                optional=True,
             ),
         },
     ),
@@ -310,7 +314,9 @@ REPLIES: dict[Op, Message] = {
         {
             "pid": int_field("the daemon's process id"),
             "healthy": wire_field((bool,), "every worker slot has a live worker and none failed to start"),
-            "trainers": int_field("attached trainers"),
+            "trainers": int_field(
+                "attached trainers (their validation passes, sessions on the val split, not counted)"
+            ),
             "workers_ready": int_field("workers ready for jobs"),
             "uptime_s": wire_field((float, int), "seconds since the daemon started"),
         },

@@ -1,4 +1,5 @@
-"""Running ``pixpool yolo train`` as a user would, and reading the run folder it leaves.
+"""Running ``pixpool yolo train`` as a user would, and reading the run folder it leaves; a
+pixpool trainer built in process, and the route with every random step off (``PLAIN``).
 
 Used by the Ultralytics integration tests (they skip where Ultralytics is not installed).
 """
@@ -26,3 +27,42 @@ def results_rows(project: Path) -> list[dict[str, float]]:
     """The run's ``results.csv``, one dict per epoch, as numbers (Ultralytics pads its column names)."""
     with open(project / "run" / "results.csv") as f:
         return [{k.strip(): float(v) for k, v in row.items()} for row in csv.DictReader(f)]
+
+
+# The route with every random step off: both loaders then letterbox each image, centred.
+PLAIN = dict(
+    mosaic=0.0,
+    degrees=0.0,
+    translate=0.0,
+    scale=0.0,
+    shear=0.0,
+    perspective=0.0,
+    flipud=0.0,
+    fliplr=0.0,
+    hsv_h=0.0,
+    hsv_s=0.0,
+    hsv_v=0.0,
+    mixup=0.0,
+    copy_paste=0.0,
+)
+
+
+def detection_trainer(data_yaml, tmp_path: Path, **overrides):
+    """A ``PixpoolDetectionTrainer`` on ``data_yaml`` as a test builds one in process (imgsz 160,
+    batch 8, 4 epochs closing mosaic for 2, CPU, no plots, run folder under ``tmp_path``)."""
+    from pixpool.integrations.ultralytics.trainer import PixpoolDetectionTrainer
+
+    args = dict(
+        data=str(data_yaml),
+        model="yolo11n.yaml",
+        imgsz=160,
+        batch=8,
+        epochs=4,
+        close_mosaic=2,
+        device="cpu",
+        plots=False,
+        project=str(tmp_path / "runs"),
+        name="t",
+        exist_ok=True,
+    )
+    return PixpoolDetectionTrainer(overrides={**args, **overrides})

@@ -109,7 +109,10 @@ def test_total_ring_budget_refuses_an_attach_and_the_daemon_keeps_serving(synthe
 
     s = StreamSettings(seed=1, batch_size=2, augment=AugmentConfig(imgsz=160))
     with real_daemon(synthetic_data.coco_json, imgsz=160, workers=1, max_total_ring_nbytes=1) as (proc, d):
-        with pytest.raises(PixpoolError, match=r"exceeds the daemon's budget of 1 bytes.*max_total_ring_nbytes"):
+        with pytest.raises(
+            PixpoolError,
+            match=r"exceeds the daemon's budget of 1 bytes.*max_total_ring_nbytes \(pixpool serve --max-total-ring-nbytes\)",
+        ):
             Client(s, socket_dir=d, timeout_s=WAIT_S)
         st = ask_status(d)
         assert st["trainers"] == [] and proc.is_alive()

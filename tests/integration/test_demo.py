@@ -52,14 +52,18 @@ def test_demo_runs_two_trainers_and_leaves_nothing(tmp_path):
     # Two trainers, each with a training and a validation stream: counted as the 2 trainers they are.
     assert "if each of the 2 trainers kept its own" in " ".join(out.split()), out  # rich wraps at 80 columns
     # Each trainer validated after each of its epochs, on its own stream, and drew its results.
-    assert len(re.findall(r"trainer [01] \(seed [01]\): epoch [12]/2 loss [\d.]+ mAP50 [\d.]+", out)) == 4, out
+    lines = re.findall(r"trainer (\d+) \(seed [01]\): epoch [12]/2 loss [\d.]+ mAP50 [\d.]+", out)
+    assert len(lines) == 4, out
+    # One numbering: the progress lines name each trainer as the memory table's process rows do.
+    table = set(re.findall(r"^\s*\d+\s+trainer (\d+)\s", out, re.MULTILINE))
+    assert set(lines) == table and len(table) == 2, out
     for i in (0, 1):
-        rows = [json.loads(line) for line in (runs / f"trainer-{i}" / "results.jsonl").read_text().splitlines()]
+        rows = [json.loads(line) for line in (runs / f"seed-{i}" / "results.jsonl").read_text().splitlines()]
         assert [r["epoch"] for r in rows] == [0, 1] and all("mAP50" in r for r in rows)
-        assert (runs / f"trainer-{i}" / "results.png").stat().st_size > 10_000 and (
-            runs / f"trainer-{i}" / "last.pt"
+        assert (runs / f"seed-{i}" / "results.png").stat().st_size > 10_000 and (
+            runs / f"seed-{i}" / "last.pt"
         ).is_file()
-    losses = [json.loads((runs / f"trainer-{i}" / "results.jsonl").read_text().splitlines()[0])["loss"] for i in (0, 1)]
+    losses = [json.loads((runs / f"seed-{i}" / "results.jsonl").read_text().splitlines()[0])["loss"] for i in (0, 1)]
     assert losses[0] != losses[1]  # different seeds: different models on different streams
     assert "no pixpool segment left" in out
     assert set(list_segments()) - before == set()

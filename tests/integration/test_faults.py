@@ -138,6 +138,7 @@ def test_daemon_sigkill_restart_reattaches_then_clean_removes_all(synthetic_data
                 for _ in range(3):
                     b = next(it)
                     got.append(digest_of(b)), samples.append(b.samples.tolist())
+                c.data_wait.add(1000.0)  # as if it had waited long for daemon A's batches
                 os.kill(proc_a.pid, signal.SIGKILL)
                 proc_a.join(WAIT_S)
                 _, alive = psutil.wait_procs(workers_a, timeout=15)
@@ -150,6 +151,13 @@ def test_daemon_sigkill_restart_reattaches_then_clean_removes_all(synthetic_data
                     for b in it:  # resumes at batch 3 on the new daemon
                         got.append(digest_of(b)), samples.append(b.samples.tolist())
                     assert c.reattaches == 1
+                    # Daemon B hears the wait of B's attachment only: monitor's share (wait over the
+                    # attachment's time) covers one span, never the 1000 s waited on A.
+                    tr = wait_for(
+                        lambda: next((t for t in ask_status(d)["trainers"] if t["data_wait_s"] > 0), None),
+                        what="a heartbeat carrying the wait",
+                    )
+                    assert tr["data_wait_s"] <= tr["attached_s"] and c.data_wait_s > 1000.0, tr
                     c.close()
                     workers_b = [psutil.Process(w["pid"]) for w in ask_status(d)["workers"]]
                     os.kill(proc_b.pid, signal.SIGKILL)

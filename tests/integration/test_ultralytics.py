@@ -27,30 +27,14 @@ pytest.importorskip(
 import psutil
 
 from helpers.daemon import real_daemon
-from helpers.yolo import results_rows, yolo_train
+from helpers.yolo import PLAIN, results_rows, yolo_train
+from helpers.yolo import detection_trainer as _trainer
 from pixpool.integrations.ultralytics import hyp
 from pixpool.shared.errors import ConfigError
 from pixpool.shared.stream.config import AugmentConfig
 from pixpool.shared.transport.names import list_segments
 
 pytestmark = pytest.mark.ultralytics
-
-# The route with every random step off: both loaders then letterbox each image, centred.
-PLAIN = dict(
-    mosaic=0.0,
-    degrees=0.0,
-    translate=0.0,
-    scale=0.0,
-    shear=0.0,
-    perspective=0.0,
-    flipud=0.0,
-    fliplr=0.0,
-    hsv_h=0.0,
-    hsv_s=0.0,
-    hsv_v=0.0,
-    mixup=0.0,
-    copy_paste=0.0,
-)
 
 
 @pytest.fixture
@@ -107,6 +91,11 @@ def test_yolo_train_trains_and_validates_offline(synthetic_copy, tmp_path, offli
     assert proc.returncode == 0, proc.stderr[-4000:]
     assert "pixpool yolo train: done" in proc.stdout
     assert "starting a daemon (1 workers, imgsz 320, task detect)" in proc.stderr
+    started = re.search(
+        r"pixpool: started daemon (\d+) at (\S+): snapshot (\S+) \(\d+ records, imgsz 320, task detect\), 1 workers",
+        proc.stderr,
+    )
+    assert started, proc.stderr[-4000:]
     rows = results_rows(project)
     assert [int(r["epoch"]) for r in rows] == [1, 2]
     for r in rows:
@@ -123,6 +112,49 @@ def test_yolo_train_trains_and_validates_offline(synthetic_copy, tmp_path, offli
     assert not psutil.pid_exists(daemon_pid)
     left = [seg for seg in list_segments() if seg.startswith(snapshot) or seg == ring]
     assert left == [], left
+
+
+def test_yolo_train_says_which_running_daemon_it_uses(synthetic_copy, tmp_path, offline):
+    """Attached to a running daemon, the command names it (socket, pid, snapshot, workers, imgsz,
+    task) and leaves it running. The same run takes time= (Ultralytics' trainer stops after the
+    first epoch that passes it), batch=-1 (AutoBatch picks the size before the stream attaches;
+    16 on a CPU) and an imgsz pair (trained at its larger side, as Ultralytics' trainer does)."""
+    from pixpool.shared.transport import endpoint as ep
+    from pixpool.shared.transport.control import request_status
+
+    project = tmp_path / "runs"
+    with real_daemon(synthetic_copy / "data.yaml", imgsz=160, workers=1) as (daemon, sdir):
+        status = request_status(ep.ipc_endpoint(sdir), timeout_s=10.0)
+        proc = yolo_train(
+            project,
+            offline,
+            300,
+            data=synthetic_copy / "data.yaml",
+            model="yolo11n.yaml",
+            epochs=5,
+            time=0.0001,  # 0.36 s: over after the first optimiser step
+            close_mosaic=0,
+            imgsz="[128,160]",
+            batch=-1,
+            device="cpu",
+            socket_dir=sdir,
+        )
+        assert proc.returncode == 0, proc.stderr[-4000:]
+        assert daemon.is_alive()  # a daemon the run did not start keeps serving
+    text = proc.stderr
+    line = next((ln for ln in text.splitlines() if "using the running daemon" in ln), None)
+    assert line is not None, text[-4000:]
+    snap = status["snapshot"]
+    wanted = (
+        f"using the running daemon {status['daemon']['pid']} at {ep.socket_path(sdir)}: snapshot {snap['name']} "
+        f"({snap['records']} records, imgsz 160, task detect), 1 workers"
+    )
+    assert wanted in line, line
+    assert "starting a daemon" not in text and "started daemon" not in text
+    said = re.sub(r"\x1b\[[0-9;]*[A-Za-z]", "", proc.stdout + text)  # Ultralytics logs to stdout, in colour
+    assert "AutoBatch: intended for GPU devices, using default batch-size 16" in said, said[-4000:]
+    assert "1 epochs completed" in said, said[-4000:]
+    assert len(results_rows(project)) == 1  # time= ended the run after its first epoch
 
 
 def _ultralytics_batch(data_yaml, imgsz: int, batch: int) -> dict:
@@ -167,26 +199,6 @@ def test_batches_have_ultralytics_layout_and_values(synthetic_copy, offline):
     assert float(diff.mean()) < 4.0, float(diff.mean())
     means = mine["img"].float().mean(dim=(0, 2, 3)) - theirs["img"].float().mean(dim=(0, 2, 3))
     assert float(means.abs().max()) < 1.0, means  # channel order: RGB in both
-
-
-def _trainer(data_yaml, tmp_path, **overrides):
-    from pixpool.integrations.ultralytics.trainer import PixpoolDetectionTrainer
-
-    args = dict(
-        data=str(data_yaml),
-        model="yolo11n.yaml",
-        imgsz=160,
-        batch=8,
-        epochs=4,
-        close_mosaic=2,
-        device="cpu",
-        plots=False,
-        project=str(tmp_path / "runs"),
-        name="t",
-        exist_ok=True,
-        **overrides,
-    )
-    return PixpoolDetectionTrainer(overrides=args)
 
 
 def test_ddp_ranks_attach_with_their_rank_and_take_disjoint_shards(synthetic_copy, tmp_path, offline, monkeypatch):
@@ -240,7 +252,9 @@ def test_a_daemon_serving_other_classes_is_refused(synthetic_copy, tmp_path, off
     [
         (["bgr=0.5"], "bgr=0.5"),
         (["model=yolo11n-cls.yaml"], "task='classify'"),
-        (["batch=-1"], "batch=-1"),
+        (["fraction=0.5"], "fraction=0.5"),
+        (["time=0.5"], "time=0.5 with close_mosaic=10"),  # Ultralytics' default close_mosaic
+        (["rect=True"], "rect=True"),
     ],
 )
 def test_yolo_train_refuses_unsupported_settings_by_name(synthetic_copy, tmp_path, offline, capsys, extra, named):

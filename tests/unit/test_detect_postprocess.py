@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from pixpool.client.train.detect import decode, nms
+from pixpool.client.train.detect import decode, nms, postprocess
+from pixpool.client.train.detect.boxes import box_iou
 from pixpool.shared.errors import ConfigError
 
 
@@ -47,6 +48,48 @@ def _random_scene(seed, *, anchors=150, classes=3):
     # Scores rounded to two decimals: ties happen, and the order among them must match.
     scores = (torch.rand(anchors, classes, generator=gen) ** 2).round(decimals=2)
     return boxes, scores
+
+
+def _greedy_nms(boxes, scores, *, conf_thres, iou_thres, max_det, max_candidates=30000):
+    """The one-box-at-a-time NMS that ``postprocess._nms_image`` was before it ran in blocks:
+    the reference its blocks must reproduce exactly (same candidates, same IoU function)."""
+    anchor, label = (scores > conf_thres).nonzero(as_tuple=True)
+    candidate_scores = scores[anchor, label]
+    order = candidate_scores.sort(descending=True, stable=True).indices[:max_candidates]
+    cand_boxes, cand_scores, cand_labels = boxes[anchor[order]], candidate_scores[order], label[order]
+    alive = torch.ones(len(order), dtype=torch.bool)
+    kept: list[int] = []
+    while len(kept) < max_det:
+        alive_index = alive.nonzero()
+        if not len(alive_index):
+            break
+        first = int(alive_index[0, 0])
+        kept.append(first)
+        same_class = cand_labels == cand_labels[first]
+        overlap = box_iou(cand_boxes[first : first + 1], cand_boxes)[0]
+        alive &= ~(same_class & (overlap > iou_thres))
+        alive[first] = False
+    keep = torch.tensor(kept, dtype=torch.long)
+    return torch.cat((cand_boxes[keep], cand_scores[keep, None], cand_labels[keep, None].to(boxes.dtype)), 1)
+
+
+@pytest.mark.parametrize("seed", range(4))
+@pytest.mark.parametrize(
+    "anchors,classes,conf_thres,iou_thres,max_det",
+    [(3000, 4, 0.001, 0.7, 300), (3000, 2, 0.01, 0.5, 300), (2500, 3, 0.001, 0.3, 40), (600, 80, 0.2, 0.7, 300)],
+)
+@pytest.mark.parametrize("block", [1024, 37])
+def test_blocked_nms_keeps_the_boxes_of_the_greedy_walk(
+    monkeypatch, block, seed, anchors, classes, conf_thres, iou_thres, max_det
+):
+    monkeypatch.setattr(postprocess, "_BLOCK", block)
+    # Thousands of candidates: several blocks, suppression across blocks, the max_det cut
+    # inside a block, and (iou 0.3) long chains of suppression within one block.
+    boxes, scores = _random_scene(seed, anchors=anchors, classes=classes)
+    got = nms(boxes[None], scores[None], conf_thres=conf_thres, iou_thres=iou_thres, max_det=max_det)[0]
+    want = _greedy_nms(boxes, scores, conf_thres=conf_thres, iou_thres=iou_thres, max_det=max_det)
+    assert len(want) > 10
+    assert torch.equal(got, want)
 
 
 @pytest.mark.parametrize("seed", range(6))

@@ -34,12 +34,13 @@ def test_attach_declares_no_stream_or_augmentation_field_again():
 def test_an_unknown_override_is_named_with_the_known_fields(monkeypatch):
     monkeypatch.delenv("RANK", raising=False)
     monkeypatch.delenv("WORLD_SIZE", raising=False)
+    # A name close to none (a close one gets "did you mean": test_cli_words.py).
     with pytest.raises(
         ConfigError,
-        match=r"unknown field\(s\) \['mosiac'\].*StreamSettings fields: .*'seed'.*AugmentConfig fields: .*'mosaic'",
+        match=r"unknown field\(s\) \['xyzzy'\].*StreamSettings fields: .*'seed'.*AugmentConfig fields: .*'mosaic'",
     ) as info:
-        stream_settings(mosiac=1.0)
-    assert info.value.field == "mosiac"
+        stream_settings(xyzzy=1.0)
+    assert info.value.field == "xyzzy"
     with pytest.raises(ConfigError, match="'mosaic' = 2.0 is out of range"):
         stream_settings(mosaic=2.0)  # checked by AugmentConfig, as any of its fields
 
@@ -235,3 +236,29 @@ def test_more_epochs_on_resume_need_extend(tmp_path):
         resumed_config(FitConfig(resume=last), finished, given=set())
     # The same epochs, given: an exact continuation, no --extend needed.
     assert resumed_config(FitConfig(resume=last, epochs=4), _saved(), given={"epochs"}).epochs == 4
+
+
+def test_run_only_flags_may_change_on_resume_and_model_flags_may_not(tmp_path):
+    last = str(tmp_path / "a" / "last.pt")
+    ckpt = _saved(validate=True, val_batch_size=16)
+    # --val 0, another validation batch, device, threads and progress: accepted, and they hold.
+    config = FitConfig(resume=last, validate=False, val_batch_size=4, device="cpu", threads=1, progress=False)
+    got = resumed_config(config, ckpt, given={"validate", "val_batch_size", "device", "threads", "progress"})
+    assert (got.validate, got.val_batch_size, got.device, got.threads, got.progress) == (False, 4, "cpu", 1, False)
+    assert got.stream.seed == 5 and got.lr == 0.02 and got.scale == "tiny"
+    # Not given: the saved value comes back (a run saved with --val 0 stays without validation).
+    assert resumed_config(FitConfig(resume=last), _saved(validate=False), given=set()).validate is False
+    # Data and model flags still may not change.
+    refused = [
+        ("scale", "--model", FitConfig(resume=last, validate=False, scale="n")),
+        ("stream.seed", "--seed", FitConfig(resume=last, validate=False, stream=StreamSettings(seed=9))),
+        (
+            "stream.augment.mosaic",
+            "--mosaic",
+            FitConfig(resume=last, validate=False, stream=StreamSettings(augment=AugmentConfig(mosaic=1.0))),
+        ),
+    ]
+    for field, flag, changed in refused:
+        with pytest.raises(ConfigError, match=f"{flag} .*field '{field}'") as info:
+            resumed_config(changed, ckpt, given={"validate", field})
+        assert info.value.field == field and "--val" not in str(info.value)

@@ -89,15 +89,14 @@ def test_close_mosaic_closes_on_the_epoch_ultralytics_closes():
         ("task", "classify"),
         ("rect", True),
         ("fraction", 0.5),
-        ("classes", [0, 2]),
+        ("fraction", 64),
+        ("fraction", [0.5, 1.0]),
         ("cache", "disk"),
-        ("time", 1.5),
         ("augmentations", ["blur"]),
         ("quantize", 8),
-        ("batch", -1),
-        ("batch", 0.7),
+        ("batch", 0),
+        ("batch", 2.5),
         ("scale", (0.5, 1.5)),
-        ("imgsz", [320, 640]),
     ],
 )
 def test_unsupported_settings_are_refused_by_name(key, value):
@@ -129,6 +128,11 @@ def test_unsupported_settings_are_refused_by_name(key, value):
         ("erasing", 0.4),
         ("multi_scale", 0.5),
         ("single_cls", True),
+        ("fraction", [1.0, 0.5]),  # the validation share is Ultralytics' own loader's
+        ("fraction", 1),
+        ("classes", [0, 2]),
+        ("classes", 1),
+        ("time", 1.5),  # without close_mosaic (pixpool's default 0)
     ],
 )
 def test_no_op_values_and_settings_outside_the_route_pass(key, value):

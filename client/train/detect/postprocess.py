@@ -6,15 +6,25 @@ torchvision's ``batched_nms`` is not available beside the CPU torch build, so gr
 is written here.
 
 Candidates are every (anchor, class) pair whose score exceeds ``conf_thres`` (several
-labels per box, as YOLOv8 validates), at most ``max_candidates`` of them by score. Greedy
-NMS then walks them in score order, keeping a box and suppressing every later box of the
-same class whose IoU with it exceeds ``iou_thres``; it stops after ``max_det`` kept boxes,
-which is the same result as suppressing all and truncating, at ``max_det`` steps of O(n)
-instead of an O(n^2) IoU matrix.
+labels per box, as YOLOv8 validates), at most ``max_candidates`` of them by score. The
+result is greedy NMS's: walk them in score order, keep a box unless a kept box of its class
+overlaps it by more than ``iou_thres``, stop after ``max_det`` kept boxes.
+
+It is computed in blocks of ``_BLOCK`` candidates in score order, with batched IoU instead
+of one box at a time (a torch step per kept box, each an IoU against every candidate, made
+validation of a barely trained model, 30000 candidates an image, slower than its training
+epoch). A block first drops what the boxes kept so far suppress (one (block, kept) IoU
+matrix, at most ``max_det`` columns), then settles itself from its (block, block)
+suppression matrix, computed at once: a walk down its rows on the host keeps a row not yet
+suppressed and ORs its row into the suppressed set, a numpy step per kept box instead of a
+torch IoU. Blocks end once ``max_det`` boxes are kept. IoU values are the same elementwise
+``box_iou`` either way, so the kept boxes equal the one-at-a-time walk's
+(``tests/unit/test_detect_postprocess.py`` keeps that walk as its reference).
 """
 
 from __future__ import annotations
 
+import numpy as np
 import torch
 
 from ....shared.errors import ConfigError
@@ -53,6 +63,10 @@ def nms(
     ]
 
 
+# Candidates settled per block: a (block, block) IoU matrix, 4 MiB of float32 at 1024.
+_BLOCK = 1024
+
+
 def _nms_image(
     boxes: torch.Tensor, scores: torch.Tensor, *, conf_thres: float, iou_thres: float, max_det: int, max_candidates: int
 ) -> torch.Tensor:
@@ -63,17 +77,44 @@ def _nms_image(
     order = candidate_scores.sort(descending=True, stable=True).indices[:max_candidates]
     cand_boxes, cand_scores, cand_labels = boxes[anchor[order]], candidate_scores[order], label[order]
 
-    alive = torch.ones(len(order), dtype=torch.bool, device=boxes.device)
-    kept: list[int] = []
-    while len(kept) < max_det:
-        alive_index = alive.nonzero()
-        if not len(alive_index):
+    kept: list[torch.Tensor] = []  # indices into the candidates, by score
+    count = 0
+    for start in range(0, len(order), _BLOCK):
+        block = torch.arange(start, min(start + _BLOCK, len(order)), device=boxes.device)
+        if kept:
+            previous = torch.cat(kept)
+            hit = _suppresses(cand_boxes, cand_labels, previous, block, iou_thres)
+            block = block[~hit.any(0)]
+        if not len(block):
+            continue
+        block = block[_settle(_suppresses(cand_boxes, cand_labels, block, block, iou_thres).triu_(1), max_det - count)]
+        kept.append(block)
+        count += len(block)
+        if count >= max_det:
             break
-        first = int(alive_index[0, 0])
-        kept.append(first)
-        same_class = cand_labels == cand_labels[first]
-        overlap = box_iou(cand_boxes[first : first + 1], cand_boxes)[0]
-        alive &= ~(same_class & (overlap > iou_thres))
-        alive[first] = False
-    keep = torch.tensor(kept, dtype=torch.long, device=boxes.device)
+    keep = torch.cat(kept) if kept else torch.zeros(0, dtype=torch.long, device=boxes.device)
     return torch.cat((cand_boxes[keep], cand_scores[keep, None], cand_labels[keep, None].to(boxes.dtype)), 1)
+
+
+def _suppresses(
+    boxes: torch.Tensor, labels: torch.Tensor, rows: torch.Tensor, cols: torch.Tensor, iou_thres: float
+) -> torch.Tensor:
+    """(len(rows), len(cols)): candidate ``rows[j]``, if kept, suppresses ``cols[i]``."""
+    same_class = labels[rows][:, None] == labels[cols][None, :]
+    return same_class & (box_iou(boxes[rows], boxes[cols]) > iou_thres)
+
+
+def _settle(suppress: torch.Tensor, limit: int) -> torch.Tensor:
+    """Greedy keep indices (at most ``limit``) of one block from its strictly upper-triangular
+    suppression matrix: row i, kept, suppresses the later columns it marks."""
+    rows = suppress.cpu().numpy()
+    suppressed = np.zeros(rows.shape[0], dtype=bool)
+    kept: list[int] = []
+    for i in range(rows.shape[0]):
+        if suppressed[i]:
+            continue
+        kept.append(i)
+        if len(kept) == limit:
+            break
+        suppressed |= rows[i]
+    return torch.tensor(kept, dtype=torch.long, device=suppress.device)
