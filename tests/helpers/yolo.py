@@ -18,8 +18,15 @@ def yolo_train(project: Path, env: dict[str, str], timeout_s: float, **pairs) ->
     of this process's environment; the output is captured, the exit status not checked."""
     cmd = [sys.executable, "-m", "pixpool.cli", "yolo", "train", *(f"{k}={v}" for k, v in pairs.items())]
     cmd += [f"project={project}", "name=run", "exist_ok=True"]
+    # Ultralytics' own log lines as a user sees them: an in-process bench arm imported earlier in
+    # the session (bench/_ultralytics_arm.py) sets YOLO_VERBOSE=False in this process's environment.
     return subprocess.run(
-        cmd, check=False, env={**os.environ, **env}, capture_output=True, text=True, timeout=timeout_s
+        cmd,
+        check=False,
+        env={**os.environ, "YOLO_VERBOSE": "True", **env},
+        capture_output=True,
+        text=True,
+        timeout=timeout_s,
     )
 
 

@@ -2,7 +2,7 @@
 what its loader or trainer does, each refused one stops the trainer at start by name.
 
 Skipped where Ultralytics is not importable; CI runs it in its Ultralytics venv. The pure
-side (what ``hyp`` accepts and refuses, the row filter) is ``unit/test_ultralytics_args.py``;
+side (what ``hyp`` accepts and refuses, the row filter) is ``unit/test_ultralytics_arg_map.py``;
 ``pixpool yolo train`` with ``time``, AutoBatch and an ``imgsz`` pair on a running daemon is
 ``test_ultralytics.py::test_yolo_train_says_which_running_daemon_it_uses``.
 """
