@@ -49,7 +49,7 @@ from ultralytics.models.yolo.detect import DetectionTrainer
 from ultralytics.models.yolo.obb import OBBTrainer
 from ultralytics.models.yolo.pose import PoseTrainer
 from ultralytics.models.yolo.segment import SegmentationTrainer
-from ultralytics.utils import DEFAULT_CFG, RANK
+from ultralytics.utils import DEFAULT_CFG, RANK, YAML
 from ultralytics.utils.checks import check_imgsz
 from ultralytics.utils.patches import override_configs
 
@@ -105,6 +105,9 @@ class PixpoolStream:
         self.pixpool_socket_dir = os.environ.get(SOCKET_DIR_ENV) or None
         self.pixpool_timeout_s = float(os.environ.get(TIMEOUT_ENV, "120"))
         self.pixpool_status: dict | None = None
+        # A running daemon's imgsz is the run's unless the user asked for one (Ultralytics'
+        # default 640 is not a request: against a daemon at 320 it would only be refused).
+        self.pixpool_imgsz_given = "imgsz" in (overrides or {})
         self.add_callback("on_train_epoch_start", _pin_epoch)
 
     # -- the daemon ---------------------------------------------------------------------
@@ -123,6 +126,7 @@ class PixpoolStream:
         status = daemon_answers(self.pixpool_socket_dir)
         if status is not None:
             self.pixpool_status = status
+            self._take_served_imgsz(status)
             if RANK in (-1, 0):  # the ranks of a DDP run use the one their launcher named
                 log.info(notices.daemon_line(status, socket=ep.socket_path(self.pixpool_socket_dir), started=False))
             yield
@@ -168,6 +172,19 @@ class PixpoolStream:
             else:
                 os.environ[SOCKET_DIR_ENV] = previous
             shutil.rmtree(tmp, ignore_errors=True)
+
+    def _take_served_imgsz(self, status: dict) -> None:
+        """Train at the running daemon's imgsz when the user gave none (before Ultralytics'
+        ``_setup_train`` reads ``args.imgsz``; DDP ranks get it in the arguments they are sent)."""
+        served = (status.get("snapshot") or {}).get("imgsz")
+        if self.pixpool_imgsz_given or not isinstance(served, int) or served == self.args.imgsz:
+            return
+        self.args.imgsz = served
+        if RANK in (-1, 0):
+            log.info("pixpool: imgsz=%d, the running daemon's (give imgsz= to ask for another)", served)
+            args_file = Path(self.save_dir) / "args.yaml"  # written by Ultralytics before train(): keep it true
+            if args_file.is_file():
+                YAML.save(args_file, vars(self.args))
 
     def _train_split(self) -> dict:
         """A data.yaml of the training split exactly as Ultralytics resolved ``data=`` (absolute paths)."""

@@ -25,6 +25,7 @@ pytest.importorskip(
 )
 
 import psutil
+import yaml
 
 from helpers.daemon import real_daemon
 from helpers.yolo import PLAIN, results_rows, yolo_train
@@ -155,6 +156,30 @@ def test_yolo_train_says_which_running_daemon_it_uses(synthetic_copy, tmp_path, 
     assert "AutoBatch: intended for GPU devices, using default batch-size 16" in said, said[-4000:]
     assert "1 epochs completed" in said, said[-4000:]
     assert len(results_rows(project)) == 1  # time= ended the run after its first epoch
+
+
+def test_yolo_train_without_imgsz_takes_the_running_daemons(synthetic_copy, tmp_path, offline):
+    """No imgsz= given: the run trains at the size the running daemon serves (160), not at
+    Ultralytics' default 640, which that daemon would refuse; the run folder's args.yaml says so."""
+    project = tmp_path / "runs"
+    with real_daemon(synthetic_copy / "data.yaml", imgsz=160, workers=1) as (_, sdir):
+        proc = yolo_train(
+            project,
+            offline,
+            300,
+            data=synthetic_copy / "data.yaml",
+            model="yolo11n.yaml",
+            epochs=1,
+            time=0.0001,
+            close_mosaic=0,
+            batch=8,
+            device="cpu",
+            socket_dir=sdir,
+        )
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    assert "pixpool: imgsz=160, the running daemon's" in proc.stderr, proc.stderr[-4000:]
+    args = yaml.safe_load((project / "run" / "args.yaml").read_text())
+    assert args["imgsz"] == 160, args
 
 
 def _ultralytics_batch(data_yaml, imgsz: int, batch: int) -> dict:
