@@ -42,6 +42,11 @@ log = logging.getLogger(__name__)
 _RING_NAME_TRIES = 8
 
 
+def _kind(settings: StreamSettings) -> str:
+    """What the log calls a session: a trainer's validation passes are not another trainer."""
+    return "validation stream" if settings.split == "val" else "trainer"
+
+
 class UnknownTrainer(Exception):
     def __init__(self, trainer_id: int):
         super().__init__(trainer_id)
@@ -136,7 +141,8 @@ class Sessions:
         self.trainers[tid] = t
         self.scheduler.add(tid, settings, layout.slots)
         log.info(
-            "trainer %d attached (pid %d, seed %d, batch %d, ring %s of %d bytes)",
+            "%s %d attached (pid %d, seed %d, batch %d, ring %s of %d bytes)",
+            _kind(settings),
             tid,
             t.pid,
             settings.seed,
@@ -168,7 +174,8 @@ class Sessions:
         t.delivery = DELIVERY_SHM if local else DELIVERY_FRAMES
         t.watch_pid = local and t.pid > 0 and bool(t.pid_ns) and t.pid_ns == self.pid_ns
         log.info(
-            "trainer %d: %s (%s)",
+            "%s %d: %s (%s)",
+            _kind(t.settings),
             t.trainer_id,
             "maps its ring in place" if local else "gets its batches as frames",
             "same PID namespace, pid watched" if t.watch_pid else "liveness by heartbeat",
@@ -191,7 +198,7 @@ class Sessions:
         self._on_detach(t.ring.name)
         t.ring.close()
         t.ring.unlink()
-        log.info("trainer %d detached: %s; ring %s removed", trainer_id, reason, t.ring.name)
+        log.info("%s %d detached: %s; ring %s removed", _kind(t.settings), trainer_id, reason, t.ring.name)
 
     def detach_all(self, reason: str) -> None:
         for tid in list(self.trainers):
