@@ -10,11 +10,16 @@ is taken from outside the process it describes.
   private store folder under /dev/shm): the cold preparation; ``pixpool serve`` restarted on it
   ``--restarts`` times (restart to ready: from the subprocess's start to the first status that
   lists every worker started); on the last daemon its RSS, USS and anonymous memory, a
-  trainer's attach with every record's file name (``Client(fetch_files=True)``, median of
-  ``--attaches``), one ``status`` reply's size and time, and the img/s one trainer receives
+  low-level trainer's attach that fetches every record's file name at attach
+  (``Client(fetch_files=True)``, median of ``--attaches``), ``pixpool.client.attach()`` as a
+  user's script sees it (``--attaches`` fresh processes each, the script importing torch first
+  or not, alternating: the plain call, then the first read of ``loader.files`` and the first
+  batch, each timed), one ``status`` reply's size and time, and the img/s one trainer receives
   over ``--batches`` batches of 64; unless ``--no-full-read``, one more restart with the label
   indexes removed, so the daemon reads every label file. ``--keep DIR`` builds the set in DIR
   and its store in /dev/shm/pxscale-keep-NAME and keeps both (the next run re-attaches).
+  ``--tiny WxH``: the links point at coco128's images squashed to WxH, so a million records
+  prepare in minutes and fit /dev/shm (``--tiny 32x8 --imgsz 32``: 768 bytes of pixels each).
 - ``restart-ab``: restart to ready on a kept set, two code trees alternating by pairs
   (``--code before=PATH --code after=PATH``: each a folder holding a ``pixpool`` package, put
   first on the daemon's ``PYTHONPATH``), each tree on its own copy of the kept store after one
@@ -31,6 +36,7 @@ is taken from outside the process it describes.
   batch of the trainer (getrusage, ZeroMQ's thread included) and of the daemon's own process.
 
     python bench/scale.py --what set [--records 100000] [--keep DIR] [--restarts 3] [--no-full-read]
+    python bench/scale.py --what set --records 1000000 --tiny 32x8 --imgsz 32 [--keep DIR]
     python bench/scale.py --what restart-ab --keep DIR --code before=PATH --code after=PATH [--pairs 5]
     python bench/scale.py --what index-check --store /dev/shm/pxscale-keep-NAME [--rounds 3]
     python bench/scale.py --what mmap /dev/shm /tmp
@@ -39,6 +45,7 @@ is taken from outside the process it describes.
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import json
 import mmap
@@ -63,8 +70,10 @@ MIB = common.MIB
 
 
 # -- set ------------------------------------------------------------------------------------------------
-def build_set(root: Path, records: int, coco128: Path) -> Path:
-    """The N-record YOLO set under ``root`` (module docstring); returns its data.yaml."""
+def build_set(root: Path, records: int, coco128: Path, tiny: tuple[int, int] | None = None) -> Path:
+    """The N-record YOLO set under ``root`` (module docstring); returns its data.yaml. ``tiny``
+    (width, height): the links point at coco128's images squashed to that size, written once
+    under ``root/src`` (the labels, normalised, stay valid)."""
     src_images = sorted((coco128 / "images" / "train2017").glob("*.jpg"))
     if not src_images:
         raise SystemExit(f"no coco128 images in {coco128}/images/train2017 (pass --coco128)")
@@ -73,6 +82,15 @@ def build_set(root: Path, records: int, coco128: Path) -> Path:
     images_dir, labels_dir = root / "images" / "train", root / "labels" / "train"
     images_dir.mkdir(parents=True)
     labels_dir.mkdir(parents=True)
+    if tiny is not None:
+        import cv2
+
+        (root / "src").mkdir()
+        squashed = []
+        for img in src_images:
+            squashed.append(root / "src" / img.name)
+            cv2.imwrite(str(squashed[-1]), cv2.resize(cv2.imread(str(img)), tiny, interpolation=cv2.INTER_AREA))
+        src_images = squashed
     for i in range(records):
         k = i % len(src_images)
         os.symlink(src_images[k], images_dir / f"img_{i:06d}.jpg")
@@ -163,6 +181,42 @@ def measure_trainer(socket_dir: str, attaches: int, batches: int) -> dict:
             proc.join()
 
 
+# One run of ``attach()`` as a user's script sees it, in a fresh process: the plain call timed
+# (its imports included, as a script's first attach pays them), then the first read of
+# ``loader.files`` (every record's name fetched) and the first batch, each timed after it.
+_ATTACH_RUN = """
+import json, sys, time
+if sys.argv[2] == "torch":
+    import torch
+import pixpool.client
+t0 = time.perf_counter()
+loader = pixpool.client.attach(sys.argv[1], batch_size=64, timeout_s=float(sys.argv[3]))
+t1 = time.perf_counter()
+last = loader.files[len(loader.files) - 1]
+t2 = time.perf_counter()
+images, targets = next(iter(loader))
+t3 = time.perf_counter()
+loader.close()
+print(json.dumps({"attach_s": t1 - t0, "files_s": t2 - t1, "first_batch_s": t3 - t2, "files": len(loader.files)}))
+"""
+
+
+def measure_attach_api(socket_dir: str, runs: int) -> dict:
+    """``runs`` fresh processes per arm, arms alternating: ``pixpool.client.attach()`` where the
+    script imported torch first (``torch``), and where it did not (``bare``)."""
+
+    def arm(first: str):
+        def run() -> dict:
+            cmd = [sys.executable, "-c", _ATTACH_RUN, socket_dir, first, str(WAIT_S)]
+            done = subprocess.run(cmd, check=True, capture_output=True, text=True, timeout=WAIT_S)
+            return json.loads(done.stdout.strip().splitlines()[-1])
+
+        return run
+
+    got = common.rounds({"torch": arm("torch"), "bare": arm("bare")}, runs)
+    return {name: {k: [r[k] for r in rs] for k in rs[0]} for name, rs in got.items()}
+
+
 def measure_status(socket_dir: str, rounds: int = 5) -> tuple[float, int]:
     from pixpool.ops.status_client import query_status
 
@@ -191,6 +245,7 @@ def run_set(args) -> dict:
     out: dict = {
         "records": args.records,
         "imgsz": args.imgsz,
+        "tiny": args.tiny,
         "when": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
     }
     proc = None
@@ -198,7 +253,7 @@ def run_set(args) -> dict:
         data = work / "set" / "data.yaml"
         out["kept"] = data.exists()
         if not out["kept"]:
-            data = build_set(work / "set", args.records, Path(args.coco128))
+            data = build_set(work / "set", args.records, Path(args.coco128), args.tiny)
         out["load_before"] = common.load()
         t0 = time.perf_counter()
         subprocess.run([_pixpool(), "prepare", str(data), "--imgsz", str(args.imgsz), "--dtype", "uint8",
@@ -216,6 +271,7 @@ def run_set(args) -> dict:
         out["memory"] = memory_of(proc.pid)
         out["status_s"], out["status_bytes"] = measure_status(socket_dir)
         out["trainer"] = measure_trainer(socket_dir, args.attaches, args.batches)
+        out["attach_api"] = measure_attach_api(socket_dir, args.attaches)
         out["memory_after"] = memory_of(proc.pid)
         if args.full_read:  # the label indexes removed: every label file is read (the snapshot re-attached)
             stop_daemon(proc)
@@ -245,18 +301,39 @@ def set_table(r: dict, command: str) -> str:
         ["daemon USS (private pages)", f"{mem['uss'] / MIB:.0f} MiB = {mem['uss'] / n:.0f} B per record (bound {(100 * MIB + 512 * n) / MIB:.0f} MiB)"],
         ["daemon RSS / anonymous", f"{mem['rss'] / MIB:.0f} MiB / {mem['anon'] / MIB:.0f} MiB"],
         ["daemon USS after the trainer", f"{r['memory_after']['uss'] / MIB:.0f} MiB"],
-        ["attach with every file name (median)", f"{statistics.median(t['attach_s']):.3f} s (runs {common.runs(t['attach_s'], '.3f')}; {t['files']} names)"],
+        ["a low-level `Client` attach fetching every file name at attach, `fetch_files=True` (median)", f"{statistics.median(t['attach_s']):.3f} s (runs {common.runs(t['attach_s'], '.3f')}; {t['files']} names)"],
         ["status reply", f"{r['status_bytes']} bytes, {r['status_s'] * 1000:.1f} ms"],
         ["img/s to one trainer, 2 workers, batch 64", f"{t['img_per_s']:.0f}"],
     ]  # fmt: skip
+    for arm, says in (("torch", "the script imported torch first"), ("bare", "torch not imported yet")):
+        a = r["attach_api"][arm]
+        for key, what in (
+            ("attach_s", "`pixpool.client.attach()`"),
+            ("files_s", "then the first read of `loader.files`"),
+            ("first_batch_s", "then the first batch"),
+        ):
+            rows.append(
+                [
+                    f"{what}, fresh process, {says} (median)",
+                    f"{statistics.median(a[key]):.3f} s (runs {common.runs(a[key], '.3f')})",
+                ]
+            )
     if "full_read_ready_s" in r:
         fm = r["full_read_memory"]
         rows += [
             [f"restart reading every label ({r['indexes_removed']} label index(es) removed)", f"{r['full_read_ready_s']:.2f} s"],
             ["daemon USS / anonymous after that restart", f"{fm['uss'] / MIB:.0f} MiB / {fm['anon'] / MIB:.0f} MiB = {fm['uss'] / n:.0f} B per record"],
         ]  # fmt: skip
-    head = f"{n} records at {r['imgsz']} px uint8, {r['when']}, load average before / after: {r['load_before']} / {r['load_after']}"
+    source = "coco128's images" if not r.get("tiny") else "coco128's images squashed to {}x{} px".format(*r["tiny"])
+    head = f"{n} records ({source}) at {r['imgsz']} px uint8, {r['when']}, load average before / after: {r['load_before']} / {r['load_after']}"
     return f"`{command}`\n\n{head}\n\n" + common.table(["figure", "value"], rows, left=2)
+
+
+def _size(text: str) -> tuple[int, int]:
+    w, _, h = text.partition("x")
+    if not (w.isdigit() and h.isdigit() and int(w) > 0 and int(h) > 0):
+        raise argparse.ArgumentTypeError(f"--tiny takes WIDTHxHEIGHT in pixels, e.g. 32x8, got {text!r}")
+    return int(w), int(h)
 
 
 def set_main(argv: list[str]) -> int:
@@ -268,6 +345,13 @@ def set_main(argv: list[str]) -> int:
     p.add_argument("--attaches", type=int, default=5)
     p.add_argument("--batches", type=int, default=40)
     p.add_argument("--coco128", default=str(common.COCO128))
+    p.add_argument(
+        "--tiny",
+        type=_size,
+        default=None,
+        metavar="WxH",
+        help="link to coco128's images squashed to WxH (e.g. 32x8 with --imgsz 32: a 1M-record set of ~0.8 GB)",
+    )
     p.add_argument(
         "--no-full-read", dest="full_read", action="store_false", help="skip the restart without label indexes"
     )

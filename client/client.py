@@ -4,9 +4,10 @@ Runs in the trainer process. The Client composes the trainer side's parts, each 
 module: ``daemon_socket`` (is a daemon there at all: fail at once, or wait), ``connection``
 (the main socket and its reply tables), ``snapshot_check`` (which snapshot the stream is
 on), ``delivery`` (the locality proof and the reader of the batch bytes), ``record_files``
-(the records' file names), ``heartbeat`` (the thread that says this trainer is alive),
-``flow`` (start, ready, release) and ``tensors`` (what a batch is handed out as). What is
-left here is their order: attach, iterate, attach again after a daemon restart, close.
+(the records' file names, fetched when first read), ``heartbeat`` (the thread that says
+this trainer is alive), ``flow`` (start, ready, release) and ``tensors`` (what a batch is
+handed out as). What is left here is their order: attach, iterate, attach again after a
+daemon restart, close.
 
 Batch lifetime: by default (``zero_copy=True``, this low-level API's contract) the images
 and targets of a batch yielded by ``epoch()`` are a view of a ring slot (local) or of the
@@ -62,7 +63,7 @@ import logging
 import os
 import socket as _socket
 import time
-from typing import Any, Iterator, Sequence
+from typing import Any, Iterator
 
 import zmq
 
@@ -76,6 +77,7 @@ from ..shared.errors import (
     SnapshotChangedError,
 )
 from ..shared.stream.config import StreamSettings
+from ..shared.stream.path_table import PathTable
 from ..shared.stream.served_data import ExpectedData, check_served
 from ..shared.task import BASE_COLUMNS, task_spec
 from ..shared.transport import endpoint as ep
@@ -87,7 +89,7 @@ from .daemon_socket import await_daemon
 from .delivery import delivery_for, open_reader, prove
 from .flow import Flow
 from .heartbeat import Heartbeat, WaitCount
-from .record_files import fetch_files
+from .record_files import RecordFiles, fetch_files
 from .snapshot_check import StreamSnapshot
 from .tensors import Conversion, TrainerBatch, to_batch
 
@@ -162,11 +164,12 @@ class Client:
         self._lends = self._release_at_once and self.as_torch and lend
         self.follow_snapshot = bool(follow_snapshot)
         self._snapshot = StreamSnapshot(follow=self.follow_snapshot)
-        # The daemon's class names (from attach) and, with ``fetch_files``, every record's
-        # image file name (``records`` requests right after attach, before any batch flows).
+        # The daemon's class names (from attach) and every record's image file name: a
+        # ``RecordFiles`` per attach that fetches the names when first read (an attach carries
+        # nothing per record); ``fetch_files=True`` fetches them at each attach instead.
         self.fetch_files = fetch_files
         self.names: list[str] = []
-        self.files: Sequence[str] = ()  # a PathTable once fetched
+        self.files: RecordFiles = RecordFiles(0, lambda: PathTable.from_packed(b""))
         self.num_records = 0
         self.layout = None
         # The daemon's dataset's task (``attached``): what the target rows carry beyond boxes.
@@ -272,8 +275,26 @@ class Client:
         self._reader = open_reader(attached, granted, ring)
         self.delivery = self._reader.delivery
         self.layout = self._reader.layout
+        split, records = self.settings.split, self.num_records
+        self.files = RecordFiles(records, lambda: self._fetch_files(split, records))
         if self.fetch_files:
-            self.files = fetch_files(self._conn, deadline=time.monotonic() + self.timeout_s, peer=self)
+            self.files.table()
+
+    def _fetch_files(self, split: str, records: int) -> PathTable:
+        """The names of ``split``'s ``records``, over a socket of their own (``record_files.py``)."""
+        if self.closed:
+            raise ClosedError(
+                f"this Client of the pixpool daemon at {self.endpoint} is closed before its records' file names were "
+                "read; read them (files, a batch's files) before close(), or attach again"
+            )
+        conn = Connection(
+            self._ctx, self.endpoint, remote=self.remote, keys_dir=self.keys_dir, timeout_s=self.timeout_s
+        )
+        try:
+            conn.open()
+            return fetch_files(conn, split=split, records=records, deadline=time.monotonic() + self.timeout_s)
+        finally:
+            conn.close()
 
     def _take_task(self, attached: dict) -> None:
         """The task of an ``attached`` reply, checked against its ring layout's row width."""

@@ -22,6 +22,10 @@ keeps working::
   it is a named tuple that trainers' collection utilities (Lightning's device transfer,
   torch's pin-memory and convert helpers) rebuild with all of that (``client/batch.py``).
   ``names``, ``num_classes``, ``task``, ``kpt_shape`` and ``flip_idx`` come from the daemon.
+- ``loader.files[i]`` is record ``i``'s image file. ``attach()`` carries nothing per record
+  (its cost does not grow with the set): the names are fetched from the daemon when first
+  read, by ``files`` or the first batch, once per attachment (``client/record_files.py``).
+  Nor does ``attach()`` import torch; the first batch does, where the script has not.
 - A closed loader (``close()``, or after its ``with`` block) raises ``ClosedError`` when
   iterated or asked its ``len()``.
 - A batch is the user's, as a DataLoader's is: it stays valid for as long as it is held
@@ -60,6 +64,7 @@ from __future__ import annotations
 import dataclasses
 import inspect
 import os
+import sys
 from typing import Any, Iterator
 
 from ..shared.errors import ClosedError, ConfigError
@@ -69,20 +74,19 @@ from ..shared.stream.sampler import num_batches
 from ..shared.stream.served_data import ExpectedData
 from ..shared.text import closest
 from ..shared.transport.ring import DEFAULT_SLOTS
-from ._torch import require_torch
+from ._torch import check_torch
 from .batch import Batch
 from .client import Client
+from .record_files import RecordFiles
 
 
 def distributed_rank() -> tuple[int, int]:
     """(rank, world_size): the initialised torch.distributed group, else RANK/WORLD_SIZE, else (0, 1)."""
-    try:
-        import torch.distributed as dist
-
-        if dist.is_available() and dist.is_initialized():
-            return dist.get_rank(), dist.get_world_size()
-    except ImportError:
-        pass
+    # Only a process that imported torch.distributed can have initialised its group: one that
+    # did not is spared torch's import here (seconds; attach() itself takes well under one).
+    dist = sys.modules.get("torch.distributed")
+    if dist is not None and dist.is_available() and dist.is_initialized():
+        return dist.get_rank(), dist.get_world_size()
     try:
         return int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1))
     except ValueError:
@@ -95,9 +99,9 @@ class Loader:
     """The iterable ``attach()`` returns (see module docstring)."""
 
     def __init__(self, settings: StreamSettings, *, zero_copy: bool = False, **client_options: Any):
-        require_torch("pixpool.client.attach (it yields torch tensors)")
+        check_torch("pixpool.client.attach (it yields torch tensors)")
         self.zero_copy = bool(zero_copy)
-        self.client = Client(settings, as_torch=True, fetch_files=True, zero_copy=self.zero_copy, **client_options)
+        self.client = Client(settings, as_torch=True, zero_copy=self.zero_copy, **client_options)
         self.epoch = settings.start_epoch
         self._pinned: int | None = None  # set_epoch's choice for the next iteration
         self._started = False
@@ -110,6 +114,13 @@ class Loader:
     @property
     def names(self) -> list[str]:
         return self.client.names
+
+    @property
+    def files(self) -> RecordFiles:
+        """The image file of every record of the stream's split, in record order (``files[i]``
+        is record ``i``'s, as a batch's ``indices`` number them): fetched from the daemon when
+        first read, not at attach (``client/record_files.py``)."""
+        return self.client.files
 
     @property
     def num_classes(self) -> int:
@@ -169,12 +180,14 @@ class Loader:
         self._started = True
         for b in self.client.epoch(self.epoch):
             indices = b.samples
-            files = self.client.files  # fetched again at each attach (a daemon that follows another snapshot)
+            # Read at each batch: each attach makes a new one (a daemon that follows another
+            # snapshot); the first batch of an attachment fetches the names.
+            table = self.client.files.table()
             yield Batch(
                 b.images,
                 b.targets,
                 indices=indices,
-                files=[files[i] for i in indices.tolist()] if files else [],
+                files=[table[i] for i in indices.tolist()] if len(table) else [],  # [] where none are named
                 epoch=b.epoch,
                 batch=b.batch,
                 masks=b.masks,
