@@ -8,6 +8,8 @@ Three questions (``--what``), each against Ultralytics' loader as its users run 
 - ``speed`` (default, this file): delivered img/s into a consuming process.
 - ``fidelity`` (``bench/_fidelity.py``): is pixpool's stream the same augmentation, statistically.
 - ``train`` (``bench/_yolo_train.py``): the same Ultralytics training fed by either loader.
+- ``tune`` (``bench/_yolo_tune.py``): N concurrent Ray Tune trials on one daemon against the same
+  N trials each with ``cache=ram``: total memory and wall time.
 
 The memory of N trainers against N Ultralytics loaders is ``bench/memory.py``.
 
@@ -21,6 +23,7 @@ segment trainer consumes; pose with the set's flip_idx and obb: the detect setti
     python -P bench/vs_ultralytics.py --quick --what speed --tasks detect --hsv-device 0
     python bench/vs_ultralytics.py --what fidelity [--task segment] [--quick]
     python bench/vs_ultralytics.py --what train [--epochs 3] [--repeats 5]
+    python bench/vs_ultralytics.py --what tune [--trials 3] [--epochs 1] [--pairs 2]
 """
 
 from __future__ import annotations
@@ -233,12 +236,14 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     import _fidelity
     import _yolo_train
+    import _yolo_tune
 
     return common.dispatch(
         {
             "speed": (speed_main, "delivered img/s into a consuming process, per pair (this file)"),
             "fidelity": (_fidelity.main, "the stream's statistics against Ultralytics' own (bench/_fidelity.py)"),
             "train": (_yolo_train.main, "the same Ultralytics training fed by either loader (bench/_yolo_train.py)"),
+            "tune": (_yolo_tune.main, "N tuning trials on one daemon against N with cache=ram (bench/_yolo_tune.py)"),
         },
         argv,
     )

@@ -73,7 +73,7 @@ def test_ci_run_uses_a_new_empty_venv_each_time_and_removes_it(tmp_path):
         venvs.extend(made)
         # The whole suite first, in stages (each product test in exactly one), then the tests of
         # the CI scripts, then in the Ultralytics venv: torch with its torchvision, the dry-run
-        # check that the extra keeps them, the extra, the Ultralytics tests.
+        # check that the extra keeps them, the extras (Ray Tune too), the Ultralytics tests.
         tests = [i for i, line in enumerate(log) if line.startswith("python -m pytest ")]
         assert [log[i].split(" --timeout=600 ")[1] for i in tests] == [*STAGES, *UL_STAGES], log
         # ruff, pinned, checks and format-checks the tree before the first test.
@@ -81,7 +81,7 @@ def test_ci_run_uses_a_new_empty_venv_each_time_and_removes_it(tmp_path):
         assert log.index("python -m pip install -q ruff==0.17.6") < lint[0] < lint[1] < tests[0], log
         pair = "python -m pip install -q torch==2.14.1 torchvision==0.29.1 pytest pytest-timeout"
         assert pair in log[tests[4] : tests[5]], log
-        assert f"python -m pip install -q {repo}[test,ultralytics]" in log[tests[5] : tests[6]], log
+        assert f"python -m pip install -q {repo}[test,ultralytics,tune]" in log[tests[5] : tests[6]], log
         said = [line for line in proc.stdout.splitlines() if line.startswith("== stage ") and " s, exit " in line]
         assert [line.split()[2].rstrip(":") for line in said] == [*STAGE_NAMES, "ultralytics-install", "ultralytics"], (
             proc.stdout

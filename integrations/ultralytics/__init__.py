@@ -4,7 +4,7 @@ Detect, segment, pose and obb, each with Ultralytics' own trainer and validator:
 ``PixpoolDetectionTrainer``, ``PixpoolSegmentationTrainer``, ``PixpoolPoseTrainer``,
 ``PixpoolOBBTrainer`` (the daemon serves the matching ``--task``).
 
-Ultralytics (AGPL-3.0) is imported only by ``trainer``, ``command`` and ``run`` of this
+Ultralytics (AGPL-3.0) is imported only by ``trainer``, ``command``, ``run`` and ``tuning`` of this
 package, and only when they are used: ``hyp`` (the hyper-parameter mapping),
 ``batches``/``loader`` (the batch layout) and ``notices`` (what a run says at start) import
 no Ultralytics code.
@@ -17,6 +17,10 @@ no Ultralytics code.
 or from the shell, with Ultralytics' ``key=value`` arguments::
 
     pixpool yolo train data=coco128.yaml model=yolo11n.yaml epochs=3 imgsz=640 batch=16 workers=4
+
+``tune(model=..., data=..., iterations=3, concurrent=3)`` (``pixpool yolo tune``, extra
+``pixpool[tune]``): Ultralytics' Ray Tune search with every trial on one daemon (``tuning.py``;
+not ``tune.py``, whose import would hide this function behind the module).
 """
 
 from __future__ import annotations
@@ -29,8 +33,10 @@ __all__ = [
     "PixpoolOBBTrainer",
     "PixpoolPoseTrainer",
     "PixpoolSegmentationTrainer",
+    "PixpoolYOLO",
     "require_ultralytics",
     "train",
+    "tune",
 ]
 
 
@@ -58,4 +64,9 @@ def __getattr__(name: str) -> Any:
         from .run import train
 
         return train
+    if name in ("tune", "PixpoolYOLO"):
+        require_ultralytics(f"pixpool.integrations.ultralytics.{name}")
+        from . import tuning
+
+        return getattr(tuning, name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

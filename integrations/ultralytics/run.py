@@ -57,7 +57,7 @@ def train(
     from ultralytics.nn.tasks import guess_model_task
     from ultralytics.utils import DEFAULT_CFG_DICT
 
-    from .trainer import SOCKET_DIR_ENV, TIMEOUT_ENV, TRAINERS, WORKERS_ENV
+    from .trainer import TRAINERS
 
     model_task = guess_model_task(model)
     task = args.get("task") or model_task
@@ -72,13 +72,19 @@ def train(
         )
     if workers is not None:
         args["workers"] = workers
-    env = {
+    with _environment(trainer_env(socket_dir, workers, timeout_s)):
+        return YOLO(model, task=task).train(trainer=TRAINERS[task], **args)
+
+
+def trainer_env(socket_dir: str | None, workers: int | None, timeout_s: float | None) -> dict[str, str | None]:
+    """The environment pixpool's trainers read (``trainer.py``): None leaves a variable as it is."""
+    from .trainer import SOCKET_DIR_ENV, TIMEOUT_ENV, WORKERS_ENV
+
+    return {
         SOCKET_DIR_ENV: None if socket_dir is None else str(socket_dir),
         WORKERS_ENV: None if workers is None else str(workers),
         TIMEOUT_ENV: None if timeout_s is None else str(timeout_s),
     }
-    with _environment(env):
-        return YOLO(model, task=task).train(trainer=TRAINERS[task], **args)
 
 
 def parse_pairs(pairs: list[str], value=lambda v: v) -> dict:
@@ -98,32 +104,49 @@ def parse_pairs(pairs: list[str], value=lambda v: v) -> dict:
     return out
 
 
-def train_command(pairs: list[str]) -> int:
-    """``pixpool yolo train KEY=VALUE ...`` (``cli/yolo.py``): parse the pairs as Ultralytics does,
-    check the keys, train, and print the one-line summary."""
+def command_overrides(pairs: list[str]) -> dict:
+    """The ``key=value`` pairs of a ``pixpool yolo`` command, parsed as Ultralytics parses them;
+    ``model=`` is required (checked after the cv2 install, which every command needs)."""
+    from ultralytics.cfg import smart_value
+
     from . import failures
 
-    require_ultralytics("pixpool yolo train")
     failures.check_cv2()
-    from ultralytics.cfg import DEFAULT_CFG_DICT, smart_value
-
     overrides = parse_pairs(pairs, smart_value)
     if "model" not in overrides:
         raise ConfigError(
             "model= is missing; name an Ultralytics model, e.g. model=yolo11n.yaml (from scratch) or model=yolo11n.pt",
             field="model",
         )
-    overrides.setdefault("plots", False)
-    socket_dir = overrides.pop("socket_dir", None)
-    _check_keys(overrides)
+    return overrides
+
+
+@contextmanager
+def explained(overrides: dict) -> Iterator[None]:
+    """The mistakes a user makes become one line naming the key or file (``failures.explain``)."""
+    from ultralytics.cfg import DEFAULT_CFG_DICT
+
+    from . import failures
+
     try:
-        metrics = train(socket_dir=None if socket_dir is None else str(socket_dir), **overrides)
+        yield
     except (SyntaxError, RuntimeError, ConnectionError, FileNotFoundError) as exc:
-        # The mistakes a user makes become one line naming the key or file (``failures.explain``).
         shaped = failures.explain(exc, overrides=overrides, valid_keys=DEFAULT_CFG_DICT)
         if shaped is None:
             raise
         raise shaped from None
+
+
+def train_command(pairs: list[str]) -> int:
+    """``pixpool yolo train KEY=VALUE ...`` (``cli/yolo.py``): parse the pairs as Ultralytics does,
+    check the keys, train, and print the one-line summary."""
+    require_ultralytics("pixpool yolo train")
+    overrides = command_overrides(pairs)
+    overrides.setdefault("plots", False)
+    socket_dir = overrides.pop("socket_dir", None)
+    _check_keys(overrides)
+    with explained(overrides):
+        metrics = train(socket_dir=None if socket_dir is None else str(socket_dir), **overrides)
     results = getattr(metrics, "results_dict", None) or {}
     shown = ", ".join(f"{k} {v:.4f}" for k, v in results.items() if isinstance(v, float))
     save_dir = getattr(metrics, "save_dir", None)

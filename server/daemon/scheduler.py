@@ -15,9 +15,18 @@ starts no process and touches no socket, so it is tested on its own.
   *held* (announced; the trainer reads it until it sends ``release``). A slot is opened
   for the next batch only when it is free: a trainer that does not release gets no more
   work, so the daemon never buffers more than its K slots for it.
-- Order of work: free workers take parts round robin over the trainers that have one;
-  within a stream, the earliest filling batch's parts first, then a new batch in a free
-  slot. Re-runs of parts a dead worker lost go before anything else.
+- Order of work: a free worker takes a part of the trainer that has been handed the fewest
+  samples (ties round robin), among the trainers that have one; within a stream, the
+  earliest filling batch's parts first, then a new batch in a free slot. Re-runs of parts a
+  dead worker lost go before anything else. Counting samples, not turns, keeps trainers of
+  one batch size but different routes (tuning trials: mosaic on or off) waiting alike: a
+  stream's batches in flight are bounded by its slots, so under plain round robin the one
+  whose parts render faster (or whose pipeline refills faster at an epoch start) asked for
+  work more often and got more of it (``tests/integration/test_fair_share.py``); counted in
+  samples, the one that was not asking goes first when it asks again. The lead a stream
+  can take back is bounded (``CREDIT_BATCHES`` of the largest batches among the trainers
+  that want work, behind the most served one): a trainer that paused (validation, a
+  checkpoint) or attached late catches up briefly, never starving the others for long.
 - Order of delivery: finished batches wait in their slot until every earlier batch of the
   stream is announced. An ``Announcement`` carries every sample's target-row count, for
   the daemon to pack the slot's targets before it writes the header.
@@ -41,6 +50,10 @@ from dataclasses import dataclass, field
 
 from ...shared.errors import ProtocolError
 from ...shared.stream.config import StreamSettings
+
+# How far (in batches of the largest batch size wanting work) a stream may fall behind the most
+# served one and still be owed the difference: short pauses are made up, long ones are forgiven.
+CREDIT_BATCHES = 2
 
 
 @dataclass(frozen=True)
@@ -123,6 +136,7 @@ class Stream:
     held: dict = field(default_factory=dict)  # slot -> (epoch, batch, generation) announced in it
     batches_delivered: int = 0
     images_delivered: int = 0
+    served: int = 0  # samples handed out to workers (the fair-share count; may be raised, never lowered)
     first_delivery_s: float | None = None
     last_delivery_s: float | None = None
 
@@ -270,13 +284,16 @@ class Scheduler:
             if s is not None:  # a re-run of abandoned work: it is back, not out
                 self._settle(s, job.slot)
         n = len(self._order)
-        for k in range(n):
-            tid = self._order[(self._rr + k) % n]
-            s = self.streams[tid]
-            if s.wants_work:
-                self._rr = (self._rr + k + 1) % n
-                return self._next_part(s)
-        return None
+        wanting = [(k, s) for k in range(n) if (s := self.streams[self._order[(self._rr + k) % n]]).wants_work]
+        if not wanting:
+            return None
+        top = max(s.served for _, s in wanting)
+        credit = CREDIT_BATCHES * max(s.settings.batch_size for _, s in wanting)
+        for _, s in wanting:  # no credit past CREDIT_BATCHES of the largest batches (module docstring)
+            s.served = max(s.served, top - credit)
+        k, s = min(wanting, key=lambda ks: ks[1].served)  # the first in round-robin order among equals
+        self._rr = (self._rr + k + 1) % n
+        return self._next_part(s)
 
     def _next_part(self, s: Stream) -> Job:
         fill = next((f for f in s.filling.values() if f.todo), None)
@@ -289,6 +306,7 @@ class Scheduler:
             s.next_dispatch += 1
         start, stop = fill.todo.popleft()
         fill.out += 1
+        s.served += stop - start
         return Job(
             next(self._job_ids), s.trainer_id, s.generation, s.epoch, fill.batch, fill.slot, start, stop, fill.size
         )

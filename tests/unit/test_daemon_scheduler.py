@@ -224,3 +224,31 @@ def test_progress_reports_where_a_stream_stands():
         p.epoch = 5  # frozen: the status reply cannot change the scheduler
     s.release(1, j0.slot, epoch=0, batch=0, generation=1)
     assert s.progress(1).slots_in_use == 1 and s.progress(1).next_batch == 1
+
+
+def test_a_stream_back_from_a_pause_is_served_first_but_only_its_bounded_credit():
+    """Fair share counts samples: a trainer that could take no work while the others got
+    parts (slots full, validating, attached late) goes first when it wants work again, for
+    at most CREDIT_BATCHES of its batches; then the turns are even again."""
+    from pixpool.server.daemon.scheduler import CREDIT_BATCHES
+
+    s = Scheduler(parts=1)
+    for tid in (1, 2, 3):
+        s.add(tid, StreamSettings(seed=tid, batch_size=16), 8)
+    for tid in (2, 3):
+        s.start(tid, epoch=0, batch=0, num_batches=100)
+    assert [s.next_job().trainer_id for _ in range(10)] == [2, 3] * 5
+    s.start(1, epoch=0, batch=0, num_batches=100)  # 5 batches behind the others
+    order = [s.next_job().trainer_id for _ in range(CREDIT_BATCHES + 3)]
+    assert order == [1] * CREDIT_BATCHES + [2, 3, 1]
+
+
+def test_equal_samples_per_trainer_whatever_the_batch_size():
+    s = Scheduler(parts=1)
+    s.add(1, StreamSettings(seed=1, batch_size=4), 8)
+    s.add(2, StreamSettings(seed=2, batch_size=16), 8)
+    for tid in (1, 2):
+        s.start(tid, epoch=0, batch=0, num_batches=100)
+    jobs = [s.next_job() for _ in range(10)]
+    samples = {tid: sum(j.stop - j.start for j in jobs if j.trainer_id == tid) for tid in (1, 2)}
+    assert samples == {1: 32, 2: 32}
