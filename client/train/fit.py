@@ -4,7 +4,8 @@ Runs in the trainer process (``pixpool train``, the demo's trainers, a user's sc
 Per epoch: the training stream (``attach``, ``drop_last`` so every batch fills the static
 step) through ``DetectorStep``, a progress bar (loss, img/s, share of time spent waiting for
 data), validation of the EMA model on the daemon's val split with its own progress bar
-(letterboxed route, in order; torch-only NMS; mAP@[.5:.95] and mAP@.5 by pycocotools'
+(Ultralytics' rect validation batches: sorted by aspect ratio, each letterboxed into its batch's
+shape, ``client/rect_view.py``; torch-only NMS; mAP@[.5:.95] and mAP@.5 by pycocotools'
 COCOeval, in the letterboxed frame), one JSON line of metrics in ``RUN/results.jsonl``, and
 ``RUN/last.pt`` (plus ``best.pt`` when mAP improved). ``RUN`` is ``project``, or its next free name when it
 exists (``run_dir.py``), made once the run has attached.
@@ -178,7 +179,8 @@ def fit(
         val_data = data if data is not None and served_data.names_split(data, "val") else None
         val = None
         if config.validate:
-            val = _ValStream(train, socket_dir, endpoint, keys_dir, config, imgsz, timeout_s, data=val_data)
+            stride = max(max(step.ema.strides), 32)  # Ultralytics' rect validation batches for this model
+            val = _ValStream(train, socket_dir, endpoint, keys_dir, config, imgsz, stride, timeout_s, data=val_data)
             if not val.probe():
                 val = None
         # Made only now: every refusal (settings, checkpoint, snapshot, the daemon's) came before.
@@ -218,7 +220,7 @@ def fit(
                 if val is not None:
                     t0 = time.perf_counter()
                     with val.open() as loader:
-                        row.update(_validate(step.ema, loader, config, imgsz, device, torch, epoch=epoch))
+                        row.update(_validate(step.ema, loader, config, device, torch, epoch=epoch))
                     row["val_time_s"] = time.perf_counter() - t0
                 score = row.get("mAP50_95", -row["loss"])
                 improved = score > best
@@ -283,7 +285,19 @@ def _check_snapshot(ckpt: dict, client, config: FitConfig) -> None:
 class _ValStream:
     """The run's validation stream, attached only while it is read (module docstring)."""
 
-    def __init__(self, train, socket_dir, endpoint, keys_dir, config: FitConfig, imgsz: int, timeout_s: float, *, data):
+    def __init__(
+        self,
+        train,
+        socket_dir,
+        endpoint,
+        keys_dir,
+        config: FitConfig,
+        imgsz: int,
+        stride: int,
+        timeout_s: float,
+        *,
+        data,
+    ):
         # zero_copy: ``_validate`` keeps only what it computes from a batch (predictions, boxes).
         self._kwargs = dict(
             endpoint=endpoint,
@@ -291,6 +305,7 @@ class _ValStream:
             batch_size=config.val_batch_size,
             split="val",
             imgsz=imgsz,
+            rect_stride=stride,
             rank=train.settings.rank,
             world_size=train.settings.world_size,
             timeout_s=timeout_s,
@@ -376,14 +391,16 @@ def _train_epoch(train, step, epoch: int, config: FitConfig, report: dict) -> di
     }
 
 
-def _validate(model, val, config: FitConfig, imgsz: int, device, torch, *, epoch: int = 0) -> dict:
+def _validate(model, val, config: FitConfig, device, torch, *, epoch: int = 0) -> dict:
     from tqdm import tqdm
 
+    from ..rect_view import RectView
     from .detect.metrics import coco_map
     from .detect.postprocess import decode, nms
 
     model.eval()
-    predictions, truth = [], []
+    predictions, truth, sizes = [], [], []
+    view = RectView(val)
     bar = tqdm(
         val,
         total=len(val),
@@ -394,24 +411,26 @@ def _validate(model, val, config: FitConfig, imgsz: int, device, torch, *, epoch
     )
     try:
         with torch.no_grad():
-            for images, targets in bar:
+            for batch in bar:
+                images, _, (height, width) = view.crop(batch)  # the batch's own rect shape
                 feats = model(images.to(device).float().div_(255.0))
                 boxes, scores = decode([f.float() for f in feats], model.strides, model.reg_max)
                 for det in nms(
                     boxes, scores, conf_thres=config.conf_thres, iou_thres=config.iou_thres, max_det=config.max_det
                 ):
                     predictions.append(det.cpu().numpy())
-                rows = targets.numpy()
+                rows = batch.targets.numpy()
                 for i in range(images.shape[0]):
                     r = rows[rows[:, 0] == i]
-                    cx, cy, w, h = (r[:, 2:6] * imgsz).T
+                    cx, cy, w, h = (r[:, 2:6] * np.array([width, height, width, height], np.float32)).T
+                    sizes.append((height, width))
                     truth.append(
                         np.stack([r[:, 1], cx - w / 2, cy - h / 2, cx + w / 2, cy + h / 2], 1).astype(np.float32)
                     )
     finally:
         bar.close()
         model.train()
-    return coco_map(predictions, truth, image_sizes=[(imgsz, imgsz)] * len(truth))
+    return coco_map(predictions, truth, image_sizes=sizes)
 
 
 def _set_rng(rng: dict, torch) -> None:

@@ -1,6 +1,6 @@
 """One pixpool batch -> the dict Ultralytics' loss and trainer read, per task.
 
-Runs in the trainer process; imports torch and Pillow, not Ultralytics. The layout is the
+Runs in the trainer process; imports torch, not Ultralytics. The layout is the
 one Ultralytics' ``Format`` transform and ``YOLODataset.collate_fn`` produce together:
 
 - ``img``: uint8 (B, 3, S, S) RGB tensor (``DetectionTrainer.preprocess_batch`` moves it to
@@ -35,23 +35,11 @@ then the task's columns, ``shared/task.py``):
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass, field
 from typing import Any
 
-from PIL import Image
-
+from ...client.rect_view import decoded_shape
 from ...shared.task import BASE_COLUMNS, TaskSpec, task_spec
-
-_ORIENTATION_TAG = 0x0112
-_TRANSPOSED = {5, 6, 7, 8}  # EXIF orientations that swap height and width
-
-
-def decoded_shape(path: str) -> tuple[int, int]:
-    """(height, width) of an image as ``cv2.imread`` decodes it, from its header alone."""
-    with Image.open(path) as im:
-        w, h = im.size
-        if im.getexif().get(_ORIENTATION_TAG, 1) in _TRANSPOSED:
-            w, h = h, w
-    return h, w
 
 
 def resize_gain(shape: tuple[int, int], imgsz: int) -> tuple[float, float]:
@@ -75,6 +63,33 @@ class ShapeCache:
         if shape is None:
             shape = self._shapes[path] = decoded_shape(path)
         return shape
+
+
+@dataclass
+class StreamFormat:
+    """One run's ``to_ultralytics``: the served task, the run's class settings and the image
+    side, the files' shapes read once (``TrainLoader``, ``ValLoader``)."""
+
+    imgsz: int
+    task: str | TaskSpec = "detect"
+    kpt_shape: tuple[int, int] | None = None
+    single_cls: bool = False
+    classes: tuple[int, ...] | None = None
+    shapes: ShapeCache = field(default_factory=ShapeCache)
+
+    def __call__(self, images: Any, targets: Any, files: list[str], masks: Any = None) -> dict[str, Any]:
+        return to_ultralytics(
+            images,
+            targets,
+            files,
+            imgsz=self.imgsz,
+            shapes=self.shapes,
+            single_cls=self.single_cls,
+            classes=self.classes,
+            task=self.task,
+            kpt_shape=self.kpt_shape,
+            masks=masks,
+        )
 
 
 def to_ultralytics(

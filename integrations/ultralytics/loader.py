@@ -25,7 +25,7 @@ from typing import Any
 
 from ...client.loader import Loader
 from ...shared.stream.sampler import epoch_indices
-from .batches import ShapeCache, to_ultralytics
+from .batches import ShapeCache, StreamFormat
 
 log = logging.getLogger(__name__)
 
@@ -112,19 +112,9 @@ class TrainLoader:
 
     def __iter__(self) -> Iterator[dict[str, Any]]:
         imgsz = self.stream.settings.augment.imgsz
+        form = StreamFormat(imgsz, self.task, self.kpt_shape, self.single_cls, self.classes, self._shapes)
         for batch in self.stream:
-            yield to_ultralytics(
-                batch.images,
-                batch.targets,
-                batch.files,
-                imgsz=imgsz,
-                shapes=self._shapes,
-                single_cls=self.single_cls,
-                classes=self.classes,
-                task=self.task,
-                kpt_shape=self.kpt_shape,
-                masks=getattr(batch, "masks", None),
-            )
+            yield form(batch.images, batch.targets, batch.files, getattr(batch, "masks", None))
 
     def reset(self) -> None:
         """Ultralytics rebuilds its workers' transforms here; pixpool's stream needs nothing."""

@@ -13,11 +13,14 @@ is copied, the mixin overrides three hooks:
   checks that it serves exactly the training split Ultralytics resolved from ``data=`` (the
   same image sources: ``shared/stream/served_data.py``; a daemon serving another dataset is
   refused, naming both), its class names and the trainer's task (and for pose the dataset's
-  ``kpt_shape`` and ``flip_idx``); validation keeps Ultralytics' own loader and validator.
+  ``kpt_shape`` and ``flip_idx``). ``get_dataloader(mode="val")`` reads the daemon's val split
+  the same way (``val_loader.py``: Ultralytics' rect validation batches, this rank's share), for
+  Ultralytics' own validator; a daemon serving no val split, a validation ``fraction`` below 1
+  or ``classes`` on a segment run keep Ultralytics' own loader, said in one line.
 - ``train()`` first makes sure a daemon answers at the socket directory: one already
   running is used as it is; otherwise one is started (``pixpool serve`` as a child
-  process, ``workers`` workers, imgsz and ``--task`` of the run) on the training split
-  Ultralytics resolved from ``data=`` (for pose with its ``kpt_shape`` and ``flip_idx``), and
+  process, ``workers`` workers, imgsz and ``--task`` of the run) on the training and
+  validation splits Ultralytics resolved from ``data=`` (for pose with its ``kpt_shape`` and ``flip_idx``), and
   stopped when training ends, also on errors and Ctrl-C (its clean shutdown removes its rings
   and its snapshot). Either way one line names the daemon (``notices.daemon_line``), and one
   says where the stream differs from Ultralytics' loader in this environment
@@ -44,7 +47,7 @@ from typing import Any
 
 import yaml
 from ultralytics.data import build_yolo_dataset
-from ultralytics.data.utils import check_det_dataset
+from ultralytics.data.utils import check_det_dataset, get_split_fraction
 from ultralytics.models.yolo.detect import DetectionTrainer
 from ultralytics.models.yolo.obb import OBBTrainer
 from ultralytics.models.yolo.pose import PoseTrainer
@@ -52,6 +55,7 @@ from ultralytics.models.yolo.segment import SegmentationTrainer
 from ultralytics.utils import DEFAULT_CFG, RANK, YAML
 from ultralytics.utils.checks import check_imgsz
 from ultralytics.utils.patches import override_configs
+from ultralytics.utils.torch_utils import unwrap_model
 
 from ...client.child import serve_child
 from ...client.loader import Loader, distributed_rank
@@ -62,7 +66,7 @@ from ...shared.stream.served_data import ExpectedData, expect_entries
 from ...shared.task import task_spec
 from ...shared.transport import endpoint as ep
 from ...shared.transport.control import request_status
-from . import failures, hyp, notices
+from . import failures, hyp, notices, val_loader
 from .loader import TrainLoader
 
 log = logging.getLogger(__name__)
@@ -146,8 +150,11 @@ class PixpoolStream:
         previous = os.environ.get(SOCKET_DIR_ENV)
         try:
             data_yaml = Path(tmp) / "train.yaml"
-            data_yaml.write_text(yaml.safe_dump(self._train_split()))
-            config = DaemonConfig(data=str(data_yaml), imgsz=imgsz, no_val=True, task=self.args.task, **count)
+            split = self._train_split()
+            data_yaml.write_text(yaml.safe_dump(split))
+            config = DaemonConfig(
+                data=str(data_yaml), imgsz=imgsz, no_val="val" not in split, task=self.args.task, **count
+            )
             log.info(
                 "pixpool: starting a daemon (%s workers, imgsz %d, task %s) for %s",
                 config.workers,
@@ -187,7 +194,8 @@ class PixpoolStream:
                 YAML.save(args_file, vars(self.args))
 
     def _train_split(self) -> dict:
-        """A data.yaml of the training split exactly as Ultralytics resolved ``data=`` (absolute paths)."""
+        """A data.yaml of the training split exactly as Ultralytics resolved ``data=`` (absolute paths),
+        with the split it validates on as ``val`` where the daemon's val split serves it."""
         train = self.data["train"]
         entries = [str(p) for p in train] if isinstance(train, (list, tuple)) else str(train)
         # single_cls renames the classes to one "item" in self.data; the label files keep
@@ -195,6 +203,9 @@ class PixpoolStream:
         names = check_det_dataset(self.args.data)["names"] if self.args.single_cls else self.data["names"]
         names = [names[i] for i in range(len(names))] if isinstance(names, dict) else list(names)
         split = {"train": entries, "names": names}
+        val = self.data.get(self.args.split or "val")  # the split Ultralytics validates on, served beside
+        if val and not self._own_val_reason():
+            split["val"] = [str(p) for p in val] if isinstance(val, (list, tuple)) else str(val)
         if task_spec(self.args.task).has_keypoints:  # the keypoint layout and the left-right pairs the route flips
             for key in ("kpt_shape", "flip_idx"):
                 if self.data.get(key) is not None:
@@ -204,7 +215,7 @@ class PixpoolStream:
     # -- loaders ------------------------------------------------------------------------
     def get_dataloader(self, dataset_path: str, batch_size: int = 16, rank: int = 0, mode: str = "train"):
         if mode != "train":
-            return super().get_dataloader(dataset_path, batch_size, rank, mode)
+            return self._val_loader(dataset_path, batch_size, rank, mode)
         g_rank, world = distributed_rank() if RANK != -1 else (0, 1)
         settings = hyp.stream_settings(
             vars(self.args), batch_size=batch_size, rank=g_rank, world_size=world, data=self.data
@@ -240,6 +251,63 @@ class PixpoolStream:
             single_cls=bool(self.args.single_cls),
             classes=hyp.classes_of(self.args.classes),
             labels_source=lambda: self._labels(dataset_path),
+        )
+
+    def _val_loader(self, dataset_path: str, batch_size: int, rank: int, mode: str):
+        """Ultralytics' validation batches from the daemon's val split (``val_loader.py``); where
+        the daemon serves none, or the run asks what the daemon's split is not, Ultralytics' own
+        loader, said in one line."""
+        own = self._own_val_reason()
+        if own:
+            log.warning("pixpool: validation reads Ultralytics' own loader: %s", own)
+            return super().get_dataloader(dataset_path, batch_size, rank, mode)
+        g_rank, world = distributed_rank() if RANK != -1 else (0, 1)
+        settings = val_loader.val_settings(
+            batch_size=batch_size,
+            imgsz=check_imgsz(self.args.imgsz, stride=32, floor=32, max_dim=1),
+            stride=max(int(unwrap_model(self.model).stride.max()), 32),  # Ultralytics' build_dataset
+            rank=g_rank,
+            world_size=world,
+            mask_ratio=int(self.args.mask_ratio),
+            overlap_mask=bool(self.args.overlap_mask),
+        )
+        entries = [str(p) for p in dataset_path] if isinstance(dataset_path, (list, tuple)) else str(dataset_path)
+        try:
+            return val_loader.daemon_val_loader(
+                settings,
+                socket_dir=self.pixpool_socket_dir,
+                timeout_s=self.pixpool_timeout_s,
+                expect=expect_entries(entries, asked=f"data={self.args.data}", split="val"),
+                check=self._check_served_val,
+                num_workers=len((self.pixpool_status or {}).get("workers", [])),
+                single_cls=bool(self.args.single_cls),
+                classes=hyp.classes_of(self.args.classes),
+                labels_source=lambda: self._labels(dataset_path),
+            )
+        except ConfigError as exc:
+            if getattr(exc, "field", None) != "split":
+                raise
+            log.warning("pixpool: %s; validation reads Ultralytics' own loader", exc)
+            return super().get_dataloader(dataset_path, batch_size, rank, mode)
+
+    def _own_val_reason(self) -> str | None:
+        """Why this run's validation split is not the daemon's whole val split, or None."""
+        share = get_split_fraction(self.args.fraction, self.args.split or "val")
+        if share != 1.0:
+            return f"fraction={self.args.fraction} validates on {share} of the split, the daemon serves all of it"
+        if self.args.classes is not None and task_spec(self.args.task).has_masks:
+            return "classes= cannot filter a segment batch (its mask planes number every instance)"
+        return None
+
+    def _check_served_val(self, stream) -> None:
+        self._check_names(stream.names)
+        hyp.check_served(
+            task=self.args.task,
+            data=self.data,
+            served_task=stream.task,
+            served_kpt_shape=stream.kpt_shape,
+            served_flip_idx=stream.flip_idx,
+            where=f"the pixpool daemon at {ep.socket_path(self.pixpool_socket_dir)} (its val split)",
         )
 
     def _expected_data(self) -> ExpectedData:

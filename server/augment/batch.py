@@ -197,14 +197,24 @@ def _render(
     """The one render loop: positions ``start .. stop`` (None: to the batch's end) of the batch."""
     settings = settings.for_imgsz(source.imgsz)  # imgsz None: the source's; another value: ConfigError
     cfg = settings.augment
-    imgsz = cfg.imgsz
-    every = batch_samples(len(source), settings, epoch, batch)
-    stop = len(every) if stop is None else stop
-    if not 0 <= start <= stop <= len(every):
-        raise ConfigError(
-            f"samples {start}..{stop} of batch {batch}, which has {len(every)}; use 0 <= start <= stop <= {len(every)}"
+    if cfg.rect_stride:  # Ultralytics' rect validation batches: their own loop
+        from .val_rect import render_rect_range
+
+        return render_rect_range(
+            source,
+            settings,
+            epoch,
+            batch,
+            start,
+            stop,
+            images_out,
+            masks_out,
+            keep_float=keep_float,
+            segments=segments,
+            timings=timings,
         )
-    samples = every[start:stop]
+    imgsz = cfg.imgsz
+    samples = positions_of(source, settings, epoch, batch, start, stop)
     images = _output(images_out, len(samples), imgsz)
     spec, kpt_shape, _ = task_of(source)
     width = spec.target_width(kpt_shape)
@@ -251,6 +261,19 @@ def _render(
     if instance_planes is not None:
         planes = np.concatenate(instance_planes) if instance_planes else np.zeros((0, side, side), np.uint8)
     return Part(images, targets, counts, samples, floats, polygons, planes)
+
+
+def positions_of(
+    source: ImageSource, settings: StreamSettings, epoch: int, batch: int, start: int, stop: int | None
+) -> np.ndarray:
+    """The stream positions ``start .. stop`` (None: to the end) of batch ``batch``, checked."""
+    every = batch_samples(len(source), settings, epoch, batch)
+    stop = len(every) if stop is None else stop
+    if not 0 <= start <= stop <= len(every):
+        raise ConfigError(
+            f"samples {start}..{stop} of batch {batch}, which has {len(every)}; use 0 <= start <= stop <= {len(every)}"
+        )
+    return every[start:stop]
 
 
 def _plane(planes: np.ndarray, i: int, instances: int) -> np.ndarray:

@@ -95,12 +95,23 @@ def _windows(labels: Labels, imgsz: int, ratio: int) -> list[tuple[np.ndarray, i
 
 
 def render_masks(
-    labels: Labels, imgsz: int, ratio: int, *, overlap: bool, out: np.ndarray | None = None
+    labels: Labels,
+    imgsz: int,
+    ratio: int,
+    *,
+    overlap: bool,
+    out: np.ndarray | None = None,
+    ultralytics_ties: bool = False,
 ) -> tuple[np.ndarray, np.ndarray]:
     """(masks, order): ``overlap``: the (M, M) plane, written into ``out`` (any integer dtype wide
     enough for len(labels); a new uint8/int32 array when None), and the int64 instance order
     (largest area first) the rows must follow; otherwise (n, M, M) uint8 planes in instance order
-    and the identity order."""
+    and the identity order.
+
+    ``ultralytics_ties``: order equal areas as Ultralytics' ``polygons2masks_overlap`` does
+    (numpy's default ``argsort`` of the negated unsigned areas: ties not kept in instance order
+    past 16 instances, empty masks first), so the plane and the rows are its own byte for byte;
+    the rect validation route asks for it. The training route keeps the stable order."""
     side = imgsz // ratio
     n = len(labels)
     windows = _windows(labels, imgsz, ratio)
@@ -118,7 +129,7 @@ def render_masks(
             raise ValueError(f"a {out.dtype} mask plane holds at most {np.iinfo(out.dtype).max} instances, got {n}")
         out[...] = 0
     areas = np.array([int(np.count_nonzero(m)) for m, _, _ in windows], dtype=np.int64)
-    order = np.argsort(-areas, kind="stable")
+    order = np.argsort(-areas.astype(np.uint64)) if ultralytics_ties else np.argsort(-areas, kind="stable")
     for rank, i in enumerate(order.tolist(), start=1):
         m, r, c = windows[i]
         if m.size:

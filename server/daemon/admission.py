@@ -23,6 +23,7 @@ import dataclasses
 from ...shared.errors import CapacityError, ConfigError
 from ...shared.stream.config import DaemonConfig, StreamSettings
 from ...shared.stream.flags import flag_of
+from ...shared.stream.rect_plan import slot_side
 from ...shared.task import task_spec
 from ...shared.transport.ring import MAX_SLOTS, MIN_SLOTS, RingLayout, mask_dtype_for
 from ...shared.transport.store import DEFAULT_STORE, free_nbytes
@@ -78,7 +79,9 @@ def ring_for(
         )
     max_t = max(1, renderer.max_targets(source.max_instances, settings))
     per_task = task_layout(source, settings, max_targets=max_t)
-    layout = RingLayout(slots=slots, batch_size=settings.batch_size, imgsz=source.imgsz, max_targets=max_t, **per_task)
+    layout = RingLayout(
+        slots=slots, batch_size=settings.batch_size, imgsz=ring_side(source, settings), max_targets=max_t, **per_task
+    )
     if layout.nbytes > config.max_ring_nbytes:
         masks = f" and {layout.masks_nbytes} bytes of mask planes" if layout.has_masks else ""
         raise CapacityError(
@@ -104,6 +107,13 @@ def ring_for(
             f"{trainers} trainers are attached, the daemon's limit; detach one or {_raise('max_trainers')}"
         )
     return layout
+
+
+def ring_side(source, settings: StreamSettings) -> int:
+    """The square side of a slot's images: the snapshot's imgsz, or for rect validation batches
+    the largest batch shape (``shared/stream/rect_plan.py``), which can exceed it (672 at 640)."""
+    stride = settings.augment.rect_stride
+    return slot_side(source.imgsz, stride) if stride else source.imgsz
 
 
 def source_task(source) -> tuple[str, tuple[int, int] | None, tuple[int, ...] | None]:
@@ -142,7 +152,7 @@ def task_layout(source, settings: StreamSettings, *, max_targets: int) -> dict:
             "1..n, Ultralytics' default overlap layout), and one plane per instance does not fit a fixed slot; "
             "train with overlap_mask=True, or render in process (pixpool.server.augment) for per-instance planes",
         )
-    side = spec.mask_side(source.imgsz, aug.mask_ratio)
+    side = spec.mask_side(ring_side(source, settings), aug.mask_ratio)
     if side < 1:
         raise ConfigError.for_field(
             "mask_ratio", aug.mask_ratio, f"leaves no mask pixel at imgsz {source.imgsz}; use a mask_ratio <= imgsz"

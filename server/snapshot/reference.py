@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 
 from ...shared.stream.records import Dataset, Targets
-from .decode import prepare_image
+from .decode import decode_bgr, prepare_image
 
 
 class ReferenceSource:
@@ -36,3 +36,8 @@ class ReferenceSource:
 
     def targets(self, index: int) -> Targets:
         return Targets.from_record(self.dataset.records[index])
+
+    def original_shapes(self) -> np.ndarray:
+        """int64 (n, 2) decoded (height, width) of every record, as a snapshot's index keeps them
+        (the rect validation route plans its batches from them); decodes every image."""
+        return np.array([decode_bgr(r.image_path).shape[:2] for r in self.dataset.records], dtype=np.int64)

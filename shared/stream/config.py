@@ -138,9 +138,24 @@ class AugmentConfig:
     overlap_mask: bool = _opt(True, "segment: one mask plane per image, instances numbered 1..n by area")
     # False: validation route (letterbox only, no randomness).
     train_route: bool = _opt(True, "false: the validation route (letterbox only, no randomness)")
+    # Validation route only: Ultralytics' rectangular validation batches (``shared/stream/rect_plan.py``)
+    # for a model of this stride (Ultralytics uses max(model stride, 32)); 0: the imgsz square.
+    rect_stride: int = _opt(
+        0,
+        "validation route only: Ultralytics' rect batches (sorted by aspect ratio, shapes padded by half "
+        "this model stride); 0: every image letterboxed on the imgsz square",
+        lo=0,
+        hi=1024,
+    )
 
     def __post_init__(self) -> None:
         _validate(self)
+        if self.rect_stride and self.train_route:
+            raise ConfigError.for_field(
+                "rect_stride",
+                self.rect_stride,
+                "is for the validation route only; set train_route=False (attach(split='val') does) or rect_stride=0",
+            )
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -176,6 +191,12 @@ class StreamSettings:
         if not 0 <= self.rank < self.world_size:
             raise ConfigError.for_field(
                 "rank", self.rank, f"is outside world_size {self.world_size}; use 0 <= {{rank}} < {{world_size}}"
+            )
+        if self.augment.rect_stride and self.shuffle:
+            raise ConfigError.for_field(
+                "shuffle",
+                self.shuffle,
+                "cannot reorder rect validation batches (rect_stride): their order is by aspect ratio; use shuffle=False",
             )
 
     def to_dict(self) -> dict[str, Any]:

@@ -18,6 +18,10 @@ because randomness derives from the record index.
 Batches: consecutive runs of ``batch_size`` shard positions; the last one is shorter,
 or dropped when ``drop_last``.
 
+Rect validation (``augment.rect_stride``): the shard is a contiguous run of positions of the
+aspect-ratio order, whole batches per rank, as Ultralytics' ``ContiguousDistributedSampler``
+(``rect_plan.py``); the route maps a position to its record.
+
 The shard order of the last few (records, seed, epoch, shard) is kept, read-only: every
 worker renders a part of every batch and asks for the batch's samples once per part,
 and a permutation of a large dataset (118k COCO records) costs milliseconds each time.
@@ -31,6 +35,7 @@ import numpy as np
 
 from ..errors import ConfigError
 from .config import StreamSettings
+from .rect_plan import contiguous_shard
 from .rng import shuffle_generator
 
 
@@ -38,6 +43,9 @@ def epoch_indices(num_records: int, settings: StreamSettings, epoch: int) -> np.
     """int64 record indices of this rank's shard, in delivery order (read-only)."""
     if num_records <= 0:
         raise ConfigError(f"the dataset has {num_records} records; a stream needs at least one")
+    if settings.augment.rect_stride:
+        # Rect validation: positions of the aspect-ratio order (``rect_plan``), whole batches per rank.
+        return _contiguous(num_records, settings.batch_size, settings.world_size, settings.rank)
     return _shard(
         num_records, settings.seed, epoch, settings.shuffle, settings.world_size, settings.rank, settings.drop_last
     )
@@ -58,6 +66,13 @@ def _shard(
         if total > num_records:
             order = np.resize(order, total)  # repeats the head cyclically
     shard = np.ascontiguousarray(order[rank::world])
+    shard.flags.writeable = False  # cached: shared by every caller
+    return shard
+
+
+@functools.lru_cache(maxsize=8)
+def _contiguous(num_records: int, batch_size: int, world: int, rank: int) -> np.ndarray:
+    shard = contiguous_shard(num_records, batch_size, world, rank)
     shard.flags.writeable = False  # cached: shared by every caller
     return shard
 

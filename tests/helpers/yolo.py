@@ -73,3 +73,33 @@ def detection_trainer(data_yaml, tmp_path: Path, **overrides):
         exist_ok=True,
     )
     return PixpoolDetectionTrainer(overrides={**args, **overrides})
+
+
+def coco128_yaml(coco128: Path, root: Path, labels: str = "labels") -> Path:
+    """coco128's images with its ``labels`` folder (``labels`` boxes, ``labels-seg`` segments) as
+    ``labels/`` in the YOLO layout both loaders read (images/ -> labels/), and a data.yaml with
+    the 80 COCO names, its val: the same images."""
+    import json
+    import shutil
+
+    shutil.copytree(coco128 / "images" / "train2017", root / "images" / "train2017")
+    shutil.copytree(coco128 / labels / "train2017", root / "labels" / "train2017")
+    categories = json.loads((coco128 / "annotations" / "instances_train2017.json").read_text())["categories"]
+    names = [c["name"] for c in sorted(categories, key=lambda c: c["id"])]
+    lines = ["train: images/train2017", "val: images/train2017", "names:"]
+    lines += [f"  {i}: {json.dumps(n)}" for i, n in enumerate(names)]
+    (root / "data.yaml").write_text("\n".join(lines) + "\n")
+    return root / "data.yaml"
+
+
+def synth_yaml(root: Path, task: str) -> Path:
+    """``pixpool synth OUT --task TASK``: the synthetic set of ``task`` and its data.yaml."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "pixpool.cli", "synth", str(root), "--task", task],
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return root / "data.yaml"

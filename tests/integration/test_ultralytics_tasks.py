@@ -17,12 +17,8 @@ from __future__ import annotations
 
 import csv
 import dataclasses
-import json
 import math
 import re
-import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -37,7 +33,7 @@ import psutil
 import torch
 
 from helpers.daemon import real_daemon
-from helpers.yolo import results_rows, yolo_train
+from helpers.yolo import coco128_yaml, results_rows, synth_yaml, yolo_train
 from pixpool.integrations.ultralytics.batches import to_ultralytics
 from pixpool.shared.errors import ConfigError
 from pixpool.shared.transport.names import list_segments
@@ -285,6 +281,9 @@ def test_each_trainer_trains_and_validates_on_a_stream_of_its_task(task, tmp_pat
     # A daemon answers (no child is started) and the stream is the stand-in.
     monkeypatch.setattr(trainer_module, "daemon_answers", lambda socket_dir: {"workers": [{}]})
     monkeypatch.setattr(trainer_module, "Loader", _stand_in_stream(task, trainer.args, trainer.data))
+    # The stand-in serves no val split: validation keeps Ultralytics' own loader (test_ultralytics_val.py
+    # validates from a real daemon).
+    monkeypatch.setattr(trainer, "_own_val_reason", lambda: "the stand-in daemon serves no val split")
     trainer.train()
     with open(trainer.save_dir / "results.csv") as f:
         rows = [{k.strip(): float(v) for k, v in row.items()} for row in csv.DictReader(f)]
@@ -421,27 +420,12 @@ def _masks_agree(mine: dict, theirs: dict, batch: int, pixel: float) -> None:
 def _coco128_segment(coco128: Path, root: Path) -> Path:
     """coco128's images with its real segment labels (``labels-seg``) in the YOLO layout both
     loaders read (images/ -> labels/), and a data.yaml with the 80 COCO names."""
-    shutil.copytree(coco128 / "images" / "train2017", root / "images" / "train2017")
-    shutil.copytree(coco128 / "labels-seg" / "train2017", root / "labels" / "train2017")
-    categories = json.loads((coco128 / "annotations" / "instances_train2017.json").read_text())["categories"]
-    names = [c["name"] for c in sorted(categories, key=lambda c: c["id"])]
-    lines = ["train: images/train2017", "val: images/train2017", "names:"]
-    lines += [f"  {i}: {json.dumps(n)}" for i, n in enumerate(names)]
-    (root / "data.yaml").write_text("\n".join(lines) + "\n")
-    return root / "data.yaml"
+    return coco128_yaml(coco128, root, "labels-seg")
 
 
 def _synth(root: Path, task: str) -> Path:
     """``pixpool synth OUT --task TASK``: the synthetic set of ``task`` and its data.yaml."""
-    proc = subprocess.run(
-        [sys.executable, "-m", "pixpool.cli", "synth", str(root), "--task", task],
-        check=False,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return root / "data.yaml"
+    return synth_yaml(root, task)
 
 
 # task -> (model yaml, the loss columns of results.csv, the validator's metric columns)

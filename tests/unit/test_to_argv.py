@@ -18,7 +18,7 @@ from pixpool.shared.stream.flags import add_fields, from_args, to_argv
 AUGMENT = AugmentConfig(
     imgsz=416, mosaic=0.25, degrees=12.5, translate=0.3, scale=0.75, shear=3.0, perspective=0.0007, copy_paste=0.4,
     mixup=0.15, cutmix=0.35, copy_paste_mode="mixup", mask_ratio=2, overlap_mask=False, fliplr=0.1, flipud=0.9,
-    hsv_h=0.1, hsv_s=0.33, hsv_v=0.2, close_mosaic=3, epochs=40, train_route=False,
+    hsv_h=0.1, hsv_s=0.33, hsv_v=0.2, close_mosaic=3, epochs=40, train_route=False, rect_stride=64,
 )  # fmt: skip
 STREAM = StreamSettings(
     seed=(1 << 62) + 7, batch_size=24, rank=2, world_size=3, shuffle=False, drop_last=True, start_epoch=5,
