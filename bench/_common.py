@@ -86,6 +86,28 @@ def paired(a: Sequence[float], b: Sequence[float]) -> str:
     return f"{statistics.median(r):.2f}x ({', '.join(f'{x:.2f}' for x in r)})"
 
 
+# What a figure needs before a document may quote it as a headline: enough pairs, and pairs
+# that agree (a lucky or unlucky set of rounds is not a result an outside run would reproduce).
+HEADLINE_PAIRS = 5
+HEADLINE_SPREAD = 0.25
+
+
+def spread(values: Sequence[float]) -> float:
+    """(largest - smallest) / median: how far a set of per-pair ratios disagree."""
+    return (max(values) - min(values)) / statistics.median(values)
+
+
+def headline(a: Sequence[float], b: Sequence[float]) -> tuple[float | None, str]:
+    """(the median per-pair ratio a / b, or None; why not) for a figure the README may quote:
+    None from fewer than ``HEADLINE_PAIRS`` pairs or from pairs spread over ``HEADLINE_SPREAD``."""
+    r = ratios(a, b)
+    if len(r) < HEADLINE_PAIRS:
+        return None, f"none: {len(r)} pairs, a headline needs {HEADLINE_PAIRS}"
+    if spread(r) > HEADLINE_SPREAD:
+        return None, f"none: the pairs spread {spread(r):.0%} (over {HEADLINE_SPREAD:.0%}); rerun on a quieter machine"
+    return statistics.median(r), f"**{statistics.median(r):.2f}x**"
+
+
 def runs(values: Sequence[float], fmt: str = ".1f") -> str:
     """Every round's figure, in round order."""
     return ", ".join(format(v, fmt) for v in values)

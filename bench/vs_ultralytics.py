@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import shutil
 import statistics
 import sys
@@ -121,6 +122,7 @@ def speed(args, dirs: dict[str, Path]) -> list[dict]:
         pairs = [p for p in pairs if not p[3]]
     px: dict[int, list[float]] = {i: [] for i in range(len(pairs))}
     ul_runs: dict[tuple[str, int], list[float]] = {}
+    loads: dict[int, list[str]] = {i: [] for i in range(len(pairs))}  # the 1-min load as each pair starts
     with contextlib.ExitStack() as stack:
         if with_px:  # each task's snapshot prepared once; every daemon re-attaches it
             for task in {p[1] for p in pairs}:
@@ -129,6 +131,7 @@ def speed(args, dirs: dict[str, Path]) -> list[dict]:
         for r in range(args.pairs):
             for i, (label, task, pw, dev, uw) in enumerate(pairs):
                 route = {**ul.PIXPOOL_ROUTES[task], **args.geometry}
+                loads[i].append(f"{os.getloadavg()[0]:.1f}")
                 for arm in common.alternate(("px", "ul"), r + i):
                     if arm == "px" and with_px:
                         px[i].append(pixpool_speed(dirs[task], task, route, workers=pw, hsv_on_device=dev, args=args))
@@ -142,7 +145,7 @@ def speed(args, dirs: dict[str, Path]) -> list[dict]:
                 print(f"round {r + 1}/{args.pairs} {label}: pixpool {mine}, ultralytics {ul_runs[(task, uw)][-1]:.1f} img/s",
                       file=sys.stderr, flush=True)  # fmt: skip
     return [
-        {"pair": label, "pixpool_runs": px[i], "ultralytics_runs": ul_runs[(task, uw)]}
+        {"pair": label, "pixpool_runs": px[i], "ultralytics_runs": ul_runs[(task, uw)], "loads": loads[i]}
         for i, (label, task, _, _, uw) in enumerate(pairs)
     ]
 
@@ -151,14 +154,17 @@ def report(args, rows: list[dict], versions: str, loads: tuple[str, str]) -> str
     out = []
     for r in rows:
         p, u = r["pixpool_runs"], r["ultralytics_runs"]
+        load = ", ".join(r["loads"])
         if not p:  # --arms ultralytics
-            out.append([r["pair"], "not run", f"{statistics.median(u):.1f}", "", "", "", common.runs(u, ".0f")])
+            out.append(
+                [r["pair"], "not run", f"{statistics.median(u):.1f}", "", "", "", "", common.runs(u, ".0f"), load]
+            )
             continue
-        out.append([r["pair"], f"{statistics.median(p):.1f}", f"{statistics.median(u):.1f}",
-                    f"**{statistics.median(p) / statistics.median(u):.2f}x**", common.paired(p, u),
-                    common.runs(p, ".0f"), common.runs(u, ".0f")])  # fmt: skip
-    header = ["pair", "pixpool img/s", "Ultralytics img/s", "ratio of medians", "ratio per pair: median (pairs)",
-              "pixpool runs", "Ultralytics runs"]  # fmt: skip
+        out.append([r["pair"], f"{statistics.median(p):.1f}", f"{statistics.median(u):.1f}", common.headline(p, u)[1],
+                    f"{statistics.median(p) / statistics.median(u):.2f}x", common.paired(p, u),
+                    common.runs(p, ".0f"), common.runs(u, ".0f"), load])  # fmt: skip
+    header = ["pair", "pixpool img/s", "Ultralytics img/s", "headline (median per pair)", "ratio of medians",
+              "ratio per pair: median (pairs)", "pixpool runs", "Ultralytics runs", "load at each pair"]  # fmt: skip
     geometry = f", both arms with {', '.join(f'{k} {v:g}' for k, v in args.geometry.items())}" if args.geometry else ""
     return "\n".join(
         [
@@ -172,7 +178,10 @@ def report(args, rows: list[dict], versions: str, loads: tuple[str, str]) -> str
             common.table(header, out),
             "",
             "A pair is one round: the two arms ran back to back, so the ratio per pair cancels the load of that moment; "
-            "the ratio of medians does not. The `HSV on the trainer` rows run torch's HSV on the trainer's CPU here.",
+            "the ratio of medians does not. A headline is the median ratio per pair, written only from at least "
+            f"{common.HEADLINE_PAIRS} pairs whose ratios spread at most {common.HEADLINE_SPREAD:.0%} of it "
+            "((largest - smallest) / median); quote no other figure as one. "
+            "The `HSV on the trainer` rows run torch's HSV on the trainer's CPU here.",
         ]
     )
 

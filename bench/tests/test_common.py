@@ -33,6 +33,20 @@ def test_paired_ratios_are_per_round_and_every_round_is_listed():
         common.ratios([1.0], [1.0, 2.0])
 
 
+def test_a_headline_needs_five_pairs_that_agree_within_a_quarter():
+    steady = ([200.0, 210.0, 190.0, 205.0, 200.0], [100.0] * 5)  # ratios 1.9-2.1: spread 10 %
+    assert common.headline(*steady) == (2.0, "**2.00x**")
+    value, why = common.headline(steady[0][:4], steady[1][:4])
+    assert value is None and why == "none: 4 pairs, a headline needs 5"
+    # The project's own run of 2026-12-03 (2.31, 1.54, 1.82, 1.70, 2.28): spread 42 %, no headline.
+    value, why = common.headline([231.0, 154.0, 182.0, 170.0, 228.0], [100.0] * 5)
+    assert value is None and why.startswith("none: the pairs spread 42% (over 25%)")
+    assert (
+        common.spread([1.0, 1.25, 1.0, 1.0, 1.0]) == 0.25
+        and common.headline([100, 125, 100, 100, 100], [100] * 5)[0] == 1.0
+    )
+
+
 def test_a_table_aligns_text_left_and_numbers_right():
     assert common.table(["arm", "ms"], [["a", 1.5]]) == "| arm | ms |\n| --- | ---: |\n| a | 1.5 |"
 
