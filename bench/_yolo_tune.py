@@ -19,7 +19,7 @@ process under it (the trials, Ray's own processes, the daemon and its workers;
 mAP50-95 and any trial error come from the child.
 
 Usage: ``VENV/bin/python bench/vs_ultralytics.py --what tune [--trials 3] [--epochs 1]
-[--imgsz 320] [--batch 16] [--workers 1] [--pairs 2] [--json out.json]``.
+[--imgsz 320] [--batch 16] [--workers 1] [--pairs 5] [--dtype uint8] [--json out.json]``.
 """
 
 from __future__ import annotations
@@ -67,7 +67,7 @@ def child(arm: str, opts: argparse.Namespace) -> None:
     if arm == "pixpool":
         from pixpool.integrations.ultralytics import tune
 
-        results = tune(**args, space=SPACE, concurrent=opts.trials)
+        results = tune(**args, space=SPACE, concurrent=opts.trials, dtype=opts.dtype)
     else:
         import ray
         from ultralytics import YOLO
@@ -89,7 +89,8 @@ def _run_arm(arm: str, opts: argparse.Namespace, data: Path, work: Path, tag: st
     result = work / f"{tag}.json"
     cmd = [sys.executable, __file__, "--child", arm, "--result", str(result), "--data", str(data),
            "--trials", str(opts.trials), "--epochs", str(opts.epochs), "--imgsz", str(opts.imgsz),
-           "--batch", str(opts.batch), "--workers", str(opts.workers), "--project", str(work / tag)]  # fmt: skip
+           "--batch", str(opts.batch), "--workers", str(opts.workers), "--project", str(work / tag),
+           "--dtype", opts.dtype]  # fmt: skip
     env = {**os.environ, "YOLO_OFFLINE": "1", "YOLO_CONFIG_DIR": str(work / "ycfg")}
     t0 = time.perf_counter()
     with open(work / f"{tag}.log", "w") as log:
@@ -117,6 +118,18 @@ def _table(rows: list[dict]) -> str:
     return table(header, out, left=2)
 
 
+def _per_pair(rows: list[dict]) -> str:
+    """pixpool / Ultralytics per pair, wall and peak PSS: the arms of a pair ran back to back."""
+    by = {(r["pair"], r["arm"]): r for r in rows}
+    pairs = sorted({r["pair"] for r in rows})
+    wall = [by[p, "pixpool"]["wall_s"] / by[p, "ultralytics"]["wall_s"] for p in pairs]
+    pss = [by[p, "pixpool"]["peak_pss"] / by[p, "ultralytics"]["peak_pss"] for p in pairs]
+    return (
+        f"pixpool / Ultralytics per pair: wall {statistics.median(wall):.2f}x ({', '.join(f'{x:.2f}' for x in wall)}), "
+        f"peak PSS {statistics.median(pss):.2f}x ({', '.join(f'{x:.2f}' for x in pss)})"
+    )
+
+
 def main(argv: list[str] | None = None) -> int:
     p = parser(__doc__, "vs_ultralytics.py --what tune")
     p.add_argument("--child", choices=ARMS, help=argparse.SUPPRESS)
@@ -130,7 +143,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument(
         "--workers", type=int, default=1, help="Ultralytics' dataloader workers per trial, pixpool's daemon workers"
     )
-    p.add_argument("--pairs", type=int, default=2, help="alternating pairs of both arms")
+    p.add_argument("--dtype", default="float32", choices=("float32", "uint8"), help="the pixpool daemon's snapshot")
+    p.add_argument("--pairs", type=int, default=5, help="alternating pairs of both arms")
     p.add_argument("--json", default=None, help="write every measurement here")
     opts = p.parse_args(argv)
     if opts.child:
@@ -150,7 +164,8 @@ def main(argv: list[str] | None = None) -> int:
         if opts.json:
             Path(opts.json).write_text(json.dumps({"rows": rows, "load": [before, load()]}, indent=1))
         print(_table(rows))
-        print(f"command: {opts.command}")
+        print(_per_pair(rows))
+        print(f"pixpool's snapshot: {opts.dtype}; command: {opts.command}")
         print(f"load average before / after: {before} / {load()}")
     return 0
 

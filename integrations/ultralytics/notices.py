@@ -52,6 +52,6 @@ def daemon_line(status: Mapping[str, Any] | None, *, socket: str, started: bool)
     what = "started daemon" if started else "using the running daemon"
     return (
         f"pixpool: {what} {daemon.get('pid', '?')} at {socket}: snapshot {snap.get('name', '?')} "
-        f"({snap.get('records', '?')} records, imgsz {snap.get('imgsz', '?')}, task {snap.get('task', '?')}), "
+        f"({snap.get('records', '?')} records, imgsz {snap.get('imgsz', '?')}, task {snap.get('task', '?')}, {snap.get('dtype', '?')}), "
         f"{count} workers" + ("; it stops when training ends" if started else "; it keeps running after this run")
     )

@@ -43,13 +43,15 @@ def train(
     socket_dir: str | None = None,
     workers: int | None = None,
     timeout_s: float | None = None,
+    dtype: str | None = None,
     **args: Any,
 ):
     """Train ``model`` (an Ultralytics model yaml or checkpoint) with Ultralytics' ``args``.
 
     Uses the daemon at ``socket_dir`` (the default socket directory when None) if one
     answers, else starts one with ``workers`` workers for the run and stops it after.
-    ``workers`` is also Ultralytics' own setting (its validation loader). The task is the
+    ``workers`` is also Ultralytics' own setting (its validation loader); ``dtype`` the started
+    daemon's snapshot dtype (``uint8``: a quarter of the bytes, the same batches). The task is the
     model's (``task=`` may name it, and must then agree). Returns Ultralytics' metrics
     (``DetMetrics``, ``SegmentMetrics``, ``PoseMetrics`` or ``OBBMetrics``)."""
     require_ultralytics("pixpool yolo train")
@@ -72,18 +74,21 @@ def train(
         )
     if workers is not None:
         args["workers"] = workers
-    with _environment(trainer_env(socket_dir, workers, timeout_s)):
+    with _environment(trainer_env(socket_dir, workers, timeout_s, dtype)):
         return YOLO(model, task=task).train(trainer=TRAINERS[task], **args)
 
 
-def trainer_env(socket_dir: str | None, workers: int | None, timeout_s: float | None) -> dict[str, str | None]:
+def trainer_env(
+    socket_dir: str | None, workers: int | None, timeout_s: float | None, dtype: str | None = None
+) -> dict[str, str | None]:
     """The environment pixpool's trainers read (``trainer.py``): None leaves a variable as it is."""
-    from .trainer import SOCKET_DIR_ENV, TIMEOUT_ENV, WORKERS_ENV
+    from .trainer import DTYPE_ENV, SOCKET_DIR_ENV, TIMEOUT_ENV, WORKERS_ENV
 
     return {
         SOCKET_DIR_ENV: None if socket_dir is None else str(socket_dir),
         WORKERS_ENV: None if workers is None else str(workers),
         TIMEOUT_ENV: None if timeout_s is None else str(timeout_s),
+        DTYPE_ENV: None if dtype is None else str(dtype),
     }
 
 
@@ -144,9 +149,14 @@ def train_command(pairs: list[str]) -> int:
     overrides = command_overrides(pairs)
     overrides.setdefault("plots", False)
     socket_dir = overrides.pop("socket_dir", None)
+    dtype = overrides.pop("dtype", None)
     _check_keys(overrides)
     with explained(overrides):
-        metrics = train(socket_dir=None if socket_dir is None else str(socket_dir), **overrides)
+        metrics = train(
+            socket_dir=None if socket_dir is None else str(socket_dir),
+            dtype=None if dtype is None else str(dtype),
+            **overrides,
+        )
     results = getattr(metrics, "results_dict", None) or {}
     shown = ", ".join(f"{k} {v:.4f}" for k, v in results.items() if isinstance(v, float))
     save_dir = getattr(metrics, "save_dir", None)

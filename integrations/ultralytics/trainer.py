@@ -74,6 +74,9 @@ log = logging.getLogger(__name__)
 SOCKET_DIR_ENV = "PIXPOOL_SOCKET_DIR"
 WORKERS_ENV = "PIXPOOL_WORKERS"
 TIMEOUT_ENV = "PIXPOOL_TIMEOUT_S"
+# The snapshot dtype of a daemon this run starts: uint8 holds a quarter of float32's bytes
+# and gives the same batches (docs/kernel.md, "Inputs"); float32 is pixpool's default.
+DTYPE_ENV = "PIXPOOL_DTYPE"
 
 
 def daemon_answers(socket_dir: str | None) -> dict | None:
@@ -145,6 +148,8 @@ class PixpoolStream:
                 f"{WORKERS_ENV}={workers!r} is not a worker count; set a whole number such as 2, or unset it"
             )
         count = {"workers": int(workers)} if workers else {}  # else DaemonConfig's default
+        if dtype := os.environ.get(DTYPE_ENV):
+            count["dtype"] = dtype  # DaemonConfig refuses another value, naming dtype
         imgsz = check_imgsz(self.args.imgsz, stride=32, floor=32, max_dim=1)
         tmp = tempfile.mkdtemp(prefix="pixpool-ul-")
         previous = os.environ.get(SOCKET_DIR_ENV)

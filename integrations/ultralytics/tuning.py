@@ -135,6 +135,7 @@ def tune(
     workers: int | None = None,
     concurrent: int | None = None,
     timeout_s: float | None = None,
+    dtype: str | None = None,
     use_ray: bool = True,
     **args: Any,
 ):
@@ -143,7 +144,8 @@ def tune(
     ``args``: Ultralytics' training arguments (``data``, ``epochs``, ``imgsz``, ``batch``, ...)
     and ``run_ray_tune``'s (``space``, ``iterations``, ``search_alg``, ``grace_period``,
     ``gpu_per_trial``). pixpool's: ``socket_dir`` (a daemon already there is used, else one is
-    started for the search and stopped after), ``workers`` (that daemon's workers),
+    started for the search and stopped after), ``workers`` (that daemon's workers), ``dtype``
+    (its snapshot's: ``uint8`` holds a quarter of float32's bytes, the same batches),
     ``concurrent`` (trials at once: Ray is given ``concurrent`` x Ultralytics' CPUs per trial;
     default: Ray's own count of this machine's CPUs), ``timeout_s``. Without ``space``,
     Ultralytics' default space, with ``bgr`` held at 0 (pixpool's route has no channel swap).
@@ -177,7 +179,7 @@ def tune(
     args.setdefault("plots", False)
     if workers is not None:
         args["workers"] = workers
-    env = trainer_env(socket_dir, workers, timeout_s)
+    env = trainer_env(socket_dir, workers, timeout_s, dtype)
     scratch = tempfile.mkdtemp(prefix="pixpool-tune-")
     try:
         with _environment(env):
@@ -241,7 +243,9 @@ def tune_command(pairs: list[str]) -> int:
     from .run import _check_keys, command_overrides, explained
 
     overrides = command_overrides(pairs)
-    own = {k: overrides.pop(k) for k in (*SEARCH_KEYS, "use_ray", "socket_dir", "concurrent") if k in overrides}
+    own = {
+        k: overrides.pop(k) for k in (*SEARCH_KEYS, "use_ray", "socket_dir", "concurrent", "dtype") if k in overrides
+    }
     _check_keys(overrides)
     with explained(overrides):
         results = tune(**overrides, **own)

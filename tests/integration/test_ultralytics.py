@@ -93,7 +93,7 @@ def test_yolo_train_trains_and_validates_offline(synthetic_copy, tmp_path, offli
     assert "pixpool yolo train: done" in proc.stdout
     assert "starting a daemon (1 workers, imgsz 320, task detect)" in proc.stderr
     started = re.search(
-        r"pixpool: started daemon (\d+) at (\S+): snapshot (\S+) \(\d+ records, imgsz 320, task detect\), 1 workers",
+        r"pixpool: started daemon (\d+) at (\S+): snapshot (\S+) \(\d+ records, imgsz 320, task detect, float32\), 1 workers",
         proc.stderr,
     )
     assert started, proc.stderr[-4000:]
@@ -148,7 +148,7 @@ def test_yolo_train_says_which_running_daemon_it_uses(synthetic_copy, tmp_path, 
     snap = status["snapshot"]
     wanted = (
         f"using the running daemon {status['daemon']['pid']} at {ep.socket_path(sdir)}: snapshot {snap['name']} "
-        f"({snap['records']} records, imgsz 160, task detect), 1 workers"
+        f"({snap['records']} records, imgsz 160, task detect, float32), 1 workers"
     )
     assert wanted in line, line
     assert "starting a daemon" not in text and "started daemon" not in text
@@ -180,6 +180,20 @@ def test_yolo_train_without_imgsz_takes_the_running_daemons(synthetic_copy, tmp_
     assert "pixpool: imgsz=160, the running daemon's" in proc.stderr, proc.stderr[-4000:]
     args = yaml.safe_load((project / "run" / "args.yaml").read_text())
     assert args["imgsz"] == 160, args
+
+
+def test_yolo_train_dtype_uint8_starts_a_uint8_daemon_and_other_dtypes_are_refused(synthetic_copy, tmp_path, offline):
+    """dtype=uint8 (pixpool's key, not Ultralytics'): the daemon the run starts holds a uint8
+    snapshot (a quarter of float32's bytes, the same batches); another value is refused by name."""
+    project = tmp_path / "runs"
+    proc = yolo_train(project, offline, 300, data=synthetic_copy / "data.yaml", model="yolo11n.yaml", epochs=1,
+                      time=0.0001, close_mosaic=0, imgsz=160, batch=8, workers=1, device="cpu", dtype="uint8")  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    assert re.search(r"pixpool: started daemon \d+ at \S+: snapshot \S+ \(\d+ records, imgsz 160, task detect, uint8\)", proc.stderr), proc.stderr[-4000:]  # fmt: skip
+    refused = yolo_train(tmp_path / "runs2", offline, 120, data=synthetic_copy / "data.yaml", model="yolo11n.yaml",
+                         epochs=1, imgsz=160, device="cpu", dtype="int8")  # fmt: skip
+    assert refused.returncode != 0 and "dtype" in refused.stderr and "int8" in refused.stderr, refused.stderr[-2000:]
+    assert not (tmp_path / "runs2" / "run").exists()
 
 
 def _ultralytics_batch(data_yaml, imgsz: int, batch: int) -> dict:
