@@ -321,14 +321,30 @@ class _ValStream:
         return attach(self._socket_dir, **self._kwargs)
 
     def probe(self) -> bool:
-        """Attach once and detach: False (with a warning) when the daemon serves no val split."""
+        """Attach once and detach: False (with a warning) when the daemon serves no val split.
+        The rect batches' shapes are planned from the val images' headers (``rect_view.py``): a
+        trainer that cannot read them (attached over TCP from another machine, or the daemon's
+        paths mounted elsewhere) validates on the square letterbox instead, said once."""
         try:
-            self.open().close()
+            stream = self.open()
         except ConfigError as exc:
             if getattr(exc, "field", None) == "split":
                 log.warning("no validation this run: %s", exc)
                 return False
             raise
+        try:
+            files = stream.files
+            unreadable = next((f for f in files if not os.access(f, os.R_OK)), None) if len(files) else "(none named)"
+        finally:
+            stream.close()
+        if unreadable is not None and self._kwargs["rect_stride"]:
+            log.warning(
+                "validation on the square letterbox, not Ultralytics' rect batches: this trainer cannot read the "
+                "val images their shapes are planned from (%s); run the trainer where the daemon's files are to "
+                "validate as Ultralytics does",
+                unreadable,
+            )
+            self._kwargs["rect_stride"] = 0
         return True
 
 
@@ -400,7 +416,7 @@ def _validate(model, val, config: FitConfig, device, torch, *, epoch: int = 0) -
 
     model.eval()
     predictions, truth, sizes = [], [], []
-    view = RectView(val)
+    view = RectView(val) if val.settings.augment.rect_stride else None  # else the square letterbox (probe)
     bar = tqdm(
         val,
         total=len(val),
@@ -412,7 +428,11 @@ def _validate(model, val, config: FitConfig, device, torch, *, epoch: int = 0) -
     try:
         with torch.no_grad():
             for batch in bar:
-                images, _, (height, width) = view.crop(batch)  # the batch's own rect shape
+                if view is not None:
+                    images, _, (height, width) = view.crop(batch)  # the batch's own rect shape
+                else:
+                    images = batch.images
+                    height, width = images.shape[-2:]
                 feats = model(images.to(device).float().div_(255.0))
                 boxes, scores = decode([f.float() for f in feats], model.strides, model.reg_max)
                 for det in nms(

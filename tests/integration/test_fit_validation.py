@@ -102,6 +102,25 @@ def test_the_validation_ring_exists_only_during_a_pass_and_is_no_trainer(synthet
         assert _gauges(status) == {"pixpool_trainers": 1, "pixpool_validation_streams": 0}
 
 
+def test_a_trainer_that_cannot_read_the_val_images_validates_on_the_square(
+    synthetic_data, tmp_path, monkeypatch, caplog
+):
+    """Rect batches are planned from the val images' headers; a trainer that cannot read them
+    (over TCP from another machine) validates on the square letterbox, saying so, and its run
+    finishes with an mAP (before: the first validation pass died opening a file)."""
+    from pixpool.client import rect_view
+
+    def unreadable(path, *args, **kwargs):
+        raise FileNotFoundError(path)
+
+    monkeypatch.setattr(rect_view.Image, "open", unreadable)
+    monkeypatch.setattr(fit_module.os, "access", lambda path, mode: False)
+    with real_daemon(synthetic_data.data_yaml, imgsz=IMGSZ, workers=1) as (_, d):
+        report = fit(_config(tmp_path, epochs=1, log_every=1), socket_dir=d, timeout_s=WAIT_S)
+    assert "mAP50" in report["history"][0] and report["history"][0]["val_time_s"] > 0
+    assert any("validation on the square letterbox" in r.getMessage() for r in caplog.records), caplog.text
+
+
 def test_validation_shows_a_progress_bar(synthetic_data, tmp_path, capsys, monkeypatch):
     import tqdm
 
