@@ -35,10 +35,10 @@ from ...shared.errors import ConfigError
 from ...shared.stream.config import StreamSettings
 from ...shared.stream.hsv_tables import tables
 from ...shared.stream.rng import hsv_gains
-from ...shared.stream.sampler import batch_samples
 from ...shared.stream.source import ImageSource
 from .labels import pack
 from .masks import render_masks
+from .part import Part, checked_out, positions_of
 from .sample import Pending, StageClock, render, task_of
 
 
@@ -123,34 +123,7 @@ def write_image(
 def _output(images_out: np.ndarray | None, count: int, imgsz: int) -> np.ndarray:
     if images_out is None:
         return np.empty((count, 3, imgsz, imgsz), dtype=np.uint8)
-    return _checked_out("images_out", images_out, (np.uint8,), (3, imgsz, imgsz), count, "a ring slot or np.empty")
-
-
-def _checked_out(
-    name: str, out: np.ndarray, dtypes: tuple[type, ...], item_shape: tuple[int, ...], count: int, example: str
-) -> np.ndarray:
-    """``out``'s first ``count`` items, after checking that a caller's output array (a ring slot's
-    images or mask planes) has a dtype of ``dtypes``, items of ``item_shape`` and is C-contiguous."""
-    if out.dtype not in dtypes or out.shape[1:] != item_shape or out.shape[0] < count:
-        kinds = " or ".join(np.dtype(d).name for d in dtypes)
-        dims = ", ".join(str(d) for d in item_shape)
-        raise ConfigError(f"{name} must be {kinds} (>= {count}, {dims}), got {out.dtype} {out.shape}")
-    if not out.flags.c_contiguous:
-        raise ConfigError(f"{name} must be C-contiguous ({example})")
-    return out[:count]
-
-
-@dataclass
-class Part:
-    """Sample positions ``start .. stop`` of one batch (``render_range``)."""
-
-    images: np.ndarray  # uint8 (stop - start, 3, S, S)
-    targets: np.ndarray  # float32 (n, W), batch_index = position in the whole batch
-    counts: np.ndarray  # int64 (stop - start,): target rows of each position
-    samples: np.ndarray  # int64 (stop - start,): record indices
-    floats: list[np.ndarray] | None = None  # with ``keep_float``: the float images before quantisation
-    segments: list[np.ndarray] | None = None  # with ``segments``: one normalised polygon per target row
-    masks: np.ndarray | None = None  # segment: (stop - start, M, M) planes, or (n, M, M) without overlap_mask
+    return checked_out("images_out", images_out, (np.uint8,), (3, imgsz, imgsz), count, "a ring slot or np.empty")
 
 
 def render_range(
@@ -263,19 +236,6 @@ def _render(
     return Part(images, targets, counts, samples, floats, polygons, planes)
 
 
-def positions_of(
-    source: ImageSource, settings: StreamSettings, epoch: int, batch: int, start: int, stop: int | None
-) -> np.ndarray:
-    """The stream positions ``start .. stop`` (None: to the end) of batch ``batch``, checked."""
-    every = batch_samples(len(source), settings, epoch, batch)
-    stop = len(every) if stop is None else stop
-    if not 0 <= start <= stop <= len(every):
-        raise ConfigError(
-            f"samples {start}..{stop} of batch {batch}, which has {len(every)}; use 0 <= start <= stop <= {len(every)}"
-        )
-    return every[start:stop]
-
-
 def _plane(planes: np.ndarray, i: int, instances: int) -> np.ndarray:
     """Position ``i``'s mask plane, checked to hold ``instances`` numbers."""
     if instances > np.iinfo(planes.dtype).max:
@@ -297,6 +257,6 @@ def _masks_output(masks_out: np.ndarray | None, count: int, side: int, *, overla
         return None
     if masks_out is None:
         return np.zeros((count, side, side), np.uint8)
-    return _checked_out(
+    return checked_out(
         "masks_out", masks_out, (np.uint8, np.int32), (side, side), count, "a ring slot's mask plane or np.zeros"
     )

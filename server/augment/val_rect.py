@@ -38,6 +38,7 @@ from ...shared.stream.source import ImageSource
 from .labels import Labels, pack
 from .masks import render_masks
 from .mosaic import task_of
+from .part import Part, checked_out, positions_of
 from .resample import resampled_targets
 from .sample import StageClock, _fill_of
 
@@ -100,9 +101,7 @@ def render_rect_range(
     timings: dict[str, float] | None = None,
 ):
     """``batch.render_range`` for a rect stream: positions ``start .. stop`` of batch ``batch``
-    (a ``batch.Part`` whose ``samples`` are record indices and whose images are slot squares)."""
-    from .batch import Part, _checked_out, positions_of
-
+    (a ``part.Part`` whose ``samples`` are record indices and whose images are slot squares)."""
     cfg = settings.augment
     if cfg.train_route or not cfg.rect_stride:
         raise ConfigError("render_rect_range renders the rect validation route (train_route=False, rect_stride > 0)")
@@ -113,7 +112,7 @@ def render_rect_range(
     count = len(positions)
     if images_out is None:
         images_out = np.empty((count, 3, side, side), np.uint8)
-    images = _checked_out("images_out", images_out, (np.uint8,), (3, side, side), count, "a ring slot or np.empty")
+    images = checked_out("images_out", images_out, (np.uint8,), (3, side, side), count, "a ring slot or np.empty")
     spec, kpt_shape, _ = task_of(source)
     keypoints = int(kpt_shape[0]) if spec.has_keypoints else 0
     ratio = cfg.mask_ratio
@@ -126,7 +125,7 @@ def render_rect_range(
         m = spec.mask_side(side, ratio)
         if masks_out is None:
             masks_out = np.zeros((count, m, m), np.uint8)
-        planes = _checked_out("masks_out", masks_out, (np.uint8, np.int32), (m, m), count, "a ring slot's mask plane")
+        planes = checked_out("masks_out", masks_out, (np.uint8, np.int32), (m, m), count, "a ring slot's mask plane")
     fill = _fill_of(source)
     samples = plan.order[positions]
     counts = np.zeros(count, dtype=np.int64)
