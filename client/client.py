@@ -63,7 +63,7 @@ import logging
 import os
 import socket as _socket
 import time
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 import zmq
 
@@ -89,7 +89,7 @@ from .daemon_socket import await_daemon
 from .delivery import delivery_for, open_reader, prove
 from .flow import Flow
 from .heartbeat import Heartbeat, WaitCount
-from .record_files import RecordFiles, fetch_files
+from .record_files import RecordFiles, fetch_files, fetch_records
 from .snapshot_check import StreamSnapshot
 from .tensors import Conversion, TrainerBatch, to_batch
 
@@ -276,12 +276,17 @@ class Client:
         self.delivery = self._reader.delivery
         self.layout = self._reader.layout
         split, records = self.settings.split, self.num_records
-        self.files = RecordFiles(records, lambda: self._fetch_files(split, records))
+        self.files = RecordFiles(
+            records,
+            lambda: self._fetch(fetch_files, split, records),
+            fetch_sizes=lambda: self._fetch(fetch_records, split, records, sizes=True),
+        )
         if self.fetch_files:
             self.files.table()
 
-    def _fetch_files(self, split: str, records: int) -> PathTable:
-        """The names of ``split``'s ``records``, over a socket of their own (``record_files.py``)."""
+    def _fetch(self, how: Callable, split: str, records: int, **options: Any) -> Any:
+        """``how`` (``fetch_files``: the names of ``split``'s ``records``; ``fetch_records``: with
+        their decoded sizes) over a socket of its own (``record_files.py``)."""
         if self.closed:
             raise ClosedError(
                 f"this Client of the pixpool daemon at {self.endpoint} is closed before its records' file names were "
@@ -292,7 +297,7 @@ class Client:
         )
         try:
             conn.open()
-            return fetch_files(conn, split=split, records=records, deadline=time.monotonic() + self.timeout_s)
+            return how(conn, split=split, records=records, deadline=time.monotonic() + self.timeout_s, **options)
         finally:
             conn.close()
 

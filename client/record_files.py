@@ -23,11 +23,13 @@ import threading
 from collections.abc import Callable, Iterator, Sequence
 from typing import overload
 
+import numpy as np
+
 from ..shared.errors import SnapshotError
 from ..shared.stream.path_table import PathTable
 from .connection import KEEP_WAITING, Connection
 
-__all__ = ["RecordFiles", "fetch_files"]
+__all__ = ["RecordFiles", "fetch_files", "fetch_records"]
 
 
 class _NoSession:
@@ -46,17 +48,27 @@ class _NoSession:
 def fetch_files(conn: Connection, *, split: str, records: int, deadline: float) -> PathTable:
     """Every image file name of ``split``, in record order, over ``conn``; ``records``: the
     count the stream attached with (another count means the daemon serves other data now)."""
+    return fetch_records(conn, split=split, records=records, deadline=deadline)[0]
+
+
+def fetch_records(
+    conn: Connection, *, split: str, records: int, deadline: float, sizes: bool = False
+) -> tuple[PathTable, np.ndarray | None]:
+    """``fetch_files``'s names and, with ``sizes``, each record's decoded (height, width) as
+    int64 (n, 2), what rect validation batches are planned from; None where the daemon keeps
+    none (or is of a release before them)."""
     chunks: list[bytes] = []
+    size_chunks: list[bytes] | None = [] if sizes else None
     count = 0
 
     def page(msg: dict, frames: list):
         return msg if msg["start"] == count else KEEP_WAITING
 
     while True:
-        conn.send("records", start=count, split=split, packed=True)
+        conn.send("records", start=count, split=split, packed=True, **({"sizes": True} if sizes else {}))
         msg = conn.wait({"records": page}, deadline=deadline, what="reply to records", peer=_NoSession())
         if msg["total"] == 0:  # a daemon whose source was not read from files names none
-            return PathTable.from_packed(b"")
+            return PathTable.from_packed(b""), None
         if msg["total"] != records:
             raise SnapshotError(
                 f"the pixpool daemon at {conn.endpoint} now serves {msg['total']} records as its {split!r} split, "
@@ -66,12 +78,21 @@ def fetch_files(conn: Connection, *, split: str, records: int, deadline: float) 
         if "packed" in msg:
             got = int(msg.get("count", 0))
             chunks.append(msg["packed"])
+            if size_chunks is not None:
+                page_sizes = msg.get("sizes")
+                if not isinstance(page_sizes, bytes) or len(page_sizes) != 8 * got:
+                    size_chunks = None  # the daemon keeps no sizes (or sent a page without them): plan from headers
+                else:
+                    size_chunks.append(page_sizes)
         else:
             got = len(msg["files"])
             chunks.append(PathTable.from_paths(msg["files"]).data)
         count += got
         if count >= msg["total"] or not got:
-            return PathTable.from_packed(b"".join(chunks))
+            shapes = None
+            if size_chunks is not None:
+                shapes = np.frombuffer(b"".join(size_chunks), dtype="<i4").astype(np.int64).reshape(-1, 2)
+            return PathTable.from_packed(b"".join(chunks)), shapes
 
 
 class RecordFiles(Sequence[str]):
@@ -80,10 +101,19 @@ class RecordFiles(Sequence[str]):
     (module docstring); empty where the daemon names no files (a source it was handed in
     memory rather than read from files)."""
 
-    def __init__(self, records: int, fetch: Callable[[], PathTable]):
+    def __init__(
+        self,
+        records: int,
+        fetch: Callable[[], PathTable],
+        *,
+        fetch_sizes: Callable[[], tuple[PathTable, np.ndarray | None]] | None = None,
+    ):
         self._records = int(records)
         self._fetch = fetch
+        self._fetch_sizes = fetch_sizes
         self._table: PathTable | None = None
+        self._sizes: np.ndarray | None = None
+        self._sizes_asked = False
         self._lock = threading.Lock()  # two threads reading at once fetch once
 
     @property
@@ -104,6 +134,21 @@ class RecordFiles(Sequence[str]):
                         )
                     self._table = table
         return self._table
+
+    def sizes(self) -> np.ndarray | None:
+        """int64 (records, 2): each record's decoded (height, width) as the daemon's snapshot
+        holds it (rect validation batches are planned from these), fetched with the names on the
+        first call; None where the daemon keeps none."""
+        if not self._sizes_asked and self._fetch_sizes is not None:
+            with self._lock:
+                if not self._sizes_asked:
+                    table, sizes = self._fetch_sizes()
+                    if sizes is not None and len(sizes) != self._records:
+                        sizes = None
+                    if self._table is None and len(table) in (0, self._records):
+                        self._table = table
+                    self._sizes, self._sizes_asked = sizes, True
+        return self._sizes
 
     def __len__(self) -> int:
         return len(self.table())

@@ -4,9 +4,12 @@ Runs in the trainer process, beside a ``Loader`` attached with ``rect_stride`` >
 rect validation batches, ``shared/stream/rect_plan.py``). Each ring slot holds squares of the
 largest batch shape; the daemon writes a batch's images into the top-left (H, W) of them and
 its mask planes into the top-left (H // mask_ratio, W // mask_ratio). This view plans the same
-batches from the image files' headers (the decoded size, EXIF orientation applied, as the
-snapshot's index and Ultralytics' label cache hold it), checks that each batch carries the
-records the plan puts there, and returns views of the batch's own part. Nothing is copied.
+batches from the decoded sizes the daemon's snapshot holds (sent with the records' names:
+``loader.files.sizes()``), so it needs no access to the images and cannot disagree with the
+daemon; only a daemon that keeps none (a release before them) leaves it to the image files'
+headers (the decoded size, EXIF orientation applied, as Ultralytics' label cache holds it).
+It checks that each batch carries the records the plan puts there, and returns views of the
+batch's own part. Nothing is copied.
 """
 
 from __future__ import annotations
@@ -39,7 +42,8 @@ def decoded_shape(path: str) -> tuple[int, int]:
 class RectView:
     """Rect batches of ``loader`` (a ``client.loader.Loader`` whose ``augment.rect_stride`` > 0).
 
-    ``shape_of``: a file's decoded (height, width); by default read from its header, once."""
+    ``shape_of``: a file's decoded (height, width), read where the daemon sends no sizes; by
+    default from the file's header, once."""
 
     def __init__(self, loader: Any, *, shape_of: Callable[[str], tuple[int, int]] = decoded_shape):
         cfg = loader.settings.augment
@@ -53,7 +57,9 @@ class RectView:
     def plan(self) -> RectPlan:
         if self._plan is None:
             files = self.loader.client.files
-            shapes = np.array([self.shape_of(files[i]) for i in range(len(files))], dtype=np.int64).reshape(-1, 2)
+            shapes = files.sizes()
+            if shapes is None:
+                shapes = np.array([self.shape_of(files[i]) for i in range(len(files))], dtype=np.int64).reshape(-1, 2)
             settings = self.loader.settings
             cfg = settings.augment
             self._plan = rect_plan(shapes, settings.batch_size, cfg.imgsz, cfg.rect_stride)
@@ -70,9 +76,9 @@ class RectView:
         got = np.asarray(batch.indices, dtype=np.int64)
         if not np.array_equal(expected, got):
             raise ConfigError(
-                f"rect batch {b} carries records {got[:4].tolist()}... where the plan from the image headers has "
-                f"{expected[:4].tolist()}...: the daemon's snapshot and these files disagree on an image's size "
-                "(re-prepare the snapshot), or validate with rect_stride=0"
+                f"rect batch {b} carries records {got[:4].tolist()}... where this trainer's plan has "
+                f"{expected[:4].tolist()}...: the daemon's snapshot and the sizes it was planned from disagree "
+                "(re-prepare the snapshot, or run the same pixpool release on both sides), or validate with rect_stride=0"
             )
         return self.plan.shape_of(positions)
 

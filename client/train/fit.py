@@ -322,9 +322,10 @@ class _ValStream:
 
     def probe(self) -> bool:
         """Attach once and detach: False (with a warning) when the daemon serves no val split.
-        The rect batches' shapes are planned from the val images' headers (``rect_view.py``): a
-        trainer that cannot read them (attached over TCP from another machine, or the daemon's
-        paths mounted elsewhere) validates on the square letterbox instead, said once."""
+        The rect batches' shapes are planned from the decoded sizes the daemon sends
+        (``rect_view.py``); where it sends none (an earlier release) they come from the val
+        images' headers, and a trainer that cannot read those (over TCP from another machine,
+        the daemon's paths mounted elsewhere) validates on the square letterbox, said once."""
         try:
             stream = self.open()
         except ConfigError as exc:
@@ -334,7 +335,12 @@ class _ValStream:
             raise
         try:
             files = stream.files
-            unreadable = next((f for f in files if not os.access(f, os.R_OK)), None) if len(files) else "(none named)"
+            if files.sizes() is not None:
+                unreadable = None
+            else:
+                unreadable = (
+                    next((f for f in files if not os.access(f, os.R_OK)), None) if len(files) else "(none named)"
+                )
         finally:
             stream.close()
         if unreadable is not None and self._kwargs["rect_stride"]:

@@ -288,15 +288,35 @@ class Daemon:
         if files is None or not 0 <= start <= len(files):
             raise ProtocolError(f"records from {start} of split {split!r}: the daemon serves {sorted(self.files)}")
         if msg.get("packed"):
-            packed, count = files.page(start, RECORDS_PAGE_BYTES)
+            shapes = self._decoded_sizes(split) if msg.get("sizes") else None
+            # 8 bytes of sizes a record: a page of short names holds at most RECORDS_PAGE_BYTES of them too.
+            packed, count = files.page(start, RECORDS_PAGE_BYTES, None if shapes is None else RECORDS_PAGE_BYTES // 8)
+            extra = {} if shapes is None else {"sizes": shapes[start : start + count].astype("<i4").tobytes()}
             reply = encode_reply(
-                Op.RECORDS, start=start, total=len(files), files=[], names=self.names, packed=packed, count=count
+                Op.RECORDS,
+                start=start,
+                total=len(files),
+                files=[],
+                names=self.names,
+                packed=packed,
+                count=count,
+                **extra,
             )
         else:  # a trainer of an earlier release: names in a list, RECORDS_PAGE at a time, no more bytes than packed
             _, count = files.page(start, RECORDS_PAGE_BYTES)
             page = [files[i] for i in range(start, start + min(count, RECORDS_PAGE))]
             reply = encode_reply(Op.RECORDS, start=start, total=len(files), files=page, names=self.names)
         delivery.send(sock, req.identity, reply)
+
+    def _decoded_sizes(self, split: str):
+        """int64 (n, 2) decoded (height, width) of ``split``'s records (what rect validation batches
+        are planned from), or None where its source keeps none."""
+        from ..augment.val_rect import original_shapes
+
+        try:
+            return original_shapes(self.sources[split])
+        except ConfigError:
+            return None
 
     # -- requests of an attached trainer --------------------------------------------------------
     def _on_heartbeat(self, sock: zmq.Socket, identity: bytes, t: TrainerSession, msg: dict) -> None:

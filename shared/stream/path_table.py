@@ -75,9 +75,9 @@ class PathTable:
         raw = self.data[int(self.offsets[start]) : int(self.offsets[stop]) - 1]
         return raw.decode("utf-8", "surrogateescape").split("\0")
 
-    def page(self, start: int, max_bytes: int) -> tuple[bytes, int]:
+    def page(self, start: int, max_bytes: int, max_count: int | None = None) -> tuple[bytes, int]:
         """(packed bytes, count): the paths from ``start`` on that fit in ``max_bytes`` (at
-        least one, whatever its length), for one ``records`` reply."""
+        least one, whatever its length), at most ``max_count`` of them, for one ``records`` reply."""
         n = len(self)
         if not 0 <= start <= n:
             raise IndexError(f"page from {start} of a table of {n}")
@@ -86,6 +86,8 @@ class PathTable:
         base = int(self.offsets[start])
         end = int(np.searchsorted(self.offsets, base + max_bytes, side="right")) - 1
         end = min(n, max(end, start + 1))
+        if max_count is not None:
+            end = min(end, start + max(1, int(max_count)))
         return self.data[base : int(self.offsets[end])], end - start
 
     @property

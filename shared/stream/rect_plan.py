@@ -5,7 +5,8 @@ Part of the stream contract both sides share. The daemon renders a validation st
 reads each batch's shape from the same plan to cut it out of its ring slot
 (``integrations/ultralytics/val_loader.py``, ``client/train/fit.py``). Both compute it from
 the records' decoded sizes (EXIF orientation applied), in record order: the daemon from its
-snapshot's index, a trainer from the image files' headers.
+snapshot's index, a trainer from the same sizes the daemon sends with the records' names
+(from the image files' headers only where a daemon sends none).
 
 What Ultralytics 8.4's validation dataset does (``BaseDataset.set_rectangle`` with the
 validation loader's pad of 0.5, then ``ContiguousDistributedSampler`` under DDP):

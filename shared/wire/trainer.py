@@ -225,6 +225,12 @@ REQUESTS: dict[Op, Message] = {
                 f"send the names as one byte string (``packed``, at most {RECORDS_PAGE_BYTES} bytes) instead of a list",
                 optional=True,
             ),
+            "sizes": wire_field(
+                (bool,),
+                "with ``packed``: also each record's decoded (height, width) (``sizes``, at most "
+                f"{RECORDS_PAGE_BYTES // 8} records a page), which rect validation batches are planned from",
+                optional=True,
+            ),
         },
     ),
 }
@@ -336,6 +342,12 @@ REPLIES: dict[Op, Message] = {
                 optional=True,
             ),
             "count": int_field("asked ``packed``: how many names ``packed`` holds", optional=True),
+            "sizes": wire_field(
+                (bytes,),
+                "asked ``sizes``: little-endian int32 (height, width) of each of the ``count`` records, 8 bytes each; "
+                "absent where the daemon's source keeps no decoded sizes",
+                optional=True,
+            ),
         },
     ),
     Op.ERROR: Message(

@@ -102,12 +102,8 @@ def test_the_validation_ring_exists_only_during_a_pass_and_is_no_trainer(synthet
         assert _gauges(status) == {"pixpool_trainers": 1, "pixpool_validation_streams": 0}
 
 
-def test_a_trainer_that_cannot_read_the_val_images_validates_on_the_square(
-    synthetic_data, tmp_path, monkeypatch, caplog
-):
-    """Rect batches are planned from the val images' headers; a trainer that cannot read them
-    (over TCP from another machine) validates on the square letterbox, saying so, and its run
-    finishes with an mAP (before: the first validation pass died opening a file)."""
+def _unreadable_images(monkeypatch) -> None:
+    """This trainer cannot open or read any image file (as one attached over TCP from another machine)."""
     from pixpool.client import rect_view
 
     def unreadable(path, *args, **kwargs):
@@ -115,6 +111,30 @@ def test_a_trainer_that_cannot_read_the_val_images_validates_on_the_square(
 
     monkeypatch.setattr(rect_view.Image, "open", unreadable)
     monkeypatch.setattr(fit_module.os, "access", lambda path, mode: False)
+
+
+def test_a_trainer_that_cannot_read_the_val_images_still_validates_on_rect_batches(
+    synthetic_data, tmp_path, monkeypatch, caplog
+):
+    """The rect batches are planned from the decoded sizes the daemon sends with the records'
+    names, so a trainer that cannot read the images validates as Ultralytics does (before: the
+    first validation pass died opening a file)."""
+    _unreadable_images(monkeypatch)
+    with real_daemon(synthetic_data.data_yaml, imgsz=IMGSZ, workers=1) as (_, d):
+        report = fit(_config(tmp_path, epochs=1, log_every=1), socket_dir=d, timeout_s=WAIT_S)
+    assert "mAP50" in report["history"][0] and report["history"][0]["val_time_s"] > 0
+    assert not any("square letterbox" in r.getMessage() for r in caplog.records), caplog.text
+
+
+def test_without_the_daemons_sizes_an_unreadable_val_set_validates_on_the_square(
+    synthetic_data, tmp_path, monkeypatch, caplog
+):
+    """A daemon that sends no sizes (a release before them) leaves the plan to the images'
+    headers; a trainer that cannot read them validates on the square letterbox, saying so."""
+    from pixpool.client.record_files import RecordFiles
+
+    _unreadable_images(monkeypatch)
+    monkeypatch.setattr(RecordFiles, "sizes", lambda self: None)
     with real_daemon(synthetic_data.data_yaml, imgsz=IMGSZ, workers=1) as (_, d):
         report = fit(_config(tmp_path, epochs=1, log_every=1), socket_dir=d, timeout_s=WAIT_S)
     assert "mAP50" in report["history"][0] and report["history"][0]["val_time_s"] > 0

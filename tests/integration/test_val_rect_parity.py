@@ -32,3 +32,20 @@ def test_rect_val_batches_equal_the_reference_path(synthetic_data, workers):
     want, want_samples = reference_stream(dataset, settings, 0)
     assert samples == want_samples and len(got) >= 2
     assert got == want
+
+
+def test_the_daemon_sends_each_records_decoded_size_with_its_name(synthetic_data):
+    """``loader.files.sizes()``: the val split's decoded (height, width) per record, as the
+    image files are (what rect batches are planned from), fetched with the names, no file read."""
+    from PIL import Image
+
+    import pixpool.client as pc
+
+    with real_daemon(synthetic_data.data_yaml, imgsz=IMGSZ, workers=1) as (_, d):
+        with pc.attach(d, split="val", batch_size=4, train_route=False, shuffle=False, timeout_s=WAIT_S) as loader:
+            sizes = loader.files.sizes()
+            files = list(loader.files)
+    assert sizes is not None and sizes.shape == (len(files), 2)
+    for (h, w), path in zip(sizes.tolist(), files):
+        with Image.open(path) as im:
+            assert (h, w) == (im.size[1], im.size[0]), path

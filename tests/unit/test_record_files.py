@@ -59,3 +59,29 @@ def test_a_daemon_that_names_no_files_gives_an_empty_sequence():
     # A daemon handed its source in memory (no files read) answers ``records`` with none.
     files = RecordFiles(24, lambda: PathTable.from_paths([]))
     assert len(files) == 0 and list(files) == [] and files.fetched
+
+
+def test_a_page_holds_at_most_max_count_names():
+    """A ``records`` page with sizes (8 bytes a record) is capped in records as well as bytes."""
+    table = PathTable.from_paths(["a", "b", "c", "d", "e"])
+    assert table.page(1, 1 << 20) == (b"b\0c\0d\0e\0", 4)
+    assert table.page(1, 1 << 20, 2) == (b"b\0c\0", 2)
+    assert table.page(4, 1 << 20, 2) == (b"e\0", 1)
+
+
+def test_the_largest_records_page_with_sizes_fits_the_reply_limit():
+    """The worst page the daemon can send with sizes: a full page of the shortest names (capped
+    at RECORDS_PAGE_BYTES // 8 records), their sizes, and class names at their limit."""
+    import numpy as np
+
+    from pixpool.shared.wire.trainer import MAX_NAMES_BYTES, MAX_REPLY_BYTES, RECORDS_PAGE_BYTES, Op, encode_reply
+
+    table = PathTable.from_paths(["a"] * (RECORDS_PAGE_BYTES // 2))
+    packed, count = table.page(0, RECORDS_PAGE_BYTES, RECORDS_PAGE_BYTES // 8)
+    assert count == RECORDS_PAGE_BYTES // 8
+    sizes = np.full((count, 2), 2**31 - 1, "<i4").tobytes()
+    names = ["n" * 1000] * (MAX_NAMES_BYTES // 1000)
+    reply = encode_reply(
+        Op.RECORDS, start=0, total=len(table), files=[], names=names, packed=packed, count=count, sizes=sizes
+    )
+    assert len(reply) < MAX_REPLY_BYTES
