@@ -109,13 +109,17 @@ def writeback_window_ns(vm: str = "/proc/sys/vm") -> int | None:
     return max(300 * 10**9, 2 * (expire + interval) * 10**7)
 
 
+def times_vouch(fs: FileSystem, window_ns: int | None) -> bool:
+    """Whether a label's stat on ``fs`` can vouch for its bytes once the label has been quiet
+    for longer than the writeback window: a read-write file system that moves times on mapped
+    writes, and a window this kernel states."""
+    return window_ns is not None and not fs.readonly and fs.type in WRITEBACK_TIMES
+
+
 def label_vouched(fs: FileSystem, ctime_ns: int, *, read_started_ns: int, window_ns: int | None) -> bool:
-    """Whether a label's stat vouches for its bytes (module docstring): a read-write file system
-    that moves times on mapped writes, and the label quiet for longer than the writeback window
-    before the dataset was read."""
-    if window_ns is None or fs.readonly or fs.type not in WRITEBACK_TIMES:
-        return False
-    return ctime_ns < read_started_ns - window_ns
+    """Whether a label's stat vouches for its bytes (module docstring): ``times_vouch``, and the
+    label quiet for longer than the writeback window before the dataset was read."""
+    return times_vouch(fs, window_ns) and ctime_ns < read_started_ns - window_ns
 
 
 # -- calls that touch files ----------------------------------------------------------------------

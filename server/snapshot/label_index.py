@@ -37,6 +37,13 @@ What is checked how (``fs_trust`` says why):
   the images the fingerprint hashed (``fingerprint.hashed_devices``: on a file system whose
   stat cannot tell versions apart).
 - ``LISTING`` (stat, then the sha256 of the folder's listing): folders on such file systems.
+- ``RECENT``: a label checked like ``CONTENT`` only because it had changed within the
+  writeback window when the dataset was read (a set just downloaded or unpacked), on a file
+  system whose stat vouches for labels once they are quiet (``fs_trust.times_vouch``). The
+  first restart that finds its bytes unchanged at the same stat, with that stat's ctime older
+  than the window before the check began (the condition a read applies when it writes an
+  index), rewrites the index with it as ``STAT`` (``refresh``): without that, every restart on
+  a set indexed right after it was unpacked would hash all its labels again (1.5 s per 100k).
 
 Racy entries: a file changed while (or just before) the dataset was read could carry a stat
 that does not describe the bytes read. An index is written only when every recorded path
@@ -65,7 +72,7 @@ import logging
 import os
 import struct
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -80,11 +87,11 @@ log = logging.getLogger(__name__)
 MAGIC = b"PIXPLIX1"
 # Bump when what the index means changes. The code that reads labels is recorded as well
 # (``_version``): a new release may read them differently, so its first start reads in full.
-INDEX_VERSION = 2
+INDEX_VERSION = 3
 RACY_MARGIN_NS = 100_000_000
 _HEAD = struct.Struct("<8sIIQ32s")  # magic, version, reserved, body bytes, sha256 of the body
 _ABSENT = (-1, -1, -1, -1, -1)
-STAT, CONTENT, LISTING = 0, 1, 2  # how a restart checks a path (module docstring)
+STAT, CONTENT, LISTING, RECENT = 0, 1, 2, 3  # how a restart checks a path (module docstring)
 _DIGEST = 32
 _ALIGN = 8
 
@@ -137,9 +144,11 @@ class IndexedSet:
     record_paths: PathTable
     check_paths: PathTable
     check_stats: np.ndarray  # int64 (n, 5): size, mtime_ns, inode, ctime_ns, st_dev
-    check_modes: np.ndarray  # uint8 (n,): STAT, CONTENT or LISTING
+    check_modes: np.ndarray  # uint8 (n,): STAT, CONTENT, LISTING or RECENT
     check_digests: np.ndarray  # uint8 (rows not STAT, 32): their sha256 in row order
     filesystems: tuple  # (fs_trust.FileSystem, row of a path on it) per device recorded
+    meta: dict = field(default_factory=dict, compare=False)  # the file's metadata, as written (refresh)
+    checked_ns: int = 0  # when the check that trusted it began (find_trusted; refresh)
 
     @property
     def base(self) -> str:
@@ -182,9 +191,10 @@ def write_index(
         return None
     finally:
         fs_trust.forget_digests()  # the fingerprint's image digests: this is their last use
-    log.info("label index for %s: %d paths checked by stat, %d by their bytes, %d folders by their listing at a "
-             "restart (server/snapshot/label_index.py says which and why)", snapshot.name, modes.count(STAT),
-             modes.count(CONTENT), modes.count(LISTING))  # fmt: skip
+    log.info("label index for %s: %d paths checked by stat, %d by their bytes (%d of them until they are quiet), "
+             "%d folders by their listing at a restart (server/snapshot/label_index.py says which and why)",
+             snapshot.name, modes.count(STAT), modes.count(CONTENT) + modes.count(RECENT), modes.count(RECENT),
+             modes.count(LISTING))  # fmt: skip
     meta = {
         "fingerprint": header.fingerprint,
         "content": content,
@@ -200,22 +210,34 @@ def write_index(
     }
     if record_paths is None:
         record_paths = PathTable.from_paths(rec.image_path for rec in dataset.records)
-    check = PathTable.from_paths(paths)
+    name = label_index_name(snapshot.name, lineage)
+    _publish(
+        name,
+        snapshot.store,
+        meta,
+        record_paths,
+        PathTable.from_paths(paths),
+        np.asarray(rows, dtype=np.int64).reshape(len(rows), 5),
+        np.asarray(modes, dtype=np.uint8),
+        np.frombuffer(b"".join(digests), np.uint8).reshape(len(digests), _DIGEST),
+    )
+    return name
+
+
+def _publish(
+    name: str, store: str, meta: dict, record_paths: PathTable, check: PathTable, stats, modes, digests
+) -> None:
     arrays = {
         "record_paths": np.frombuffer(record_paths.data, np.uint8),
         "record_offsets": record_paths.offsets,
         "check_paths": np.frombuffer(check.data, np.uint8),
         "check_offsets": check.offsets,
-        "check_stats": np.asarray(rows, dtype=np.int64).reshape(len(rows), 5),
-        "check_modes": np.asarray(modes, dtype=np.uint8),
-        "check_digests": np.frombuffer(b"".join(digests), np.uint8).reshape(len(digests), _DIGEST),
+        "check_stats": stats,
+        "check_modes": modes,
+        "check_digests": digests,
     }
     body = _pack_body(meta, arrays)
-    name = label_index_name(snapshot.name, lineage)
-    _write_atomic(
-        name, _HEAD.pack(MAGIC, INDEX_VERSION, 0, len(body), hashlib.sha256(body).digest()) + body, snapshot.store
-    )
-    return name
+    _write_atomic(name, _HEAD.pack(MAGIC, INDEX_VERSION, 0, len(body), hashlib.sha256(body).digest()) + body, store)
 
 
 class _Racy(Exception):
@@ -251,7 +273,7 @@ def _checks(dataset, paths: list[str], rows: list, *, read_started_ns: int):
             elif path in sources and (row[4] in untrusted or not fs_trust.label_vouched(
                 fs, row[3], read_started_ns=read_started_ns, window_ns=window_ns
             )):  # fmt: skip
-                mode = CONTENT
+                mode = CONTENT if row[4] in untrusted or not fs_trust.times_vouch(fs, window_ns) else RECENT
                 digest, st = fs_trust.file_digest(path)
                 if _row(st) != row:  # changed since its stat a moment ago: racy (module docstring)
                     raise _Racy(path)
@@ -337,6 +359,7 @@ def read_index(name: str, store: str) -> IndexedSet:
                 (fs_trust.FileSystem(dev=int(d), type=int(t), fsid=int(f), readonly=bool(r)), int(probe))
                 for d, t, f, r, probe in meta["filesystems"]
             ),
+            meta={k: v for k, v in meta.items() if k != "sections"},
         )  # fmt: skip
     except IndexUnusable:
         raise
@@ -380,7 +403,7 @@ def _stat_change(index: IndexedSet) -> str | None:
         for path, mode, (size, mtime_ns, ino, ctime_ns, dev) in zip(
             paths.tolist(start, start + _CHUNK), modes[start : start + _CHUNK].tolist(), expected
         ):
-            if mode == CONTENT:
+            if mode == CONTENT or mode == RECENT:
                 continue  # its descriptor's fstat is compared when its bytes are read
             try:
                 s = stat(path)
@@ -449,10 +472,40 @@ def find_trusted(lineage: str, *, store: str) -> IndexedSet | None:
         meta_path = shm_path(snapshot_parts(parsed.group)["meta"], store)
         if not os.path.exists(meta_path):
             continue
+        checked_ns = time.time_ns()  # the clock of the files' ctimes
         changed = first_change(index)
         if changed is not None:
             log.info("label index %s: %s changed since it was written; reading the dataset", seg, changed)
             continue
         log.info("label index %s: %d paths unchanged (%.2f s)", seg, len(index.check_paths), time.perf_counter() - t0)
-        return index
+        return replace(index, checked_ns=checked_ns)
     return None
+
+
+def refresh(index: IndexedSet, *, store: str) -> IndexedSet:
+    """``index``, rewritten with its ``RECENT`` labels that are quiet now as ``STAT`` (module
+    docstring); ``index`` itself where none is. Call it with the index ``find_trusted`` just
+    returned (its check found every byte unchanged) while holding the snapshot it names, which
+    owns the file. OSError where the file cannot be replaced (the old one then stays)."""
+    recent = np.flatnonzero(index.check_modes == RECENT)
+    window_ns = fs_trust.writeback_window_ns()
+    if not len(recent) or not index.checked_ns or window_ns is None:
+        return index
+    fs_of = {fs.dev: fs for fs, _ in index.filesystems}
+    stats = index.check_stats
+    quiet = [
+        i
+        for i in recent.tolist()
+        if (fs := fs_of.get(int(stats[i, 4]))) is not None
+        and fs_trust.label_vouched(fs, int(stats[i, 3]), read_started_ns=index.checked_ns, window_ns=window_ns)
+    ]
+    if not quiet:
+        return index
+    hashed = index.check_modes != STAT  # the digests' rows, in row order
+    modes = index.check_modes.copy()
+    modes[quiet] = STAT
+    digests = np.ascontiguousarray(index.check_digests[modes[hashed] != STAT])
+    _publish(index.name, store, index.meta, index.record_paths, index.check_paths, stats, modes, digests)
+    log.info("label index %s refreshed: %d labels quiet since it was written are checked by stat from now on, "
+             "%d still by their bytes", index.name, len(quiet), int(np.count_nonzero(modes != STAT)))  # fmt: skip
+    return replace(index, check_modes=modes, check_digests=digests)

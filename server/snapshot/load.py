@@ -183,6 +183,10 @@ def _indexed(config: DaemonConfig, options: PrepareOptions, lineage: str):
     except CapacityError:
         snap.close()
         raise
+    try:
+        index = label_index.refresh(index, store=options.store)  # while this process holds the snapshot
+    except OSError as exc:
+        log.warning("label index %s not refreshed (%s): the next restart hashes its labels again", index.name, exc)
     log.info("snapshot %s re-attached on its label index %s: no label file read", snap.name, index.name)
     return index, snap
 

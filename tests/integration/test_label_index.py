@@ -15,7 +15,7 @@ import pytest
 
 from pixpool.cli.snapshots import plan_clean
 from pixpool.server.daemon import run
-from pixpool.server.snapshot import label_index
+from pixpool.server.snapshot import fs_trust, label_index
 from pixpool.server.snapshot.handle import label_indexes, list_snapshots
 from pixpool.server.snapshot.load import splits
 from pixpool.shared.stream.config import DaemonConfig
@@ -183,3 +183,58 @@ def test_ls_and_clean_take_the_index_with_its_snapshot(config):
     again, *_ = load(config)
     assert again.release() == "removed"
     assert list_segments(config.store) == []
+
+
+def _index_of(config) -> label_index.IndexedSet:
+    (seg,) = [s for s in list_segments(config.store) if "-lix" in s]
+    return label_index.read_index(seg, config.store)
+
+
+def test_labels_indexed_while_fresh_are_checked_by_stat_once_quiet(config, yolo_set, monkeypatch, caplog):
+    """A set unpacked just before its first start is indexed with its labels hashed (their stat
+    cannot vouch yet); the first restart after they have been quiet for the writeback window
+    rewrites the index, and later restarts open no label file at all."""
+    fs = fs_trust.identify(str(yolo_set), os.stat(yolo_set).st_dev)
+    if not fs_trust.times_vouch(fs, fs_trust.writeback_window_ns()):
+        pytest.skip(f"the test folder's file system ({fs.type_name}) never lets a label's stat vouch for its bytes")
+    snap, *_ = load(config)
+    snap.close()
+    modes = _index_of(config).check_modes
+    labels = int((modes == label_index.RECENT).sum())
+    assert labels >= 24 and not (modes == label_index.CONTENT).any()  # fresh labels (and data.yaml): RECENT
+
+    # Within the window (the labels are seconds old): trusted by their bytes, nothing rewritten.
+    with monkeypatch.context() as m:
+        no_reading(m)
+        again, *_ = load(config)
+    again.close()
+    assert int((_index_of(config).check_modes == label_index.RECENT).sum()) == labels
+
+    # Once they are older than the window (a window of 1 ns stands for the minutes passing):
+    # this restart still reads their bytes, and rewrites the index with them as STAT.
+    monkeypatch.setattr(fs_trust, "writeback_window_ns", lambda vm="/proc/sys/vm": 1)
+    with monkeypatch.context() as m, caplog.at_level("INFO", logger="pixpool.server.snapshot.label_index"):
+        no_reading(m)
+        again, *_ = load(config)
+    again.close()
+    assert f"{labels} labels quiet since it was written are checked by stat" in caplog.text
+    refreshed = _index_of(config)
+    assert not (refreshed.check_modes == label_index.RECENT).any() and len(refreshed.check_digests) == 0
+
+    # The next restart trusts it on stat alone: no label file opened, nothing read.
+    def no_open(path):
+        raise AssertionError(f"{path} was opened although its stat vouches for it")
+
+    with monkeypatch.context() as m:
+        no_reading(m)
+        m.setattr(fs_trust, "open_regular", no_open)
+        again, *_ = load(config)
+    again.close()
+
+    # And a label rewritten with its times set back is still caught, now by its ctime.
+    label = yolo_set / "labels" / "train" / "synth_0003.txt"
+    st = os.stat(label)
+    text = label.read_text()
+    label.write_text(text.replace("0", "1", 1) if "0" in text else text.replace("1", "0", 1))
+    os.utime(label, ns=(st.st_atime_ns, st.st_mtime_ns))
+    assert _changed_after_index(config)
