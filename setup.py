@@ -13,6 +13,10 @@ KERNEL_FLAGS = [
     "-fno-fast-math",
     "-fno-math-errno",
     "-fexcess-precision=standard",
+    # Python's own CFLAGS, which setuptools puts before these, carry -fwrapv (for CPython's
+    # code); in the kernel's loops it cost 3-11 % of the kernel's time (bench/route.py --what
+    # kernel, 2026-12-03). The kernel never relies on a signed integer wrapping.
+    "-fno-wrapv",
 ]
 
 setup(

@@ -13,10 +13,12 @@ Four questions (``--what``), all on coco128 at 640 with the detect route unless 
   route's own stage clock (``timings``): ``source`` (fetch + draws), ``labels``,
   ``copy_paste``, ``kernel`` (every pixel: resample, paste, mixup, fill, quantise, flips, HSV).
 - ``kernel``: the render kernel of ``--base`` (built with this checkout's ``setup.py`` flags,
-  or ``--base-flags``) against this checkout's (the installed build, or ``--this REF`` built
-  the same way: the installed build also carries Python's own compile flags), on the same
-  recorded calls of four routes: every call compared byte for byte (exit 1 on a difference),
-  then timed alternating, CPU time of the kernel alone, the ratio paired per round.
+  or ``--base-flags``) against this checkout's source (or ``--this REF``) built the same way,
+  each loaded as a copy of the extension, on the same recorded calls of four routes: every call
+  compared byte for byte (exit 1 on a difference), then timed alternating, CPU time of the
+  kernel alone, the ratio paired per round. Both arms are loaded copies because the installed
+  module measured 1.03-1.10x slower than a loaded copy of the very same build (2026-12-03:
+  where each lands in memory), more than most changes this compares.
 - ``cpu``: where a delivered image's CPU goes, process by process: a fresh interpreter per run
   prepares (or re-attaches) the float32 snapshot, starts a daemon with ``--workers`` workers and
   reads it as a trainer (``attach``, batch 16, HSV on the CPU); per delivered image the CPU ms of
@@ -335,7 +337,9 @@ def kernel_main(argv: list[str]) -> int:
     p = common.parser(kernel_main.__doc__, "route.py --what kernel")
     p.add_argument("--base", required=True, help="git ref whose kernel to compare")
     p.add_argument("--base-flags", default=None, help="compiler flags for the base build (default: setup.py's)")
-    p.add_argument("--this", default=None, help="git ref to build as the compared kernel (default: the installed one)")
+    p.add_argument(
+        "--this", default=None, help="git ref to build as the compared kernel (default: this checkout's source)"
+    )
     p.add_argument("--runs", type=int, default=7, help="alternating rounds")
     p.add_argument("--batches", type=int, default=2, help="batches of 16 per route, dtype and HSV side")
     p.add_argument("--routes", default=",".join(KERNEL_ROUTES), help=f"of {', '.join(KERNEL_ROUTES)}")
@@ -348,10 +352,10 @@ def kernel_main(argv: list[str]) -> int:
     with tempfile.TemporaryDirectory(prefix="pxbench-kernel-") as tmp:
         builds = {}
         for arm, ref, flags in (("base", args.base, args.base_flags), ("this", args.this, None)):
-            if ref is None:
-                builds[arm] = installed
-                continue
-            src = git_tree(ref, Path(tmp) / arm, ["server/augment"]) / "server" / "augment"
+            if ref is None:  # the working tree's source, uncommitted changes included
+                src = common.ROOT / "server" / "augment"
+            else:
+                src = git_tree(ref, Path(tmp) / arm, ["server/augment"]) / "server" / "augment"
             builds[arm] = _load_kernel(
                 build_kernel(src, Path(tmp) / f"{arm}-build", flags and flags.split()), installed
             )
@@ -371,7 +375,7 @@ def kernel_main(argv: list[str]) -> int:
                         builds[arm].render(*call)
                     times[key][arm].append((time.process_time() - c0) / len(cl) * 1e3)
     print(f"kernel of {args.base} ({args.base_flags or 'setup.py flags'}) against "
-          f"{args.this + ' (built the same way)' if args.this else 'this checkout (installed)'}, "
+          f"{args.this or 'this checkout'} (built the same way), "
           f"{sum(map(len, calls.values()))} recorded calls on coco128 at 640 ({args.batches} batches of 16 per row), "
           f"{args.runs} alternating rounds, CPU ms per image of the kernel alone; load average before / after: "
           f"{before} / {common.load()}; {differ} calls differ in bytes\n")  # fmt: skip
