@@ -1299,7 +1299,7 @@ typedef __m256 v8;
 #define V_MIN(a, b) _mm256_min_ps(a, b)
 #define V_EQ(a, b) _mm256_cmp_ps(a, b, _CMP_EQ_OQ)
 #define V_GE(a, b) _mm256_cmp_ps(a, b, _CMP_GE_OQ)
-#define V_SEL(m, a, b) _mm256_or_ps(_mm256_and_ps(m, a), _mm256_andnot_ps(m, b))
+#define V_SEL(m, a, b) _mm256_blendv_ps(b, a, m) /* m: all-ones or all-zero lanes, so the or/and/andnot select's value */
 #define V_AND(m, a) _mm256_and_ps(m, a)
 #define V_TRUNC(a) _mm256_cvtepi32_ps(_mm256_cvttps_epi32(a))
 #define v_load_u8 v8_load_u8
@@ -1313,6 +1313,20 @@ static inline void v8_store_u8(uint8_t *p, v8 a) {
     _mm_storel_epi64((__m128i *)p, _mm_packus_epi16(w, w));
 }
 static inline void v8_store_i32(int32_t *p, v8 a) { _mm256_storeu_si256((__m256i *)p, _mm256_cvttps_epi32(a)); }
+/* v8_store_u8 of three vectors at once: the same truncation and saturating packs per value,
+ * two packs for the three instead of two each, one permute to put each plane's 8 bytes in a row. */
+static inline void v8_store3_u8(uint8_t *const *planes, int i, const v8 *out) {
+    const __m256i ab = _mm256_packs_epi32(_mm256_cvttps_epi32(out[0]), _mm256_cvttps_epi32(out[1]));
+    const __m256i c = _mm256_cvttps_epi32(out[2]);
+    const __m256i u = _mm256_packus_epi16(ab, _mm256_packs_epi32(c, c)); /* per half: 4 of a, 4 of b, 4 of c, 4 of c */
+    const __m256i r = _mm256_permutevar8x32_epi32(u, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+    const __m128i lo = _mm256_castsi256_si128(r);
+    _mm_storel_epi64((__m128i *)(planes[0] + i), lo);
+    _mm_storeh_pd((double *)(planes[1] + i), _mm_castsi128_pd(lo));
+    _mm_storel_epi64((__m128i *)(planes[2] + i), _mm256_extracti128_si256(r, 1));
+}
+#undef V_STORE3_U8
+#define V_STORE3_U8(planes, i, out) v8_store3_u8(planes, i, out)
 static inline v8 v8_load_i32(const int32_t *p) { return _mm256_cvtepi32_ps(_mm256_loadu_si256((const __m256i *)p)); }
 #define V_GATHER(table, idx) _mm256_cvtepi32_ps(_mm256_i32gather_epi32(table, _mm256_cvttps_epi32(idx), 4))
 #define HSV_FN hsv_rows_avx2

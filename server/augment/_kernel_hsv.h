@@ -3,6 +3,9 @@
  * in place; tab: the hue, saturation and value tables as int32 (3 x 256); plan: what
  * hsv_plan found the tables to be; hi, si, vi: int32 work rows of the same padded length
  * (used where there is no gather). */
+#ifndef V_STORE3_U8 /* the three channels' values (0..255.x) into their planes at i */
+#define V_STORE3_U8(planes, i, out) (v_store_u8((planes)[0] + (i), (out)[0]), v_store_u8((planes)[1] + (i), (out)[1]), v_store_u8((planes)[2] + (i), (out)[2]))
+#endif
 #ifndef HSV_CAT
 #define HSV_CAT_(a, b) a##b
 #define HSV_CAT(a, b) HSV_CAT_(a, b)
@@ -37,16 +40,20 @@ static inline void HSV_BACK(uint8_t *const *planes, int i, v4 h2, v4 s2, v4 v2, 
     const v4 c30 = V_SET(30.0f), c180 = V_SET(180.0f), c120 = V_SET(120.0f), zero = V_SET(0.0f);
     const v4 c7650 = V_SET(7650.0f), r15300 = V_SET(1.0f / 15300.0f);
     const v4 v2x2 = V_ADD(v2, v2);
+    /* t = 2 V'(7650 - S'W) + 7650 as (2 V' 7650 + 7650) - (2 V' S') W: every product and sum
+     * is an integer below 2^22, exact in float32, so both orders give the same t. */
+    const v4 base = V_ADD(V_MUL(v2x2, c7650), c7650), slope = V_MUL(v2x2, s2);
+    v4 out[3];
     for (int c = 0; c < 3; c++) {
         v4 k = V_ADD(h2, V_SET(shift[c]));
         k = V_SUB(k, V_AND(V_GE(k, c180), c180));
         v4 w = V_MIN(V_MAX(V_MIN(k, V_SUB(c120, k)), zero), c30);
-        /* floor(t / 15300), t = 2 V'(7650 - S'W) + 7650 < 2^22: the truncated product with
-         * the rounded reciprocal is the quotient itself for every t these V', S', W can make
+        /* floor(t / 15300), t < 2^22: the truncated product with the rounded reciprocal is
+         * the quotient itself for every t these V', S', W can make
          * (test_augment_straightforward checks all 256 x 256 x 31). */
-        v4 t = V_ADD(V_MUL(v2x2, V_SUB(c7650, V_MUL(s2, w))), c7650);
-        v_store_u8(planes[c] + i, V_MUL(t, r15300));
+        out[c] = V_MUL(V_SUB(base, V_MUL(slope, w)), r15300);
     }
+    V_STORE3_U8(planes, i, out);
 }
 
 static void HSV_FN(uint8_t *R, uint8_t *G, uint8_t *B, int n, const int32_t *tab, const HsvPlan *plan, int32_t *hi, int32_t *si, int32_t *vi) {

@@ -125,3 +125,19 @@ def test_kernel_at_sizes_off_the_eight_pixel_groups_gives_the_same_bytes_in_both
 def test_set_lanes_refuses_a_width_it_has_no_loops_for() -> None:
     with pytest.raises(ValueError, match="4 lanes"):
         _kernel.set_lanes(16)
+
+
+def test_hsv_of_every_rgb_triple_is_the_same_in_both_widths(lanes) -> None:
+    # The 8-lane HSV selects with blends, regroups the back conversion's products and packs
+    # the three planes together: every one of the 2^24 colours, with tables the rows evaluate
+    # without lookups and with tables they must look up.
+    v = np.arange(256, dtype=np.uint8)
+    every = np.stack(np.meshgrid(v, v, v, indexing="ij"), -1).reshape(4096, 4096, 3)
+    other = np.random.default_rng(2).integers(0, 256, (3, 256), dtype=np.uint8)
+    for tabs in (tables(np.array([0.99, 1.5, 0.7])), tables(np.array([1.3, 0.2, 1.6])), other):
+        out = {}
+        for width in (4, 8):
+            lanes(width)
+            out[width] = kernel.apply_hsv_rgb(every.copy(), tabs)
+        differ = np.flatnonzero((out[4] != out[8]).any(axis=-1).reshape(-1))
+        assert not len(differ), f"{len(differ)} colours differ, e.g. RGB {every.reshape(-1, 3)[differ[0]].tolist()}"
