@@ -99,11 +99,15 @@ static inline void v_quant16(const float *src, uint8_t *dst) {
 
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(PIXPOOL_SCALAR)
 #define HAVE_AVX2_PATH 1
+#define HAVE_AVX512_PATH 1
 #endif
 /* 1 when the CPU has AVX2 (and PIXPOOL_KERNEL_SSE2 is unset): the 8-lane versions of the
  * row loops below run. They do the same lane operations per output value (no FMA, same
  * order), so the bytes do not depend on it. */
 static int lanes8;
+/* 1 when the CPU also has AVX-512F (lanes8 is then 1 too): the fill/quantise/HSV rows with
+ * HSV on the CPU run 16 pixels a step (out_row_avx512), with the same lane operations. */
+static int lanes16;
 
 #define MAX_TILES 4
 #define CLS_ZERO (-1)
@@ -243,8 +247,8 @@ static int axis_init(Axis *A, const Layer *L, int size) {
     A->valid = malloc(size);
     A->cls = malloc(sizeof(int) * size);
     A->runs = malloc(sizeof(int) * 3 * size);
-    A->h[0] = calloc(6 * (size_t)size + 64, sizeof(float)); /* padding: the 8-pixel groups of out_row_avx2 read up to 21 past 3 S */
-    A->h[1] = A->h[0] ? A->h[0] + 3 * (size_t)size + 32 : NULL;
+    A->h[0] = calloc(6 * (size_t)size + 128, sizeof(float)); /* padding: the 16-pixel groups of out_row_avx512 read up to 45 past 3 S */
+    A->h[1] = A->h[0] ? A->h[0] + 3 * (size_t)size + 64 : NULL;
     A->key = -1, A->tag[0] = A->tag[1] = INT32_MIN;
     A->nruns = 0;
     A->w4 = lanes8 ? malloc(sizeof(float) * 8 * ((size_t)size + 1)) : NULL;
@@ -1072,6 +1076,9 @@ static void out_row(float *ra, const float *rb, float fillv, float ratio, float 
 #ifdef HAVE_AVX2_PATH
 static void out_row_avx2(float *ra, const float *rb, const float *top, const float *bot, float fy, float fillv, float ratio, float iratio, int size, int keep, uint8_t *pb, uint8_t *pg, uint8_t *pr, const HsvPlan *plan, int32_t *hi, int32_t *si, int32_t *vi);
 #endif
+#ifdef HAVE_AVX512_PATH
+static void out_row_avx512(float *ra, const float *rb, const float *top, const float *bot, float fy, float fillv, float ratio, float iratio, int size, int keep, uint8_t *pb, uint8_t *pg, uint8_t *pr, const HsvPlan *plan);
+#endif
 
 /* dst[i] = src[n - 1 - i] for i < n. */
 static void copy_reversed(uint8_t *dst, const uint8_t *src, int n) {
@@ -1196,7 +1203,12 @@ static PyObject *py_render(PyObject *self, PyObject *args) {
                 const float *top = NULL, *bot = NULL;
                 float fy = 0.0f;
                 if (direct && !axis_pair(&axes[0], &layers[0], size, y, &top, &bot, &fy)) memset(ra, 0, sizeof(float) * n3), top = NULL;
-                out_row_avx2(ra, nl == 2 ? rb : NULL, top, bot, fy, fillf, ratio, iratio, size, fl != NULL, pb, pg, pr, hsv_done ? &plan : NULL, hi, si, vi);
+#ifdef HAVE_AVX512_PATH
+                if (lanes16 && hsv_done)
+                    out_row_avx512(ra, nl == 2 ? rb : NULL, top, bot, fy, fillf, ratio, iratio, size, fl != NULL, pb, pg, pr, &plan);
+                else
+#endif
+                    out_row_avx2(ra, nl == 2 ? rb : NULL, top, bot, fy, fillf, ratio, iratio, size, fl != NULL, pb, pg, pr, hsv_done ? &plan : NULL, hi, si, vi);
             } else
 #endif
                 out_row(ra, nl == 2 ? rb : NULL, fillf, ratio, iratio, size, fl != NULL, planes ? pb : NULL, pg, pr);
@@ -1505,30 +1517,153 @@ static int axis_run_avx2(const float *wi, const float *wf, const int *x0, int xs
 #pragma GCC pop_options
 #endif
 
-static PyObject *py_simd(PyObject *self, PyObject *unused) { return PyLong_FromLong(hsv_rows == hsv_rows_sse ? 4 : 8); }
+/* ---- 16 lanes (AVX-512F): the fill/quantise/HSV rows, 16 pixels a step ---- */
+#ifdef HAVE_AVX512_PATH
+#pragma GCC push_options
+#pragma GCC target("avx512f")
+#undef v4
+#undef VM
+#undef V_SET
+#undef V_ADD
+#undef V_SUB
+#undef V_MUL
+#undef V_DIV
+#undef V_MAX
+#undef V_MIN
+#undef V_EQ
+#undef V_GE
+#undef V_SEL
+#undef V_AND
+#undef V_TRUNC
+#undef V_GATHER
+#undef V_STORE3_U8
+#undef v_load_u8
+#undef v_store_u8
+#undef v_store_i32
+#undef v_load_i32
+typedef __m512 v16;
+#define v4 v16
+#define VM __mmask16 /* compares give mask registers here: selects and ands take them */
+#define V_SET(x) _mm512_set1_ps(x)
+#define V_ADD(a, b) _mm512_add_ps(a, b)
+#define V_SUB(a, b) _mm512_sub_ps(a, b)
+#define V_MUL(a, b) _mm512_mul_ps(a, b)
+#define V_DIV(a, b) _mm512_div_ps(a, b)
+#define V_MAX(a, b) _mm512_max_ps(a, b)
+#define V_MIN(a, b) _mm512_min_ps(a, b)
+#define V_EQ(a, b) _mm512_cmp_ps_mask(a, b, _CMP_EQ_OQ)
+#define V_GE(a, b) _mm512_cmp_ps_mask(a, b, _CMP_GE_OQ)
+#define V_SEL(m, a, b) _mm512_mask_blend_ps(m, b, a)
+#define V_AND(m, a) _mm512_maskz_mov_ps(m, a)
+#define V_TRUNC(a) _mm512_cvtepi32_ps(_mm512_cvttps_epi32(a))
+#define v_load_u8 v16_load_u8
+#define v_store_u8 v16_store_u8
+#define v_store_i32 v16_store_i32
+#define v_load_i32 v16_load_i32
+static inline v16 v16_load_u8(const uint8_t *p) { return _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)p))); }
+/* Values 0..255.x here: the truncation, then the unsigned saturation, is what the 4- and
+ * 8-lane packs give for them. */
+static inline void v16_store_u8(uint8_t *p, v16 a) { _mm_storeu_si128((__m128i *)p, _mm512_cvtusepi32_epi8(_mm512_cvttps_epi32(a))); }
+static inline void v16_store_i32(int32_t *p, v16 a) { _mm512_storeu_si512((void *)p, _mm512_cvttps_epi32(a)); }
+static inline v16 v16_load_i32(const int32_t *p) { return _mm512_cvtepi32_ps(_mm512_loadu_si512((const void *)p)); }
+#define V_GATHER(table, idx) _mm512_cvtepi32_ps(_mm512_i32gather_epi32(_mm512_cvttps_epi32(idx), table, 4))
+#define V_STORE3_U8(planes, i, out) (v16_store_u8((planes)[0] + (i), (out)[0]), v16_store_u8((planes)[1] + (i), (out)[1]), v16_store_u8((planes)[2] + (i), (out)[2]))
+#define HSV_FN hsv_rows_avx512
+#define VL 16
+#include "_kernel_hsv.h"
+#undef HSV_FN
+#undef VL
 
-/* Tests: run the 4-lane (SSE2) or the 8-lane (AVX2) loops from now on, in this process;
- * returns the width in use before. 8 is refused where the CPU lacks AVX2. */
+/* Channel c (0 B, 1 G, 2 R) of 16 interleaved pixels, floats 0..47 in a, b, c: two permutes. */
+static inline __m512 channel16(__m512 a, __m512 b, __m512 c, int ch) {
+    int i1[16], i2[16];
+    for (int p = 0; p < 16; p++) {
+        const int k = 3 * p + ch;
+        i1[p] = k < 32 ? k : 0;
+        i2[p] = k < 32 ? p : 16 + k - 32;
+    }
+    const __m512 ab = _mm512_permutex2var_ps(a, _mm512_loadu_si512((const void *)i1), b);
+    return _mm512_permutex2var_ps(ab, _mm512_loadu_si512((const void *)i2), c);
+}
+
+/* out_row_avx2 in 16 lanes with ``plan``, 16 pixels a step: the same operations per value
+ * (the vertical blend, the fill or the mixup blend, rint, the clip to 0..255), then step 8
+ * forward and back in one loop (32 vector registers: nothing spills, so no work rows). */
+static void out_row_avx512(float *ra, const float *rb, const float *top, const float *bot, float fy, float fillv, float ratio, float iratio, int size, int keep, uint8_t *pb, uint8_t *pg, uint8_t *pr, const HsvPlan *plan) {
+    const __m512 fill = _mm512_set1_ps(fillv), vr = _mm512_set1_ps(ratio), vir = _mm512_set1_ps(iratio);
+    const __m512 vfy = _mm512_set1_ps(fy), vify = _mm512_set1_ps(1.0f - fy);
+    const __m512i zero = _mm512_setzero_si512(), c255i = _mm512_set1_epi32(255);
+    const __m512 c255 = _mm512_set1_ps(255.0f), gs = _mm512_set1_ps(plan->gs), gv = _mm512_set1_ps(plan->gv);
+    uint8_t *const planes[3] = {pr, pg, pb};
+    float shift[3];
+    for (int c = 0; c < 3; c++) shift[c] = (float)((plan->hue + 150 - 60 * c) % 180); /* 30 n: 150, 90, 30 */
+    for (int x = 0; x < size; x += 16) {
+        const int i = 3 * x;
+        __m512 f[3];
+        for (int j = 0; j < 3; j++) {
+            __m512 a;
+            if (top) /* axis_row's s = H_y0 (1 - fy) + H_y0+1 fy, then the fill */
+                a = _mm512_add_ps(_mm512_mul_ps(_mm512_loadu_ps(top + i + 16 * j), vify), _mm512_mul_ps(_mm512_loadu_ps(bot + i + 16 * j), vfy));
+            else
+                a = _mm512_loadu_ps(ra + i + 16 * j);
+            if (rb) {
+                const __m512 b = _mm512_loadu_ps(rb + i + 16 * j);
+                a = _mm512_add_ps(_mm512_mul_ps(_mm512_add_ps(a, fill), vr), _mm512_mul_ps(_mm512_add_ps(b, fill), vir));
+            } else a = _mm512_add_ps(a, fill);
+            if (keep) _mm512_storeu_ps(ra + i + 16 * j, a);
+            f[j] = a;
+        }
+        __m512 q[3]; /* B, G, R: clip(rint(f), 0, 255) */
+        for (int c = 0; c < 3; c++) q[c] = _mm512_cvtepi32_ps(_mm512_min_epi32(_mm512_max_epi32(_mm512_cvtps_epi32(channel16(f[0], f[1], f[2], c)), zero), c255i));
+        __m512 h, sat, val;
+        hsv_rows_avx512_fwdv(q[2], q[1], q[0], &h, &sat, &val);
+        hsv_rows_avx512_back(planes, x, h, V_TRUNC(_mm512_min_ps(_mm512_mul_ps(sat, gs), c255)), V_TRUNC(_mm512_min_ps(_mm512_mul_ps(val, gv), c255)), shift);
+    }
+}
+#pragma GCC pop_options
+#endif
+
+static long lanes_in_use(void) { return lanes16 ? 16 : lanes8 ? 8 : 4; }
+
+static PyObject *py_simd(PyObject *self, PyObject *unused) { return PyLong_FromLong(lanes_in_use()); }
+
+/* Whether this build and CPU have the loops of ``n`` lanes. */
+static int lanes_available(int n) {
+    if (n == 4) return 1;
+#ifdef HAVE_AVX2_PATH
+    __builtin_cpu_init();
+    if (n == 8) return __builtin_cpu_supports("avx2");
+    if (n == 16) return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("avx512f");
+#endif
+    return 0;
+}
+
+static void use_lanes(int n) {
+    lanes8 = n >= 8, lanes16 = n == 16;
+    hsv_rows = hsv_rows_sse;
+#ifdef HAVE_AVX2_PATH
+    if (n == 8) hsv_rows = hsv_rows_avx2;
+    if (n == 16) hsv_rows = hsv_rows_avx512;
+#endif
+}
+
+/* Tests: run the 4-lane (SSE2), 8-lane (AVX2) or 16-lane (AVX-512F) loops from now on, in
+ * this process; returns the width in use before. A width the CPU lacks is refused. */
 static PyObject *py_set_lanes(PyObject *self, PyObject *args) {
     int n;
     if (!PyArg_ParseTuple(args, "i", &n)) return NULL;
-    const long before = hsv_rows == hsv_rows_sse ? 4 : 8;
-    if (n == 4) {
-        hsv_rows = hsv_rows_sse, lanes8 = 0;
-#ifdef HAVE_AVX2_PATH
-    } else if (n == 8 && (__builtin_cpu_init(), __builtin_cpu_supports("avx2"))) {
-        hsv_rows = hsv_rows_avx2, lanes8 = 1;
-#endif
-    } else {
+    const long before = lanes_in_use();
+    if (!lanes_available(n)) {
         PyErr_Format(PyExc_ValueError, "set_lanes(%d): this build and CPU run 4 lanes (SSE2)%s", n,
 #ifdef HAVE_AVX2_PATH
-                     " or 8 (AVX2, where the CPU has it)"
+                     ", 8 (AVX2) or 16 (AVX-512F), where the CPU has them"
 #else
                      ""
 #endif
         );
         return NULL;
     }
+    use_lanes(n);
     return PyLong_FromLong(before);
 }
 
@@ -1548,8 +1683,8 @@ static PyObject *py_hsv_lookup_free(PyObject *self, PyObject *args) {
 
 static PyMethodDef methods[] = {
     {"render", py_render, METH_VARARGS, "render(size, out, floats, layers, flip_ud, flip_lr, ratio, tables, fill): one sample in one pass"},
-    {"simd", py_simd, METH_NOARGS, "simd(): the lane width in use (4 or 8)"},
-    {"set_lanes", py_set_lanes, METH_VARARGS, "set_lanes(n): run 4-lane (SSE2) or 8-lane (AVX2) loops from now on; returns the width before (tests)"},
+    {"simd", py_simd, METH_NOARGS, "simd(): the lane width in use (4, 8 or 16)"},
+    {"set_lanes", py_set_lanes, METH_VARARGS, "set_lanes(n): run 4-lane (SSE2), 8-lane (AVX2) or 16-lane (AVX-512F) loops from now on; returns the width before (tests)"},
     {"hsv_lookup_free", py_hsv_lookup_free, METH_VARARGS, "hsv_lookup_free(tables): whether the HSV rows evaluate these tables without lookups (tests)"},
     {"hsv", py_hsv, METH_VARARGS, "hsv(image, tables): the integer HSV jitter, in place on uint8 (..., 3) RGB"},
     {NULL, NULL, 0, NULL},
@@ -1558,12 +1693,15 @@ static PyMethodDef methods[] = {
 static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_kernel", "The fused render kernel (see kernel.py).", -1, methods};
 
 PyMODINIT_FUNC PyInit__kernel(void) {
-#ifdef HAVE_AVX2_PATH
-    const char *force = getenv("PIXPOOL_KERNEL_SSE2"); /* tests: run the 4-lane path */
-    if (!(force && *force && *force != '0')) {
-        __builtin_cpu_init();
-        if (__builtin_cpu_supports("avx2")) hsv_rows = hsv_rows_avx2, lanes8 = 1;
+    /* The widest loops the CPU has, unless told fewer: PIXPOOL_KERNEL_SSE2=1 (4 lanes) or
+     * PIXPOOL_KERNEL_LANES=4|8 (tests; a width the CPU lacks is ignored). */
+    const char *force = getenv("PIXPOOL_KERNEL_SSE2"), *lanes = getenv("PIXPOOL_KERNEL_LANES");
+    int n = lanes_available(16) ? 16 : lanes_available(8) ? 8 : 4;
+    if (lanes && *lanes) {
+        const int want = atoi(lanes);
+        if (want < n && lanes_available(want)) n = want;
     }
-#endif
+    if (force && *force && *force != '0') n = 4;
+    use_lanes(n);
     return PyModule_Create(&module);
 }

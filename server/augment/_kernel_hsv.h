@@ -3,6 +3,9 @@
  * in place; tab: the hue, saturation and value tables as int32 (3 x 256); plan: what
  * hsv_plan found the tables to be; hi, si, vi: int32 work rows of the same padded length
  * (used where there is no gather). */
+#ifndef VM
+#define VM v4 /* a lane mask: a vector of all-ones lanes, or an AVX-512 mask register */
+#endif
 #ifndef V_STORE3_U8 /* the three channels' values (0..255.x) into their planes at i */
 #define V_STORE3_U8(planes, i, out) (v_store_u8((planes)[0] + (i), (out)[0]), v_store_u8((planes)[1] + (i), (out)[1]), v_store_u8((planes)[2] + (i), (out)[2]))
 #endif
@@ -21,7 +24,7 @@ static inline void HSV_FWDV(v4 r, v4 g, v4 b, v4 *ph, v4 *ps, v4 *pv) {
     const v4 c4 = V_SET(4.0f), h_off = V_SET(180.5f);
     v4 v = V_MAX(r, V_MAX(g, b)), d = V_SUB(v, V_MIN(r, V_MIN(g, b)));
     v4 s = V_TRUNC(V_ADD(V_DIV(V_MUL(c255, d), V_MAX(v, one)), half));
-    v4 mr = V_EQ(v, r), mg = V_EQ(v, g);
+    VM mr = V_EQ(v, r), mg = V_EQ(v, g);
     v4 num = V_SEL(mr, V_SUB(g, b), V_SEL(mg, V_ADD(V_SUB(b, r), V_ADD(d, d)), V_ADD(V_SUB(r, g), V_MUL(c4, d))));
     v4 hh = V_TRUNC(V_ADD(V_DIV(V_MUL(c30, num), V_MAX(d, one)), h_off)); /* floor(q + 1/2) + 180 */
     *ph = V_SUB(hh, V_AND(V_GE(hh, c180), c180));

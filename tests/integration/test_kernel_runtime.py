@@ -1,5 +1,5 @@
 """The fused kernel at run time: a worker's imports stay lean, and the lane width the CPU
-picks (SSE2 or AVX2) never changes a byte.
+picks (SSE2, AVX2 or AVX-512F) never changes a byte.
 
 Integration tests: each runs one short child interpreter, reaped before it returns.
 """
@@ -64,9 +64,15 @@ def test_a_worker_renders_without_opencv_or_torch() -> None:
     assert _run(0.5, 0.0)["modules"] == ["cv2"]
 
 
-def test_sse2_and_avx2_lanes_give_the_same_bytes() -> None:
-    env = {**os.environ, "PIXPOOL_KERNEL_SSE2": "1"}
+def test_every_lane_width_gives_the_same_bytes() -> None:
+    """The widest loops the CPU has (what a worker runs) against 4 lanes (PIXPOOL_KERNEL_SSE2)
+    and 8 (PIXPOOL_KERNEL_LANES=8, where the CPU picks 16)."""
+    narrow = {**os.environ, "PIXPOOL_KERNEL_SSE2": "1"}
+    eight = {**os.environ, "PIXPOOL_KERNEL_LANES": "8"}
     for cp, deg in ((0.0, 0.0), (0.5, 12.0)):
-        wide, narrow = _run(cp, deg), _run(cp, deg, env)
-        assert narrow["lanes"] == 4
-        assert wide["digests"] == narrow["digests"]
+        wide, four = _run(cp, deg), _run(cp, deg, narrow)
+        assert four["lanes"] == 4
+        assert wide["digests"] == four["digests"]
+        if wide["lanes"] == 16:
+            middle = _run(cp, deg, eight)
+            assert middle["lanes"] == 8 and middle["digests"] == wide["digests"]

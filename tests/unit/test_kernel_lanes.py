@@ -1,13 +1,16 @@
-"""The kernel's 4-lane (SSE2) and 8-lane (AVX2) loops give the same bytes, in one process.
+"""The kernel's 4-lane (SSE2), 8-lane (AVX2) and 16-lane (AVX-512F) loops give the same
+bytes, in one process.
 
 Every x86-64 CPU runs the 4-lane loops; CPUs with AVX2 run the 8-lane ones (the axis map's
 row blend two columns a vector, the general map's coordinates and bilinear across columns,
 the fill/quantise/HSV rows eight pixels a step, and the direct path where one axis-aligned
-layer is blended straight into the output row). A user's batches must not depend on which
-CPU rendered them: ``_kernel.set_lanes`` switches the loops, and each route configuration
-is rendered with both, with and without the float image (the float image takes the strip
-path, the route's own call the direct one), on float32 and uint8 sources; the kernel alone
-at sizes that are not a multiple of the 8-pixel groups (the route's imgsz always is).
+layer is blended straight into the output row); CPUs with AVX-512F also run the fill/
+quantise/HSV rows with HSV on the CPU sixteen pixels a step. A user's batches must not
+depend on which CPU rendered them: ``_kernel.set_lanes`` switches the loops, and each route
+configuration is rendered with 4 lanes and with each wider width the CPU has, with and
+without the float image (the float image takes the strip path, the route's own call the
+direct one), on float32 and uint8 sources; the kernel alone at sizes that are not a multiple
+of the 8- and 16-pixel groups (the route's imgsz is a multiple of 32); HSV on every RGB triple.
 """
 
 from __future__ import annotations
@@ -41,15 +44,19 @@ class _RawSource(ArraySource):
         return self.uint8[index]
 
 
-@pytest.fixture
-def lanes():
-    """Switches the kernel's loops for the test; restores the width in use before."""
+WIDE = {8: "AVX2", 16: "AVX-512F"}
+
+
+@pytest.fixture(params=sorted(WIDE))
+def lanes(request):
+    """(switch, wide): switches the kernel's loops for the test, and the wide width to compare
+    with 4; restores the width in use before."""
     before = _kernel.simd()
     try:
-        _kernel.set_lanes(8)
+        _kernel.set_lanes(request.param)
     except ValueError:
-        pytest.skip("this CPU has no AVX2: only the 4-lane loops exist")
-    yield _kernel.set_lanes
+        pytest.skip(f"this CPU has no {WIDE[request.param]}: no {request.param}-lane loops to compare")
+    yield _kernel.set_lanes, request.param
     _kernel.set_lanes(before)
 
 
@@ -67,7 +74,8 @@ def _render(src, st: StreamSettings, keep_float: bool) -> list[bytes]:
 @pytest.mark.parametrize("size", [64, 96])
 @pytest.mark.parametrize("dtype", ["float32", "uint8"])
 @pytest.mark.parametrize("name", sorted(ROUTES))
-def test_four_and_eight_lanes_give_the_same_bytes(lanes, name: str, dtype: str, size: int) -> None:
+def test_four_and_wider_lanes_give_the_same_bytes(lanes, name: str, dtype: str, size: int) -> None:
+    switch, wide = lanes
     cls = ArraySource if dtype == "float32" else _RawSource
     src = cls(SHAPES, size, seed=5, instances=4)
     for hsv_on_device in (False, True):
@@ -75,19 +83,20 @@ def test_four_and_eight_lanes_give_the_same_bytes(lanes, name: str, dtype: str, 
             seed=3, batch_size=4, hsv_on_device=hsv_on_device, augment=AugmentConfig(imgsz=size, **ROUTES[name])
         )
         for keep_float in (False, True):
-            lanes(4)
+            switch(4)
             want = _render(src, st, keep_float)
-            lanes(8)
+            switch(wide)
             got = _render(src, st, keep_float)
             differ = [i for i, (a, b) in enumerate(zip(want, got, strict=True)) if a != b]
-            assert not differ, f"{name}, {dtype}, size {size}, keep_float {keep_float}: arrays {differ} differ"
+            assert not differ, (
+                f"{name}, {dtype}, size {size}, keep_float {keep_float}, {wide} lanes: arrays {differ} differ"
+            )
 
 
 @pytest.mark.parametrize("dtype", ["float32", "uint8"])
 @pytest.mark.parametrize("size", [61, 130])
-def test_kernel_at_sizes_off_the_eight_pixel_groups_gives_the_same_bytes_in_both_widths(
-    lanes, size: int, dtype: str
-) -> None:
+def test_kernel_at_sizes_off_the_pixel_groups_gives_the_same_bytes_in_every_width(lanes, size: int, dtype: str) -> None:
+    switch, wide = lanes
     rng = np.random.default_rng(size)
     images = [rng.integers(0, 256, (size + 7, size - 3, 3), dtype=np.uint8) for _ in range(2)]
     if dtype == "float32":
@@ -108,8 +117,8 @@ def test_kernel_at_sizes_off_the_eight_pixel_groups_gives_the_same_bytes_in_both
         layer = kernel.Layer(tuple(float(v) for v in np.linalg.inv(matrix).reshape(9)), tiles)
         for hsv in (None, table):
             results = {}
-            for width in (4, 8):
-                lanes(width)
+            for width in (4, wide):
+                switch(width)
                 out, floats, alone = (
                     np.zeros((3, size, size), np.uint8),
                     np.zeros((size, size, 3), np.float32),
@@ -118,26 +127,27 @@ def test_kernel_at_sizes_off_the_eight_pixel_groups_gives_the_same_bytes_in_both
                 kernel.render(size, [layer], tables=hsv, out=out, floats=floats, flip_lr=True)
                 kernel.render(size, [layer], tables=hsv, out=alone, flip_lr=True)
                 results[width] = (out.tobytes(), floats.tobytes(), alone.tobytes())
-            assert results[4] == results[8], f"{name}, HSV {hsv is not None}: the 4- and 8-lane bytes differ"
-            assert results[8][0] == results[8][2], f"{name}: the output differs with and without the float image"
+            assert results[4] == results[wide], f"{name}, HSV {hsv is not None}: the 4- and {wide}-lane bytes differ"
+            assert results[wide][0] == results[wide][2], f"{name}: the output differs with and without the float image"
 
 
 def test_set_lanes_refuses_a_width_it_has_no_loops_for() -> None:
     with pytest.raises(ValueError, match="4 lanes"):
-        _kernel.set_lanes(16)
+        _kernel.set_lanes(32)
 
 
-def test_hsv_of_every_rgb_triple_is_the_same_in_both_widths(lanes) -> None:
-    # The 8-lane HSV selects with blends, regroups the back conversion's products and packs
-    # the three planes together: every one of the 2^24 colours, with tables the rows evaluate
-    # without lookups and with tables they must look up.
+def test_hsv_of_every_rgb_triple_is_the_same_in_every_width(lanes) -> None:
+    # The 8-lane HSV selects with blends and packs the three planes together, the 16-lane one
+    # selects with mask registers: every one of the 2^24 colours, with tables the rows
+    # evaluate without lookups and with tables they must look up.
+    switch, wide = lanes
     v = np.arange(256, dtype=np.uint8)
     every = np.stack(np.meshgrid(v, v, v, indexing="ij"), -1).reshape(4096, 4096, 3)
     other = np.random.default_rng(2).integers(0, 256, (3, 256), dtype=np.uint8)
     for tabs in (tables(np.array([0.99, 1.5, 0.7])), tables(np.array([1.3, 0.2, 1.6])), other):
         out = {}
-        for width in (4, 8):
-            lanes(width)
+        for width in (4, wide):
+            switch(width)
             out[width] = kernel.apply_hsv_rgb(every.copy(), tabs)
-        differ = np.flatnonzero((out[4] != out[8]).any(axis=-1).reshape(-1))
+        differ = np.flatnonzero((out[4] != out[wide]).any(axis=-1).reshape(-1))
         assert not len(differ), f"{len(differ)} colours differ, e.g. RGB {every.reshape(-1, 3)[differ[0]].tolist()}"
