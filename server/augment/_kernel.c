@@ -105,8 +105,8 @@ static inline void v_quant16(const float *src, uint8_t *dst) {
  * row loops below run. They do the same lane operations per output value (no FMA, same
  * order), so the bytes do not depend on it. */
 static int lanes8;
-/* 1 when the CPU also has AVX-512F (lanes8 is then 1 too): the fill/quantise/HSV rows with
- * HSV on the CPU run 16 pixels a step (out_row_avx512), with the same lane operations. */
+/* 1 when the CPU also has AVX-512F (lanes8 is then 1 too): the fill/quantise/HSV rows run
+ * 16 pixels a step (out_row_avx512), with the same lane operations. */
 static int lanes16;
 
 #define MAX_TILES 4
@@ -1204,8 +1204,8 @@ static PyObject *py_render(PyObject *self, PyObject *args) {
                 float fy = 0.0f;
                 if (direct && !axis_pair(&axes[0], &layers[0], size, y, &top, &bot, &fy)) memset(ra, 0, sizeof(float) * n3), top = NULL;
 #ifdef HAVE_AVX512_PATH
-                if (lanes16 && hsv_done)
-                    out_row_avx512(ra, nl == 2 ? rb : NULL, top, bot, fy, fillf, ratio, iratio, size, fl != NULL, pb, pg, pr, &plan);
+                if (lanes16)
+                    out_row_avx512(ra, nl == 2 ? rb : NULL, top, bot, fy, fillf, ratio, iratio, size, fl != NULL, pb, pg, pr, hsv_done ? &plan : NULL);
                 else
 #endif
                     out_row_avx2(ra, nl == 2 ? rb : NULL, top, bot, fy, fillf, ratio, iratio, size, fl != NULL, pb, pg, pr, hsv_done ? &plan : NULL, hi, si, vi);
@@ -1586,17 +1586,17 @@ static inline __m512 channel16(__m512 a, __m512 b, __m512 c, int ch) {
     return _mm512_permutex2var_ps(ab, _mm512_loadu_si512((const void *)i2), c);
 }
 
-/* out_row_avx2 in 16 lanes with ``plan``, 16 pixels a step: the same operations per value
- * (the vertical blend, the fill or the mixup blend, rint, the clip to 0..255), then step 8
+/* out_row_avx2 in 16 lanes, 16 pixels a step: the same operations per value (the vertical
+ * blend, the fill or the mixup blend, rint, the clip to 0..255); with ``plan`` then step 8,
  * forward and back in one loop (32 vector registers: nothing spills, so no work rows). */
 static void out_row_avx512(float *ra, const float *rb, const float *top, const float *bot, float fy, float fillv, float ratio, float iratio, int size, int keep, uint8_t *pb, uint8_t *pg, uint8_t *pr, const HsvPlan *plan) {
     const __m512 fill = _mm512_set1_ps(fillv), vr = _mm512_set1_ps(ratio), vir = _mm512_set1_ps(iratio);
     const __m512 vfy = _mm512_set1_ps(fy), vify = _mm512_set1_ps(1.0f - fy);
     const __m512i zero = _mm512_setzero_si512(), c255i = _mm512_set1_epi32(255);
-    const __m512 c255 = _mm512_set1_ps(255.0f), gs = _mm512_set1_ps(plan->gs), gv = _mm512_set1_ps(plan->gv);
+    const __m512 c255 = _mm512_set1_ps(255.0f), gs = _mm512_set1_ps(plan ? plan->gs : 0.0f), gv = _mm512_set1_ps(plan ? plan->gv : 0.0f);
     uint8_t *const planes[3] = {pr, pg, pb};
     float shift[3];
-    for (int c = 0; c < 3; c++) shift[c] = (float)((plan->hue + 150 - 60 * c) % 180); /* 30 n: 150, 90, 30 */
+    for (int c = 0; c < 3; c++) shift[c] = (float)(((plan ? plan->hue : 0) + 150 - 60 * c) % 180); /* 30 n: 150, 90, 30 */
     for (int x = 0; x < size; x += 16) {
         const int i = 3 * x;
         __m512 f[3];
@@ -1613,8 +1613,16 @@ static void out_row_avx512(float *ra, const float *rb, const float *top, const f
             if (keep) _mm512_storeu_ps(ra + i + 16 * j, a);
             f[j] = a;
         }
-        __m512 q[3]; /* B, G, R: clip(rint(f), 0, 255) */
-        for (int c = 0; c < 3; c++) q[c] = _mm512_cvtepi32_ps(_mm512_min_epi32(_mm512_max_epi32(_mm512_cvtps_epi32(channel16(f[0], f[1], f[2], c)), zero), c255i));
+        __m512i qi[3]; /* B, G, R: rint(f) */
+        for (int c = 0; c < 3; c++) qi[c] = _mm512_cvtps_epi32(channel16(f[0], f[1], f[2], c));
+        if (!plan) { /* clip to 0..255 as the packs do */
+            _mm_storeu_si128((__m128i *)(pb + x), _mm512_cvtusepi32_epi8(_mm512_max_epi32(qi[0], zero)));
+            _mm_storeu_si128((__m128i *)(pg + x), _mm512_cvtusepi32_epi8(_mm512_max_epi32(qi[1], zero)));
+            _mm_storeu_si128((__m128i *)(pr + x), _mm512_cvtusepi32_epi8(_mm512_max_epi32(qi[2], zero)));
+            continue;
+        }
+        __m512 q[3]; /* clip(rint(f), 0, 255) */
+        for (int c = 0; c < 3; c++) q[c] = _mm512_cvtepi32_ps(_mm512_min_epi32(_mm512_max_epi32(qi[c], zero), c255i));
         __m512 h, sat, val;
         hsv_rows_avx512_fwdv(q[2], q[1], q[0], &h, &sat, &val);
         hsv_rows_avx512_back(planes, x, h, V_TRUNC(_mm512_min_ps(_mm512_mul_ps(sat, gs), c255)), V_TRUNC(_mm512_min_ps(_mm512_mul_ps(val, gv), c255)), shift);
