@@ -237,7 +237,7 @@ typedef struct {
 
 #ifdef HAVE_AVX2_PATH
 static void axis_blend_avx2(const float *top, const float *bot, float fy, float ify, int n, float *dst);
-static int axis_run_avx2(const float *wi, const float *wf, const int *x0, int xs, int xe, const char *a0, int u8, float fill, float *dst);
+static int axis_run_avx2(const float *wi, const float *wf, const int *x0, int xs, int xe, const char *a0, int u8, float fill, float *dst, Py_ssize_t ahead);
 #endif
 
 static int axis_init(Axis *A, const Layer *L, int size) {
@@ -332,18 +332,22 @@ static void axis_hrow(Axis *A, const Layer *L, int size, int r, float *dst) {
              * stay inside the image, every pixel's do, and the loop needs no test. */
             const Py_ssize_t last = (A->x0[run[0]] > A->x0[run[1] - 1] ? A->x0[run[0]] : A->x0[run[1] - 1]) - t->ox;
             const Py_ssize_t esz = t->u8 ? 1 : 4;
-            /* The source is read once per sample, from memory: fetch the span of canvas row
-             * r + 2 (the one after the next this layer will blend) while this row computes.
-             * A hint only; the values do not depend on it. */
-            if (r + 2 < t->ya1) {
+            /* The source is read once per sample, from memory: fetch a row ahead while this
+             * row computes. A hint only; the values do not depend on it. The vector loop
+             * fetches row r + 3 one line per column pair as it goes (measured 0.82-0.88x the
+             * kernel's time on float32 sources against the whole span of row r + 2 fetched
+             * here in one burst, whose prefetches stalled on the full line-fill buffers);
+             * the scalar loops below keep the burst. */
+            const int vector_run = A->w4 && rp + (last * 3 + 7) * esz <= t->end;
+            if (r + 2 < t->ya1 && !vector_run) {
                 const Py_ssize_t first = (A->x0[run[0]] < A->x0[run[1] - 1] ? A->x0[run[0]] : A->x0[run[1] - 1]) - t->ox;
                 const char *p0 = rp + 2 * t->row + first * 3 * esz, *p1 = rp + 2 * t->row + (last * 3 + 6) * esz;
                 for (const char *p = p0; p < p1 + 64; p += 64) __builtin_prefetch(p);
             }
             int xs = run[0];
 #ifdef HAVE_AVX2_PATH
-            if (A->w4 && rp + (last * 3 + 7) * esz <= t->end)
-                xs = axis_run_avx2(A->w4, A->w4 + 4 * (Py_ssize_t)size, A->x0, xs, run[1], rp - (Py_ssize_t)t->ox * 3 * esz, t->u8, t->fill, dst);
+            if (vector_run) /* it prefetches row r + 3 as it goes */
+                xs = axis_run_avx2(A->w4, A->w4 + 4 * (Py_ssize_t)size, A->x0, xs, run[1], rp - (Py_ssize_t)t->ox * 3 * esz, t->u8, t->fill, dst, r + 3 < t->ya1 ? 3 * t->row : 0);
 #endif
             if (rp + (last * 3 + 7) * esz > t->end) {
                 for (int x = run[0]; x < run[1]; x++)
@@ -1486,13 +1490,14 @@ static void axis_blend_avx2(const float *top, const float *bot, float fy, float 
 /* The axis map's horizontal blend of one tile run, 2 columns per vector (each 128-bit half
  * one column's B G R + scratch): the same operations per value as axis_hrow's loop. Columns
  * xs .. xe - 1 in pairs; returns the first column it left (xe, or xe - 1 for an odd count). */
-static int axis_run_avx2(const float *wi, const float *wf, const int *x0, int xs, int xe, const char *a0, int u8, float fill, float *dst) {
+static int axis_run_avx2(const float *wi, const float *wf, const int *x0, int xs, int xe, const char *a0, int u8, float fill, float *dst, Py_ssize_t ahead) {
     int x = xs;
     if (u8) {
         const __m256 vfill = _mm256_set1_ps(fill);
         const uint8_t *b = (const uint8_t *)a0;
         for (; x + 2 <= xe; x += 2) {
             const uint8_t *a = b + (Py_ssize_t)x0[x] * 3, *c = b + (Py_ssize_t)x0[x + 1] * 3;
+            if (ahead) __builtin_prefetch((const char *)a + ahead);
             int32_t w[4];
             memcpy(&w[0], a, 4), memcpy(&w[1], c, 4), memcpy(&w[2], a + 3, 4), memcpy(&w[3], c + 3, 4);
             const __m128i q = _mm_setr_epi32(w[0], w[1], w[2], w[3]);
@@ -1506,6 +1511,7 @@ static int axis_run_avx2(const float *wi, const float *wf, const int *x0, int xs
         const float *b = (const float *)a0;
         for (; x + 2 <= xe; x += 2) {
             const float *a = b + (Py_ssize_t)x0[x] * 3, *c = b + (Py_ssize_t)x0[x + 1] * 3;
+            if (ahead) __builtin_prefetch((const char *)a + ahead);
             const __m256 p0 = load2_m128(c, a), p1 = load2_m128(c + 3, a + 3);
             const __m256 h = _mm256_add_ps(_mm256_mul_ps(p0, _mm256_loadu_ps(wi + 4 * x)), _mm256_mul_ps(p1, _mm256_loadu_ps(wf + 4 * x)));
             _mm_storeu_ps(dst + 3 * x, _mm256_castps256_ps128(h));
