@@ -62,9 +62,14 @@ def _stop_busy_worker(socket_dir: str) -> int | None:
 def test_worker_killed_mid_batch_reruns_only_its_samples_stream_unchanged(synthetic_data, dataset, workers):
     """A worker SIGKILLed while it renders its part of a slot: only that part's samples are
     rendered again (by its replacement or the other worker), and the batch's bytes and the
-    epoch's samples are the reference's."""
+    epoch's samples are the reference's. Each part takes at least 0.3 s (``helpers.slow_renderer``,
+    the real route's bytes), so the status polls between batches find a worker mid-part
+    however fast the kernel is."""
     s = settings(11, batch_size=5)  # 24 records: 5 batches, parts of 2 and 3 samples with 2 workers
-    with real_daemon(synthetic_data.coco_json, imgsz=IMGSZ, workers=workers) as (_, d):
+    with real_daemon(synthetic_data.coco_json, imgsz=IMGSZ, workers=workers, renderer="helpers.slow_renderer") as (
+        _,
+        d,
+    ):
         got, samples, victim = [], [], None
         with Client(s, socket_dir=d, timeout_s=WAIT_S) as c:
             for b in c.epoch(0):
