@@ -19,7 +19,7 @@ process under it (the trials, Ray's own processes, the daemon and its workers;
 mAP50-95 and any trial error come from the child.
 
 Usage: ``VENV/bin/python bench/vs_ultralytics.py --what tune [--trials 3] [--epochs 1]
-[--imgsz 320] [--batch 16] [--workers 1] [--pairs 5] [--dtype uint8] [--json out.json]``.
+[--imgsz 320] [--batch 16] [--workers 1] [--pairs 5] [--dtype float32] [--json out.json]``.
 """
 
 from __future__ import annotations
@@ -131,6 +131,8 @@ def _per_pair(rows: list[dict]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from pixpool.shared.stream.config import DEFAULT_SNAPSHOT_DTYPE, SNAPSHOT_DTYPES
+
     p = parser(__doc__, "vs_ultralytics.py --what tune")
     p.add_argument("--child", choices=ARMS, help=argparse.SUPPRESS)
     p.add_argument("--result", help=argparse.SUPPRESS)
@@ -143,7 +145,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument(
         "--workers", type=int, default=1, help="Ultralytics' dataloader workers per trial, pixpool's daemon workers"
     )
-    p.add_argument("--dtype", default="float32", choices=("float32", "uint8"), help="the pixpool daemon's snapshot")
+    p.add_argument(
+        "--dtype", default=DEFAULT_SNAPSHOT_DTYPE, choices=SNAPSHOT_DTYPES, help="the pixpool daemon's snapshot"
+    )
     p.add_argument("--pairs", type=int, default=5, help="alternating pairs of both arms")
     p.add_argument("--json", default=None, help="write every measurement here")
     opts = p.parse_args(argv)

@@ -1,6 +1,6 @@
 """A matrix of batch digests over the routes the kernel serves: record it before a kernel change, check it after.
 
-Runs in one process (the user's shell): it prepares a float32 and a uint8 snapshot of each
+Runs in one process (the user's shell): it prepares a uint8 (the default) and a float32 snapshot of each
 dataset in a private store folder (removed at the end), renders batches in this process
 (what ``pixpool digest --in-process`` does) and through the reference pipeline (decode per
 sample, no snapshot: ``--reference``), and digests them with ``shared.stream.digest``.

@@ -20,7 +20,8 @@ Four questions (``--what``), all on coco128 at 640 with the detect route unless 
   module measured 1.03-1.10x slower than a loaded copy of the very same build (2026-12-03:
   where each lands in memory), more than most changes this compares.
 - ``cpu``: where a delivered image's CPU goes, process by process: a fresh interpreter per run
-  prepares (or re-attaches) the float32 snapshot, starts a daemon with ``--workers`` workers and
+  prepares (or re-attaches) the snapshot (``--dtype``; else the package's default, uint8 since
+  it became the default: name it when ``--base`` predates that), starts a daemon with ``--workers`` workers and
   reads it as a trainer (``attach``, batch 16, HSV on the CPU); per delivered image the CPU ms of
   the daemon and each worker (psutil) and of the trainer (getrusage, its threads included), the
   workers' busy fraction, and the gap between batches at an epoch boundary against within one.
@@ -232,7 +233,8 @@ def image_main(argv: list[str]) -> int:
     with contextlib.ExitStack() as stack:
         source = Arrays(floats, targets, args.imgsz)
         if args.shm:
-            source = stack.enter_context(common.prepared(dataset, imgsz=args.imgsz, processes=1)).snapshot
+            prepared = common.prepared(dataset, imgsz=args.imgsz, processes=1, dtype="float32")
+            source = stack.enter_context(prepared).snapshot
         arms = {
             "fused, float32": (source, st, render_batch),
             "fused, uint8": (Arrays(u8, targets, args.imgsz), st, render_batch),
@@ -386,7 +388,7 @@ def kernel_main(argv: list[str]) -> int:
 
 
 # -- cpu ---------------------------------------------------------------------------------------------
-def measure(workers: int, epochs: int) -> dict:
+def measure(workers: int, epochs: int, dtype: str | None = None) -> dict:
     """One run of ``--what cpu`` in this process (``--run``): the figures of the module docstring."""
     import _ultralytics_arm as ul
     import psutil
@@ -399,9 +401,11 @@ def measure(workers: int, epochs: int) -> dict:
     root = Path(tempfile.mkdtemp(prefix="pxbench-cpu-"))
     data = common.make_data_dir(root) / "data.yaml"
     fields = {"data": str(data), "imgsz": 640, "keep_snapshot": True, "no_val": True}
+    pinned = {"dtype": dtype} if dtype else {}  # else the package's own default
+    fields.update(pinned)
     try:
         with (
-            common.prepared(load_dataset(data), imgsz=640, processes=2),
+            common.prepared(load_dataset(data), imgsz=640, processes=2, **pinned),
             common.daemon(workers=workers, **fields) as (d, _),
         ):
             torch.set_num_threads(1)
@@ -447,10 +451,11 @@ def cpu_main(argv: list[str]) -> int:
     p.add_argument("--pairs", type=int, default=5)
     p.add_argument("--workers", type=int, default=2)
     p.add_argument("--epochs", type=int, default=3, help="timed epochs per run, after a warm-up epoch")
+    p.add_argument("--dtype", default=None, help="the snapshot's dtype (default: each arm's package default)")
     p.add_argument("--run", action="store_true", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args.run:
-        print(json.dumps(measure(args.workers, args.epochs)), flush=True)
+        print(json.dumps(measure(args.workers, args.epochs, args.dtype)), flush=True)
         return 0
     before = common.load()
     with tempfile.TemporaryDirectory(prefix="pxbench-cpu-root-") as tmp:
@@ -458,14 +463,16 @@ def cpu_main(argv: list[str]) -> int:
         if args.base:  # both arms' code first on PYTHONPATH, made the same way
             roots = {name: base_package(code, Path(tmp) / name, "pixpool") for name, code in (("base", args.base), ("this", str(common.ROOT)))}  # fmt: skip
         argv_run = [sys.executable, "-P", str(Path(__file__).resolve()), "--what", "cpu", "--run",
-                    "--workers", str(args.workers), "--epochs", str(args.epochs)]  # fmt: skip
+                    "--workers", str(args.workers), "--epochs", str(args.epochs),
+                    *(["--dtype", args.dtype] if args.dtype else [])]  # fmt: skip
 
         def arm(name: str):
             env = {**os.environ, **({"PYTHONPATH": str(roots[name])} if roots[name] else {})}
             return lambda: common.run_json(argv_run, env=env, timeout_s=1800)
 
         got = common.rounds({name: arm(name) for name in roots}, args.pairs)
-    report = {"workers": args.workers, "epochs": args.epochs, "pairs": args.pairs, "load": [before, common.load()]}
+    report = {"workers": args.workers, "epochs": args.epochs, "pairs": args.pairs, "dtype": args.dtype or "default",
+              "load": [before, common.load()]}  # fmt: skip
     for name, rs in got.items():
         report[name] = {
             key: round(statistics.median(r[key] for r in rs), 3)

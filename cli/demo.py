@@ -12,8 +12,9 @@ behind. The exit status is non-zero if any of that fails. Needs the trainer extr
 
 Each trainer writes into ``PROJECT/seed-N`` (N its stream's seed); ``PROJECT`` is taken as ``pixpool train``
 takes its run folder (``client/train/run_dir.py``): when it exists, the next free name
-(``pixpool-demo-runs2``, ...), made once the daemon serves, so an earlier demo's results and
-plots are never mixed with this one's. Each trainer gets its ``FitConfig`` as the dataclass
+(``pixpool-demo-runs2``, ...), so an earlier demo's results and plots are never mixed with this
+one's. The daemon writes its log to ``PROJECT/daemon.log``; the console shows the demo's own
+steps, the epoch lines and the daemon's warnings, nothing else. Each trainer gets its ``FitConfig`` as the dataclass
 (pickled by the spawn), not as a dict to rebuild. A trainer is named as every other view
 names it (``pixpool memory``, ``monitor``, ``status``): by the daemon's id of its training
 stream, learnt when it attaches.
@@ -61,6 +62,9 @@ def configure(parser: argparse.ArgumentParser, name: str) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from .epoch_cap import capped
+
+    args.epochs = capped(args.epochs, "pixpool demo")
     if args.workdir is None:
         with tempfile.TemporaryDirectory(prefix="pixpool-demo-") as tmp:
             return _demo(Path(tmp), args)
@@ -73,6 +77,7 @@ def _demo(workdir: Path, args: argparse.Namespace) -> int:
     from ..client._torch import require_torch
     from ..client.child import cli_command, serve_child
     from ..client.train.fit import FitConfig, fit_process
+    from ..client.train.loss_text import loss_text
     from ..client.train.run_dir import claim
     from ..ops.memory_report import memory_report, trainer_ids
     from ..ops.status_client import query_status
@@ -89,6 +94,7 @@ def _demo(workdir: Path, args: argparse.Namespace) -> int:
         check=True,
         stdout=subprocess.DEVNULL,
     )
+    _label_backgrounds(data_dir)
     names = yaml.safe_load((data_dir / "data.yaml").read_text())["names"]
     print(
         f"[1/5] synthetic dataset: {args.num_images} images, {len(names)} classes -> {data_dir / 'data.yaml'}",
@@ -99,16 +105,24 @@ def _demo(workdir: Path, args: argparse.Namespace) -> int:
     ok = True
     projects = {}
     names: dict[int, str] = {}  # pid -> "trainer 3 (seed 1)"
-    with serve_child(serve, socket_dir=str(workdir / "sock"), timeout_s=args.timeout_s) as (daemon, sock, status):
+    # Made before the daemon starts: its log goes there (the console keeps the demo's own lines
+    # and the daemon's warnings). A daemon that fails to start leaves that log, which says why.
+    runs = claim(args.project, exist_ok=args.exist_ok)
+    daemon_log = runs / "daemon.log"
+    with serve_child(serve, socket_dir=str(workdir / "sock"), timeout_s=args.timeout_s, log_file=daemon_log) as (
+        daemon,
+        sock,
+        status,
+    ):
         snapshot_names = {info["name"] for info in status["splits"].values()}
         print(
-            f"[2/5] daemon pid {daemon.pid} serving on {sock} with {args.workers} workers (train and val)", flush=True
+            f"[2/5] daemon pid {daemon.pid} serving on {sock} with {args.workers} workers (train and val); "
+            f"its log: {daemon_log}",
+            flush=True,
         )
         ctx = spawn_context()
         results = ctx.Queue()
         trainers = []
-        # Made once the daemon serves: a demo that fails before leaves no empty folder.
-        runs = claim(args.project, exist_ok=args.exist_ok)
         print(f"      runs go to {runs}", flush=True)
         try:
             for i in range(args.trainers):
@@ -151,7 +165,7 @@ def _demo(workdir: Path, args: argparse.Namespace) -> int:
                 elif kind == "epoch":
                     r = payload
                     print(
-                        f"  {names[pid]}: epoch {r['epoch'] + 1}/{args.epochs} loss {r['loss']:.2f} "
+                        f"  {names[pid]}: epoch {r['epoch'] + 1}/{args.epochs} {loss_text(r, batch_size=args.batch_size)} "
                         f"mAP50 {r.get('mAP50', float('nan')):.3f} mAP50-95 {r.get('mAP50_95', float('nan')):.3f}",
                         flush=True,
                     )
@@ -195,6 +209,17 @@ def _demo(workdir: Path, args: argparse.Namespace) -> int:
     return 0 if ok and daemon.returncode == 0 else 1
 
 
+def _label_backgrounds(data_dir: Path) -> None:
+    """An empty label file for each image that has none. The synthetic set leaves one background
+    image without a label file (the readers' case of a missing one); both mean background, but a
+    missing file is what a user's data gets warned about, and here it is the demo's own choice."""
+    for image in (data_dir / "images").rglob("*"):
+        if image.is_file():
+            label = data_dir / "labels" / image.relative_to(data_dir / "images").with_suffix(".txt")
+            if label.parent.is_dir() and not label.exists():
+                label.touch()
+
+
 def trainer_name(ids: dict[int, int], pid: int, seed: int) -> str:
     """A trainer process by the number the other views show (``trainer_ids``), and its seed."""
     return f"trainer {ids[pid]} (seed {seed})" if pid in ids else f"trainer (pid {pid}, seed {seed})"
@@ -211,11 +236,9 @@ def _plot(results: Path) -> str:
 
 
 def _print_memory(report: dict) -> None:
-    from rich.console import Console
+    from ..ops.view import memory_lines, processes_table, report_console
 
-    from ..ops.view import memory_lines, processes_table
-
-    console = Console(width=80)
+    console = report_console()
     console.print(memory_lines(report))
     console.print(processes_table(report))
     sys.stdout.flush()

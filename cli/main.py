@@ -31,12 +31,15 @@ class Command:
 
 COMMANDS: dict[str, Command] = {
     "synth": Command("synth", "write the embedded synthetic dataset (JPEG files + COCO json)"),
-    "prepare": Command("prepare", "decode a dataset once into a snapshot in the store (float32 or uint8)"),
+    "prepare": Command("prepare", "decode a dataset once into a snapshot in the store (uint8, or float32)"),
     "ls": Command("snapshots", "list prepared snapshots in the store (/dev/shm, or --store DIR)"),
     "clean": Command("snapshots", "remove snapshots and rings no live process maps"),
     "digest": Command(
         "digest",
         "print one SHA-256 per batch of a training stream",
+    ),
+    "plan": Command(
+        "plan", "what serving DATA will hold (snapshot, rings, uint8 caches) and whether the store has room"
     ),
     "serve": Command("serve", "run the producer daemon in the foreground"),
     "status": Command("status", "show the daemon's snapshot, workers and trainers"),

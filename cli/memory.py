@@ -18,17 +18,17 @@ def configure(parser: argparse.ArgumentParser, name: str) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from rich.console import Console
-
     from ..ops.memory_report import memory_report
     from ..ops.status_client import query_status
-    from ..ops.view import memory_lines, processes_table
+    from ..ops.view import memory_lines, processes_table, report_console
+    from .status import await_starting_daemon
 
+    await_starting_daemon(args.socket_dir)
     report = memory_report(query_status(args.socket_dir, timeout_s=args.timeout_s), store=args.store)
     if args.json:
         print(json.dumps(report))
     else:
-        console = Console(width=80)
+        console = report_console()
         console.print(memory_lines(report))
         console.print(processes_table(report))
     return 0

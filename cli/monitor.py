@@ -52,12 +52,13 @@ def _samples(args: argparse.Namespace, limit: int | None):
 
 
 def run(args: argparse.Namespace) -> int:
-    from rich.console import Console
     from rich.live import Live
 
-    from ..ops.view import frame
+    from ..ops.view import frame, report_console
+    from .status import await_starting_daemon
 
-    console = Console(width=80)
+    await_starting_daemon(args.socket_dir)
+    console = report_console()
     limit = 1 if args.once else args.samples
     if args.once or args.json or not console.is_terminal:
         for s in _samples(args, limit):

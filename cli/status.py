@@ -26,6 +26,15 @@ def add_daemon_flags(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def await_starting_daemon(socket_dir: str | None) -> None:
+    """Wait for a daemon that is starting at ``socket_dir`` (``client/daemon_socket.py``: up to
+    its ``STARTING_WAIT_S``); where none is there nor starting, ``DaemonNotFound`` within a second."""
+    from ..client.daemon_socket import await_daemon
+    from ..shared.transport import endpoint as ep
+
+    await_daemon(ep.ipc_endpoint(socket_dir))
+
+
 def configure(parser: argparse.ArgumentParser, name: str) -> None:
     add_daemon_flags(parser)
     parser.add_argument(
@@ -46,6 +55,7 @@ def run(args: argparse.Namespace) -> int:
                 f"{h['workers_ready']} workers ready, up {h['uptime_s']:.0f} s"
             )
         return 0 if h["healthy"] else 1
+    await_starting_daemon(args.socket_dir)  # not for --probe: a probe asks about now
     st = query_status(args.socket_dir, timeout_s=args.timeout_s)
     print(json.dumps(st, indent=2) if args.json else format_status(st))
     return 0

@@ -21,11 +21,13 @@ import argparse
 import dataclasses
 import json
 import shlex
+import signal
 import sys
 
 from ..client.train.fit_config import FIT_SET_FIELDS, FitConfig
 from ..shared.stream.config import NOT_ULTRALYTICS_DEFAULTS, AugmentConfig, StreamSettings
 from ..shared.stream.flags import add_fields, add_negative_alias, defaults_note, from_args
+from .epoch_cap import capped
 
 # The stream's flags: those of StreamSettings that neither ``fit`` sets (FIT_SET_FIELDS) nor
 # the environment gives (rank and world size: torchrun's RANK/WORLD_SIZE).
@@ -47,7 +49,9 @@ def configure(parser: argparse.ArgumentParser, name: str) -> None:
         "--wait-s",
         type=float,
         default=0.0,
-        help="how long to wait for a daemon that is still starting (default 0: no daemon at --socket-dir fails at once)",
+        help="how long to wait for a daemon to appear at --socket-dir (default 0: where none is there, fail within "
+        "a second). A daemon that is starting there (`pixpool serve` reading its data or preparing its snapshot) is "
+        "waited for anyway, up to 120 s or --wait-s where longer",
     )
     parser.add_argument(
         "--data",
@@ -77,6 +81,7 @@ def configure(parser: argparse.ArgumentParser, name: str) -> None:
         suppress_defaults=True,
     )
     add_negative_alias(parser, "--progress", dest="run_progress")
+    parser.epilog = STOPPING_EPILOG
 
 
 def given(args: argparse.Namespace) -> set[str]:
@@ -94,6 +99,8 @@ def config_from_args(args: argparse.Namespace) -> FitConfig:
     augment = from_args(AugmentConfig, args, prefix="aug_")
     stream = from_args(StreamSettings, args, prefix="stream_", augment=augment)
     config = from_args(FitConfig, args, prefix="run_", stream=stream)
+    if not config.resume:  # a resumed run's epochs are its checkpoint's
+        config = dataclasses.replace(config, epochs=capped(config.epochs, "pixpool train"))
     return dataclasses.replace(config, progress=False) if args.json else config
 
 
@@ -113,7 +120,37 @@ def resume_command(args: argparse.Namespace, checkpoint) -> str:
     return shlex.join(argv)
 
 
+# The exit status of a run a signal stopped: 128 + the signal's number, as a shell reports a
+# process the signal killed (and as ``pixpool serve`` exits on SIGTERM).
+EXIT_SIGINT, EXIT_SIGTERM = 128 + signal.SIGINT, 128 + signal.SIGTERM
+STOPPING_EPILOG = (
+    "Ctrl-C (SIGINT) or SIGTERM (kill, systemd, Slurm, Kubernetes) stops the run the same way: the run's "
+    "last checkpoint is kept and the line that resumes it printed; exit status 130 for SIGINT, 143 for SIGTERM."
+)
+
+
+class _Terminated(KeyboardInterrupt):
+    """SIGTERM, raised where the main thread is, so that it unwinds the run as Ctrl-C does."""
+
+
+def _on_sigterm(signum, frame) -> None:
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)  # a second SIGTERM ends the process at once
+    raise _Terminated()
+
+
 def run(args: argparse.Namespace) -> int:
+    # SIGTERM's default ends the process where it stands: no checkpoint named, no word said.
+    previous = signal.signal(signal.SIGTERM, _on_sigterm)
+    try:
+        return _run(args)
+    except _Terminated:  # before the run began (waiting for the daemon, loading torch, attaching)
+        print("pixpool train: terminated (SIGTERM) before the run started; nothing to resume", file=sys.stderr)
+        return EXIT_SIGTERM
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _run(args: argparse.Namespace) -> int:
     from ..client._torch import require_torch
     from ..client.daemon_socket import await_daemon
     from ..shared.transport import endpoint as ep
@@ -124,11 +161,13 @@ def run(args: argparse.Namespace) -> int:
     await_daemon(args.endpoint or ep.ipc_endpoint(args.socket_dir), wait_s=args.wait_s)
     require_torch("pixpool train")
     from ..client.train.fit import fit
+    from ..client.train.loss_text import loss_text
 
     total = {}
 
     def started(folder, run: FitConfig) -> None:
         total["epochs"] = run.epochs
+        total["batch_size"] = run.stream.batch_size
         if not args.json:
             print(f"run folder {folder}" + (f" (resuming {run.resume})" if run.resume else ""), flush=True)
 
@@ -136,13 +175,21 @@ def run(args: argparse.Namespace) -> int:
         if not args.json:
             val = f", mAP50 {row['mAP50']:.3f}, mAP50-95 {row['mAP50_95']:.3f}" if "mAP50" in row else ""
             print(
-                f"epoch {row['epoch'] + 1}/{total['epochs']}: loss {row['loss']:.3f}{val}, {row['images_per_s']:.1f} img/s, "
+                f"epoch {row['epoch'] + 1}/{total['epochs']}: {loss_text(row, batch_size=total['batch_size'])}{val}, "
+                f"{row['images_per_s']:.1f} img/s, "
                 f"data wait {100 * row['data_wait_fraction']:.0f}%",
                 flush=True,
             )
 
     from ..client.train.fit import Interrupted
 
+    by_sigterm = {"yes": False}
+
+    def on_sigterm(signum, frame) -> None:
+        by_sigterm["yes"] = True
+        _on_sigterm(signum, frame)
+
+    signal.signal(signal.SIGTERM, on_sigterm)
     try:
         report = fit(
             config,
@@ -158,12 +205,13 @@ def run(args: argparse.Namespace) -> int:
             images=args.images,
         )
     except Interrupted as stop:
-        print(f"\n{stop}", file=sys.stderr)
+        # fit() turns either signal's KeyboardInterrupt into Interrupted; which one it was is noted here.
+        print(f"\n{'SIGTERM: ' if by_sigterm['yes'] else ''}{stop}", file=sys.stderr)
         if stop.checkpoint is not None:
             print(f"resume with: {resume_command(args, stop.checkpoint)}", file=sys.stderr)
         else:
             print("nothing to resume: run the same command again to start over", file=sys.stderr)
-        return 130  # the shell's status for SIGINT
+        return EXIT_SIGTERM if by_sigterm["yes"] else EXIT_SIGINT
     if args.json:
         print(json.dumps({k: v for k, v in report.items() if k != "history"}))
     else:

@@ -35,18 +35,26 @@ def cli_command(*args: str) -> list[str]:
 
 @contextmanager
 def serve_child(
-    serve_args: list[str], *, socket_dir: str | None = None, timeout_s: float = 300.0, stop_timeout_s: float = 60.0
+    serve_args: list[str],
+    *,
+    socket_dir: str | None = None,
+    timeout_s: float = 300.0,
+    stop_timeout_s: float = 60.0,
+    log_file: str | os.PathLike | None = None,
 ) -> Iterator[tuple[subprocess.Popen, str, dict]]:
     """Run ``pixpool serve SERVE_ARGS --socket-dir DIR``; yield (process, DIR, first status).
 
     Without ``socket_dir`` a private temporary directory is used and removed afterwards.
+    ``log_file``: the daemon logs there (``serve --log-file``) and shows only warnings and
+    errors on this process's console, where the command that started it prints its own lines.
     """
     own_dir = socket_dir is None
     sdir = tempfile.mkdtemp(prefix="pxsv-") if own_dir else str(socket_dir)
     # Its own process group: Ctrl-C in a terminal signals the whole foreground group, and a
     # daemon that stopped on it at once would fail its trainer mid-batch ("daemon stopped")
     # before the trainer's own KeyboardInterrupt. The parent stops it on the way out instead.
-    proc = subprocess.Popen(cli_command("serve", *serve_args, "--socket-dir", sdir), process_group=0)
+    log_args = ["--log-file", os.fspath(log_file)] if log_file is not None else []
+    proc = subprocess.Popen(cli_command("serve", *serve_args, "--socket-dir", sdir, *log_args), process_group=0)
     try:
         status = wait_serving(proc, sdir, timeout_s=timeout_s, what=" ".join(serve_args[:1]))
         yield proc, sdir, status

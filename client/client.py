@@ -21,8 +21,10 @@ every tensor over it is gone (``flow.py``: at most the ring's slots less one are
 past that batches are copied; ``lend=False`` always copies).
 
 Faults, as the trainer sees them:
-- no daemon: ``DaemonNotFound`` at once, naming the socket directory (``daemon_socket.py``),
-  unless ``wait_s`` asks to wait that long for one that is still starting; a daemon that
+- no daemon: ``DaemonNotFound`` within a second, naming the socket directory
+  (``daemon_socket.py``), unless ``wait_s`` asks to wait that long for one; a daemon that
+  says it is starting there (preparing its snapshot) is waited for up to
+  ``daemon_socket.STARTING_WAIT_S`` (or ``wait_s`` where longer); a daemon that
   listens gets ``timeout_s`` to answer the attach (``DaemonTimeout`` says where it looked);
   either wait says every few seconds that it still waits;
 - the daemon stops cleanly: ``DaemonStopped`` with the daemon's reason;

@@ -12,9 +12,18 @@ daemon answered. The socket file says more, in well under a second:
   killed daemon left it, and nothing listens (a new daemon replaces it when it binds);
 - the connect succeeds: a daemon listens; the ``Client`` takes over (``timeout_s``).
 
-Without ``wait_s`` the first two are a ``DaemonNotFound`` naming the directory and the
-command that starts a daemon there. With ``wait_s`` the trainer waits up to that long for a
-daemon to bind, saying every ``SAY_EVERY_S`` seconds where it waits and for how long.
+A daemon that is starting (it has not bound yet: it is reading its dataset or preparing its
+snapshot) says so from its first moment with a lock in the socket directory
+(``shared.transport.starting``); a trainer that finds that lock held waits for the daemon to
+bind, up to ``STARTING_WAIT_S`` (or ``wait_s`` where that is longer), and stops waiting as
+soon as the lock goes (the daemon died or failed). A trainer started in the same instant as
+its daemon may look before the daemon's process has taken the lock, so where neither a
+socket nor a mark is there it looks again for ``START_GRACE_S`` before it gives up.
+
+Where no daemon is there nor starting, the first two are a ``DaemonNotFound`` naming the
+directory and the command that starts a daemon there. With ``wait_s`` the trainer waits up
+to that long for any daemon to bind. A waiting trainer says every ``SAY_EVERY_S`` seconds
+where it waits and for how long.
 The probe connect is closed before any byte is sent: the daemon's ZeroMQ listener drops a
 peer that never greets, and counts nothing against anyone.
 """
@@ -29,11 +38,18 @@ import time
 from pathlib import Path
 
 from ..shared.errors import DaemonNotFound, DaemonTimeout
+from ..shared.transport.starting import is_starting
 
 log = logging.getLogger(__name__)
 
 SAY_EVERY_S = 5.0  # how often a waiting trainer says it still waits
 _POLL_S = 0.1  # how often it looks again (a bounded wait; the file appears when the daemon binds)
+# How long a trainer waits, by default, for a daemon that says it is starting: a snapshot of a
+# few thousand images is prepared well within it; a larger set needs ``wait_s``.
+STARTING_WAIT_S = 120.0
+# How long a trainer that finds nothing looks again before it gives up: covers a daemon
+# started in the same instant whose process has not yet taken its starting lock.
+START_GRACE_S = 1.0
 
 
 def ipc_path(endpoint: str) -> Path | None:
@@ -59,33 +75,52 @@ def listening(path: Path) -> str | None:
     return None
 
 
-def await_daemon(endpoint: str, *, wait_s: float = 0.0, what: str = "a pixpool daemon") -> None:
-    """Return once a daemon listens at ``endpoint`` (at once over TCP); ``DaemonNotFound`` at
-    once where none does and ``wait_s`` is 0, ``DaemonTimeout`` after ``wait_s`` seconds else."""
+def await_daemon(
+    endpoint: str,
+    *,
+    wait_s: float = 0.0,
+    starting_wait_s: float = STARTING_WAIT_S,
+    what: str = "a pixpool daemon",
+) -> None:
+    """Return once a daemon listens at ``endpoint`` (at once over TCP). Where none listens:
+    wait up to ``max(wait_s, starting_wait_s)`` while a daemon there says it is starting, up
+    to ``wait_s`` else; ``DaemonNotFound`` (after ``START_GRACE_S``) where ``wait_s`` is 0 and
+    no daemon is starting, ``DaemonTimeout`` once the wait is over."""
     path = ipc_path(endpoint)
     if path is None:
         return
     why = listening(path)
     if why is None:
         return
-    if wait_s <= 0:
-        raise DaemonNotFound(
-            f"no pixpool daemon at {path.parent}: {why}. Start one with `pixpool serve DATA --socket-dir "
-            f"{path.parent}` (or pass the socket directory a daemon serves); to wait for a daemon that is still "
-            "starting, pass wait_s=SECONDS (`pixpool train --wait-s SECONDS`)",
-            socket_dir=str(path.parent),
-        )
     start = time.monotonic()
     said = start
+    was_starting = False
     while why is not None:
         now = time.monotonic()
-        if now - start >= wait_s:
-            raise DaemonTimeout(
-                f"no pixpool daemon started at {path.parent} within {wait_s:g} s ({why}); start one with "
-                f"`pixpool serve DATA --socket-dir {path.parent}`, or wait longer (wait_s)"
+        starting = is_starting(path.parent)
+        if starting:
+            why = f"a daemon is starting there (reading its dataset or preparing its snapshot); {why}"
+        elif was_starting:
+            why = f"the daemon that was starting there stopped before it listened (see its output); {why}"
+        was_starting = was_starting or starting
+        limit_s = max(wait_s, starting_wait_s) if starting else wait_s
+        if limit_s <= 0 and (was_starting or now - start >= START_GRACE_S):
+            raise DaemonNotFound(
+                f"no pixpool daemon at {path.parent}: {why}. Start one with `pixpool serve DATA --socket-dir "
+                f"{path.parent}` (or pass the socket directory a daemon serves); to wait for a daemon that is still "
+                "starting, pass wait_s=SECONDS (`pixpool train --wait-s SECONDS`)",
+                socket_dir=str(path.parent),
             )
-        if now - said >= SAY_EVERY_S:
+        if limit_s > 0 and now - start >= limit_s:
+            longer = "wait longer (wait_s, `--wait-s`)" if starting else "or wait longer (wait_s)"
+            raise DaemonTimeout(
+                f"no pixpool daemon started at {path.parent} within {limit_s:g} s ({why}); "
+                + (longer if starting else f"start one with `pixpool serve DATA --socket-dir {path.parent}`, {longer}")
+            )
+        if limit_s > 0 and now - said >= SAY_EVERY_S:
             said = now
-            log.warning("waiting for %s at %s: %s (%.0f s of %g s waited)", what, path.parent, why, now - start, wait_s)
+            log.warning(
+                "waiting for %s at %s: %s (%.0f s of %g s waited)", what, path.parent, why, now - start, limit_s
+            )
         time.sleep(_POLL_S)  # polling interval of a bounded wait for a file only the daemon creates
         why = listening(path)

@@ -254,8 +254,9 @@ def attach(
     Connection options: ``endpoint`` (``tcp://HOST:PORT``, with ``keys_dir``), ``device``
     (move batches there), ``timeout_s``, ``slots`` (ring slots), ``store`` (where this process
     sees the daemon's store, where that differs from the daemon's own path: a container).
-    Without a daemon at ``socket_dir`` it fails at once (``DaemonNotFound``); ``wait_s``
-    waits that many seconds for one that is still starting.
+    Without a daemon at ``socket_dir`` it fails within a second (``DaemonNotFound``); a daemon
+    that is starting there (preparing its snapshot) is waited for, up to 120 s or ``wait_s``
+    where longer; ``wait_s`` also waits that many seconds for a daemon not started yet.
     ``zero_copy=True``: each batch is a view of its ring slot, valid only until the next batch
     is asked for (saves one copy of the batch per step; for loops that never keep a batch).
     ``follow_snapshot=True``: when the daemon comes back after a restart serving another

@@ -74,7 +74,7 @@ def format_snapshot_report(snap_bytes: dict, *, records: int | None = None) -> s
         rows.append(["in the page cache now", snap_bytes["resident_bytes"], human_bytes(snap_bytes["resident_bytes"])])
     rows.append(["decoded uint8 equivalent", snap_bytes["decoded_bytes"], human_bytes(snap_bytes["decoded_bytes"])])
     text = format_table(rows, ["segment", "bytes", "size"])
-    extra = f"{snap_bytes.get('dtype', 'float32')} images / uint8 equivalent = {snap_bytes['ratio']:.3f}"
+    extra = f"{snap_bytes.get('dtype', '?')} images / uint8 equivalent = {snap_bytes['ratio']:.3f}"
     if records is not None:
         extra = f"{records} records; " + extra
     return text + "\n" + extra

@@ -92,7 +92,8 @@ def stream_labels(trainers: list[dict]) -> list[tuple[str, str]]:
     out = []
     for t in trainers:
         if is_validation(t):
-            who = f"{owner[t['pid']]} val" if t["pid"] else str(t["trainer_id"])
+            mine = t.get("of_trainer") or (owner.get(t["pid"]) if t["pid"] else None)  # a daemon before of_trainer
+            who = f"{mine} val" if mine else "val"
             out.append((who, f"val:{t['next_batch']}/{t['num_batches']}"))
         else:
             out.append((str(t["trainer_id"]), f"{t['epoch']}:{t['next_batch']}/{t['num_batches']}"))
@@ -185,7 +186,7 @@ def memory_report(status: dict, *, store: str | None = None) -> dict:
     return {
         "snapshot": snap.get("name", ""),
         "snapshots": sorted({info.get("name", "") for info in (status.get("splits") or {"train": snap}).values()}),
-        "dtype": snap.get("dtype", "float32"),
+        "dtype": snap.get("dtype", "?"),  # every reply names it; never guessed
         "records": snap.get("records", 0),
         "image_bytes": part.get("img", 0),
         "index_bytes": part.get("meta", 0),

@@ -89,16 +89,21 @@ class _Collector:
             return
         snap = st["snapshot"]
         store = st["daemon"].get("store") or DEFAULT_STORE
+        # The dtype label lets a dashboard name the pixel type it plots (uint8 by default,
+        # float32 when asked for), not assume one.
         seg = GaugeMetricFamily(
             "pixpool_snapshot_bytes",
             "Bytes of each segment of the served snapshot, measured in the store",
-            labels=["segment"],
+            labels=["segment", "dtype"],
         )
-        for name in sorted(
-            {n for info in st.get("splits", {"train": snap}).values() for n in info.get("segments", [])}
-        ):
+        dtype_of = {
+            n: info.get("dtype", "?")
+            for info in st.get("splits", {"train": snap}).values()
+            for n in info.get("segments", [])
+        }
+        for name in sorted(dtype_of):
             try:
-                seg.add_metric([name], os.stat(shm_path(name, store)).st_size)
+                seg.add_metric([name, dtype_of[name]], os.stat(shm_path(name, store)).st_size)
             except FileNotFoundError:
                 continue
         yield seg

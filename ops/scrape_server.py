@@ -5,11 +5,18 @@ it). It replaces prometheus-client's ``start_http_server``, whose server starts 
 connection and waits on each without a timeout: 1,000 idle connections held 1,000 threads
 and the daemon's whole descriptor table (issue 26). Here:
 
-- At most ``max_connections`` connections are open at once. At the cap the listening socket
-  is not read: new connections wait in the kernel's accept queue (``backlog``; past it the
-  kernel drops their SYNs and they retry), which costs the daemon no descriptor.
-- Each connection has ``timeout_s`` from its accept to send its request and take the
-  reply; then it is closed, whatever it did or did not send.
+- At most ``max_connections`` connections are open at once. At the cap the listener is still
+  read: a new connection is accepted and the oldest one that has not sent a whole request
+  yet is closed to make room (counted in ``idle_dropped``). Leaving the listener unread at
+  the cap instead let 64 idle connections starve every scrape: each idle one held its slot
+  for ``timeout_s`` and the scrapes waited behind the rest in the kernel's queue, past
+  Prometheus' 10 s scrape timeout. A scraper sends its request the moment it connects and
+  is answered in the same step, so a flood cannot displace it. Only when every slot is
+  busy sending a reply is the listener left unread (then new connections wait in the
+  kernel's accept queue, ``BACKLOG``, which costs the daemon no descriptor).
+- Each connection has ``first_bytes_s`` from its accept to send the first bytes of its
+  request and ``timeout_s`` to send all of it and take the reply; then it is closed,
+  whatever it did or did not send.
 - A request is at most ``MAX_REQUEST_BYTES``, headers included. ``GET`` or ``HEAD`` of
   ``/metrics`` (or ``/``) is answered with ``render(accept_header) -> (content_type, body)``;
   anything else gets a short 4xx. One request per connection (``Connection: close``).
@@ -31,7 +38,7 @@ import time
 from collections.abc import Callable
 from urllib.parse import urlsplit
 
-__all__ = ["ACCEPT_PAUSE_S", "MAX_CONNECTIONS", "MAX_REQUEST_BYTES", "TIMEOUT_S", "ScrapeServer"]
+__all__ = ["ACCEPT_PAUSE_S", "FIRST_BYTES_S", "MAX_CONNECTIONS", "MAX_REQUEST_BYTES", "TIMEOUT_S", "ScrapeServer"]
 
 log = logging.getLogger(__name__)
 
@@ -39,16 +46,22 @@ log = logging.getLogger(__name__)
 # person's curl and a second scraper (an HA pair).
 MAX_CONNECTIONS = 16
 TIMEOUT_S = 5.0
+# A scraper (Prometheus, curl) sends its request as soon as the connection is up: one round
+# trip, far under this even across a continent.
+FIRST_BYTES_S = 2.0
+# Connections waiting in the kernel while every slot sends a reply; they cost no descriptor.
+BACKLOG = 128
 MAX_REQUEST_BYTES = 8192
 ACCEPT_PAUSE_S = 0.5
 _PATHS = ("/metrics", "/")
 
 
 class _Conn:
-    __slots__ = ("deadline", "inbox", "outbox", "sent", "sock")
+    __slots__ = ("deadline", "end", "inbox", "outbox", "sent", "sock")
 
-    def __init__(self, sock: socket.socket, deadline: float):
-        self.sock, self.deadline = sock, deadline
+    def __init__(self, sock: socket.socket, first_bytes_by: float, end: float):
+        # ``deadline`` is the nearer of the two until the first bytes arrive, ``end`` after.
+        self.sock, self.deadline, self.end = sock, min(first_bytes_by, end), end
         self.inbox = bytearray()
         self.outbox: bytes | None = None
         self.sent = 0
@@ -66,10 +79,12 @@ class ScrapeServer:
         *,
         max_connections: int = MAX_CONNECTIONS,
         timeout_s: float = TIMEOUT_S,
+        first_bytes_s: float = FIRST_BYTES_S,
     ):
         self.host, self.port = host, port
-        self.max_connections, self.timeout_s = max_connections, timeout_s
+        self.max_connections, self.timeout_s, self.first_bytes_s = max_connections, timeout_s, first_bytes_s
         self.accept_errors = 0
+        self.idle_dropped = 0  # connections closed before a whole request, to make room at the cap
         self._render = render
         self._listener: socket.socket | None = None
         self._wake_r, self._wake_w = socket.socketpair()
@@ -80,7 +95,7 @@ class ScrapeServer:
         family, _, _, _, address = socket.getaddrinfo(
             self.host, self.port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
         )[0]
-        self._listener = socket.create_server(address, family=family, backlog=self.max_connections)
+        self._listener = socket.create_server(address, family=family, backlog=max(BACKLOG, self.max_connections))
         self._listener.setblocking(False)
         self.port = self._listener.getsockname()[1]  # the port bound, where 0 asked for any
         self._thread = threading.Thread(target=self._serve, name="pixpool-metrics", daemon=True)
@@ -110,9 +125,12 @@ class ScrapeServer:
             try:
                 while not self._stopping:
                     now = time.monotonic()
-                    # At the cap (or during a pause) the listener is not watched: connections wait
-                    # in the kernel's queue, not in the daemon's descriptor table.
-                    want = len(conns) < self.max_connections and now >= paused_until
+                    # At the cap a new connection displaces the oldest idle one; with none idle (or
+                    # during a pause) the listener is not watched: connections wait in the
+                    # kernel's queue, not in the daemon's descriptor table.
+                    want = now >= paused_until and (
+                        len(conns) < self.max_connections or any(c.outbox is None for c in conns.values())
+                    )
                     if want and not listening:
                         sel.register(self._listener, selectors.EVENT_READ)
                     elif listening and not want:
@@ -124,7 +142,7 @@ class ScrapeServer:
                     for key, _ in sel.select(max(0.0, wake - now)):
                         if key.fileobj is self._listener:
                             paused_until = self._accept(sel, conns)
-                        elif key.fileobj is not self._wake_r:
+                        elif key.fileobj is not self._wake_r and key.fileobj in conns:  # not closed to make room
                             self._step(sel, conns, conns[key.fileobj])
                     now = time.monotonic()
                     for c in [c for c in conns.values() if now >= c.deadline]:
@@ -136,7 +154,8 @@ class ScrapeServer:
                     self._close(sel, conns, c)
 
     def _accept(self, sel: selectors.BaseSelector, conns: dict) -> float:
-        """Accept one connection; the time until which accepting pauses (0: no pause)."""
+        """Accept one connection, at the cap in place of the oldest idle one; the time until which
+        accepting pauses (0: no pause)."""
         try:
             sock, _ = self._listener.accept()
         except (BlockingIOError, InterruptedError, ConnectionAbortedError):
@@ -147,8 +166,20 @@ class ScrapeServer:
                 log.warning("metrics endpoint: accept failed (%s), %d time(s); pausing %.1f s", exc,
                             self.accept_errors, ACCEPT_PAUSE_S)  # fmt: skip
             return time.monotonic() + ACCEPT_PAUSE_S
+        if len(conns) >= self.max_connections:
+            # conns are in accept order: the first without a whole request is the oldest idle
+            # (there is one: the listener is watched at the cap only then).
+            oldest_idle = next((c for c in conns.values() if c.outbox is None), None)
+            if oldest_idle is not None:
+                self._close(sel, conns, oldest_idle)
+                self.idle_dropped += 1
+                if self.idle_dropped == 1 or self.idle_dropped % 1000 == 0:
+                    log.warning("metrics endpoint: %d connection(s) closed before a whole request, to make room "
+                                "for newer ones past %d open; something opens connections and sends nothing",
+                                self.idle_dropped, self.max_connections)  # fmt: skip
         sock.setblocking(False)
-        conns[sock] = _Conn(sock, time.monotonic() + self.timeout_s)
+        now = time.monotonic()
+        conns[sock] = _Conn(sock, now + self.first_bytes_s, now + self.timeout_s)
         sel.register(sock, selectors.EVENT_READ)
         return 0.0
 
@@ -160,6 +191,7 @@ class ScrapeServer:
                     self._close(sel, conns, c)
                     return
                 c.inbox += chunk
+                c.deadline = c.end
                 head_end = c.inbox.find(b"\r\n\r\n")
                 if head_end < 0:
                     if len(c.inbox) > MAX_REQUEST_BYTES:

@@ -46,7 +46,7 @@ def format_status(st: dict) -> str:
     d, s = st["daemon"], st["snapshot"]
     lines = [
         f"daemon pid {d['pid']} on {d['endpoint']}{' and tcp ' + d['tcp'] if d['tcp'] else ''}, up {d['uptime_s']:.0f} s, protocol {d['protocol']}, {d['worker_restarts']} worker restarts",
-        f"snapshot {s.get('name', '?')}: {s['records']} records at imgsz {s['imgsz']}, {s.get('dtype', 'float32')} "
+        f"snapshot {s.get('name', '?')}: {s['records']} records at imgsz {s['imgsz']}, {s.get('dtype', '?')} "
         f"({human_bytes(s.get('image_bytes', 0))} of images) in {d.get('store', DEFAULT_STORE)}"
         + (" (re-attached)" if s.get("reused") else ""),
         *[

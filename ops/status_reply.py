@@ -65,6 +65,7 @@ def build_status(d) -> dict:
             "pid_watched": t.watch_pid,
             "settings": t.settings_dict,
             "split": t.settings.split,
+            "of_trainer": t.of_trainer,  # the trainer a validation stream belongs to (0: none attached)
             "epoch": s.epoch,
             "next_batch": s.next_batch,
             "num_batches": s.num_batches,

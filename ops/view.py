@@ -3,17 +3,31 @@
 Runs in the operator's process. Pure presentation: it takes the daemon's ``status`` reply
 and ``memory_report``'s figures and returns rich renderables, at most 80 columns wide;
 ``pixpool monitor`` refreshes them once a second (``rich.live``), ``--once`` prints one.
+``report_console`` is where they are printed: 80 columns on a terminal, and off one (a pipe,
+a file, a CI log) no wrapping at all, so that each sentence of the report stays one line.
 """
 
 from __future__ import annotations
 
 from rich import box
-from rich.console import Group
+from rich.console import Console, Group
 from rich.table import Table
 from rich.text import Text
 
 from ..shared.text import human_bytes
 from .memory_report import stream_labels
+
+
+def report_console(file=None) -> Console:
+    """The console ``memory``, ``monitor`` and the demo print on: 80 columns on a terminal (rich
+    wraps at words); off a terminal lines are never wrapped, since a reader of a log or ``grep``
+    needs a sentence on one line, and a pipe has no width to fit (rich would assume 80)."""
+    if Console(file=file).is_terminal:
+        return Console(file=file, width=80)
+    return Console(file=file, width=_UNWRAPPED, soft_wrap=True)
+
+
+_UNWRAPPED = 1000  # columns off a terminal: wider than any line of the report; tables keep their own width
 
 
 def _table(*headers: str) -> Table:

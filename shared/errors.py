@@ -155,9 +155,9 @@ class DaemonTimeout(PixpoolError, TimeoutError):
 
 class DaemonNotFound(DaemonTimeout):
     """No daemon listens where the trainer looked: the socket directory does not exist, holds
-    no ``daemon.sock``, or only one a killed daemon left. Raised at once (a ``DaemonTimeout``
-    of zero seconds, so code that caught the old wait still catches it) unless the trainer
-    asked to wait for a daemon that is still starting (``wait_s``). ``socket_dir`` names it."""
+    no ``daemon.sock``, or only one a killed daemon left, and no daemon there says it is
+    starting. Raised within a second (a ``DaemonTimeout`` of zero seconds, so code that caught
+    the old wait still catches it) unless the trainer asked to wait (``wait_s``). ``socket_dir`` names it."""
 
     def __init__(self, message: str, *, socket_dir: str | None = None):
         super().__init__(message)

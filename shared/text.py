@@ -32,3 +32,16 @@ def closest(word: str, known) -> str | None:
 
     found = difflib.get_close_matches(word, list(known), n=1, cutoff=0.6)
     return found[0] if found else None
+
+
+def shown(value, limit: int = 120) -> str:
+    """``repr(value)`` cut to about ``limit`` characters, in time and memory that follow the
+    limit, never the value: a list of a million items, or one that holds itself, is shown by
+    its first few items (``reprlib``). For values read from a user's file into a message."""
+    import reprlib
+
+    r = reprlib.Repr()
+    r.maxlevel, r.maxlist, r.maxtuple, r.maxdict, r.maxset = 3, 8, 8, 6, 6
+    r.maxstring = r.maxother = r.maxlong = limit
+    text = r.repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."

@@ -13,7 +13,10 @@ exists (``run_dir.py``), made once the run has attached.
 The validation stream is a second session with its own ring in the daemon; it is attached
 for each validation pass and closed after it (once at the start too, so that a daemon
 without a val split, or serving another dataset, is named before the first epoch), so
-between validations a trainer costs the service one ring, not two.
+between validations a trainer costs the service one ring, not two. Each pass waits for a
+restarting daemon as the training stream does (up to ``timeout_s``, or the run's ``wait_s``
+where longer) and must find the snapshot the first pass read, else ``SnapshotChangedError``
+unless ``follow_snapshot`` (``client/pass_stream.py``).
 
 Ctrl-C: ``fit`` raises ``Interrupted`` (a KeyboardInterrupt) naming the run's last
 checkpoint, or, where none was saved yet, after removing the run folder it made (it holds
@@ -180,7 +183,9 @@ def fit(
         val = None
         if config.validate:
             stride = max(max(step.ema.strides), 32)  # Ultralytics' rect validation batches for this model
-            val = _ValStream(train, socket_dir, endpoint, keys_dir, config, imgsz, stride, timeout_s, data=val_data)
+            val = _ValStream(
+                train, socket_dir, endpoint, keys_dir, config, imgsz, stride, timeout_s, data=val_data, wait_s=wait_s
+            )
             if not val.probe():
                 val = None
         # Made only now: every refusal (settings, checkpoint, snapshot, the daemon's) came before.
@@ -219,7 +224,7 @@ def fit(
                 row = _train_epoch(train, step, epoch, config, report)
                 if val is not None:
                     t0 = time.perf_counter()
-                    with val.open() as loader:
+                    with val.open(epoch=epoch) as loader:
                         row.update(_validate(step.ema, loader, config, device, torch, epoch=epoch))
                     row["val_time_s"] = time.perf_counter() - t0
                 score = row.get("mAP50_95", -row["loss"])
@@ -297,7 +302,11 @@ class _ValStream:
         timeout_s: float,
         *,
         data,
+        wait_s: float = 0.0,
     ):
+        from ..loader import expected_data
+        from ..pass_stream import PassStreams
+
         # zero_copy: ``_validate`` keeps only what it computes from a batch (predictions, boxes).
         self._kwargs = dict(
             endpoint=endpoint,
@@ -311,14 +320,25 @@ class _ValStream:
             timeout_s=timeout_s,
             zero_copy=True,
             follow_snapshot=config.follow_snapshot,
-            data=data,
         )
         self._socket_dir = socket_dir
+        self._expect = expected_data(data, split="val")  # the val files listed once, not per pass
+        # Each pass attaches afresh: it waits for a restarting daemon as the training stream
+        # does, and stays on the first pass's snapshot (``client/pass_stream.py``).
+        self._passes = PassStreams(self._attach, wait_s=wait_s, restart_wait_s=timeout_s, follow=config.follow_snapshot)
 
-    def open(self):
-        from ..loader import attach
+    def _attach(self, wait_s: float):
+        from ..loader import Loader, stream_settings
 
-        return attach(self._socket_dir, **self._kwargs)
+        options = dict(self._kwargs)
+        client = {k: options.pop(k) for k in ("endpoint", "keys_dir", "timeout_s", "zero_copy", "follow_snapshot")}
+        return Loader(
+            stream_settings(**options), socket_dir=self._socket_dir, wait_s=wait_s, expect=self._expect, **client
+        )
+
+    def open(self, *, epoch: int | None = None):
+        what = "validation pass" if epoch is None else f"validation pass after epoch {epoch + 1}"
+        return self._passes.open(what=what)
 
     def probe(self) -> bool:
         """Attach once and detach: False (with a warning) when the daemon serves no val split.
@@ -368,7 +388,9 @@ def _train_epoch(train, step, epoch: int, config: FitConfig, report: dict) -> di
     images = 0
     t0 = last = time.perf_counter()
     wait = 0.0
-    losses, parts = [], None
+    # Per read of the step's losses: (steps summed, their means): the epoch's means weigh each
+    # read by its steps, as Ultralytics' running mean of box/cls/dfl weighs each batch.
+    reads: list[tuple[int, dict]] = []
     digests = hashlib.sha256() if config.record_digests else None
     for batch in train:
         now = time.perf_counter()
@@ -380,31 +402,40 @@ def _train_epoch(train, step, epoch: int, config: FitConfig, report: dict) -> di
         images += len(batch.indices)
         report["steps"] += 1
         if step.unread_steps >= config.log_every:
+            summed = step.unread_steps
             parts = step.losses()
-            losses.append(parts["loss"])
+            reads.append((summed, parts))
             elapsed = time.perf_counter() - t0
             bar.set_postfix(
-                loss=f"{parts['loss']:.3f}", img_s=f"{images / elapsed:.1f}", wait=f"{100 * wait / elapsed:.0f}%"
+                box=f"{parts['box']:.3f}",
+                cls=f"{parts['cls']:.3f}",
+                dfl=f"{parts['dfl']:.3f}",
+                img_s=f"{images / elapsed:.1f}",
+                wait=f"{100 * wait / elapsed:.0f}%",
             )
         bar.update(1)
         last = time.perf_counter()
         if config.max_steps is not None and report["steps"] >= config.max_steps:
             break
+    summed = step.unread_steps
     tail = step.losses()
     if tail is not None:
-        losses.append(tail["loss"])
-        parts = tail
+        reads.append((summed, tail))
     bar.close()
     elapsed = time.perf_counter() - t0
     report["images"] += images
     report["train_s"] += elapsed
     report["wait_s"] += wait
-    terms = {k: parts[k] for k in ("box", "cls", "dfl")} if parts else {}
+    steps = sum(n for n, _ in reads)
+    mean = {k: sum(n * r[k] for n, r in reads) / steps for k in ("loss", "box", "cls", "dfl")} if steps else {}
+    terms = {k: mean[k] for k in ("box", "cls", "dfl")} if steps else {}
     if digests is not None:
         terms["data_sha256"] = digests.hexdigest()
     return {
         "epoch": epoch,
-        "loss": float(np.mean(losses)) if losses else float("nan"),
+        # (box + cls + dfl) x batch size, as Ultralytics' loss before backward; box/cls/dfl are
+        # what its progress bar shows (box_loss, cls_loss, dfl_loss)
+        "loss": mean.get("loss", float("nan")),
         **terms,
         "lr": step.current_lr,
         "images_per_s": images / elapsed if elapsed else 0.0,

@@ -102,16 +102,17 @@ def _plain(text: str) -> str:
 
 
 def remove_unused_run(save_dir: str | Path | None) -> bool:
-    """Remove ``save_dir`` if the run never trained: it holds ``args.yaml`` and an empty
-    ``weights/`` at most. True when removed. Anything else in it (a results.csv, a
-    checkpoint, a user's file) keeps the folder."""
+    """Remove ``save_dir`` if the run never trained: it holds ``args.yaml``, an empty
+    ``weights/`` and the log of the daemon the run started (``trainer.DAEMON_LOG``) at most.
+    True when removed. Anything else in it (a results.csv, a checkpoint, a user's file) keeps
+    the folder."""
     if save_dir is None:
         return False
     path = Path(save_dir)
     if not path.is_dir() or path.is_symlink():
         return False
     for entry in path.iterdir():
-        if entry.name == "args.yaml" and entry.is_file():
+        if entry.name in ("args.yaml", "pixpool-daemon.log") and entry.is_file():
             continue
         if entry.name == "weights" and entry.is_dir() and not entry.is_symlink() and not any(entry.iterdir()):
             continue

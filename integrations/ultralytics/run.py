@@ -51,17 +51,20 @@ def train(
     Uses the daemon at ``socket_dir`` (the default socket directory when None) if one
     answers, else starts one with ``workers`` workers for the run and stops it after.
     ``workers`` is also Ultralytics' own setting (its validation loader); ``dtype`` the started
-    daemon's snapshot dtype (``uint8``: a quarter of the bytes, the same batches). The task is the
+    daemon's snapshot dtype (None: pixpool's default, ``uint8``; ``float32`` holds four times the
+    bytes and gives the same batches). The task is the
     model's (``task=`` may name it, and must then agree). Returns Ultralytics' metrics
     (``DetMetrics``, ``SegmentMetrics``, ``PoseMetrics`` or ``OBBMetrics``)."""
     require_ultralytics("pixpool yolo train")
     from ultralytics import YOLO
-    from ultralytics.nn.tasks import guess_model_task
     from ultralytics.utils import DEFAULT_CFG_DICT
 
     from .trainer import TRAINERS
 
-    model_task = guess_model_task(model)
+    # The model's task as Ultralytics' own `yolo train` reads it: a yaml's head, a checkpoint's
+    # saved args. ``guess_model_task`` on the file name instead warns "Unable to automatically
+    # guess model task" for a plain name such as yolo11n.yaml.
+    model_task = YOLO(model).task
     task = args.get("task") or model_task
     # Over Ultralytics' defaults, as its trainer will see them (time= beside its close_mosaic=10).
     hyp.check_supported({**DEFAULT_CFG_DICT, **args, "task": task})

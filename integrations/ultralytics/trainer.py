@@ -19,7 +19,8 @@ is copied, the mixin overrides three hooks:
   or ``classes`` on a segment run keep Ultralytics' own loader, said in one line.
 - ``train()`` first makes sure a daemon answers at the socket directory: one already
   running is used as it is; otherwise one is started (``pixpool serve`` as a child
-  process, ``workers`` workers, imgsz and ``--task`` of the run) on the training and
+  process, ``workers`` workers, imgsz and ``--task`` of the run, its log in the run folder's
+  ``pixpool-daemon.log``, only its warnings on the console) on the training and
   validation splits Ultralytics resolved from ``data=`` (for pose with its ``kpt_shape`` and ``flip_idx``), and
   stopped when training ends, also on errors and Ctrl-C (its clean shutdown removes its rings
   and its snapshot). Either way one line names the daemon (``notices.daemon_line``), and one
@@ -63,6 +64,7 @@ from ...shared.errors import ConfigError
 from ...shared.stream.config import DaemonConfig
 from ...shared.stream.flags import to_argv
 from ...shared.stream.served_data import ExpectedData, expect_entries
+from ...shared.stream.yolo_yaml import load_yaml
 from ...shared.task import task_spec
 from ...shared.transport import endpoint as ep
 from ...shared.transport.control import request_status
@@ -74,9 +76,12 @@ log = logging.getLogger(__name__)
 SOCKET_DIR_ENV = "PIXPOOL_SOCKET_DIR"
 WORKERS_ENV = "PIXPOOL_WORKERS"
 TIMEOUT_ENV = "PIXPOOL_TIMEOUT_S"
-# The snapshot dtype of a daemon this run starts: uint8 holds a quarter of float32's bytes
-# and gives the same batches (docs/kernel.md, "Inputs"); float32 is pixpool's default.
+# The snapshot dtype of a daemon this run starts (unset: pixpool's default, uint8, which holds a
+# quarter of float32's bytes and gives the same batches: docs/kernel.md, "Inputs").
 DTYPE_ENV = "PIXPOOL_DTYPE"
+# Where a daemon this run starts writes its log, in the run folder: its lines would otherwise
+# land on Ultralytics' progress bars; the console keeps its warnings and errors.
+DAEMON_LOG = "pixpool-daemon.log"
 
 
 def daemon_answers(socket_dir: str | None) -> dict | None:
@@ -92,6 +97,14 @@ def _pin_epoch(trainer: PixpoolStream) -> None:
         loader.set_epoch(trainer.epoch)
 
 
+def _check_data_yaml(data: Any) -> None:
+    """Read a local ``data=`` yaml within pixpool's bounds before Ultralytics reads it unbounded:
+    a yaml of nested aliases or millions of values is refused naming the file and what to change,
+    not expanded in memory. Names Ultralytics resolves itself (``coco8.yaml``) are left to it."""
+    if isinstance(data, (str, os.PathLike)) and str(data).lower().endswith((".yaml", ".yml")) and os.path.isfile(data):
+        load_yaml(Path(data))
+
+
 class PixpoolStream:
     """Mixed in before one of Ultralytics' YOLO trainers: its training batches come from a pixpool daemon.
 
@@ -101,6 +114,7 @@ class PixpoolStream:
     """
 
     def __init__(self, cfg=DEFAULT_CFG, overrides: dict[str, Any] | None = None, _callbacks: dict | None = None):
+        _check_data_yaml((overrides or {}).get("data"))
         try:
             super().__init__(cfg, overrides, _callbacks)
             hyp.check_supported(vars(self.args))
@@ -112,6 +126,7 @@ class PixpoolStream:
         self.pixpool_socket_dir = os.environ.get(SOCKET_DIR_ENV) or None
         self.pixpool_timeout_s = float(os.environ.get(TIMEOUT_ENV, "120"))
         self.pixpool_status: dict | None = None
+        self.pixpool_daemon_log: Path | None = None  # the log of the daemon this run started, if it did
         # A running daemon's imgsz is the run's unless the user asked for one (Ultralytics'
         # default 640 is not a request: against a daemon at 320 it would only be refused).
         self.pixpool_imgsz_given = "imgsz" in (overrides or {})
@@ -167,8 +182,12 @@ class PixpoolStream:
                 config.task,
                 self.data["train"],
             )
+            self.pixpool_daemon_log = Path(self.save_dir) / DAEMON_LOG
             with serve_child(
-                to_argv(config), socket_dir=self.pixpool_socket_dir, timeout_s=self.pixpool_timeout_s * 5
+                to_argv(config),
+                socket_dir=self.pixpool_socket_dir,
+                timeout_s=self.pixpool_timeout_s * 5,
+                log_file=self.pixpool_daemon_log,
             ) as (
                 _,
                 sdir,
@@ -177,6 +196,7 @@ class PixpoolStream:
                 self.pixpool_socket_dir, self.pixpool_status = sdir, status
                 os.environ[SOCKET_DIR_ENV] = sdir  # for DDP ranks Ultralytics spawns from here
                 log.info(notices.daemon_line(status, socket=ep.socket_path(sdir), started=True))
+                log.info("pixpool: the daemon's log is %s", self.pixpool_daemon_log)
                 yield
         finally:
             if previous is None:

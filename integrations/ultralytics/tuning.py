@@ -115,7 +115,8 @@ def _check_search(search_alg: Any) -> None:
             import optuna  # noqa: F401
         except ImportError:
             raise ConfigError(
-                "search_alg=optuna (Ultralytics' default searcher) needs the optuna package: pip install optuna, "
+                "search_alg=optuna (Ultralytics' default searcher) needs the optuna package, which the tune extra "
+                "installs: pip install 'pixpool[tune]' (or pip install optuna), "
                 "or give search_alg=random (Ray's random search, nothing more to install)",
                 field="search_alg",
             ) from None
@@ -145,7 +146,7 @@ def tune(
     and ``run_ray_tune``'s (``space``, ``iterations``, ``search_alg``, ``grace_period``,
     ``gpu_per_trial``). pixpool's: ``socket_dir`` (a daemon already there is used, else one is
     started for the search and stopped after), ``workers`` (that daemon's workers), ``dtype``
-    (its snapshot's: ``uint8`` holds a quarter of float32's bytes, the same batches),
+    (its snapshot's; None: pixpool's default, ``uint8``, a quarter of float32's bytes, the same batches),
     ``concurrent`` (trials at once: Ray is given ``concurrent`` x Ultralytics' CPUs per trial;
     default: Ray's own count of this machine's CPUs), ``timeout_s``. Without ``space``,
     Ultralytics' default space, with ``bgr`` held at 0 (pixpool's route has no channel swap).
@@ -194,11 +195,23 @@ def tune(
                 cpus = None if concurrent is None else concurrent * NUM_THREADS
                 ray.init(num_cpus=cpus, include_dashboard=False, runtime_env={"env_vars": trial_env})
                 try:
-                    return searched.tune(use_ray=True, **search, **args)
+                    results = searched.tune(use_ray=True, **search, **args)
                 finally:
                     ray.shutdown()
+            # The daemon stopped with the block: its log (in the driver's scratch folder) joins the search's.
+            _keep_daemon_log(owner.pixpool_daemon_log, Path(str(results.experiment_path)))
+            return results
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
+
+
+def _keep_daemon_log(log_file: Path | None, folder: Path) -> None:
+    """Move the log of the daemon the search started (None: it used a running one) into ``folder``."""
+    if log_file is None or not log_file.is_file() or not folder.is_dir():
+        return
+    target = folder / log_file.name
+    shutil.move(str(log_file), str(target))
+    log.info("pixpool: the daemon's log is %s", target)
 
 
 def _error_line(error: BaseException) -> str:

@@ -14,7 +14,9 @@ the batch shape, as ``LetterBox`` leaves them.
 What the validator and trainer read of a loader: ``len()``, iteration, ``batch_size``,
 ``num_workers``, ``dataset`` (``len``, ``im_files``, ``labels``) and ``close()``. The stream is
 attached only while it is read (``open_stream`` per pass), so a run holds no validation ring
-between validations; every pass is epoch 0 of the stream (the same batches each time).
+between validations; every pass is epoch 0 of the stream (the same batches each time). As the
+training stream does across a daemon restart, each pass waits for a restarting daemon (up to
+``timeout_s``) and stays on the snapshot the first one read (``client/pass_stream.py``).
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from typing import Any
 
 import numpy as np
 
+from ...client.pass_stream import PassStreams
 from ...client.rect_view import RectView
 from ...shared.stream.sampler import num_batches
 from .batches import ShapeCache, StreamFormat
@@ -57,25 +60,28 @@ class _Dataset:
 class ValLoader:
     """The daemon's val split as Ultralytics' validation ``dataloader``.
 
-    ``open_stream()`` attaches a ``Loader`` with ``split="val"``, ``rect_stride`` and this rank's
-    shard; it is called once here (to learn the split) and once per pass."""
+    ``open_stream(wait_s)`` attaches a ``Loader`` with ``split="val"``, ``rect_stride`` and this
+    rank's shard, waiting ``wait_s`` for a daemon that is not listening; it is called once here
+    (to learn the split) and once per pass (``PassStreams``: a later pass waits up to
+    ``restart_wait_s`` for a restarting daemon and must find the first one's snapshot)."""
 
     def __init__(
         self,
-        open_stream: Callable[[], Any],
+        open_stream: Callable[[float], Any],
         *,
+        restart_wait_s: float = 0.0,
         num_workers: int = 0,
         single_cls: bool = False,
         classes: tuple[int, ...] | None = None,
         labels_source: Callable[[], list] | None = None,
         check: Callable[[Any], None] | None = None,
     ):
-        self._open = open_stream
+        self._passes = PassStreams(open_stream, wait_s=0.0, restart_wait_s=restart_wait_s, follow=False)
         self.num_workers = num_workers
         self.single_cls = single_cls
         self.classes = classes
         self._shapes = ShapeCache()
-        stream = open_stream()
+        stream = self._passes.open()
         try:
             if check is not None:
                 check(stream)
@@ -95,7 +101,7 @@ class ValLoader:
         return num_batches(self.num_records, self.settings, 0)
 
     def __iter__(self) -> Iterator[dict[str, Any]]:
-        stream = self._open()
+        stream = self._passes.open()
         try:
             stream.set_epoch(0)
             view = RectView(stream, shape_of=self._shapes)
@@ -149,8 +155,9 @@ def daemon_val_loader(settings, *, socket_dir: str | None, timeout_s: float, exp
     ConfigError naming the field ``split``."""
     from ...client.loader import Loader
 
-    def open_stream():
+    def open_stream(wait_s: float):
         # A copy per batch (zero_copy off): the validator keeps batches for its plots.
-        return Loader(settings, socket_dir=socket_dir, timeout_s=timeout_s, expect=expect)
+        return Loader(settings, socket_dir=socket_dir, timeout_s=timeout_s, wait_s=wait_s, expect=expect)
 
-    return ValLoader(open_stream, **options)
+    # A restart between passes is waited for as long as the training stream waits for one.
+    return ValLoader(open_stream, restart_wait_s=timeout_s, **options)

@@ -10,7 +10,8 @@ Runs in the daemon process, in its loop (``service.py``).
 - ``task_layout``: what the served task puts in a ring (its ``TaskSpec``, ``shared/task.py``): the
   target row width and, for segment, the mask plane (side, dtype), all counted in the
   ring's bytes above.
-- ``default_ring_budget``: what all rings together may take when no budget is set.
+- ``ring_budget``: what all rings together may take (``--max-total-ring-nbytes``, else
+  ``default_ring_budget``: half of the store's free space at start), and where that came from.
 
 Where the daemon listens is ``listener.py``; the checks before it starts ``preflight.py``;
 the sweep of dead daemons' rings ``sweeps.py``; the store's free space ``store_watch.py``.
@@ -29,7 +30,15 @@ from ...shared.transport.ring import MAX_SLOTS, MIN_SLOTS, RingLayout, mask_dtyp
 from ...shared.transport.store import DEFAULT_STORE, free_nbytes
 from ...shared.wire.trainer import DELIVERIES, DELIVERY_FRAMES, DELIVERY_SHM
 
-__all__ = ["check_quota", "default_ring_budget", "ring_for", "source_task", "task_layout"]
+__all__ = [
+    "check_quota",
+    "default_ring_budget",
+    "ring_budget",
+    "ring_for",
+    "ring_layout",
+    "source_task",
+    "task_layout",
+]
 
 
 def _raise(field: str) -> str:
@@ -62,11 +71,13 @@ def ring_for(
     ring_budget_nbytes: int,
     trainers: int,
     snapshot_nbytes: int,
+    ring_budget_from: str = "",
 ) -> RingLayout:
     """The ring an ``attach`` gets, or ConfigError/CapacityError saying what to change.
 
     ``settings`` are already at the snapshot's imgsz (``StreamSettings.for_imgsz``, which
-    refused a trainer asking for another): the ring is sized by ``source.imgsz``."""
+    refused a trainer asking for another): the ring is sized by ``source.imgsz``.
+    ``ring_budget_from``: where ``ring_budget_nbytes`` came from (``ring_budget``), said in a refusal."""
     slots = msg["slots"]
     if not MIN_SLOTS <= slots <= MAX_SLOTS:
         raise ConfigError(
@@ -77,11 +88,8 @@ def ring_for(
         raise ConfigError(
             f"delivery {msg['delivery']!r}: use {DELIVERY_SHM!r} (same machine) or {DELIVERY_FRAMES!r} (TCP)"
         )
-    max_t = max(1, renderer.max_targets(source.max_instances, settings))
-    per_task = task_layout(source, settings, max_targets=max_t)
-    layout = RingLayout(
-        slots=slots, batch_size=settings.batch_size, imgsz=ring_side(source, settings), max_targets=max_t, **per_task
-    )
+    layout = ring_layout(source, settings, slots=slots, renderer=renderer)
+    max_t = layout.max_targets
     if layout.nbytes > config.max_ring_nbytes:
         masks = f" and {layout.masks_nbytes} bytes of mask planes" if layout.has_masks else ""
         raise CapacityError(
@@ -92,13 +100,14 @@ def ring_for(
         )
     if rings_nbytes + layout.nbytes > ring_budget_nbytes:
         raise CapacityError(
-            f"a ring of {layout.nbytes} bytes on top of the {rings_nbytes} bytes of attached trainers' rings exceeds the daemon's "
-            f"budget of {ring_budget_nbytes} bytes; use fewer slots or a smaller batch, or {_raise('max_total_ring_nbytes')}"
+            f"{_which_ring(settings, layout)} of {layout.nbytes} bytes on top of the {rings_nbytes} bytes of attached "
+            f"trainers' rings exceeds the daemon's ring budget of {ring_budget_nbytes} bytes "
+            f"({ring_budget_from or 'set by --max-total-ring-nbytes'}); {_ring_help(settings, config)}"
         )
     budget = config.memory_budget_nbytes
     if budget is not None and snapshot_nbytes + rings_nbytes + layout.nbytes > budget:
         raise CapacityError(
-            f"a ring of {layout.nbytes} bytes on top of the snapshot's {snapshot_nbytes} and the attached trainers' {rings_nbytes} bytes "
+            f"{_which_ring(settings, layout)} of {layout.nbytes} bytes on top of the snapshot's {snapshot_nbytes} and the attached trainers' {rings_nbytes} bytes "
             f"exceeds the daemon's memory budget of {budget} bytes (in use {snapshot_nbytes + rings_nbytes}); "
             "use fewer slots or a smaller batch, detach a trainer, or raise the budget (--memory-budget)"
         )
@@ -107,6 +116,39 @@ def ring_for(
             f"{trainers} trainers are attached, the daemon's limit; detach one or {_raise('max_trainers')}"
         )
     return layout
+
+
+def ring_layout(source, settings: StreamSettings, *, slots: int, renderer) -> RingLayout:
+    """The layout of a ring of ``slots`` for a stream of ``settings`` (at the snapshot's imgsz) on
+    ``source`` (its ``imgsz``, ``max_instances`` and task): what ``ring_for`` admits or refuses, and
+    what ``pixpool plan`` and the daemon's check at start-up (``server/snapshot/planning.py``) count
+    for a trainer, from the same rules. ``renderer``: the module whose ``max_targets`` bounds a
+    batch's target rows (``renderer.py``)."""
+    max_t = max(1, renderer.max_targets(source.max_instances, settings))
+    per_task = task_layout(source, settings, max_targets=max_t)
+    return RingLayout(
+        slots=slots, batch_size=settings.batch_size, imgsz=ring_side(source, settings), max_targets=max_t, **per_task
+    )
+
+
+def _which_ring(settings: StreamSettings, layout: RingLayout) -> str:
+    """A refusal names the ring: a trainer's validation ring (batch 16 at the rect side, by
+    default) is larger than its training ring and is asked for after it, at the first pass."""
+    what = "the validation ring" if settings.split == "val" else "the training ring"
+    return f"{what} ({layout.slots} slots of batch {settings.batch_size} at {layout.imgsz} px)"
+
+
+def _ring_help(settings: StreamSettings, config: DaemonConfig) -> str:
+    """The changes that let the ring fit, the trainer's first (``pixpool train`` flags), then the daemon's."""
+    if settings.split == "val":
+        trainer = "validate in smaller batches (pixpool train --val-batch-size) or not at all (--val 0)"
+    else:
+        trainer = "use a smaller batch (pixpool train --batch-size) or fewer slots"
+    cheaper = ", a snapshot of a quarter of the bytes (--dtype uint8)" if config.dtype == "float32" else ""
+    return (
+        f"{trainer}; or start the daemon with more room: a store with more free space (--store DIR){cheaper}, "
+        f"or {_raise('max_total_ring_nbytes')}"
+    )
 
 
 def ring_side(source, settings: StreamSettings) -> int:
@@ -165,3 +207,12 @@ def default_ring_budget(store: str = DEFAULT_STORE) -> int:
     """Rings live in the store beside the snapshot: by default all of them together may take
     at most half of what the store has free when the daemon starts."""
     return free_nbytes(store) // 2
+
+
+def ring_budget(config: DaemonConfig, store: str) -> tuple[int, str]:
+    """(bytes all rings together may take, where that figure came from: the flag, or half of
+    the store's free space at start), the second for a refusal to say."""
+    if config.max_total_ring_nbytes:
+        return config.max_total_ring_nbytes, "set by --max-total-ring-nbytes"
+    free = free_nbytes(store)
+    return free // 2, f"half of the {free} bytes {store} had free when the daemon started"

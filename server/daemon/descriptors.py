@@ -58,8 +58,8 @@ def raise_nofile_limit() -> DescriptorLimit:
             "--ulimit nofile=)",
             limit.soft, limit.soft, _text(hard),
         )  # fmt: skip
-    else:
-        log.info("open-file limit: %d (was %d; hard limit %s)", limit.soft, limit.soft_before, _text(hard))
+    else:  # enough: a detail for debugging, nothing an operator acts on
+        log.debug("open-file limit: %d (was %d; hard limit %s)", limit.soft, limit.soft_before, _text(hard))
     return limit
 
 

@@ -11,20 +11,28 @@ Two measures bound them:
 
 - ``ZMQ_HANDSHAKE_IVL`` (``HANDSHAKE_S``, set by the listener on every ROUTER): libzmq closes
   a connection whose ZMTP greeting and CURVE handshake have not completed in that time.
-- This guard: a socket monitor reports each accepted connection's descriptor. A connection
-  from an address that already has ``per_peer`` connections younger than the handshake
-  interval, or that would make more than ``total`` such connections from all addresses, is
-  shut down at once. The guard calls ``shutdown(2)`` on libzmq's descriptor and never
-  ``close``: libzmq reads the end of the stream and closes the connection itself, so no
-  descriptor number is freed under libzmq's feet. An IPv6 peer counts by its /64 (one
-  host's usual share).
+- This guard: a socket monitor reports each accepted connection's descriptor. At most
+  ``per_peer`` connections from one address and ``total`` from all may be unfinished at once.
+  A new connection past either cap is kept, and room is made for it by shutting down the
+  OLDEST unfinished one: its own address's oldest where it has any, else the oldest of all.
+  Refusing the newest instead let a flood that keeps every slot taken (32 idle connections
+  from each of 40 addresses, opened again as each is closed) lock every authorized trainer
+  out; now a trainer's connection gets in, and finishes its handshake (milliseconds) long
+  before the flood, which displaces its own address's connections first, reaches it. The
+  guard calls ``shutdown(2)`` on libzmq's descriptor and never ``close``: libzmq reads the
+  end of the stream and closes the connection itself, so no descriptor number is freed
+  under libzmq's feet. An IPv6 peer counts by its /64 (one host's usual share).
 
-A connection older than the handshake interval that is still open completed a CURVE
-handshake with an authorized key (libzmq would have closed it otherwise): it is a
-trainer's, and no longer counted. The guard cannot see the handshake end (the monitor's
-``HANDSHAKE_SUCCEEDED`` carries no descriptor), so a trainer's fresh connection counts for
-``HANDSHAKE_S``: up to ``per_peer`` trainers behind one address can connect at once, and a
-trainer refused here is reconnected by ZeroMQ on its own (every ``RECONNECT_IVL``).
+A connection that completed a CURVE handshake is a trainer's and is never shut down here.
+The monitor's ``HANDSHAKE_SUCCEEDED`` carries no descriptor, so the guard reads it from the
+kernel when a connection is about to be shut down: the server has sent READY, which libzmq
+sends only once the ZAP handler admitted the key, when the peer acknowledged more bytes
+than the greeting and WELCOME together (``TCP_INFO``'s ``bytes_acked``, not retransmissions;
+an unauthorized peer gets at most those plus an ERROR, and then libzmq closes it). Such a
+connection is forgotten instead, as is one older than the handshake interval that is still
+open (libzmq would have closed it otherwise). Where the kernel gives no ``bytes_acked``
+(Linux before 4.1) every young connection counts as unfinished, and a trainer's connection
+shut down here is reconnected by ZeroMQ on its own (every ``RECONNECT_IVL``).
 
 Limits, honestly: the accept itself happens in libzmq's I/O thread before the guard hears of
 it, so a burst faster than this loop can read events can still fill the table for a moment
@@ -45,6 +53,7 @@ import logging
 import os
 import socket
 import stat
+import struct
 import time
 
 import zmq
@@ -64,6 +73,11 @@ PER_PEER_MAX, TOTAL_MIN, TOTAL_MAX = 32, 16, 1024
 # Monitor events read per call, so that a flood of events does not starve the loop.
 _EVENTS_PER_CALL = 4096
 _LOG_EVERY_S = 30.0
+# What a CURVE server sends before READY: the ZMTP 3 greeting (64 bytes) and the WELCOME
+# command (2 + 168). More acknowledged than this means READY went out: the handshake succeeded.
+_BEFORE_READY_BYTES = 64 + 170
+# struct tcp_info (linux/tcp.h): the u64 tcpi_bytes_acked, there since Linux 4.1.
+_TCP_INFO_BYTES, _BYTES_ACKED_AT = 256, 120
 
 
 def pending_caps(free_descriptors: int) -> tuple[int, int]:
@@ -73,7 +87,7 @@ def pending_caps(free_descriptors: int) -> tuple[int, int]:
 
 
 class HandshakeGuard:
-    """Shuts down the connections to ``router`` past the caps (module docstring).
+    """Keeps the unfinished connections to ``router`` within the caps (module docstring).
     Make it before ``router`` binds (connections accepted earlier are not reported);
     ``on_events`` when ``socket`` is readable; ``close`` before the router closes."""
 
@@ -81,8 +95,9 @@ class HandshakeGuard:
         self.port, self.per_peer, self.total = port, per_peer, total
         self.refused = 0  # connections shut down by this guard since start
         self._router = router
-        self._young: dict[int, tuple[str, float]] = {}  # descriptor -> (peer key, accepted at)
-        self._per_peer: dict[str, int] = {}  # peer key -> its connections in _young
+        # descriptor -> (peer key, peer address, accepted at), oldest first
+        self._young: dict[int, tuple[str, tuple, float]] = {}
+        self._by_peer: dict[str, dict[int, None]] = {}  # peer key -> its descriptors in _young, oldest first
         self._refused_since_log = 0
         self._last_refused = ("", 0)
         self._logged_at = -_LOG_EVERY_S
@@ -134,33 +149,46 @@ class HandshakeGuard:
     def prune(self, now: float) -> None:
         """Forget connections older than the handshake interval: handshaked, or closed by libzmq."""
         horizon = now - HANDSHAKE_S - 1.0
-        for fd in [fd for fd, (_, at) in self._young.items() if at < horizon]:
+        while self._young:
+            fd, (_, _, at) = next(iter(self._young.items()))  # the oldest: entries are kept in accept order
+            if at >= horizon:
+                return
             self._forget(fd)
 
     def _forget(self, fd: int) -> None:
         entry = self._young.pop(fd, None)
         if entry is not None:
-            left = self._per_peer[entry[0]] - 1
-            if left:
-                self._per_peer[entry[0]] = left
-            else:
-                del self._per_peer[entry[0]]
+            mine = self._by_peer[entry[0]]
+            del mine[fd]
+            if not mine:
+                del self._by_peer[entry[0]]
 
     def _admit(self, fd: int, now: float) -> None:
         self._forget(fd)  # an entry under the same number is stale: closed without an event
         with _Borrowed(fd) as sock:
             if sock is None:
                 return  # already closed by libzmq (and its number reused by something else)
-            try:
-                if sock.family not in (socket.AF_INET, socket.AF_INET6) or sock.getsockname()[1] != self.port:
-                    return
-                key = _peer_key(sock.getpeername()[0])
-            except OSError:
-                return  # the peer is gone already
-            from_peer = self._per_peer.get(key, 0)
-            if from_peer < self.per_peer and len(self._young) < self.total:
-                self._young[fd] = (key, now)
-                self._per_peer[key] = from_peer + 1
+            peer = self._peer_of(sock)
+            if peer is None:
+                return
+            key = _peer_key(peer[0])
+            # Past a cap the newcomer stays and the oldest unfinished connection makes room
+            # (module docstring); each step forgets one entry, so this ends.
+            while len(self._by_peer.get(key, ())) >= self.per_peer or len(self._young) >= self.total:
+                self._make_room(key)
+            self._young[fd] = (key, peer, now)
+            self._by_peer.setdefault(key, {})[fd] = None
+
+    def _make_room(self, key: str) -> None:
+        """Forget the oldest connection from ``key`` (from anyone where ``key`` has none) and
+        shut it down unless it is gone already or finished its handshake."""
+        fd = next(iter(self._by_peer.get(key) or self._young))
+        victim_key, peer, _ = self._young[fd]
+        from_peer = len(self._by_peer[victim_key])
+        self._forget(fd)
+        with _Borrowed(fd) as sock:
+            # The same connection still (not a number libzmq closed and reused), unfinished.
+            if sock is None or self._peer_of(sock) != peer or _handshake_done(sock):
                 return
             try:
                 sock.shutdown(socket.SHUT_RDWR)
@@ -168,16 +196,26 @@ class HandshakeGuard:
                 return
         self.refused += 1
         self._refused_since_log += 1
-        self._last_refused = (key, from_peer)
+        self._last_refused = (victim_key, from_peer)
+
+    def _peer_of(self, sock: socket.socket) -> tuple | None:
+        """(address, port) of the peer of ``sock``, a TCP connection to this listener's port; None
+        for anything else, or where the peer is gone already."""
+        try:
+            if sock.family not in (socket.AF_INET, socket.AF_INET6) or sock.getsockname()[1] != self.port:
+                return None
+            return sock.getpeername()[:2]
+        except OSError:
+            return None
 
     def _log(self, now: float) -> None:
         if not self._refused_since_log or now - self._logged_at < _LOG_EVERY_S:
             return
         key, from_peer = self._last_refused
         log.warning(
-            "shut down %d TCP connection(s) that had not completed a handshake, over the caps of %d per address "
-            "and %d in all (the last from %s, which had %d); a peer that opens connections and sends nothing, or a "
-            "firewall rule (connlimit) or NetworkPolicy missing before --tcp",
+            "shut down %d TCP connection(s) that had not completed a handshake, the oldest, to make room for newer "
+            "ones over the caps of %d per address and %d in all (the last from %s, which had %d); a peer that opens "
+            "connections and sends nothing, or a firewall rule (connlimit) or NetworkPolicy missing before --tcp",
             self._refused_since_log, self.per_peer, self.total, key, from_peer,
         )  # fmt: skip
         self._refused_since_log, self._logged_at = 0, now
@@ -203,6 +241,18 @@ class _Borrowed:
     def __exit__(self, *exc: object) -> None:
         if self._sock is not None:
             self._sock.detach()  # the descriptor stays libzmq's
+
+
+def _handshake_done(sock: socket.socket) -> bool:
+    """True when the server has sent READY on ``sock`` and the peer acknowledged it (module
+    docstring); False where the kernel does not say."""
+    try:
+        info = sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_INFO, _TCP_INFO_BYTES)
+    except (OSError, AttributeError):  # AttributeError: no TCP_INFO on this platform
+        return False
+    if len(info) < _BYTES_ACKED_AT + 8:
+        return False
+    return struct.unpack_from("=Q", info, _BYTES_ACKED_AT)[0] > _BEFORE_READY_BYTES
 
 
 def _peer_key(address: str) -> str:

@@ -94,7 +94,7 @@ class Daemon:
         self.files = {k: _table(v) for k, v in dict(files).items()} if per_split else {"train": _table(files)}
         self.names = list(names)
         self.store = check_store(config.store)  # where the rings go (the snapshot's handle knows its own)
-        self.ring_budget_nbytes = config.max_total_ring_nbytes or admission.default_ring_budget(self.store)
+        self.ring_budget_nbytes, self.ring_budget_from = admission.ring_budget(config, self.store)
         # Snapshots' bytes (a source that is no Snapshot counts 0); one snapshot serving both
         # splits (same images) counts once.
         by_name = {getattr(src, "name", id(src)): getattr(src, "nbytes", None) for src in self.sources.values()}
@@ -379,6 +379,7 @@ class Daemon:
             config=self.config,
             rings_nbytes=self.sessions.rings_nbytes,
             ring_budget_nbytes=self.ring_budget_nbytes,
+            ring_budget_from=self.ring_budget_from,
             trainers=len(self.sessions),
             snapshot_nbytes=self.snapshot_nbytes,
         )

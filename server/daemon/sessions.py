@@ -42,9 +42,14 @@ log = logging.getLogger(__name__)
 _RING_NAME_TRIES = 8
 
 
-def _kind(settings: StreamSettings) -> str:
-    """What the log calls a session: a trainer's validation passes are not another trainer."""
-    return "validation stream" if settings.split == "val" else "trainer"
+# Validation sessions take their ids from here on: a trainer attaches one per validation pass,
+# and from the same counter as training streams they would number trainers 1, 3, 7, ...
+# Trainers keep 1, 2, 3, ...; the wire only asks for a unique id (``shared/wire/_fields.py``).
+VAL_IDS_FROM = 1 << 32
+
+
+def _is_val(settings: StreamSettings) -> bool:
+    return settings.split == "val"
 
 
 class UnknownTrainer(Exception):
@@ -74,6 +79,16 @@ class TrainerSession:
         0.0  # the trainer's own count of seconds spent waiting for batches since this attach (heartbeats)
     )
     client: str = ""  # who attached it (``intake.peer_of``): ``key:<z85>`` over TCP, ``uid:<n>`` over ipc
+    # A validation stream's trainer (the training session of the same process), 0 when none
+    # is attached: the number every view shows for it; a training stream's is its own id.
+    of_trainer: int = 0
+
+    @property
+    def name(self) -> str:
+        """What the log calls this session: a trainer's validation passes are not another trainer."""
+        if not _is_val(self.settings):
+            return f"trainer {self.trainer_id}"
+        return f"trainer {self.of_trainer}'s validation stream" if self.of_trainer else "a validation stream"
 
 
 class Sessions:
@@ -96,6 +111,7 @@ class Sessions:
         self._on_detach = on_detach
         self.trainers: dict[int, TrainerSession] = {}
         self._ids = itertools.count(1)
+        self._val_ids = itertools.count(VAL_IDS_FROM)
 
     def __len__(self) -> int:
         return len(self.trainers)
@@ -120,7 +136,7 @@ class Sessions:
     ) -> TrainerSession:
         ring = self._create_ring(layout)
         # The trainer id is taken only once the ring exists: a failed attach uses up nothing.
-        tid = next(self._ids)
+        tid = next(self._val_ids if _is_val(settings) else self._ids)
         pid_ns = msg.get("pid_ns") if isinstance(msg.get("pid_ns"), str) else ""
         # Frames until the trainer proves it maps this ring (``prove``).
         t = TrainerSession(
@@ -138,12 +154,14 @@ class Sessions:
             requested=msg["delivery"],
             client=client,
         )
+        t.of_trainer = self._trainer_of(t) if _is_val(settings) else tid
         self.trainers[tid] = t
         self.scheduler.add(tid, settings, layout.slots)
-        log.info(
-            "%s %d attached (pid %d, seed %d, batch %d, ring %s of %d bytes)",
-            _kind(settings),
-            tid,
+        # A validation stream comes and goes with every pass: the operator's log is the trainers'.
+        log.log(
+            logging.DEBUG if _is_val(settings) else logging.INFO,
+            "%s attached (pid %d, seed %d, batch %d, ring %s of %d bytes)",
+            t.name,
             t.pid,
             settings.seed,
             settings.batch_size,
@@ -151,6 +169,13 @@ class Sessions:
             layout.nbytes,
         )
         return t
+
+    def _trainer_of(self, val: TrainerSession) -> int:
+        """The training session of the process that attached ``val`` (same pid, host and client), or 0."""
+        for t in self.trainers.values():
+            if not _is_val(t.settings) and (t.pid, t.host, t.client) == (val.pid, val.host, val.client):
+                return t.trainer_id
+        return 0
 
     def _create_ring(self, layout: RingLayout) -> Ring:
         """A ring under a fresh unguessable name, created exclusively (``O_EXCL``): a file
@@ -173,10 +198,11 @@ class Sessions:
         local = t.requested == DELIVERY_SHM and bool(nonce) and secrets.compare_digest(nonce, t.ring.nonce())
         t.delivery = DELIVERY_SHM if local else DELIVERY_FRAMES
         t.watch_pid = local and t.pid > 0 and bool(t.pid_ns) and t.pid_ns == self.pid_ns
-        log.info(
-            "%s %d: %s (%s)",
-            _kind(t.settings),
-            t.trainer_id,
+        # Said at the default level only where a trainer asked to map its ring and could not.
+        log.log(
+            logging.INFO if t.requested == DELIVERY_SHM and not local and not _is_val(t.settings) else logging.DEBUG,
+            "%s: %s (%s)",
+            t.name,
             "maps its ring in place" if local else "gets its batches as frames",
             "same PID namespace, pid watched" if t.watch_pid else "liveness by heartbeat",
         )
@@ -198,7 +224,13 @@ class Sessions:
         self._on_detach(t.ring.name)
         t.ring.close()
         t.ring.unlink()
-        log.info("%s %d detached: %s; ring %s removed", _kind(t.settings), trainer_id, reason, t.ring.name)
+        log.log(
+            logging.DEBUG if _is_val(t.settings) else logging.INFO,
+            "%s detached: %s; ring %s removed",
+            t.name,
+            reason,
+            t.ring.name,
+        )
 
     def detach_all(self, reason: str) -> None:
         for tid in list(self.trainers):

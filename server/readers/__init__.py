@@ -102,18 +102,53 @@ def _check_labels(stats: ReaderStats, origin: Path, allow_unlabelled: bool) -> N
         )
 
 
+# A data.yaml key (pixpool's own; Ultralytics ignores it) saying how many of the set's images
+# have no label file on purpose: background images. ``pixpool synth`` writes it.
+DECLARED_BACKGROUND_KEY = "background_without_labels"
+
+
 def log_missing_labels(stats: ReaderStats, origin: str | os.PathLike) -> None:
     """Warn that ``stats.labels_missing`` images of the dataset read from ``origin`` have no
-    label file and are prepared as background (nothing when every image has one)."""
+    label file and are prepared as background (nothing when every image has one). Where the
+    data.yaml declares exactly that many (``DECLARED_BACKGROUND_KEY``), they are backgrounds by
+    design and this is said at info level: the synthetic set's first command warns of nothing."""
     if not stats.labels_missing:
         return
+    declared = _declared_backgrounds(origin)
+    if declared == stats.labels_missing:
+        logger.info(
+            "%s: %d of %d images have no label file (e.g. %s), by design (%s: %d in the data.yaml): prepared as background",
+            origin,
+            stats.labels_missing,
+            stats.records,
+            stats.missing_label_example,
+            DECLARED_BACKGROUND_KEY,
+            declared,
+        )
+        return
     logger.warning(
-        "%s: %d of %d images have no label file (e.g. %s) and are prepared as background",
+        "%s: %d of %d images have no label file (e.g. %s) and are prepared as background%s",
         origin,
         stats.labels_missing,
         stats.records,
         stats.missing_label_example,
+        "" if declared is None else f" (the data.yaml declares {declared} as {DECLARED_BACKGROUND_KEY})",
     )
+
+
+def _declared_backgrounds(origin: str | os.PathLike) -> int | None:
+    """The data.yaml's ``DECLARED_BACKGROUND_KEY`` (None where ``origin`` is no data.yaml, or
+    it does not say); read again here, a file of a few lines, only when labels are missing."""
+    if not str(origin).endswith((".yaml", ".yml")):
+        return None
+    import yaml
+
+    try:
+        spec = yaml.safe_load(Path(origin).read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, yaml.YAMLError):
+        return None  # the reader has already read it; a warning without this is still right
+    value = spec.get(DECLARED_BACKGROUND_KEY) if isinstance(spec, dict) else None
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
 def _capped(result: tuple[Dataset, ReaderStats], cap: int, source_of) -> tuple[Dataset, ReaderStats]:

@@ -14,10 +14,8 @@ import numpy as np
 from ...shared.errors import DatasetError
 from ...shared.stream.config import MAX_CLASSES
 from ...shared.stream.records import Record
+from ...shared.stream.yolo_layout import IMAGE_SUFFIXES  # noqa: F401  (the image suffixes the YOLO reader picks up)
 from ...shared.wire.trainer import MAX_NAMES_BYTES, names_nbytes
-
-#: Image suffixes the YOLO folder reader picks up (compared lower-cased).
-IMAGE_SUFFIXES = frozenset({".jpg", ".jpeg", ".png", ".bmp", ".tif", ".tiff", ".webp"})
 
 
 @dataclass(frozen=True)
@@ -118,16 +116,22 @@ def check_class_names(names: tuple[str, ...], *, max_classes: int, path: str, wh
     """DatasetError naming ``path`` where the class ``names`` (``what``: where they come from)
     are more than ``max_classes``, or take more than ``MAX_NAMES_BYTES`` packed: every attach
     and records reply carries them whole, and a trainer refuses a reply over its frame limit."""
-    if len(names) > max_classes:
-        raise DatasetError(
-            f"{len(names)} classes ({what}), over the limit of {max_classes}; check the class list, "
-            f"or raise --max-classes (up to {MAX_CLASSES}) if the dataset really has that many",
-            path=path,
-        )
+    check_class_count(len(names), max_classes=max_classes, path=path, what=what)
     nbytes = names_nbytes(names)
     if nbytes > MAX_NAMES_BYTES:
         raise DatasetError(
             f"the {len(names)} class names ({what}) take {nbytes} bytes packed, over the limit of {MAX_NAMES_BYTES} "
             "bytes that every reply to a trainer carrying them may hold; shorten the names",
+            path=path,
+        )
+
+
+def check_class_count(count: int, *, max_classes: int, path: str, what: str) -> None:
+    """DatasetError naming ``path`` where ``count`` classes (``what``: where they come from) are
+    more than ``max_classes``: checked on the count before any name is made text."""
+    if count > max_classes:
+        raise DatasetError(
+            f"{count} classes ({what}), over the limit of {max_classes}; check the class list, "
+            f"or raise --max-classes (up to {MAX_CLASSES}) if the dataset really has that many",
             path=path,
         )

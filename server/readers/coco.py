@@ -40,6 +40,19 @@ Per task (``task``):
   other way round; a name without either word is its own mirror. A left name without its right
   partner is refused. Polygons are not kept (a YOLO pose set has none either). kpt_shape is (K, 3).
 - obb: refused: COCO has no oriented boxes.
+
+Bounds, each refused by file and field before the value is used or printed:
+
+- The file: at most ``max_json_bytes()`` bytes (``DEFAULT_MAX_JSON_BYTES``, 1 GiB, or
+  ``PIXPOOL_MAX_JSON_BYTES``), read at most that far. COCO's largest, instances_train2017.json,
+  is 448 MB; read as Python objects a json takes 5 to 9 times its size in memory, so the limit
+  is what bounds the reader's memory (LVIS's 1.1 GB train json needs the variable raised).
+- ``categories``: at most ``max_classes`` entries, counted while the list is decoded one entry
+  at a time (``_decode``), so a json of millions of categories costs its text, not a dict per
+  category (a 175 MB one took 1.47 GB when decoded whole).
+- ids are integers (category ids) or integers and strings of at most ``MAX_ID_CHARS``
+  (image and annotation ids); a category's ``keypoints`` at most ``MAX_KEYPOINTS`` names; a
+  keypoint visibility 0..``MAX_VISIBILITY``.
 """
 
 from __future__ import annotations
@@ -50,22 +63,55 @@ import json
 import logging
 import math
 import os
+import re
 import sys
 from pathlib import Path
 
 import numpy as np
 
-from ...shared.errors import DatasetError, MissingFileError
-from ...shared.stream.config import DEFAULT_MAX_CLASSES
+from ...shared.errors import ConfigError, DatasetError, MissingFileError
+from ...shared.stream.config import DEFAULT_MAX_CLASSES, MAX_CLASSES
 from ...shared.stream.records import Dataset, Record
 from ...shared.task import task_spec
+from ...shared.text import human_bytes, shown
+from ...shared.wire.trainer import MAX_KEYPOINTS
 from ._common import ReaderStats, check_class_names, clip_unit, main_part, make_record
+from .yolo_labels import MAX_VISIBILITY
 
 logger = logging.getLogger(__name__)
 
 _REQUIRED_TOP = ("images", "annotations", "categories")
 _REQUIRED_IMAGE = ("id", "file_name", "width", "height")
 _REQUIRED_ANN = ("id", "image_id", "category_id", "bbox")
+
+#: Largest annotation file read (1 GiB) unless ``MAX_JSON_ENV`` names another number of bytes.
+DEFAULT_MAX_JSON_BYTES = 1 << 30
+MAX_JSON_ENV = "PIXPOOL_MAX_JSON_BYTES"
+#: Longest image or annotation id written as a string (the messages print them).
+MAX_ID_CHARS = 256
+#: Longest ``file_name``: Linux's PATH_MAX.
+MAX_FILE_NAME_CHARS = 4096
+# JSON's whitespace, skipped between the values ``_decode`` reads itself.
+_WS = re.compile(r"[ \t\n\r]*")
+
+
+def max_json_bytes() -> int:
+    """The largest annotation file read: ``MAX_JSON_ENV`` where set, else ``DEFAULT_MAX_JSON_BYTES``."""
+    raw = os.environ.get(MAX_JSON_ENV, "").strip()
+    if not raw:
+        return DEFAULT_MAX_JSON_BYTES
+    try:
+        value = int(raw)
+    except ValueError:
+        value = 0
+    if value <= 0:
+        raise ConfigError(
+            f"{MAX_JSON_ENV}={shown(raw, 40)} must be a positive whole number of bytes (the largest COCO json "
+            f"read; default {DEFAULT_MAX_JSON_BYTES})",
+            field=MAX_JSON_ENV,
+            value=raw,
+        )
+    return value
 
 
 def default_images_dir(json_path: Path) -> Path:
@@ -89,19 +135,36 @@ def default_images_dir(json_path: Path) -> Path:
     )
 
 
-def _load_json(json_path: Path) -> dict:
+def _load_json(json_path: Path, max_classes: int) -> dict:
+    limit = max_json_bytes()
     try:
-        text = json_path.read_bytes()
+        with open(json_path, "rb") as file:
+            raw = file.read(limit + 1)  # never more than the limit: the file may be a pipe or /dev/zero
     except FileNotFoundError:
         raise MissingFileError("annotation file does not exist; check the path", path=str(json_path)) from None
     except OSError as exc:
         raise DatasetError(
             f"cannot read the annotation file ({exc.strerror}); check its permissions", path=str(json_path)
         ) from None
+    if len(raw) > limit:
+        raise DatasetError(
+            f"over {limit} bytes ({human_bytes(limit)}), the limit on an annotation file (COCO's largest, "
+            f"instances_train2017.json, is 448 MB; reading one takes 5 to 9 times its size in memory); set "
+            f"{MAX_JSON_ENV} to a larger number of bytes to read it",
+            path=str(json_path),
+        )
     try:
-        data = json.loads(text)
+        text = raw.decode(json.detect_encoding(raw), "surrogatepass")  # as json.loads decodes bytes
+        del raw
+        data = _decode(text, str(json_path), max_classes)
+    except DatasetError:  # too many categories: a ValueError too, but said already
+        raise
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise DatasetError(f"not a valid json file ({exc}); pass a COCO instances json", path=str(json_path)) from None
+    except ValueError as exc:  # an integer past sys.get_int_max_str_digits()
+        raise DatasetError(
+            f"not a valid json file ({shown(str(exc), 300)}); pass a COCO instances json", path=str(json_path)
+        ) from None
     except RecursionError:
         # The json parser recurses once per level; a COCO file is 4 levels deep.
         raise DatasetError(
@@ -123,12 +186,97 @@ def _load_json(json_path: Path) -> dict:
     return data
 
 
+def _decode(text: str, where: str, max_classes: int):
+    """``json.loads(text)``, but a top-level object's ``categories`` list is decoded one entry at
+    a time and refused past ``max_classes`` entries, before the next is made an object."""
+    decoder = json.JSONDecoder()
+    i = _WS.match(text).end()
+    if not text.startswith("{", i):
+        return decoder.decode(text)  # not an object: refused by the caller, or its parse error
+    data = {}
+    i = _WS.match(text, i + 1).end()
+    if text.startswith("}", i):
+        return decoder.decode(text)
+    while True:
+        if not text.startswith('"', i):
+            raise json.JSONDecodeError("Expecting property name enclosed in double quotes", text, i)
+        key, i = decoder.raw_decode(text, i)
+        i = _WS.match(text, i).end()
+        if not text.startswith(":", i):
+            raise json.JSONDecodeError("Expecting ':' delimiter", text, i)
+        i = _WS.match(text, i + 1).end()
+        if key == "categories" and text.startswith("[", i):
+            data[key], i = _decode_categories(decoder, text, i, where, max_classes)
+        else:
+            data[key], i = decoder.raw_decode(text, i)
+        i = _WS.match(text, i).end()
+        if text.startswith("}", i):
+            break
+        if not text.startswith(",", i):
+            raise json.JSONDecodeError("Expecting ',' delimiter", text, i)
+        i = _WS.match(text, i + 1).end()
+    i = _WS.match(text, i + 1).end()
+    if i != len(text):
+        raise json.JSONDecodeError("Extra data", text, i)
+    return data
+
+
+def _decode_categories(decoder: json.JSONDecoder, text: str, i: int, where: str, max_classes: int) -> tuple[list, int]:
+    """The list starting at ``text[i]`` ("[") and the index after it; DatasetError at its entry
+    past ``max_classes``."""
+    out: list = []
+    i = _WS.match(text, i + 1).end()
+    if text.startswith("]", i):
+        return out, i + 1
+    while True:
+        if len(out) == max_classes:
+            raise DatasetError(
+                f"'categories' holds at least {max_classes + 1} classes, over the limit of {max_classes} (read no further); "
+                f"check the class list, or raise --max-classes (up to {MAX_CLASSES}) if the dataset really has that many",
+                path=where,
+            )
+        item, i = decoder.raw_decode(text, i)
+        out.append(item)
+        i = _WS.match(text, i).end()
+        if text.startswith("]", i):
+            return out, i + 1
+        if not text.startswith(",", i):
+            raise json.JSONDecodeError("Expecting ',' delimiter", text, i)
+        i = _WS.match(text, i + 1).end()
+
+
+def _finite(value: int | float) -> bool:
+    """``math.isfinite``, False (not OverflowError) for an integer past float's range."""
+    try:
+        return math.isfinite(value)
+    except OverflowError:
+        return False
+
+
+def _is_id(value, *, strings: bool = True) -> bool:
+    """Whether ``value`` is an id the reader can index and print: an int, or (``strings``) a
+    string of at most ``MAX_ID_CHARS``."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        return True
+    return strings and isinstance(value, str) and len(value) <= MAX_ID_CHARS
+
+
 def _validate(data: dict, json_path: Path) -> None:
     """Check every entry the reader relies on, so pycocotools' index never sees a bad one."""
     where = str(json_path)
     for i, cat in enumerate(data["categories"]):
         if not isinstance(cat, dict) or "id" not in cat or "name" not in cat:
             raise DatasetError(f"categories[{i}] needs 'id' and 'name'", path=where)
+        if not _is_id(cat["id"], strings=False):
+            raise DatasetError(
+                f"categories[{i}]: field 'id' is {shown(cat['id'], 60)}; category ids are integers", path=where
+            )
+        name = cat["name"]
+        if isinstance(name, bool) or not isinstance(name, (str, int, float)):
+            raise DatasetError(
+                f"categories[{i}] (id {cat['id']}): field 'name' is {shown(name, 60)}; a class name is a string",
+                path=where,
+            )
     cat_ids = [c["id"] for c in data["categories"]]
     if len(set(cat_ids)) != len(cat_ids):
         raise DatasetError("duplicate category ids; each category needs its own id", path=where)
@@ -137,6 +285,12 @@ def _validate(data: dict, json_path: Path) -> None:
     for i, img in enumerate(data["images"]):
         if not isinstance(img, dict) or any(k not in img for k in _REQUIRED_IMAGE):
             raise DatasetError(f"images[{i}] needs keys {list(_REQUIRED_IMAGE)}", path=where)
+        if not _is_id(img["id"]):
+            raise DatasetError(
+                f"images[{i}]: field 'id' is {shown(img['id'], 60)}; an image id is an integer "
+                f"(or a string of at most {MAX_ID_CHARS} characters)",
+                path=where,
+            )
         w, h = img["width"], img["height"]
         if not (isinstance(w, int) and isinstance(h, int) and w > 0 and h > 0):
             raise DatasetError(
@@ -151,6 +305,13 @@ def _validate(data: dict, json_path: Path) -> None:
     for i, ann in enumerate(data["annotations"]):
         if not isinstance(ann, dict) or any(k not in ann for k in _REQUIRED_ANN):
             raise DatasetError(f"annotations[{i}] needs keys {list(_REQUIRED_ANN)}", path=where)
+        for key in ("id", "image_id", "category_id"):
+            if not _is_id(ann[key]):
+                raise DatasetError(
+                    f"annotations[{i}]: field {key!r} is {shown(ann[key], 60)}; ids are integers "
+                    f"(or strings of at most {MAX_ID_CHARS} characters)",
+                    path=where,
+                )
         if ann["image_id"] not in image_ids:
             raise DatasetError(
                 f"annotations[{i}] (id {ann['id']}) points at unknown image id {ann['image_id']!r}; add the image to 'images' or remove the annotation",
@@ -158,17 +319,17 @@ def _validate(data: dict, json_path: Path) -> None:
             )
         if ann["category_id"] not in known_cats:
             raise DatasetError(
-                f"annotations[{i}] (id {ann['id']}) has unknown category id {ann['category_id']!r}; known ids are {sorted(known_cats)}",
+                f"annotations[{i}] (id {ann['id']}) has unknown category id {ann['category_id']!r}; known ids are {shown(sorted(known_cats))}",
                 path=where,
             )
         bbox = ann["bbox"]
         if not (isinstance(bbox, list) and len(bbox) == 4 and all(isinstance(v, (int, float)) for v in bbox)):
             raise DatasetError(
-                f"annotations[{i}] (id {ann['id']}): bbox must be 4 numbers [x, y, w, h], got {bbox!r}", path=where
+                f"annotations[{i}] (id {ann['id']}): bbox must be 4 numbers [x, y, w, h], got {shown(bbox)}", path=where
             )
         # Python's json reads NaN, Infinity and -Infinity; a box made of them would be stored
         # and trained on (NaN passes every comparison the reader makes as False).
-        if not all(math.isfinite(v) for v in bbox):
+        if not all(_finite(v) for v in bbox):
             image = f"image id {ann['image_id']}, {file_names[ann['image_id']]}"
             raise DatasetError(
                 f"annotations[{i}] (id {ann['id']}, {image}): bbox holds a number that is not "
@@ -182,9 +343,11 @@ def _check_file_name(name, i: int, image_id, where: str) -> None:
     """A ``file_name`` must stay inside the images folder: relative, without ``..``. An
     annotation file is data, and data must not make the preparing process read (and serve)
     any file it can open (``../../home/x/.ssh/...``, ``/etc/...``)."""
-    if not isinstance(name, str) or not name:
+    if not isinstance(name, str) or not name or len(name) > MAX_FILE_NAME_CHARS:
         raise DatasetError(
-            f"images[{i}] (id {image_id}): field 'file_name' must be a non-empty string, got {name!r}", path=where
+            f"images[{i}] (id {image_id}): field 'file_name' must be a non-empty string of at most "
+            f"{MAX_FILE_NAME_CHARS} characters, got {shown(name, 200)}",
+            path=where,
         )
     parts = name.replace("\\", "/").split("/")
     if name.startswith("/") or os.path.isabs(name) or ".." in parts or "\0" in name:
@@ -219,7 +382,7 @@ def _polygon(segmentation, width: int, height: int, json_path: Path, ann_id) -> 
             )
         try:
             pts = np.asarray(part, dtype=np.float64).reshape(-1, 2)
-        except (TypeError, ValueError):
+        except (TypeError, ValueError, OverflowError):  # OverflowError: an integer past float's range
             raise DatasetError(f"annotation id {ann_id}: polygon holds non-numbers", path=str(json_path)) from None
         if not np.isfinite(pts).all():
             raise DatasetError(
@@ -255,7 +418,7 @@ def flip_idx_from_names(names: list[str], where: str) -> tuple[int, ...]:
     lowered = [n.lower() for n in names]
     if len(set(lowered)) != len(lowered):
         raise DatasetError(
-            f"the categories' keypoint names {names} repeat a name; each keypoint needs its own name to pair it "
+            f"the categories' keypoint names {shown(names)} repeat a name; each keypoint needs its own name to pair it "
             "with its mirror (left_* with right_*)",
             path=where,
         )
@@ -269,7 +432,7 @@ def flip_idx_from_names(names: list[str], where: str) -> tuple[int, ...]:
             flip.append(index[mirror])
         else:
             raise DatasetError(
-                f"keypoint {i} {name!r} has no mirror {mirror!r} among the keypoint names {names}, so the flip pairs "
+                f"keypoint {i} {shown(name, 60)} has no mirror {shown(mirror, 60)} among the keypoint names {shown(names)}, so the flip pairs "
                 "(flip_idx) cannot be derived: a name with a left or right word needs its partner. Rename the keypoints "
                 "so every left_* has a right_*, or convert the set to YOLO pose labels with a data.yaml that states "
                 "'flip_idx'",
@@ -287,7 +450,13 @@ def _keypoint_names(data: dict, where: str) -> list[str]:
             continue
         if not (isinstance(names, list) and names and all(isinstance(n, str) for n in names)):
             raise DatasetError(
-                f"categories[{i}] (id {cat['id']}): 'keypoints' must be a non-empty list of keypoint names, got {names!r}",
+                f"categories[{i}] (id {cat['id']}): 'keypoints' must be a non-empty list of keypoint names, got {shown(names)}",
+                path=where,
+            )
+        if len(names) > MAX_KEYPOINTS:
+            raise DatasetError(
+                f"categories[{i}] (id {cat['id']}): 'keypoints' names {len(names)} keypoints, over the limit of "
+                f"{MAX_KEYPOINTS} (what a trainer's attach carries); check the category",
                 path=where,
             )
         lists[cat["id"]] = names
@@ -301,7 +470,7 @@ def _keypoint_names(data: dict, where: str) -> list[str]:
     for cid, names in lists.items():
         if names != first:
             raise DatasetError(
-                f"category id {cid} names keypoints {names}, category id {first_id} {first}: one pose dataset has one "
+                f"category id {cid} names keypoints {shown(names)}, category id {first_id} {shown(first)}: one pose dataset has one "
                 "keypoint layout; give every category with keypoints the same list",
                 path=where,
             )
@@ -324,11 +493,14 @@ def _ann_keypoints(ann: dict, k: int, width: int, height: int, where: str) -> np
             "the categories name); fix the annotation or the category's keypoint names",
             path=where,
         )
-    pts = np.asarray(raw, dtype=np.float64).reshape(k, 3)
-    if not np.isfinite(pts).all() or (pts[:, 2] < 0).any():
+    try:
+        pts = np.asarray(raw, dtype=np.float64).reshape(k, 3)
+    except OverflowError:  # an integer past float's range: not finite either
+        pts = np.full((k, 3), np.inf)
+    if not np.isfinite(pts).all() or (pts[:, 2] < 0).any() or (pts[:, 2] > MAX_VISIBILITY).any():
         raise DatasetError(
-            f"{image}: 'keypoints' holds a number that is not finite or a negative visibility; write finite pixel "
-            "coordinates and visibility 0 (absent), 1 (occluded) or 2 (visible)",
+            f"{image}: 'keypoints' holds a number that is not finite or a negative visibility or one over "
+            f"{MAX_VISIBILITY:g}; write finite pixel coordinates and visibility 0 (absent), 1 (occluded) or 2 (visible)",
             path=where,
         )
     return pts / np.array([width, height, 1.0])
@@ -355,7 +527,7 @@ def read_coco(
             "('cls x1 y1 x2 y2 x3 y3 x4 y4', the 4 corners normalised) with a data.yaml, or pass --task detect",
             path=str(json_path),
         )
-    data = _load_json(json_path)
+    data = _load_json(json_path, max_classes)
     images_dir = Path(os.path.abspath(images)) if images is not None else default_images_dir(json_path)
     if not images_dir.is_dir():
         raise MissingFileError(

@@ -41,130 +41,72 @@ import logging
 import os
 from pathlib import Path
 
-import yaml
-
-from ...shared.errors import DatasetError, MissingFileError
+from ...shared.errors import DatasetError, MissingFileError, PixpoolError
 from ...shared.stream.config import DEFAULT_MAX_CLASSES, DEFAULT_MAX_INSTANCES
 from ...shared.stream.records import Dataset, Record
+from ...shared.stream.yolo_layout import IMAGE_SUFFIXES, images_from_list, images_in, label_path_for
 from ...shared.stream.yolo_yaml import load_yaml, resolve_entry, split_entries, split_root
 from ...shared.task import TaskSpec, task_spec
-from ._common import IMAGE_SUFFIXES, ReaderStats, check_class_names, make_record
+from ...shared.text import shown
+from ...shared.wire.trainer import MAX_KEYPOINTS
+from ._common import ReaderStats, check_class_count, check_class_names, make_record
 from .yolo_labels import parse_label_file
 
 logger = logging.getLogger(__name__)
 
 
-def label_path_for(image_path: str | os.PathLike) -> Path:
-    """The label file of an image: last ``images`` component -> ``labels``, suffix -> ``.txt``.
-
-    Raises DatasetError when the path has no ``images`` component (no sibling labels folder).
-    """
-    parts = list(Path(image_path).parts)
-    for i in range(len(parts) - 2, -1, -1):  # a folder component, never the file name
-        if parts[i] == "images":
-            parts[i] = "labels"
-            return Path(*parts).with_suffix(".txt")
-    raise DatasetError(
-        "no 'images' folder in the path, so there is no sibling 'labels' folder; YOLO datasets keep images in .../images/... and labels in .../labels/...",
-        path=str(image_path),
-    )
+# A class name as YAML may write it: ``person``, ``1``, ``1.5``, ``yes`` (str() as before).
+_NAME_TYPES = (str, int, float, bool)
 
 
-def _suffix(name: str) -> str:
-    """``PurePath(name).suffix``, without making a Path of every one of 100k names."""
-    i = name.rfind(".")
-    return name[i:] if 0 < i < len(name) - 1 else ""
-
-
-def _images_in(folder: Path, dirs: list[str] | None = None) -> list[Path]:
-    """Every image file under ``folder``, as ``folder.rglob("*")`` filtered by suffix and
-    ``is_file()`` finds them (symlinked folders are not entered, a folder that cannot be read
-    is skipped), with one ``scandir`` per folder. Each folder looked into is appended to
-    ``dirs``: its listing is part of what the dataset depends on (``Dataset.listed_dirs``)."""
-    found = []
-    stack = [str(folder)]
-    while stack:
-        d = stack.pop()
-        if dirs is not None:
-            dirs.append(d)
-        try:
-            with os.scandir(d) as it:
-                entries = list(it)
-        except PermissionError:
-            continue
-        for entry in entries:
-            try:
-                if entry.is_dir(follow_symlinks=False):
-                    stack.append(entry.path)
-                    continue
-            except OSError:
-                continue
-            if _suffix(entry.name).lower() in IMAGE_SUFFIXES and _is_file(entry):
-                found.append(Path(entry.path))
-    return found
-
-
-def _is_file(entry: os.DirEntry) -> bool:
-    try:
-        return entry.is_file()  # follows a symlink, as Path.is_file does
-    except OSError:
-        return False
-
-
-def _images_from_list(list_path: Path) -> list[Path]:
-    try:
-        text = list_path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise DatasetError(f"cannot read the image list ({exc})", path=str(list_path)) from None
-    out = []
-    for lineno, line in enumerate(text.splitlines(), start=1):
-        entry = line.strip()
-        if not entry:
-            continue
-        path = Path(os.path.abspath(list_path.parent / entry))
-        if path.suffix.lower() not in IMAGE_SUFFIXES:
-            raise DatasetError(
-                f"{entry!r} is not an image file (suffixes: {' '.join(sorted(IMAGE_SUFFIXES))})",
-                path=str(list_path),
-                line=lineno,
-            )
-        if not path.is_file():
-            raise MissingFileError(
-                f"image file does not exist (listed in {list_path} line {lineno}); add the file or remove the line",
-                path=str(path),
-            )
-        out.append(path)
-    return out
-
-
-def _names(raw, yaml_path: Path) -> tuple[str, ...]:
+def _names(raw, yaml_path: Path, max_classes: int) -> tuple[str, ...]:
+    """The data.yaml's ``names`` in id order: counted against ``max_classes`` and type-checked
+    before any name is turned into text."""
+    if not isinstance(raw, (list, dict)):
+        raise DatasetError("'names' must be a list of class names or a {id: name} mapping", path=str(yaml_path))
+    check_class_count(len(raw), max_classes=max_classes, path=str(yaml_path), what="the data.yaml's 'names'")
     if isinstance(raw, list):
-        return tuple(str(n) for n in raw)
-    if isinstance(raw, dict):
-        try:
-            ids = sorted(int(k) for k in raw)
-        except (TypeError, ValueError):
-            raise DatasetError("'names' keys must be integer class ids", path=str(yaml_path)) from None
-        if ids != list(range(len(ids))):
-            raise DatasetError(f"'names' ids must be 0..{len(ids) - 1} without gaps, got {ids}", path=str(yaml_path))
-        by_id = {int(k): str(v) for k, v in raw.items()}
-        return tuple(by_id[i] for i in ids)
-    raise DatasetError("'names' must be a list of class names or a {id: name} mapping", path=str(yaml_path))
+        values = raw
+    else:
+        ids = []
+        for k in raw:
+            if isinstance(k, bool) or not isinstance(k, (int, str)) or (isinstance(k, str) and len(k) > 20):
+                raise DatasetError(f"'names' key {shown(k, 40)} is not an integer class id", path=str(yaml_path))
+            try:
+                ids.append(int(k))
+            except ValueError:
+                raise DatasetError(
+                    f"'names' key {shown(k, 40)} is not an integer class id", path=str(yaml_path)
+                ) from None
+        if sorted(ids) != list(range(len(ids))):
+            raise DatasetError(
+                f"'names' ids must be 0..{len(ids) - 1} without gaps, got {shown(sorted(ids))}", path=str(yaml_path)
+            )
+        by_id = dict(zip(ids, raw.values()))
+        values = [by_id[i] for i in range(len(ids))]
+    for i, name in enumerate(values):
+        if not isinstance(name, _NAME_TYPES):
+            raise DatasetError(
+                f"'names' entry {i} is {shown(name, 60)} ({type(name).__name__}); a class name is a string",
+                path=str(yaml_path),
+            )
+    return tuple(str(n) for n in values)
 
 
 def _kpt_shape(raw, yaml_path: Path) -> tuple[int, int]:
-    """The data.yaml's ``kpt_shape`` as (K, D); DatasetError naming the field otherwise."""
+    """The data.yaml's ``kpt_shape`` as (K, D), 1 <= K <= ``MAX_KEYPOINTS`` (what an ``attached``
+    reply may carry); DatasetError naming the field otherwise."""
     ok = (
         isinstance(raw, (list, tuple))
         and len(raw) == 2
         and all(isinstance(v, int) and not isinstance(v, bool) for v in raw)
-        and raw[0] >= 1
+        and 1 <= raw[0] <= MAX_KEYPOINTS
         and raw[1] in (2, 3)
     )
     if not ok:
         raise DatasetError(
-            f"'kpt_shape' is {raw!r}; the pose task needs 'kpt_shape: [K, D]' with K >= 1 keypoints and D = 2 (x y) "
-            "or 3 (x y visibility), e.g. 'kpt_shape: [17, 3]'",
+            f"'kpt_shape' is {shown(raw)}; the pose task needs 'kpt_shape: [K, D]' with 1 <= K <= {MAX_KEYPOINTS} "
+            "keypoints and D = 2 (x y) or 3 (x y visibility), e.g. 'kpt_shape: [17, 3]'",
             path=str(yaml_path),
         )
     return int(raw[0]), int(raw[1])
@@ -182,10 +124,12 @@ def _flip_idx(raw, k: int, yaml_path: Path) -> tuple[int, ...] | None:
         )
         return None
     if not (isinstance(raw, (list, tuple)) and all(isinstance(v, int) and not isinstance(v, bool) for v in raw)):
-        raise DatasetError(f"'flip_idx' is {raw!r}; it must be a list of {k} keypoint indices", path=str(yaml_path))
-    if sorted(raw) != list(range(k)):
         raise DatasetError(
-            f"'flip_idx' {list(raw)} is not a permutation of 0..{k - 1} (kpt_shape has K = {k} keypoints): each keypoint "
+            f"'flip_idx' is {shown(raw)}; it must be a list of {k} keypoint indices", path=str(yaml_path)
+        )
+    if len(raw) != k or sorted(raw) != list(range(k)):  # k is bounded (_kpt_shape); raw by the yaml's bounds
+        raise DatasetError(
+            f"'flip_idx' {shown(list(raw))} is not a permutation of 0..{k - 1} (kpt_shape has K = {k} keypoints): each keypoint "
             "must appear once, as the index it takes under a left-right flip (its own index when it has no mirror)",
             path=str(yaml_path),
         )
@@ -255,8 +199,8 @@ def _finish(
 def yaml_has_split(yaml_path: str | os.PathLike, split: str) -> bool:
     """Whether a readable ``data.yaml`` names a ``split`` (``val``) entry."""
     try:
-        data = yaml.safe_load(Path(yaml_path).read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, yaml.YAMLError):
+        data = load_yaml(Path(yaml_path))  # its bounds: a yaml that breaks one names no split
+    except PixpoolError:
         return False
     return isinstance(data, dict) and data.get(split) not in (None, "", [], {})
 
@@ -279,11 +223,11 @@ def read_yolo_yaml(
                 f"missing '{key}'; a YOLO data.yaml needs '{split}' (images folder or list) and 'names' (class names)",
                 path=str(yaml_path),
             )
-    names = _names(data["names"], yaml_path)
+    names = _names(data["names"], yaml_path, max_classes)
     check_class_names(names, max_classes=max_classes, path=str(yaml_path), what="the data.yaml's 'names'")
     if "nc" in data and data["nc"] != len(names):
         raise DatasetError(
-            f"'nc' is {data['nc']} but 'names' lists {len(names)} classes; make them agree", path=str(yaml_path)
+            f"'nc' is {shown(data['nc'])} but 'names' lists {len(names)} classes; make them agree", path=str(yaml_path)
         )
 
     # kpt_shape matters for every task: a detect read of a pose set keeps the pose lines' boxes.
@@ -312,9 +256,9 @@ def read_yolo_yaml(
     for entry in split_entries(data[split], yaml_path, split):
         path = resolve_entry(entry, root, yaml_path, split, absent)
         if path.is_dir():
-            found = _images_in(path, dirs)
+            found = images_in(path, dirs)
         elif path.suffix.lower() == ".txt":
-            found = _images_from_list(path)
+            found = images_from_list(path)
             source_files.append(str(path))
         else:
             raise DatasetError(
@@ -366,7 +310,7 @@ def read_yolo_folder(
     if not folder.is_dir():
         raise MissingFileError("images folder does not exist", path=str(folder))
     dirs: list[str] = []
-    images = _images_in(folder, dirs)
+    images = images_in(folder, dirs)
     if not images:
         raise DatasetError(f"no images ({' '.join(sorted(IMAGE_SUFFIXES))}) in the folder", path=str(folder))
     label_path_for(images[0])  # fails early, naming the folder's layout problem

@@ -20,7 +20,8 @@ the image's width/height), those of Ultralytics' label files:
   Keypoints become (K, 3) x, y, visibility; for D = 2 visibility is 1 where x and y are both
   >= 0, else 0 (Ultralytics' ``verify_image_label``). Keypoint coordinates are kept as written
   (not clipped; the route decides what leaves the image), within the same tolerance as boxes;
-  a visibility must be >= 0.
+  a visibility must be within 0..``MAX_VISIBILITY`` (0 absent, 1 occluded, 2 visible: a
+  visibility of 1e30 would be kept as written, and 1e39 is infinite as float32).
 
 A line that does not fit the task raises DatasetError naming the file, the line, the fields
 found and expected, and what to change (``--task``, the data.yaml's ``kpt_shape``).
@@ -61,6 +62,8 @@ COORD_TOLERANCE = 0.01
 MAX_LINE_CHARS = 1 << 26
 #: Most fields in one line: the class and 4M points.
 MAX_LINE_FIELDS = 1 + 2 * (1 << 22)
+#: Largest keypoint visibility: COCO's 2 (visible); 0 absent, 1 occluded.
+MAX_VISIBILITY = 2.0
 #: A line longer than this is split piece by piece (``_split``).
 _PIECE_CHARS = 1 << 20
 # What str.split() splits on: re's \s is str.isspace() for str patterns (its documentation).
@@ -214,8 +217,9 @@ def _keypoints(values: np.ndarray, kpt_shape: tuple[int, int], where: str, linen
     out = np.empty((k, 3), dtype=np.float64)
     out[:, :2] = raw[:, :2]
     if d == 3:
-        if (raw[:, 2] < 0).any():
-            j = int(np.argmax(raw[:, 2] < 0))
+        bad = (raw[:, 2] < 0) | (raw[:, 2] > MAX_VISIBILITY)
+        if bad.any():
+            j = int(np.argmax(bad))
             raise DatasetError(
                 f"keypoint {j} has visibility {raw[j, 2]:g}; visibility is 0 (absent), 1 (occluded) or 2 (visible)",
                 path=where,

@@ -53,6 +53,9 @@ import signal
 from contextlib import contextmanager
 from types import ModuleType
 
+# Already imported with this package (``server/snapshot/__init__``); no numpy at the top.
+from ...shared.stream.config import DEFAULT_SNAPSHOT_DTYPE
+
 # Centred rows are written in bands of about this size: small enough that the band is still
 # in the CPU cache when pwrite copies it (about 10% faster than whole images on coco128).
 _BAND_NBYTES = 256 * 1024
@@ -149,7 +152,12 @@ class ArenaWriter:
     """
 
     def __init__(
-        self, arena_name: str, imgsz: int, dtype: str = "float32", store: str | None = None, mode: str = "pwrite"
+        self,
+        arena_name: str,
+        imgsz: int,
+        dtype: str = DEFAULT_SNAPSHOT_DTYPE,
+        store: str | None = None,
+        mode: str = "pwrite",
     ):
         import numpy as np
 
@@ -253,12 +261,20 @@ class ArenaWriter:
 
     def _raise_full(self, path: str, reason: str) -> None:
         from ...shared.errors import CapacityError
-        from ...shared.transport.names import DEFAULT_STORE
+        from ...shared.transport.names import DEFAULT_STORE, parse, snapshot_parts
+        from . import store_usage
 
         where = self.store or DEFAULT_STORE
+        parsed = parse(self.name)
+        segments = (
+            list(snapshot_parts(parsed.group).values()) if parsed is not None and parsed.kind == "snapshot" else []
+        )
+        # What the store holds now, this preparation's own files counted apart (its decode
+        # processes' semaphores live in /dev/shm too): the numbers say who filled it.
         raise CapacityError(
             f"the store {where} ran out of space while writing the image of {path} ({reason}): "
-            f"something else filled it after the capacity check; free space in {where} or use a smaller --imgsz"
+            f"{store_usage.describe(where, segments=segments)}; free space in {where}, enlarge it, "
+            "or use --dtype uint8 or a smaller --imgsz"
         ) from None
 
     def close(self) -> None:
@@ -310,7 +326,7 @@ def decode_shared(
     jobs: list,
     imgsz: int,
     after_each=None,
-    dtype: str = "float32",
+    dtype: str = DEFAULT_SNAPSHOT_DTYPE,
     store: str | None = None,
     mode: str = "pwrite",
     decoder: str = DEFAULT_DECODER,
@@ -400,7 +416,7 @@ def worker_decode(
     arena_name: str,
     jobs: list,
     imgsz: int,
-    dtype: str = "float32",
+    dtype: str = DEFAULT_SNAPSHOT_DTYPE,
     store: str | None = None,
     mode: str = "pwrite",
     decoder: str = DEFAULT_DECODER,

@@ -22,13 +22,15 @@ cannot be set from user space, and the inode changes when a file is replaced (``
 editors). A copied dataset has new inodes and ctimes: it is prepared again, never served
 stale.
 
-Where stat data cannot tell two versions of a file apart (``fs_trust.versionless``: a
-read-only mount, squashfs, erofs, iso9660 and the other image file systems, FUSE, FAT; or
-times that do not move, ``fs_trust.frozen_times``), every image on that file system is read
-and its sha256 goes in beside its stat (``hashed_devices``): v2 of a squashfs image with one
-photo changed at the same size gets another name. Everywhere else the pixels are trusted by
-stat, as before, so a detect set on ext4 or tmpfs keeps its name. What stat does not catch
-there: bytes changed behind the file system (a raw block device write), and an image
+Where stat data is not known to tell two versions of a file apart (``fs_trust.stat_vouches``
+is an allow-list: ext2/3/4, xfs, btrfs, f2fs, tmpfs mounted read-write, judged for what holds
+the bytes, so an overlay only where every layer is one of them and nothing on a loop device;
+also times that do not move, ``fs_trust.frozen_times``), every image on that file system is
+read and its sha256 goes in beside its stat (``hashed_devices``): v2 of a squashfs image with
+one photo changed at the same size gets another name, seen directly or through an overlay.
+Everywhere else the pixels are trusted by stat, as before, so a detect set on ext4 or tmpfs
+keeps its name. What stat does not catch there: bytes changed behind the file system (a raw
+write to the block device; an image file under a loop device is hashed), and an image
 rewritten through a shared mapping that was already dirty (its times move only on the first
 write after each writeback; ``fs_trust``); hashing every image at every start would cost a
 read of the whole dataset.
@@ -41,7 +43,7 @@ import logging
 import os
 
 from ...shared.errors import MissingFileError
-from ...shared.stream.config import FILL_VALUE
+from ...shared.stream.config import DEFAULT_SNAPSHOT_DTYPE, FILL_VALUE
 from ...shared.stream.records import Dataset
 from ...shared.task import task_spec
 from ...shared.transport.names import snapshot_base, snapshot_parts
@@ -50,9 +52,13 @@ from . import fs_trust, layout
 log = logging.getLogger(__name__)
 
 NAME_HEX_DIGITS = 16
+# How many names a snapshot may take (``candidate_bases``). Anyone who can read the dataset can
+# compute them and plant a file under each; a few spare names make one planted file cost the
+# victim a fresh name, not its service, and past them the refusal names every planted file.
+NAME_CANDIDATES = 8
 
 
-def fingerprint(dataset: Dataset, *, imgsz: int, fill: float = FILL_VALUE, dtype: str = "float32") -> str:
+def fingerprint(dataset: Dataset, *, imgsz: int, fill: float = FILL_VALUE, dtype: str = DEFAULT_SNAPSHOT_DTYPE) -> str:
     """sha256 hex of everything the snapshot's bytes depend on (see module docstring).
 
     ``dtype`` is the arena's pixel type by name (``config.SNAPSHOT_DTYPES``); it enters as
@@ -107,25 +113,40 @@ def image_stats(dataset: Dataset) -> dict[str, tuple[int, int, int, int, int]]:
 
 def hashed_devices(stats: dict[str, tuple[int, int, int, int, int]], *, what: str = "images") -> frozenset[int]:
     """The devices (``st_dev``) of the files in ``stats`` (path -> ``image_stats``' rows) whose
-    stat data cannot tell versions apart (``fs_trust``: a read-only or image file system, FUSE,
-    FAT, or times that do not move among those files). For the images it is what the
-    fingerprint hashes; the label index asks it again for the images (the same answer) and
-    for the labels."""
-    by_dev: dict[int, tuple[str, dict[tuple[int, int], tuple[int, int]]]] = {}
+    stat data cannot tell versions apart (``fs_trust``: a type off the allow-list, a read-only
+    mount, bytes held by an overlay layer or loop device that cannot vouch, or times that do not
+    move among those files). For the images it is what the fingerprint hashes; the label index
+    asks it again for the images (the same answer) and for the labels.
+
+    Each folder's files on a device are judged by one of them: one device can be seen through
+    several mounts (a bind mount made read-only, an overlay whose files show the device of the
+    layer below), and a device is hashed where any of them does not vouch."""
+    by_dev: dict[int, dict[tuple[int, int], tuple[int, int]]] = {}
+    folders: dict[tuple[int, str], str] = {}
     for path, (_, mtime_ns, ino, ctime_ns, dev) in stats.items():
-        _, files = by_dev.setdefault(dev, (path, {}))
+        files = by_dev.setdefault(dev, {})
         files[(ino, mtime_ns)] = (mtime_ns, ctime_ns)  # distinct files: 100k symlinks to 128 images are 128
+        folders.setdefault((dev, os.path.dirname(path)), path)
+    try:
+        table = fs_trust.mounts.read_mounts()
+    except OSError:
+        table = None  # identify says why, per file system
     out = set()
-    for dev, (path, files) in by_dev.items():
+    for (dev, _), path in folders.items():
+        if dev in out:
+            continue
         try:
-            fs = fs_trust.identify(path, dev)
+            fs = fs_trust.identify(path, dev, mount_table=table)
         except OSError as exc:  # what cannot be told apart by stat is hashed: the sound side
             log.warning("%s on %s are hashed: its file system is unknown (%s)", what, path, exc)
             out.add(dev)
             continue
-        if fs_trust.versionless(fs) or fs_trust.frozen_times(list(files.values())):
-            log.info("%s on %s (%s, device %d) are hashed: its stat data cannot tell versions apart", what, path,
-                     fs.type_name, dev)  # fmt: skip
+        if not fs_trust.stat_vouches(fs):
+            log.info("%s on %s (%s, device %d) are hashed: its stat data cannot tell versions apart (%s)", what,
+                     path, fs.type_name, dev, fs_trust.why_not(fs))  # fmt: skip
+            out.add(dev)
+        elif fs_trust.frozen_times(list(by_dev[dev].values())):
+            log.info("%s on %s (%s, device %d) are hashed: their times look frozen", what, path, fs.type_name, dev)
             out.add(dev)
     return frozenset(out)
 
@@ -140,7 +161,11 @@ def content_fingerprint(dataset: Dataset, *, imgsz: int, fill: float = FILL_VALU
 
 
 def lineage_of(
-    data: str | os.PathLike, images: str | os.PathLike | None, imgsz: int, dtype: str = "float32", task: str = "detect"
+    data: str | os.PathLike,
+    images: str | os.PathLike | None,
+    imgsz: int,
+    dtype: str = DEFAULT_SNAPSHOT_DTYPE,
+    task: str = "detect",
 ) -> str:
     """Which dataset (its path as given to prepare or serve), imgsz, dtype and task a snapshot
     comes from: a newer snapshot of the same lineage supersedes an older one (its inputs changed).
@@ -159,6 +184,15 @@ def lineage_of(
 def base_name(fp: str) -> str:
     """``pixpool-snap-<first 16 hex digits>``: the snapshot's base name."""
     return snapshot_base(fp[:NAME_HEX_DIGITS])
+
+
+def candidate_bases(fp: str) -> list[str]:
+    """The base names a snapshot of fingerprint ``fp`` may take, in the order they are tried:
+    ``base_name(fp)``, then one more hex digit of the fingerprint each (``reuse.choose_base``
+    takes the next one where another user's file sits under a name)."""
+    return [
+        snapshot_base(fp[: NAME_HEX_DIGITS + i]) for i in range(min(NAME_CANDIDATES, len(fp) - NAME_HEX_DIGITS + 1))
+    ]
 
 
 def segment_names(fp: str) -> dict[str, str]:

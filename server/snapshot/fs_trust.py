@@ -3,20 +3,28 @@
 Runs in the process that reads a dataset and names or re-attaches its snapshot (the daemon
 at start-up, ``pixpool prepare``): ``fingerprint.py`` asks it which images must be hashed,
 ``label_index.py`` which paths a restart may check by ``stat`` alone. Pure decisions on
-numbers (``versionless``, ``frozen_times``, ``label_vouched``) are kept apart from the
+numbers (``stat_vouches``, ``frozen_times``, ``label_vouched``) are kept apart from the
 calls that touch files (``identify``, ``file_digest``, ``listing_digest``).
 
-Why stat is not enough everywhere (issue 26, fault 4):
+Why stat is not enough everywhere:
 
 - A stat ``(size, mtime, inode, ctime)`` tells two versions of a file apart only where the
   kernel keeps the times: it sets the ctime on every write and no user-space call can set
-  it. File-system *images* store their times and inodes: squashfs (``-all-time``,
-  ``SOURCE_DATE_EPOCH``), erofs, iso9660, cramfs, udf and romfs give v1 and v2 of a dataset
-  the same stat for every file, and so do FUSE servers (squashfuse, archive mounts) and FAT,
-  whose ctime is no change time. So does any mount made read-only, and any file system whose
-  recorded times are frozen (every file the same ``mtime == ctime``, or the epoch: an overlay
-  whose lower layer is such an image looks like this).
-  Those are ``versionless``: their files are hashed.
+  it. That holds on a short allow-list of local file systems (``VOUCHING_TYPES``: ext2/3/4, xfs,
+  btrfs, f2fs, tmpfs, and an overlay whose every layer is one of them), mounted read-write,
+  and only for the file system that *holds the bytes*, which is not always the one a path
+  shows (``mounts.holder_distrust``): an overlay whose lower layer is a squashfs image shows
+  that image's stored times and inodes, so v2 of the image swapped in shows every stat of v1;
+  an ext4 image on a loop device swapped underneath keeps every stat and its ``f_fsid``. So an
+  overlay vouches only where all its layers do, and a file system on a loop device never.
+  Everything else is hashed: file-system images store their times and inodes (squashfs
+  ``-all-time``, ``SOURCE_DATE_EPOCH``, erofs, iso9660, cramfs, udf, romfs), FUSE servers make
+  them up, FAT's ctime is no change time, a network file system answers from an attribute
+  cache or from a server whose own file system is not known here, a read-only mount can be
+  the same path over another image, and a type not known here is not trusted. It is an
+  allow-list, not a list of what is known to be versionless: a type nobody thought of is
+  hashed, never trusted. Also hashed: a file system whose recorded times look frozen (every
+  file the same ``mtime == ctime``, or the epoch).
 - A write through a shared mapping moves mtime and ctime only on the first write to a clean
   page (the ``page_mkwrite`` fault); later writes to the still-dirty page move nothing until
   writeback has cleaned it. On tmpfs pages are never cleaned, so after the first write
@@ -26,9 +34,9 @@ Why stat is not enough everywhere (issue 26, fault 4):
   than the kernel takes to write a dirty page back (``writeback_window_ns``): any mapped write
   after that faults again and moves the ctime. Every other label is hashed.
 - The stat of a path is only ever compared on the file system it was taken on: the key holds
-  ``st_dev`` and the file system's type, ``f_fsid`` and read-only flag (``identify``); a remount
-  of another image at the same place, or another file system mounted over a folder, is a
-  change.
+  ``st_dev`` and the file system's type, ``f_fsid``, read-only flag and why what holds it does
+  not vouch (``identify``); a remount of another image at the same place, another file system
+  mounted over a folder, or a layer or loop device that vouched and no longer does, is a change.
 """
 
 from __future__ import annotations
@@ -39,19 +47,22 @@ import os
 import stat as stat_mod
 from dataclasses import dataclass
 
+from . import mounts
+
 # statfs(2) f_type values (linux/magic.h, fs/fuse, fs/exfat, fs/ntfs3).
 SQUASHFS, EROFS, ISO9660, CRAMFS, CRAMFS_WEND = 0x73717368, 0xE0F5E1E2, 0x9660, 0x28CD3D45, 0x453DCD28
 UDF, ROMFS, FUSE, MSDOS, EXFAT, NTFS3 = 0x15013346, 0x7275, 0x65735546, 0x4D44, 0x2011BAB0, 0x7366746E
-EXT4, XFS, BTRFS, F2FS, TMPFS = 0xEF53, 0x58465342, 0x9123683E, 0xF2F52010, 0x01021994
-# Whose stat cannot tell versions apart: times and inodes are stored, or made up by a server.
-VERSIONLESS_TYPES = frozenset({SQUASHFS, EROFS, ISO9660, CRAMFS, CRAMFS_WEND, UDF, ROMFS, FUSE, MSDOS, EXFAT, NTFS3})
+EXT4, XFS, BTRFS, F2FS, TMPFS, OVERLAYFS = 0xEF53, 0x58465342, 0x9123683E, 0xF2F52010, 0x01021994, 0x794C7630
+# The only types whose stat can vouch for content (module docstring), and then only where what
+# holds the bytes vouches too (``FileSystem.distrust``: an overlay's layers, a loop device).
+VOUCHING_TYPES = frozenset({EXT4, XFS, BTRFS, F2FS, TMPFS, OVERLAYFS})
 # Local file systems with writeback whose kernel moves the ctime on every write, mapped
 # writes included once per writeback (ext2/3/4 share one magic).
 WRITEBACK_TIMES = frozenset({EXT4, XFS, BTRFS, F2FS})
 TYPE_NAMES = {
     SQUASHFS: "squashfs", EROFS: "erofs", ISO9660: "iso9660", CRAMFS: "cramfs", CRAMFS_WEND: "cramfs", UDF: "udf",
     ROMFS: "romfs", FUSE: "fuse", MSDOS: "vfat", EXFAT: "exfat", NTFS3: "ntfs3", EXT4: "ext4", XFS: "xfs",
-    BTRFS: "btrfs", F2FS: "f2fs", TMPFS: "tmpfs",
+    BTRFS: "btrfs", F2FS: "f2fs", TMPFS: "tmpfs", OVERLAYFS: "overlay",
 }  # fmt: skip
 _EPOCH_FLOOR_NS = 1_000_000_000  # a time within a second of 1970: written by a tool, not a clock
 _READ_CHUNK = 1 << 20
@@ -65,19 +76,32 @@ class FileSystem:
     type: int  # statfs f_type
     fsid: int  # statvfs f_fsid
     readonly: bool  # ST_RDONLY in statvfs f_flag
+    # Why what holds the bytes cannot vouch ("" where it can): an overlay's layer, a loop device
+    # (``mounts.holder_distrust``; ``identify`` fills it in, an overlay's always from its layers).
+    distrust: str = ""
 
     @property
     def type_name(self) -> str:
         return TYPE_NAMES.get(self.type, hex(self.type))
 
-    def as_row(self) -> list[int]:
-        return [self.dev, self.type, self.fsid, int(self.readonly)]
+    def as_row(self) -> list:
+        return [self.dev, self.type, self.fsid, int(self.readonly), self.distrust]
 
 
 # -- decisions (numbers in, answers out) ---------------------------------------------------------
-def versionless(fs: FileSystem) -> bool:
-    """Whether stat data on ``fs`` cannot tell two versions of a file apart (module docstring)."""
-    return fs.readonly or fs.type in VERSIONLESS_TYPES
+def stat_vouches(fs: FileSystem) -> bool:
+    """Whether stat data on ``fs`` tells two versions of a file apart (module docstring): a type
+    on the allow-list, mounted read-write, its bytes held by nothing that cannot vouch."""
+    return not fs.readonly and not fs.distrust and fs.type in VOUCHING_TYPES
+
+
+def why_not(fs: FileSystem) -> str:
+    """Why stat on ``fs`` does not vouch, for a log line ("" where it does)."""
+    if fs.readonly:
+        return f"a read-only {fs.type_name} mount"
+    if fs.type not in VOUCHING_TYPES:
+        return f"{fs.type_name}, whose stat does not move with content"
+    return fs.distrust
 
 
 def frozen_times(times: list[tuple[int, int]]) -> bool:
@@ -113,7 +137,7 @@ def times_vouch(fs: FileSystem, window_ns: int | None) -> bool:
     """Whether a label's stat on ``fs`` can vouch for its bytes once the label has been quiet
     for longer than the writeback window: a read-write file system that moves times on mapped
     writes, and a window this kernel states."""
-    return window_ns is not None and not fs.readonly and fs.type in WRITEBACK_TIMES
+    return window_ns is not None and stat_vouches(fs) and fs.type in WRITEBACK_TIMES
 
 
 def label_vouched(fs: FileSystem, ctime_ns: int, *, read_started_ns: int, window_ns: int | None) -> bool:
@@ -143,10 +167,21 @@ def _statfs_type(path: str) -> int:
     return buf.f_type & 0xFFFFFFFF
 
 
-def identify(path: str, dev: int) -> FileSystem:
-    """The identity of the file system ``path`` (on device ``dev``, from its stat) lives on."""
+def identify(path: str, dev: int, *, mount_table: list | None = None) -> FileSystem:
+    """The identity of the file system ``path`` (on device ``dev``, from its stat) lives on, with
+    why what holds its bytes cannot vouch where the type alone would (``mounts.holder_distrust``,
+    on ``mount_table`` or ``/proc/self/mountinfo`` read now)."""
     vfs = os.statvfs(path)
-    return FileSystem(dev=dev, type=_statfs_type(path), fsid=vfs.f_fsid, readonly=bool(vfs.f_flag & os.ST_RDONLY))
+    kind, readonly = _statfs_type(path), bool(vfs.f_flag & os.ST_RDONLY)
+    distrust = ""
+    if kind in VOUCHING_TYPES and not readonly:  # elsewhere the type already says: hashed
+        try:
+            table = mounts.read_mounts() if mount_table is None else mount_table
+        except OSError as exc:
+            distrust = f"cannot read the mount table ({exc})"
+        else:
+            distrust = mounts.holder_distrust(path, mounts=table, shown_type=TYPE_NAMES[kind])
+    return FileSystem(dev=dev, type=kind, fsid=vfs.f_fsid, readonly=readonly, distrust=distrust)
 
 
 def open_regular(path: str) -> tuple[int, os.stat_result]:
@@ -201,7 +236,7 @@ def listing_digest(path: str) -> bytes:
 
 
 # Digests of image files already read by this process, keyed by their full stat: a restart on a
-# versionless file system hashes each image once although the fingerprint, the content
+# file system where stat does not vouch hashes each image once although the fingerprint, the content
 # fingerprint and the index all ask (``label_index.write_index`` empties it).
 _digests: dict[tuple, bytes] = {}
 _DIGESTS_MAX = 1_000_000

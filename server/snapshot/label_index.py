@@ -13,10 +13,11 @@ for every path the dataset depends on (``Dataset.source_files``, ``absent_files`
 "absent", and how a restart checks it (``STAT``, ``CONTENT``, ``LISTING``); the sha256 of every
 file checked by content and of every folder's listing checked by listing; and the identity of
 each file system those paths live on (``fs_trust.FileSystem``: device, type, ``f_fsid``,
-read-only flag).
+read-only flag, and why what holds its bytes does not vouch: an overlay's layer, a loop device).
 
 A restart first compares each file system's identity (a remount of another image at the same
-place, a mount made read-only, another file system mounted over a folder: a change), then
+place, a mount made read-only, another file system mounted over a folder, an overlay layer or
+loop device that vouched and no longer does: a change), then
 stats every path (the fast pre-filter: any difference is a change), then reads and hashes what
 stat cannot vouch for. If everything matches, the fingerprint is trusted and the snapshot
 attached without a label file being parsed. Any difference means a full read, as before.
@@ -35,7 +36,8 @@ What is checked how (``fs_trust`` says why):
   (on tmpfs a write through a mapping never moves the times; on an image file system, FUSE or
   a read-only mount no write moves them; NFS may answer a stat from its attribute cache), and
   the images the fingerprint hashed (``fingerprint.hashed_devices``: on a file system whose
-  stat cannot tell versions apart).
+  stat is not known to tell versions apart: ``fs_trust.stat_vouches`` is an allow-list, judged
+  for what holds the bytes, an overlay's layers and a loop device included).
 - ``LISTING`` (stat, then the sha256 of the folder's listing): folders on such file systems.
 - ``RECENT``: a label checked like ``CONTENT`` only because it had changed within the
   writeback window when the dataset was read (a set just downloaded or unpacked), on a file
@@ -87,7 +89,7 @@ log = logging.getLogger(__name__)
 MAGIC = b"PIXPLIX1"
 # Bump when what the index means changes. The code that reads labels is recorded as well
 # (``_version``): a new release may read them differently, so its first start reads in full.
-INDEX_VERSION = 3
+INDEX_VERSION = 4
 RACY_MARGIN_NS = 100_000_000
 _HEAD = struct.Struct("<8sIIQ32s")  # magic, version, reserved, body bytes, sha256 of the body
 _ABSENT = (-1, -1, -1, -1, -1)
@@ -103,12 +105,12 @@ def _version() -> str:
     from ...shared import __version__
     from ...shared.stream import records
     from .. import readers
-    from . import fingerprint, fs_trust
+    from . import fingerprint, fs_trust, mounts
 
     h = hashlib.sha256()
     folder = os.path.dirname(readers.__file__)
     sources = [os.path.join(folder, n) for n in sorted(os.listdir(folder)) if n.endswith(".py")]
-    for path in (*sources, records.__file__, fingerprint.__file__, fs_trust.__file__, __file__):
+    for path in (*sources, records.__file__, fingerprint.__file__, fs_trust.__file__, mounts.__file__, __file__):
         with open(path, "rb") as f:
             h.update(f.read())
     return f"{__version__} {h.hexdigest()[:16]}"
@@ -191,7 +193,7 @@ def write_index(
         return None
     finally:
         fs_trust.forget_digests()  # the fingerprint's image digests: this is their last use
-    log.info("label index for %s: %d paths checked by stat, %d by their bytes (%d of them until they are quiet), "
+    log.debug("label index for %s: %d paths checked by stat, %d by their bytes (%d of them until they are quiet), "
              "%d folders by their listing at a restart (server/snapshot/label_index.py says which and why)",
              snapshot.name, modes.count(STAT), modes.count(CONTENT) + modes.count(RECENT), modes.count(RECENT),
              modes.count(LISTING))  # fmt: skip
@@ -250,9 +252,10 @@ def _checks(dataset, paths: list[str], rows: list, *, read_started_ns: int):
     from .fingerprint import hashed_devices
 
     filesystems: dict[int, tuple] = {}
+    table = _mount_table()
     for i, (path, row) in enumerate(zip(paths, rows)):
         if row != _ABSENT and row[4] not in filesystems:
-            filesystems[row[4]] = (fs_trust.identify(path, row[4]), i)
+            filesystems[row[4]] = (fs_trust.identify(path, row[4], mount_table=table), i)
     images = {rec.image_path for rec in dataset.records}
     sources, dirs = set(dataset.source_files), set(dataset.listed_dirs)
     hashed_images = hashed_devices({p: r for p, r in zip(paths, rows) if p in images})  # the fingerprint's decision
@@ -278,11 +281,20 @@ def _checks(dataset, paths: list[str], rows: list, *, read_started_ns: int):
                 if _row(st) != row:  # changed since its stat a moment ago: racy (module docstring)
                     raise _Racy(path)
                 digests.append(digest)
-            elif path in dirs and (row[4] in untrusted or fs_trust.versionless(fs)):
+            elif path in dirs and (row[4] in untrusted or not fs_trust.stat_vouches(fs)):
                 mode = LISTING
                 digests.append(fs_trust.listing_digest(path))
         modes.append(mode)
     return modes, digests, list(filesystems.values())
+
+
+def _mount_table():
+    """/proc/self/mountinfo, read once for every file system judged; None where it cannot be read
+    (``identify`` then says so for each, and nothing on it vouches)."""
+    try:
+        return fs_trust.mounts.read_mounts()
+    except OSError:
+        return None
 
 
 def _pack_body(meta: dict, arrays: dict[str, np.ndarray]) -> bytes:
@@ -356,8 +368,9 @@ def read_index(name: str, store: str) -> IndexedSet:
             check_modes=arrays["check_modes"].reshape(-1),
             check_digests=arrays["check_digests"].reshape(-1, _DIGEST),
             filesystems=tuple(
-                (fs_trust.FileSystem(dev=int(d), type=int(t), fsid=int(f), readonly=bool(r)), int(probe))
-                for d, t, f, r, probe in meta["filesystems"]
+                (fs_trust.FileSystem(dev=int(d), type=int(t), fsid=int(f), readonly=bool(r), distrust=str(why)),
+                 int(probe))
+                for d, t, f, r, why, probe in meta["filesystems"]
             ),
             meta={k: v for k, v in meta.items() if k != "sections"},
         )  # fmt: skip
@@ -382,10 +395,11 @@ def first_change(index: IndexedSet) -> str | None:
 
 
 def _filesystem_change(index: IndexedSet) -> str | None:
+    table = _mount_table()
     for fs, probe in index.filesystems:
         path = index.check_paths[probe]
         try:
-            now = fs_trust.identify(path, os.stat(path).st_dev)
+            now = fs_trust.identify(path, os.stat(path).st_dev, mount_table=table)
         except OSError:
             return path
         if now != fs:

@@ -96,10 +96,51 @@ def load_split(
     set's class names, which a validation set must have (checked before it is prepared);
     ``warned``: the sets of images without labels already warned about (a data.yaml whose val:
     is its train: folder, the demo's, reads the same images twice: one warning)."""
-    from . import label_index
-    from .fingerprint import content_fingerprint
-    from .prepare import prepare_snapshot
+    opened = open_split(
+        config, options, data, images, split, lineage, warned=warned, train_names=train_names, use_index=use_index
+    )
+    return finish_split(opened, options, lineage, progress=progress)
 
+
+@dataclass
+class OpenedSplit:
+    """A split before anything is decoded: re-attached on its label index (``indexed``: the index
+    and the snapshot, which this holds until ``finish_split`` or ``close``), or read in full
+    (``dataset``, ``stats``). The daemon opens every split first, so that its check at start-up
+    (``planning.py``) sees what each will take before the first is prepared."""
+
+    split: str
+    indexed: tuple | None = None
+    dataset: Any = None
+    stats: Any = None
+    t0: float = 0.0
+    started_ns: int = 0
+
+    @property
+    def names(self) -> tuple:
+        """The split's class names (its label index's, or the reader's)."""
+        return tuple(self.indexed[0].names if self.indexed is not None else self.dataset.names)
+
+    def close(self) -> None:
+        """Let go of a re-attached snapshot that will not be served (a failure before serving)."""
+        if self.indexed is not None:
+            self.indexed[1].close()
+            self.indexed = None
+
+
+def open_split(
+    config: DaemonConfig,
+    options: PrepareOptions,
+    data,
+    images,
+    split: str,
+    lineage: str,
+    *,
+    warned: set,
+    train_names=None,
+    use_index: bool = True,
+) -> OpenedSplit:
+    """``load_split``'s first half: the snapshot re-attached on its label index, or the split read."""
     t0 = time.perf_counter()
     indexed = _indexed(config, options, lineage) if use_index else None
     if indexed is not None:
@@ -110,11 +151,34 @@ def load_split(
             snap.close()
             raise
         _log_missing(index.records, index.labels_missing, index.missing_label_example, data, warned)
-        return LoadedSplit(snap, tuple(index.names), index.record_paths, index.content, reused=True,
-                           seconds=time.perf_counter() - t0)  # fmt: skip
+        return OpenedSplit(split, indexed=indexed, t0=t0)
     started_ns = time.time_ns()
     dataset, stats = read_split(config, data, images, split, warned=warned, train_names=train_names)
-    result = prepare_snapshot(dataset, options, progress=progress, lineage=lineage)
+    return OpenedSplit(split, dataset=dataset, stats=stats, t0=t0, started_ns=started_ns)
+
+
+def finish_split(
+    opened: OpenedSplit,
+    options: PrepareOptions,
+    lineage: str,
+    *,
+    progress: bool = False,
+    header_sizes: dict | None = None,
+) -> LoadedSplit:
+    """``load_split``'s second half: the split ``open_split`` opened, prepared (or re-attached) and
+    indexed. ``header_sizes``: image path -> (h, w) already read (the daemon's check at start-up)."""
+    from . import label_index
+    from .fingerprint import content_fingerprint
+    from .prepare import prepare_snapshot
+
+    if opened.indexed is not None:
+        index, snap = opened.indexed
+        opened.indexed = None  # the LoadedSplit's now
+        return LoadedSplit(snap, tuple(index.names), index.record_paths, index.content, reused=True,
+                           seconds=time.perf_counter() - opened.t0)  # fmt: skip
+    dataset, stats = opened.dataset, opened.stats
+    opened.dataset = opened.stats = None  # the records go out of scope with this call (module docstring)
+    result = prepare_snapshot(dataset, options, progress=progress, lineage=lineage, header_sizes=header_sizes)
     snap = result.snapshot
     # The float32 fingerprint is the content's whatever the arena's dtype; only a uint8
     # snapshot pays a second pass (one stat per image file) to compute it.
@@ -122,8 +186,9 @@ def load_split(
     paths = PathTable.from_paths(rec.image_path for rec in dataset.records)
     try:
         label_index.write_index(
-            snap, dataset, stats, lineage=lineage, content=content, read_started_ns=started_ns, record_paths=paths
-        )
+            snap, dataset, stats, lineage=lineage, content=content, read_started_ns=opened.started_ns,
+            record_paths=paths,
+        )  # fmt: skip
     except OSError as exc:  # the index only saves time: a store that cannot hold it costs a full read next time
         log.warning("no label index written beside %s: %s", snap.name, exc)
     return LoadedSplit(snap, tuple(dataset.names), paths, content, reused=bool(result.reused), seconds=result.seconds,
@@ -156,10 +221,11 @@ def _indexed(config: DaemonConfig, options: PrepareOptions, lineage: str):
     this daemon may serve as a full read would; None otherwise (read in full). What a full read
     would refuse (an image over ``max_instances_per_image``, more classes than ``max_classes``,
     a set without any label file) is read in full, so that the refusal says what it says today."""
+    from ...shared.errors import UntrustedSegmentError
+    from ...shared.transport.names import snapshot_parts
     from . import label_index
-    from .fingerprint import segment_names
     from .prepare import check_budget
-    from .reuse import BeingPrepared, existing_snapshot
+    from .reuse import BeingPrepared, choose_base, existing_snapshot
 
     index = label_index.find_trusted(lineage, store=options.store)
     if index is None or index.task != config.task:
@@ -169,8 +235,12 @@ def _indexed(config: DaemonConfig, options: PrepareOptions, lineage: str):
     if index.labels_missing and index.labels_missing == index.records and not config.allow_unlabelled:
         return None
     try:
-        snap = existing_snapshot(index.base, segment_names(index.fingerprint), store=options.store)
-    except BeingPrepared:
+        # The snapshot beside its index, under whichever name it took: the one a full read
+        # would take (``reuse.choose_base``, which also reports what another user planted).
+        if choose_base(index.fingerprint, store=options.store) != index.base:
+            return None
+        snap = existing_snapshot(index.base, snapshot_parts(index.base), store=options.store)
+    except (BeingPrepared, UntrustedSegmentError):  # a full read chooses the name again
         return None
     if snap is None:
         return None

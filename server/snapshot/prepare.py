@@ -7,7 +7,9 @@ it (``decode_worker.py``: the decode side, work sharing, the write path).
 
 Order of work, and why:
 1. Fingerprint the inputs (stat every image, hash annotation files and arrays). If a
-   complete snapshot with that name exists, attach it and decode nothing.
+   complete snapshot of that fingerprint exists, attach it and decode nothing. Its name is
+   derived from the fingerprint, the next derived one where another user's file sits under a
+   name (``reuse.choose_base``).
 2. Start the workers, with the spawn method like every worker of the service: a fresh
    interpreter importing numpy and cv2 takes 0.15-0.5 s and ~0.15 s of CPU. Fork would be
    ready in milliseconds, but the child would inherit OpenCV's and OpenBLAS's thread pools
@@ -67,16 +69,18 @@ import numpy as np
 import psutil
 
 from ...shared.errors import CapacityError, ConfigError, DatasetError, ImageDecodeError, MissingFileError, SnapshotError
-from ...shared.stream.config import FILL_VALUE, PrepareOptions
+from ...shared.stream.config import DEFAULT_SNAPSHOT_DTYPE, FILL_VALUE, PrepareOptions
 from ...shared.stream.records import Dataset
+from ...shared.transport.names import snapshot_parts
 from ...shared.transport.shm import SharedSegment
 from ...shared.transport.store import DEFAULT_STORE, check_store, free_nbytes, is_memory
-from . import decode, layout
+from . import decode, layout, store_usage
 from .arena_pages import write_mode
 from .decode_worker import DEFAULT_DECODER, WorkShare, decode_shared, worker_decode, worker_init, worker_started
-from .fingerprint import base_name, fingerprint, segment_names
+from .fingerprint import fingerprint
 from .handle import Snapshot
-from .reuse import BeingPrepared, existing_snapshot, remove_superseded
+from .headers import jpeg_size_hw
+from .reuse import BeingPrepared, choose_base, existing_snapshot, remove_superseded
 
 log = logging.getLogger(__name__)
 
@@ -101,7 +105,7 @@ class PrepareResult:
     target_bytes: int
     index_bytes: int
     processes: int
-    dtype: str = "float32"
+    dtype: str = DEFAULT_SNAPSHOT_DTYPE
     task: str = "detect"
     polygon_bytes: int = 0  # of target_bytes: the polygons (offsets and points)
     keypoint_bytes: int = 0  # of target_bytes: the keypoints and flip_idx (pose)
@@ -137,7 +141,12 @@ def header_size_hw(path: str) -> tuple[int, int]:
     Also refuses, before anything is allocated, what a decoder would accept silently: a
     JPEG without its end-of-image marker (cut off: OpenCV pads the missing rows with grey
     and says nothing), and a header claiming more pixels than Pillow's decompression-bomb
-    limit (``Image.MAX_IMAGE_PIXELS`` x 2)."""
+    limit (``Image.MAX_IMAGE_PIXELS`` x 2). A plain JPEG is answered by ``headers.jpeg_size_hw``
+    (its frame header, a third of Pillow's time), which leaves every other file, and every
+    refusal, to Pillow here."""
+    fast = jpeg_size_hw(path)
+    if fast is not None:
+        return fast
     from PIL import Image, UnidentifiedImageError
 
     try:
@@ -184,7 +193,7 @@ def _smaller(imgsz: int, dtype: str) -> str:
 
 
 def check_budget(
-    total_nbytes: int, budget_nbytes: int | None, *, what: str, imgsz: int, dtype: str = "float32"
+    total_nbytes: int, budget_nbytes: int | None, *, what: str, imgsz: int, dtype: str = DEFAULT_SNAPSHOT_DTYPE
 ) -> None:
     """CapacityError if a snapshot of ``total_nbytes`` exceeds the memory budget."""
     if budget_nbytes is not None and total_nbytes > budget_nbytes:
@@ -194,13 +203,22 @@ def check_budget(
         )
 
 
-def check_capacity(total_nbytes: int, *, imgsz: int, dtype: str = "float32", store: str = DEFAULT_STORE) -> None:
+def check_capacity(
+    total_nbytes: int, *, imgsz: int, dtype: str = DEFAULT_SNAPSHOT_DTYPE, store: str = DEFAULT_STORE
+) -> None:
     """CapacityError unless the store (and, for a store in memory, available memory) can hold ``total_nbytes``."""
     shm_free = free_nbytes(store)
     if total_nbytes > shm_free:
         memory = is_memory(store)
+        sems, heaps, own = store_usage.own_shm_files(store)
+        held = (
+            f" (its decode processes' {sems} POSIX semaphore(s) and {heaps} shared-counter file(s) in /dev/shm "
+            f"already hold {own} bytes of it)"
+            if sems or heaps
+            else ""
+        )
         raise CapacityError(
-            f"the snapshot needs {total_nbytes} bytes but the store {store} has {shm_free} bytes free; "
+            f"the snapshot needs {total_nbytes} bytes but the store {store} has {shm_free} bytes free{held}; "
             f"{_smaller(imgsz, dtype)}, remove old snapshots with `pixpool clean`, "
             + (
                 f"put the snapshot on a local disk (--store DIR) or enlarge {store} (docker: --shm-size; mount -o remount,size=...)"
@@ -218,11 +236,29 @@ def check_capacity(total_nbytes: int, *, imgsz: int, dtype: str = "float32", sto
         )
 
 
+def _allocated_nbytes(sizes: dict[str, int], store: str) -> int:
+    """What segments of ``sizes`` take in ``store``: each a whole number of its blocks (a
+    tmpfs page, a huge page), so that a snapshot that passes the capacity check also fits
+    at the last page of its last write."""
+    block = os.statvfs(store).f_frsize or 1
+    return sum(-(-nbytes // block) * block for nbytes in sizes.values())
+
+
 # -- the whole preparation ---------------------------------------------------------------------
-def _plan(records, imgsz: int, itemsize: int = 4, kpt_count: int = 0, flip_count: int = 0):
+def _plan(
+    records,
+    imgsz: int,
+    itemsize: int = 4,
+    kpt_count: int = 0,
+    flip_count: int = 0,
+    header_sizes: dict[str, tuple[int, int]] | None = None,
+):
     """Index rows, instance/point totals and segment sizes, from image headers only
-    (``kpt_count`` keypoints per instance and ``flip_count`` flip entries: the pose task's K or 0)."""
-    header_cache: dict[str, tuple[int, int]] = {}
+    (``kpt_count`` keypoints per instance and ``flip_count`` flip entries: the pose task's K or 0).
+    ``header_sizes``: image path -> (h, w) already read (``planning.read_header_sizes``); a path
+    not in it is read here. With every size given this is pure arithmetic: ``pixpool plan`` and
+    the daemon's check at start-up size a snapshot with it, so the sizes they say are these."""
+    header_cache: dict[str, tuple[int, int]] = dict(header_sizes or {})
     index = np.zeros(len(records), dtype=layout.INDEX_DTYPE)
     offset = inst = pts = max_inst = 0
     for i, rec in enumerate(records):
@@ -256,6 +292,7 @@ def prepare_snapshot(
     progress: bool = False,
     lineage: str | None = None,
     decoder: str = DEFAULT_DECODER,
+    header_sizes: dict[str, tuple[int, int]] | None = None,
 ) -> PrepareResult:
     """Decode ``dataset`` into a snapshot (or re-attach an identical one); see module docstring.
 
@@ -273,7 +310,9 @@ def prepare_snapshot(
     quarter of the bytes); it is part of the fingerprint, so only a snapshot of the same dtype
     is re-attached. ``decoder`` names the module whose ``decode_record(index, path)`` reads each
     record's image, in this process and in every decode worker (``decode_worker.DEFAULT_DECODER``;
-    tests pass a stand-in that fails at one record)."""
+    tests pass a stand-in that fails at one record). ``header_sizes``: image path -> (h, w) from
+    the headers, where the caller has read them (the daemon's check at start-up, ``planning.py``);
+    a file that changed since is caught by the decoder's size check, naming it."""
     t0 = time.perf_counter()
     if options is None:
         options = PrepareOptions()
@@ -293,12 +332,15 @@ def prepare_snapshot(
             f"task={options.task!r} (load_dataset(..., task=...)) or prepare with task={dataset.task!r}",
         )
     fp = fingerprint(dataset, imgsz=options.imgsz, dtype=options.dtype)
-    base = base_name(fp)
-    names = segment_names(fp)
     deadline = time.monotonic() + options.prepare_wait_s
     told = False
+    reported: set = set()  # planted files already logged by this call
     while True:
         try:
+            # Chosen again at every try: a name another user took while this process waited
+            # is passed over, and the snapshot another process made is found under its name.
+            base = choose_base(fp, store=options.store, reported=reported)
+            names = snapshot_parts(base)
             existing = existing_snapshot(base, names, store=options.store)
             if existing is not None:
                 try:
@@ -314,6 +356,7 @@ def prepare_snapshot(
                     raise
                 return _result(existing, reused=True, seconds=time.perf_counter() - t0, processes=0)
             build = _Build(dataset, options, fp=fp, base=base, names=names, lineage=lineage, decoder=decoder)
+            build.header_sizes = header_sizes  # read already by the daemon's check at start-up, or None
             snap = build.run(progress=progress)
             return _result(snap, reused=False, seconds=time.perf_counter() - t0, processes=options.processes)
         except BeingPrepared as exc:
@@ -364,6 +407,7 @@ class _Build:
             dataset, options, fp, base, names, lineage
         )  # fmt: skip
         self.decoder = decoder
+        self.header_sizes: dict[str, tuple[int, int]] | None = None
         self.records = dataset.records
         self.workers = min(options.processes, len(self.records)) - 1  # the preparing process is one of the decoders
         self.code = layout.CODE_OF[options.dtype]
@@ -404,10 +448,11 @@ class _Build:
         keypoints = ds.spec.has_keypoints
         kpt_count = ds.kpt_shape[0] if keypoints else 0
         flip_count = len(ds.flip_idx) if keypoints and ds.flip_idx is not None else 0
-        plan = _Plan(*_plan(self.records, opts.imgsz, layout.DTYPE_CODES[self.code].itemsize, kpt_count, flip_count))
+        itemsize = layout.DTYPE_CODES[self.code].itemsize
+        plan = _Plan(*_plan(self.records, opts.imgsz, itemsize, kpt_count, flip_count, self.header_sizes))
         what = f"the snapshot of {len(self.records)} records"
         check_budget(plan.nbytes, opts.memory_budget_nbytes, what=what, imgsz=opts.imgsz, dtype=opts.dtype)
-        check_capacity(plan.nbytes, imgsz=opts.imgsz, dtype=opts.dtype, store=opts.store)
+        check_capacity(_allocated_nbytes(plan.sizes, opts.store), imgsz=opts.imgsz, dtype=opts.dtype, store=opts.store)
         return plan
 
     def allocate(self, plan: _Plan) -> None:
@@ -626,6 +671,10 @@ def _progress_bar(total: int, enabled: bool):
         # No monitor thread: tqdm would start one at the first bar and keep it for the life
         # of the process (a thread nobody needs in a daemon).
         monitor_interval = 0
+        # A thread lock: tqdm's default adds a multiprocessing lock, a POSIX semaphore file in
+        # /dev/shm made at the first bar, after the capacity check, whose page a snapshot that
+        # fits to the page in /dev/shm would miss at its last write. Only this process draws bars.
+        _lock = threading.RLock()
 
     return _Bar(total=total, disable=not enabled, unit="img", desc="prepare", leave=False)
 

@@ -9,6 +9,13 @@ trust (``shared.transport.shm``: another user's, one others may write). What bel
 snapshot is decided by owner and content (``unit.py``), so another user's file under one of
 its names never keeps it nor goes with it. Temporary files that killed writers left
 (``shared.transport.publish``) are swept here too, at every prepare and re-attach.
+
+Which name a snapshot takes (``choose_base``): its names are derived from the fingerprint,
+which anyone who can read the dataset can compute, and /dev/shm is sticky, so a file another
+user plants under one of them can be removed by nobody but that user or root. Such a name is
+left alone and the next of ``fingerprint.candidate_bases`` is taken; the header's full
+fingerprint, not the name, says which of them holds this dataset's snapshot, so a re-attach
+finds it under whichever name it took.
 """
 
 from __future__ import annotations
@@ -18,9 +25,10 @@ import os
 
 from ...shared.errors import SnapshotError, UntrustedSegmentError
 from ...shared.transport.holds import holds_of, remove_unused
-from ...shared.transport.names import shm_path
+from ...shared.transport.names import expected_owner, shm_path, snapshot_parts
 from ...shared.transport.publish import sweep_debris
-from ...shared.transport.trusted import check_trusted
+from ...shared.transport.trusted import check_trusted, describe_owner
+from .fingerprint import candidate_bases
 from .handle import Snapshot, check_header, label_indexes, list_snapshots, read_header, unit_names
 
 log = logging.getLogger(__name__)
@@ -28,6 +36,67 @@ log = logging.getLogger(__name__)
 
 class BeingPrepared(SnapshotError):
     """Another live process is preparing this very snapshot (``prepare_snapshot`` waits)."""
+
+
+def choose_base(fp: str, *, store: str | None = None, reported: set | None = None) -> str:
+    """The base name the snapshot of fingerprint ``fp`` takes in ``store`` (module docstring):
+    of the names no other user's file sits under, the first that holds this user's complete
+    snapshot of ``fp``, else the first whose header names ``fp`` (one being prepared, or a killed
+    preparation's), else the first with no header of another fingerprint. Every planted file
+    passed over is logged, naming it and its owner, once per ``reported`` (a set the caller keeps
+    while it asks again, waiting for another preparation); UntrustedSegmentError where every name
+    is taken."""
+    planted: dict[str, int] = {}  # path -> owner uid
+    ranked: list[tuple[int, int, str]] = []  # (rank, position, base): complete of fp 0, of fp 1, free 2
+    for position, base in enumerate(candidate_bases(fp)):
+        names = snapshot_parts(base)
+        foreign = _foreign(names.values(), store)
+        if foreign:
+            planted.update(foreign)
+            continue
+        try:
+            header = read_header(names["meta"], store)
+        except SnapshotError:  # none (yet), or unreadable: ``existing_snapshot`` says what it is
+            header = None
+        if header is None or not header.fingerprint:
+            ranked.append((2, position, base))
+        elif header.fingerprint == fp:
+            ranked.append((0 if header.is_complete else 1, position, base))
+        # else: this user's snapshot of another fingerprint with the same leading digits; not ours to take
+    for path, uid in planted.items():
+        if reported is not None:
+            if (path, uid) in reported:
+                continue
+            reported.add((path, uid))
+        log.warning(
+            "%s belongs to %s, not to you: another user created it under a name of your snapshot; "
+            "left alone, the snapshot takes another name (ask that user or root to remove it)",
+            path,
+            describe_owner(uid),
+        )
+    if not ranked:
+        raise UntrustedSegmentError(
+            f"every name the snapshot of fingerprint {fp} may take in {store or 'the store'} is taken by another user's "
+            f"file: {', '.join(f'{p} ({describe_owner(u)})' for p, u in planted.items())}; ask that user (or root) to "
+            "remove them, or use a store only you can write (--store DIR)",
+            path=next(iter(planted), None),
+        )
+    return min(ranked)[2]
+
+
+def _foreign(names, store: str | None) -> dict[str, int]:
+    """path -> owner, for each of ``names`` present in ``store`` under another user's ownership
+    (never followed: a planted link is its planter's)."""
+    out = {}
+    for name in names:
+        path = shm_path(name, store)
+        try:
+            uid = os.lstat(path).st_uid
+        except FileNotFoundError:
+            continue
+        if uid != expected_owner(name):
+            out[path] = uid
+    return out
 
 
 def existing_snapshot(base: str, names: dict[str, str], *, store: str | None = None) -> Snapshot | None:

@@ -96,3 +96,15 @@ def draw(img: np.ndarray, pts: np.ndarray, colour: tuple[int, int, int], rng: np
 def yolo_line(cls: int, pts: np.ndarray, w: int, h: int) -> str:
     norm = pts / [w, h]
     return f"{cls} " + " ".join(f"{v:.6f}" for v in norm.reshape(-1))
+
+
+def background_declaration(num_images: int) -> list[str]:
+    """The data.yaml line that says the set's image without a label file is a background by
+    design (``readers.DECLARED_BACKGROUND_KEY``): reading the set then warns of nothing."""
+    from ..readers import DECLARED_BACKGROUND_KEY
+
+    if num_images <= BACKGROUND_INDICES[1]:
+        return []  # too few images to reach it: every image has a label file
+    return [
+        f"{DECLARED_BACKGROUND_KEY}: 1  # synth_{BACKGROUND_INDICES[1]:04d}.jpg has no label file: a background image"
+    ]

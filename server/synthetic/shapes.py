@@ -45,6 +45,7 @@ from .draw import (
     TINY_INDEX,
     SyntheticData,
     background,
+    background_declaration,
     draw,
     size_wh,
     yolo_line,
@@ -95,6 +96,7 @@ def _data_yaml(num_images: int, seed: int, task: str = "detect") -> str:
         f"nc: {len(CLASS_NAMES)}",
         "names:",
         *(f"  {i}: {name}" for i, name in enumerate(CLASS_NAMES)),
+        *background_declaration(num_images),
     ]
     return "\n".join(lines) + "\n"
 

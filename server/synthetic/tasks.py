@@ -88,6 +88,7 @@ def _yaml(task: str, num_images: int, seed: int, names: tuple[str, ...], extra: 
         "names:",
         *(f"  {i}: {name}" for i, name in enumerate(names)),
         *extra,
+        *_s.background_declaration(num_images),
     ]
     return "\n".join(lines) + "\n"
 

@@ -46,9 +46,14 @@ DEFAULT_MAX_CLASSES = 20_000
 # ``wire.trainer.MAX_NAMES_BYTES`` (806 KB packed; ``tests/unit/test_label_bounds.py`` checks).
 MAX_CLASSES = 1 << 17
 # Pixel types a snapshot's image arena may hold. float32: the pixel minus the fill, converted
-# and centred once at preparation. uint8: the pixel itself, a quarter of the bytes; the
-# route converts each value it reads to the same float32 (pixel - fill is exact in float32).
+# and centred once at preparation (the engineering log's snapshot). uint8: the pixel itself, a
+# quarter of the bytes; the route converts each value it reads to the same float32 (pixel -
+# fill is exact in float32), so the batches are byte-identical.
 SNAPSHOT_DTYPES = ("float32", "uint8")
+# The one default of every command and API that prepares or serves a snapshot: uint8 holds a
+# quarter of float32's bytes, gives the same batches and is read faster (the route's reads are
+# memory-bound). float32 stays one flag away (--dtype float32).
+DEFAULT_SNAPSHOT_DTYPE = "uint8"
 # Where copy-paste takes its pasted instances from: the sample's own mirror, or a random partner.
 COPY_PASTE_MODES = ("flip", "mixup")
 
@@ -277,8 +282,10 @@ class DaemonConfig:
     )
     processes: int = _opt(2, "decoder processes when preparing", lo=1, hi=256)
     dtype: str = _opt(
-        "float32",
-        "pixel type of the snapshot: float32 (centred once) or uint8 (a quarter of the bytes, same batches)",
+        DEFAULT_SNAPSHOT_DTYPE,
+        "pixel type of the snapshot: uint8 (a quarter of float32's bytes, the same batches, read faster) "
+        "or float32 (the pixel minus the fill, centred once at preparation: the engineering log's layout, "
+        "kept to check byte parity against)",
         choices=SNAPSHOT_DTYPES,
         changes_bytes=True,  # the snapshot's bytes; the batches are the same, which digest --in-process shows
     )
@@ -311,7 +318,10 @@ class DaemonConfig:
         metavar="DIR",
     )
     socket_dir: str | None = _opt(
-        None, "ipc socket directory, mode 0700 (default $XDG_RUNTIME_DIR/pixpool or <tmp>/pixpool-<uid>)", metavar="DIR"
+        None,
+        "ipc socket directory, mode 0700 (default $XDG_RUNTIME_DIR/pixpool, else <tmp>/pixpool-<uid>, "
+        "or ~/.pixpool/run-<host> where another user made that first)",
+        metavar="DIR",
     )
     tcp: str | None = _opt(None, "also serve remote trainers over TCP (requires --keys)", metavar="HOST:PORT")
     keys_dir: str | None = _opt(None, "CURVE key directory made by `pixpool keys DIR`", flag="--keys", metavar="DIR")

@@ -9,15 +9,24 @@ daemon that serves another (``check_served``): before this, only the class names
 compared, and a daemon serving another dataset with the same classes was trained on
 without a word.
 
-What names a split is resolved, never taken as spelled: the real paths of what its images
-come from (a data.yaml's split entries, resolved as the YOLO reader resolves them: against
-``path``, which resolves against the yaml's folder, and a ``../`` entry that does not exist
-retried without it; an images folder; a COCO json with its images folder), so a symlink,
-a relative path or another yaml naming the same folders is the same split. Both sides hash
-the sorted real paths into ``source_key`` (a reply stays small however many entries a yaml
-lists); messages show the first few. Beside it: the class names where the trainer's data
-names them (a data.yaml's ``names``), and the task where the trainer states one. The imgsz
-is compared by the daemon itself at attach (``StreamSettings.for_imgsz``).
+What names a split is the files its batches are read from, each resolved: for a YOLO split
+every image the reader finds (``yolo_layout.images_in`` over a folder, ``images_from_list``
+over a ``.txt`` list) and the label file it derives for that image from the path as found,
+never as resolved (``yolo_layout.label_dir_for``), with every ``.txt`` list; for a COCO json
+the json and its images folder (the reader takes each image as ``folder/file_name`` with a
+relative ``file_name`` without ``..``, so the folder's real path names every image). Both
+sides take the split's entries as the YOLO reader resolves them (a data.yaml's split entries
+against ``path``, which resolves against the yaml's folder, and a ``../`` entry that does not
+exist retried without it; an images folder; a COCO json with its images folder) and list
+them with the reader's own functions, so a symlink, a relative path or another yaml naming
+the same files is the same split, and two splits that differ in any file a batch is read
+from never are: a ``v2/`` whose ``images`` is a symlink to ``v1/images`` but whose
+``labels/`` are its own (a relabelled version that shares the pixels) is another dataset.
+Both sides hash the sorted real paths into ``files_key`` (a reply stays small however many
+files a split has); messages show the first few of the split's resolved entries. Beside it:
+the class names where the trainer's data names them (a data.yaml's ``names``), and the task
+where the trainer states one. The imgsz is compared by the daemon itself at attach
+(``StreamSettings.for_imgsz``).
 
 Not compared here: the files' content. A trainer cannot know it without reading every
 label; the snapshot's content fingerprint travels beside this description, and a daemon
@@ -33,11 +42,21 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import DatasetError, DatasetMismatchError, MissingFileError, PixpoolError
+from .yolo_layout import image_files_in, images_from_list, label_dir_for, label_name
 from .yolo_yaml import load_yaml, resolve_entry, split_entries, split_root
 
-__all__ = ["ExpectedData", "check_served", "describe", "expect", "expect_entries", "names_split", "split_sources"]
+__all__ = [
+    "ExpectedData",
+    "check_served",
+    "describe",
+    "expect",
+    "expect_entries",
+    "names_split",
+    "split_files",
+    "split_sources",
+]
 
-_SHOWN = 3  # source paths a reply or a message shows; source_key covers every one
+_SHOWN = 3  # source paths a reply or a message shows; files_key covers every file
 _YAML = (".yaml", ".yml")
 
 
@@ -49,21 +68,38 @@ def split_sources(
     A data.yaml gives its ``split`` entries; an images folder or a COCO json is the split
     itself, whatever ``split`` says (as ``pixpool serve --val DATA`` takes one). Raises
     MissingFileError or DatasetError, naming the file, where ``data`` cannot be resolved."""
+    return _real(_entries(data, images, split)[0])
+
+
+def split_files(
+    data: str | os.PathLike, images: str | os.PathLike | None = None, *, split: str = "train"
+) -> tuple[str, ...]:
+    """The sorted real paths of every file the ``split`` of ``data`` is read from (module
+    docstring): the split's entries themselves, and for YOLO each image with the label file
+    the reader derives for it, and each ``.txt`` list. Raises as ``split_sources`` does, and
+    DatasetError naming the image where the YOLO layout has no labels folder for it."""
+    entries, coco = _entries(data, images, split)
+    return _real(entries) if coco else _yolo_files(entries)
+
+
+def _entries(data, images, split: str) -> tuple[list[Path], bool]:
+    """The split's entries as the reader resolves them (absolute, symlinks kept), and whether
+    ``data`` is a COCO json (its entries: the json and its images folder)."""
     path = Path(os.path.abspath(data))
     suffix = path.suffix.lower()
     if suffix in _YAML:
-        return _real(_yaml_entries(path, split))
+        return _yaml_entries(path, split), False
     if not path.exists():
         raise MissingFileError(
             "the dataset does not exist; name a COCO json, a YOLO data.yaml or an images folder", path=str(path)
         )
     if suffix == ".json":
-        return _real([path, Path(images) if images is not None else _default_coco_images(path)])
+        return [path, Path(os.path.abspath(images)) if images is not None else _default_coco_images(path)], True
     if images is not None:
         raise DatasetError(
             "images= (--images) applies to a COCO json only; a YOLO dataset finds its images itself", path=str(path)
         )
-    return _real([path])
+    return [path], False
 
 
 def names_split(data: str | os.PathLike, split: str) -> bool:
@@ -78,9 +114,9 @@ def names_split(data: str | os.PathLike, split: str) -> bool:
         return False
 
 
-def source_key(sources: tuple[str, ...]) -> str:
-    """sha256 hex of the sorted real paths: equal keys, the same image sources."""
-    return hashlib.sha256("\0".join(sorted(sources)).encode()).hexdigest()
+def files_key(files: tuple[str, ...]) -> str:
+    """sha256 hex of the sorted real paths (``split_files``): equal keys, the same files read."""
+    return hashlib.sha256("\0".join(sorted(files)).encode()).hexdigest()
 
 
 def describe(data: str | os.PathLike, images: str | os.PathLike | None, *, split: str, task: str) -> dict[str, Any]:
@@ -96,26 +132,28 @@ def describe(data: str | os.PathLike, images: str | os.PathLike | None, *, split
     }
     try:
         sources = split_sources(data, images, split=split)
+        files = split_files(data, images, split=split)
     except (OSError, PixpoolError) as exc:
         return {**out, "error": str(exc)[:500]}
-    return {**out, "source_key": source_key(sources), "sources": list(sources[:_SHOWN]), "source_count": len(sources)}
+    shown = {"sources": list(sources[:_SHOWN]), "source_count": len(sources), "file_count": len(files)}
+    return {**out, "files_key": files_key(files), **shown}
 
 
 @dataclass(frozen=True)
 class ExpectedData:
-    """The data a trainer names: its ``split``'s real ``sources``, its class ``names`` (None:
-    the data does not name them) and ``task`` (None: any). ``asked`` says, in the trainer's
-    words, what it named (``data=B.yaml``), for the message that refuses another."""
+    """The data a trainer names: its ``split``'s real ``sources`` (the resolved entries a message
+    shows), ``files_key`` and ``file_count`` of every file the split is read from
+    (``split_files``), its class ``names`` (None: the data does not name them) and ``task``
+    (None: any). ``asked`` says, in the trainer's words, what it named (``data=B.yaml``), for
+    the message that refuses another."""
 
     asked: str
     split: str
     sources: tuple[str, ...]
     names: tuple[str, ...] | None = None
     task: str | None = None
-
-    @property
-    def source_key(self) -> str:
-        return source_key(self.sources)
+    files_key: str = ""
+    file_count: int = 0
 
 
 def expect(
@@ -129,7 +167,9 @@ def expect(
     serve as ``split``: resolved as the daemon resolves what it serves (``describe``)."""
     asked = f"data={os.fspath(data)}" + ("" if images is None else f" images={os.fspath(images)}")
     names = _yaml_names(Path(data)) if Path(data).suffix.lower() in _YAML else None
-    return ExpectedData(asked, split, split_sources(data, images, split=split), names, task)
+    files = split_files(data, images, split=split)
+    sources = split_sources(data, images, split=split)
+    return ExpectedData(asked, split, sources, names, task, files_key=files_key(files), file_count=len(files))
 
 
 def expect_entries(
@@ -147,7 +187,9 @@ def expect_entries(
     for p in paths:
         if not p.exists():
             raise MissingFileError(f"the {split} split of {asked} names this, which does not exist", path=str(p))
-    return ExpectedData(asked, split, _real(paths), None if names is None else tuple(str(n) for n in names), task)
+    files = _yolo_files(paths)
+    names = None if names is None else tuple(str(n) for n in names)
+    return ExpectedData(asked, split, _real(paths), names, task, files_key=files_key(files), file_count=len(files))
 
 
 def check_served(expected: ExpectedData, attached: dict, *, where: str) -> None:
@@ -157,7 +199,7 @@ def check_served(expected: ExpectedData, attached: dict, *, where: str) -> None:
     snap = attached.get("snapshot")
     served = snap.get("served") if isinstance(snap, dict) else None
     daemon = _daemon_words(attached, where)
-    if not isinstance(served, dict) or "source_key" not in served:
+    if not isinstance(served, dict) or "files_key" not in served:
         why = served.get("error") if isinstance(served, dict) else None
         raise DatasetMismatchError(
             f"this trainer names {expected.asked}, but {daemon} does not say which files it serves "
@@ -189,8 +231,19 @@ def _differences(expected: ExpectedData, served: dict, attached: dict) -> list[s
     out = []
     if served.get("split") != expected.split:
         out.append(f"it serves its {served.get('split')} split to this trainer, not {expected.split}")
-    if served["source_key"] != expected.source_key:
-        out.append("other image sources")
+    if served["files_key"] != expected.files_key:
+        same_entries = served.get("sources") == list(expected.sources[:_SHOWN]) and served.get("source_count") == len(
+            expected.sources
+        )
+        if not same_entries:
+            out.append("other image sources")
+        else:
+            out.append(
+                f"the same image folders or lists, but other files are read from them ({expected.file_count} files "
+                f"named, {served.get('file_count')} served, images and label files resolved): each image's label file "
+                "is found beside the image path as named, not as it resolves, so a folder whose images are a symlink "
+                "to another's with a labels/ of its own is another dataset (a relabelled version)"
+            )
     names = [str(n) for n in attached.get("names") or []]
     if expected.names is not None and names != list(expected.names):
         out.append(
@@ -218,6 +271,62 @@ def _asked_dict(expected: ExpectedData) -> dict:
 
 def _real(paths) -> tuple[str, ...]:
     return tuple(sorted({os.path.realpath(p) for p in paths}))
+
+
+def _yolo_files(entries: list[Path]) -> tuple[str, ...]:
+    """The sorted real paths of what the YOLO reader reads for these resolved split entries:
+    each folder's images and each ``.txt`` list's (with the list), each with its label file
+    as the reader derives it from the image path as found (``yolo_layout``)."""
+    real = _RealPaths()
+    files = set(_real(entries))
+    for entry in entries:
+        if entry.is_dir():
+            found = image_files_in(entry)
+        elif entry.suffix.lower() == ".txt":
+            found = [os.fspath(p) for p in images_from_list(entry)]
+        else:
+            continue  # neither: the reader refuses such an entry, naming it
+        labels: dict[str, str] = {}  # image folder -> its labels folder, as named
+        for image in found:
+            folder, name = os.path.split(image)
+            label_dir = labels.get(folder)
+            if label_dir is None:
+                label_dir = labels[folder] = os.fspath(label_dir_for(folder, image=image))
+            files.add(real(folder, name))
+            files.add(real(label_dir, label_name(name)))
+    return tuple(sorted(files))
+
+
+class _RealPaths:
+    """``os.path.realpath`` of many files in few folders, for a split of 100k images: each
+    folder is resolved once and listed once for the names in it that are symlinks; any other
+    file resolves to its folder's real path and its name (per-file ``realpath`` took ~45 us,
+    seconds for a large split)."""
+
+    def __init__(self):
+        self._folders: dict[str, tuple[str, frozenset | None]] = {}
+
+    def __call__(self, folder: str, name: str) -> str:
+        known = self._folders.get(folder)
+        if known is None:
+            prefix = os.path.join(os.path.realpath(folder), "")  # with its trailing separator
+            known = self._folders[folder] = (prefix, _symlinks_in(folder))
+        prefix, links = known
+        if links is None or name in links:
+            return os.path.realpath(os.path.join(folder, name))
+        return prefix + name
+
+
+def _symlinks_in(folder: str) -> frozenset | None:
+    """The names in ``folder`` that are symlinks; empty where it does not exist (a label file
+    not there); None where it cannot be listed (then each file is resolved on its own)."""
+    try:
+        with os.scandir(folder) as it:
+            return frozenset(e.name for e in it if e.is_symlink())
+    except FileNotFoundError:
+        return frozenset()
+    except OSError:
+        return None
 
 
 def _yaml_entries(path: Path, split: str) -> list[Path]:

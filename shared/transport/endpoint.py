@@ -5,7 +5,10 @@ Runs in the daemon (bind side) and in trainers and CLI commands (connect side).
 - Local endpoint: ``ipc://<socket dir>/daemon.sock``. The socket directory is created mode
   0700 and must not be enterable by other users (group access is tolerated when an
   administrator set it up): whoever can enter it can talk to the daemon.
-  Default: ``$XDG_RUNTIME_DIR/pixpool``, else ``<tempdir>/pixpool-<uid>``.
+  Default: ``$XDG_RUNTIME_DIR/pixpool``, else ``<tempdir>/pixpool-<uid>``, else, where another
+  user made that one first (the temporary directory is everyone's, and sticky: only they or root
+  can remove it), ``~/.pixpool/run-<host>``, which nobody else can create
+  (``default_socket_dir``). The daemon and its clients decide alike, so they meet.
 - TCP: only with CURVE. ``pixpool keys DIR`` writes ``server.key``/``server.key_secret``,
   ``client.key``/``client.key_secret`` (ZeroMQ certificate files) and copies the client's
   public key into ``DIR/authorized/``; the daemon admits exactly the public keys found
@@ -18,8 +21,10 @@ Runs in the daemon (bind side) and in trainers and CLI commands (connect side).
 
 from __future__ import annotations
 
+import logging
 import os
 import shutil
+import socket
 import stat
 import tempfile
 from pathlib import Path
@@ -28,19 +33,59 @@ import zmq
 
 from ..errors import ConfigError
 
+log = logging.getLogger(__name__)
+
 SOCKET_NAME = "daemon.sock"
 
 
-def default_socket_dir() -> Path:
+def default_socket_dir(*, create: bool = False) -> Path:
+    """Where the daemon listens unless told (module docstring); with ``create``, the temporary
+    directory's ``pixpool-<uid>`` is made first where it is missing, so that the choice below
+    sees what is there now."""
     runtime = os.environ.get("XDG_RUNTIME_DIR")
     if runtime and os.path.isdir(runtime):
         return Path(runtime) / "pixpool"
-    return Path(tempfile.gettempdir()) / f"pixpool-{os.getuid()}"
+    shared = Path(tempfile.gettempdir()) / f"pixpool-{os.getuid()}"
+    if create:
+        try:
+            shared.mkdir(mode=0o700)
+        except FileExistsError:
+            pass
+    try:
+        owner = shared.lstat().st_uid
+    except FileNotFoundError:
+        # Gone since a daemon started in the fallback (its maker removed it): the daemon is still there.
+        private = _home_socket_dir()
+        return private if not create and (private / SOCKET_NAME).exists() else shared
+    if owner == os.geteuid():
+        return shared  # ours: ``socket_dir`` still refuses it if it is a link or open to others
+    private = _home_socket_dir()
+    if (shared, owner) not in _told:
+        _told.add((shared, owner))
+        log.warning(
+            "%s belongs to uid %d, not to you (uid %d): another user made it first; left alone, "
+            "the daemon's socket is in %s instead (or choose one with --socket-dir)",
+            shared,
+            owner,
+            os.geteuid(),
+            private,
+        )
+    return private
+
+
+_told: set = set()  # (directory, owner) already warned about in this process
+
+
+def _home_socket_dir() -> Path:
+    """``~/.pixpool/run-<host>``: under the home directory, where nobody else may create
+    anything; per host, since a home directory may be shared between machines (NFS) while a
+    unix socket is not."""
+    return Path(os.path.expanduser("~")) / ".pixpool" / f"run-{socket.gethostname()}"
 
 
 def socket_dir(path: str | os.PathLike | None, *, create: bool) -> Path:
     """The socket directory, created 0700 when asked; refuses one others can enter."""
-    d = Path(path) if path is not None else default_socket_dir()
+    d = Path(path) if path is not None else default_socket_dir(create=create)
     if d.is_symlink():
         target = os.readlink(d)
         state = "" if d.exists() else ", which does not exist"
@@ -48,7 +93,13 @@ def socket_dir(path: str | os.PathLike | None, *, create: bool) -> Path:
             f"socket directory {d} is a symbolic link (to {target}{state}); name a real directory with --socket-dir"
         )
     if create:
-        d.mkdir(mode=0o700, parents=True, exist_ok=True)
+        try:
+            d.mkdir(mode=0o700, parents=True, exist_ok=True)
+        except OSError as exc:
+            raise ConfigError(
+                f"cannot create the socket directory {d} ({exc.strerror}); choose one with --socket-dir "
+                "(or set XDG_RUNTIME_DIR)"
+            ) from None
     if not d.exists():
         return d
     check_private(

@@ -24,7 +24,7 @@ import stat
 from ..errors import UntrustedSegmentError
 from .names import DEFAULT_STORE, expected_owner
 
-__all__ = ["check_trusted", "file_kind", "open_trusted", "owner_of", "read_prefix", "segment_path"]
+__all__ = ["check_trusted", "describe_owner", "file_kind", "open_trusted", "owner_of", "read_prefix", "segment_path"]
 
 
 def segment_path(name: str, store: str | None = None) -> str:
@@ -42,6 +42,11 @@ def _user(uid: int) -> str:
         return f"uid {uid} ({pwd.getpwuid(uid).pw_name})"
     except KeyError:
         return f"uid {uid}"
+
+
+def describe_owner(uid: int) -> str:
+    """``uid 1001 (alice)``: a file's owner, for messages."""
+    return _user(uid)
 
 
 _KINDS = (

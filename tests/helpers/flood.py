@@ -103,3 +103,92 @@ def _await_connected(wave: list[socket.socket], timeout_s: float) -> int:
                 sel.unregister(key.fileobj)
                 pending -= 1
     return len(wave) - pending
+
+
+class HeldFlood:
+    """Idle connections from many loopback addresses, each opened again the moment the server
+    ends it, until ``close``: a flood kept up the way an attacker keeps one up.
+
+    A thread of this process watches every socket; what the server sends (a ZMTP greeting)
+    is read and dropped, and a socket the server ends (EOF or reset) is closed and replaced
+    by a new connection from the same source address."""
+
+    def __init__(self, host: str, port: int, sources: list[str], per_source: int):
+        for address in (host, *sources):
+            if not ipaddress.ip_address(address).is_loopback:
+                raise ValueError(f"HeldFlood uses loopback addresses only, not {address}")
+        self.host, self.port, self.sources, self.per_source = host, port, list(sources), per_source
+        self.reopened = 0  # connections the server ended and this flood opened again
+        self.failed = 0  # connects that failed at once (then that connection is not replaced)
+        self._sel = selectors.DefaultSelector()
+        self._wake_r, self._wake_w = socket.socketpair()
+        self._sel.register(self._wake_r, selectors.EVENT_READ)
+        self._stopping = False
+        self._thread = None
+
+    def start(self) -> HeldFlood:
+        import threading
+
+        for source in self.sources:
+            for _ in range(self.per_source):
+                self._open(source)
+        self._thread = threading.Thread(target=self._hold, name="held-flood", daemon=True)
+        self._thread.start()
+        return self
+
+    @property
+    def open_count(self) -> int:
+        return len(self._sel.get_map()) - 1
+
+    def _open(self, source: str) -> None:
+        s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        try:
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, _LINGER_0)
+            s.bind((source, 0))
+            s.setblocking(False)
+            code = s.connect_ex((self.host, self.port))
+            if code not in (0, errno.EINPROGRESS):
+                raise OSError(code, f"connect to {self.host}:{self.port} failed: {errno.errorcode.get(code, code)}")
+            self._sel.register(s, selectors.EVENT_READ, source)
+        except BaseException:
+            s.close()
+            raise
+
+    def _hold(self) -> None:
+        while not self._stopping:
+            for key, _ in self._sel.select(1.0):
+                if key.fileobj is self._wake_r:
+                    continue
+                s = key.fileobj
+                try:
+                    if s.recv(4096):
+                        continue  # the server's greeting: the connection stays, silent
+                except BlockingIOError:
+                    continue
+                except OSError:
+                    pass  # reset: ended, as by EOF
+                self._sel.unregister(s)
+                s.close()
+                if self._stopping:
+                    continue
+                try:
+                    self._open(key.data)
+                    self.reopened += 1
+                except OSError:
+                    self.failed += 1
+
+    def close(self) -> None:
+        self._stopping = True
+        self._wake_w.send(b"x")
+        if self._thread is not None:
+            self._thread.join(10.0)
+        for key in list(self._sel.get_map().values()):
+            key.fileobj.close()
+        self._sel.close()
+        self._wake_w.close()
+
+    def __enter__(self) -> HeldFlood:
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.close()

@@ -96,10 +96,11 @@ def test_status_and_monitor_commands(daemon, capsys):
         assert "batch rings" in out and str(st["daemon"]["pid"]) in out
         # The footprint a user watches: the decoded uint8 equivalent, and this trainer by role.
         assert "decoded uint8 cache of the same images" in out
+        assert "(uint8), batch rings" in out  # the snapshot's dtype: the default
         assert any(line.split()[:3] == [str(os.getpid()), "trainer", str(t["trainer_id"])] for line in out.splitlines())
         assert main(["monitor", "--socket-dir", d, "--once", "--json"]) == 0
         mem = json.loads(capsys.readouterr().out)["memory"]
-        assert mem["decoded_bytes"] * 4 == st["snapshot"]["image_bytes"]
+        assert mem["decoded_bytes"] == st["snapshot"]["image_bytes"] and mem["dtype"] == "uint8"  # the default
         it.close()
 
 

@@ -111,7 +111,8 @@ def test_total_ring_budget_refuses_an_attach_and_the_daemon_keeps_serving(synthe
     with real_daemon(synthetic_data.coco_json, imgsz=160, workers=1, max_total_ring_nbytes=1) as (proc, d):
         with pytest.raises(
             PixpoolError,
-            match=r"exceeds the daemon's budget of 1 bytes.*max_total_ring_nbytes \(pixpool serve --max-total-ring-nbytes\)",
+            match=r"the training ring .* exceeds the daemon's ring budget of 1 bytes \(set by --max-total-ring-nbytes\); "
+            r"use a smaller batch .*raise max_total_ring_nbytes \(pixpool serve --max-total-ring-nbytes\)",
         ):
             Client(s, socket_dir=d, timeout_s=WAIT_S)
         st = ask_status(d)

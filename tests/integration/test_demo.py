@@ -52,8 +52,17 @@ def test_demo_runs_two_trainers_and_leaves_nothing(tmp_path):
     # Two trainers, each with a training and a validation stream: counted as the 2 trainers they are.
     assert "if each of the 2 trainers kept its own" in " ".join(out.split()), out  # rich wraps at 80 columns
     # Each trainer validated after each of its epochs, on its own stream, and drew its results.
-    lines = re.findall(r"trainer (\d+) \(seed [01]\): epoch [12]/2 loss [\d.]+ mAP50 [\d.]+", out)
+    # The loss as Ultralytics shows it (box, cls, dfl), then the total the step minimises.
+    loss = r"box [\d.]+ cls [\d.]+ dfl [\d.]+ \(total [\d.]+ = sum x batch 4\)"
+    lines = re.findall(rf"trainer (\d+) \(seed [01]\): epoch [12]/2 {loss} mAP50 [\d.]+", out)
     assert len(lines) == 4, out
+    # The console is the demo's: its steps, the memory table and the epoch lines. The daemon's
+    # log (each trainer attached once, numbered 1 and 2 whatever it validates) is in the run folder.
+    assert proc.stderr == "", proc.stderr[-3000:]
+    assert "pixpool.server" not in out and "INFO" not in out, out
+    log = (runs / "daemon.log").read_text()
+    assert re.findall(r"trainer (\d+) attached", log) == ["1", "2"] and "validation stream" not in log, log
+    assert f"its log: {runs / 'daemon.log'}" in out
     # One numbering: the progress lines name each trainer as the memory table's process rows do.
     table = set(re.findall(r"^\s*\d+\s+trainer (\d+)\s", out, re.MULTILINE))
     assert set(lines) == table and len(table) == 2, out

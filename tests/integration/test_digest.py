@@ -19,7 +19,8 @@ def _digest(capsys, *argv: str) -> dict:
     return json.loads(capsys.readouterr().out)
 
 
-def test_snapshot_and_reference_digests_agree(synthetic_data, capsys) -> None:
+@pytest.mark.parametrize("dtype", ["uint8", "float32"])  # the default, and the other one
+def test_snapshot_and_reference_digests_agree(synthetic_data, capsys, dtype) -> None:
     before = set(list_segments())
     flags = [
         str(synthetic_data.coco_json),
@@ -36,6 +37,8 @@ def test_snapshot_and_reference_digests_agree(synthetic_data, capsys) -> None:
         "--in-process",
         "--processes",
         "1",
+        "--dtype",
+        dtype,
         "--copy-paste",
         "0.5",
         "--mixup",

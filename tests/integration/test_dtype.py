@@ -1,5 +1,6 @@
-"""The snapshot's dtype: a uint8 snapshot holds the float32 snapshot's integers at a quarter of
-the bytes, is another snapshot (name, reuse, lineage), and gives the very same batches.
+"""The snapshot's dtype: a uint8 snapshot (the default) holds the float32 snapshot's integers at
+a quarter of the bytes, is another snapshot (name, reuse, lineage), and gives the very same
+batches; the float32 snapshot stays one flag away (``--dtype float32``).
 
 Integration tests: preparation spawns a decode worker (``processes=2``); the daemon test
 starts a temporary daemon through ``pixpool digest``. Every snapshot made here is removed.
@@ -9,6 +10,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 
 import cv2
 import numpy as np
@@ -49,7 +51,7 @@ ROUTES = {
 
 def _prepare_pair(dataset, imgsz: int):
     """(float32 result, uint8 result), prepared here; the caller removes both."""
-    f32 = prepare_snapshot(dataset, PrepareOptions(imgsz=imgsz, processes=1))
+    f32 = prepare_snapshot(dataset, PrepareOptions(imgsz=imgsz, processes=1, dtype="float32"))
     try:
         u8 = prepare_snapshot(dataset, PrepareOptions(imgsz=imgsz, processes=2, dtype="uint8"))
     except BaseException:
@@ -123,7 +125,7 @@ def test_prepared_pixels_are_the_reference_decode(pair):
 def test_coco128_prepared_pixels_are_the_reference_decode(coco128):
     # Real photos, every record resized (320 < their long side), two decoders of each dtype.
     dataset = load_dataset(coco128 / "annotations" / "instances_train2017.json", coco128 / "images" / "train2017")
-    f32 = prepare_snapshot(dataset, PrepareOptions(imgsz=320, processes=2))
+    f32 = prepare_snapshot(dataset, PrepareOptions(imgsz=320, processes=2, dtype="float32"))
     try:
         u8 = prepare_snapshot(dataset, PrepareOptions(imgsz=320, processes=2, dtype="uint8"))
         try:
@@ -193,7 +195,7 @@ def test_a_new_snapshot_of_one_dtype_never_supersedes_the_other(synthetic_copy):
         assert lineage_of(data, None, 64, "uint8") != lineage_of(data, None, 64, "float32")
         f32 = prepare_snapshot(
             load_dataset(data),
-            PrepareOptions(imgsz=64, processes=1, keep_snapshot=True),
+            PrepareOptions(imgsz=64, processes=1, dtype="float32", keep_snapshot=True),
             lineage=lineage_of(data, None, 64, "float32"),
         )
         made.append(f32.snapshot.name)
@@ -201,7 +203,7 @@ def test_a_new_snapshot_of_one_dtype_never_supersedes_the_other(synthetic_copy):
         (synthetic_copy / "images" / "train" / "synth_0001.jpg").touch()  # a changed input: a new float32 snapshot
         f32b = prepare_snapshot(
             load_dataset(data),
-            PrepareOptions(imgsz=64, processes=1, keep_snapshot=True),
+            PrepareOptions(imgsz=64, processes=1, dtype="float32", keep_snapshot=True),
             lineage=lineage_of(data, None, 64, "float32"),
         )
         made.append(f32b.snapshot.name)
@@ -261,35 +263,42 @@ def test_the_python_api_refuses_an_unknown_dtype(synthetic_data):
     assert created_by_me(before) == []
 
 
-def test_daemon_digest_of_a_uint8_snapshot_equals_the_reference(synthetic_data, capsys):
-    """Through a temporary daemon (``pixpool digest --dtype uint8 --workers 1``): the bytes a
-    trainer receives from a uint8 snapshot are the reference pipeline's."""
+def test_daemon_digest_of_a_float32_snapshot_equals_the_reference(synthetic_data, capsys):
+    """Through a temporary daemon (``pixpool digest --dtype float32 --workers 1``): the bytes a
+    trainer receives from the float32 snapshot (one flag from the uint8 default, which
+    tests/integration/test_digest.py serves) are the reference pipeline's."""
     before = set(list_segments())
     # imgsz 128: not the module's snapshots (this process maps those; the digest commands must
     # make, and remove, their own)
     flags = [str(synthetic_data.coco_json), "--seed", "6", "--batches", "3", "--batch-size", "8", "--imgsz", "128", "--copy-paste", "0.5", "--mixup", "0.3",
              "--degrees", "5", "--flipud", "0.5", "--json"]  # fmt: skip
-    assert main(["digest", *flags, "--workers", "1", "--dtype", "uint8"]) == 0
+    assert main(["digest", *flags, "--workers", "1", "--dtype", "float32"]) == 0
     daemon = json.loads(capsys.readouterr().out)
     assert main(["digest", *flags, "--reference"]) == 0
     ref = json.loads(capsys.readouterr().out)
     assert daemon["path"] == "daemon" and len(daemon["digests"]) == 3 and daemon["digests"] == ref["digests"]
-    assert main(["digest", *flags, "--in-process", "--processes", "1", "--dtype", "uint8"]) == 0
+    assert main(["digest", *flags, "--in-process", "--processes", "1", "--dtype", "float32"]) == 0
     assert json.loads(capsys.readouterr().out)["digests"] == ref["digests"]
     assert created_by_me(before) == []
 
 
 def test_status_and_memory_report_the_dtype_held(synthetic_data, capsys):
-    with real_daemon(synthetic_data.coco_json, imgsz=160, workers=1, dtype="uint8") as (_, d):
+    # The float32 snapshot, asked for by name: the default (uint8) is what every other daemon
+    # test serves (tests/integration/test_memory.py, test_daemon.py).
+    with real_daemon(synthetic_data.coco_json, imgsz=160, workers=1, dtype="float32") as (_, d):
         assert main(["memory", "--socket-dir", d, "--json"]) == 0
         mem = json.loads(capsys.readouterr().out)
+        assert main(["memory", "--socket-dir", d]) == 0
+        report = capsys.readouterr().out
         assert main(["status", "--socket-dir", d, "--json"]) == 0
         st = json.loads(capsys.readouterr().out)
         assert main(["status", "--socket-dir", d]) == 0
         text = capsys.readouterr().out
-    assert mem["dtype"] == "uint8" and mem["image_bytes"] == mem["decoded_bytes"] > 0
-    assert st["snapshot"]["dtype"] == "uint8" and st["snapshot"]["image_bytes"] == mem["image_bytes"]
-    assert "uint8" in text.splitlines()[1]
+    assert mem["dtype"] == "float32" and mem["image_bytes"] == 4 * mem["decoded_bytes"] > 0
+    assert mem["snapshot_bytes"] > mem["image_bytes"]  # measured from the segments: images, index, targets
+    assert st["snapshot"]["dtype"] == "float32" and st["snapshot"]["image_bytes"] == mem["image_bytes"]
+    assert "float32" in text.splitlines()[1]
+    assert re.search(r"snapshot retained [\d.]+ \w+ \(float32\)", report), report
 
 
 def test_a_snapshot_centred_by_another_fill_is_refused_when_attached(pair):

@@ -58,18 +58,18 @@ def _stop_busy_worker(socket_dir: str) -> int | None:
     return w["pid"]
 
 
-@pytest.mark.parametrize("workers", [1, 2])
-def test_worker_killed_mid_batch_reruns_only_its_samples_stream_unchanged(synthetic_data, dataset, workers):
+# Each worker count also serves one snapshot dtype: the rerun's bytes do not depend on it either.
+@pytest.mark.parametrize(("workers", "dtype"), [(1, "float32"), (2, "uint8")])
+def test_worker_killed_mid_batch_reruns_only_its_samples_stream_unchanged(synthetic_data, dataset, workers, dtype):
     """A worker SIGKILLed while it renders its part of a slot: only that part's samples are
     rendered again (by its replacement or the other worker), and the batch's bytes and the
     epoch's samples are the reference's. Each part takes at least 0.3 s (``helpers.slow_renderer``,
     the real route's bytes), so the status polls between batches find a worker mid-part
     however fast the kernel is."""
     s = settings(11, batch_size=5)  # 24 records: 5 batches, parts of 2 and 3 samples with 2 workers
-    with real_daemon(synthetic_data.coco_json, imgsz=IMGSZ, workers=workers, renderer="helpers.slow_renderer") as (
-        _,
-        d,
-    ):
+    with real_daemon(
+        synthetic_data.coco_json, imgsz=IMGSZ, workers=workers, renderer="helpers.slow_renderer", dtype=dtype
+    ) as (_, d):
         got, samples, victim = [], [], None
         with Client(s, socket_dir=d, timeout_s=WAIT_S) as c:
             for b in c.epoch(0):
@@ -82,7 +82,7 @@ def test_worker_killed_mid_batch_reruns_only_its_samples_stream_unchanged(synthe
                         break
         assert victim is not None, "never caught the worker busy"
         st = ask_status(d)
-    assert st["daemon"]["worker_restarts"] == 1
+    assert st["snapshot"]["dtype"] == dtype and st["daemon"]["worker_restarts"] == 1
     assert victim not in [w["pid"] for w in st["workers"]]
     # The killed part never reported; re-running the whole batch would render the other
     # parts' samples twice. Exactly the epoch's samples were rendered to completion.
@@ -344,8 +344,9 @@ def _drop_images(coco_json, keep: int) -> int:
     return len(coco["images"])
 
 
-@pytest.mark.parametrize("follow", [False, True])
-def test_a_daemon_restarted_on_a_changed_dataset_stops_the_trainer_unless_it_follows(synthetic_copy, follow):
+# A uint8 snapshot's content fingerprint is computed, a float32 one's is its own: one case each.
+@pytest.mark.parametrize(("follow", "dtype"), [(False, "uint8"), (True, "float32")])
+def test_a_daemon_restarted_on_a_changed_dataset_stops_the_trainer_unless_it_follows(synthetic_copy, follow, dtype):
     """Fault class 6: the daemon is SIGKILLed and restarted in the same socket dir on a new
     version of the dataset (4 images fewer). The trainer must not go on silently on other
     images: it stops with SnapshotChangedError naming both snapshots, and its ring on the
@@ -359,8 +360,9 @@ def test_a_daemon_restarted_on_a_changed_dataset_stops_the_trainer_unless_it_fol
     d = short_socket_dir()
     leftovers: list[str] = []
     try:
-        with real_daemon(data, imgsz=IMGSZ, workers=1, socket_dir=d) as (proc_a, _):
+        with real_daemon(data, imgsz=IMGSZ, workers=1, socket_dir=d, dtype=dtype) as (proc_a, _):
             st_a = ask_status(d)
+            assert st_a["snapshot"]["dtype"] == dtype
             leftovers += st_a["snapshot"]["segments"]
             c = Client(s, socket_dir=d, timeout_s=WAIT_S, slots=2, follow_snapshot=follow)
             try:
@@ -375,7 +377,7 @@ def test_a_daemon_restarted_on_a_changed_dataset_stops_the_trainer_unless_it_fol
                 psutil.wait_procs(workers_a, timeout=15)
                 leftovers += segments_of(proc_a.pid)
                 kept = _drop_images(data, 20)
-                with real_daemon(data, imgsz=IMGSZ, workers=1, socket_dir=d) as (proc_b, _):
+                with real_daemon(data, imgsz=IMGSZ, workers=1, socket_dir=d, dtype=dtype) as (proc_b, _):
                     st_b = ask_status(d)
                     leftovers += st_b["snapshot"]["segments"]
                     assert st_b["snapshot"]["name"] != st_a["snapshot"]["name"]

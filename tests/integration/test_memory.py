@@ -56,7 +56,7 @@ def test_memory_report_agrees_with_the_kernel_and_counts_rings_once(synthetic_da
     for p in three["processes"]:  # the figures are the kernel's, read a moment apart
         assert abs(p["pss_bytes"] - direct[p["pid"]]) <= 0.01 * direct[p["pid"]], p
     assert three["total_pss_bytes"] == three["service_pss_bytes"] + three["trainers_pss_bytes"]
-    assert three["image_bytes"] == 4 * three["decoded_bytes"] and three["dtype"] == "float32"
+    assert three["image_bytes"] == three["decoded_bytes"] and three["dtype"] == "uint8"  # the default snapshot
     assert three["uint8_caches_bytes"] == 3 * three["decoded_bytes"] and len(three["rings"]) == 3
     ring = three["rings"][1]["bytes"]
     assert {r["slots"] for r in three["rings"]} == {3} and three[
@@ -119,6 +119,8 @@ def test_metrics_endpoint_scraped_and_parsed(synthetic_data):
         assert name in samples, name
     snap = {s.labels["segment"]: s.value for s in samples["pixpool_snapshot_bytes"]}
     assert set(snap) == set(st["snapshot"]["segments"])
+    # Each segment names the snapshot's pixel type, which the dashboard's legend shows.
+    assert {s.labels["dtype"] for s in samples["pixpool_snapshot_bytes"]} == {st["snapshot"]["dtype"]} == {"uint8"}
     assert samples["pixpool_decoded_equivalent_bytes"][0].value == st["snapshot"]["decoded_bytes"]
     assert {s.labels["role"] for s in samples["pixpool_process_pss_bytes"]} == {"daemon", "worker", "trainer"}
     assert {s.labels["pid"] for s in samples["pixpool_process_pss_bytes"] if s.labels["role"] == "daemon"} == {
@@ -142,7 +144,9 @@ def test_monitor_records_and_plot_draws_it(synthetic_data, tmp_path, capsys):
                 == 0
             )
             frame = capsys.readouterr().out
-    assert "break-even" in frame and "trainer 1" in frame and max(len(line) for line in frame.splitlines()) <= 80
+    assert "break-even" in frame and "trainer 1" in frame
+    # Piped (not a terminal): each sentence of the report stays one line, not cut at 80 columns.
+    assert any(line.startswith("break-even: ") and line.endswith(")") for line in frame.splitlines()), frame
     lines = record.read_text().splitlines()
     assert len(lines) == 3 and all(json.loads(line)["memory"]["trainers"] == 1 for line in lines)
     out = tmp_path / "mem.png"
@@ -177,11 +181,11 @@ def test_memory_budget_refuses_a_ring_and_keeps_serving(synthetic_data):
 def test_prepare_over_budget_is_refused_before_allocating(synthetic_data, capsys):
     before = set(list_segments())
     assert (
-        main(["prepare", str(synthetic_data.coco_json), "--imgsz", "96", "--processes", "1", "--memory-budget", "1M"])
+        main(["prepare", str(synthetic_data.coco_json), "--imgsz", "96", "--processes", "1", "--memory-budget", "100K"])
         == 1
-    )
+    )  # the (uint8) snapshot takes 472 KB
     err = capsys.readouterr().err
-    assert "over the memory budget of 1048576 bytes" in err and "--memory-budget" in err
+    assert "over the memory budget of 102400 bytes" in err and "--memory-budget" in err and "--imgsz (now 96)" in err
     assert created_by_me(before) == []
 
 

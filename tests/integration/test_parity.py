@@ -1,7 +1,8 @@
 """Byte parity: the snapshot path and the reference path render the very same samples.
 
 Snapshot path: ``prepare_snapshot`` then the route over its read-only shared-memory
-views. Reference path: ``ReferenceSource`` decodes, resizes and centres per call.
+views, for each snapshot dtype (uint8, the default, and float32). Reference path:
+``ReferenceSource`` decodes, resizes and centres per call.
 Compared: float image bytes before quantisation, packed targets, generator state.
 """
 
@@ -27,14 +28,13 @@ ROUTES = {
 }
 
 
-def _prepared(dataset, imgsz: int):
-    result = prepare_snapshot(dataset, PrepareOptions(imgsz=imgsz, processes=1))
-    return result
+DTYPES = ("uint8", "float32")  # every parity test runs on both snapshots
 
 
-def _both_paths(dataset, imgsz: int):
+def _both_paths(dataset, imgsz: int, dtype: str):
     """(snapshot, reference) over ``dataset``; the snapshot is removed after if this made it."""
-    result = _prepared(dataset, imgsz)
+    result = prepare_snapshot(dataset, PrepareOptions(imgsz=imgsz, processes=1, dtype=dtype))
+    assert result.snapshot.dtype == dtype
     try:
         yield result.snapshot, ReferenceSource(dataset, imgsz)
     finally:
@@ -43,14 +43,14 @@ def _both_paths(dataset, imgsz: int):
             result.snapshot.unlink()
 
 
-@pytest.fixture(scope="module")
-def synthetic(synthetic_data):
-    yield from _both_paths(load_dataset(synthetic_data.coco_json), 128)
+@pytest.fixture(scope="module", params=DTYPES)
+def synthetic(synthetic_data, request):
+    yield from _both_paths(load_dataset(synthetic_data.coco_json), 128, request.param)
 
 
-@pytest.fixture(scope="module")
-def coco(coco128):
-    yield from _both_paths(load_dataset(coco128 / "annotations" / "instances_train2017.json"), 288)
+@pytest.fixture(scope="module", params=DTYPES)
+def coco(coco128, request):
+    yield from _both_paths(load_dataset(coco128 / "annotations" / "instances_train2017.json"), 288, request.param)
 
 
 def _assert_same_sample(snap, ref, index: int, st: StreamSettings, epoch: int) -> None:

@@ -19,6 +19,7 @@ from pixpool.server.snapshot import decode, prepare
 from pixpool.server.snapshot.fingerprint import base_name, fingerprint
 from pixpool.server.snapshot.prepare import PreparationTerminated, PrepareOptions, prepare_snapshot
 from pixpool.shared.errors import CapacityError, ImageDecodeError
+from pixpool.shared.stream.config import FILL_VALUE
 from pixpool.shared.stream.records import Dataset
 from pixpool.shared.transport.names import list_segments
 from pixpool.shared.transport.shm import SharedSegment
@@ -43,7 +44,7 @@ def test_coco128_float32_is_exactly_four_times_uint8(coco128, prepared, tmp_path
     dataset = _private(
         load_dataset(coco128 / "annotations" / "instances_train2017.json", coco128 / "images" / "train2017"), tmp_path
     )
-    result = prepare_snapshot(dataset, PrepareOptions(imgsz=640, processes=2))
+    result = prepare_snapshot(dataset, PrepareOptions(imgsz=640, processes=2, dtype="float32"))
     prepared.append(result)
     assert not result.reused and result.records == len(dataset) == 128
     assert result.image_bytes == 4 * result.decoded_bytes
@@ -284,8 +285,10 @@ def test_odd_image_kinds_become_3_channel_8_bit(tmp_path, prepared):
         row = snap.index[i]
         assert (int(row["orig_height"]), int(row["orig_width"])) == decoded.shape[:2]
         img = snap.image(i)
-        assert img.dtype == np.float32 and img.shape[2] == 3 and max(img.shape[:2]) == 64
-        np.testing.assert_array_equal(img, decode.prepare_image(path, 64))
+        assert img.dtype == np.uint8 and img.shape[2] == 3 and max(img.shape[:2]) == 64  # the default snapshot
+        np.testing.assert_array_equal(
+            np.subtract(img, np.float32(FILL_VALUE), dtype=np.float32), decode.prepare_image(path, 64)
+        )
     # the EXIF-6 image is stored 80 wide, 40 high; decoded (and allocated) upright: 80 high
     assert snap.image(3).shape[:2] == (64, 32)
     assert snap.image(4).shape[:2] == (64, 26)

@@ -284,7 +284,7 @@ def test_prepare_json_ls_and_clean(store, ds, capsys):
         out = json.loads(capsys.readouterr().out)
         base = out["snapshot"]
         assert out["reused"] is False and out["records"] == 24
-        assert out["image_bytes"] == 4 * out["decoded_bytes"]
+        assert out["image_bytes"] == out["decoded_bytes"] and out["dtype"] == "uint8"  # the default
         assert set(parts_of_base(base).values()) <= set(list_segments(store))
         assert main(["prepare", str(_json(ds)), "--imgsz", "96", "--json", *at]) == 0
         assert json.loads(capsys.readouterr().out)["reused"] is True

@@ -20,6 +20,7 @@ from pixpool.server.snapshot.handle import Snapshot, read_header
 from pixpool.server.snapshot.prepare import PrepareOptions, prepare_snapshot
 from pixpool.server.snapshot.reference import ReferenceSource
 from pixpool.shared.errors import ConfigError
+from pixpool.shared.stream.config import DEFAULT_SNAPSHOT_DTYPE
 from pixpool.shared.transport.names import shm_path, snapshot_parts
 
 IMGSZ = 64
@@ -80,7 +81,10 @@ def test_round_trip_per_task(task, tmp_path, prepared):
             targets = snap.targets(i)
             _assert_targets_equal(targets, reference.targets(i))
             _assert_targets_equal(targets, record_targets(record))
-            assert np.array_equal(snap.image(i), reference.image(i))
+            assert snap.dtype == "uint8"  # the default: the pixel, which the reference centres
+            assert np.array_equal(
+                np.subtract(snap.image(i), np.float32(snap.fill), dtype=np.float32), reference.image(i)
+            )
             if task == "pose":
                 assert targets.keypoints.shape == (record.num_instances, 5, 3)
                 with pytest.raises(ValueError):
@@ -115,7 +119,7 @@ def test_a_snapshot_for_another_task_supersedes_nothing(tmp_path, prepared):
     """A detect and a pose snapshot of one data.yaml are two lineages: preparing one leaves the
     other (unmapped) in the store, as a newer snapshot of changed inputs would not."""
     data = _pose_set(tmp_path)
-    assert lineage_of(data, None, IMGSZ) == lineage_of(data, None, IMGSZ, "float32", "detect")
+    assert lineage_of(data, None, IMGSZ) == lineage_of(data, None, IMGSZ, DEFAULT_SNAPSHOT_DTYPE, "detect")
     assert lineage_of(data, None, IMGSZ, task="pose") != lineage_of(data, None, IMGSZ)
     detect = prepare_snapshot(
         load_dataset(data), PrepareOptions(imgsz=IMGSZ, processes=1), lineage=lineage_of(data, None, IMGSZ)

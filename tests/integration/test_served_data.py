@@ -75,3 +75,36 @@ def test_digest_of_a_running_daemon_refuses_another_dataset(daemon_on_a, other_d
     err = capsys.readouterr().err
     assert str(other_data.images_dir) in err and str(synthetic_data.images_dir) in err, err
     assert main([*argv[:1], str(synthetic_data.data_yaml), *argv[2:]]) == 0
+
+
+def _relabelled(root, synthetic_data, *, own_labels: bool):
+    """v2 of the synthetic set without copying pixels: ``images`` a symlink to the set's, the
+    same data.yaml, and either labels of its own (every instance class 7) or ``labels`` a symlink too."""
+    root.mkdir()
+    (root / "images").symlink_to(synthetic_data.images_dir.parent)
+    if own_labels:
+        (root / "labels" / "train").mkdir(parents=True)
+        for label in synthetic_data.labels_dir.iterdir():
+            lines = [" ".join(["7", *line.split()[1:]]) for line in label.read_text().splitlines() if line.strip()]
+            (root / "labels" / "train" / label.name).write_text("".join(f"{line}\n" for line in lines))
+    else:
+        (root / "labels").symlink_to(synthetic_data.labels_dir.parent)
+    (root / "data.yaml").write_text(synthetic_data.data_yaml.read_text())
+    return root / "data.yaml"
+
+
+def test_a_relabelled_set_over_the_same_images_is_refused(daemon_on_a, synthetic_data, tmp_path, capsys):
+    """v2's images are v1's (a symlink), its labels its own: the daemon serving v1 would hand v2's
+    trainer v1's classes. Refused, naming the labels; a v2 that links the labels too is v1."""
+    from helpers.daemon import ask_status
+
+    v2 = _relabelled(tmp_path / "v2", synthetic_data, own_labels=True)
+    with pytest.raises(DatasetMismatchError) as caught:
+        attach(daemon_on_a, data=v2, batch_size=4, timeout_s=WAIT_S)
+    assert "label" in str(caught.value), str(caught.value)
+    assert ask_status(daemon_on_a)["trainers"] == []
+    argv = ["digest", str(v2), "--socket-dir", daemon_on_a, "--batches", "1", "--batch-size", "2"]
+    assert main(argv) == 1 and "label" in capsys.readouterr().err
+    same = _relabelled(tmp_path / "v3", synthetic_data, own_labels=False)
+    with attach(daemon_on_a, data=same, batch_size=4, timeout_s=WAIT_S) as loader:
+        assert loader.client.num_records == synthetic_data.num_images

@@ -164,7 +164,7 @@ def test_bad_serve_settings_fail_before_any_decoding(synthetic_data, tmp_path, p
 def test_daemon_refusals_arrive_as_their_class(synthetic_data):
     s = StreamSettings(seed=1, batch_size=2, augment=AugmentConfig(imgsz=160))
     with real_daemon(synthetic_data.coco_json, imgsz=160, workers=1, max_total_ring_nbytes=1) as (_, d):
-        with pytest.raises(CapacityError, match="exceeds the daemon's budget of 1 bytes"):
+        with pytest.raises(CapacityError, match="exceeds the daemon's ring budget of 1 bytes"):
             Client(s, socket_dir=d, timeout_s=WAIT_S)
         with pytest.raises(ConfigError, match="asks for imgsz 320 but the daemon serves imgsz 160") as info:
             Client(StreamSettings(augment=AugmentConfig(imgsz=320)), socket_dir=d, timeout_s=WAIT_S)

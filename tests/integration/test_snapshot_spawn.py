@@ -17,7 +17,9 @@ from pixpool.shared.transport.names import snapshot_base
 
 @pytest.fixture(scope="module")
 def snapshot(synthetic_data):
-    result = prepare_snapshot(load_dataset(synthetic_data.coco_json), PrepareOptions(imgsz=320, processes=1))
+    # 640: the default (uint8) snapshot of the 24 images is ~20 MB, large enough that a private
+    # copy in the child would stand out of its USS noise (the test asks for > 10 MiB).
+    result = prepare_snapshot(load_dataset(synthetic_data.coco_json), PrepareOptions(imgsz=640, processes=1))
     try:
         yield result.snapshot
     finally:

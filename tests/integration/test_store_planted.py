@@ -33,7 +33,6 @@ from pixpool.server.snapshot import label_index
 from pixpool.server.snapshot.handle import label_indexes
 from pixpool.server.snapshot.load import splits
 from pixpool.server.snapshot.prepare import PrepareOptions, prepare_snapshot
-from pixpool.shared.errors import UntrustedSegmentError
 from pixpool.shared.stream.config import DaemonConfig
 from pixpool.shared.transport import holds
 from pixpool.shared.transport.names import list_segments, ring_segment, snapshot_parts
@@ -181,8 +180,8 @@ def test_planted_thing_under_a_store_name_neither_blocks_nor_crashes(
     kind, part, other_user, dataset_dir, victim_names, shared_store, caplog, capsys
 ):
     """A FIFO, a symlink, a directory or another user's file under each name the store uses:
-    serve refuses naming it (a snapshot part it cannot create) or ignores it and says so; ``ls``
-    reports it, ``clean`` leaves it; nothing blocks, nothing crashes."""
+    serve takes the snapshot's next name (a snapshot part it cannot create) or ignores it, and
+    says so; ``ls`` reports it, ``clean`` leaves it; nothing blocks, nothing crashes."""
     base, index = victim_names
     name = _name_for(part, base, index)
     path = os.path.join(shared_store, name)
@@ -191,11 +190,10 @@ def test_planted_thing_under_a_store_name_neither_blocks_nor_crashes(
     caplog.set_level(logging.INFO)
     fifos = _fifos(shared_store)
     if part in ("meta", "img", "tgt"):
-        # The victim cannot create its own segment under a taken name: a refusal that names the file.
-        with pytest.raises(UntrustedSegmentError) as err:
-            _bounded(lambda: load(config), fifos=fifos)
-        assert path in str(err.value) and "remove" in str(err.value).lower()
-        snap = None
+        # A taken name costs the victim a fresh one (``reuse.choose_base``): the next name its
+        # fingerprint gives; the planted thing is left alone and named with its owner.
+        snap, *_ = _bounded(lambda: load(config), fifos=fifos)
+        assert snap.name != base and path in caplog.text and f"uid {other_user.uid}" in caplog.text
     else:
         snap, *_ = _bounded(lambda: load(config), fifos=fifos)
         assert snap.name == base

@@ -46,6 +46,7 @@ def _poisoned_copy(dataset) -> dict[str, bytes]:
     victim's segment names; the real snapshot is gone again afterwards."""
     result = prepare_snapshot(dataset, PrepareOptions(imgsz=IMGSZ, processes=1))
     snap = result.snapshot
+    dtype = np.dtype(snap.dtype)
     files = {}
     for name in snap.segment_names:
         with open(shm_path(name), "rb") as f:
@@ -53,30 +54,43 @@ def _poisoned_copy(dataset) -> dict[str, bytes]:
     snap.close()
     remove_snapshot(snap.name)
     img = next(n for n in files if n.endswith("-img"))
-    files[img] = np.full(len(files[img]) // 4, 99.0, np.float32).tobytes()  # every pixel rewritten
+    files[img] = np.full(len(files[img]) // dtype.itemsize, 99, dtype).tobytes()  # every pixel rewritten
     return files
 
 
 @pytest.mark.parametrize("mode", [0o666, 0o644])
-def test_snapshot_planted_by_another_user_is_refused_by_name(other_user, synthetic_data, mode, capsys):
+def test_snapshot_planted_by_another_user_is_never_mapped_and_costs_only_a_fresh_name(
+    other_user, synthetic_data, mode, capsys, caplog
+):
     """Planted complete snapshot under the victim's name: world-writable or not, it is
-    another user's, so prepare and serve refuse it naming the file, its owner and mode."""
+    another user's, so it is never mapped: an attach by that name refuses naming the file, its
+    owner and mode, and a preparation takes the next name and decodes its own, saying whose
+    file it passed over. The planted files stay (not ours to remove)."""
     dataset = load_dataset(synthetic_data.coco_json)
+    first = base_name(fingerprint(dataset, imgsz=IMGSZ))
     files = _poisoned_copy(dataset)
     as_user(other_user, _write_world_writable, files, mode)
+    taken = None
     try:
         with pytest.raises(UntrustedSegmentError) as err:
-            prepare_snapshot(dataset, PrepareOptions(imgsz=IMGSZ, processes=1))
+            Snapshot.attach(first)
         text = str(err.value)
-        assert "/dev/shm/" + base_name(fingerprint(dataset, imgsz=IMGSZ)) in text
+        assert "/dev/shm/" + first in text
         assert f"uid {other_user.uid} ({other_user.name})" in text and f"mode {mode:04o}" in text and "remove" in text
-        with pytest.raises(UntrustedSegmentError):
-            Snapshot.attach(base_name(fingerprint(dataset, imgsz=IMGSZ)))
-        # The CLI says the same and exits non-zero; the planted files stay (not ours to remove).
-        assert main(["prepare", str(synthetic_data.coco_json), "--imgsz", str(IMGSZ), "--processes", "1"]) == 1
-        assert f"uid {other_user.uid}" in capsys.readouterr().err
+        result = prepare_snapshot(dataset, PrepareOptions(imgsz=IMGSZ, processes=1))
+        snap = result.snapshot
+        taken = snap.name
+        assert taken != first and not result.reused
+        assert not np.all(np.asarray(snap.image(0)) == 99.0)  # its own pixels, not the planted ones
+        snap.close()
+        assert "/dev/shm/" + first in caplog.text and f"uid {other_user.uid} ({other_user.name})" in caplog.text
+        # The CLI re-attaches it under that name and exits 0; the planted files stay.
+        assert main(["prepare", str(synthetic_data.coco_json), "--imgsz", str(IMGSZ), "--processes", "1"]) == 0
+        assert taken in capsys.readouterr().out
         assert all(os.lstat(shm_path(n)).st_uid == other_user.uid for n in files)
     finally:
+        if taken is not None:
+            remove_snapshot(taken)
         _unlink_all(files)
 
 

@@ -93,7 +93,7 @@ def test_yolo_train_trains_and_validates_offline(synthetic_copy, tmp_path, offli
     assert "pixpool yolo train: done" in proc.stdout
     assert "starting a daemon (1 workers, imgsz 320, task detect)" in proc.stderr
     started = re.search(
-        r"pixpool: started daemon (\d+) at (\S+): snapshot (\S+) \(\d+ records, imgsz 320, task detect, float32\), 1 workers",
+        r"pixpool: started daemon (\d+) at (\S+): snapshot (\S+) \(\d+ records, imgsz 320, task detect, uint8\), 1 workers",
         proc.stderr,
     )
     assert started, proc.stderr[-4000:]
@@ -105,8 +105,13 @@ def test_yolo_train_trains_and_validates_offline(synthetic_copy, tmp_path, offli
         for key in ("metrics/mAP50(B)", "metrics/mAP50-95(B)"):
             assert 0.0 <= r[key] <= 1.0, (key, r)  # Ultralytics' validator ran
     assert (project / "run" / "weights" / "best.pt").is_file()
+    # Ultralytics knows the task of yolo11n.yaml from its head, as its own `yolo train` does.
+    assert "Unable to automatically guess model task" not in proc.stderr, proc.stderr[-4000:]
+    # The daemon's log is in the run folder, not on Ultralytics' progress bars.
+    assert "INFO pixpool.server." not in proc.stderr, proc.stderr[-4000:]  # its warnings stay
+    log = (project / "run" / "pixpool-daemon.log").read_text()
+    assert re.findall(r"trainer (\d+) attached", log) == ["1"], log
     # The daemon the command started is gone, with its ring and snapshot.
-    log = proc.stderr
     daemon_pid = int(re.search(r"daemon (\d+) stopped", log).group(1))
     snapshot = re.search(r"snapshot (\S+) removed", log).group(1)
     ring = re.search(r"ring (\S+) removed", log).group(1)
@@ -148,7 +153,7 @@ def test_yolo_train_says_which_running_daemon_it_uses(synthetic_copy, tmp_path, 
     snap = status["snapshot"]
     wanted = (
         f"using the running daemon {status['daemon']['pid']} at {ep.socket_path(sdir)}: snapshot {snap['name']} "
-        f"({snap['records']} records, imgsz 160, task detect, float32), 1 workers"
+        f"({snap['records']} records, imgsz 160, task detect, uint8), 1 workers"
     )
     assert wanted in line, line
     assert "starting a daemon" not in text and "started daemon" not in text
@@ -182,14 +187,16 @@ def test_yolo_train_without_imgsz_takes_the_running_daemons(synthetic_copy, tmp_
     assert args["imgsz"] == 160, args
 
 
-def test_yolo_train_dtype_uint8_starts_a_uint8_daemon_and_other_dtypes_are_refused(synthetic_copy, tmp_path, offline):
-    """dtype=uint8 (pixpool's key, not Ultralytics'): the daemon the run starts holds a uint8
-    snapshot (a quarter of float32's bytes, the same batches); another value is refused by name."""
+def test_yolo_train_dtype_float32_starts_a_float32_daemon_and_other_dtypes_are_refused(
+    synthetic_copy, tmp_path, offline
+):
+    """dtype=float32 (pixpool's key, not Ultralytics'): the daemon the run starts holds the float32
+    snapshot (four times the default uint8's bytes, the same batches); another value is refused by name."""
     project = tmp_path / "runs"
     proc = yolo_train(project, offline, 300, data=synthetic_copy / "data.yaml", model="yolo11n.yaml", epochs=1,
-                      time=0.0001, close_mosaic=0, imgsz=160, batch=8, workers=1, device="cpu", dtype="uint8")  # fmt: skip
+                      time=0.0001, close_mosaic=0, imgsz=160, batch=8, workers=1, device="cpu", dtype="float32")  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-4000:]
-    assert re.search(r"pixpool: started daemon \d+ at \S+: snapshot \S+ \(\d+ records, imgsz 160, task detect, uint8\)", proc.stderr), proc.stderr[-4000:]  # fmt: skip
+    assert re.search(r"pixpool: started daemon \d+ at \S+: snapshot \S+ \(\d+ records, imgsz 160, task detect, float32\)", proc.stderr), proc.stderr[-4000:]  # fmt: skip
     refused = yolo_train(tmp_path / "runs2", offline, 120, data=synthetic_copy / "data.yaml", model="yolo11n.yaml",
                          epochs=1, imgsz=160, device="cpu", dtype="int8")  # fmt: skip
     assert refused.returncode != 0 and "dtype" in refused.stderr and "int8" in refused.stderr, refused.stderr[-2000:]
@@ -378,8 +385,9 @@ def test_yolo_train_stops_the_daemon_it_started_on_ctrl_c_and_on_errors(syntheti
             preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
         )
     try:
+        daemon_log = tmp_path / "runs" / "run" / "pixpool-daemon.log"  # where the daemon it started logs
         ring = wait_for(
-            lambda: re.search(r"ring (\S+) of \d+ bytes", log_path.read_text()),
+            lambda: daemon_log.is_file() and re.search(r"ring (\S+) of \d+ bytes", daemon_log.read_text()),
             timeout_s=120,
             what="the trainer attached",
         ).group(1)
@@ -392,8 +400,8 @@ def test_yolo_train_stops_the_daemon_it_started_on_ctrl_c_and_on_errors(syntheti
             proc.wait(10)
     text = log_path.read_text()
     assert code == (130 if how == "ctrl-c" else 1), text[-3000:]
-    daemon_pid = int(re.search(r"daemon (\d+) serving", text).group(1))
-    snapshot = re.search(r"snapshot (\S+) prepared", text).group(1)
+    started = re.search(r"pixpool: started daemon (\d+) at \S+: snapshot (\S+) ", text)
+    daemon_pid, snapshot = int(started.group(1)), started.group(2)
     assert not psutil.pid_exists(daemon_pid) or psutil.Process(daemon_pid).status() == psutil.STATUS_ZOMBIE
     left = [seg for seg in list_segments() if seg.startswith(snapshot) or seg == ring]
     assert left == [], left

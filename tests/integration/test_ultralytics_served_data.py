@@ -46,3 +46,17 @@ def test_yolo_train_refuses_a_daemon_serving_another_dataset(synthetic_data, tmp
     err = proc.stderr
     assert str(other.images_dir) in err and str(synthetic_data.images_dir) in err, err[-4000:]
     assert not (project / "run").exists(), "a refused run leaves no run folder"
+
+
+def test_yolo_train_refuses_a_yaml_alias_bomb_before_ultralytics_reads_it(tmp_path):
+    from pixpool.integrations.ultralytics.trainer import PixpoolDetectionTrainer
+    from pixpool.shared.errors import DatasetError
+
+    levels = ["l0: &l0 [x, x, x, x, x, x, x, x, x]"]
+    levels += [f"l{i}: &l{i} [{', '.join([f'*l{i - 1}'] * 9)}]" for i in range(1, 9)]
+    bomb = tmp_path / "data.yaml"
+    bomb.write_text("\n".join(levels) + "\npath: *l8\ntrain: images\nnames: [a]\n")
+    with pytest.raises(DatasetError, match=r"data\.yaml:\d+: YAML alias \*l0 refused") as info:
+        PixpoolDetectionTrainer(overrides={"data": str(bomb), "model": "yolo11n.yaml", "project": str(tmp_path)})
+    assert str(bomb) in str(info.value)
+    assert not (tmp_path / "train").exists()  # no run folder made for a refused data=

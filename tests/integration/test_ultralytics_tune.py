@@ -14,6 +14,7 @@ import signal
 import subprocess
 import sys
 import uuid
+from pathlib import Path
 
 import pytest
 
@@ -50,6 +51,14 @@ def _marked(mark: str) -> list[psutil.Process]:
     return found
 
 
+def _trainers(socket_dir) -> list:
+    """The training streams of the daemon at ``socket_dir`` (none while it does not answer yet)."""
+    from helpers.daemon import ask_status
+
+    status = ask_status(str(socket_dir), 1.0) if os.path.exists(socket_dir / "daemon.sock") else None
+    return [t for t in (status or {}).get("trainers", []) if t.get("split", "train") == "train"]
+
+
 def test_yolo_tune_runs_three_trials_on_one_daemon(synthetic_data, tmp_path):
     """``pixpool yolo tune``: 3 concurrent trials, each a pixpool trainer with its own sampled
     augmentation, all attached to the one daemon the command started; each trial's metrics
@@ -83,12 +92,16 @@ def test_yolo_tune_runs_three_trials_on_one_daemon(synthetic_data, tmp_path):
     assert "pixpool yolo tune: 3 of 3 trials finished" in run.stdout
     # One daemon, started once by the driver; three trainers on it, one per trial, each its own process.
     assert out.count("pixpool: starting a daemon") == 1, out[-4000:]
-    attached = re.findall(r"trainer \d+ attached \(pid (\d+), seed \d+, batch 8,", out)
-    assert len(attached) == 3 and len(set(attached)) == 3, attached
+    # Its log is in the search's folder, numbering the trials' trainers 1, 2, 3 (validation is no trainer).
+    folder = re.search(r"results in (\S+)$", run.stdout.strip()).group(1)
+    log = (Path(folder) / "pixpool-daemon.log").read_text()
+    assert "INFO pixpool.server." not in run.stderr, run.stderr[-4000:]  # its warnings stay
+    attached = re.findall(r"trainer (\d+) attached \(pid (\d+), seed \d+, batch 8,", log)
+    assert [n for n, _ in attached] == ["1", "2", "3"] and len({pid for _, pid in attached}) == 3, attached
     assert left == [], [p.info for p in left]
     # The daemon's snapshot and rings, named in its log, are gone (other runs on this machine may
     # hold segments of their own meanwhile: only this run's names are checked).
-    named = set(re.findall(r"\b(pixpool-u\d+-(?:snap|ring)-[0-9a-f]+(?:-[0-9a-f]+)?)", out))
+    named = set(re.findall(r"\b(pixpool-u\d+-(?:snap|ring)-[0-9a-f]+(?:-[0-9a-f]+)?)", out + log))
     assert any("-snap-" in n for n in named) and any("-ring-" in n for n in named), named
     assert [s for s in list_segments() if any(s.startswith(n) for n in named)] == []
 
@@ -102,6 +115,8 @@ def test_ctrl_c_stops_the_search_its_daemon_and_rays_processes(synthetic_data, t
     mark = uuid.uuid4().hex
     pairs = {**TRIAL, "data": synthetic_data.data_yaml, "epochs": 50, "imgsz": 160, "batch": 8, "iterations": 1}
     pairs.update(concurrent=1, search_alg="random", space="{'mosaic': (0.0, 1.0)}", project=tmp_path / "runs")
+    sock = tmp_path / "sock"  # the daemon the command starts: asked through its socket (its log is the run's)
+    pairs["socket_dir"] = sock
     log_path = tmp_path / "out.log"
     with open(log_path, "w") as log:
         proc = subprocess.Popen(
@@ -114,9 +129,7 @@ def test_ctrl_c_stops_the_search_its_daemon_and_rays_processes(synthetic_data, t
             preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
         )
     try:
-        wait_for(
-            lambda: re.search(r"trainer \d+ attached", log_path.read_text()), timeout_s=180, what="a trial attached"
-        )
+        wait_for(lambda: _trainers(sock), timeout_s=180, what="a trial attached")
         os.killpg(proc.pid, signal.SIGINT)
         code = proc.wait(120)
     finally:
@@ -128,9 +141,9 @@ def test_ctrl_c_stops_the_search_its_daemon_and_rays_processes(synthetic_data, t
             p.kill()
     out = log_path.read_text()
     assert code == 1 and "pixpool yolo tune: 0 of 1 trials finished, 1 stopped" in out, out[-3000:]
-    daemon_pid = int(re.search(r"daemon (\d+) serving", out).group(1))
+    started = re.search(r"pixpool: started daemon (\d+) at \S+: snapshot (\S+) ", out)
+    daemon_pid, snapshot = int(started.group(1)), started.group(2)
     assert not psutil.pid_exists(daemon_pid) or psutil.Process(daemon_pid).status() == psutil.STATUS_ZOMBIE
-    snapshot = re.search(r"snapshot (\S+) prepared", out).group(1)
     assert [seg for seg in list_segments() if seg.startswith(snapshot)] == []
     assert left == [], left
 
@@ -223,3 +236,11 @@ def test_tune_names_optuna_when_the_default_searcher_is_missing(synthetic_data):
 
 def _children() -> list[psutil.Process]:
     return [p for p in psutil.Process().children(recursive=True) if "resource_tracker" not in " ".join(p.cmdline())]
+
+
+def test_the_default_searcher_is_installed_with_the_tune_extra():
+    """``pixpool yolo tune`` without ``search_alg=`` runs Ultralytics' default, Optuna: the venv
+    of ``pixpool[ultralytics,tune]`` has it, so the check before Ray starts passes."""
+    from pixpool.integrations.ultralytics.tuning import _check_search
+
+    _check_search("optuna")

@@ -176,14 +176,14 @@ def test_a_full_store_names_uint8_and_the_store_flag(tmp_path):
     from pixpool.server.snapshot.prepare import check_budget, check_capacity
 
     with pytest.raises(CapacityError) as info:
-        check_capacity(1 << 60, imgsz=640, store="/dev/shm")
+        check_capacity(1 << 60, imgsz=640, dtype="float32", store="/dev/shm")
     text = str(info.value)
     assert "--dtype uint8" in text and "--store DIR" in text and "--imgsz (now 640)" in text
     with pytest.raises(CapacityError) as info:
         check_capacity(1 << 60, imgsz=640, dtype="uint8", store=str(tmp_path))
     assert "--dtype" not in str(info.value) and "--store" in str(info.value)  # already the cheaper one
     with pytest.raises(CapacityError, match=r"--dtype uint8 .*\(--memory-budget"):
-        check_budget(10, 5, what="the snapshot", imgsz=320)
+        check_budget(10, 5, what="the snapshot", imgsz=320, dtype="float32")
 
 
 def _ring_refusal(**config) -> str:

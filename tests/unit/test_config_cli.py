@@ -125,7 +125,7 @@ def test_dispatcher_sides():
     import importlib
 
     assert set(COMMANDS) == {
-        "synth", "prepare", "ls", "clean", "digest", "serve", "status", "keys",
+        "synth", "prepare", "ls", "clean", "digest", "plan", "serve", "status", "keys",
         "memory", "monitor", "plot", "train", "demo", "yolo",
     }  # fmt: skip
     for command in COMMANDS.values():
@@ -136,8 +136,9 @@ def test_dispatcher_sides():
 @pytest.mark.parametrize("command", ["prepare", "serve", "digest"])
 def test_every_preparing_command_has_the_dtype_flag_with_its_choices(capsys, command):
     text = " ".join(_help(capsys, command).split())
-    assert "--dtype float32|uint8" in text and "(default float32)" in text.rsplit("--dtype float32|uint8", 1)[1][:200]
-    assert DaemonConfig(data="x").dtype == "float32" and DaemonConfig(data="x", dtype="uint8").dtype == "uint8"
+    help_text = text.rsplit("--dtype float32|uint8", 1)[1][:400]
+    assert "(default uint8)" in help_text and "float32 (" in help_text and "parity" in help_text, help_text
+    assert DaemonConfig(data="x").dtype == "uint8" and DaemonConfig(data="x", dtype="float32").dtype == "float32"
 
 
 def test_preparation_options_are_the_daemons_fields_declared_once():

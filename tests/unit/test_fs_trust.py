@@ -1,6 +1,6 @@
 """fs_trust's decisions: which file systems' stat data can tell versions of a file apart, and
-when a label's stat vouches for its bytes (issue 26, fault 4). Pure functions, no files but
-a fake ``/proc/sys/vm`` and this process's own folders."""
+when a label's stat vouches for its bytes. Pure functions, no files but a fake
+``/proc/sys/vm`` and this process's own folders."""
 
 from __future__ import annotations
 
@@ -18,13 +18,21 @@ def fs(kind: int, *, readonly: bool = False) -> FileSystem:
     return FileSystem(dev=42, type=kind, fsid=7, readonly=readonly)
 
 
-def test_image_file_systems_fuse_fat_and_read_only_mounts_are_versionless():
+def test_stat_vouches_only_on_the_allow_list_read_write_and_where_what_holds_the_bytes_does():
     for kind in (fs_trust.SQUASHFS, fs_trust.EROFS, fs_trust.ISO9660, fs_trust.CRAMFS, fs_trust.UDF, fs_trust.FUSE,
                  fs_trust.MSDOS, fs_trust.EXFAT):  # fmt: skip
-        assert fs_trust.versionless(fs(kind))
-    assert fs_trust.versionless(fs(fs_trust.EXT4, readonly=True))
-    for kind in (fs_trust.EXT4, fs_trust.XFS, fs_trust.BTRFS, fs_trust.TMPFS, 0x6969):  # 0x6969: NFS
-        assert not fs_trust.versionless(fs(kind))
+        assert not fs_trust.stat_vouches(fs(kind))
+    # An allow-list: a type not on it is hashed, a network file system (NFS, 0x6969) and a type
+    # never heard of included.
+    for kind in (0x6969, 0x12345678):
+        assert not fs_trust.stat_vouches(fs(kind))
+    assert not fs_trust.stat_vouches(fs(fs_trust.EXT4, readonly=True))
+    for kind in (fs_trust.EXT4, fs_trust.XFS, fs_trust.BTRFS, fs_trust.F2FS, fs_trust.TMPFS, fs_trust.OVERLAYFS):
+        assert fs_trust.stat_vouches(fs(kind))
+        # What holds the bytes decides: an overlay's squashfs layer, an ext4 on a loop device.
+        held = FileSystem(dev=42, type=kind, fsid=7, readonly=False, distrust="overlay layer /l: squashfs")
+        assert not fs_trust.stat_vouches(held) and fs_trust.why_not(held) == held.distrust
+    assert "squashfs" in fs_trust.why_not(fs(fs_trust.SQUASHFS))
 
 
 def test_frozen_times():
@@ -48,6 +56,9 @@ def test_a_label_is_vouched_by_stat_only_where_mapped_writes_move_times_and_it_h
     # and FUSE store their times; NFS serves cached attributes.
     for kind in (fs_trust.TMPFS, fs_trust.SQUASHFS, fs_trust.FUSE, 0x6969):
         assert not fs_trust.label_vouched(fs(kind), old, read_started_ns=NOW, window_ns=WINDOW)
+    # ext4 whose bytes sit in an image on a loop device: the image can be swapped underneath.
+    looped = FileSystem(dev=42, type=fs_trust.EXT4, fsid=7, readonly=False, distrust="on loop device loop3")
+    assert not fs_trust.label_vouched(looped, old, read_started_ns=NOW, window_ns=WINDOW)
 
 
 def test_writeback_window(tmp_path):

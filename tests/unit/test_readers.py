@@ -217,6 +217,15 @@ def _read_splits(config) -> dict:
     return out
 
 
+def _undeclare_background(yaml_path) -> None:
+    """Drop the synthetic data.yaml's line that declares its unlabelled image a background by
+    design (which is said at info level): here it stands for an image whose labels are missing."""
+    from pixpool.server.readers import DECLARED_BACKGROUND_KEY
+
+    lines = yaml_path.read_text().splitlines(keepends=True)
+    yaml_path.write_text("".join(line for line in lines if not line.startswith(DECLARED_BACKGROUND_KEY)))
+
+
 def _label_warnings(caplog) -> list[str]:
     return [r.getMessage() for r in caplog.records if "no label file" in r.getMessage()]
 
@@ -225,6 +234,7 @@ def test_images_without_labels_are_warned_once_when_val_is_the_train_folder(synt
     # The synthetic data.yaml (the demo's) serves its train: folder as val: too; image 9 has no label file.
     from pixpool.shared.stream.config import DaemonConfig
 
+    _undeclare_background(synthetic_copy / "data.yaml")
     caplog.set_level(logging.WARNING, logger="pixpool.server.readers")
     assert set(_read_splits(DaemonConfig(data=str(synthetic_copy / "data.yaml")))) == {"train", "val"}
     warned = _label_warnings(caplog)
@@ -241,6 +251,7 @@ def test_a_val_folder_missing_other_labels_is_warned_about_too(synthetic_copy, c
     shutil.copytree(synthetic_copy / "labels" / "train", synthetic_copy / "labels" / "val")
     (synthetic_copy / "labels" / "val" / "synth_0005.txt").unlink()
     yaml_path = synthetic_copy / "data.yaml"
+    _undeclare_background(yaml_path)
     yaml_path.write_text(yaml_path.read_text().replace("val: images/train", "val: images/val"))
     caplog.set_level(logging.WARNING, logger="pixpool.server.readers")
     _read_splits(DaemonConfig(data=str(yaml_path)))

@@ -24,8 +24,10 @@ from pixpool.server.synthetic.tasks import FLIP_IDX, KPT_SHAPE, OBB_NAMES, POSE_
 # What `write_synthetic(root, num_images=24, seed=0)` wrote on main at f6ca3bf, before the task
 # sets existed: sha256 over (relative path, sha256 of the bytes) of every file, split into the
 # text files and the JPEGs. The JPEG figure also pins the encoder (OpenCV 5.0's libjpeg-turbo
-# at quality 95): a new OpenCV that encodes otherwise shows here, and only there.
-_DETECT_TEXT_SHA256 = "afb5e7dfd42f71eb0410f484274c265ba1c3de7688dc131eaac50870abc74bed"
+# at quality 95): a new OpenCV that encodes otherwise shows here, and only there. The text
+# figure changed once since, on purpose: the data.yaml's last line now declares its unlabelled
+# image a background (``background_without_labels: 1``); labels and JPEGs are unchanged.
+_DETECT_TEXT_SHA256 = "960cada001822312649f77d70d3714ba98f01953d79101ff600c33a54335b2cb"
 _DETECT_JPEG_SHA256 = "123f8800ad9b5a9f9966bb8c86aad5ccd31e9357bb8fcfa0ba045f79498ecf61"
 
 

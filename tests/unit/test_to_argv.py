@@ -26,7 +26,7 @@ STREAM = StreamSettings(
 )  # fmt: skip
 DAEMON = DaemonConfig(
     data="data/coco.json", images="imgs dir", val="val.json", val_images="val imgs", no_val=True, imgsz=320,
-    task="pose", processes=7, dtype="uint8", max_instances_per_image=77, allow_unlabelled=True, max_classes=321,
+    task="pose", processes=7, dtype="float32", max_instances_per_image=77, allow_unlabelled=True, max_classes=321,
     prepare_wait_s=12.25, workers=5,
     store="/mnt/store", socket_dir="/run/px", tcp="0.0.0.0:5555", keys_dir="/etc/px-keys", keep_snapshot=True,
     heartbeat_timeout_s=3.5, job_timeout_s=99.0, straggler_factor=2.5, straggler_min_s=0.75, max_ring_nbytes=(1 << 30) + 3,
