@@ -465,9 +465,10 @@ def test_yolo_train_one_epoch_at_320_per_task(task, tmp_path, offline, request):
     for key in metrics:
         assert 0.0 <= rows[0][key] <= 1.0, (key, rows[0])  # Ultralytics' own validator ran
     assert (project / "run" / "weights" / "best.pt").is_file()
-    daemon_pid = int(re.search(r"daemon (\d+) stopped", proc.stderr).group(1))
-    snapshot = re.search(r"snapshot (\S+) removed", proc.stderr).group(1)
-    ring = re.search(r"ring (\S+) removed", proc.stderr).group(1)
+    log = (project / "run" / "pixpool-daemon.log").read_text()  # the daemon it started logs in the run folder
+    daemon_pid = int(re.search(r"daemon (\d+) stopped", log).group(1))
+    snapshot = re.search(r"snapshot (\S+) removed", log).group(1)
+    ring = re.search(r"ring (\S+) removed", log).group(1)
     assert not psutil.pid_exists(daemon_pid)
     assert [seg for seg in list_segments() if seg.startswith(snapshot) or seg == ring] == []
 
