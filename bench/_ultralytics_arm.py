@@ -14,9 +14,9 @@ Commands:
 
 - ``throughput --workers W --task detect|segment|pose|obb --epochs E``: one warm-up epoch,
   then img/s over E epochs (the consumer touches the masks too where the task has them).
-- ``hold --workers W``: a loader that delivered two batches and keeps its workers and
-  prefetched batches, for a PSS reading; prints ``{"pid": ...}``, then waits for a line on
-  stdin.
+- ``hold --workers W [--consume]``: a loader that delivered two batches and keeps its workers and
+  prefetched batches, for a PSS reading; prints ``{"pid": ..., "t_first": ...}`` (``time.time()``
+  at its first batch), then waits for a line on stdin (``--consume``: reading batches meanwhile).
 - ``collect --epochs E --seed S --out FILE.npz [--hsv 0]``: the stream's figures
   (``_fidelity_stats.batch_figures``), the HSV gains Ultralytics drew for each image and
   the hue change they caused, and the first 8 images with their boxes, in workers=0 so
@@ -178,16 +178,29 @@ def cmd_throughput(args) -> dict:
     }
 
 
+def _batches(loader):
+    """Batches without end: epoch after epoch (``InfiniteDataLoader`` restarts no worker)."""
+    while True:
+        yield from loader
+
+
 def cmd_hold(args) -> dict:
+    import select
+
     import torch
 
     torch.set_num_threads(1)
-    loader = _timed_loader(args)
-    it = iter(loader)
-    for _ in range(2):
-        int(next(it)["img"][0, 0, 0, 0])
-    time.sleep(1.0)  # let the workers fill their prefetch queues before the reading
-    print(json.dumps({"pid": os.getpid()}), file=_STDOUT[0], flush=True)
+    loader = _timed_loader(args)  # cache='ram': every image decoded and resized here
+    it = _batches(loader)
+    int(next(it)["img"][0, 0, 0, 0])
+    t_first = time.time()  # wall clock: the measurer compares it with the moment it started this process
+    int(next(it)["img"][0, 0, 0, 0])
+    if not args.consume:
+        time.sleep(1.0)  # let the workers fill their prefetch queues before the reading
+    print(json.dumps({"pid": os.getpid(), "t_first": t_first}), file=_STDOUT[0], flush=True)
+    # --consume: read at full speed, as a training step that waits for nothing else would, until a line arrives
+    while args.consume and not select.select([sys.stdin], [], [], 0)[0]:
+        _touch(next(it))
     sys.stdin.readline()
     del it
     loader.close()
@@ -301,6 +314,7 @@ def main(argv=None) -> int:
         p.add_argument("--hsv", type=int, default=1)
         p.add_argument("--out", type=Path, default=None)
         p.add_argument("--geometry", default="{}", help="JSON object of degrees / shear / perspective overrides")
+        p.add_argument("--consume", action="store_true", help="hold: keep reading batches until the line arrives")
     args = parser.parse_args(argv)
     # Ultralytics logs to stdout; keep stdout for the one JSON line.
     _STDOUT[0] = sys.stdout
