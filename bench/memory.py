@@ -139,16 +139,7 @@ def holders(argvs: list[list[str]]):
                 raise RuntimeError(f"a measured process exited with {p.wait(common.WAIT_S)} before it held: {' '.join(p.args[:4])}")  # fmt: skip
         yield procs
     finally:
-        for p in procs:
-            with contextlib.suppress(BrokenPipeError, OSError):
-                p.stdin.write("stop\n")
-                p.stdin.flush()
-        for p in procs:
-            try:
-                p.wait(common.WAIT_S)
-            except subprocess.TimeoutExpired:
-                p.kill()
-                p.wait()
+        _stop(procs)
 
 
 def _pss(pids: list[int]) -> tuple[int, int]:
