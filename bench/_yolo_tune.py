@@ -12,14 +12,16 @@ Runs in one driver process, with the Python of a venv that has Ultralytics, Ray 
 
 Both: ``yolo11n.yaml`` from scratch, the same epochs, imgsz, batch and search (Ray's random
 search over ``SPACE``, ``iterations`` = N trials, all N at once: Ray is started with N x
-Ultralytics' CPUs per trial), CPU, ``plots=False``, coco128. Measured by the driver: the wall
+Ultralytics' CPUs per trial), CPU, ``plots=False``, coco128 or ``--data``. Measured by the driver: the wall
 time of the child (Ray's start and stop included, in both arms) and the total PSS of every
 process under it (the trials, Ray's own processes, the daemon and its workers;
 ``/proc/PID/smaps_rollup``) every 0.5 s, whose peak is reported. Each trial's final
 mAP50-95 and any trial error come from the child.
 
 Usage: ``VENV/bin/python bench/vs_ultralytics.py --what tune [--trials 3] [--epochs 1]
-[--imgsz 320] [--batch 16] [--workers 1] [--pairs 5] [--dtype float32] [--json out.json]``.
+[--time HOURS] [--imgsz 320] [--batch 16] [--workers 1] [--pairs 5] [--dtype float32]
+[--data data.yaml] [--json out.json]``. At scale (the set of ``bench/derive_set.py``, 640),
+``--time`` bounds each trial so that a pair takes minutes.
 """
 
 from __future__ import annotations
@@ -64,6 +66,11 @@ def child(arm: str, opts: argparse.Namespace) -> None:
         project=opts.project,
         name="search",
     )
+    if opts.time:
+        args["time"] = opts.time  # Ultralytics' own bound on each trial's training, in hours
+        # time= re-plans the epochs as it goes, which a stream that fixed its mosaic-closing epoch
+        # at attach refuses with close_mosaic; both arms train with mosaic throughout.
+        args["close_mosaic"] = 0
     if arm == "pixpool":
         from pixpool.integrations.ultralytics import tune
 
@@ -90,7 +97,7 @@ def _run_arm(arm: str, opts: argparse.Namespace, data: Path, work: Path, tag: st
     cmd = [sys.executable, __file__, "--child", arm, "--result", str(result), "--data", str(data),
            "--trials", str(opts.trials), "--epochs", str(opts.epochs), "--imgsz", str(opts.imgsz),
            "--batch", str(opts.batch), "--workers", str(opts.workers), "--project", str(work / tag),
-           "--dtype", opts.dtype]  # fmt: skip
+           "--dtype", opts.dtype, "--time", str(opts.time or 0)]  # fmt: skip
     env = {**os.environ, "YOLO_OFFLINE": "1", "YOLO_CONFIG_DIR": str(work / "ycfg")}
     t0 = time.perf_counter()
     with open(work / f"{tag}.log", "w") as log:
@@ -99,7 +106,8 @@ def _run_arm(arm: str, opts: argparse.Namespace, data: Path, work: Path, tag: st
             code = proc.wait()
     wall = time.perf_counter() - t0
     if code != 0:
-        raise RuntimeError(f"{arm} search failed (exit {code}); see {work}/{tag}.log")
+        tail = (work / f"{tag}.log").read_text(errors="replace")[-3000:]  # the folder goes with the run
+        raise RuntimeError(f"{arm} search failed (exit {code}); the end of its log:\n{tail}")
     return {"arm": arm, "wall_s": wall, "peak_pss": pss.peak, **json.loads(result.read_text())}
 
 
@@ -140,6 +148,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--data", default=None, help="data.yaml (default: coco128 beside the checkout)")
     p.add_argument("--trials", type=int, default=3, help="N: trials of each search, all at once")
     p.add_argument("--epochs", type=int, default=1)
+    p.add_argument(
+        "--time", type=float, default=None,
+        help="Ultralytics' time= in hours: each trial's training stops there (then it validates)",
+    )  # fmt: skip
     p.add_argument("--imgsz", type=int, default=320)
     p.add_argument("--batch", type=int, default=16)
     p.add_argument(

@@ -431,7 +431,9 @@ def scale_report(run: dict, *, budget_gib: float = 20.0, scale_to: int | None = 
     """The markdown of a ``scale`` run: every pair of every row, then the fits extrapolated."""
     rounds = run["rounds"]
     dtypes = list(dict.fromkeys(b["dtype"] for r in rounds for b in r["pixpool"]))
-    px = {d: [b for r in rounds for b in r["pixpool"] if b["dtype"] == d] for d in dtypes}
+    # Each reading keeps the index of its round: a row pairs it with that round's Ultralytics
+    # reading (a merged run may have a dtype in some rounds only).
+    px = {d: [{**b, "round": i} for i, r in enumerate(rounds) for b in r["pixpool"] if b["dtype"] == d] for d in dtypes}
     ul_rows = [r["ultralytics"] for r in rounds]
     ul_counts = sorted({int(n) for u in ul_rows for n in u["memory"]})
     ul_mem = {n: [u["memory"][str(n)]["pss"] for u in ul_rows] for n in ul_counts}
@@ -450,7 +452,7 @@ def scale_report(run: dict, *, budget_gib: float = 20.0, scale_to: int | None = 
             tot = [m["total"] for m in mem]
             k = len(tot)
             if n in ul_mem:
-                u = [ul_mem[n][i] for i in which]
+                u = [ul_mem[n][px[d][i]["round"]] for i in which]
                 ratio = [a / b for a, b in zip(tot, u)]
                 ul_cells = [_mib(u), f"**{_med(ratio):.2f}x** ({', '.join(f'{x:.2f}' for x in ratio)})"]
             else:
@@ -486,9 +488,10 @@ def scale_report(run: dict, *, budget_gib: float = 20.0, scale_to: int | None = 
                                  ("daemon restarted on the unchanged set (a waiting trainer's first batch)", "restart_s", None)):  # fmt: skip
             v = [b[key] for b in px[d]]
             if peer:
-                ratio = [a / b for a, b in zip(v, peer[:k])]
+                paired = [peer[b["round"]] for b in px[d]]
+                ratio = [a / b for a, b in zip(v, paired)]
                 cells = [
-                    common.runs(peer[:k], ".1f"),
+                    common.runs(paired, ".1f"),
                     f"**{_med(ratio):.2f}x** ({', '.join(f'{x:.2f}' for x in ratio)})",
                 ]
             else:
@@ -599,7 +602,8 @@ def scale_main(argv: list[str]) -> int:
             if args.json:
                 args.json.write_text(json.dumps(run, indent=1, default=float))
     common.dump(run)
-    print(scale_report(run, scale_to=args.scale_to))
+    # The report reads a run as its --json has it (counts as string keys), whether written or not.
+    print(scale_report(json.loads(json.dumps(run, default=float)), scale_to=args.scale_to))
     return 0
 
 

@@ -2,7 +2,7 @@
 
 Runs in the daemon process: ``scrape_server.ScrapeServer`` answers scrapes in a thread of
 its own, with a cap on connections and a deadline on each (prometheus-client's own server
-kept a thread and a descriptor per idle connection, without a timeout: issue 26); the text
+kept a thread and a descriptor per idle connection, without a timeout); the text
 is prometheus-client's. The loop never shares live state with that thread: every liveness
 tick it ``publish``es its ``status`` reply and its error counts (plain dicts, replaced
 whole, never mutated), and a scrape reads the last ones plus what it measures itself at

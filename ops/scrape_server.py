@@ -3,7 +3,7 @@
 Runs in the daemon process, in one thread of its own (``metrics.Metrics`` starts and stops
 it). It replaces prometheus-client's ``start_http_server``, whose server starts a thread per
 connection and waits on each without a timeout: 1,000 idle connections held 1,000 threads
-and the daemon's whole descriptor table (issue 26). Here:
+and the daemon's whole descriptor table. Here:
 
 - At most ``max_connections`` connections are open at once. At the cap the listener is still
   read: a new connection is accepted and the oldest one that has not sent a whole request

@@ -43,6 +43,10 @@ class SnapshotError(PixpoolError, RuntimeError):
     """A snapshot segment is missing, incomplete or of another format version."""
 
 
+class RingGoneError(SnapshotError):
+    """A trainer's batch ring no longer exists: the daemon removed it (its trainer detached) or stopped."""
+
+
 class SnapshotChangedError(SnapshotError):
     """A trainer attached again (its daemon was restarted) and the daemon now serves another
     snapshot than the one the trainer's stream began on: other images, records or classes.

@@ -22,8 +22,8 @@ A look at the folder that fails for want of a resource (``EMFILE`` while a flood
 descriptors, ``ENFILE``, ``ENOMEM``) says nothing about the keys: the keys of the last
 complete read stay admitted, the failure is counted (``read_errors``) and logged once, and
 the next look reads again; a removed key so goes at the first look that works. Only a
-folder that is gone, unreadable or not private admits nobody. (Before issue 26 such a
-failure either admitted nobody, ending every TCP session, or stopped the daemon.)
+folder that is gone, unreadable or not private admits nobody. (Were a failed read to admit
+nobody, one moment out of descriptors would end every TCP session.)
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ TCP ROUTER before binding it (``listener.py``).
 libzmq accepts every TCP connection the moment it arrives and gives it a descriptor; a peer
 that then sends nothing costs the daemon that descriptor until the handshake times out, and
 ZeroMQ has no cap per peer. 1,050 such connections, no key needed, took a daemon's whole
-table at the common soft limit of 1024 and its next look at the store failed (issue 26).
+table at the common soft limit of 1024 and its next look at the store failed.
 Two measures bound them:
 
 - ``ZMQ_HANDSHAKE_IVL`` (``HANDSHAKE_S``, set by the listener on every ROUTER): libzmq closes

@@ -4,7 +4,7 @@ Runs in the daemon process, inside its loop (``service.py``): every liveness tic
 snapshot's segments, the workers, the trainers, the authorized keys and the store, and
 every ``sweeps.SWEEP_EVERY_S`` lists the store for rings nobody holds. Each of those opens
 files or lists folders, and any of them can fail for a while: ``EMFILE`` when a flood of idle
-connections has taken the descriptor table (issue 26), ``ENOMEM``, ``EIO`` on a disk store.
+connections has taken the descriptor table, ``ENOMEM``, ``EIO`` on a disk store.
 Such a failure says nothing about the data being served, so it must not end the service
 for every trainer: the step is skipped this tick, the error is counted (``errors``, per
 step; the metrics endpoint publishes them) and logged, and the step runs again next tick.

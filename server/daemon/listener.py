@@ -10,7 +10,7 @@ a TCP one behind CURVE with a ZAP authenticator admitting only the keys in
 the peer before allocating them; ``intake.read_request`` bounds the frames and bytes of a
 whole message. Binding sweeps the rings a killed daemon left (``sweeps.py``).
 
-Connections that never finish their handshake are bounded (issue 26): before binding, the
+Connections that never finish their handshake are bounded: before binding, the
 listener raises the process's soft open-file limit to the hard one (``descriptors.py``);
 every ROUTER closes a connection whose handshake has not completed in
 ``handshake_guard.HANDSHAKE_S``; on the TCP one a ``HandshakeGuard`` caps those connections
@@ -72,6 +72,11 @@ class Listener:
             in_use = open_descriptors()
             per_peer, total = pending_caps(limit.soft - (in_use if in_use is not None else 64))
             self.guard = HandshakeGuard(self._ctx, remote, port, per_peer=per_peer, total=total)
+            # The kernel's accept queue as deep as the guard's cap (libzmq's default is 100; the
+            # kernel clamps it to net.core.somaxconn): a burst of connections, trainers among
+            # them, is accepted and judged by the guard rather than having SYNs dropped and
+            # retried a second or more later.
+            remote.setsockopt(zmq.BACKLOG, total)
             _bind(remote, f"tcp://{host}:{port}")
             self.remote = remote
         return self.sockets

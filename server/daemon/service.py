@@ -189,7 +189,7 @@ class Daemon:
     def _loop(self, poller: zmq.Poller, socks: list[zmq.Socket]) -> None:
         last_liveness, last_sweep = 0.0, time.monotonic()  # the listener swept at start
         # Every periodic step runs through ``housekeeping``: an OSError in one (EMFILE while a
-        # flood holds the descriptors, issue 26) is logged, counted and retried next tick.
+        # flood holds the descriptors) is logged, counted and retried next tick.
         run = self.housekeeping.run
         guard = self.listener.guard  # with TCP: caps on connections still in their handshake
         if guard is not None:

@@ -387,7 +387,7 @@ class Supervisor:
         try:
             new = spawn_worker(self._mp, old.index, self.sources, self.renderer_name, self.store)
         except OSError as exc:
-            # Out of descriptors or memory for a moment (a flood of idle connections, issue 26):
+            # Out of descriptors or memory for a moment (a flood of idle connections):
             # the slot is tried again later, never left without a worker.
             log.warning("could not start worker %d (%s); trying again in %.1f s", old.index, exc, _BACKOFF_FIRST_S)
             self._respawn_at[old.index] = time.monotonic() + _BACKOFF_FIRST_S

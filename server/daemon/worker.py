@@ -44,7 +44,7 @@ def worker_main(
     # rasterisation imports it, on first use (single-threaded calls on small masks).
     import msgpack
 
-    from ...shared.errors import ProtocolError
+    from ...shared.errors import ProtocolError, RingGoneError
     from ...shared.stream.config import StreamSettings
     from ...shared.transport.ring import Ring
     from ...shared.wire.worker_pipe import PipeOp, decode_pipe, pipe_frame
@@ -71,6 +71,12 @@ def worker_main(
                 ring = rings[msg["ring"]] = Ring.attach(msg["ring"], store=store)
             counts = _render_into(ring, renderer, sources[msg["split"]], settings, msg)
             return pipe_frame(PipeOp.DONE, job=msg["job"], counts=counts, seconds=time.perf_counter() - t0)
+        except RingGoneError as exc:
+            # Its trainer detached after the job was sent, and the daemon removed the ring: no
+            # fault of this worker's, and nobody to render for (a trainer still attached hears
+            # of the failure from the daemon).
+            log.debug("worker %d: job %s: %s", index, msg.get("job"), exc)
+            return pipe_frame(PipeOp.FAILED, job=msg["job"], error=f"{type(exc).__name__}: {exc}")
         except Exception as exc:  # report any failure of one job; the worker stays up
             log.exception("worker %d: job %s failed", index, msg.get("job"))
             return pipe_frame(PipeOp.FAILED, job=msg["job"], error=f"{type(exc).__name__}: {exc}")

@@ -313,7 +313,7 @@ def _write_atomic(name: str, data: bytes, store: str) -> None:
     """Publish ``data`` as ``name`` at once (``shared.transport.publish``): written into an
     anonymous file, then linked or renamed into place, so a reader sees the old file or the new
     one, never a part, and a writer killed on the way leaves no file under a name anyone could
-    predict or squat (issue 26, fault class 5). Mode 0600, like every segment."""
+    predict or squat. Mode 0600, like every segment."""
     from ...shared.transport.publish import publish_bytes
 
     publish_bytes(name, data, store)

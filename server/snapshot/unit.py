@@ -17,7 +17,7 @@ file is a label index of snapshot ``base`` only when
 Anything else under such a name (another user's file, a FIFO, a directory, a file of ours
 holding something else) is no part of the unit: it neither keeps the snapshot (a lock on it
 means nothing to us) nor makes its removal fail (a file we may not open), is never removed
-with it, and ``pixpool ls`` reports it (``strays``). Issue 26, fault class 3.
+with it, and ``pixpool ls`` reports it (``strays``).
 """
 
 from __future__ import annotations

@@ -193,7 +193,7 @@ def remove_unused(names, store: str | None = None) -> str:
     Only files of the owner a name claims are part of a unit (``trusted.open_trusted``: a regular
     file, opened non-blocking, never through a link): anything else under one of ``names``
     (another user's file, a FIFO, a directory) is no part of it, is left alone and logged,
-    and neither keeps the rest nor stops the removal (issue 26, fault class 3)."""
+    and neither keeps the rest nor stops the removal."""
     from ..errors import UntrustedSegmentError
 
     where = store or DEFAULT_STORE

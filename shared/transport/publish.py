@@ -4,8 +4,7 @@ Runs in the process that writes a small file beside a snapshot (the label index:
 ``pixpool prepare``). A reader must see the old file or the new one, never a part; and the
 temporary file must not be a name anyone can predict: a named temporary file such as
 ``<final>.tmp<pid>`` outlives a killed writer, stops every later writer with the same pid
-(PID 1 in a container) at its ``O_EXCL``, and another user may create it first (issue 26,
-fault class 5).
+(PID 1 in a container) at its ``O_EXCL``, and another user may create it first.
 
 How: the bytes go into an anonymous file (``O_TMPFILE``, mode 0600), which has no name while
 it is written, so a writer killed then leaves nothing. It is then linked under the final

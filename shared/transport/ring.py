@@ -70,7 +70,7 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import CapacityError, ConfigError, SnapshotError
+from ..errors import CapacityError, ConfigError, RingGoneError, SnapshotError
 from ..task import BASE_COLUMNS
 from . import holds
 from .names import DEFAULT_STORE
@@ -79,7 +79,7 @@ from .store import free_nbytes
 
 log = logging.getLogger(__name__)
 
-# 02: the header names the target width and the mask plane (issue 18: segment, pose, obb).
+# 02: the header names the target width and the mask plane (segment, pose, obb).
 MAGIC = b"PXRING02"
 RING_HEADER_NBYTES = 4096
 SLOT_HEADER_NBYTES = 64
@@ -267,7 +267,7 @@ class Ring:
         try:
             segment = SharedSegment.attach(name, writable=True, store=store, consumer=trainer)
         except FileNotFoundError:
-            raise SnapshotError(f"batch ring {name} does not exist (the daemon removed it or stopped)") from None
+            raise RingGoneError(f"batch ring {name} does not exist (the daemon removed it or stopped)") from None
         size = segment.nbytes
         if size < RING_HEADER_NBYTES:
             segment.close()

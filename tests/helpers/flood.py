@@ -129,9 +129,14 @@ class HeldFlood:
     def start(self) -> HeldFlood:
         import threading
 
+        # In waves, as IdleFlood opens: a burst past the accept backlog would only have its
+        # SYNs dropped and retried seconds later, and a slow machine would then never hold
+        # the cap (libzmq closes each idle connection after its handshake interval).
+        waiting = True
         for source in self.sources:
-            for _ in range(self.per_source):
-                self._open(source)
+            wave = [self._open(source) for _ in range(self.per_source)]
+            if waiting:
+                waiting = _await_connected(wave, _WAVE_WAIT_S) > 0
         self._thread = threading.Thread(target=self._hold, name="held-flood", daemon=True)
         self._thread.start()
         return self
@@ -140,7 +145,7 @@ class HeldFlood:
     def open_count(self) -> int:
         return len(self._sel.get_map()) - 1
 
-    def _open(self, source: str) -> None:
+    def _open(self, source: str) -> socket.socket:
         s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         try:
             s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, _LINGER_0)
@@ -153,6 +158,7 @@ class HeldFlood:
         except BaseException:
             s.close()
             raise
+        return s
 
     def _hold(self) -> None:
         while not self._stopping:

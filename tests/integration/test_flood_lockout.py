@@ -72,7 +72,13 @@ def test_a_trainer_attaches_while_a_flood_from_many_addresses_holds_the_cap(synt
         with HeldFlood("127.0.0.1", port, SOURCES, PER_ADDRESS) as flood:
             # The flood holds the cap in all once the guard has shut down at least the excess.
             excess = len(SOURCES) * PER_ADDRESS - 1024
-            wait_for(lambda: (_refused(d) or 0) >= excess, timeout_s=180.0, what="the flood to reach the cap")
+            try:
+                wait_for(lambda: (_refused(d) or 0) >= excess, timeout_s=180.0, what="the flood to reach the cap")
+            except TimeoutError as exc:
+                pytest.fail(
+                    f"{exc}: {_refused(d)} of {excess} shut down by the guard; the flood holds "
+                    f"{flood.open_count}, reopened {flood.reopened}, failed {flood.failed}"
+                )
             t0 = time.monotonic()
             with Client(
                 _settings(5), endpoint=f"tcp://127.0.0.1:{port}", keys_dir=keys, timeout_s=ATTACH_DEADLINE_S

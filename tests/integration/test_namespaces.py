@@ -15,6 +15,7 @@ import json
 import os
 import shutil
 import signal
+import time
 
 import psutil
 import pytest
@@ -288,3 +289,25 @@ def test_a_killed_trainer_in_another_pid_namespace_is_detached_by_its_ring_hold(
             if proc.poll() is None:
                 proc.kill()
                 proc.wait(timeout=WAIT_S)
+
+
+def test_a_host_trainer_waits_for_a_starting_pid1_daemon_and_it_stops_clean(synthetic_data, dataset):
+    """The starting mark is a lock the live daemon holds, never a pid: a trainer on the host
+    started just after a daemon that is PID 1 of its own namespace waits for it (rather than
+    failing at a socket directory with no socket yet) and reads an exact epoch; SIGTERM to
+    that PID 1 stops it with status 0 and its segments go."""
+    s = _settings(21)
+    d = short_socket_dir()
+    before = set(os.listdir("/dev/shm"))
+    try:
+        with ns_daemon(synthetic_data.coco_json, d, imgsz=IMGSZ, wait=False) as daemon:
+            time.sleep(0.3)  # the shell's gap between `serve ... &` and the trainer's line
+            with Client(s, socket_dir=d, timeout_s=WAIT_S, as_torch=False) as c:  # no wait_s: the mark decides
+                got = [digest_of(b) for b in c.epoch(0)]
+            assert ask_status(d)["daemon"]["pid"] == 1
+            daemon.signal(signal.SIGTERM)
+            assert daemon.wait() == 0, daemon.output()[-3000:]
+        assert got == reference_stream(dataset, s, 0)[0]
+        assert set(os.listdir("/dev/shm")) - before == set(), "the PID-1 daemon left segments behind"
+    finally:
+        shutil.rmtree(d, ignore_errors=True)

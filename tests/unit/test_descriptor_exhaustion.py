@@ -197,3 +197,31 @@ def test_a_connection_that_sends_nothing_is_closed_at_the_first_bytes_deadline(s
     assert time.monotonic() - t0 < 10.0  # closed at its first-bytes deadline, far before timeout_s
     slow.sendall(b"\r\n")
     assert _ask(slow, b"").endswith(b"pixpool_up 1\n")
+
+
+def test_the_tcp_listeners_accept_queue_is_as_deep_as_its_handshake_cap(tmp_path):
+    """A burst of connections up to the cap is queued by the kernel for libzmq to accept and the
+    guard to judge, not dropped past libzmq's default backlog of 100 and retried a second later."""
+    from pixpool.server.daemon.listener import Listener
+    from pixpool.shared.stream.config import DaemonConfig
+
+    write_keys(tmp_path / "keys")
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    config = DaemonConfig(
+        data=str(tmp_path / "data.yaml"),
+        socket_dir=str(tmp_path / "sock"),
+        tcp=f"127.0.0.1:{port}",
+        keys_dir=str(tmp_path / "keys"),
+    )
+    ctx = zmq.Context()
+    listener = Listener(ctx, config)
+    try:
+        listener.open()
+        assert listener.guard is not None and listener.guard.total > 100
+        assert listener.remote.getsockopt(zmq.BACKLOG) == listener.guard.total
+    finally:
+        listener.close()
+        listener.release()
+        ctx.term()
