@@ -103,7 +103,7 @@ def test_the_fill_the_statistics_count_is_pixpools():
     assert fs.FILL == FILL_VALUE
 
 
-# -- issue 18: masks, keypoints, angles -------------------------------------------------------------
+# -- masks, keypoints, angles -------------------------------------------------------------
 def test_polygon_mask_fills_the_pixels_whose_centres_are_inside():
     square = np.array([[2.0, 3.0], [6.0, 3.0], [6.0, 5.0], [2.0, 5.0]])
     mask = fs.polygon_mask(square, 10)

@@ -3,7 +3,7 @@
 A test that must catch a worker in the middle of a part (to SIGSTOP and kill it there) polls
 the daemon's status between batches; with the real route a part of a few samples at a small
 imgsz is over in milliseconds, so whether a poll ever lands inside one depended on how fast
-the kernel was (issue 30's faster kernel made it miss). The wait comes after the real render,
+the kernel was (a faster kernel made it miss). The wait comes after the real render,
 before the part is reported, so the bytes are the real route's."""
 
 from __future__ import annotations

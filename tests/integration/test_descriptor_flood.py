@@ -1,4 +1,4 @@
-"""A flood of idle connections does not take the daemon down (issue 26, fault class 1).
+"""A flood of idle connections does not take the daemon down.
 
 The daemon runs with its soft AND hard RLIMIT_NOFILE at 1024 (the default for systemd
 services and container runtimes, and here it cannot raise it). While a trainer runs, 1,100

@@ -1,4 +1,4 @@
-"""``pixpool digest --max-instances-per-image`` on a dense dataset (issue 26, fault class 8).
+"""``pixpool digest --max-instances-per-image`` on a dense dataset.
 
 Integration test: a YOLO set with one image of more instances than the default bound (1000).
 The daemon serves it with ``--max-instances-per-image``; ``pixpool digest`` takes the same

@@ -1,4 +1,4 @@
-"""The label index where stat data repeats (issue 26, fault 4): v2 of a dataset whose every
+"""The label index where stat data repeats: v2 of a dataset whose every
 path has v1's size, mtime, inode and ctime is read, never re-attached on v1's index.
 
 Runs the daemon's own loading step (``server.daemon.run._load``) in this process, on private

@@ -3,10 +3,10 @@
 Integration tests (root: ``unshare --pid --fork --mount-proc``, skipped with the reason
 elsewhere). A daemon on the host and a ``pixpool clean`` or a daemon in a PID namespace of
 its own share /dev/shm and a socket directory, as containers that mount them do; a daemon
-in a namespace is PID 1 there, after every restart. Each test reproduces a fault of issue
-17 (classes 1 and 5): a snapshot or ring removed while served from another namespace, a
-killed daemon's ring left behind after its trainer moved on, a dead PID-1 daemon's ring
-kept as live, rings missing from ``pixpool ls``.
+in a namespace is PID 1 there, after every restart. Each test reproduces a fault once seen:
+a snapshot or ring removed while served from another namespace, a killed daemon's ring left
+behind after its trainer moved on, a dead PID-1 daemon's ring kept as live, rings missing
+from ``pixpool ls``; and a host trainer waits for a starting PID-1 daemon.
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """A daemon refuses, at start and by file and line, a label value that would make every
-attach fail (issue 26, fault class 6).
+attach fail.
 
 Integration test: ``pixpool serve`` in a subprocess on a copy of the synthetic set read as
 an images folder (no class names), one label line with class id 1,000,000. Before the fix

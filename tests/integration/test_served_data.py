@@ -1,4 +1,4 @@
-"""A trainer that names its data trains on that data or not at all (issue 26, fault class 7).
+"""A trainer that names its data trains on that data or not at all.
 
 Integration tests: a spawned daemon serves dataset A (the synthetic set); dataset B is another
 synthetic set with the same class names, other images and another image count. A trainer

@@ -8,8 +8,8 @@ Every call that could block runs in a thread with a deadline (``_bounded``); a F
 caught one is then opened for writing, so that the blocked reader returns and the test fails
 rather than hangs.
 
-Issue 26, fault classes 2 (files opened before anyone looks at what they are), 3 (the
-snapshot's removal unit taken by name prefix) and 5 (a killed index writer's temporary file).
+The faults it reproduces: files opened before anyone looks at what they are, the snapshot's
+removal unit taken by name prefix, and a killed index writer's temporary file.
 """
 
 from __future__ import annotations

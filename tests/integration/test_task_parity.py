@@ -1,4 +1,4 @@
-"""Parity and determinism of the segment, pose and OBB streams with the real route (issue 18, item 6).
+"""Parity and determinism of the segment, pose and OBB streams with the real route.
 
 Integration tests: the reference path (``ReferenceSource``, decode per call), float32 and uint8
 snapshots rendered in this process, and real daemons (spawned, 1 to 3 workers, the real route)

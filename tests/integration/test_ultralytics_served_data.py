@@ -1,4 +1,4 @@
-"""``pixpool yolo train data=B.yaml`` against a daemon serving A: refused, naming both (issue 26, class 7).
+"""``pixpool yolo train data=B.yaml`` against a daemon serving A: refused, naming both.
 
 Runs in the Ultralytics venv (marked ``ultralytics``; skipped where Ultralytics is not
 importable). Dataset B has A's class names, so the class-list check alone let the run train

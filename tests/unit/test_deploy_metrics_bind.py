@@ -1,4 +1,4 @@
-"""Where the shipped deployment files bind the metrics endpoint (issue 26): never on every
+"""Where the shipped deployment files bind the metrics endpoint: never on every
 address. The DaemonSet binds the pod's IP and ships a NetworkPolicy that admits only
 Prometheus to that port; compose binds the daemon's address on the project network and
 publishes it on the host's loopback only.

@@ -1,4 +1,4 @@
-"""The parts that keep a daemon up when its descriptors run out (issue 26, fault class 1), each on
+"""The parts that keep a daemon up when its descriptors run out, each on
 its own: the periodic steps' error counting, the authorized keys kept through a failed look,
 the handshake caps, and the metrics server's connection cap and deadlines.
 

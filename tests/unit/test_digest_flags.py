@@ -1,4 +1,4 @@
-"""Every daemon setting that changes what is served is a ``pixpool digest`` flag (issue 26, class 8).
+"""Every daemon setting that changes what is served is a ``pixpool digest`` flag.
 
 Unit tests: parsers only, no process. The settings are the ``DaemonConfig`` fields whose
 metadata says ``changes_bytes``; ``digest_args`` generates its flags from that marker, so a

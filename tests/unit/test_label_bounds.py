@@ -1,4 +1,4 @@
-"""Values from a label file are bounded before they cost anything (issue 26, fault class 6).
+"""Values from a label file are bounded before they cost anything.
 
 Unit tests: readers and message encoding in the pytest process, nothing started.
 

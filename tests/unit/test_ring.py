@@ -111,7 +111,7 @@ def test_pack_targets_refuses_counts_over_a_region(ring):
         ring.sample_targets(0, 1, 5)
 
 
-# -- per task: row width and mask planes (issue 18) ------------------------------------------
+# -- per task: row width and mask planes ------------------------------------------
 def test_a_detect_layout_keeps_its_bytes_and_offsets():
     """The defaults are a detect ring as it always was: 6 columns, no mask plane, the samples
     right after the target rows (these numbers are the layout before tasks existed)."""

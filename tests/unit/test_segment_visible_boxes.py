@@ -1,5 +1,5 @@
 """A segment polygon's box after the affine is the extent of its part inside the image, as
-Ultralytics 8.4's ``segment2box`` makes it (issue 18 item 7: the fidelity row "mask IoU with its
+Ultralytics 8.4's ``segment2box`` makes it (the fidelity row "mask IoU with its
 own box" failed while pixpool clipped each vertex to the image instead)."""
 
 from __future__ import annotations

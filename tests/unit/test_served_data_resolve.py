@@ -1,6 +1,6 @@
 """``served_data``: one dataset in any spelling resolves to one identity, another is refused by name.
 
-Unit tests: files in a temporary folder, no process (issue 26, fault class 7).
+Unit tests: files in a temporary folder, no process.
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """``pixpool synth --task segment|pose|obb``: Ultralytics' label formats per task, the pose set's
-keypoint layout, deterministic bytes, and the detect set unchanged (issue 18). Starts no process.
+keypoint layout, deterministic bytes, and the detect set unchanged. Starts no process.
 
 The label checks restate the rules Ultralytics' ``verify_image_label`` applies (columns per
 task, normalised coordinates within [0, 1], integer classes below nc); that its own loader
