@@ -1,7 +1,7 @@
 """Image sizes from file headers, fast: a JPEG's frame header read directly, Pillow for the rest.
 
 Runs wherever a snapshot's size is worked out before anything is decoded: the preparing process
-(``prepare._plan``, through ``prepare.header_size_hw``), ``pixpool plan`` and the daemon's check at
+(``prepare._plan``, through ``header_size_hw``), ``pixpool plan`` and the daemon's check at
 start-up (``plan.py``), and the processes ``header_sizes`` spawns for a large set.
 
 Why a parser of its own: Pillow's ``Image.open`` + ``getexif`` costs 60-100 us a JPEG (it builds an
@@ -11,7 +11,7 @@ the EXIF orientation from IFD0, and answers only where the answer is certainly P
 file it does not fully understand (another format, a second EXIF or an XMP segment, an MPO, a
 frame type other than baseline/extended/progressive Huffman, padding between markers, a size
 over Pillow's ``MAX_IMAGE_PIXELS``, a missing end-of-image marker) returns None and is read by
-Pillow, which also gives every refusal its words (``prepare.header_size_hw``).
+Pillow, which also gives every refusal its words (``header_size_hw``).
 """
 
 from __future__ import annotations
@@ -19,7 +19,9 @@ from __future__ import annotations
 import os
 import struct
 
-__all__ = ["jpeg_size_hw", "header_sizes"]
+from ...shared.errors import ImageDecodeError, MissingFileError
+
+__all__ = ["jpeg_size_hw", "header_size_hw", "header_sizes"]
 
 _SOI = b"\xff\xd8\xff"
 _EOI = b"\xff\xd9"
@@ -29,7 +31,7 @@ _APP1 = 0xE1
 _APP2 = 0xE2
 _XMP = b"http://ns.adobe.com/xap/1.0/\x00"  # the APP1 Pillow reads an XMP orientation from
 _CHUNK = 4096  # most headers end within it; a larger EXIF or ICC segment reads on
-_SWAP_ORIENTATIONS = {5, 6, 7, 8}  # as prepare.header_size_hw: transposes trade width and height
+_SWAP_ORIENTATIONS = {5, 6, 7, 8}  # transposes: width and height trade places
 _ORIENTATION_TAG = 0x0112
 
 
@@ -142,15 +144,63 @@ def _max_pixels() -> int:
 
 
 # Below this many files one process reads them all: a spawned reader costs 0.3-0.5 s to start.
+def header_size_hw(path: str) -> tuple[int, int]:
+    """(height, width) after EXIF orientation, from the file's header only (no decode).
+
+    Also refuses, before anything is allocated, what a decoder would accept silently: a
+    JPEG without its end-of-image marker (cut off: OpenCV pads the missing rows with grey
+    and says nothing), and a header claiming more pixels than Pillow's decompression-bomb
+    limit (``Image.MAX_IMAGE_PIXELS`` x 2). A plain JPEG is answered by ``jpeg_size_hw``
+    (its frame header, a third of Pillow's time), which leaves every other file, and every
+    refusal, to Pillow here."""
+    fast = jpeg_size_hw(path)
+    if fast is not None:
+        return fast
+    from PIL import Image, UnidentifiedImageError
+
+    try:
+        with Image.open(path) as im:
+            w, h = im.size
+            fmt = im.format
+            # cv2's IMREAD_COLOR applies an EXIF orientation wherever the file carries one
+            # (JPEG, PNG eXIf, WebP); a disagreement is caught after decoding, naming the file.
+            orientation = im.getexif().get(0x0112, 1)
+            if fmt == "JPEG":
+                _check_jpeg_end(im.fp, path)
+    except FileNotFoundError:
+        raise MissingFileError(
+            "image file does not exist; check the images folder or the annotation's file_name", path=path
+        ) from None
+    except Image.DecompressionBombError as exc:
+        raise ImageDecodeError(
+            f"the image header claims too many pixels ({exc}); pixpool refuses images over {2 * Image.MAX_IMAGE_PIXELS} pixels "
+            "(a decompression bomb, or a header that lies); replace or remove the file",
+            path=path,
+        ) from None
+    except (UnidentifiedImageError, OSError, SyntaxError, ValueError) as exc:
+        raise ImageDecodeError(f"cannot read the image header ({exc}); replace or remove the file", path=path) from None
+    if orientation in _SWAP_ORIENTATIONS:
+        w, h = h, w
+    return h, w
+
+
+def _check_jpeg_end(fp, path: str) -> None:
+    fp.seek(-2, os.SEEK_END)
+    if fp.read(2) != _EOI:
+        raise ImageDecodeError(
+            "the JPEG ends without its end-of-image marker (FFD9): the file is truncated (its bottom is cut off) "
+            "and would be trained on padded with grey; re-download or re-encode it, or remove it",
+            path=path,
+        )
+
+
 _PARALLEL_FROM = 20_000
 
 
 def header_sizes(paths: list[str], *, processes: int = 1) -> list[tuple[int, int]]:
-    """(height, width) after EXIF orientation of each of ``paths`` (``prepare.header_size_hw``:
+    """(height, width) after EXIF orientation of each of ``paths`` (``header_size_hw``:
     its refusals, naming the file, included), in order; a large list is read by ``processes``
     spawned processes in contiguous runs (module docstring)."""
-    from .prepare import header_size_hw
-
     if processes <= 1 or len(paths) < _PARALLEL_FROM:
         return [header_size_hw(p) for p in paths]
     from concurrent.futures import ProcessPoolExecutor
@@ -165,14 +215,6 @@ def header_sizes(paths: list[str], *, processes: int = 1) -> list[tuple[int, int
 
 
 def _read_run(paths: list[str]) -> list[tuple[int, int]]:
-    """One spawned reader's run: the preparation module (numpy, OpenCV: 0.5 s to import) only
-    for a file the fast path leaves to Pillow."""
-    out = []
-    for p in paths:
-        hw = jpeg_size_hw(p)
-        if hw is None:
-            from .prepare import header_size_hw
-
-            hw = header_size_hw(p)
-        out.append(hw)
-    return out
+    """One spawned reader's run: this module alone (no numpy, no OpenCV), Pillow only for a
+    file the fast path leaves to it."""
+    return [header_size_hw(p) for p in paths]

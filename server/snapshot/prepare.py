@@ -68,7 +68,7 @@ from typing import Callable, Iterator
 import numpy as np
 import psutil
 
-from ...shared.errors import CapacityError, ConfigError, DatasetError, ImageDecodeError, MissingFileError, SnapshotError
+from ...shared.errors import CapacityError, ConfigError, DatasetError, SnapshotError
 from ...shared.stream.config import DEFAULT_SNAPSHOT_DTYPE, FILL_VALUE, PrepareOptions
 from ...shared.stream.records import Dataset
 from ...shared.transport.names import snapshot_parts
@@ -79,7 +79,7 @@ from .arena_pages import write_mode
 from .decode_worker import DEFAULT_DECODER, WorkShare, decode_shared, worker_decode, worker_init, worker_started
 from .fingerprint import fingerprint
 from .handle import Snapshot
-from .headers import jpeg_size_hw
+from .headers import header_size_hw
 from .reuse import BeingPrepared, choose_base, existing_snapshot, remove_superseded
 
 log = logging.getLogger(__name__)
@@ -126,63 +126,6 @@ class PrepareResult:
             "seconds": round(self.seconds, 4),
             "processes": self.processes,
         }
-
-
-# -- image sizes from headers --------------------------------------------------------------
-_SWAP_ORIENTATIONS = {5, 6, 7, 8}  # transposes: width and height trade places
-
-
-_JPEG_EOI = b"\xff\xd9"
-
-
-def header_size_hw(path: str) -> tuple[int, int]:
-    """(height, width) after EXIF orientation, from the file's header only (no decode).
-
-    Also refuses, before anything is allocated, what a decoder would accept silently: a
-    JPEG without its end-of-image marker (cut off: OpenCV pads the missing rows with grey
-    and says nothing), and a header claiming more pixels than Pillow's decompression-bomb
-    limit (``Image.MAX_IMAGE_PIXELS`` x 2). A plain JPEG is answered by ``headers.jpeg_size_hw``
-    (its frame header, a third of Pillow's time), which leaves every other file, and every
-    refusal, to Pillow here."""
-    fast = jpeg_size_hw(path)
-    if fast is not None:
-        return fast
-    from PIL import Image, UnidentifiedImageError
-
-    try:
-        with Image.open(path) as im:
-            w, h = im.size
-            fmt = im.format
-            # cv2's IMREAD_COLOR applies an EXIF orientation wherever the file carries one
-            # (JPEG, PNG eXIf, WebP); a disagreement is caught after decoding, naming the file.
-            orientation = im.getexif().get(0x0112, 1)
-            if fmt == "JPEG":
-                _check_jpeg_end(im.fp, path)
-    except FileNotFoundError:
-        raise MissingFileError(
-            "image file does not exist; check the images folder or the annotation's file_name", path=path
-        ) from None
-    except Image.DecompressionBombError as exc:
-        raise ImageDecodeError(
-            f"the image header claims too many pixels ({exc}); pixpool refuses images over {2 * Image.MAX_IMAGE_PIXELS} pixels "
-            "(a decompression bomb, or a header that lies); replace or remove the file",
-            path=path,
-        ) from None
-    except (UnidentifiedImageError, OSError, SyntaxError, ValueError) as exc:
-        raise ImageDecodeError(f"cannot read the image header ({exc}); replace or remove the file", path=path) from None
-    if orientation in _SWAP_ORIENTATIONS:
-        w, h = h, w
-    return h, w
-
-
-def _check_jpeg_end(fp, path: str) -> None:
-    fp.seek(-2, os.SEEK_END)
-    if fp.read(2) != _JPEG_EOI:
-        raise ImageDecodeError(
-            "the JPEG ends without its end-of-image marker (FFD9): the file is truncated (its bottom is cut off) "
-            "and would be trained on padded with grey; re-download or re-encode it, or remove it",
-            path=path,
-        )
 
 
 # -- capacity ---------------------------------------------------------------------------------
