@@ -30,7 +30,9 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-COCO128 = ROOT.parent / "shared" / "data" / "coco128"
+# The coco128 folder (bench/coco128.py builds one from its two downloads): PIXPOOL_COCO128, else
+# the shared data folder beside the checkout.
+COCO128 = Path(os.environ.get("PIXPOOL_COCO128") or ROOT.parent / "shared" / "data" / "coco128").absolute()
 COCO128_JSON = COCO128 / "annotations" / "instances_train2017.json"
 COCO128_IMAGES = COCO128 / "images" / "train2017"
 # The Python of a venv with Ultralytics (never pixpool's own: Ultralytics is no dependency).

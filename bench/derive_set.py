@@ -53,7 +53,10 @@ from pathlib import Path
 
 import numpy as np
 
-COCO128 = Path(__file__).resolve().parents[2] / "shared" / "data" / "coco128"
+if str(Path(__file__).resolve().parent) not in sys.path:  # the helpers beside this file, under python -P too
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _common import COCO128  # noqa: E402
+
 LONG_SIDE = 640
 AREA = (0.35, 1.0)  # of the source image's area
 ASPECT = (3 / 4, 4 / 3)  # times the source's aspect ratio

@@ -11,7 +11,8 @@ changes a digest. The reference path runs on the float32 settings only (it has n
     python bench/digest_matrix.py --check /tmp/before.json       # compare; exit 1 on a difference
 
 Datasets: the synthetic set (what ``pixpool synth`` writes, 24 images, seed 0, into a temporary folder) and coco128
-(``--coco128``, default ../shared/data/coco128 beside the checkout; skipped when absent).
+(``--coco128``, default ``PIXPOOL_COCO128``, else ../shared/data/coco128 beside the checkout; skipped
+when absent).
 """
 
 from __future__ import annotations
@@ -23,7 +24,9 @@ import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-COCO128 = ROOT.parent / "shared" / "data" / "coco128" / "annotations" / "instances_train2017.json"
+if str(ROOT / "bench") not in sys.path:  # the helpers beside this file, under python -P too
+    sys.path.insert(0, str(ROOT / "bench"))
+from _common import COCO128_JSON as COCO128  # noqa: E402
 
 # name -> AugmentConfig fields (imgsz is added per dataset); each covers one kernel path or mix.
 ROUTES = {

@@ -23,7 +23,8 @@ from pixpool.shared.transport.names import list_segments
 from pixpool.shared.transport.shm import unlink_segment
 
 SHARED_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
-COCO128 = SHARED_DATA / "coco128"
+# PIXPOOL_COCO128 names another copy (bench/coco128.py builds one from its two downloads).
+COCO128 = Path(os.environ.get("PIXPOOL_COCO128") or SHARED_DATA / "coco128").absolute()
 
 _segments_before: set[str] = set()
 
@@ -93,10 +94,12 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
 
 @pytest.fixture(scope="session")
 def coco128() -> Path:
-    """The shared coco128 copy beside the checkout; skips where it is absent (a fresh clone)."""
+    """coco128 (``PIXPOOL_COCO128``, else the shared copy beside the checkout); skips where it is
+    absent (a fresh clone)."""
     if not (COCO128 / "annotations" / "instances_train2017.json").is_file():
         pytest.skip(
-            f"coco128 not found at {COCO128}: it lives in ../shared/data beside the checkout, absent in a fresh clone"
+            f"coco128 not found at {COCO128} (PIXPOOL_COCO128, default ../shared/data/coco128 beside the "
+            "checkout): bench/coco128.py builds it (docs/benchmarks.md)"
         )
     return COCO128
 

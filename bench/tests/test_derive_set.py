@@ -2,8 +2,9 @@
 distinct photographs at COCO's size, its labels inside them, and a daemon serves it with the same
 batch digests as the in-process reference.
 
-Needs coco128 (../shared/data/coco128); skipped where it is absent. The digest test starts a
-temporary daemon (``pixpool digest``'s default path), which removes its snapshot and rings at exit.
+Needs coco128 (``PIXPOOL_COCO128``, else ../shared/data/coco128); skipped where it is absent. The
+digest test starts a temporary daemon (``pixpool digest``'s default path), which removes its
+snapshot and rings at exit.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ import pytest
 COCO128 = derive_set.COCO128
 needs_coco128 = pytest.mark.skipif(
     not (COCO128 / "annotations" / "instances_train2017.json").is_file(),
-    reason=f"coco128 is not at {COCO128} (the shared data folder beside the checkout)",
+    reason=f"coco128 is not at {COCO128} (PIXPOOL_COCO128, default ../shared/data/coco128 beside the checkout)",
 )
 
 
