@@ -22,6 +22,7 @@ from PIL import Image
 
 from ..shared.errors import ConfigError
 from ..shared.stream.rect_plan import RectPlan, rect_plan
+from ..shared.stream.route import Route
 from ..shared.stream.sampler import epoch_indices
 
 __all__ = ["RectView", "decoded_shape"]
@@ -47,7 +48,7 @@ class RectView:
 
     def __init__(self, loader: Any, *, shape_of: Callable[[str], tuple[int, int]] = decoded_shape):
         cfg = loader.settings.augment
-        if not cfg.rect_stride:
+        if cfg.route is not Route.RECT_VAL:
             raise ConfigError.for_field("rect_stride", cfg.rect_stride, "is 0: this stream has no rect batches")
         self.loader = loader
         self.shape_of = shape_of

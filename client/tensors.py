@@ -28,6 +28,7 @@ from typing import Any
 import numpy as np
 
 from ..shared.stream.config import StreamSettings
+from ..shared.stream.route import Route
 from ._torch import require_torch
 
 
@@ -111,7 +112,7 @@ def _to_torch(images, targets, masks, samples, epoch: int, how: Conversion, sett
     if how.device is not None:
         out = [None if t is None else t.to(how.device, non_blocking=True) for t in out]
     timg, ttgt, tmask = out
-    if settings.hsv_on_device and settings.augment.train_route:  # validation streams get no HSV
+    if settings.hsv_on_device and settings.augment.route is Route.TRAIN:  # validation streams get no HSV
         from .hsv_torch import apply_hsv
 
         timg = apply_hsv(timg, settings, epoch, samples)

@@ -47,6 +47,7 @@ import numpy as np
 from ...shared.errors import ConfigError
 from ...shared.stream import served_data
 from ...shared.stream.digest import batch_digest
+from ...shared.stream.route import Route
 from .. import snapshot_check
 from .._torch import require_torch
 from . import checkpoint, run_dir
@@ -453,7 +454,7 @@ def _validate(model, val, config: FitConfig, device, torch, *, epoch: int = 0) -
 
     model.eval()
     predictions, truth, sizes = [], [], []
-    view = RectView(val) if val.settings.augment.rect_stride else None  # else the square letterbox (probe)
+    view = RectView(val) if val.settings.augment.route is Route.RECT_VAL else None  # else the square letterbox (probe)
     bar = tqdm(
         val,
         total=len(val),

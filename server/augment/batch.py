@@ -35,11 +35,14 @@ from ...shared.errors import ConfigError
 from ...shared.stream.config import StreamSettings
 from ...shared.stream.hsv_tables import tables
 from ...shared.stream.rng import hsv_gains
+from ...shared.stream.route import Route
 from ...shared.stream.source import ImageSource
-from .labels import pack
+from ...shared.task import TaskSpec
+from .labels import Labels, pack
 from .masks import render_masks
-from .part import Part, checked_out, positions_of
+from .part import Part, Span, checked_out, positions_of
 from .sample import Pending, StageClock, render, task_of
+from .val_rect import RectPlacement
 
 
 @dataclass
@@ -61,7 +64,7 @@ def max_targets(max_instances: int, settings: StreamSettings) -> int:
     """
     cfg = settings.augment
     per = max(0, int(max_instances))
-    if cfg.train_route:
+    if cfg.route is Route.TRAIN:
         if cfg.mosaic > 0:
             per *= 4
         if cfg.copy_paste > 0:
@@ -96,10 +99,7 @@ def render_batch(
     part = _render(
         source,
         settings,
-        epoch,
-        batch,
-        0,
-        None,
+        Span(epoch, batch),
         images_out,
         masks_out,
         keep_float=keep_float,
@@ -120,10 +120,10 @@ def write_image(
     clock.lap("kernel")
 
 
-def _output(images_out: np.ndarray | None, count: int, imgsz: int) -> np.ndarray:
+def _output(images_out: np.ndarray | None, count: int, side: int) -> np.ndarray:
     if images_out is None:
-        return np.empty((count, 3, imgsz, imgsz), dtype=np.uint8)
-    return checked_out("images_out", images_out, (np.uint8,), (3, imgsz, imgsz), count, "a ring slot or np.empty")
+        return np.empty((count, 3, side, side), dtype=np.uint8)
+    return checked_out("images_out", images_out, (np.uint8,), (3, side, side), count, "a ring slot or np.empty")
 
 
 def render_range(
@@ -138,8 +138,9 @@ def render_range(
     masks_out: np.ndarray | None = None,
     timings: dict[str, float] | None = None,
 ) -> Part:
-    """Sample positions ``start .. stop`` of batch ``batch`` of ``epoch``: what an
-    augmentation worker renders when all workers fill one ring slot together.
+    """Sample positions ``start .. stop`` of batch ``batch`` of ``epoch``, on the stream's route
+    (``AugmentConfig.route``): what an augmentation worker renders when all workers fill one
+    ring slot together.
 
     ``render_batch`` is this loop over the whole batch, so any split of a batch into
     ranges, concatenated, is byte for byte ``render_batch``'s batch
@@ -150,16 +151,75 @@ def render_range(
     than 255 instances; a uint8 plane given a sample with more is an error). Per-instance planes
     (``overlap_mask`` false) have no fixed size, so they cannot be written into ``masks_out``.
     """
-    return _render(source, settings, epoch, batch, start, stop, images_out, masks_out, timings=timings)
+    return _render(source, settings, Span(epoch, batch, start, stop), images_out, masks_out, timings=timings)
+
+
+class SquarePlacement:
+    """The training and square validation routes' part of a span (``_placement``): each record through
+    ``sample.render`` (which follows the route) onto the imgsz square, HSV on the training route
+    unless the trainer's device applies it."""
+
+    ultralytics_ties = False
+
+    def __init__(
+        self,
+        source: ImageSource,
+        settings: StreamSettings,
+        epoch: int,
+        positions: np.ndarray,
+        timings: dict[str, float] | None,
+    ) -> None:
+        cfg = settings.augment
+        self.side = cfg.imgsz
+        self.records = positions  # a square route's positions are record indices
+        self.source, self.settings, self.epoch, self.timings = source, settings, epoch, timings
+        self.hsv = cfg.route is Route.TRAIN and not settings.hsv_on_device
+
+    def draw(self, record: int, out_chw: np.ndarray, floats: list[np.ndarray] | None) -> Labels:
+        settings, cfg = self.settings, self.settings.augment
+        pending = render(self.source, record, settings, self.epoch, timings=self.timings)
+        if floats is not None:
+            floats.append(pending.float_image())
+        gains = hsv_gains(settings.seed, self.epoch, record, cfg.hsv_h, cfg.hsv_s, cfg.hsv_v) if self.hsv else None
+        write_image(pending, out_chw, gains, timings=self.timings)
+        return pending.labels
+
+    def rows(self, labels: Labels, spec: TaskSpec, keypoints: int) -> np.ndarray:
+        return pack(labels, self.side, task=spec, keypoints=keypoints)
+
+    def points(self, labels: Labels) -> np.ndarray:
+        return labels.points * np.float32(1.0 / self.side)
+
+
+def _placement(
+    source: ImageSource,
+    settings: StreamSettings,
+    epoch: int,
+    positions: np.ndarray,
+    spec: TaskSpec,
+    timings: dict[str, float] | None,
+) -> SquarePlacement | RectPlacement:
+    """What the stream's route (``AugmentConfig.route``) supplies to the render loop for these
+    positions; the loop does the rest alike for every route (the output checks, the masks, the
+    target rows, the segments):
+
+    - ``side``: the square each image is written into (a ring slot's image side);
+    - ``records``: int64 record index at each position;
+    - ``ultralytics_ties``: order equal mask areas as Ultralytics does (``masks.render_masks``);
+    - ``draw(record, out_chw, floats)``: the record's image written into ``out_chw`` (its float
+      image appended to ``floats`` when given); returns its labels in pixels of that image;
+    - ``rows(labels, spec, keypoints)``: the labels as normalised target rows, no batch index;
+    - ``points(labels)``: the polygon vertices, normalised as the rows are.
+    """
+    if settings.augment.route is Route.RECT_VAL:
+        return RectPlacement(source, settings, positions, spec, timings)
+    return SquarePlacement(source, settings, epoch, positions, timings)
 
 
 def _render(
     source: ImageSource,
     settings: StreamSettings,
-    epoch: int,
-    batch: int,
-    start: int,
-    stop: int | None,
+    span: Span,
     images_out: np.ndarray | None,
     masks_out: np.ndarray | None = None,
     *,
@@ -167,72 +227,54 @@ def _render(
     segments: bool = False,
     timings: dict[str, float] | None = None,
 ) -> Part:
-    """The one render loop: positions ``start .. stop`` (None: to the batch's end) of the batch."""
+    """The one render loop, for every route: the positions of ``span``."""
     settings = settings.for_imgsz(source.imgsz)  # imgsz None: the source's; another value: ConfigError
     cfg = settings.augment
-    if cfg.rect_stride:  # Ultralytics' rect validation batches: their own loop
-        from .val_rect import render_rect_range
-
-        return render_rect_range(
-            source,
-            settings,
-            epoch,
-            batch,
-            start,
-            stop,
-            images_out,
-            masks_out,
-            keep_float=keep_float,
-            segments=segments,
-            timings=timings,
-        )
-    imgsz = cfg.imgsz
-    samples = positions_of(source, settings, epoch, batch, start, stop)
-    images = _output(images_out, len(samples), imgsz)
+    positions = positions_of(source, settings, span)
     spec, kpt_shape, _ = task_of(source)
+    place = _placement(source, settings, span.epoch, positions, spec, timings)
+    samples, side, count = place.records, place.side, len(positions)
+    images = _output(images_out, count, side)
     width = spec.target_width(kpt_shape)
     keypoints = int(kpt_shape[0]) if spec.has_keypoints else 0
-    side = spec.mask_side(imgsz, cfg.mask_ratio)
-    planes = _masks_output(masks_out, len(samples), side, overlap=cfg.overlap_mask) if side else None
-    instance_planes: list[np.ndarray] | None = [] if side and not cfg.overlap_mask else None
-    apply_hsv = cfg.train_route and not settings.hsv_on_device
-    counts = np.zeros(len(samples), dtype=np.int64)
+    mask_side = spec.mask_side(side, cfg.mask_ratio)
+    planes = _masks_output(masks_out, count, mask_side, overlap=cfg.overlap_mask) if mask_side else None
+    instance_planes: list[np.ndarray] | None = [] if mask_side and not cfg.overlap_mask else None
+    counts = np.zeros(count, dtype=np.int64)
     floats: list[np.ndarray] | None = [] if keep_float else None
     polygons: list[np.ndarray] | None = [] if segments else None
     rows: list[np.ndarray] = []  # each sample's packed rows, without the batch index
-    for i, index in enumerate(samples.tolist()):
-        pending = render(source, index, settings, epoch, timings=timings)
-        if floats is not None:
-            floats.append(pending.float_image())
-        gains = hsv_gains(settings.seed, epoch, index, cfg.hsv_h, cfg.hsv_s, cfg.hsv_v) if apply_hsv else None
-        write_image(pending, images[i], gains, timings=timings)
-        labels = pending.labels
-        if side:
+    for i, record in enumerate(samples.tolist()):
+        labels = place.draw(record, images[i], floats)
+        if mask_side:
             clock = StageClock(timings)
             if instance_planes is not None:
-                per, _ = render_masks(labels, imgsz, cfg.mask_ratio, overlap=False)
+                per, _ = render_masks(labels, side, cfg.mask_ratio, overlap=False)
                 instance_planes.append(per)
             else:
                 if planes is not None and masks_out is None and len(labels) > 255 and planes.dtype == np.uint8:
                     planes = planes.astype(np.int32)  # a plane of the batch's own: widen it, as Ultralytics does
-                _, order = render_masks(labels, imgsz, cfg.mask_ratio, overlap=True, out=_plane(planes, i, len(labels)))
+                out = _plane(planes, i, len(labels))
+                _, order = render_masks(
+                    labels, side, cfg.mask_ratio, overlap=True, out=out, ultralytics_ties=place.ultralytics_ties
+                )
                 labels = labels.select(order)
             clock.lap("masks")
-        packed = pack(labels, imgsz, task=spec, keypoints=keypoints)
+        packed = place.rows(labels, spec, keypoints)
         rows.append(packed)
         counts[i] = len(packed)
         if polygons is not None and len(labels):
             # Views of one scaled array, as np.split gives, without its per-call overhead.
-            scaled = labels.points * np.float32(1.0 / imgsz)
+            scaled = place.points(labels)
             bounds = labels.offsets.tolist()
             polygons.extend(scaled[a:b] for a, b in zip(bounds[:-1], bounds[1:]))
     # The batch index column and the rows written once per range, not once per sample.
     targets = np.empty((int(counts.sum()), width), dtype=np.float32)
     if len(targets):
-        targets[:, 0] = np.repeat(np.arange(start, start + len(samples), dtype=np.float32), counts)
+        targets[:, 0] = np.repeat(np.arange(span.start, span.start + count, dtype=np.float32), counts)
         np.concatenate(rows, out=targets[:, 1:])
     if instance_planes is not None:
-        planes = np.concatenate(instance_planes) if instance_planes else np.zeros((0, side, side), np.uint8)
+        planes = np.concatenate(instance_planes) if instance_planes else np.zeros((0, mask_side, mask_side), np.uint8)
     return Part(images, targets, counts, samples, floats, polygons, planes)
 
 

@@ -1,5 +1,5 @@
-"""One part of a batch (a worker's share of its positions), and the checks every renderer of
-parts shares: the square route (``batch.py``) and the rect validation route (``val_rect.py``).
+"""One part of a batch (a worker's share of its positions), which positions it is (``Span``),
+and the checks of the one render loop (``batch.py``) that every route shares.
 
 Runs wherever a batch is rendered: the daemon's workers and the in-process reference path.
 """
@@ -15,7 +15,17 @@ from ...shared.stream.config import StreamSettings
 from ...shared.stream.sampler import batch_samples
 from ...shared.stream.source import ImageSource
 
-__all__ = ["Part", "checked_out", "positions_of"]
+__all__ = ["Part", "Span", "checked_out", "positions_of"]
+
+
+@dataclass(frozen=True)
+class Span:
+    """Sample positions ``start .. stop`` (None: to the batch's end) of batch ``batch`` of ``epoch``."""
+
+    epoch: int
+    batch: int
+    start: int = 0
+    stop: int | None = None
 
 
 @dataclass
@@ -45,14 +55,13 @@ def checked_out(
     return out[:count]
 
 
-def positions_of(
-    source: ImageSource, settings: StreamSettings, epoch: int, batch: int, start: int, stop: int | None
-) -> np.ndarray:
-    """The stream positions ``start .. stop`` (None: to the end) of batch ``batch``, checked."""
-    every = batch_samples(len(source), settings, epoch, batch)
-    stop = len(every) if stop is None else stop
+def positions_of(source: ImageSource, settings: StreamSettings, span: Span) -> np.ndarray:
+    """The stream positions of ``span``, checked."""
+    every = batch_samples(len(source), settings, span.epoch, span.batch)
+    start, stop = span.start, len(every) if span.stop is None else span.stop
     if not 0 <= start <= stop <= len(every):
         raise ConfigError(
-            f"samples {start}..{stop} of batch {batch}, which has {len(every)}; use 0 <= start <= stop <= {len(every)}"
+            f"samples {start}..{stop} of batch {span.batch}, which has {len(every)}; "
+            f"use 0 <= start <= stop <= {len(every)}"
         )
     return every[start:stop]

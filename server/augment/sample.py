@@ -3,7 +3,7 @@
 Runs in the augmentation workers (on the snapshot), in the reference pipeline and in the
 digest command; the code cannot tell the sources apart, which is what byte parity shows.
 
-Training (``train_route=True``), every draw from the sample's generator (``pixpool.shared.stream.rng``):
+Training (``Route.TRAIN``), every draw from the sample's generator (``pixpool.shared.stream.rng``):
 
 1. mosaic with probability ``mosaic`` (not in the closed epochs): the record and three
    random partners around a random centre on a 2·imgsz zero canvas; otherwise the
@@ -31,7 +31,8 @@ Here only the draws, the labels and the copy-paste mask are computed; the pixels
 (``kernel.py``, which defines their arithmetic), run by ``Pending.write`` straight into
 the output slot. No canvas and no intermediate image exist.
 
-Validation (``train_route=False``): ``letterbox.py``, no draws.
+Square validation (``Route.VAL``): ``letterbox.py``, no draws. Rect validation renders its own
+batches (``val_rect.py``).
 """
 
 from __future__ import annotations
@@ -43,6 +44,7 @@ import numpy as np
 
 from ...shared.stream.config import FILL_VALUE, StreamSettings
 from ...shared.stream.rng import sample_generator
+from ...shared.stream.route import Route
 from ...shared.stream.source import ImageSource
 from . import affine, kernel
 from . import copy_paste as _cp
@@ -126,7 +128,7 @@ def render(
     imgsz = cfg.imgsz
     rng = sample_generator(settings.seed, epoch, index)
     clock = StageClock(timings)
-    if not cfg.train_route:
+    if cfg.route is not Route.TRAIN:
         layer, labels = letterbox(source, index, imgsz)
         clock.lap("letterbox")
         return Pending(imgsz, [layer], None, False, False, labels, rng, _fill_of(source))

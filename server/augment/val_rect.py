@@ -1,8 +1,8 @@
 """Rect validation route: Ultralytics' validation batches, rendered into ring slots.
 
-Runs where a validation batch of a stream with ``AugmentConfig.rect_stride`` > 0 is rendered
-(the augmentation workers, the digest command, the tests); ``batch.py`` hands such a batch
-here. Owns nothing shared: it writes the caller's image and mask slots, reads the source.
+Runs where a batch of a stream on ``Route.RECT_VAL`` is rendered (the augmentation workers,
+the digest command, the tests): ``batch.py``'s render loop asks ``RectPlacement`` for what this
+route does differently. Owns nothing shared: it writes the caller's image slots, reads the source.
 
 What Ultralytics 8.4's validation loader makes of each image (``YOLODataset`` with
 ``rect=True``: ``load_image``, ``LetterBox(scaleup=False)`` into the batch's ``rect_shape``,
@@ -35,14 +35,12 @@ from ...shared.errors import ConfigError
 from ...shared.stream.config import StreamSettings
 from ...shared.stream.rect_plan import RectPlan, rect_plan, slot_side
 from ...shared.stream.source import ImageSource
+from ...shared.task import TaskSpec
 from .labels import Labels, pack
-from .masks import render_masks
-from .mosaic import task_of
-from .part import Part, checked_out, positions_of
 from .resample import resampled_targets
 from .sample import StageClock, _fill_of
 
-__all__ = ["crop", "original_shapes", "plan_of", "render_rect_range", "slot_side"]
+__all__ = ["RectPlacement", "crop", "original_shapes", "plan_of", "slot_side"]
 
 _shapes: weakref.WeakKeyDictionary[object, np.ndarray] = weakref.WeakKeyDictionary()
 
@@ -86,84 +84,55 @@ def crop(images: np.ndarray, masks: np.ndarray | None, shape: tuple[int, int], m
     return out, None if masks is None else masks[:, : h // mask_ratio, : w // mask_ratio]
 
 
-def render_rect_range(
-    source: ImageSource,
-    settings: StreamSettings,
-    epoch: int,
-    batch: int,
-    start: int,
-    stop: int | None,
-    images_out: np.ndarray | None,
-    masks_out: np.ndarray | None,
-    *,
-    keep_float: bool = False,
-    segments: bool = False,
-    timings: dict[str, float] | None = None,
-):
-    """``batch.render_range`` for a rect stream: positions ``start .. stop`` of batch ``batch``
-    (a ``part.Part`` whose ``samples`` are record indices and whose images are slot squares)."""
-    cfg = settings.augment
-    if cfg.train_route or not cfg.rect_stride:
-        raise ConfigError("render_rect_range renders the rect validation route (train_route=False, rect_stride > 0)")
-    plan = plan_of(source, settings)
-    positions = positions_of(source, settings, epoch, batch, start, stop)
-    height, width = plan.shape_of(positions) if len(positions) else (cfg.imgsz, cfg.imgsz)
-    side = slot_side(cfg.imgsz, cfg.rect_stride)
-    count = len(positions)
-    if images_out is None:
-        images_out = np.empty((count, 3, side, side), np.uint8)
-    images = checked_out("images_out", images_out, (np.uint8,), (3, side, side), count, "a ring slot or np.empty")
-    spec, kpt_shape, _ = task_of(source)
-    keypoints = int(kpt_shape[0]) if spec.has_keypoints else 0
-    ratio = cfg.mask_ratio
-    planes = None
-    if spec.has_masks:
-        if not cfg.overlap_mask:
+class RectPlacement:
+    """The rect validation route's part of a span (``batch._placement``): the plan's records and
+    their batch's shape (H, W); each record at the centre of an (H, W) canvas of the fill in the
+    top-left of its slot square, its rows normalised by W and H."""
+
+    ultralytics_ties = True
+
+    def __init__(
+        self,
+        source: ImageSource,
+        settings: StreamSettings,
+        positions: np.ndarray,
+        spec: TaskSpec,
+        timings: dict[str, float] | None,
+    ) -> None:
+        cfg = settings.augment
+        plan = plan_of(source, settings)
+        self.height, self.width = plan.shape_of(positions) if len(positions) else (cfg.imgsz, cfg.imgsz)
+        self.side = slot_side(cfg.imgsz, cfg.rect_stride)
+        self.records = plan.order[positions]
+        if spec.has_masks and not cfg.overlap_mask:
             raise ConfigError.for_field(
                 "overlap_mask", False, "rect validation batches carry overlap mask planes only; use overlap_mask=True"
             )
-        m = spec.mask_side(side, ratio)
-        if masks_out is None:
-            masks_out = np.zeros((count, m, m), np.uint8)
-        planes = checked_out("masks_out", masks_out, (np.uint8, np.int32), (m, m), count, "a ring slot's mask plane")
-    fill = _fill_of(source)
-    samples = plan.order[positions]
-    counts = np.zeros(count, dtype=np.int64)
-    floats: list[np.ndarray] | None = [] if keep_float else None
-    polygons: list[np.ndarray] | None = [] if segments else None
-    rows: list[np.ndarray] = []
-    scale = np.array([width, height], np.float32)
-    clock = StageClock(timings)
-    for i, record in enumerate(samples.tolist()):
-        image = source.image(record)
+        self.source, self.spec, self.imgsz, self.timings = source, spec, cfg.imgsz, timings
+        self.fill = _fill_of(source)
+        self.scale = np.array([self.width, self.height], np.float32)
+
+    def draw(self, record: int, out_chw: np.ndarray, floats: list[np.ndarray] | None) -> Labels:
+        clock = StageClock(self.timings)
+        image = self.source.image(record)
         h, w = image.shape[:2]
+        height, width = self.height, self.width
         if h > height or w > width:
             raise ConfigError(
                 f"record {record} ({h}x{w}) exceeds its rect batch shape {height}x{width}; "
-                f"the snapshot's imgsz {source.imgsz} and the stream's {cfg.imgsz} must agree"
+                f"the snapshot's imgsz {self.source.imgsz} and the stream's {self.imgsz} must agree"
             )
         top, left = (height - h) // 2, (width - w) // 2
-        _write_image(images[i], image, top, left, height, width, fill, floats)
-        labels = Labels.from_targets(resampled_targets(source, record, spec.polygon_points), w, h, left, top)
+        _write_image(out_chw, image, top, left, height, width, self.fill, floats)
+        labels = Labels.from_targets(resampled_targets(self.source, record, self.spec.polygon_points), w, h, left, top)
         clock.lap("letterbox")
-        if planes is not None:
-            if len(labels) > np.iinfo(planes.dtype).max:
-                raise ConfigError(f"masks_out is {planes.dtype} and record {record} has {len(labels)} instances")
-            _, order = render_masks(labels, side, ratio, overlap=True, out=planes[i], ultralytics_ties=True)
-            labels = labels.select(order)
-            clock.lap("masks")
-        packed = _normalised(pack(labels, 1, task=spec, keypoints=keypoints), spec, keypoints, width, height)
-        rows.append(packed)
-        counts[i] = len(packed)
-        if polygons is not None and len(labels):
-            scaled = labels.points / scale
-            bounds = labels.offsets.tolist()
-            polygons.extend(scaled[a:b] for a, b in zip(bounds[:-1], bounds[1:]))
-    targets = np.empty((int(counts.sum()), spec.target_width(kpt_shape)), dtype=np.float32)
-    if len(targets):
-        targets[:, 0] = np.repeat(np.arange(start, start + count, dtype=np.float32), counts)
-        np.concatenate(rows, out=targets[:, 1:])
-    return Part(images, targets, counts, samples, floats, polygons, planes)
+        return labels
+
+    def rows(self, labels: Labels, spec: TaskSpec, keypoints: int) -> np.ndarray:
+        return _normalised(pack(labels, 1, task=spec, keypoints=keypoints), spec, keypoints, self.width, self.height)
+
+    def points(self, labels: Labels) -> np.ndarray:
+        return labels.points / self.scale
 
 
 def _write_image(

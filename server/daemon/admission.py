@@ -25,6 +25,7 @@ from ...shared.errors import CapacityError, ConfigError
 from ...shared.stream.config import DaemonConfig, StreamSettings
 from ...shared.stream.flags import flag_of
 from ...shared.stream.rect_plan import slot_side
+from ...shared.stream.route import Route
 from ...shared.task import task_spec
 from ...shared.transport.ring import MAX_SLOTS, MIN_SLOTS, RingLayout, mask_dtype_for
 from ...shared.transport.store import DEFAULT_STORE, free_nbytes
@@ -154,8 +155,8 @@ def _ring_help(settings: StreamSettings, config: DaemonConfig) -> str:
 def ring_side(source, settings: StreamSettings) -> int:
     """The square side of a slot's images: the snapshot's imgsz, or for rect validation batches
     the largest batch shape (``shared/stream/rect_plan.py``), which can exceed it (672 at 640)."""
-    stride = settings.augment.rect_stride
-    return slot_side(source.imgsz, stride) if stride else source.imgsz
+    cfg = settings.augment
+    return slot_side(source.imgsz, cfg.rect_stride) if cfg.route is Route.RECT_VAL else source.imgsz
 
 
 def source_task(source) -> tuple[str, tuple[int, int] | None, tuple[int, ...] | None]:

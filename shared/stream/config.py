@@ -31,6 +31,7 @@ from .. import schema
 from ..errors import ConfigError
 from ..task import TASKS, task_spec
 from ..transport.names import DEFAULT_STORE
+from .route import Route
 
 FILL_VALUE = 114.0
 # The datasets a daemon serves: its training set and, when it has one, a validation set.
@@ -141,7 +142,8 @@ class AugmentConfig:
     # one plane (overlap_mask, Ultralytics' default) or one plane per instance.
     mask_ratio: int = _opt(4, "segment: masks at imgsz / mask_ratio", lo=1, hi=32)
     overlap_mask: bool = _opt(True, "segment: one mask plane per image, instances numbered 1..n by area")
-    # False: validation route (letterbox only, no randomness).
+    # The route (``route``) is spelt by these two: train_route False is a validation route, and
+    # rect_stride > 0 makes it the rect one. Kept as two fields: the flags, attach and the wire name them.
     train_route: bool = _opt(True, "false: the validation route (letterbox only, no randomness)")
     # Validation route only: Ultralytics' rectangular validation batches (``shared/stream/rect_plan.py``)
     # for a model of this stride (Ultralytics uses max(model stride, 32)); 0: the imgsz square.
@@ -155,12 +157,12 @@ class AugmentConfig:
 
     def __post_init__(self) -> None:
         _validate(self)
-        if self.rect_stride and self.train_route:
-            raise ConfigError.for_field(
-                "rect_stride",
-                self.rect_stride,
-                "is for the validation route only; set train_route=False (attach(split='val') does) or rect_stride=0",
-            )
+        Route.of(self.train_route, self.rect_stride)  # refuses a rect stride on the training route
+
+    @property
+    def route(self) -> Route:
+        """The route this stream's samples take (``route.py``), from ``train_route`` and ``rect_stride``."""
+        return Route.of(self.train_route, self.rect_stride)
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -197,7 +199,7 @@ class StreamSettings:
             raise ConfigError.for_field(
                 "rank", self.rank, f"is outside world_size {self.world_size}; use 0 <= {{rank}} < {{world_size}}"
             )
-        if self.augment.rect_stride and self.shuffle:
+        if self.augment.route is Route.RECT_VAL and self.shuffle:
             raise ConfigError.for_field(
                 "shuffle",
                 self.shuffle,

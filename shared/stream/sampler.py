@@ -18,7 +18,7 @@ because randomness derives from the record index.
 Batches: consecutive runs of ``batch_size`` shard positions; the last one is shorter,
 or dropped when ``drop_last``.
 
-Rect validation (``augment.rect_stride``): the shard is a contiguous run of positions of the
+Rect validation (``Route.RECT_VAL``): the shard is a contiguous run of positions of the
 aspect-ratio order, whole batches per rank, as Ultralytics' ``ContiguousDistributedSampler``
 (``rect_plan.py``); the route maps a position to its record.
 
@@ -37,13 +37,14 @@ from ..errors import ConfigError
 from .config import StreamSettings
 from .rect_plan import contiguous_shard
 from .rng import shuffle_generator
+from .route import Route
 
 
 def epoch_indices(num_records: int, settings: StreamSettings, epoch: int) -> np.ndarray:
     """int64 record indices of this rank's shard, in delivery order (read-only)."""
     if num_records <= 0:
         raise ConfigError(f"the dataset has {num_records} records; a stream needs at least one")
-    if settings.augment.rect_stride:
+    if settings.augment.route is Route.RECT_VAL:
         # Rect validation: positions of the aspect-ratio order (``rect_plan``), whole batches per rank.
         return _contiguous(num_records, settings.batch_size, settings.world_size, settings.rank)
     return _shard(
