@@ -39,7 +39,7 @@ from ...shared.stream.source import ImageSource
 from .labels import pack
 from .masks import render_masks
 from .part import Part, checked_out, positions_of
-from .sample import Pending, StageClock, render, task_of
+from .sample import Pending, StageClock, render
 
 
 @dataclass
@@ -189,9 +189,9 @@ def _render(
     imgsz = cfg.imgsz
     samples = positions_of(source, settings, epoch, batch, start, stop)
     images = _output(images_out, len(samples), imgsz)
-    spec, kpt_shape, _ = task_of(source)
-    width = spec.target_width(kpt_shape)
-    keypoints = int(kpt_shape[0]) if spec.has_keypoints else 0
+    spec = source.spec
+    width = spec.target_width()
+    keypoints = spec.keypoints
     side = spec.mask_side(imgsz, cfg.mask_ratio)
     planes = _masks_output(masks_out, len(samples), side, overlap=cfg.overlap_mask) if side else None
     instance_planes: list[np.ndarray] | None = [] if side and not cfg.overlap_mask else None

@@ -37,7 +37,6 @@ from ...shared.stream.rect_plan import RectPlan, rect_plan, slot_side
 from ...shared.stream.source import ImageSource
 from .labels import Labels, pack
 from .masks import render_masks
-from .mosaic import task_of
 from .part import Part, checked_out, positions_of
 from .resample import resampled_targets
 from .sample import StageClock, _fill_of
@@ -113,8 +112,8 @@ def render_rect_range(
     if images_out is None:
         images_out = np.empty((count, 3, side, side), np.uint8)
     images = checked_out("images_out", images_out, (np.uint8,), (3, side, side), count, "a ring slot or np.empty")
-    spec, kpt_shape, _ = task_of(source)
-    keypoints = int(kpt_shape[0]) if spec.has_keypoints else 0
+    spec = source.spec
+    keypoints = spec.keypoints
     ratio = cfg.mask_ratio
     planes = None
     if spec.has_masks:
@@ -159,7 +158,7 @@ def render_rect_range(
             scaled = labels.points / scale
             bounds = labels.offsets.tolist()
             polygons.extend(scaled[a:b] for a, b in zip(bounds[:-1], bounds[1:]))
-    targets = np.empty((int(counts.sum()), spec.target_width(kpt_shape)), dtype=np.float32)
+    targets = np.empty((int(counts.sum()), spec.target_width()), dtype=np.float32)
     if len(targets):
         targets[:, 0] = np.repeat(np.arange(start, start + count, dtype=np.float32), counts)
         np.concatenate(rows, out=targets[:, 1:])
