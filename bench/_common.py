@@ -326,6 +326,7 @@ class Uint8CacheSource:
         from pixpool.server.snapshot.decode import decode_bgr, resize_long_side
 
         self.dataset, self.imgsz = dataset, imgsz
+        self.spec = dataset.spec
         self.cache = [resize_long_side(decode_bgr(r.image_path), imgsz) for r in dataset.records]
 
     def __len__(self) -> int:

@@ -126,7 +126,10 @@ class Arrays:
     """An ``ImageSource`` over in-memory arrays; ``convert`` centres a uint8 cache on every call."""
 
     def __init__(self, images, targets, imgsz: int, convert: bool = False):
+        from pixpool.shared.task import DETECT
+
         self._images, self._targets, self.imgsz, self._convert = images, targets, imgsz, convert
+        self.spec = DETECT  # coco128's boxes
 
     def __len__(self) -> int:
         return len(self._images)

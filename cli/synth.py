@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from ..shared.task import TASKS, task_spec
+from ..shared.task import TASKS
 
 
 def configure(parser: argparse.ArgumentParser, name: str) -> None:
@@ -34,7 +34,7 @@ def run(args: argparse.Namespace) -> int:
     if args.num_images < 1:
         raise ConfigError(f"--num-images must be >= 1, got {args.num_images}")
     data = write_synthetic(args.out, num_images=args.num_images, seed=args.seed, task=args.task)
-    named = "" if task_spec(data.task).is_default else f" ({data.task})"
+    named = "" if data.spec.is_default else f" ({data.task})"
     print(f"wrote {data.num_images} images to {data.images_dir}{named}")
     if data.coco_json is not None:
         print(f"COCO json:  {data.coco_json}")

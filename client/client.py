@@ -81,11 +81,11 @@ from ..shared.errors import (
 from ..shared.stream.config import StreamSettings
 from ..shared.stream.path_table import PathTable
 from ..shared.stream.served_data import ExpectedData, check_served
-from ..shared.task import BASE_COLUMNS, task_spec
+from ..shared.task import BASE_COLUMNS, TaskSpec
 from ..shared.transport import endpoint as ep
 from ..shared.transport.procmem import pid_namespace
 from ..shared.transport.ring import DEFAULT_SLOTS
-from ..shared.wire.trainer import DELIVERY_FRAMES, DELIVERY_SHM
+from ..shared.wire.trainer import DELIVERY_FRAMES, DELIVERY_SHM, attached_task
 from .connection import KEEP_WAITING, Connection, Lost
 from .daemon_socket import await_daemon
 from .delivery import delivery_for, open_reader, prove
@@ -174,11 +174,9 @@ class Client:
         self.files: RecordFiles = RecordFiles(0, lambda: PathTable.from_packed(b""))
         self.num_records = 0
         self.layout = None
-        # The daemon's dataset's task (``attached``): what the target rows carry beyond boxes.
-        self.task = "detect"
-        self.spec = task_spec(self.task)
-        self.kpt_shape: tuple[int, int] | None = None
-        self.flip_idx: tuple[int, ...] | None = None
+        # The daemon's dataset's task (``attached``): what the target rows carry beyond boxes;
+        # ``task``, ``kpt_shape`` and ``flip_idx`` are read from it. Set by each attach.
+        self.spec: TaskSpec | None = None
         self.position: tuple[int, int] = (settings.start_epoch, 0)
         self.reattaches = 0
         # Seconds this trainer spent waiting for the daemon's batches (the heartbeat reports
@@ -305,22 +303,27 @@ class Client:
 
     def _take_task(self, attached: dict) -> None:
         """The task of an ``attached`` reply, checked against its ring layout's row width."""
-        task = attached.get("task") or "detect"
-        kpt_shape = attached.get("kpt_shape")
-        flip_idx = attached.get("flip_idx")
-        kpt_shape = None if kpt_shape is None else (int(kpt_shape[0]), int(kpt_shape[1]))
-        spec = task_spec(task)
-        width = spec.target_width(kpt_shape)
+        spec = attached_task(attached)
+        width = spec.target_width()
         layout_width = attached["layout"].get("target_width", BASE_COLUMNS)
         if layout_width != width:
             raise ProtocolError(
-                f"the daemon serves the {task} task (rows of {width} columns) but its ring layout has rows of "
+                f"the daemon serves the {spec.name} task (rows of {width} columns) but its ring layout has rows of "
                 f"{layout_width}; the daemon and this trainer disagree: run the same pixpool release on both"
             )
-        self.task = task
         self.spec = spec
-        self.kpt_shape = kpt_shape
-        self.flip_idx = None if flip_idx is None else tuple(int(i) for i in flip_idx)
+
+    @property
+    def task(self) -> str:
+        return self.spec.name
+
+    @property
+    def kpt_shape(self) -> tuple[int, int] | None:
+        return self.spec.kpt_shape
+
+    @property
+    def flip_idx(self) -> tuple[int, ...] | None:
+        return self.spec.flip_idx
 
     def _reattach(self) -> None:
         log.warning(

@@ -72,6 +72,7 @@ from ..shared.stream import served_data
 from ..shared.stream.config import AugmentConfig, StreamSettings
 from ..shared.stream.sampler import num_batches
 from ..shared.stream.served_data import ExpectedData
+from ..shared.task import TaskSpec
 from ..shared.text import closest
 from ..shared.transport.ring import DEFAULT_SLOTS
 from ._torch import check_torch
@@ -125,6 +126,11 @@ class Loader:
     @property
     def num_classes(self) -> int:
         return len(self.client.names)
+
+    @property
+    def spec(self) -> TaskSpec:
+        """The daemon's dataset's task (``shared/task.py``), with its keypoint layout for pose."""
+        return self.client.spec
 
     @property
     def task(self) -> str:

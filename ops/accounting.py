@@ -48,7 +48,7 @@ def snapshot_bytes(snapshot) -> dict:
         "target_bytes": part["tgt"],
         "polygon_bytes": int(getattr(snapshot, "polygon_nbytes", 0)),
         "keypoint_bytes": int(getattr(snapshot, "keypoint_nbytes", 0)),
-        "task": getattr(snapshot, "task", "detect"),
+        "task": snapshot.spec.name,
         "total_bytes": sum(sizes.values()),
         "decoded_bytes": decoded,
         "ratio": part["img"] / decoded if decoded else float("nan"),

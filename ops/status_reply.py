@@ -115,7 +115,7 @@ def build_status(d) -> dict:
             "records": len(src),
             "imgsz": src.imgsz,
             "max_instances": src.max_instances,
-            "task": str(getattr(src, "task", None) or "detect"),
+            "task": src.spec.name,
             **d.split_info.get(split, {}),
         }
         for split, src in d.sources.items()

@@ -2,9 +2,9 @@
 
 Code both sides import: the readers ask it what a label line holds, the route how polygons
 enter and what a row carries, the daemon how big a ring slot is, the trainer and the
-Ultralytics adapter what the rows and planes they receive mean. Only the name (``spec.name``)
-crosses a process boundary or enters a fingerprint, a digest or a wire message, so the bytes
-are those of before tasks were objects.
+Ultralytics adapter what the rows and planes they receive mean. Only the name (``spec.name``),
+with a pose set's ``kpt_shape`` and ``flip_idx`` as numbers, enters a fingerprint, a digest, a
+snapshot's header or a wire message, so the bytes are those of before tasks were objects.
 
 A target row is ``(batch_index, class, cx, cy, w, h)`` normalised by imgsz, as for detect,
 followed by the task's own columns:
@@ -14,18 +14,23 @@ followed by the task's own columns:
 - ``obb``: the angle in radians (7 columns; Ultralytics' ``xywhr``).
 - ``pose``: K keypoints as x, y (normalised) and visibility, flattened (6 + 3K columns).
 
+A dataset's spec also carries its keypoint layout (``kpt_shape`` (K, D) and ``flip_idx``, pose
+only): a spec is resolved once where a task's name is first read (a reader, a snapshot's
+header, an ``attached`` reply, a setting) and travels as the value from there on; a source
+says its task by its ``spec``.
+
 An unknown task is refused here and nowhere else (``task_spec``): a ConfigError (a
 ValueError) naming the field ``task``, the value and the tasks.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from .errors import ConfigError
 
-__all__ = ["BASE_COLUMNS", "TASKS", "TaskSpec", "task_spec"]
+__all__ = ["BASE_COLUMNS", "DETECT", "TASKS", "TaskSpec", "task_spec"]
 
 BASE_COLUMNS = 6
 
@@ -50,6 +55,9 @@ class TaskSpec:
     fingerprint and lineage, the synthetic set).
     ``pose_lines_as_boxes``: a pose label line (by the data.yaml's ``kpt_shape``) is read for
     its box, its keypoints dropped, as Ultralytics' detect task reads a pose set.
+    ``kpt_shape``: the dataset's (K, D) for a task with keypoints, and ``flip_idx``: the keypoint
+    each one becomes under a left-right flip (K entries; None when the dataset states none);
+    both None for the task itself (``task_spec(name)``) and for the other tasks' datasets.
     """
 
     name: str
@@ -60,6 +68,23 @@ class TaskSpec:
     polygon_points: int = 0
     is_default: bool = False
     pose_lines_as_boxes: bool = False
+    kpt_shape: tuple[int, int] | None = None
+    flip_idx: tuple[int, ...] | None = None
+
+    def with_keypoints(self, kpt_shape=None, flip_idx=None) -> TaskSpec:
+        """This task with a dataset's keypoint layout (``kpt_shape`` (K, D), ``flip_idx``)."""
+        if kpt_shape is None and flip_idx is None and self.kpt_shape is None and self.flip_idx is None:
+            return self
+        return replace(
+            self,
+            kpt_shape=None if kpt_shape is None else tuple(int(v) for v in kpt_shape),
+            flip_idx=None if flip_idx is None else tuple(int(v) for v in flip_idx),
+        )
+
+    @property
+    def keypoints(self) -> int:
+        """K, the keypoints of an instance (the dataset's ``kpt_shape``); 0 for the tasks without."""
+        return int(self.kpt_shape[0]) if self.has_keypoints and self.kpt_shape is not None else 0
 
     @property
     def rows_are_boxes(self) -> bool:
@@ -71,7 +96,9 @@ class TaskSpec:
         return 1 if self.rotated else 3 * int(keypoints) if self.has_keypoints else 0
 
     def target_width(self, kpt_shape: tuple[int, int] | None = None) -> int:
-        """Columns of one target row (``kpt_shape`` (K, D) for a task with keypoints)."""
+        """Columns of one target row (``kpt_shape`` (K, D) for a task with keypoints: the spec's own
+        unless given)."""
+        kpt_shape = self.kpt_shape if kpt_shape is None else kpt_shape
         if self.has_keypoints and kpt_shape is None:
             raise ValueError(f"the {self.name} task needs kpt_shape (K, 2 or 3)")
         return BASE_COLUMNS + self.extra_columns(kpt_shape[0] if self.has_keypoints else 0)
@@ -92,16 +119,21 @@ _SPECS = {
 }
 # The Ultralytics tasks a daemon serves; a dataset is prepared for one.
 TASKS = tuple(_SPECS)
+# The task of a source that holds boxes alone (a detect set, the benches' and tests' arrays).
+DETECT = _SPECS["detect"]
 
 
-def task_spec(task: Any) -> TaskSpec:
-    """The spec of the task named ``task`` (a ``TaskSpec`` is its own); otherwise the one
-    error an unknown task is wherever a task is taken (a setting, a reader, a ``Dataset``, a
-    target row's width, a synthetic set): a ConfigError naming the field ``task``, the value
-    and the tasks."""
+def task_spec(task: Any, *, kpt_shape=None, flip_idx=None) -> TaskSpec:
+    """The spec of the task named ``task`` (a ``TaskSpec`` is its own), with a dataset's keypoint
+    layout where one is given; otherwise the one error an unknown task is wherever a task's name
+    is read (a setting, a reader, a snapshot's header, an ``attached`` reply, a synthetic set): a
+    ConfigError naming the field ``task``, the value and the tasks."""
     if isinstance(task, TaskSpec):
-        return task
-    spec = _SPECS.get(task) if isinstance(task, str) else None
-    if spec is None:
-        raise ConfigError.for_field("task", task, f"is not one of the tasks; use one of {list(TASKS)} (--task)")
-    return spec
+        spec = task
+    else:
+        spec = _SPECS.get(task) if isinstance(task, str) else None
+        if spec is None:
+            raise ConfigError.for_field("task", task, f"is not one of the tasks; use one of {list(TASKS)} (--task)")
+    if kpt_shape is None and flip_idx is None:
+        return spec
+    return spec.with_keypoints(kpt_shape, flip_idx)

@@ -39,7 +39,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ...client.rect_view import decoded_shape
-from ...shared.task import BASE_COLUMNS, TaskSpec, task_spec
+from ...shared.task import BASE_COLUMNS, DETECT, TaskSpec
 
 
 def resize_gain(shape: tuple[int, int], imgsz: int) -> tuple[float, float]:
@@ -71,8 +71,7 @@ class StreamFormat:
     side, the files' shapes read once (``TrainLoader``, ``ValLoader``)."""
 
     imgsz: int
-    task: str | TaskSpec = "detect"
-    kpt_shape: tuple[int, int] | None = None
+    task: TaskSpec = DETECT
     single_cls: bool = False
     classes: tuple[int, ...] | None = None
     shapes: ShapeCache = field(default_factory=ShapeCache)
@@ -87,7 +86,6 @@ class StreamFormat:
             single_cls=self.single_cls,
             classes=self.classes,
             task=self.task,
-            kpt_shape=self.kpt_shape,
             masks=masks,
         )
 
@@ -101,7 +99,7 @@ def to_ultralytics(
     shapes: ShapeCache,
     single_cls: bool = False,
     classes: tuple[int, ...] | None = None,
-    task: str | TaskSpec = "detect",
+    task: TaskSpec = DETECT,
     kpt_shape: tuple[int, int] | None = None,
     masks: Any = None,
 ) -> dict[str, Any]:
@@ -110,7 +108,7 @@ def to_ultralytics(
     mask planes (B, M, M) for segment (None otherwise). ``classes``: keep only the rows of these
     class ids (Ultralytics' ``classes=``; before ``single_cls`` zeroes them, as its
     ``update_labels`` orders the two); not for segment, whose mask planes number every row."""
-    spec = task_spec(task)
+    spec = task
     width = spec.target_width(kpt_shape)
     if targets.ndim != 2 or targets.shape[1] != width:
         raise ValueError(

@@ -29,7 +29,7 @@ from typing import Any
 
 from ...shared.errors import ConfigError
 from ...shared.stream.config import AugmentConfig, StreamSettings
-from ...shared.task import TASKS, task_spec
+from ...shared.task import TASKS, TaskSpec, task_spec
 
 log = logging.getLogger(__name__)
 
@@ -63,9 +63,10 @@ STREAM_KEYS: dict[str, str] = {"batch": "batch_size", "seed": "seed"}
 SERVED_TASKS = TASKS
 
 
-def task_of(args: Mapping[str, Any]) -> str:
-    """The task of Ultralytics' ``args`` (its own default, detect, where none is named)."""
-    return args.get("task") or "detect"
+def spec_of(args: Mapping[str, Any]) -> TaskSpec:
+    """The task of Ultralytics' ``args`` (its own default, detect, where none is named): where a
+    trainer's task is first read."""
+    return task_spec(args.get("task") or "detect")
 
 
 def _off(value: Any) -> bool:
@@ -152,7 +153,7 @@ def _check_combinations(args: Mapping[str, Any]) -> None:
     # filter exactly where each row is transformed on its own; copy-paste pastes instances
     # (and occludes others) by the rows of every class, and a segment batch's mask planes
     # number every instance.
-    if task_spec(task_of(args)).has_masks:
+    if spec_of(args).has_masks:
         raise ConfigError(
             f"Ultralytics setting classes={args['classes']!r} is not supported for segment with pixpool as the data "
             "stream: each mask plane numbers every instance of the image, filtered or not; serve labels of the "
@@ -179,7 +180,7 @@ def check_supported(args: Mapping[str, Any]) -> None:
                 field=key,
                 value=args[key],
             )
-    if task_spec(task_of(args)).has_masks and args.get("overlap_mask") is False:
+    if spec_of(args).has_masks and args.get("overlap_mask") is False:
         raise ConfigError(
             "Ultralytics setting overlap_mask=False is not supported with pixpool as the data stream: a ring slot holds "
             "one mask plane per image (instances numbered 1..n, Ultralytics' default overlap_mask=True), not one plane "
@@ -243,7 +244,7 @@ def augment_config(args: Mapping[str, Any], *, data: Mapping[str, Any] | None = 
     Ultralytics key."""
     check_supported(args)
     check_channels(data)
-    spec = task_spec(task_of(args))
+    spec = spec_of(args)
     keys = {**AUGMENT_KEYS, **SEGMENT_KEYS} if spec.has_masks else AUGMENT_KEYS
     fields = {field: args[key] for key, field in keys.items() if key in args}
     if "imgsz" in fields:
@@ -311,7 +312,7 @@ def check_served(
     The daemon renders the targets of the task its dataset was served with (``pixpool serve
     --task``): a segment model on a detect stream would get no masks, a pose model on another
     keypoint layout the wrong columns. ``data``: the dataset dict Ultralytics resolved."""
-    spec = task_spec(task)
+    spec = spec_of({"task": task})
     if served_task != task:
         raise ConfigError(
             f"{where} serves the {served_task!r} task but the model trains {task!r}; serve the dataset with "

@@ -95,10 +95,16 @@ class TrainLoader:
         self.sampler = _Sampler(self)
         self.dataset = _Dataset(self, labels_source)
         self._shapes = ShapeCache()
-        # What the daemon serves (the ``attached`` reply); a client from before the tasks
-        # carried no task and served detect only.
-        self.task = getattr(stream, "task", "detect")
-        self.kpt_shape = getattr(stream, "kpt_shape", None)
+        # What the daemon serves (the ``attached`` reply).
+        self.spec = stream.spec
+
+    @property
+    def task(self) -> str:
+        return self.spec.name
+
+    @property
+    def kpt_shape(self) -> tuple[int, int] | None:
+        return self.spec.kpt_shape
 
     @property
     def names(self) -> list[str]:
@@ -112,7 +118,7 @@ class TrainLoader:
 
     def __iter__(self) -> Iterator[dict[str, Any]]:
         imgsz = self.stream.settings.augment.imgsz
-        form = StreamFormat(imgsz, self.task, self.kpt_shape, self.single_cls, self.classes, self._shapes)
+        form = StreamFormat(imgsz, self.spec, self.single_cls, self.classes, self._shapes)
         for batch in self.stream:
             yield form(batch.images, batch.targets, batch.files, getattr(batch, "masks", None))
 

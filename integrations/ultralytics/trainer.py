@@ -65,7 +65,6 @@ from ...shared.stream.config import DaemonConfig
 from ...shared.stream.flags import to_argv
 from ...shared.stream.served_data import ExpectedData, expect_entries
 from ...shared.stream.yolo_yaml import load_yaml
-from ...shared.task import task_spec
 from ...shared.transport import endpoint as ep
 from ...shared.transport.control import request_status
 from . import failures, hyp, notices, val_loader
@@ -231,7 +230,7 @@ class PixpoolStream:
         val = self.data.get(self.args.split or "val")  # the split Ultralytics validates on, served beside
         if val and not self._own_val_reason():
             split["val"] = [str(p) for p in val] if isinstance(val, (list, tuple)) else str(val)
-        if task_spec(self.args.task).has_keypoints:  # the keypoint layout and the left-right pairs the route flips
+        if hyp.spec_of(vars(self.args)).has_keypoints:  # the keypoint layout and the left-right pairs the route flips
             for key in ("kpt_shape", "flip_idx"):
                 if self.data.get(key) is not None:
                     split[key] = [int(v) for v in self.data[key]]
@@ -261,9 +260,9 @@ class PixpoolStream:
             hyp.check_served(
                 task=self.args.task,
                 data=self.data,
-                served_task=getattr(stream, "task", "detect"),  # a client before the tasks: detect only
-                served_kpt_shape=getattr(stream, "kpt_shape", None),
-                served_flip_idx=getattr(stream, "flip_idx", None),
+                served_task=stream.task,
+                served_kpt_shape=stream.kpt_shape,
+                served_flip_idx=stream.flip_idx,
                 where=f"the pixpool daemon at {ep.socket_path(self.pixpool_socket_dir)}",
             )
         except BaseException:
@@ -320,7 +319,7 @@ class PixpoolStream:
         share = get_split_fraction(self.args.fraction, self.args.split or "val")
         if share != 1.0:
             return f"fraction={self.args.fraction} validates on {share} of the split, the daemon serves all of it"
-        if self.args.classes is not None and task_spec(self.args.task).has_masks:
+        if self.args.classes is not None and hyp.spec_of(vars(self.args)).has_masks:
             return "classes= cannot filter a segment batch (its mask planes number every instance)"
         return None
 

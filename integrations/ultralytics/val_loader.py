@@ -89,13 +89,20 @@ class ValLoader:
             self.num_records = stream.client.num_records
             files = stream.client.files
             self.files = [files[i] for i in range(len(files))]
-            self.task = getattr(stream, "task", "detect")
-            self.kpt_shape = getattr(stream, "kpt_shape", None)
+            self.spec = stream.spec
             self.names = list(stream.names)
         finally:
             stream.close()
         self.batch_size = self.settings.batch_size
         self.dataset = _Dataset(self, labels_source)
+
+    @property
+    def task(self) -> str:
+        return self.spec.name
+
+    @property
+    def kpt_shape(self) -> tuple[int, int] | None:
+        return self.spec.kpt_shape
 
     def __len__(self) -> int:
         return num_batches(self.num_records, self.settings, 0)
@@ -106,7 +113,7 @@ class ValLoader:
             stream.set_epoch(0)
             view = RectView(stream, shape_of=self._shapes)
             imgsz = self.settings.augment.imgsz
-            form = StreamFormat(imgsz, self.task, self.kpt_shape, self.single_cls, self.classes, self._shapes)
+            form = StreamFormat(imgsz, self.spec, self.single_cls, self.classes, self._shapes)
             for batch in stream:
                 images, masks, shape = view.crop(batch)
                 yield letterboxed(form(images, batch.targets, batch.files, masks), shape)

@@ -41,7 +41,7 @@ from ...shared.task import TaskSpec
 from .labels import Labels, pack
 from .masks import render_masks
 from .part import Part, Span, checked_out, positions_of
-from .sample import Pending, StageClock, render, task_of
+from .sample import Pending, StageClock, render
 from .val_rect import RectPlacement
 
 
@@ -231,12 +231,12 @@ def _render(
     settings = settings.for_imgsz(source.imgsz)  # imgsz None: the source's; another value: ConfigError
     cfg = settings.augment
     positions = positions_of(source, settings, span)
-    spec, kpt_shape, _ = task_of(source)
+    spec = source.spec
     place = _placement(source, settings, span.epoch, positions, spec, timings)
     samples, side, count = place.records, place.side, len(positions)
     images = _output(images_out, count, side)
-    width = spec.target_width(kpt_shape)
-    keypoints = int(kpt_shape[0]) if spec.has_keypoints else 0
+    width = spec.target_width()
+    keypoints = spec.keypoints
     mask_side = spec.mask_side(side, cfg.mask_ratio)
     planes = _masks_output(masks_out, count, mask_side, overlap=cfg.overlap_mask) if mask_side else None
     instance_planes: list[np.ndarray] | None = [] if mask_side and not cfg.overlap_mask else None

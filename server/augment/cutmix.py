@@ -23,7 +23,7 @@ import math
 
 import numpy as np
 
-from ...shared.task import TaskSpec, task_spec
+from ...shared.task import TaskSpec
 from .labels import Labels, clip_keypoints
 from .obb import clip_rotated
 
@@ -63,7 +63,7 @@ def _over_second(first: np.ndarray, second: np.ndarray) -> np.ndarray:
 
 
 def cut_labels(
-    labels: Labels, partner: Labels, imgsz: int, task: str | TaskSpec, rng: np.random.Generator
+    labels: Labels, partner: Labels, imgsz: int, task: TaskSpec, rng: np.random.Generator
 ) -> tuple[Labels, tuple[int, int, int, int] | None]:
     """(the sample's labels with the partner's instances in the rectangle appended, the rectangle
     x1, y1, x2, y2 in pixels, or None when nothing is pasted). Draws steps 2-3 from ``rng``."""
@@ -81,7 +81,7 @@ def cut_labels(
     return Labels.concat([labels, pasted]), (x1, y1, x2, y2)
 
 
-def clip_to_rectangle(labels: Labels, x1: int, y1: int, x2: int, y2: int, task: str | TaskSpec) -> Labels:
+def clip_to_rectangle(labels: Labels, x1: int, y1: int, x2: int, y2: int, task: TaskSpec) -> Labels:
     """``labels`` clipped to the rectangle: boxes and polygon vertices clamped into it, keypoints
     outside it invisible and clamped; OBB polygons clipped keeping their direction (in the
     rectangle's frame), and OBB instances left without area dropped."""
@@ -95,7 +95,7 @@ def clip_to_rectangle(labels: Labels, x1: int, y1: int, x2: int, y2: int, task: 
         keypoints = clip_keypoints(shifted, x2 - x1, y2 - y1)
         keypoints[..., 0] += np.float32(x1)
         keypoints[..., 1] += np.float32(y1)
-    if task_spec(task).rotated and len(labels.points):
+    if task.rotated and len(labels.points):
         shift = np.array([x1, y1], np.float32)
         boxes, points = clip_rotated(
             labels.boxes - np.tile(shift, 2), labels.points - shift, labels.offsets, x2 - x1, y2 - y1

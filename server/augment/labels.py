@@ -29,7 +29,7 @@ import numpy as np
 
 from ...shared.errors import ConfigError
 from ...shared.stream.records import Targets
-from ...shared.task import BASE_COLUMNS, TaskSpec, task_spec
+from ...shared.task import BASE_COLUMNS, DETECT, TaskSpec
 from .obb import clip_rotated, xywhr
 from .resample import MIN_VERTICES, resample_polygons
 from .visible import visible_boxes
@@ -402,12 +402,12 @@ def _apply(points: np.ndarray, matrix: np.ndarray, perspective: bool) -> np.ndar
     return out
 
 
-def pack(labels: Labels, imgsz: int, *, task: str | TaskSpec = "detect", keypoints: int = 0) -> np.ndarray:
+def pack(labels: Labels, imgsz: int, *, task: TaskSpec = DETECT, keypoints: int = 0) -> np.ndarray:
     """float32 (n, W - 1), a target row without its batch index (``shared.task``): class,
     cx, cy, w, h normalised by ``imgsz``; obb: the rotated box's cx, cy, w, h (normalised) and angle
     (radians) from the instance's final points; pose: then ``keypoints`` (K) x (x, y normalised,
     visibility)."""
-    spec = task_spec(task)
+    spec = task
     n = len(labels)
     out = np.empty((n, BASE_COLUMNS - 1 + spec.extra_columns(keypoints)), dtype=np.float32)
     out[:, 0] = labels.classes

@@ -8,47 +8,16 @@ read-only views, never writing them). The source's task decides how its polygons
 
 from __future__ import annotations
 
-import weakref
-
 import numpy as np
 
 from ...shared.stream.source import ImageSource
-from ...shared.task import TaskSpec, task_spec
+from ...shared.task import TaskSpec
 from .affine import uniform
 from .labels import Labels
 from .obb import clip_rotated
 from .resample import resampled_targets
 
 Tile = tuple[np.ndarray, tuple[int, int, int, int], tuple[int, int]]
-
-
-Task = tuple[TaskSpec, tuple[int, int] | None, tuple[int, ...] | None]
-_tasks: weakref.WeakKeyDictionary[object, tuple[tuple, Task]] = weakref.WeakKeyDictionary()
-
-
-def task_of(source: ImageSource) -> Task:
-    """(task spec, kpt_shape, flip_idx) of ``source``: a source without them is a detect source.
-
-    Asked several times per sample: kept per source, and rebuilt when any of the three
-    attributes is no longer the very object it was built from."""
-    raw = (getattr(source, "task", None), getattr(source, "kpt_shape", None), getattr(source, "flip_idx", None))
-    try:
-        kept = _tasks.get(source)
-    except TypeError:  # a source that cannot be weakly referenced
-        kept = None
-    if kept is not None and kept[0][0] is raw[0] and kept[0][1] is raw[1] and kept[0][2] is raw[2]:
-        return kept[1]
-    task, kpt_shape, flip_idx = raw
-    out = (
-        task_spec(str(task or "detect")),
-        None if kpt_shape is None else tuple(int(v) for v in kpt_shape),
-        None if flip_idx is None else tuple(int(v) for v in flip_idx),
-    )
-    try:
-        _tasks[source] = (raw, out)
-    except TypeError:
-        pass
-    return out
 
 
 def clip_to(labels: Labels, width: float, height: float, spec: TaskSpec) -> Labels:
@@ -72,7 +41,7 @@ def mosaic_tiles(source: ImageSource, indices: list[int], imgsz: int, xc: int, y
     """Four records around the centre (xc, yc) of a 2·imgsz canvas: top-left, top-right,
     bottom-left, bottom-right; labels shifted and clipped to the canvas."""
     canvas = 2 * imgsz  # the mosaic canvas side
-    spec = task_of(source)[0]
+    spec = source.spec
     tiles: list[Tile] = []
     placed = []
     for k, index in enumerate(indices):
@@ -100,6 +69,6 @@ def letterbox_tile(source: ImageSource, index: int, imgsz: int) -> tuple[list[Ti
     image = source.image(int(index))
     h, w = image.shape[:2]
     top, left = (imgsz - h) // 2, (imgsz - w) // 2
-    spec = task_of(source)[0]
+    spec = source.spec
     labels = Labels.from_targets(resampled_targets(source, int(index), spec.polygon_points), w, h, left, top)
     return [(image, (left, top, left + w, top + h), (0, 0))], clip_to(labels, imgsz, imgsz, spec)

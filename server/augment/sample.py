@@ -52,9 +52,9 @@ from . import cutmix as _cutmix
 from .kernel import Layer
 from .labels import Labels, transform_labels
 from .letterbox import letterbox
-from .mosaic import draw_mosaic, letterbox_tile, mosaic_tiles, task_of
+from .mosaic import draw_mosaic, letterbox_tile, mosaic_tiles
 
-__all__ = ["Pending", "render", "render_sample", "task_of"]
+__all__ = ["Pending", "render", "render_sample"]
 
 MIXUP_BETA = 32.0
 
@@ -145,7 +145,7 @@ def render(
     if not closed and cfg.cutmix > 0 and rng.random() < cfg.cutmix:
         partner = int(rng.integers(0, len(source)))
         layer3, labels3 = _pre_transform(source, partner, settings, closed, rng, clock)
-        labels, rect = _cutmix.cut_labels(labels, labels3, imgsz, task_of(source)[0], rng)
+        labels, rect = _cutmix.cut_labels(labels, labels3, imgsz, source.spec, rng)
         if rect is not None:
             mask = _cutmix.rectangle_mask(imgsz, rect)
             for layer_ in layers:  # under mixup both blended layers take the partner's pixels
@@ -153,7 +153,8 @@ def render(
         clock.lap("cutmix")
     flip_ud = bool(rng.random() < cfg.flipud)
     flip_lr = bool(rng.random() < cfg.fliplr)
-    spec, _, flip_idx = task_of(source)
+    spec = source.spec
+    flip_idx = spec.flip_idx
     if spec.has_keypoints and flip_idx is None:
         # Without flip_idx a mirrored person's left and right keypoints would swap meaning:
         # no flips (Ultralytics turns fliplr and flipud off for such a dataset); still drawn,
@@ -196,7 +197,7 @@ def _pre_transform(
         canvas_hw = (imgsz, imgsz)
     matrix, scale = affine.draw_matrix(rng, cfg, canvas_hw, imgsz)
     clock.lap("source")
-    spec = task_of(source)[0]
+    spec = source.spec
     labels = transform_labels(
         labels,
         matrix,

@@ -26,7 +26,6 @@ from ...shared.stream.config import DaemonConfig, StreamSettings
 from ...shared.stream.flags import flag_of
 from ...shared.stream.rect_plan import slot_side
 from ...shared.stream.route import Route
-from ...shared.task import task_spec
 from ...shared.transport.ring import MAX_SLOTS, MIN_SLOTS, RingLayout, mask_dtype_for
 from ...shared.transport.store import DEFAULT_STORE, free_nbytes
 from ...shared.wire.trainer import DELIVERIES, DELIVERY_FRAMES, DELIVERY_SHM
@@ -37,7 +36,6 @@ __all__ = [
     "ring_budget",
     "ring_for",
     "ring_layout",
-    "source_task",
     "task_layout",
 ]
 
@@ -159,18 +157,6 @@ def ring_side(source, settings: StreamSettings) -> int:
     return slot_side(source.imgsz, cfg.rect_stride) if cfg.route is Route.RECT_VAL else source.imgsz
 
 
-def source_task(source) -> tuple[str, tuple[int, int] | None, tuple[int, ...] | None]:
-    """(task, kpt_shape, flip_idx) of a served source; a source that names none is detect."""
-    task = getattr(source, "task", None) or "detect"
-    kpt_shape = getattr(source, "kpt_shape", None)
-    flip_idx = getattr(source, "flip_idx", None)
-    return (
-        str(task),
-        None if kpt_shape is None else tuple(int(k) for k in kpt_shape),
-        None if flip_idx is None else tuple(int(i) for i in flip_idx),
-    )
-
-
 def task_layout(source, settings: StreamSettings, *, max_targets: int) -> dict:
     """The ring layout fields of the source's task: ``target_width`` and, for segment,
     ``mask_side`` and ``mask_dtype`` (int32 where a sample may number more than 255 instances).
@@ -178,10 +164,9 @@ def task_layout(source, settings: StreamSettings, *, max_targets: int) -> dict:
     A segment stream must keep ``overlap_mask`` (Ultralytics' default): a ring slot is fixed
     in size, and one plane per instance would need a slot sized for the densest batch's
     instance count times the plane. The other tasks ignore the mask settings."""
-    task, kpt_shape, _ = source_task(source)
+    spec = source.spec
     try:
-        spec = task_spec(task)
-        width = spec.target_width(kpt_shape)
+        width = spec.target_width()
     except ValueError as exc:
         raise ConfigError(f"the served dataset's task cannot be carried in a ring: {exc}", field="task") from None
     if not spec.has_masks:

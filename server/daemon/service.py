@@ -384,7 +384,7 @@ class Daemon:
             snapshot_nbytes=self.snapshot_nbytes,
         )
         t = self.sessions.attach(msg, settings, layout, sock=sock, identity=identity, client=req.peer)
-        task, kpt_shape, flip_idx = admission.source_task(source)
+        spec = source.spec
         delivery.send(
             sock,
             identity,
@@ -399,9 +399,9 @@ class Daemon:
                 daemon_pid=self.pid,
                 host=self.host,
                 names=self.names,
-                task=task,
-                kpt_shape=None if kpt_shape is None else list(kpt_shape),
-                flip_idx=None if flip_idx is None else list(flip_idx),
+                task=spec.name,
+                kpt_shape=None if spec.kpt_shape is None else list(spec.kpt_shape),
+                flip_idx=None if spec.flip_idx is None else list(spec.flip_idx),
                 store=self.store,
                 pid_ns=self.pid_ns,
                 snapshot=self._identity(settings.split, source),

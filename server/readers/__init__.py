@@ -16,7 +16,7 @@ from pathlib import Path
 from ...shared.errors import DatasetError, MissingFileError
 from ...shared.stream.config import DEFAULT_MAX_CLASSES, DEFAULT_MAX_INSTANCES, check_value
 from ...shared.stream.records import Dataset
-from ...shared.task import task_spec
+from ...shared.task import TaskSpec, task_spec
 from ._common import ReaderStats
 from .coco import read_coco
 from .yolo import label_path_for, read_yolo_folder, read_yolo_yaml, yaml_has_split
@@ -44,7 +44,7 @@ def read_dataset(
     allow_unlabelled: bool = False,
     split: str = "train",
     warn_missing_labels: bool = True,
-    task: str = "detect",
+    task: str | TaskSpec = "detect",
     max_classes: int = DEFAULT_MAX_CLASSES,
 ) -> tuple[Dataset, ReaderStats]:
     """Like ``load_dataset``, also returning what the reader found and left out.
@@ -54,12 +54,12 @@ def read_dataset(
     check_value("max_instances_per_image", "int", max_instances_per_image)
     check_value("max_classes", "int", max_classes)
     check_value("allow_unlabelled", "bool", allow_unlabelled)
-    task_spec(task)  # an unknown task is refused before any file is looked at
+    spec = task_spec(task)  # an unknown task is refused before any file is looked at
     path = Path(data)
     suffix = path.suffix.lower()
     if suffix == ".json":
         return _capped(
-            read_coco(path, images, task=task, max_classes=max_classes),
+            read_coco(path, images, task=spec, max_classes=max_classes),
             max_instances_per_image,
             lambda rec: f"{path} (image {rec.image_path})",
         )
@@ -70,9 +70,9 @@ def read_dataset(
     # A YOLO label file is refused at its instance past the bound, while it is read.
     bounds = {"max_instances_per_image": max_instances_per_image, "max_classes": max_classes}
     if suffix in (".yaml", ".yml"):
-        result = read_yolo_yaml(path, split, task=task, **bounds)
+        result = read_yolo_yaml(path, split, task=spec, **bounds)
     elif path.is_dir():
-        result = read_yolo_folder(path, task=task, **bounds)
+        result = read_yolo_folder(path, task=spec, **bounds)
     else:
         result = None
     if result is not None:
@@ -174,7 +174,7 @@ def load_dataset(
     max_instances_per_image: int = DEFAULT_MAX_INSTANCES,
     allow_unlabelled: bool = False,
     split: str = "train",
-    task: str = "detect",
+    task: str | TaskSpec = "detect",
     max_classes: int = DEFAULT_MAX_CLASSES,
 ) -> Dataset:
     """Read a dataset: ``data`` is a COCO json, a YOLO data.yaml (its ``split``), or a YOLO images folder.

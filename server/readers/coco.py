@@ -72,7 +72,7 @@ import numpy as np
 from ...shared.errors import ConfigError, DatasetError, MissingFileError
 from ...shared.stream.config import DEFAULT_MAX_CLASSES, MAX_CLASSES
 from ...shared.stream.records import Dataset, Record
-from ...shared.task import task_spec
+from ...shared.task import DETECT, TaskSpec
 from ...shared.text import human_bytes, shown
 from ...shared.wire.trainer import MAX_KEYPOINTS
 from ._common import ReaderStats, check_class_names, clip_unit, main_part, make_record
@@ -510,7 +510,7 @@ def read_coco(
     json_path: str | os.PathLike,
     images: str | os.PathLike | None = None,
     *,
-    task: str = "detect",
+    task: TaskSpec = DETECT,
     max_classes: int = DEFAULT_MAX_CLASSES,
 ) -> tuple[Dataset, ReaderStats]:
     """Read a COCO instances json for ``task``; ``images`` is the folder ``file_name`` is relative to.
@@ -519,7 +519,7 @@ def read_coco(
     Returns the Dataset and what was left out (see the module docstring for the rules).
     Raises DatasetError (MissingFileError for absent files) naming the file.
     """
-    spec = task_spec(task)
+    spec = task
     json_path = Path(os.path.abspath(json_path))
     if spec.rotated:
         raise DatasetError(
@@ -601,8 +601,6 @@ def read_coco(
         records=tuple(records),
         names=names,
         source_files=(str(json_path),),
-        task=spec.name,
-        kpt_shape=(k, 3) if spec.has_keypoints else None,
-        flip_idx=flip_idx,
+        spec=spec.with_keypoints((k, 3) if spec.has_keypoints else None, flip_idx),
     )
     return dataset, stats

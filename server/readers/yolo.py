@@ -46,7 +46,7 @@ from ...shared.stream.config import DEFAULT_MAX_CLASSES, DEFAULT_MAX_INSTANCES
 from ...shared.stream.records import Dataset, Record
 from ...shared.stream.yolo_layout import IMAGE_SUFFIXES, images_from_list, images_in, label_path_for
 from ...shared.stream.yolo_yaml import load_yaml, resolve_entry, split_entries, split_root
-from ...shared.task import TaskSpec, task_spec
+from ...shared.task import DETECT, TaskSpec
 from ...shared.text import shown
 from ...shared.wire.trainer import MAX_KEYPOINTS
 from ._common import ReaderStats, check_class_count, check_class_names, make_record
@@ -190,7 +190,7 @@ def _finish(
     logger.debug("%s: %s", origin, stats)
     files = tuple(sorted(set(source_files)))
     dataset = Dataset(
-        records=tuple(records), names=names, source_files=files, task=spec.name, kpt_shape=kpt_shape, flip_idx=flip_idx,
+        records=tuple(records), names=names, source_files=files, spec=spec.with_keypoints(kpt_shape, flip_idx),
         absent_files=tuple(sorted({*absent, *map(str, missing)})), listed_dirs=tuple(sorted(set(dirs))),
     )  # fmt: skip
     return dataset, stats
@@ -209,12 +209,12 @@ def read_yolo_yaml(
     yaml_path: str | os.PathLike,
     split: str = "train",
     *,
-    task: str = "detect",
+    task: TaskSpec = DETECT,
     max_instances_per_image: int = DEFAULT_MAX_INSTANCES,
     max_classes: int = DEFAULT_MAX_CLASSES,
 ) -> tuple[Dataset, ReaderStats]:
     """Read a YOLO ``data.yaml``'s ``split`` (``train`` or ``val``) for ``task``; see the module docstring for the rules."""
-    spec = task_spec(task)
+    spec = task
     yaml_path = Path(os.path.abspath(yaml_path))
     data = load_yaml(yaml_path)
     for key in (split, "names"):
@@ -291,7 +291,7 @@ def read_yolo_yaml(
 def read_yolo_folder(
     folder: str | os.PathLike,
     *,
-    task: str = "detect",
+    task: TaskSpec = DETECT,
     max_instances_per_image: int = DEFAULT_MAX_INSTANCES,
     max_classes: int = DEFAULT_MAX_CLASSES,
 ) -> tuple[Dataset, ReaderStats]:
@@ -299,7 +299,7 @@ def read_yolo_folder(
     K the largest class id, under ``max_classes``.
 
     Not for pose: the keypoints' shape comes from a data.yaml's ``kpt_shape``."""
-    spec = task_spec(task)
+    spec = task
     folder = Path(os.path.abspath(folder))
     if spec.has_keypoints:
         raise DatasetError(

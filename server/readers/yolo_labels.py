@@ -53,7 +53,7 @@ import numpy as np
 
 from ...shared.errors import DatasetError
 from ...shared.stream.config import DEFAULT_MAX_CLASSES
-from ...shared.task import TaskSpec, task_spec
+from ...shared.task import DETECT, TaskSpec
 
 #: How far outside [0, 1] a normalised coordinate may be before the line is refused.
 COORD_TOLERANCE = 0.01
@@ -235,7 +235,7 @@ def parse_label_file(
     path: Path,
     num_classes: int | None,
     *,
-    task: str | TaskSpec = "detect",
+    task: TaskSpec = DETECT,
     kpt_shape: tuple[int, int] | None = None,
     max_instances: int | None = None,
     max_classes: int = DEFAULT_MAX_CLASSES,
@@ -248,7 +248,7 @@ def parse_label_file(
     data.yaml's, needed for pose; for the other tasks it only lets a pose line keep its box
     (module docstring). ``max_instances``: refuse the file at its instance past it (None: no bound).
     """
-    spec = task_spec(task)
+    spec = task
     if spec.has_keypoints and kpt_shape is None:
         raise ValueError(f"parse_label_file: the {spec.name} task needs kpt_shape (K, D)")
     where = str(path)

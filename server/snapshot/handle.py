@@ -25,7 +25,7 @@ import numpy as np
 from ...shared.errors import SnapshotError
 from ...shared.stream.config import FILL_VALUE
 from ...shared.stream.records import Targets
-from ...shared.task import task_spec
+from ...shared.task import TaskSpec, task_spec
 from ...shared.transport.holds import remove_unused
 from ...shared.transport.names import DEFAULT_STORE, SNAPSHOT_PARTS, list_segments, parse, shm_path, snapshot_parts
 from ...shared.transport.shm import SharedSegment
@@ -148,10 +148,11 @@ class Snapshot:
         for arr in (self._index, self._arena, self._classes, self._boxes, self._poly_offsets, self._points):
             arr.flags.writeable = False
         self._keypoints.flags.writeable = False
-        self._spec = task_spec(layout.TASK_CODES[header.task_code])
-        keypoints = self._spec.has_keypoints
-        self._kpt_shape = (header.kpt_count, header.kpt_dims) if keypoints else None
-        self._flip_idx = tuple(int(v) for v in flip) if keypoints and header.flip_count else None
+        spec = task_spec(layout.TASK_CODES[header.task_code])
+        if spec.has_keypoints:
+            flip_idx = tuple(int(v) for v in flip) if header.flip_count else None
+            spec = spec.with_keypoints((header.kpt_count, header.kpt_dims), flip_idx)
+        self._spec = spec
 
     def _ensure(self) -> None:
         if self._segments is None:
@@ -185,24 +186,24 @@ class Snapshot:
         return self.header.fingerprint
 
     @property
-    def task(self) -> str:
-        """The task the snapshot was prepared for (``config.TASKS``): what its targets carry."""
+    def spec(self) -> TaskSpec:
+        """The task the snapshot was prepared for, read from its header once: what its targets
+        carry, and for pose the keypoint layout (``kpt_shape`` (K, D) as the dataset states it,
+        the keypoints stored with 3 values each whatever D is) and the flip pairs."""
         self._ensure()
-        return self._spec.name
+        return self._spec
+
+    @property
+    def task(self) -> str:
+        return self.spec.name
 
     @property
     def kpt_shape(self) -> tuple[int, int] | None:
-        """Pose: (K, D) as the dataset's ``kpt_shape`` states it (the keypoints are stored with 3
-        values each whatever D is); None for the other tasks."""
-        self._ensure()
-        return self._kpt_shape
+        return self.spec.kpt_shape
 
     @property
     def flip_idx(self) -> tuple[int, ...] | None:
-        """Pose: the keypoint each one becomes under a left-right flip; None for the other tasks
-        and for a pose set without one."""
-        self._ensure()
-        return self._flip_idx
+        return self.spec.flip_idx
 
     @property
     def polygon_nbytes(self) -> int:

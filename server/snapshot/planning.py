@@ -35,6 +35,7 @@ import psutil
 
 from ...shared.errors import CapacityError, PixpoolError
 from ...shared.stream.config import AugmentConfig, StreamSettings
+from ...shared.task import DETECT
 from ...shared.text import human_bytes
 from ...shared.transport.ring import DEFAULT_SLOTS, RingLayout
 from ...shared.transport.store import free_nbytes, is_memory
@@ -223,10 +224,7 @@ def trainer_rings(snapshots: dict, *, batch_size: int, val_batch_size: int, data
     from ..daemon.admission import ring_layout
 
     def source(p: SnapshotPlan):
-        return SimpleNamespace(
-            imgsz=p.imgsz, max_instances=p.max_instances, task=dataset.task,
-            kpt_shape=dataset.kpt_shape, flip_idx=dataset.flip_idx,
-        )  # fmt: skip
+        return SimpleNamespace(imgsz=p.imgsz, max_instances=p.max_instances, spec=dataset.spec)
 
     train = snapshots["train"]
     settings = StreamSettings(batch_size=batch_size).for_imgsz(train.imgsz)
@@ -292,7 +290,7 @@ def serve_plan(
 
 
 def _detect():
-    return SimpleNamespace(task="detect", kpt_shape=None, flip_idx=None)
+    return SimpleNamespace(spec=DETECT)
 
 
 def _suggestions(plan: ServePlan, datasets, sizes_hw, attached, batch_size, val_batch_size) -> list[str]:

@@ -21,10 +21,20 @@ class ReferenceSource:
     def __init__(self, dataset: Dataset, imgsz: int):
         self.dataset = dataset
         self.imgsz = int(imgsz)
-        # What the snapshot of the same dataset says of itself (``Snapshot.task`` ...).
-        self.task = dataset.task
-        self.kpt_shape = None if dataset.kpt_shape is None else tuple(int(v) for v in dataset.kpt_shape)
-        self.flip_idx = None if dataset.flip_idx is None else tuple(int(v) for v in dataset.flip_idx)
+        # What the snapshot of the same dataset says of itself (``Snapshot.spec``).
+        self.spec = dataset.spec
+
+    @property
+    def task(self) -> str:
+        return self.spec.name
+
+    @property
+    def kpt_shape(self) -> tuple[int, int] | None:
+        return self.spec.kpt_shape
+
+    @property
+    def flip_idx(self) -> tuple[int, ...] | None:
+        return self.spec.flip_idx
 
     def __len__(self) -> int:
         return len(self.dataset.records)

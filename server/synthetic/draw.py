@@ -13,7 +13,7 @@ from pathlib import Path
 import cv2
 import numpy as np
 
-from ...shared.task import TASKS
+from ...shared.task import DETECT, TASKS, TaskSpec
 
 # (name, shape, BGR colour): two colours per shape kind.
 CLASSES = (
@@ -49,7 +49,11 @@ class SyntheticData:
     data_yaml: Path
     names: tuple[str, ...] = CLASS_NAMES
     num_images: int = 0
-    task: str = "detect"
+    spec: TaskSpec = DETECT
+
+    @property
+    def task(self) -> str:
+        return self.spec.name
 
 
 def size_wh(i: int, rng: np.random.Generator) -> tuple[int, int]:

@@ -33,7 +33,7 @@ from pathlib import Path
 import cv2
 import numpy as np
 
-from ...shared.task import task_spec
+from ...shared.task import TaskSpec, task_spec
 from ..readers._common import polygon_area
 from .draw import (
     BACKGROUND_INDICES,
@@ -86,9 +86,9 @@ def _shape(kind: str, w: int, h: int, rng: np.random.Generator) -> np.ndarray:
     return np.round(pts, 2)
 
 
-def _data_yaml(num_images: int, seed: int, task: str = "detect") -> str:
+def _data_yaml(num_images: int, seed: int, spec: TaskSpec) -> str:
     # detect keeps its header line byte for byte; the other sets name their task
-    what = "" if task_spec(task).is_default else f" ({task})"
+    what = "" if spec.is_default else f" ({spec.name})"
     lines = [
         f"# pixpool synthetic dataset{what}: {num_images} images, seed {seed}",
         "train: images/train",
@@ -114,7 +114,7 @@ def write_synthetic(root: str | Path, *, num_images: int = 24, seed: int = 0, ta
         from .tasks import write_obb, write_pose
 
         writer = write_pose if spec.has_keypoints else write_obb
-        return writer(Path(root), num_images=num_images, seed=seed)
+        return writer(Path(root), num_images=num_images, seed=seed, spec=spec)
     root = Path(root)
     images_dir = root / "images" / "train"
     labels_dir = root / "labels" / "train"
@@ -123,7 +123,7 @@ def write_synthetic(root: str | Path, *, num_images: int = 24, seed: int = 0, ta
         folder.mkdir(parents=True, exist_ok=True)
 
     # detect draws from the seed itself (its bytes are fixed); segment from a stream of its own
-    rng = np.random.default_rng(seed if spec.is_default else [seed, SYNTH_TASKS.index(task)])
+    rng = np.random.default_rng(seed if spec.is_default else [seed, SYNTH_TASKS.index(spec.name)])
     max_count = _MAX_INSTANCES[spec.name]
     coco_images, coco_anns = [], []
     for i in range(num_images):
@@ -174,7 +174,7 @@ def write_synthetic(root: str | Path, *, num_images: int = 24, seed: int = 0, ta
     coco_json = ann_dir / "instances_train.json"
     coco_json.write_text(json.dumps(coco, separators=(",", ":")) + "\n")
     data_yaml = root / "data.yaml"
-    data_yaml.write_text(_data_yaml(num_images, seed, task))
+    data_yaml.write_text(_data_yaml(num_images, seed, spec))
     return SyntheticData(
         root=root,
         images_dir=images_dir,
@@ -182,5 +182,5 @@ def write_synthetic(root: str | Path, *, num_images: int = 24, seed: int = 0, ta
         coco_json=coco_json,
         data_yaml=data_yaml,
         num_images=num_images,
-        task=task,
+        spec=spec,
     )

@@ -31,6 +31,7 @@ from pathlib import Path
 import cv2
 import numpy as np
 
+from ...shared.task import TaskSpec
 from . import draw as _s
 
 # -- pose -------------------------------------------------------------------------------------
@@ -136,7 +137,7 @@ def _place(pts: np.ndarray, pad: float, w: int, h: int, rng: np.random.Generator
     return pts + offset, scale
 
 
-def write_pose(root: Path, *, num_images: int, seed: int) -> _s.SyntheticData:
+def write_pose(root: Path, *, num_images: int, seed: int, spec: TaskSpec) -> _s.SyntheticData:
     images_dir, labels_dir = _folders(root)
     (root / "annotations").mkdir(parents=True, exist_ok=True)
     rng = _task_rng(seed, "pose")
@@ -235,7 +236,7 @@ def write_pose(root: Path, *, num_images: int, seed: int) -> _s.SyntheticData:
         data_yaml=data_yaml,
         names=POSE_NAMES,
         num_images=num_images,
-        task="pose",
+        spec=spec.with_keypoints(KPT_SHAPE, FLIP_IDX),
     )
 
 
@@ -250,7 +251,7 @@ def _patch(img: np.ndarray, x: int, y: int, half: int) -> tuple[int, int, int]:
     return tuple(int(v) for v in img[min(max(y, 0), h - 1), xs])
 
 
-def write_obb(root: Path, *, num_images: int, seed: int) -> _s.SyntheticData:
+def write_obb(root: Path, *, num_images: int, seed: int, spec: TaskSpec) -> _s.SyntheticData:
     images_dir, labels_dir = _folders(root)
     rng = _task_rng(seed, "obb")
     for i in range(num_images):
@@ -281,5 +282,5 @@ def write_obb(root: Path, *, num_images: int, seed: int) -> _s.SyntheticData:
         data_yaml=data_yaml,
         names=OBB_NAMES,
         num_images=num_images,
-        task="obb",
+        spec=spec,
     )

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..task import TaskSpec, task_spec
+from ..task import DETECT, TaskSpec
 
 
 def _empty_polygon() -> np.ndarray:
@@ -70,10 +70,10 @@ class Record:
 class Dataset:
     """What a reader returns: the records, the class names, and the files that define it.
 
-    ``task``: one of ``shared.task.TASKS`` (``spec``: its ``TaskSpec``), what the records carry beside
-    boxes; the name, as the fingerprint and the label index write it. ``kpt_shape``: (K, 2 or 3)
-    as the data.yaml states it, and ``flip_idx``: the keypoint each one becomes under a left-right
-    flip (K entries), for the pose task; None otherwise.
+    ``spec``: the ``TaskSpec`` the dataset was read for, what the records carry beside boxes,
+    with its keypoint layout: ``task`` its name (as the fingerprint and the label index write it),
+    ``kpt_shape`` (K, 2 or 3) as the data.yaml states it and ``flip_idx`` the keypoint each one
+    becomes under a left-right flip (K entries), for the pose task; None otherwise.
 
     ``source_files`` lists every file the dataset was read from (annotation json, label
     files, data.yaml), for the record; the snapshot fingerprint hashes the resolved
@@ -84,7 +84,7 @@ class Dataset:
     would. Together with the images these are what the label index beside a snapshot checks
     on a restart (``server/snapshot/label_index.py``).
 
-    Checked when made (ValueError): the task is known; pose has a ``kpt_shape`` (K >= 1, D 2 or
+    Checked when made (ValueError): pose has a ``kpt_shape`` (K >= 1, D 2 or
     3), every record's keypoints are (n, K, 3), and ``flip_idx``, when given, is a permutation of
     0..K-1; the other tasks have neither and their records no keypoints.
     """
@@ -92,16 +92,21 @@ class Dataset:
     records: tuple[Record, ...]
     names: tuple[str, ...]
     source_files: tuple[str, ...]
-    task: str = "detect"
-    kpt_shape: tuple[int, int] | None = None
-    flip_idx: tuple[int, ...] | None = None
+    spec: TaskSpec = DETECT
     absent_files: tuple[str, ...] = ()
     listed_dirs: tuple[str, ...] = ()
 
     @property
-    def spec(self) -> TaskSpec:
-        """The ``TaskSpec`` of ``task``: what the records carry beside boxes."""
-        return task_spec(self.task)
+    def task(self) -> str:
+        return self.spec.name
+
+    @property
+    def kpt_shape(self) -> tuple[int, int] | None:
+        return self.spec.kpt_shape
+
+    @property
+    def flip_idx(self) -> tuple[int, ...] | None:
+        return self.spec.flip_idx
 
     def __post_init__(self) -> None:
         if not self.spec.has_keypoints:

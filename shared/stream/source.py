@@ -12,21 +12,19 @@ from typing import Protocol
 
 import numpy as np
 
+from ..task import TaskSpec
 from .records import Targets
 
 
 class ImageSource(Protocol):
-    """``imgsz``: the long side of every image. ``task`` (``config.TASKS``): what the targets carry
-    beside boxes (the dataset's task; an object without the attribute is read as "detect", so
-    ``getattr(source, "task", "detect")``). ``kpt_shape``: pose only, (K, D) as the dataset's
-    ``kpt_shape`` states it (the targets' keypoints are (n, K, 3) whatever D is), else None.
-    ``flip_idx``: pose only, the keypoint each one becomes under a left-right flip (K entries),
-    None for the other tasks and for a pose set that states none."""
+    """``imgsz``: the long side of every image. ``spec`` (``shared/task.py``): the dataset's task,
+    what the targets carry beside boxes; every source states it (``DETECT`` for boxes alone). For
+    pose it holds ``kpt_shape`` (K, D) as the dataset's ``kpt_shape`` states it (the targets'
+    keypoints are (n, K, 3) whatever D is) and ``flip_idx``, the keypoint each one becomes under
+    a left-right flip (K entries; None for a pose set that states none)."""
 
     imgsz: int
-    task: str
-    kpt_shape: tuple[int, int] | None
-    flip_idx: tuple[int, ...] | None
+    spec: TaskSpec
 
     def __len__(self) -> int: ...
 

@@ -39,7 +39,7 @@ import msgpack
 from ..errors import ProtocolError
 from ..schema import NONE, Message
 from ..stream.config import SPLITS
-from ..task import TASKS, task_spec
+from ..task import TASKS, TaskSpec, task_spec
 from ._fields import (
     check_fields,
     check_outgoing,
@@ -54,6 +54,7 @@ from ._fields import (
 )
 
 __all__ = [
+    "attached_task",
     "DELIVERIES",
     "DELIVERY_FRAMES",
     "DELIVERY_SHM",
@@ -449,8 +450,14 @@ _HERE = "shared/wire/trainer.py"
 
 def _check_shape_of(op: str, msg: dict[str, Any]) -> None:
     """The checks one field's type cannot say: an ``attached`` reply's keypoint shape and flip map."""
-    if op != Op.ATTACHED:
-        return
+    if op == Op.ATTACHED:
+        attached_task(msg)
+
+
+def attached_task(msg: dict[str, Any]) -> TaskSpec:
+    """The task an ``attached`` reply names, with its keypoint shape and flip map, as one
+    ``TaskSpec``: the one place a trainer reads the served task; ProtocolError for a shape or a
+    map that does not fit."""
     kpt_shape, flip_idx = msg.get("kpt_shape"), msg.get("flip_idx")
     if kpt_shape is not None:
         ints = all(isinstance(v, int) and not isinstance(v, bool) for v in kpt_shape)
@@ -460,7 +467,8 @@ def _check_shape_of(op: str, msg: dict[str, Any]) -> None:
                 f"with 1 <= K <= {MAX_KEYPOINTS}",
                 field="kpt_shape",
             )
-    if kpt_shape is None and task_spec(msg["task"]).has_keypoints:
+    spec = task_spec(msg["task"])
+    if kpt_shape is None and spec.has_keypoints:
         raise ProtocolError("op 'attached': a pose task needs field 'kpt_shape' ([K, 2 or 3])", field="kpt_shape")
     if flip_idx is not None:
         k = kpt_shape[0] if kpt_shape is not None else None
@@ -474,3 +482,4 @@ def _check_shape_of(op: str, msg: dict[str, Any]) -> None:
                 "(the keypoint each one becomes under a left-right flip), with 'kpt_shape' given",
                 field="flip_idx",
             )
+    return spec.with_keypoints(kpt_shape, flip_idx)

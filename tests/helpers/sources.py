@@ -8,6 +8,7 @@ import numpy as np
 
 from pixpool.server.snapshot.decode import centre
 from pixpool.shared.stream.records import Targets
+from pixpool.shared.task import DETECT
 
 
 def _polygon(x1: float, y1: float, x2: float, y2: float, k: int = 12) -> np.ndarray:
@@ -24,6 +25,7 @@ class ArraySource:
     ):
         rng = np.random.default_rng(seed)
         self.imgsz = imgsz
+        self.spec = DETECT
         self.uint8: list[np.ndarray] = []
         self._images: list[np.ndarray] = []
         self._targets: list[Targets] = []

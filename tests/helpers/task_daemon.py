@@ -13,6 +13,7 @@ from contextlib import contextmanager
 
 from helpers.daemon import daemon_process
 from pixpool.shared.stream.config import DaemonConfig
+from pixpool.shared.task import task_spec
 
 
 class TaskSource:
@@ -24,6 +25,7 @@ class TaskSource:
         self.task = task
         self.kpt_shape = None if kpt_shape is None else tuple(kpt_shape)
         self.flip_idx = None if flip_idx is None else tuple(flip_idx)
+        self.spec = task_spec(task, kpt_shape=self.kpt_shape, flip_idx=self.flip_idx)
 
     def __len__(self) -> int:
         return len(self._source)

@@ -26,10 +26,8 @@ import time
 
 import numpy as np
 
-from pixpool.server.daemon.admission import source_task
 from pixpool.server.daemon.renderer import batch_size_of, num_batches  # noqa: F401  (the route's interface)
 from pixpool.shared.stream import sampler
-from pixpool.shared.task import task_spec
 
 MAX_ROWS = 3
 
@@ -45,8 +43,7 @@ def rows_of(index: int, epoch: int) -> int:
 
 def sample(source, epoch: int, index: int, position: int, side: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(image uint8 (3, S, S), rows float32 (n, W), plane int64 (side, side)) of one sample."""
-    task, kpt_shape, _ = source_task(source)
-    width = task_spec(task).target_width(kpt_shape)
+    width = source.spec.target_width()
     s = source.imgsz
     image = ((np.arange(3 * s * s, dtype=np.int64) + index * 31 + epoch * 7) % 251).astype(np.uint8)
     rng = np.random.default_rng([epoch, index])
@@ -83,8 +80,7 @@ def render_range(source, settings, epoch, batch, start, stop, images_out, masks_
             masks_out[i] = plane
         rows.append(r)
         counts.append(len(r))
-    task, kpt_shape, _ = source_task(source)
-    width = task_spec(task).target_width(kpt_shape)
+    width = source.spec.target_width()
     targets = np.concatenate(rows) if rows else np.zeros((0, width), np.float32)
     return targets, np.asarray(counts, np.int64), np.asarray(samples, np.int64)
 

@@ -14,19 +14,30 @@ import numpy as np
 
 from helpers.sources import ArraySource
 from pixpool.shared.stream.records import Targets
+from pixpool.shared.task import task_spec
 
 KPT_SHAPE = (5, 3)
 FLIP_IDX = (0, 2, 1, 4, 3)  # a nose and two left/right pairs
 
 
 class TaskSource(ArraySource):
-    """``ArraySource`` with ``task``, ``kpt_shape``, ``flip_idx`` and the task's targets."""
+    """``ArraySource`` with the ``spec`` of ``task`` (pose: ``KPT_SHAPE``, ``FLIP_IDX``) and the task's targets."""
+
+    @property
+    def task(self) -> str:
+        return self.spec.name
+
+    @property
+    def kpt_shape(self) -> tuple[int, int] | None:
+        return self.spec.kpt_shape
+
+    @property
+    def flip_idx(self) -> tuple[int, ...] | None:
+        return self.spec.flip_idx
 
     def __init__(self, task: str, shapes: list[tuple[int, int]], imgsz: int, *, seed: int = 0, instances: int = 3):
         super().__init__(shapes, imgsz, seed=seed, instances=instances, polygons=task == "segment")
-        self.task = task
-        self.kpt_shape = KPT_SHAPE if task == "pose" else None
-        self.flip_idx = FLIP_IDX if task == "pose" else None
+        self.spec = task_spec(task, kpt_shape=KPT_SHAPE, flip_idx=FLIP_IDX) if task == "pose" else task_spec(task)
         rng = np.random.default_rng(seed + 100)
         targets = []
         for t in self._targets:

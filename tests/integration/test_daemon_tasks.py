@@ -25,6 +25,7 @@ from pixpool.shared.errors import ConfigError
 from pixpool.shared.stream import sampler
 from pixpool.shared.stream.config import AugmentConfig, StreamSettings
 from pixpool.shared.stream.digest import batch_digest
+from pixpool.shared.task import task_spec
 from pixpool.shared.wire.trainer import DELIVERY_FRAMES, DELIVERY_SHM
 
 IMGSZ = 64
@@ -38,6 +39,7 @@ class _Expected:
     def __init__(self, records: int, task: str, kpt_shape=None, flip_idx=None):
         self.records, self.imgsz, self.task = records, IMGSZ, task
         self.kpt_shape, self.flip_idx = kpt_shape, flip_idx
+        self.spec = task_spec(task, kpt_shape=kpt_shape, flip_idx=flip_idx)
 
     def __len__(self) -> int:
         return self.records

@@ -22,10 +22,12 @@ RENDER = textwrap.dedent("""
     from pixpool.shared.stream.config import AugmentConfig, StreamSettings
     from pixpool.shared.stream.digest import batch_digest
     from pixpool.shared.stream.records import Targets
+    from pixpool.shared.task import DETECT
     import numpy as np
 
     class Source:  # helpers.sources would load OpenCV itself (its centring helper)
         imgsz = 64
+        spec = DETECT
         def __init__(self):
             rng = np.random.default_rng(3)
             self.images = [(rng.integers(0, 256, (h, w, 3)) - 114).astype(np.float32) for h, w in [(64, 48), (40, 64), (64, 64), (50, 60)] * 2]

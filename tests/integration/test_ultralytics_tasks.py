@@ -36,6 +36,7 @@ from helpers.daemon import real_daemon
 from helpers.yolo import coco128_yaml, results_rows, synth_yaml, yolo_train
 from pixpool.integrations.ultralytics.batches import to_ultralytics
 from pixpool.shared.errors import ConfigError
+from pixpool.shared.task import task_spec
 from pixpool.shared.transport.names import list_segments
 
 pytestmark = pytest.mark.ultralytics
@@ -124,7 +125,7 @@ def _pixpool_batch(theirs: dict, task: str, kpt_shape=None) -> dict:
         list(theirs["im_file"]),
         imgsz=S,
         shapes=lambda f: (S, S),
-        task=task,
+        task=task_spec(task),
         kpt_shape=kpt_shape,
         masks=masks,
     )
@@ -230,6 +231,7 @@ def _stand_in_stream(task: str, trainer_args, data: dict):
             self.task = task
             self.kpt_shape = tuple(KPT_SHAPE) if task == "pose" else None
             self.flip_idx = tuple(FLIP_IDX) if task == "pose" else None
+            self.spec = task_spec(task, kpt_shape=self.kpt_shape, flip_idx=self.flip_idx)
             self.names = [data["names"][i] for i in range(len(data["names"]))]
             self.dataset = build_yolo_dataset(trainer_args, data["train"], settings.batch_size, data, mode="train")
             self.client = SimpleNamespace(num_records=len(self.dataset))

@@ -106,7 +106,7 @@ def test_cutmix_takes_a_rectangle_clear_of_the_sample_and_the_partner_instances_
     own = _box_labels([[0, 0, 4, 4]])
     partner = _box_labels([[10, 10, 40, 40], [44, 44, 47, 47], [0, 0, 3, 3]])
     for seed in range(40):
-        labels, rect = cut_labels(own, partner, S, "segment", np.random.default_rng(seed))
+        labels, rect = cut_labels(own, partner, S, task_spec("segment"), np.random.default_rng(seed))
         if rect is None:
             assert len(labels) == 1
             continue
@@ -118,14 +118,14 @@ def test_cutmix_takes_a_rectangle_clear_of_the_sample_and_the_partner_instances_
         assert (added.points[:, 1] >= y1).all() and (added.points[:, 1] <= y2).all()
     # every candidate overlaps the sample's box: nothing is pasted
     everywhere = _box_labels([[0, 0, S, S]])
-    labels, rect = cut_labels(everywhere, partner, S, "segment", np.random.default_rng(0))
+    labels, rect = cut_labels(everywhere, partner, S, task_spec("segment"), np.random.default_rng(0))
     assert rect is None and len(labels) == 1
 
 
 def test_cutmix_keypoints_outside_the_rectangle_become_invisible():
     lab = _box_labels([[5, 5, 30, 30]], polygons=False)
     lab.keypoints = np.array([[[6, 6, 2], [25, 25, 2], [29, 8, 1]]], np.float32)
-    out = clip_to_rectangle(lab, 0, 0, 20, 20, "pose")
+    out = clip_to_rectangle(lab, 0, 0, 20, 20, task_spec("pose"))
     assert out.keypoints[0, :, 2].tolist() == [2, 0, 0]
     assert out.boxes.tolist() == [[5, 5, 20, 20]]
     assert rectangle_mask(8, (1, 2, 3, 5)).sum() == 2 * 3

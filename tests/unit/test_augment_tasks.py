@@ -127,7 +127,7 @@ def test_keypoints_through_a_perspective_matrix_match_the_plain_projection():
 def test_pose_rows_carry_each_keypoint_normalised_with_its_visibility():
     t = _pose_targets(2, 5, 4)
     labels = Labels.from_targets(t, 64, 64)
-    rows = pack(labels, 64, task="pose", keypoints=5)
+    rows = pack(labels, 64, task=task_spec("pose"), keypoints=5)
     assert rows.shape == (2, 5 + 15) and task_spec("pose").target_width((5, 3)) == 6 + 15
     kp = rows[:, 5:].reshape(2, 5, 3)
     np.testing.assert_allclose(kp[..., :2], t.keypoints[..., :2], rtol=1e-6)
@@ -212,7 +212,7 @@ def test_pose_targets_keep_visibility_values_and_stay_inside_the_image():
 
 def test_a_pose_source_without_flip_idx_is_never_flipped():
     source = TaskSource("pose", SHAPES, S, seed=5, instances=2)
-    source.flip_idx = None
+    source.spec = source.spec.with_keypoints(source.kpt_shape, None)
     st = StreamSettings(
         seed=2, batch_size=7, augment=AugmentConfig(imgsz=S, mosaic=0.0, scale=0.0, translate=0.0, fliplr=1.0)
     )
@@ -223,9 +223,8 @@ def test_a_pose_source_without_flip_idx_is_never_flipped():
 
 
 def test_detect_rows_are_unchanged_by_the_task_columns():
-    """A detect source (no ``task`` attribute) still gets 6 columns and no masks."""
+    """A detect source still gets 6 columns and no masks."""
     source = TaskSource("detect", SHAPES, S, seed=4)
-    del source.task
     b = render_batch(source, StreamSettings(seed=1, batch_size=3, augment=AugmentConfig(imgsz=S)), 0, 0)
     assert b.targets.shape[1] == 6 and b.masks is None
 

@@ -23,6 +23,7 @@ from pixpool.ops.view import trainers_table
 from pixpool.shared.errors import CapacityError, ConfigError
 from pixpool.shared.stream.config import AugmentConfig, DaemonConfig, StreamSettings
 from pixpool.shared.stream.flags import flag_of
+from pixpool.shared.task import DETECT
 
 # Ultralytics 8.4's cfg/default.yaml for AugmentConfig's fields, used where Ultralytics is
 # not installed (the dev venv); with it installed, its own file is read.
@@ -189,7 +190,7 @@ def test_a_full_store_names_uint8_and_the_store_flag(tmp_path):
 def _ring_refusal(**config) -> str:
     from pixpool.server.daemon.admission import ring_for
 
-    source = SimpleNamespace(max_instances=3, imgsz=64, task="detect", kpt_shape=None, flip_idx=None)
+    source = SimpleNamespace(max_instances=3, imgsz=64, spec=DETECT)
     settings = StreamSettings(batch_size=2, augment=AugmentConfig(imgsz=64))
     with pytest.raises(CapacityError) as info:
         ring_for(

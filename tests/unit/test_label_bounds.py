@@ -33,6 +33,7 @@ from pixpool.server.readers import load_dataset, read_dataset, yolo_labels
 from pixpool.shared.errors import ConfigError, DatasetError, ProtocolError
 from pixpool.shared.stream import config
 from pixpool.shared.stream.config import MAX_CLASSES, DaemonConfig
+from pixpool.shared.task import task_spec
 from pixpool.shared.wire.error_codes import MAX_ERROR_CHARS, error_frame
 from pixpool.shared.wire.trainer import (
     MAX_NAMES_BYTES,
@@ -205,7 +206,7 @@ def test_a_line_over_the_field_bound_is_refused_by_file_and_line(tmp_path, monke
     path = tmp_path / "a.txt"
     path.write_text("0 0.1 0.1 0.9 0.1 0.9 0.9 0.1 0.9\n0" + " 0.5" * 10 + "\n")
     with pytest.raises(DatasetError) as info:
-        yolo_labels.parse_label_file(path, None, task="segment")
+        yolo_labels.parse_label_file(path, None, task=task_spec("segment"))
     assert info.value.line == 2 and "11 fields, over the limit of 9" in str(info.value), str(info.value)
 
 
@@ -254,7 +255,7 @@ def test_a_2m_point_polygon_still_reads(tmp_path):
     path = tmp_path / "poly.txt"
     path.write_text(line)
     del line
-    classes, _, polygons, _, dropped = yolo_labels.parse_label_file(path, 1, task="segment", max_instances=1)
+    classes, _, polygons, _, dropped = yolo_labels.parse_label_file(path, 1, task=task_spec("segment"), max_instances=1)
     assert classes == [0] and dropped == 0 and polygons[0].shape == (k, 2)
 
 

@@ -13,6 +13,7 @@ import pytest
 
 from pixpool.client.pass_stream import PassStreams
 from pixpool.shared.errors import SnapshotChangedError
+from pixpool.shared.task import DETECT
 
 
 class _Stream:
@@ -21,6 +22,7 @@ class _Stream:
     def __init__(self, fingerprint: str, records: int = 24):
         snapshot = {"fingerprint": fingerprint, "name": f"snap-{fingerprint}", "records": records, "names": ["a", "b"]}
         self.client = SimpleNamespace(snapshot=snapshot, endpoint="ipc:///tmp/d/daemon.sock", num_records=records)
+        self.spec = DETECT
         self.closed = False
 
     def close(self) -> None:

@@ -18,6 +18,7 @@ from pixpool.server.snapshot import layout
 from pixpool.server.snapshot.fingerprint import fingerprint
 from pixpool.shared.errors import ConfigError, DatasetError
 from pixpool.shared.stream.records import Dataset, Record
+from pixpool.shared.task import task_spec
 
 ATOL = 1e-6  # float32 rounding of values <= 1
 
@@ -329,19 +330,22 @@ def _rec(keypoints=None, n=1):
 
 def test_dataset_checks_task_and_keypoints():
     kpts = np.zeros((1, 2, 3), np.float32)
-    assert Dataset((_rec(kpts),), ("a",), (), task="pose", kpt_shape=(2, 3), flip_idx=(1, 0)).kpt_shape == (2, 3)
+    assert Dataset((_rec(kpts),), ("a",), (), spec=task_spec("pose", kpt_shape=(2, 3), flip_idx=(1, 0))).kpt_shape == (
+        2,
+        3,
+    )
     with pytest.raises(ValueError, match="kpt_shape None"):
-        Dataset((_rec(kpts),), ("a",), (), task="pose")
+        Dataset((_rec(kpts),), ("a",), (), spec=task_spec("pose"))
     with pytest.raises(ValueError, match=r"keypoints \(1, 2, 3\), the pose dataset's are \(1, 3, 3\)"):
-        Dataset((_rec(kpts),), ("a",), (), task="pose", kpt_shape=(3, 3))
+        Dataset((_rec(kpts),), ("a",), (), spec=task_spec("pose", kpt_shape=(3, 3)))
     with pytest.raises(ValueError, match="not a permutation"):
-        Dataset((_rec(kpts),), ("a",), (), task="pose", kpt_shape=(2, 3), flip_idx=(0, 0))
+        Dataset((_rec(kpts),), ("a",), (), spec=task_spec("pose", kpt_shape=(2, 3), flip_idx=(0, 0)))
     with pytest.raises(ValueError, match="keypoints in a detect dataset"):
         Dataset((_rec(kpts),), ("a",), ())
     with pytest.raises(ValueError, match="belong to the pose task"):
-        Dataset((_rec(),), ("a",), (), task="segment", kpt_shape=(2, 3))
+        Dataset((_rec(),), ("a",), (), spec=task_spec("segment", kpt_shape=(2, 3)))
     with pytest.raises(ValueError, match="not one of"):
-        Dataset((), ("a",), (), task="classify")
+        Dataset((), ("a",), (), spec=task_spec("classify"))
 
 
 def test_detect_target_sections_and_header_bytes_are_those_before_tasks():
@@ -385,16 +389,22 @@ def test_fingerprint_differs_by_task_kpt_shape_flip_idx_and_keypoints(tmp_path):
     pose = load_dataset(data, task="pose")
     fps = {fingerprint(detect, imgsz=64), fingerprint(pose, imgsz=64)}
     fps.add(
-        fingerprint(Dataset(pose.records, pose.names, (), task="pose", kpt_shape=(2, 3), flip_idx=(0, 1)), imgsz=64)
+        fingerprint(
+            Dataset(pose.records, pose.names, (), spec=task_spec("pose", kpt_shape=(2, 3), flip_idx=(0, 1))), imgsz=64
+        )
     )
-    fps.add(fingerprint(Dataset(pose.records, pose.names, (), task="pose", kpt_shape=(2, 3)), imgsz=64))
+    fps.add(fingerprint(Dataset(pose.records, pose.names, (), spec=task_spec("pose", kpt_shape=(2, 3))), imgsz=64))
     moved = pose.records[0].keypoints.copy()
     moved[0, 0, 0] += 0.01
     rec = Record(pose.records[0].image_path, None, pose.records[0].classes, pose.records[0].boxes, keypoints=moved)
-    fps.add(fingerprint(Dataset((rec,), pose.names, (), task="pose", kpt_shape=(2, 3), flip_idx=(1, 0)), imgsz=64))
+    fps.add(
+        fingerprint(
+            Dataset((rec,), pose.names, (), spec=task_spec("pose", kpt_shape=(2, 3), flip_idx=(1, 0))), imgsz=64
+        )
+    )
     assert len(fps) == 5
     plain = Dataset(detect.records, detect.names, ())
     for task in ("segment", "obb"):
-        fps.add(fingerprint(Dataset(plain.records, plain.names, (), task=task), imgsz=64))
+        fps.add(fingerprint(Dataset(plain.records, plain.names, (), spec=task_spec(task)), imgsz=64))
     assert len(fps) == 7
     assert fingerprint(plain, imgsz=64) == fingerprint(detect, imgsz=64)  # detect hashes no task

@@ -14,8 +14,9 @@ import pytest
 from pixpool.server.daemon.admission import ring_budget, ring_for
 from pixpool.shared.errors import CapacityError
 from pixpool.shared.stream.config import AugmentConfig, DaemonConfig, StreamSettings
+from pixpool.shared.task import DETECT
 
-SOURCE = SimpleNamespace(max_instances=3, imgsz=64, task="detect", kpt_shape=None, flip_idx=None)
+SOURCE = SimpleNamespace(max_instances=3, imgsz=64, spec=DETECT)
 
 
 def _refusal(settings: StreamSettings, config: DaemonConfig, budget: tuple[int, str]) -> str:

@@ -19,11 +19,11 @@ PLACES = {
     "check_task": lambda tmp: check_task("classify"),
     "DaemonConfig": lambda tmp: DaemonConfig(data=str(tmp / "data.yaml"), task="classify"),
     "task_spec": lambda tmp: task_spec("classify"),
-    "Dataset": lambda tmp: Dataset((), ("a",), (), task="classify"),
+    "Dataset": lambda tmp: Dataset((), ("a",), (), spec=task_spec("classify")),
     "read_dataset": lambda tmp: read_dataset(tmp / "data.yaml", task="classify"),
-    "read_yolo_yaml": lambda tmp: read_yolo_yaml(tmp / "data.yaml", task="classify"),
-    "read_yolo_folder": lambda tmp: read_yolo_folder(tmp / "images", task="classify"),
-    "read_coco": lambda tmp: read_coco(tmp / "instances.json", tmp / "images", task="classify"),
+    "read_yolo_yaml": lambda tmp: read_yolo_yaml(tmp / "data.yaml", task=task_spec("classify")),
+    "read_yolo_folder": lambda tmp: read_yolo_folder(tmp / "images", task=task_spec("classify")),
+    "read_coco": lambda tmp: read_coco(tmp / "instances.json", tmp / "images", task=task_spec("classify")),
     "write_synthetic": lambda tmp: write_synthetic(tmp / "synth", task="classify"),
 }
 

@@ -12,6 +12,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from pixpool.integrations.ultralytics.batches import to_ultralytics
+from pixpool.shared.task import task_spec
 
 S = 64
 FILES = ["/d/a.jpg", "/d/b.jpg"]
@@ -35,8 +36,8 @@ def _rows(*extra_columns: list[float]) -> torch.Tensor:
     return torch.tensor([b + list(e) for b, e in zip(base, extra_columns or ([], [], []))], dtype=torch.float32)
 
 
-def _convert(targets, **kw):
-    return to_ultralytics(_images(), targets, FILES, imgsz=S, shapes=_shapes, **kw)
+def _convert(targets, task="detect", **kw):
+    return to_ultralytics(_images(), targets, FILES, imgsz=S, shapes=_shapes, task=task_spec(task), **kw)
 
 
 def test_detect_dict_is_unchanged():

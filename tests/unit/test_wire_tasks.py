@@ -18,6 +18,7 @@ from pixpool.server.daemon.worker import _render_into
 from pixpool.shared.errors import ConfigError, ProtocolError
 from pixpool.shared.stream.config import AugmentConfig, StreamSettings
 from pixpool.shared.stream.digest import batch_digest
+from pixpool.shared.task import task_spec
 from pixpool.shared.transport.names import ring_segment
 from pixpool.shared.transport.ring import Ring, RingLayout
 from pixpool.shared.wire.trainer import PROTOCOL_VERSION, decode, encode_reply
@@ -83,10 +84,8 @@ def test_attached_refuses_a_task_field_out_of_bounds_on_both_sides(task, field, 
 
 # -- the layout of a source's task -------------------------------------------------------------
 def _source(task=None, kpt_shape=None, imgsz=160):
-    src = SimpleNamespace(imgsz=imgsz, max_instances=3)
-    if task is not None:
-        src.task, src.kpt_shape, src.flip_idx = task, kpt_shape, None
-    return src
+    # every source states its task; one built without a name here is a detect source
+    return SimpleNamespace(imgsz=imgsz, max_instances=3, spec=task_spec(task or "detect", kpt_shape=kpt_shape))
 
 
 def _stream(batch_size=4, **augment) -> StreamSettings:
