@@ -148,7 +148,6 @@ class Sessions:
             host=t.host,
             delivery=t.delivery,
             pid_watched=t.watch_pid,
-            settings=t.settings,
             settings_wire=t.settings_dict,
             split=t.settings.split,
             of_trainer=t.of_trainer,

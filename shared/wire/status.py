@@ -18,6 +18,7 @@ attached), and every reply is at most ``MAX_REPLY_BYTES`` (``trainer.encode_repl
 from __future__ import annotations
 
 import dataclasses
+import functools
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
@@ -249,7 +250,11 @@ class TrainerStatus:
     host: str = ""
     delivery: str = ""
     pid_watched: bool | None = None  # None: a reply that does not say (``watched``)
-    settings: StreamSettings = field(default_factory=StreamSettings)
+    # Its stream settings as the wire carries them (``StreamSettings.to_dict``; ``settings`` reads
+    # them): a status lists up to thousands of trainers, several times a second with metrics on,
+    # and the daemon keeps this map from the attach, so neither side re-encodes nor re-checks
+    # what no reader asks for.
+    settings_wire: Mapping[str, Any] = field(default_factory=dict)
     split: str = "train"
     of_trainer: int = 0
     epoch: int = 0
@@ -267,10 +272,14 @@ class TrainerStatus:
     last_seen_s: float = 0.0
     attached_s: float = 0.0
     data_wait_s: float = 0.0
-    # ``settings`` as the wire carries them, where the maker has them already (the daemon keeps
-    # them from the attach; a decoded reply, what it decoded): a status lists up to thousands
-    # of trainers, several times a second with metrics on, and ``to_dict`` is the dearest part.
-    settings_wire: Mapping[str, Any] | None = field(default=None, repr=False, compare=False)
+
+    @functools.cached_property
+    def settings(self) -> StreamSettings:
+        """The stream's settings; a ProtocolError where the reply's map is no valid settings."""
+        try:
+            return StreamSettings.from_dict(dict(self.settings_wire))
+        except Exception as exc:  # a ConfigError or a TypeError from a malformed map: the reply's fault
+            raise ProtocolError(f"status: trainer.settings: {exc}", field="settings") from None
 
     @property
     def is_validation(self) -> bool:
@@ -291,26 +300,23 @@ class TrainerStatus:
         return min(1.0, self.data_wait_s / self.attached_s) if self.attached_s > 0 else 0.0
 
     def to_wire(self) -> dict[str, Any]:
-        out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "settings_wire"}
-        out["settings"] = dict(self.settings_wire) if self.settings_wire is not None else self.settings.to_dict()
-        if self.pid_watched is None:
-            del out["pid_watched"]
+        out = {}
+        for f in dataclasses.fields(self):
+            if f.name == "settings_wire":
+                out["settings"] = dict(self.settings_wire)
+            elif f.name != "pid_watched" or self.pid_watched is not None:
+                out[f.name] = getattr(self, f.name)
         return out
 
     @classmethod
     def from_wire(cls, d: Any) -> TrainerStatus:
-        out = _take(cls, d, "trainer", _TRAINER_TYPES, settings=_settings)
-        out.pop("settings_wire", None)
-        if "settings" in out:
+        out = _take(cls, d, "trainer", _TRAINER_TYPES)
+        out.pop("settings_wire", None)  # on the wire it is ``settings``
+        if "settings" in d:
+            if not isinstance(d["settings"], Mapping):
+                raise ProtocolError("status: trainer.settings must be a map", field="settings")
             out["settings_wire"] = d["settings"]
         return cls(**out)
-
-
-def _settings(value: Any) -> StreamSettings:
-    try:
-        return StreamSettings.from_dict(value)
-    except Exception as exc:  # a ConfigError or a TypeError from a malformed map: the reply's fault
-        raise ProtocolError(f"status: trainer.settings: {exc}", field="settings") from None
 
 
 _TRAINER_TYPES = {

@@ -129,7 +129,9 @@ def test_a_field_of_the_wrong_type_is_a_protocol_error():
     with pytest.raises(ProtocolError, match="workers must be a list"):
         Status.from_wire({"workers": {"0": {}}})
     with pytest.raises(ProtocolError, match="settings"):
-        TrainerStatus.from_wire({**TRAINER, "settings": {"seed": -1}})
+        TrainerStatus.from_wire({**TRAINER, "settings": [1]})
+    with pytest.raises(ProtocolError, match="settings"):
+        _ = TrainerStatus.from_wire({**TRAINER, "settings": {"seed": -1}}).settings  # read where asked for
 
 
 def test_a_trainer_entry_packs_as_the_daemon_measured_it():
