@@ -231,7 +231,7 @@ def tree(pid: int) -> list[int]:
 
 
 # -- daemons ----------------------------------------------------------------------------------
-def wait_ready(socket_dir: str, workers: int, proc=None, timeout_s: float = WAIT_S, poll_s: float = 0.1) -> dict:
+def wait_ready(socket_dir: str, workers: int, proc=None, timeout_s: float = WAIT_S, poll_s: float = 0.1):
     """The daemon's first status that lists ``workers`` started workers (bounded wait); ``proc``
     (a ``multiprocessing`` process or a ``Popen``) must not exit meanwhile."""
     from pixpool.ops.status_client import query_status
@@ -244,7 +244,7 @@ def wait_ready(socket_dir: str, workers: int, proc=None, timeout_s: float = WAIT
             raise RuntimeError(f"the daemon exited with {code} before it was ready")
         try:
             st = query_status(socket_dir, timeout_s=1.0)
-            if len(st["workers"]) == workers and all(w["pid"] for w in st["workers"]):
+            if len(st.workers) == workers and all(w.pid for w in st.workers):
                 return st
         except (DaemonTimeout, FileNotFoundError, ConnectionError):
             pass

@@ -50,7 +50,7 @@ def _free_port() -> int:
 def _refused(socket_dir: str) -> int:
     from pixpool.ops.status_client import query_status
 
-    return query_status(socket_dir, timeout_s=5.0)["daemon"]["tcp_handshakes_refused"]
+    return query_status(socket_dir, timeout_s=5.0).daemon.tcp_handshakes_refused
 
 
 def _attach_s(port: int, keys: Path) -> float:

@@ -165,7 +165,7 @@ def pixpool_rows(args, data: Path, dtype: str) -> list[dict]:
             with holders([_hold_argv({**spec, "seed": s}) for s in range(n)]) as procs:
                 st = query_status(d)
                 rep = memory_report(st)
-                pids = [st["daemon"]["pid"], *(w["pid"] for w in st["workers"] if w["pid"]), *(p.pid for p in procs)]
+                pids = [st.daemon.pid, *(w.pid for w in st.workers if w.pid), *(p.pid for p in procs)]
                 _, file_pss = _pss(pids)
             rows.append({"dtype": dtype, "trainers": n, "snapshot": rep["snapshot_bytes"], "service": rep["service_pss_bytes"],
                          "pixpool_trainers": rep["trainers_pss_bytes"], "total": rep["total_pss_bytes"],
@@ -666,7 +666,7 @@ def ownership_main(argv: list[str]) -> int:
 
         got = common.rounds({name: arm_of(name) for name in arms}, args.rounds)
         st = query_status(d, timeout_s=5.0)
-        render_s = sum(w["busy_s"] for w in st["workers"]) / max(1, sum(w["samples_done"] for w in st["workers"]))
+        render_s = sum(w.busy_s for w in st.workers) / max(1, sum(w.samples_done for w in st.workers))
         for loader in loaders.values():
             loader.close()
     rate = {a: [r for r, _ in v] for a, v in got.items()}

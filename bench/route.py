@@ -413,8 +413,8 @@ def measure(workers: int, epochs: int, dtype: str | None = None) -> dict:
         ):
             torch.set_num_threads(1)
             st = query_status(d)
-            procs = {"daemon": psutil.Process(st["daemon"]["pid"])}
-            procs.update({f"worker{i}": psutil.Process(w["pid"]) for i, w in enumerate(st["workers"])})
+            procs = {"daemon": psutil.Process(st.daemon.pid)}
+            procs.update({f"worker{i}": psutil.Process(w.pid) for i, w in enumerate(st.workers)})
 
             def cpu() -> dict[str, float]:
                 return {"trainer": common.cpu_s(), **{k: sum(p.cpu_times()[:2]) for k, p in procs.items()}}
@@ -422,7 +422,7 @@ def measure(workers: int, epochs: int, dtype: str | None = None) -> dict:
             with pixpool.client.attach(d, batch_size=16, seed=0, imgsz=640, timeout_s=300, **ul.PIXPOOL_ROUTES["detect"]) as loader:  # fmt: skip
                 for batch in loader:  # warm-up epoch
                     int(batch[0][0, 0, 0, 0])
-                c0, busy0, t0 = cpu(), [w["busy_s"] for w in query_status(d)["workers"]], time.perf_counter()
+                c0, busy0, t0 = cpu(), [w.busy_s for w in query_status(d).workers], time.perf_counter()
                 images, stamps = 0, []
                 for _ in range(epochs):
                     for batch in loader:
@@ -430,7 +430,7 @@ def measure(workers: int, epochs: int, dtype: str | None = None) -> dict:
                         images += batch[0].shape[0]
                         stamps.append((batch.batch, time.perf_counter()))
                 wall = time.perf_counter() - t0
-                c1, busy1 = cpu(), [w["busy_s"] for w in query_status(d)["workers"]]
+                c1, busy1 = cpu(), [w.busy_s for w in query_status(d).workers]
     finally:
         shutil.rmtree(root, ignore_errors=True)
     ms = {k: (c1[k] - c0[k]) / images * 1e3 for k in c0}

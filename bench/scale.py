@@ -219,11 +219,13 @@ def measure_attach_api(socket_dir: str, runs: int) -> dict:
 
 def measure_status(socket_dir: str, rounds: int = 5) -> tuple[float, int]:
     from pixpool.ops.status_client import query_status
+    from pixpool.shared.wire.status import as_reply
+    from pixpool.shared.wire.trainer import Op
 
     times, size = [], 0
     for _ in range(rounds):
         t0 = time.perf_counter()
-        size = len(json.dumps(query_status(socket_dir, timeout_s=30.0)))
+        size = len(json.dumps(as_reply(Op.STATUS, query_status(socket_dir, timeout_s=30.0))))
         times.append(time.perf_counter() - t0)
     return statistics.median(times), size
 

@@ -114,7 +114,7 @@ def _demo(workdir: Path, args: argparse.Namespace) -> int:
         sock,
         status,
     ):
-        snapshot_names = {info["name"] for info in status["splits"].values()}
+        snapshot_names = {info.name for info in status.served.values()}
         print(
             f"[2/5] daemon pid {daemon.pid} serving on {sock} with {args.workers} workers (train and val); "
             f"its log: {daemon_log}",
@@ -160,7 +160,7 @@ def _demo(workdir: Path, args: argparse.Namespace) -> int:
                     attached.add(pid)
                     projects[pid] = (projects[pid][0], Path(payload))  # the folder the trainer's run claimed
                     names[pid] = trainer_name(
-                        trainer_ids(query_status(sock, timeout_s=10.0)["trainers"]), pid, projects[pid][0]
+                        trainer_ids(query_status(sock, timeout_s=10.0).trainers), pid, projects[pid][0]
                     )
                 elif kind == "epoch":
                     r = payload

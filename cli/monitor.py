@@ -12,8 +12,12 @@ from __future__ import annotations
 import argparse
 import json
 import time
+from typing import TYPE_CHECKING
 
 from .status import add_daemon_flags
+
+if TYPE_CHECKING:
+    from ..shared.wire.status import Status
 
 
 def configure(parser: argparse.ArgumentParser, name: str) -> None:
@@ -28,12 +32,15 @@ def configure(parser: argparse.ArgumentParser, name: str) -> None:
     )
 
 
-def sample(args: argparse.Namespace) -> dict:
+def sample(args: argparse.Namespace) -> tuple[Status, dict]:
+    """The daemon's status and the sample as ``--json`` and ``--record`` write it (the reply, the figures)."""
     from ..ops.memory_report import memory_report
     from ..ops.status_client import query_status
+    from ..shared.wire.status import as_reply
+    from ..shared.wire.trainer import Op
 
     st = query_status(args.socket_dir, timeout_s=args.timeout_s)
-    return {"time_unix": time.time(), **st, "memory": memory_report(st)}
+    return st, {"time_unix": time.time(), **as_reply(Op.STATUS, st), "memory": memory_report(st)}
 
 
 def _record(path: str | None, s: dict) -> None:
@@ -61,15 +68,15 @@ def run(args: argparse.Namespace) -> int:
     console = report_console()
     limit = 1 if args.once else args.samples
     if args.once or args.json or not console.is_terminal:
-        for s in _samples(args, limit):
+        for st, s in _samples(args, limit):
             _record(args.record, s)
             if args.json:
                 print(json.dumps(s), flush=True)
             else:
-                console.print(frame(s, s["memory"]))
+                console.print(frame(st, s["memory"]))
         return 0
     with Live(console=console, screen=True, auto_refresh=False) as view:
-        for s in _samples(args, limit):
+        for st, s in _samples(args, limit):
             _record(args.record, s)
-            view.update(frame(s, s["memory"]), refresh=True)
+            view.update(frame(st, s["memory"]), refresh=True)
     return 0

@@ -12,6 +12,8 @@ import argparse
 import json
 
 from ..ops.status_client import format_status, query_health, query_status
+from ..shared.wire.status import as_reply
+from ..shared.wire.trainer import Op
 
 
 def add_daemon_flags(parser: argparse.ArgumentParser) -> None:
@@ -48,14 +50,14 @@ def run(args: argparse.Namespace) -> int:
     if args.probe:
         h = query_health(args.socket_dir, timeout_s=args.timeout_s)
         if args.json:
-            print(json.dumps(h))
+            print(json.dumps(as_reply(Op.HEALTH, h)))
         else:
             print(
-                f"daemon pid {h['pid']} {'healthy' if h['healthy'] else 'UNHEALTHY'}: {h['trainers']} trainers, "
-                f"{h['workers_ready']} workers ready, up {h['uptime_s']:.0f} s"
+                f"daemon pid {h.pid} {'healthy' if h.healthy else 'UNHEALTHY'}: {h.trainers} trainers, "
+                f"{h.workers_ready} workers ready, up {h.uptime_s:.0f} s"
             )
-        return 0 if h["healthy"] else 1
+        return 0 if h.healthy else 1
     await_starting_daemon(args.socket_dir)  # not for --probe: a probe asks about now
     st = query_status(args.socket_dir, timeout_s=args.timeout_s)
-    print(json.dumps(st, indent=2) if args.json else format_status(st))
+    print(json.dumps(as_reply(Op.STATUS, st), indent=2) if args.json else format_status(st))
     return 0

@@ -23,6 +23,7 @@ from ..shared.errors import DaemonStopped, DaemonTimeout
 from ..shared.transport import endpoint as ep
 from ..shared.transport.control import request_status
 from ..shared.transport.spawn import python_argv
+from ..shared.wire.status import Status
 
 _POLL_S = 0.1
 
@@ -41,7 +42,7 @@ def serve_child(
     timeout_s: float = 300.0,
     stop_timeout_s: float = 60.0,
     log_file: str | os.PathLike | None = None,
-) -> Iterator[tuple[subprocess.Popen, str, dict]]:
+) -> Iterator[tuple[subprocess.Popen, str, Status]]:
     """Run ``pixpool serve SERVE_ARGS --socket-dir DIR``; yield (process, DIR, first status).
 
     Without ``socket_dir`` a private temporary directory is used and removed afterwards.
@@ -64,7 +65,7 @@ def serve_child(
             shutil.rmtree(sdir, ignore_errors=True)
 
 
-def wait_serving(proc: subprocess.Popen, socket_dir: str, *, timeout_s: float, what: str = "") -> dict:
+def wait_serving(proc: subprocess.Popen, socket_dir: str, *, timeout_s: float, what: str = "") -> Status:
     """The daemon's first status reply, once it answers; DaemonStopped if it exits first."""
     endpoint = ep.ipc_endpoint(socket_dir)
     deadline = time.monotonic() + timeout_s
@@ -75,7 +76,7 @@ def wait_serving(proc: subprocess.Popen, socket_dir: str, *, timeout_s: float, w
         if os.path.exists(ep.socket_path(socket_dir)):
             status = request_status(endpoint, timeout_s=_POLL_S * 5)
             if status is not None:
-                return status
+                return Status.from_wire(status)
         if time.monotonic() > deadline:
             raise DaemonTimeout(f"`pixpool serve {what}` did not start serving within {timeout_s} s")
         time.sleep(_POLL_S)  # polling interval of a bounded wait for start-up

@@ -35,13 +35,25 @@ every ring, so a validation pass under way does not move the break-even.
 
 from __future__ import annotations
 
-import math
 import os
+from collections.abc import Sequence
 
+from ..shared.break_even import break_even
 from ..shared.transport import store as _store
 from ..shared.transport.names import DEFAULT_STORE, list_segments, parse, shm_path
 from ..shared.transport.procmem import process_memory
+from ..shared.wire.status import Status, TrainerStatus
 from ..shared.wire.trainer import DELIVERY_SHM
+
+__all__ = [
+    "break_even",
+    "is_validation",
+    "memory_report",
+    "segment_figures",
+    "snapshot_segments",
+    "stream_labels",
+    "trainer_ids",
+]
 
 
 def segment_figures(store: str | None = None) -> dict[str, dict[str, int]]:
@@ -61,71 +73,65 @@ def segment_figures(store: str | None = None) -> dict[str, dict[str, int]]:
     return out
 
 
-def _roles(status: dict) -> dict[int, tuple[str, int | None]]:
-    roles: dict[int, tuple[str, int | None]] = {status["daemon"]["pid"]: ("daemon", None)}
-    roles.update({w["pid"]: ("worker", w["index"]) for w in status["workers"] if w["pid"]})
+def _roles(status: Status) -> dict[int, tuple[str, int | None]]:
+    roles: dict[int, tuple[str, int | None]] = {status.daemon.pid: ("daemon", None)}
+    roles.update({w.pid: ("worker", w.index) for w in status.workers if w.pid})
     # Trainers whose pid is this machine's and this PID namespace's (the daemon watches it);
     # remote ones, and local ones in another PID namespace, are not measurable by pid here.
-    measurable = [t for t in status["trainers"] if _measurable(t)]
+    measurable = [t for t in status.trainers if t.pid and t.watched]
     roles.update({pid: ("trainer", trainer_id) for pid, trainer_id in trainer_ids(measurable).items()})
     return roles
 
 
-def is_validation(trainer: dict) -> bool:
+def is_validation(trainer: TrainerStatus) -> bool:
     """A session that streams the val split: a trainer's validation pass, not a trainer."""
-    return trainer.get("split", "train") != "train"
+    return trainer.is_validation
 
 
-def trainer_ids(trainers: list[dict]) -> dict[int, int]:
+def trainer_ids(trainers: Sequence[TrainerStatus]) -> dict[int, int]:
     """pid -> the number every view gives that trainer process: the daemon's id of its training
     stream (its validation stream, a second session of the same process, is part of it)."""
     ids: dict[int, int] = {}
-    for t in sorted(trainers, key=lambda t: not is_validation(t)):  # training streams last: they win
-        ids[t["pid"]] = t["trainer_id"]
+    for t in sorted(trainers, key=lambda t: not t.is_validation):  # training streams last: they win
+        ids[t.pid] = t.trainer_id
     return ids
 
 
-def stream_labels(trainers: list[dict]) -> list[tuple[str, str]]:
+def stream_labels(trainers: Sequence[TrainerStatus]) -> list[tuple[str, str]]:
     """(who, epoch:batch) of each session as every view shows it: a validation stream is its
     trainer's ("3 val", "val:b/n"; the daemon's epoch of a pass is -1), never a trainer of its own."""
     owner = trainer_ids(trainers)
     out = []
     for t in trainers:
-        if is_validation(t):
-            mine = t.get("of_trainer") or (owner.get(t["pid"]) if t["pid"] else None)  # a daemon before of_trainer
+        if t.is_validation:
+            mine = t.of_trainer or (owner.get(t.pid) if t.pid else None)  # a daemon before of_trainer
             who = f"{mine} val" if mine else "val"
-            out.append((who, f"val:{t['next_batch']}/{t['num_batches']}"))
+            out.append((who, f"val:{t.next_batch}/{t.num_batches}"))
         else:
-            out.append((str(t["trainer_id"]), f"{t['epoch']}:{t['next_batch']}/{t['num_batches']}"))
+            out.append((str(t.trainer_id), f"{t.epoch}:{t.next_batch}/{t.num_batches}"))
     return out
 
 
-def _measurable(t: dict) -> bool:
-    return bool(t["pid"]) and t.get("pid_watched", t["delivery"] == DELIVERY_SHM)
-
-
-def snapshot_segments(status: dict) -> list[str]:
+def snapshot_segments(status: Status) -> list[str]:
     """The segments of every snapshot the daemon serves (training and validation), each once."""
-    splits = status.get("splits") or {"train": status["snapshot"]}
-    return sorted({name for info in splits.values() for name in info.get("segments", [])})
+    return sorted({name for info in status.served.values() for name in info.segments or ()})
 
 
-def _served_sum(status: dict, key: str) -> int:
+def _served_sum(status: Status, key: str) -> int:
     """``key`` summed over every snapshot the daemon serves, each once (0 where a daemon does not say)."""
-    splits = status.get("splits") or {"train": status["snapshot"]}
-    by_name = {info.get("name", split): info for split, info in splits.items()}
-    return sum(int(info.get(key, 0)) for info in by_name.values())
+    by_name = {info.name if info.name is not None else split: info for split, info in status.served.items()}
+    return sum(int(getattr(info, key) or 0) for info in by_name.values())
 
 
-def memory_report(status: dict, *, store: str | None = None) -> dict:
+def memory_report(status: Status, *, store: str | None = None) -> dict:
     """The measured figures (see module docstring and ``docs/memory.md``). ``store``: where
     this process sees the daemon's store (default the path the daemon reports)."""
-    snap = status["snapshot"]
-    store = store or status["daemon"].get("store") or DEFAULT_STORE
+    snap = status.snapshot
+    store = store or status.daemon.store or DEFAULT_STORE
     segs = segment_figures(store)
     served = snapshot_segments(status)
     snapshot_segs = [s for s in served if s in segs]
-    ring_of = {t["ring"]: t for t in status["trainers"]}
+    ring_of = {t.ring: t for t in status.trainers}
     ring_segs = [r for r in ring_of if r in segs]
     service_segs = set(snapshot_segs) | set(ring_segs)
     part: dict[str, int] = {}
@@ -163,31 +169,31 @@ def memory_report(status: dict, *, store: str | None = None) -> dict:
     service = service_own + not_held
     rings = [
         {
-            "trainer_id": t["trainer_id"],
-            "pid": t["pid"],
-            "host": t["host"],
-            "local": t["delivery"] == DELIVERY_SHM,
+            "trainer_id": t.trainer_id,
+            "pid": t.pid,
+            "host": t.host,
+            "local": t.delivery == DELIVERY_SHM,
             "ring": name,
-            "slots": t.get("slots", 0),
+            "slots": t.slots,
             "bytes": segs[name]["bytes"] if name in segs else 0,
-            "mask_bytes": t.get("ring_mask_nbytes", 0),  # segment rings' mask planes, part of ``bytes``
-            "validation": is_validation(t),
+            "mask_bytes": t.ring_mask_nbytes,  # segment rings' mask planes, part of ``bytes``
+            "validation": t.is_validation,
         }
         for name, t in ring_of.items()
     ]
     ring_bytes = sum(segs[r]["resident_bytes"] for r in ring_segs)
-    validation_ring_bytes = sum(segs[r]["resident_bytes"] for r in ring_segs if is_validation(ring_of[r]))
+    validation_ring_bytes = sum(segs[r]["resident_bytes"] for r in ring_segs if ring_of[r].is_validation)
     training_ring_bytes = ring_bytes - validation_ring_bytes
-    decoded = int(snap.get("decoded_bytes", 0))
+    decoded = int(snap.decoded_bytes or 0)
     # Training streams only (module docstring): a validation stream is part of its trainer.
-    n = sum(1 for t in status["trainers"] if not is_validation(t))
+    n = sum(1 for t in status.trainers if not t.is_validation)
     per_trainer = training_ring_bytes // n if n else None
     where = _store.describe(store)
     return {
-        "snapshot": snap.get("name", ""),
-        "snapshots": sorted({info.get("name", "") for info in (status.get("splits") or {"train": snap}).values()}),
-        "dtype": snap.get("dtype", "?"),  # every reply names it; never guessed
-        "records": snap.get("records", 0),
+        "snapshot": snap.name or "",
+        "snapshots": sorted({info.name or "" for info in status.served.values()}),
+        "dtype": snap.dtype or "?",  # every reply names it; never guessed
+        "records": snap.records,
         "image_bytes": part.get("img", 0),
         "index_bytes": part.get("meta", 0),
         "target_bytes": part.get("tgt", 0),
@@ -211,10 +217,3 @@ def memory_report(status: dict, *, store: str | None = None) -> dict:
         "store": where,
         "segments": segs,
     }
-
-
-def break_even(fixed_bytes: float, ring_bytes: float | None, decoded_bytes: float) -> int | None:
-    """Smallest N with N x decoded >= fixed + N x ring; None if it never comes (or ring unknown)."""
-    if ring_bytes is None or decoded_bytes <= ring_bytes:
-        return None
-    return max(1, math.ceil(fixed_bytes / (decoded_bytes - ring_bytes)))

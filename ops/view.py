@@ -15,6 +15,7 @@ from rich.table import Table
 from rich.text import Text
 
 from ..shared.text import human_bytes
+from ..shared.wire.status import Status
 from .memory_report import stream_labels
 
 
@@ -95,46 +96,37 @@ def processes_table(mem: dict) -> Table:
     return t
 
 
-def _wait_share(tr: dict) -> float:
-    """The share of its attachment a trainer spent waiting for batches, 0 to 1: wait and time
-    over the same span (a trainer of this release counts its wait from its latest attach; one
-    of an older release counts it from its first, so a share over 1 is theirs, and capped)."""
-    attached_s = tr.get("attached_s") or 0.0
-    return min(1.0, tr.get("data_wait_s", 0.0) / attached_s) if attached_s > 0 else 0.0
-
-
-def trainers_table(st: dict) -> Table | Text:
-    if not st["trainers"]:
+def trainers_table(st: Status) -> Table | Text:
+    if not st.trainers:
         return Text("no trainers attached")
     t = _table("trainer", "pid", "seed/batch", "epoch:batch", "img/s", "wait", "ring")
-    for tr, (who, where) in zip(st["trainers"], stream_labels(st["trainers"])):
-        s = tr["settings"]
-        wait = _wait_share(tr)
+    for tr, (who, where) in zip(st.trainers, stream_labels(st.trainers)):
+        s = tr.settings
         t.add_row(
             who,
-            str(tr["pid"]),
-            f"{s['seed']}/{s['batch_size']} r{s['rank']}/{s['world_size']}",
+            str(tr.pid),
+            f"{s.seed}/{s.batch_size} r{s.rank}/{s.world_size}",
             where,
-            f"{tr['img_per_s']:.1f}",
-            f"{100 * wait:.0f}%",
-            human_bytes(tr["ring_nbytes"]),
+            f"{tr.img_per_s:.1f}",
+            f"{100 * tr.wait_share:.0f}%",
+            human_bytes(tr.ring_nbytes),
         )
     return t
 
 
-def workers_table(st: dict) -> Table:
-    up = max(st["daemon"]["uptime_s"], 1e-9)
+def workers_table(st: Status) -> Table:
+    up = max(st.daemon.uptime_s, 1e-9)
     t = _table("worker", "pid", "state", "samples", "busy")
-    for w in st["workers"]:
-        t.add_row(str(w["index"]), str(w["pid"]), w["state"], str(w["samples_done"]), f"{100 * w['busy_s'] / up:.0f}%")
+    for w in st.workers:
+        t.add_row(str(w.index), str(w.pid), w.state, str(w.samples_done), f"{100 * w.busy_s / up:.0f}%")
     return t
 
 
-def frame(st: dict, mem: dict) -> Group:
-    d, s = st["daemon"], st["snapshot"]
+def frame(st: Status, mem: dict) -> Group:
+    d, s = st.daemon, st.snapshot
     head = Text(
-        f"pixpool daemon {d['pid']} on {d['endpoint']}, up {d['uptime_s']:.0f} s; snapshot {s.get('name', '?')}: "
-        f"{s['records']} records at {s['imgsz']}",
+        f"pixpool daemon {d.pid} on {d.endpoint}, up {d.uptime_s:.0f} s; snapshot {s.name if s.name is not None else '?'}: "
+        f"{s.records} records at {s.imgsz}",
         style="bold",
     )
     return Group(

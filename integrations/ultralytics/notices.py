@@ -18,8 +18,8 @@ why), and says so instead of differing silently.
 from __future__ import annotations
 
 import importlib.util
-from collections.abc import Mapping
-from typing import Any
+
+from ...shared.wire.status import Status
 
 __all__ = ["ALBUMENTATIONS_LINE", "albumentations_line", "daemon_line"]
 
@@ -41,17 +41,23 @@ def albumentations_line(*, find_spec=importlib.util.find_spec) -> str | None:
     return ALBUMENTATIONS_LINE if found else None
 
 
-def daemon_line(status: Mapping[str, Any] | None, *, socket: str, started: bool) -> str:
+def daemon_line(status: Status | None, *, socket: str, started: bool) -> str:
     """One line naming the daemon at ``socket`` from its ``status`` reply: ``started`` by this
     run, or an already running one this run uses as it is."""
-    status = status or {}
-    daemon = status.get("daemon") or {}
-    snap = status.get("snapshot") or {}
-    workers = status.get("workers")
-    count = len(workers) if isinstance(workers, (list, tuple)) else "?"
     what = "started daemon" if started else "using the running daemon"
-    return (
-        f"pixpool: {what} {daemon.get('pid', '?')} at {socket}: snapshot {snap.get('name', '?')} "
-        f"({snap.get('records', '?')} records, imgsz {snap.get('imgsz', '?')}, task {snap.get('task', '?')}, {snap.get('dtype', '?')}), "
-        f"{count} workers" + ("; it stops when training ends" if started else "; it keeps running after this run")
+    if status is None:
+        pid, count, snap = "?", "?", "snapshot ? (? records, imgsz ?, task ?, ?)"
+    else:
+        s = status.snapshot
+        pid, count = status.daemon.pid, len(status.workers)
+        snap = (
+            f"snapshot {_said(s.name)} ({s.records} records, imgsz {_said(s.imgsz)}, task {_said(s.task)}, "
+            f"{_said(s.dtype)})"
+        )
+    return f"pixpool: {what} {pid} at {socket}: {snap}, {count} workers" + (
+        "; it stops when training ends" if started else "; it keeps running after this run"
     )
+
+
+def _said(value) -> str:
+    return "?" if value is None else str(value)

@@ -67,6 +67,7 @@ from ...shared.stream.served_data import ExpectedData, expect_entries
 from ...shared.stream.yolo_yaml import load_yaml
 from ...shared.transport import endpoint as ep
 from ...shared.transport.control import request_status
+from ...shared.wire.status import Status
 from . import failures, hyp, notices, val_loader
 from .loader import TrainLoader
 
@@ -83,11 +84,12 @@ DTYPE_ENV = "PIXPOOL_DTYPE"
 DAEMON_LOG = "pixpool-daemon.log"
 
 
-def daemon_answers(socket_dir: str | None) -> dict | None:
+def daemon_answers(socket_dir: str | None) -> Status | None:
     """The status of the daemon at ``socket_dir`` (the default directory when None), or None."""
     if not os.path.exists(ep.socket_path(socket_dir)):
         return None
-    return request_status(ep.ipc_endpoint(socket_dir), timeout_s=2.0)
+    status = request_status(ep.ipc_endpoint(socket_dir), timeout_s=2.0)
+    return None if status is None else Status.from_wire(status)
 
 
 def _pin_epoch(trainer: PixpoolStream) -> None:
@@ -124,7 +126,7 @@ class PixpoolStream:
             raise
         self.pixpool_socket_dir = os.environ.get(SOCKET_DIR_ENV) or None
         self.pixpool_timeout_s = float(os.environ.get(TIMEOUT_ENV, "120"))
-        self.pixpool_status: dict | None = None
+        self.pixpool_status: Status | None = None
         self.pixpool_daemon_log: Path | None = None  # the log of the daemon this run started, if it did
         # A running daemon's imgsz is the run's unless the user asked for one (Ultralytics'
         # default 640 is not a request: against a daemon at 320 it would only be refused).
@@ -204,10 +206,14 @@ class PixpoolStream:
                 os.environ[SOCKET_DIR_ENV] = previous
             shutil.rmtree(tmp, ignore_errors=True)
 
-    def _take_served_imgsz(self, status: dict) -> None:
+    def _pixpool_workers(self) -> int:
+        """The daemon's augmentation workers (0 before a daemon answered)."""
+        return len(self.pixpool_status.workers) if self.pixpool_status is not None else 0
+
+    def _take_served_imgsz(self, status: Status) -> None:
         """Train at the running daemon's imgsz when the user gave none (before Ultralytics'
         ``_setup_train`` reads ``args.imgsz``; DDP ranks get it in the arguments they are sent)."""
-        served = (status.get("snapshot") or {}).get("imgsz")
+        served = status.snapshot.imgsz
         if self.pixpool_imgsz_given or not isinstance(served, int) or served == self.args.imgsz:
             return
         self.args.imgsz = served
@@ -268,7 +274,7 @@ class PixpoolStream:
         except BaseException:
             stream.close()
             raise
-        workers = len((self.pixpool_status or {}).get("workers", []))
+        workers = self._pixpool_workers()
         return TrainLoader(
             stream,
             num_workers=workers,
@@ -303,7 +309,7 @@ class PixpoolStream:
                 timeout_s=self.pixpool_timeout_s,
                 expect=expect_entries(entries, asked=f"data={self.args.data}", split="val"),
                 check=self._check_served_val,
-                num_workers=len((self.pixpool_status or {}).get("workers", [])),
+                num_workers=self._pixpool_workers(),
                 single_cls=bool(self.args.single_cls),
                 classes=hyp.classes_of(self.args.classes),
                 labels_source=lambda: self._labels(dataset_path),

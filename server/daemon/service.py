@@ -38,6 +38,7 @@ from typing import Any, Callable
 
 import zmq
 
+from ...shared import __version__
 from ...shared.errors import ConfigError, DaemonStopped, NotAuthorized, PixpoolError, ProtocolError
 from ...shared.stream.config import DaemonConfig, StreamSettings
 from ...shared.stream.path_table import PathTable
@@ -45,7 +46,8 @@ from ...shared.transport.procmem import pid_namespace
 from ...shared.transport.spawn import spawn_context
 from ...shared.transport.store import check_store
 from ...shared.wire.error_codes import error_frame, error_frame_for
-from ...shared.wire.trainer import RECORDS_PAGE, RECORDS_PAGE_BYTES, Op, decode, encode_reply
+from ...shared.wire.status import TRAINERS_BUDGET_BYTES, DaemonStatus, Health, SnapshotStatus, Status
+from ...shared.wire.trainer import PROTOCOL_VERSION, RECORDS_PAGE, RECORDS_PAGE_BYTES, Op, decode, encode_reply
 from . import admission, delivery, intake, sweeps
 from . import renderer as _renderer
 from .housekeeping import Housekeeping
@@ -164,7 +166,7 @@ class Daemon:
                 poller.register(s, zmq.POLLIN)
             self.supervisor.start(self.config.workers, poller)
             if self.config.metrics_port is not None:
-                from ...ops.metrics import Metrics
+                from .metrics import Metrics
 
                 self.metrics = Metrics(self.config.metrics_host, self.config.metrics_port).start()
                 self.metrics.publish(self.status())
@@ -274,12 +276,10 @@ class Daemon:
 
     # -- requests open to any peer ------------------------------------------------------------
     def _on_status(self, sock: zmq.Socket, req: intake.Request, msg: dict) -> None:
-        delivery.send(sock, req.identity, encode_reply(Op.STATUS, **self.status()))
+        delivery.send(sock, req.identity, encode_reply(Op.STATUS, **self.status().to_wire()))
 
     def _on_health(self, sock: zmq.Socket, req: intake.Request, msg: dict) -> None:
-        from ...ops.status_reply import build_health
-
-        delivery.send(sock, req.identity, encode_reply(Op.HEALTH, **build_health(self)))
+        delivery.send(sock, req.identity, encode_reply(Op.HEALTH, **self.health().to_wire()))
 
     def _on_records(self, sock: zmq.Socket, req: intake.Request, msg: dict) -> None:
         split = msg.get("split", "train")
@@ -560,10 +560,61 @@ class Daemon:
             self.supervisor.forget_ring(ring_name)
 
     # -- status and shutdown -------------------------------------------------------------
-    def status(self) -> dict:
-        from ...ops.status_reply import build_status
+    def status(self) -> Status:
+        """The ``status`` reply (``shared.wire.status``): the daemon's own figures, each split's
+        snapshot, the supervisor's workers and, as many as fit, the sessions' trainers."""
+        now = time.monotonic()
+        cfg = self.config
+        guard = self.listener.guard if self.listener is not None else None
+        daemon = DaemonStatus(
+            pid=self.pid,
+            host=self.host,
+            store=self.store,
+            pid_ns=self.pid_ns,
+            version=__version__,
+            protocol=PROTOCOL_VERSION,
+            endpoint=self.endpoint or "",
+            tcp=cfg.tcp or "",
+            uptime_s=round(now - self.started, 3),
+            worker_restarts=self.supervisor.restarts,
+            redispatched_jobs=self.supervisor.redispatched,
+            heartbeat_timeout_s=cfg.heartbeat_timeout_s,
+            memory_budget_nbytes=cfg.memory_budget_nbytes,
+            store_warn_free_nbytes=self.store_watch.warn_free_nbytes,
+            store_low=self.store_watch.low,
+            metrics=f"http://{cfg.metrics_host}:{cfg.metrics_port}/metrics" if cfg.metrics_port else "",
+            trainers_total=len(self.sessions),
+            housekeeping_errors=self.housekeeping.errors_total,
+            tcp_handshakes_refused=guard.refused if guard else 0,
+        )
+        splits = {split: self._snapshot_status(split, src) for split, src in self.sources.items()}
+        return Status(
+            daemon=daemon,
+            snapshot=splits["train"],
+            splits=splits,
+            workers=self.supervisor.describe(),
+            trainers=self.sessions.describe(now, TRAINERS_BUDGET_BYTES),
+        )
 
-        return build_status(self)
+    def _snapshot_status(self, split: str, source: Any) -> SnapshotStatus:
+        """A split's snapshot: the source's shape and what ``run.py`` knows of the snapshot it prepared."""
+        return SnapshotStatus(
+            records=len(source),
+            imgsz=source.imgsz,
+            max_instances=source.max_instances,
+            task=source.spec.name,
+            **self.split_info.get(split, {}),
+        )
+
+    def health(self) -> Health:
+        """The ``health`` reply: alive (it answered), healthy (serving, not stopping), counts."""
+        return Health(
+            pid=self.pid,
+            healthy=self.fatal is None and self._stop_reason is None and self.supervisor.fatal is None,
+            trainers=self.sessions.training,
+            workers_ready=self.supervisor.workers_ready,
+            uptime_s=round(time.monotonic() - self.started, 3),
+        )
 
     def _shutdown(self) -> None:
         reason = self._stop_reason or "daemon error"

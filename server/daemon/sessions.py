@@ -25,6 +25,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable
 
+import msgpack
 import psutil
 import zmq
 
@@ -33,6 +34,7 @@ from ...shared.stream.config import StreamSettings
 from ...shared.transport.names import new_ring_token, ring_segment
 from ...shared.transport.procmem import pid_namespace
 from ...shared.transport.ring import Ring, RingLayout
+from ...shared.wire.status import TrainerStatus
 from ...shared.wire.trainer import DELIVERY_FRAMES, DELIVERY_SHM
 from .scheduler import Scheduler
 
@@ -119,6 +121,51 @@ class Sessions:
     @property
     def rings_nbytes(self) -> int:
         return sum(t.ring.layout.nbytes for t in self.trainers.values())
+
+    @property
+    def training(self) -> int:
+        """Attached trainers: a trainer's validation pass (a session on the val split) is no trainer."""
+        return sum(1 for t in self.trainers.values() if not _is_val(t.settings))
+
+    def describe(self, now: float, budget_nbytes: int) -> tuple[TrainerStatus, ...]:
+        """The sessions as the status reply lists them, in attach order, as many as fit in
+        ``budget_nbytes`` of msgpack (``len(self)`` says how many there are)."""
+        out = []
+        listed_nbytes = 0
+        for t in self.trainers.values():
+            entry = self._status_of(t, now)
+            listed_nbytes += len(msgpack.packb(entry.to_wire(), use_bin_type=True))
+            if listed_nbytes > budget_nbytes:
+                break
+            out.append(entry)
+        return tuple(out)
+
+    def _status_of(self, t: TrainerSession, now: float) -> TrainerStatus:
+        s = self.scheduler.progress(t.trainer_id)
+        return TrainerStatus(
+            trainer_id=t.trainer_id,
+            pid=t.pid,
+            host=t.host,
+            delivery=t.delivery,
+            pid_watched=t.watch_pid,
+            settings_wire=t.settings_dict,
+            split=t.settings.split,
+            of_trainer=t.of_trainer,
+            epoch=s.epoch,
+            next_batch=s.next_batch,
+            num_batches=s.num_batches,
+            batches_delivered=s.batches_delivered,
+            images_delivered=s.images_delivered,
+            img_per_s=round(s.img_per_s, 2),
+            slots=s.slots,
+            slots_in_use=s.slots_in_use,
+            ring=t.ring.name,
+            ring_nbytes=t.ring.layout.nbytes,
+            ring_mask_nbytes=t.ring.layout.slots * t.ring.layout.masks_nbytes,
+            last_seen_s=round(now - t.last_seen, 3),
+            attached_s=round(now - t.attached_at, 3),
+            data_wait_s=round(t.data_wait_s, 3),
+        )
 
     def held_by(self, client: str) -> int:
         """How many sessions ``client`` (``TrainerSession.client``) holds now."""

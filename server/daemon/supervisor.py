@@ -45,6 +45,7 @@ from typing import Any, Callable
 import zmq
 
 from ...shared.errors import ProtocolError
+from ...shared.wire.status import WorkerStatus
 from ...shared.wire.worker_pipe import PipeOp, decode_pipe, pipe_frame
 from .scheduler import Job, Scheduler
 from .worker import worker_main
@@ -191,6 +192,25 @@ class Supervisor:
 
     def stop(self, *, timeout_s: float = 5.0) -> None:
         stop_workers(self.workers, timeout_s=timeout_s)
+
+    # -- what the status reply says of the workers -----------------------------------------
+    def describe(self) -> tuple[WorkerStatus, ...]:
+        return tuple(
+            WorkerStatus(
+                index=w.index,
+                pid=w.pid,
+                state=w.state,
+                parts_done=w.parts_done,
+                samples_done=w.samples_done,
+                busy_s=round(w.busy_s, 3),
+                ready_s=round(w.ready_s, 3),
+            )
+            for w in self.workers
+        )
+
+    @property
+    def workers_ready(self) -> int:
+        return sum(w.state in ("idle", "busy") for w in self.workers)
 
     # -- events ---------------------------------------------------------------------------
     def on_events(self, events: dict, poller) -> None:

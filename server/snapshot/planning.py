@@ -7,7 +7,7 @@ Reads image headers only (``headers.header_sizes``, in parallel for a large set)
 everything with the functions the daemon sizes it with: a snapshot with ``prepare._plan`` (the
 same index rows, sections and arena bytes a preparation allocates), each segment in whole store
 blocks with ``prepare._allocated_nbytes``, a trainer's rings with ``admission.ring_layout`` (the
-layout an ``attach`` gets), the break-even with ``memory_report.break_even``. So the figures
+layout an ``attach`` gets), the break-even with ``shared.break_even``. So the figures
 here are the figures a preparation and an attach then produce; only the processes' own memory
 (the daemon's, its workers') is not in them: that is measured once they run (``pixpool memory``).
 
@@ -33,6 +33,7 @@ from types import SimpleNamespace
 
 import psutil
 
+from ...shared.break_even import break_even
 from ...shared.errors import CapacityError, PixpoolError
 from ...shared.stream.config import AugmentConfig, StreamSettings
 from ...shared.task import DETECT
@@ -126,8 +127,6 @@ class ServePlan:
 
     @property
     def break_even(self) -> int | None:
-        from ...ops.memory_report import break_even
-
         return break_even(self.snapshot_nbytes, self.rings_nbytes, self.cache_nbytes)
 
     def as_dict(self) -> dict:

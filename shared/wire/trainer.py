@@ -307,7 +307,7 @@ REPLIES: dict[Op, Message] = {
     Op.HEARTBEAT: Message("the daemon's loop runs and knows this trainer", {"trainer_id": int_field(_TID)}),
     Op.DETACHED: Message("the session is over", {"trainer_id": int_field(_TID)}),
     Op.STATUS: Message(
-        "the daemon's state (``ops/status_reply.py``)",
+        "the daemon's state (``shared/wire/status.py``: ``Status``)",
         {
             "daemon": map_field("the daemon's settings and counters"),
             "snapshot": map_field("the training split's snapshot"),

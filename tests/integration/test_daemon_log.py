@@ -41,7 +41,7 @@ def test_the_daemon_says_each_thing_once_and_numbers_trainers_1_2(synthetic_data
     log_file = tmp_path / "daemon.log"
     serve = to_argv(DaemonConfig(data=str(synthetic_data.data_yaml), imgsz=IMGSZ, workers=1, processes=1))
     with serve_child(serve, timeout_s=WAIT_S, log_file=log_file) as (_, sdir, status):
-        assert status["splits"]["val"]["name"] == status["splits"]["train"]["name"]  # val: the train images
+        assert status.splits["val"].name == status.splits["train"].name  # val: the train images
         # Trainer 1 validates three times (the probe at start, then after each epoch); trainer 2 twice.
         fit(_run(tmp_path, "a", 2), socket_dir=sdir, timeout_s=WAIT_S)
         fit(_run(tmp_path, "b", 1), socket_dir=sdir, timeout_s=WAIT_S)

@@ -14,6 +14,7 @@ import multiprocessing as mp
 
 from helpers.daemon import ask_status, real_daemon, wait_for
 from pixpool.ops.view import trainers_table
+from pixpool.shared.wire.status import Status
 
 ROUTES = [dict(mosaic=0.0), dict(mosaic=1.0), dict(mosaic=1.0, mixup=0.5, degrees=10.0)]
 EPOCHS = 30  # 24 images, batch 8: 90 batches each (a few seconds: start-up skew small beside it)
@@ -67,4 +68,4 @@ def test_three_trainers_wait_alike_and_each_wait_is_reported(synthetic_data):
     assert max(waits.values()) <= 1.5 * min(waits.values()), waits
     assert all(w > 0 for w in waits.values()), waits
     # pixpool monitor's trainer table: one row per trainer, with its wait share.
-    assert trainers_table(st).row_count == 3
+    assert trainers_table(Status.from_wire(st)).row_count == 3

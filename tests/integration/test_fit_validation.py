@@ -21,22 +21,23 @@ from helpers.daemon import WAIT_S, real_daemon
 from pixpool.client.train import fit as fit_module
 from pixpool.client.train.fit import FitConfig, fit
 from pixpool.ops.memory_report import memory_report
-from pixpool.ops.metrics import Metrics, _Collector
 from pixpool.ops.status_client import format_status, query_health, query_status
 from pixpool.ops.view import trainers_table
+from pixpool.server.daemon.metrics import Metrics, _Collector
 from pixpool.shared.stream.config import AugmentConfig, StreamSettings
 from pixpool.shared.transport.names import list_segments, ring_prefix
+from pixpool.shared.wire.status import Status
 
 IMGSZ = 64
 
 
-def _rings(status: dict) -> list[str]:
+def _rings(status: Status) -> list[str]:
     """The ring segments of the daemon in its store, as the store lists them."""
-    prefix = ring_prefix(status["daemon"]["pid"])
-    return sorted(n for n in list_segments(status["daemon"]["store"]) if n.startswith(prefix))
+    prefix = ring_prefix(status.daemon.pid)
+    return sorted(n for n in list_segments(status.daemon.store) if n.startswith(prefix))
 
 
-def _gauges(status: dict) -> dict[str, float]:
+def _gauges(status: Status) -> dict[str, float]:
     """The daemon's Prometheus gauges of trainers and validation passes for ``status``."""
     metrics = Metrics("127.0.0.1", 0)  # never started: its collector reads what is published
     metrics.publish(status)
@@ -67,7 +68,7 @@ def test_the_validation_ring_exists_only_during_a_pass_and_is_no_trainer(synthet
         def watched(*args, **kwargs):
             status = query_status(d)
             during.append((status, memory_report(status), _rings(status)))
-            health.append(query_health(d)["trainers"])
+            health.append(query_health(d).trainers)
             return validate(*args, **kwargs)
 
         def after_epoch(row):
@@ -80,15 +81,15 @@ def test_the_validation_ring_exists_only_during_a_pass_and_is_no_trainer(synthet
     assert len(during) == len(between) == 2 and health == [1, 1]
     for status, mem, rings in during:
         # The pass's session is there, on the val split, with its own ring...
-        splits = sorted(t["split"] for t in status["trainers"])
+        splits = sorted(t.split for t in status.trainers)
         assert splits == ["train", "val"] and len(rings) == 2
-        train_ring = next(t for t in status["trainers"] if t["split"] == "train")["ring_nbytes"]
-        val_ring = next(t for t in status["trainers"] if t["split"] == "val")["ring_nbytes"]
+        train_ring = next(t for t in status.trainers if t.split == "train").ring_nbytes
+        val_ring = next(t for t in status.trainers if t.split == "val").ring_nbytes
         # ...but one trainer, costing its training ring; the validation ring is named apart.
         assert mem["trainers"] == 1 and mem["ring_bytes_per_trainer"] == train_ring
         assert mem["validation_ring_bytes"] == val_ring and mem["ring_bytes"] == train_ring + val_ring
         assert [r["validation"] for r in sorted(mem["rings"], key=lambda r: r["validation"])] == [False, True]
-        train_id = next(t for t in status["trainers"] if t["split"] == "train")["trainer_id"]
+        train_id = next(t for t in status.trainers if t.split == "train").trainer_id
         labels = [row for row in trainers_table(status).columns[0].cells]
         assert sorted(labels) == sorted([str(train_id), f"{train_id} val"])
         # `pixpool status` names it alike: the trainer's validation pass, no epoch of its own.
@@ -97,7 +98,7 @@ def test_the_validation_ring_exists_only_during_a_pass_and_is_no_trainer(synthet
         assert _gauges(status) == {"pixpool_trainers": 1, "pixpool_validation_streams": 1}
     for status, mem, rings in between:
         # Between passes: the training stream alone, one ring in the store.
-        assert [t["split"] for t in status["trainers"]] == ["train"] and len(rings) == 1
+        assert [t.split for t in status.trainers] == ["train"] and len(rings) == 1
         assert mem["trainers"] == 1 and mem["validation_ring_bytes"] == 0
         assert _gauges(status) == {"pixpool_trainers": 1, "pixpool_validation_streams": 0}
 
@@ -154,7 +155,7 @@ def test_validation_shows_a_progress_bar(synthetic_data, tmp_path, capsys, monke
     monkeypatch.setattr(tqdm, "tqdm", Recorded)
     with real_daemon(synthetic_data.data_yaml, imgsz=IMGSZ, workers=1) as (_, d):
         fit(_config(tmp_path, epochs=1), socket_dir=d, timeout_s=WAIT_S)
-        val_records = query_status(d)["splits"]["val"]["records"]
+        val_records = query_status(d).splits["val"].records
     passes = -(-val_records // 4)
     # A bar with a total (so tqdm shows the ETA) that counted every validation batch, and was drawn.
     assert ("val 1/1", passes, passes) in bars, bars
@@ -181,7 +182,7 @@ def _interrupt_when(proc: subprocess.Popen, d: str, reached, what: str) -> tuple
         while True:
             if proc.poll() is not None:
                 pytest.fail(f"pixpool train ended before {what}: {proc.communicate()}")
-            ours = [t for t in query_status(d)["trainers"] if t["pid"] == proc.pid and t["split"] == "train"]
+            ours = [t for t in query_status(d).trainers if t.pid == proc.pid and t.split == "train"]
             if ours and reached(ours[0]):
                 break
             if time.monotonic() > deadline:
@@ -199,7 +200,7 @@ def test_ctrl_c_names_the_checkpoint_and_the_resume_line(synthetic_data, tmp_pat
     with real_daemon(synthetic_data.coco_json, imgsz=IMGSZ, workers=1) as (_, d):
         # In epoch 1, after its first batches: nothing saved, so no run folder is left behind.
         proc = _train_process(d, tmp_path / "first")
-        out, err = _interrupt_when(proc, d, lambda t: t["batches_delivered"] >= 2, "its first batches")
+        out, err = _interrupt_when(proc, d, lambda t: t.batches_delivered >= 2, "its first batches")
         assert proc.returncode == 130, (out, err)
         assert "interrupted in epoch 1 before any checkpoint; removed the empty run folder" in err, err
         assert "run the same command again" in err and "Traceback" not in err
@@ -207,7 +208,7 @@ def test_ctrl_c_names_the_checkpoint_and_the_resume_line(synthetic_data, tmp_pat
 
         # In epoch 2: epoch 1's last.pt is named with the exact line that resumes it.
         proc = _train_process(d, tmp_path / "second")
-        out, err = _interrupt_when(proc, d, lambda t: t["epoch"] >= 1 and t["batches_delivered"] >= 2, "epoch 2")
+        out, err = _interrupt_when(proc, d, lambda t: t.epoch >= 1 and t.batches_delivered >= 2, "epoch 2")
         assert proc.returncode == 130, (out, err)
         last = tmp_path / "second" / "last.pt"
         assert f"the run's last checkpoint is {last}" in err and "Traceback" not in err, err

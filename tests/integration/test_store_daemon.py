@@ -43,6 +43,7 @@ def test_the_daemon_serves_from_the_store_byte_identical_in_place(store, synthet
     """Snapshot and rings live in the store; the trainer proves it maps its ring and reads
     the slots in place; the bytes equal the reference; the memory report measures the store."""
     from pixpool.ops.memory_report import memory_report
+    from pixpool.shared.wire.status import Status
 
     s = _settings(3)
     with real_daemon(synthetic_data.coco_json, imgsz=IMGSZ, workers=1, store=store) as (proc, d):
@@ -55,7 +56,7 @@ def test_the_daemon_serves_from_the_store_byte_identical_in_place(store, synthet
             got = [digest_of(b) for b in client.epoch(0)]
             trainer = ask_status(d)["trainers"][0]
             assert trainer["delivery"] == DELIVERY_SHM and trainer["pid_watched"] is True
-            report = memory_report(ask_status(d))
+            report = memory_report(Status.from_wire(ask_status(d)))
             assert report["store"]["path"] == store and report["store"]["memory"] == (store == "/dev/shm")
             # whole pages: up to one partial page per segment more than the file bytes
             assert 0 < report["snapshot_resident_bytes"] <= report["snapshot_bytes"] + 3 * os.sysconf("SC_PAGE_SIZE")

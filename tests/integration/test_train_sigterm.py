@@ -42,8 +42,8 @@ def test_sigterm_names_the_checkpoint_and_the_resume_line(synthetic_data, tmp_pa
             while True:  # in epoch 2, after its first batches: epoch 1's checkpoint exists
                 if proc.poll() is not None:
                     pytest.fail(f"pixpool train ended before epoch 2: {proc.communicate()}")
-                ours = [t for t in query_status(d)["trainers"] if t["pid"] == proc.pid and t["split"] == "train"]
-                if ours and ours[0]["epoch"] >= 1 and ours[0]["batches_delivered"] >= 2:
+                ours = [t for t in query_status(d).trainers if t.pid == proc.pid and t.split == "train"]
+                if ours and ours[0].epoch >= 1 and ours[0].batches_delivered >= 2:
                     break
                 if time.monotonic() > deadline:
                     pytest.fail(f"pixpool train did not reach epoch 2 within {REACH_S} s")

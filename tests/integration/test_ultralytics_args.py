@@ -150,9 +150,10 @@ def test_the_trainer_says_once_that_albumentations_would_change_ultralytics_rout
 
     from pixpool.integrations.ultralytics import notices
     from pixpool.integrations.ultralytics import trainer as trainer_module
+    from pixpool.shared.wire.status import Status
 
     trainer = detection_trainer(synthetic_copy / "data.yaml", tmp_path)
-    status = {"daemon": {"pid": 7}, "snapshot": {"name": "snap"}, "workers": []}
+    status = Status.from_wire({"daemon": {"pid": 7}, "snapshot": {"name": "snap"}, "workers": []})
     monkeypatch.setattr(trainer_module, "daemon_answers", lambda socket_dir: status)  # a running daemon
     monkeypatch.setattr(DetectionTrainer, "train", lambda self: "trained")  # Ultralytics' loop: not under test
     real = notices.albumentations_line

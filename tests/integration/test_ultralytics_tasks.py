@@ -38,6 +38,7 @@ from pixpool.integrations.ultralytics.batches import to_ultralytics
 from pixpool.shared.errors import ConfigError
 from pixpool.shared.task import task_spec
 from pixpool.shared.transport.names import list_segments
+from pixpool.shared.wire.status import Status
 
 pytestmark = pytest.mark.ultralytics
 
@@ -281,7 +282,7 @@ def test_each_trainer_trains_and_validates_on_a_stream_of_its_task(task, tmp_pat
     trainer = trainer_module.TRAINERS[task](overrides=args)
     assert trainer.args.task == task
     # A daemon answers (no child is started) and the stream is the stand-in.
-    monkeypatch.setattr(trainer_module, "daemon_answers", lambda socket_dir: {"workers": [{}]})
+    monkeypatch.setattr(trainer_module, "daemon_answers", lambda socket_dir: Status.from_wire({"workers": [{}]}))
     monkeypatch.setattr(trainer_module, "Loader", _stand_in_stream(task, trainer.args, trainer.data))
     # The stand-in serves no val split: validation keeps Ultralytics' own loader (test_ultralytics_val.py
     # validates from a real daemon).

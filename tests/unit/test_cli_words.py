@@ -24,6 +24,7 @@ from pixpool.shared.errors import CapacityError, ConfigError
 from pixpool.shared.stream.config import AugmentConfig, DaemonConfig, StreamSettings
 from pixpool.shared.stream.flags import flag_of
 from pixpool.shared.task import DETECT
+from pixpool.shared.wire.status import Status
 
 # Ultralytics 8.4's cfg/default.yaml for AugmentConfig's fields, used where Ultralytics is
 # not installed (the dev venv); with it installed, its own file is read.
@@ -166,7 +167,7 @@ def test_the_wait_share_covers_one_span_and_never_passes_100():
 
     def shown(entry: dict) -> str:
         console = Console(width=120, record=True)
-        console.print(trainers_table({"trainers": [entry]}))
+        console.print(trainers_table(Status.from_wire({"trainers": [entry]})))
         return console.export_text()
 
     assert "100%" in shown(tr) and "253%" not in shown(tr)
@@ -218,14 +219,15 @@ def test_a_daemon_limit_is_named_by_the_flag_that_raises_it():
 def test_every_view_numbers_a_trainer_by_its_training_stream():
     from pixpool.cli.demo import trainer_name
     from pixpool.ops.memory_report import _roles, trainer_ids
+    from pixpool.shared.wire.status import TrainerStatus
 
     def stream(trainer_id: int, pid: int, split: str) -> dict:
         return {"trainer_id": trainer_id, "pid": pid, "split": split}
 
     # Each process attaches its training stream, then its validation stream (ids 2 and 4).
     streams = [stream(1, 100, "train"), stream(2, 100, "val"), stream(3, 200, "train"), stream(4, 200, "val")]
-    ids = trainer_ids(streams)
-    assert ids == {100: 1, 200: 3} == trainer_ids(list(reversed(streams)))
+    ids = trainer_ids([TrainerStatus.from_wire(s) for s in streams])
+    assert ids == {100: 1, 200: 3} == trainer_ids([TrainerStatus.from_wire(s) for s in reversed(streams)])
     assert trainer_name(ids, 200, seed=1) == "trainer 3 (seed 1)"
     status = {"daemon": {"pid": 1}, "workers": [], "trainers": [{**s, "delivery": "shm"} for s in streams]}
-    assert _roles(status)[200] == ("trainer", 3)  # `pixpool memory`'s process table: the same number
+    assert _roles(Status.from_wire(status))[200] == ("trainer", 3)  # `pixpool memory`'s process table: the same number

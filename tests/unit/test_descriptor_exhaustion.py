@@ -18,10 +18,10 @@ import time
 import pytest
 import zmq.auth
 
-from pixpool.ops.scrape_server import MAX_REQUEST_BYTES, ScrapeServer
 from pixpool.server.daemon.authorized import AuthorizedKeys
 from pixpool.server.daemon.handshake_guard import PER_PEER_MAX, TOTAL_MAX, TOTAL_MIN, _peer_key, pending_caps
 from pixpool.server.daemon.housekeeping import Housekeeping
+from pixpool.server.daemon.scrape_server import MAX_REQUEST_BYTES, ScrapeServer
 from pixpool.shared.transport.endpoint import write_keys
 
 _LINGER_0 = struct.pack("ii", 1, 0)

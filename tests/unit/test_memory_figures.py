@@ -10,6 +10,7 @@ import pytest
 from pixpool.ops.memory_report import break_even
 from pixpool.shared.stream.flags import parse_size
 from pixpool.shared.transport.procmem import parse_rollup, rollup_figures
+from pixpool.shared.wire.status import Status
 
 ROLLUP = """\
 55d0c0a00000-7ffd6b1e3000 ---p 00000000 00:00 0                          [rollup]
@@ -131,7 +132,7 @@ def test_memory_report_has_the_store_block(tmp_path):
     from pixpool.ops.memory_report import memory_report
     from pixpool.ops.view import memory_lines
 
-    report = memory_report(_idle_status(tmp_path))
+    report = memory_report(Status.from_wire(_idle_status(tmp_path)))
     store, vfs = report["store"], os.statvfs(tmp_path)
     assert store["path"] == str(tmp_path) and store["size_bytes"] == vfs.f_blocks * vfs.f_frsize
     assert json.loads(json.dumps(report))["store"] == store  # what `pixpool memory --json` prints
@@ -141,10 +142,10 @@ def test_memory_report_has_the_store_block(tmp_path):
 
 def test_metrics_have_store_names(tmp_path):
     pytest.importorskip("prometheus_client")
-    from pixpool.ops.metrics import Metrics, _Collector
+    from pixpool.server.daemon.metrics import Metrics, _Collector
 
     metrics = Metrics("127.0.0.1", 0)  # not started: the collector reads what was published
-    metrics.publish(_idle_status(tmp_path))
+    metrics.publish(Status.from_wire(_idle_status(tmp_path)))
     families = {f.name: f for f in _Collector(metrics).collect()}
     vfs = os.statvfs(tmp_path)
     size = vfs.f_blocks * vfs.f_frsize
@@ -162,9 +163,9 @@ def test_memory_report_counts_polygon_and_keypoint_bytes_of_every_served_snapsho
     train = {**status["snapshot"], "name": "a", "polygon_bytes": 800, "keypoint_bytes": 6000}
     val = {**status["snapshot"], "name": "b", "polygon_bytes": 80, "keypoint_bytes": 600}
     status.update(snapshot=train, splits={"train": train, "val": val})
-    report = memory_report(status)
+    report = memory_report(Status.from_wire(status))
     assert (report["polygon_bytes"], report["keypoint_bytes"]) == (880, 6600)
     status["splits"] = {"train": train, "val": train}  # a data.yaml whose val: is its train: one snapshot
-    assert memory_report(status)["keypoint_bytes"] == 6000
+    assert memory_report(Status.from_wire(status))["keypoint_bytes"] == 6000
     status.update(snapshot=_idle_status(tmp_path)["snapshot"], splits=None)  # a daemon that says nothing of them
-    assert memory_report(status)["polygon_bytes"] == 0
+    assert memory_report(Status.from_wire(status))["polygon_bytes"] == 0

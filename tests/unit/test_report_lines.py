@@ -6,6 +6,7 @@ from __future__ import annotations
 import io
 
 from pixpool.ops.view import frame, memory_lines, processes_table, report_console
+from pixpool.shared.wire.status import Status
 
 MEM = {
     "decoded_bytes": 13 << 20,
@@ -51,6 +52,6 @@ def test_piped_memory_report_keeps_each_sentence_on_one_line():
 
 
 def test_piped_monitor_frame_keeps_its_head_on_one_line():
-    lines = _printed(frame(STATUS, MEM))
+    lines = _printed(frame(Status.from_wire(STATUS), MEM))
     head = f"pixpool daemon 11 on {STATUS['daemon']['endpoint']}, up 5 s; snapshot {STATUS['snapshot']['name']}: 64 records at 320"
     assert head in lines, lines

@@ -17,7 +17,7 @@ import time
 import pytest
 
 from helpers.flood import HeldFlood, IdleFlood, raise_own_nofile
-from pixpool.ops.scrape_server import MAX_CONNECTIONS, ScrapeServer
+from pixpool.server.daemon.scrape_server import MAX_CONNECTIONS, ScrapeServer
 
 SCRAPE_TIMEOUT_S = 10.0  # Prometheus' default scrape_timeout
 BODY = b"pixpool_up 1\n"

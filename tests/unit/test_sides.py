@@ -1,8 +1,9 @@
 """The house's one rule on imports: they run one way (``docs/architecture.md``, "Which part may import which").
 
 shared/ imports no other part; client/ never server/; server/ never client/; ``ops/``
-(accounting, metrics, status, monitor views, plots) imports shared/ only, and server/ may
-import it (the daemon's metrics and status reply).
+(accounting, memory report, status client, monitor views, plots) imports shared/ only, and
+server/ does not import it (the daemon's status reply is declared in shared/, its metrics
+endpoint is the daemon's own).
 ``integrations/`` (bridges to other frameworks) is trainer side: it may import client/ and
 shared/, never server/. ``cli/`` (every command and the dispatcher) may import every part and
 no part imports it. Ultralytics (AGPL-3.0) is imported only under
@@ -39,7 +40,7 @@ FORBIDDEN = {
     "ops": {"server", "client", "integrations", "cli"},
     "shared": {"server", "client", "integrations", "cli", "ops"},
     "client": {"server", "integrations", "cli", "ops"},
-    "server": {"client", "integrations", "cli"},
+    "server": {"client", "integrations", "cli", "ops"},
     "integrations": {"server", "cli", "ops"},
 }
 

@@ -9,6 +9,7 @@ from pathlib import Path
 from pixpool.client.loader import attach
 from pixpool.ops.memory_report import memory_report
 from pixpool.ops.view import memory_lines
+from pixpool.shared.wire.status import Status
 
 ROOT = Path(__file__).resolve().parents[2]
 COLUMNS = "(batch_index, class, cx, cy, w, h)"
@@ -57,7 +58,7 @@ def test_a_validation_stream_is_not_counted_as_a_trainer(tmp_path):
         "workers": [],
         "trainers": [stream(1, "train"), stream(2, "val"), stream(3, "train"), stream(4, "val")],
     }
-    report = memory_report(status, store=str(tmp_path))
+    report = memory_report(Status.from_wire(status), store=str(tmp_path))
     assert report["trainers"] == 2 and report["uint8_caches_bytes"] == 2000 and len(report["rings"]) == 4
 
 

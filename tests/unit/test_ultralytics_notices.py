@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pixpool.integrations.ultralytics import notices
+from pixpool.shared.wire.status import Status
 
 STATUS = {
     "daemon": {"pid": 4242},
@@ -12,11 +13,11 @@ STATUS = {
 
 
 def test_the_daemon_line_names_socket_pid_snapshot_workers_imgsz_and_task():
-    line = notices.daemon_line(STATUS, socket="/run/px/pixpool.sock", started=False)
+    line = notices.daemon_line(Status.from_wire(STATUS), socket="/run/px/pixpool.sock", started=False)
     assert line.startswith("pixpool: using the running daemon 4242 at /run/px/pixpool.sock")
     for part in ("snapshot pixpool-abc", "128 records", "imgsz 320", "task detect", "2 workers", "keeps running"):
         assert part in line, (part, line)
-    line = notices.daemon_line(STATUS, socket="/tmp/s/pixpool.sock", started=True)
+    line = notices.daemon_line(Status.from_wire(STATUS), socket="/tmp/s/pixpool.sock", started=True)
     assert line.startswith("pixpool: started daemon 4242 at /tmp/s/pixpool.sock") and "stops when training ends" in line
 
 

@@ -4,11 +4,11 @@ Runs in the daemon process: ``scrape_server.ScrapeServer`` answers scrapes in a 
 its own, with a cap on connections and a deadline on each (prometheus-client's own server
 kept a thread and a descriptor per idle connection, without a timeout); the text
 is prometheus-client's. The loop never shares live state with that thread: every liveness
-tick it ``publish``es its ``status`` reply and its error counts (plain dicts, replaced
-whole, never mutated), and a scrape reads the last ones plus what it measures itself at
-that moment (segment sizes in the store, each process's PSS from
-``/proc/PID/smaps_rollup``). Names and labels are documented in ``docs/memory.md``; a
-Grafana dashboard for them is ``deploy/grafana-dashboard.json``.
+tick it ``publish``es its ``status`` reply (``shared.wire.status.Status``, frozen) and its
+error counts (a plain dict), each replaced whole, never mutated; a scrape reads the last
+ones plus what it measures itself at that moment (segment sizes in the store, each
+process's PSS from ``/proc/PID/smaps_rollup``). Names and labels are documented in
+``docs/memory.md``; a Grafana dashboard for them is ``deploy/grafana-dashboard.json``.
 """
 
 from __future__ import annotations
@@ -17,9 +17,9 @@ import logging
 import os
 import threading
 
-from ..shared.transport.names import DEFAULT_STORE, shm_path
-from ..shared.transport.procmem import process_memory
-from .memory_report import is_validation
+from ...shared.transport.names import DEFAULT_STORE, shm_path
+from ...shared.transport.procmem import process_memory
+from ...shared.wire.status import Status
 
 log = logging.getLogger(__name__)
 
@@ -29,7 +29,7 @@ class Metrics:
 
     def __init__(self, host: str, port: int):
         self.host, self.port = host, port
-        self._status: dict | None = None
+        self._status: Status | None = None
         self._counts: dict = {}
         self._lock = threading.Lock()
         self._server = None
@@ -49,7 +49,7 @@ class Metrics:
         )  # fmt: skip
         return self
 
-    def publish(self, status: dict, *, housekeeping_errors: dict | None = None, handshakes_refused: int = 0) -> None:
+    def publish(self, status: Status, *, housekeeping_errors: dict | None = None, handshakes_refused: int = 0) -> None:
         """The loop's latest ``status`` reply; ``housekeeping_errors``: step -> OSErrors since
         start (``housekeeping.py``); ``handshakes_refused``: TCP connections the handshake
         guard shut down (``handshake_guard.py``)."""
@@ -57,7 +57,7 @@ class Metrics:
         with self._lock:
             self._status, self._counts = status, counts
 
-    def latest(self) -> dict | None:
+    def latest(self) -> Status | None:
         with self._lock:
             return self._status
 
@@ -87,8 +87,8 @@ class _Collector:
         st = self._metrics.latest()
         if st is None:
             return
-        snap = st["snapshot"]
-        store = st["daemon"].get("store") or DEFAULT_STORE
+        snap = st.snapshot
+        store = st.daemon.store or DEFAULT_STORE
         # The dtype label lets a dashboard name the pixel type it plots (uint8 by default,
         # float32 when asked for), not assume one.
         seg = GaugeMetricFamily(
@@ -96,11 +96,7 @@ class _Collector:
             "Bytes of each segment of the served snapshot, measured in the store",
             labels=["segment", "dtype"],
         )
-        dtype_of = {
-            n: info.get("dtype", "?")
-            for info in st.get("splits", {"train": snap}).values()
-            for n in info.get("segments", [])
-        }
+        dtype_of = {n: info.dtype or "?" for info in st.served.values() for n in info.segments or ()}
         for name in sorted(dtype_of):
             try:
                 seg.add_metric([name, dtype_of[name]], os.stat(shm_path(name, store)).st_size)
@@ -110,11 +106,11 @@ class _Collector:
         yield GaugeMetricFamily(
             "pixpool_decoded_equivalent_bytes",
             "What the same resized images take as a decoded uint8 cache",
-            value=snap.get("decoded_bytes", 0),
+            value=snap.decoded_bytes or 0,
         )
-        roles = {st["daemon"]["pid"]: "daemon"}
-        roles.update({w["pid"]: "worker" for w in st["workers"] if w["pid"]})
-        roles.update({t["pid"]: "trainer" for t in st["trainers"] if t["pid"] and t.get("pid_watched")})
+        roles = {st.daemon.pid: "daemon"}
+        roles.update({w.pid: "worker" for w in st.workers if w.pid})
+        roles.update({t.pid: "trainer" for t in st.trainers if t.pid and t.pid_watched})
         pss = GaugeMetricFamily(
             "pixpool_process_pss_bytes",
             "PSS of each local process of the service and its trainers (smaps_rollup)",
@@ -133,12 +129,12 @@ class _Collector:
             "Seconds each trainer waited for batches since it attached (its own count)",
             labels=["trainer"],
         )
-        for t in st["trainers"]:
-            tid = str(t["trainer_id"])
-            ring.add_metric([tid], t["ring_nbytes"])
-            batches.add_metric([tid], t["batches_delivered"])
-            images.add_metric([tid], t["images_delivered"])
-            wait.add_metric([tid], t.get("data_wait_s", 0.0))
+        for t in st.trainers:
+            tid = str(t.trainer_id)
+            ring.add_metric([tid], t.ring_nbytes)
+            batches.add_metric([tid], t.batches_delivered)
+            images.add_metric([tid], t.images_delivered)
+            wait.add_metric([tid], t.data_wait_s)
         yield from (ring, batches, images, wait)
         busy = CounterMetricFamily(
             "pixpool_worker_busy_seconds", "Seconds each augmentation worker spent rendering", labels=["worker"]
@@ -146,9 +142,9 @@ class _Collector:
         done = CounterMetricFamily(
             "pixpool_worker_samples", "Samples each augmentation worker rendered", labels=["worker"]
         )
-        for w in st["workers"]:
-            busy.add_metric([str(w["index"])], w["busy_s"])
-            done.add_metric([str(w["index"])], w["samples_done"])
+        for w in st.workers:
+            busy.add_metric([str(w.index)], w.busy_s)
+            done.add_metric([str(w.index)], w.samples_done)
         yield from (busy, done)
         vfs = os.statvfs(store)
         free, size = vfs.f_bavail * vfs.f_frsize, vfs.f_blocks * vfs.f_frsize
@@ -158,16 +154,16 @@ class _Collector:
         yield GaugeMetricFamily(
             "pixpool_store_size_bytes", f"Size of the store's file system ({DEFAULT_STORE} by default)", value=size
         )
-        # A trainer's validation pass is a session of its own, but no trainer (``memory_report.is_validation``).
-        validating = sum(1 for t in st["trainers"] if is_validation(t))
-        yield GaugeMetricFamily("pixpool_trainers", "Trainers attached", value=len(st["trainers"]) - validating)
+        # A trainer's validation pass is a session of its own, but no trainer (``TrainerStatus.is_validation``).
+        validating = sum(1 for t in st.trainers if t.is_validation)
+        yield GaugeMetricFamily("pixpool_trainers", "Trainers attached", value=len(st.trainers) - validating)
         yield GaugeMetricFamily(
             "pixpool_validation_streams", "Validation passes under way (sessions on the val split)", value=validating
         )
         yield CounterMetricFamily(
             "pixpool_worker_restarts",
             "Augmentation workers replaced after dying",
-            value=st["daemon"]["worker_restarts"],
+            value=st.daemon.worker_restarts,
         )
         counts = self._metrics.counts()
         errors = CounterMetricFamily(
