@@ -4,8 +4,8 @@ Runs in one process (the measurer, which also holds the flood's sockets, from a 
 daemon runs in a spawned process of its own: the synthetic set at imgsz 160, one worker,
 ``--tcp`` on 127.0.0.1 with CURVE keys, ``--metrics-port``.
 
-In alternating rounds, paired: ``attach``, seconds from ``Client(endpoint=tcp://...)`` to its
-attach answered, without a flood and while 32 idle connections from each of 40 loopback
+In alternating rounds, paired: ``attach``, seconds from ``Client.connect`` over
+``tcp://...`` to its attach answered, without a flood and while 32 idle connections from each of 40 loopback
 addresses (127.0.0.10-49; past the handshake guard's cap of 1,024 in all) are held and opened
 again as the daemon ends them; ``scrape``, seconds for one ``GET /metrics`` answered in full,
 without a flood and while ``--idle`` idle connections from 127.0.0.2 are held open. A flood
@@ -55,11 +55,14 @@ def _refused(socket_dir: str) -> int:
 
 def _attach_s(port: int, keys: Path) -> float:
     from pixpool.client import Client
+    from pixpool.client.options import ClientOptions
     from pixpool.shared.stream.config import AugmentConfig, StreamSettings
 
     settings = StreamSettings(seed=3, batch_size=4, augment=AugmentConfig(imgsz=160))
     t0 = time.perf_counter()
-    with Client(settings, endpoint=f"tcp://127.0.0.1:{port}", keys_dir=keys, timeout_s=ATTACH_TIMEOUT_S):
+    with Client.connect(
+        settings, ClientOptions(endpoint=f"tcp://127.0.0.1:{port}", keys_dir=keys, timeout_s=ATTACH_TIMEOUT_S)
+    ):
         return time.perf_counter() - t0
 
 

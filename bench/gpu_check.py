@@ -96,6 +96,7 @@ def graph_vs_eager(steps: int, batch_size: int, imgsz: int, scale: str, toleranc
 def data_wait(data: str, batch_size: int, imgsz: int, steps: int, scale: str, workers: int) -> dict:
     import torch
 
+    from pixpool.client.options import ClientOptions
     from pixpool.client.train.fit import FitConfig, fit
     from pixpool.shared.stream.config import AugmentConfig, StreamSettings
 
@@ -112,7 +113,7 @@ def data_wait(data: str, batch_size: int, imgsz: int, steps: int, scale: str, wo
             max_steps=steps,
             stream=StreamSettings(batch_size=batch_size, augment=AugmentConfig(imgsz=imgsz)),
         )
-        report = fit(config, socket_dir=d, timeout_s=WAIT_S)
+        report = fit(config, ClientOptions(socket_dir=d, timeout_s=WAIT_S))
     return {
         "device": report["device"],
         "graph": report["graph"],
@@ -225,6 +226,7 @@ def paired_fits(
 
 
 def _pixpool_fit_arm(data: str, batch_size: int, imgsz: int, epochs: int, scale: str, workers: int) -> float:
+    from pixpool.client.options import ClientOptions
     from pixpool.client.train.fit import FitConfig, fit
     from pixpool.shared.stream.config import AugmentConfig, StreamSettings
 
@@ -234,7 +236,7 @@ def _pixpool_fit_arm(data: str, batch_size: int, imgsz: int, epochs: int, scale:
         tempfile.TemporaryDirectory() as run,
     ):
         stream = StreamSettings(batch_size=batch_size, augment=AugmentConfig(imgsz=imgsz))
-        fit(FitConfig(epochs=epochs, scale=scale, project=run, progress=False, validate=False, stream=stream), socket_dir=d, timeout_s=WAIT_S)  # fmt: skip
+        fit(FitConfig(epochs=epochs, scale=scale, project=run, progress=False, validate=False, stream=stream), ClientOptions(socket_dir=d, timeout_s=WAIT_S))  # fmt: skip
     return time.perf_counter() - t0
 
 

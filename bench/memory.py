@@ -92,12 +92,15 @@ def hold(spec: dict) -> None:
         kept = []
     else:
         from pixpool.client import Client
+        from pixpool.client.options import ClientOptions
         from pixpool.shared.stream.config import AugmentConfig, StreamSettings
 
         settings = StreamSettings(
             seed=spec["seed"], batch_size=spec["batch"], augment=AugmentConfig(imgsz=spec["imgsz"])
         )
-        client = Client(settings, socket_dir=spec["socket_dir"], timeout_s=common.WAIT_S, as_torch=False)
+        client = Client.connect(
+            settings, ClientOptions(socket_dir=spec["socket_dir"], timeout_s=common.WAIT_S, as_torch=False)
+        )
         it = client.epoch(0)
         kept = [next(it) for _ in range(2)]
     time.sleep(1.0)  # let the workers fill this trainer's ring before the reading
@@ -639,6 +642,7 @@ def ownership_main(argv: list[str]) -> int:
     args = p.parse_args(argv)
     from pixpool.client import attach
     from pixpool.client.loader import Loader, stream_settings
+    from pixpool.client.options import ClientOptions
     from pixpool.ops.status_client import query_status
 
     arms = {"owned": (False, True), "copy": (False, False), "view": (True, True)}  # (zero_copy, lend)
@@ -650,7 +654,7 @@ def ownership_main(argv: list[str]) -> int:
             if lend:
                 loaders[arm] = attach(d, timeout_s=300, zero_copy=zero_copy, **options)
             else:
-                loaders[arm] = Loader(stream_settings(**options), socket_dir=d, timeout_s=300, zero_copy=zero_copy, lend=False)  # fmt: skip
+                loaders[arm] = Loader(stream_settings(**options), ClientOptions(socket_dir=d, timeout_s=300, zero_copy=zero_copy, lend=False))  # fmt: skip
             loaders[arm].client.timings = timings[arm]
         _read(loaders["view"], range(1))  # warm-up: the workers import the route on their first job
         epoch = [1]

@@ -11,7 +11,7 @@ is taken from outside the process it describes.
   ``--restarts`` times (restart to ready: from the subprocess's start to the first status that
   lists every worker started); on the last daemon its RSS, USS and anonymous memory, a
   low-level trainer's attach that fetches every record's file name at attach
-  (``Client(fetch_files=True)``, median of ``--attaches``), ``pixpool.client.attach()`` as a
+  (``ClientOptions(fetch_files=True)``, median of ``--attaches``), ``pixpool.client.attach()`` as a
   user's script sees it (``--attaches`` fresh processes each, the script importing torch first
   or not, alternating: the plain call, then the first read of ``loader.files`` and the first
   batch, each timed), one ``status`` reply's size and time, and the img/s one trainer receives
@@ -144,17 +144,20 @@ def memory_of(pid: int) -> dict:
 def _trainer(socket_dir: str, attaches: int, batches: int, conn) -> None:
     """In a spawned process: ``attaches`` attach/close cycles (seconds each), then one stream's img/s."""
     from pixpool.client import Client
+    from pixpool.client.options import ClientOptions
     from pixpool.shared.stream.config import StreamSettings
 
     settings = StreamSettings(seed=0, batch_size=64)
     times = []
     for _ in range(attaches):
         t0 = time.perf_counter()
-        c = Client(settings, socket_dir=socket_dir, timeout_s=WAIT_S, as_torch=False, fetch_files=True)
+        c = Client.connect(
+            settings, ClientOptions(socket_dir=socket_dir, timeout_s=WAIT_S, as_torch=False, fetch_files=True)
+        )
         times.append(time.perf_counter() - t0)
         files = len(c.files)
         c.close()
-    with Client(settings, socket_dir=socket_dir, timeout_s=WAIT_S, as_torch=False) as c:
+    with Client.connect(settings, ClientOptions(socket_dir=socket_dir, timeout_s=WAIT_S, as_torch=False)) as c:
         it = c.epoch(0)
         next(it)  # the workers' first job imports the route: not measured
         n, t0 = 0, time.perf_counter()
@@ -528,9 +531,10 @@ def mmap_main(argv: list[str]) -> int:
 def _delivery(settings, epochs: range, daemon, **client_options) -> tuple[float, float, float]:
     """(img/s, trainer CPU s per batch, daemon-process CPU s per batch) reading ``epochs`` through one Client."""
     from pixpool.client import Client
+    from pixpool.client.options import ClientOptions
 
     n = batches = 0
-    with Client(settings, timeout_s=300, as_torch=True, **client_options) as c:
+    with Client.connect(settings, ClientOptions(timeout_s=300, as_torch=True, **client_options)) as c:
         c0, d0, t0 = common.cpu_s(), sum(daemon.cpu_times()[:2]), time.perf_counter()
         for epoch in epochs:
             for b in c.epoch(epoch):

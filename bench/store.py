@@ -72,11 +72,12 @@ def _advise(paths: list[str], advice: int, read: bool = False) -> None:
 def _epoch(config: dict, workers: int, batch_size: int) -> float:
     """img/s of one epoch from a fresh daemon, read by this process."""
     from pixpool.client import Client
+    from pixpool.client.options import ClientOptions
     from pixpool.shared.stream.config import AugmentConfig, StreamSettings
 
     with common.daemon(workers=workers, keep_snapshot=True, **config) as (d, _):
         settings = StreamSettings(seed=0, batch_size=batch_size, augment=AugmentConfig(imgsz=config["imgsz"]))
-        with Client(settings, socket_dir=d, timeout_s=300, as_torch=False) as client:
+        with Client.connect(settings, ClientOptions(socket_dir=d, timeout_s=300, as_torch=False)) as client:
             n, t0 = 0, time.perf_counter()
             for b in client.epoch(0):
                 int(b.images[0, 0, 0, 0])  # the consumer touches the batch

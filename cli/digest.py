@@ -25,14 +25,20 @@ from __future__ import annotations
 
 import argparse
 import json
+from typing import TYPE_CHECKING
 
 from ..shared.errors import ConfigError
 from ..shared.stream import digest, flags, served_data
 from ..shared.stream.config import NOT_ULTRALYTICS_DEFAULTS, AugmentConfig, DaemonConfig, StreamSettings, changes_bytes
 from ..shared.stream.flags import to_argv
 
+if TYPE_CHECKING:
+    from ..client.options import ClientOptions
+
 __all__ = ["DAEMON_FIELDS", "configure", "daemon_config_from", "daemon_digests", "report", "run", "settings_from"]
 
+# How long a daemon has to answer ``daemon_digests`` (a temporary one, to start) unless told.
+DIGEST_TIMEOUT_S = 300.0
 # How the snapshot is made and the temporary daemon runs: no effect on the digests.
 RUN_FIELDS = ("processes", "workers", "store", "keep_snapshot")
 # The DaemonConfig fields of the snapshot (--in-process) and of the temporary daemon (no
@@ -116,9 +122,10 @@ def run(args: argparse.Namespace) -> int:
         (args.val, args.val_images) if settings.split == "val" and args.val is not None else (args.data, args.images)
     )
     expect = None if config is not None else served_data.expect(*named, split=settings.split)
-    digests = daemon_digests(
-        settings, args.epoch, args.batches, socket_dir=args.socket_dir, config=config, expect=expect
-    )
+    from ..client.options import ClientOptions
+
+    options = ClientOptions(socket_dir=args.socket_dir, timeout_s=DIGEST_TIMEOUT_S, expect=expect)
+    digests = daemon_digests(settings, args.epoch, args.batches, options, config=config)
     report(args, "daemon", settings, digests)
     return 0
 
@@ -147,34 +154,34 @@ def daemon_digests(
     settings: StreamSettings,
     epoch: int,
     batches: int | None = None,
+    options: ClientOptions | None = None,
     *,
-    socket_dir: str | None = None,
     config: DaemonConfig | None = None,
-    timeout_s: float = 300.0,
-    expect=None,
 ) -> list[str]:
     """One sha256 per batch of ``epoch`` (the first ``batches`` of them, or all).
 
-    ``config`` None: attach to the daemon at ``socket_dir``. Otherwise start a temporary
-    daemon from ``config`` (``pixpool serve`` with ``flags.to_argv(config)``), stopped before
-    this returns. ``expect`` (``served_data.ExpectedData``): the daemon at ``socket_dir`` must
-    serve that data, else ``DatasetMismatchError``.
+    ``config`` None: attach to the daemon ``options`` names (its ``socket_dir``; its ``expect``,
+    a ``served_data.ExpectedData``, the data that daemon must serve, else
+    ``DatasetMismatchError``). Otherwise start a temporary daemon from ``config`` (``pixpool
+    serve`` with ``flags.to_argv(config)``), given ``options.timeout_s`` to start, and stopped
+    before this returns. ``options`` None: the default socket, ``DIGEST_TIMEOUT_S`` to answer.
     """
+    from ..client.options import ClientOptions
+
+    options = ClientOptions(timeout_s=DIGEST_TIMEOUT_S) if options is None else options
     if config is None:
-        return _collect(settings, epoch, batches, socket_dir, timeout_s, expect)
+        return _collect(settings, epoch, batches, options)
     from ..client.child import serve_child
 
-    with serve_child(to_argv(config), timeout_s=timeout_s) as (_, sdir, _):
-        return _collect(settings, epoch, batches, sdir, timeout_s)
+    with serve_child(to_argv(config), timeout_s=options.timeout_s) as (_, sdir, _):
+        return _collect(settings, epoch, batches, options.replace(socket_dir=sdir, endpoint=None, expect=None))
 
 
-def _collect(
-    settings: StreamSettings, epoch: int, batches: int | None, socket_dir: str | None, timeout_s: float, expect=None
-) -> list[str]:
+def _collect(settings: StreamSettings, epoch: int, batches: int | None, options: ClientOptions) -> list[str]:
     from ..client.client import Client
 
     out = []
-    with Client(settings, socket_dir=socket_dir, timeout_s=timeout_s, as_torch=False, expect=expect) as client:
+    with Client.connect(settings, options.replace(as_torch=False)) as client:
         if batches is not None:
             digest.check_batches(batches, client.num_records, settings, epoch)
         for b in client.epoch(epoch):

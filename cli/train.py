@@ -153,11 +153,19 @@ def run(args: argparse.Namespace) -> int:
 def _run(args: argparse.Namespace) -> int:
     from ..client._torch import require_torch
     from ..client.daemon_socket import await_daemon
+    from ..client.options import ClientOptions
     from ..shared.transport import endpoint as ep
 
     # The settings first (a bad flag is named before anything else), then the daemon, before
     # torch loads (seconds): without a daemon there is nothing to train on.
     config = config_from_args(args)
+    options = ClientOptions(
+        socket_dir=args.socket_dir,
+        endpoint=args.endpoint,
+        keys_dir=args.keys,
+        timeout_s=args.timeout_s,
+        wait_s=args.wait_s,
+    )
     await_daemon(args.endpoint or ep.ipc_endpoint(args.socket_dir), wait_s=args.wait_s)
     require_torch("pixpool train")
     from ..client.train.fit import fit
@@ -193,11 +201,7 @@ def _run(args: argparse.Namespace) -> int:
     try:
         report = fit(
             config,
-            socket_dir=args.socket_dir,
-            endpoint=args.endpoint,
-            keys_dir=args.keys,
-            timeout_s=args.timeout_s,
-            wait_s=args.wait_s,
+            options,
             given=given(args),
             on_attached=started,
             on_epoch=show,

@@ -17,6 +17,7 @@ _WHERE = {
     "Loader": "loader",
     "Batch": "batch",
     "Client": "client",
+    "ClientOptions": "options",
     "TrainerBatch": "client",
     "DetectorStep": "train.step",
     "fit": "train.fit",

@@ -71,7 +71,6 @@ import zmq
 
 from ..shared.errors import (
     ClosedError,
-    ConfigError,
     DaemonTimeout,
     DatasetMismatchError,
     PixpoolError,
@@ -80,17 +79,17 @@ from ..shared.errors import (
 )
 from ..shared.stream.config import StreamSettings
 from ..shared.stream.path_table import PathTable
-from ..shared.stream.served_data import ExpectedData, check_served
+from ..shared.stream.served_data import check_served
 from ..shared.task import BASE_COLUMNS, TaskSpec
 from ..shared.transport import endpoint as ep
 from ..shared.transport.procmem import pid_namespace
-from ..shared.transport.ring import DEFAULT_SLOTS
 from ..shared.wire.trainer import DELIVERY_FRAMES, DELIVERY_SHM, attached_task
 from .connection import KEEP_WAITING, Connection, Lost
 from .daemon_socket import await_daemon
-from .delivery import delivery_for, open_reader, prove
+from .delivery import open_reader, prove
 from .flow import Flow
 from .heartbeat import Heartbeat, WaitCount
+from .options import ClientOptions
 from .record_files import RecordFiles, fetch_files, fetch_records
 from .snapshot_check import StreamSnapshot
 from .tensors import Conversion, TrainerBatch, to_batch
@@ -101,75 +100,56 @@ log = logging.getLogger(__name__)
 
 
 class Client:
-    """Attach a training stream to a pixpool daemon (local ipc, or TCP with CURVE keys)."""
+    """Attach a training stream to a pixpool daemon (local ipc, or TCP with CURVE keys).
 
-    def __init__(
-        self,
-        settings: StreamSettings,
-        *,
-        socket_dir: str | os.PathLike | None = None,
-        endpoint: str | None = None,
-        keys_dir: str | os.PathLike | None = None,
-        timeout_s: float = 60.0,
-        wait_s: float = 0.0,
-        slots: int = DEFAULT_SLOTS,
-        as_torch: bool | None = None,
-        device: Any = None,
-        heartbeat_interval_s: float = 1.0,
-        timings: dict | None = None,
-        fetch_files: bool = False,
-        store: str | os.PathLike | None = None,
-        zero_copy: bool = True,
-        follow_snapshot: bool = False,
-        lend: bool = True,
-        expect: ExpectedData | None = None,
-    ):
+    ``Client.connect(settings, options)`` makes one and attaches it; ``Client(settings,
+    options)`` only holds the stream's state (no socket, no file looked at) until ``open()``.
+    ``options`` is a ``ClientOptions`` (``options.py``), checked where it was made."""
+
+    def __init__(self, settings: StreamSettings, options: ClientOptions | None = None):
+        """The stream's state, not attached yet: ``open()`` (or ``Client.connect``) attaches."""
         if not isinstance(settings, StreamSettings):
             raise TypeError(f"settings must be a StreamSettings, got {type(settings).__name__}")
-        if expect is not None and not isinstance(expect, ExpectedData):
-            raise TypeError(
-                f"expect must be a served_data.ExpectedData (served_data.expect(PATH)), got {type(expect).__name__}"
-            )
-        self.expect = expect
-        if isinstance(wait_s, bool) or not isinstance(wait_s, (int, float)) or not wait_s >= 0:
-            raise ConfigError.for_field("wait_s", wait_s, "must be a number of seconds >= 0 (0: fail at once)")
+        options = ClientOptions() if options is None else options
+        if not isinstance(options, ClientOptions):
+            raise TypeError(f"options must be a ClientOptions, got {type(options).__name__}")
+        self.options = options
         self.settings = settings  # with the daemon's imgsz filled in once attached
-        self.endpoint = endpoint or ep.ipc_endpoint(socket_dir)
-        self.remote = delivery_for(self.endpoint) == DELIVERY_FRAMES
+        self.expect = options.expect
+        # The ipc endpoint is resolved by ``open()`` (it looks at the socket directory).
+        self.endpoint = options.endpoint or None
+        self.remote = options.remote
         # ``store``: where this process sees the daemon's store (a container may mount it
         # elsewhere); default the path the daemon names. Over ipc the client always tries
         # to map its ring; over TCP only when told where the store is.
-        self.store = os.fspath(store) if store is not None else None
+        self.store = os.fspath(options.store) if options.store is not None else None
         self._asked = DELIVERY_SHM if (not self.remote or self.store is not None) else DELIVERY_FRAMES
         self.delivery = self._asked  # what the daemon granted, once attached
-        if self.remote and keys_dir is None:
-            raise ConfigError(
-                f"{self.endpoint}: TCP needs CURVE keys; pass keys_dir (made by `pixpool keys DIR`)", field="keys_dir"
-            )
-        self.keys_dir = keys_dir
-        self.timeout_s = float(timeout_s)
-        self.wait_s = float(wait_s)
-        self.slots = slots
+        self.keys_dir = options.keys_dir
+        self.timeout_s = options.timeout_s
+        self.wait_s = options.wait_s
+        self.slots = options.slots
         # None: torch when a device is given or HSV runs on the device; False: raw numpy
         # slot views (device HSV then is the caller's job, e.g. digests of the slot bytes).
-        self.as_torch = (device is not None or settings.hsv_on_device) if as_torch is None else bool(as_torch)
-        self.device = device
-        self.heartbeat_interval_s = heartbeat_interval_s
+        as_torch = options.as_torch
+        self.as_torch = (options.device is not None or settings.hsv_on_device) if as_torch is None else bool(as_torch)
+        self.device = options.device
+        self.heartbeat_interval_s = options.heartbeat_interval_s
         # Optional: accumulates "deliver_s" (ready message received -> batch built, tensors
         # included) and "batches", for bench/memory.py --what ownership.
-        self.timings = timings
-        self.zero_copy = bool(zero_copy)
-        self._conversion = Conversion(as_torch=self.as_torch, zero_copy=self.zero_copy, device=device)
+        self.timings = options.timings
+        self.zero_copy = bool(options.zero_copy)
+        self._conversion = Conversion(as_torch=self.as_torch, zero_copy=self.zero_copy, device=options.device)
         self._release_at_once = self._conversion.copies_on_host
         # A caller that owns its torch batches gets the slot's images lent rather than copied
         # while few are out (``flow.py``); ``lend=False`` always copies.
-        self._lends = self._release_at_once and self.as_torch and lend
-        self.follow_snapshot = bool(follow_snapshot)
+        self._lends = self._release_at_once and self.as_torch and options.lend
+        self.follow_snapshot = bool(options.follow_snapshot)
         self._snapshot = StreamSnapshot(follow=self.follow_snapshot)
         # The daemon's class names (from attach) and every record's image file name: a
         # ``RecordFiles`` per attach that fetches the names when first read (an attach carries
         # nothing per record); ``fetch_files=True`` fetches them at each attach instead.
-        self.fetch_files = fetch_files
+        self.fetch_files = options.fetch_files
         self.names: list[str] = []
         self.files: RecordFiles = RecordFiles(0, lambda: PathTable.from_packed(b""))
         self.num_records = 0
@@ -183,26 +163,44 @@ class Client:
         # those of the current attachment).
         self.data_wait = WaitCount()
         self.closed = False
-        self._ctx = zmq.Context()
-        self._conn = Connection(
-            self._ctx, self.endpoint, remote=self.remote, keys_dir=keys_dir, timeout_s=self.timeout_s
-        )
+        self._ctx: zmq.Context | None = None  # the sockets' context, the connection and the
+        self._conn: Connection | None = None  # heartbeat: made by ``open()``
+        self._heartbeat: Heartbeat | None = None
         self._reader = None  # delivery.SlotReader or FrameReader, from the attach reply
         self._ident: tuple[int, int] | None = None  # (trainer_id, token); read by the heartbeat thread
         self._flow: Flow | None = None
         self._generation = 0  # bumped by each epoch() call
-        self._heartbeat = Heartbeat(
-            self._conn.socket,
-            interval_s=heartbeat_interval_s,
-            identity=lambda: self._ident,
-            data_wait_s=self.data_wait.since_attach_s,
-        )
+
+    @classmethod
+    def connect(cls, settings: StreamSettings, options: ClientOptions | None = None) -> "Client":
+        """A Client of ``settings`` attached with ``options`` (``open()``)."""
+        return cls(settings, options).open()
+
+    def open(self) -> "Client":
+        """Attach: wait for the daemon (``wait_s``), send the attach, map the ring or take
+        frames, start the heartbeat. Once; a failure closes this Client and raises."""
+        if self.closed:
+            raise self._closed_error()
+        if self._ctx is not None:
+            raise PixpoolError(f"this Client of the pixpool daemon at {self.endpoint} is open already")
+        self._ctx = zmq.Context()
         try:
+            self.endpoint = self.options.endpoint or ep.ipc_endpoint(self.options.socket_dir)
+            self._conn = Connection(
+                self._ctx, self.endpoint, remote=self.remote, keys_dir=self.keys_dir, timeout_s=self.timeout_s
+            )
+            self._heartbeat = Heartbeat(
+                self._conn.socket,
+                interval_s=self.heartbeat_interval_s,
+                identity=lambda: self._ident,
+                data_wait_s=self.data_wait.since_attach_s,
+            )
             self._attach(wait_s=self.wait_s)
         except BaseException:
             self._teardown()
             raise
         self._heartbeat.start()
+        return self
 
     # -- what the connection asks (``connection.Peer``) ---------------------------------
     @property
@@ -436,7 +434,7 @@ class Client:
         """Detach (the daemon unlinks this trainer's ring) and close everything; idempotent."""
         if self.closed:
             return
-        if self._ident is not None and self._conn.usable:
+        if self._ident is not None and self._conn is not None and self._conn.usable:
             self._flow = None  # what it holds goes with the ring
             self._detach(*self._ident)
         self._ident = None
@@ -444,12 +442,15 @@ class Client:
 
     def _teardown(self) -> None:
         self.closed = True
-        self._heartbeat.stop()
-        self._conn.close()
+        if self._heartbeat is not None:
+            self._heartbeat.stop()
+        if self._conn is not None:
+            self._conn.close()
         if self._reader is not None:
             self._reader.close()
             self._reader = None
-        self._ctx.term()
+        if self._ctx is not None:
+            self._ctx.term()
 
     def __enter__(self) -> "Client":
         return self

@@ -78,6 +78,7 @@ from ..shared.transport.ring import DEFAULT_SLOTS
 from ._torch import check_torch
 from .batch import Batch
 from .client import Client
+from .options import ClientOptions
 from .record_files import RecordFiles
 
 
@@ -97,12 +98,13 @@ def distributed_rank() -> tuple[int, int]:
 
 
 class Loader:
-    """The iterable ``attach()`` returns (see module docstring)."""
+    """The iterable ``attach()`` returns (see module docstring): a ``Client`` connected with
+    ``options`` (a ``ClientOptions``), its batches torch tensors."""
 
-    def __init__(self, settings: StreamSettings, *, zero_copy: bool = False, **client_options: Any):
+    def __init__(self, settings: StreamSettings, options: ClientOptions):
         check_torch("pixpool.client.attach (it yields torch tensors)")
-        self.zero_copy = bool(zero_copy)
-        self.client = Client(settings, as_torch=True, zero_copy=self.zero_copy, **client_options)
+        self.zero_copy = bool(options.zero_copy)
+        self.client = Client.connect(settings, options.replace(as_torch=True))
         self.epoch = settings.start_epoch
         self._pinned: int | None = None  # set_epoch's choice for the next iteration
         self._started = False
@@ -276,8 +278,7 @@ def attach(
     ``DatasetMismatchError`` names both; None (the default) takes whatever the daemon serves.
     """
     stream = stream_settings(settings, **overrides)
-    return Loader(
-        stream,
+    options = ClientOptions(
         socket_dir=socket_dir,
         endpoint=endpoint,
         keys_dir=keys_dir,
@@ -290,6 +291,7 @@ def attach(
         follow_snapshot=follow_snapshot,
         expect=expected_data(data, images, split=stream.split, task=task),
     )
+    return Loader(stream, options)
 
 
 def expected_data(

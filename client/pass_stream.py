@@ -26,6 +26,7 @@ from typing import Any
 
 from ..shared.errors import SnapshotChangedError
 from . import snapshot_check
+from .options import ClientOptions
 
 log = logging.getLogger(__name__)
 
@@ -34,21 +35,14 @@ class PassStreams:
     """Opens one attachment per pass over a split (module docstring).
 
     ``open_stream(wait_s)`` attaches and returns a ``Loader`` (or anything with ``.client``,
-    whose ``snapshot`` and ``endpoint`` are the attachment's, and ``close()``)."""
+    whose ``snapshot`` and ``endpoint`` are the attachment's, and ``close()``). Of ``options``
+    it reads the run's ``wait_s``, ``timeout_s`` (``restart_wait_s``) and ``follow_snapshot``."""
 
-    def __init__(
-        self,
-        open_stream: Callable[[float], Any],
-        *,
-        wait_s: float,
-        restart_wait_s: float,
-        follow: bool,
-        split: str = "val",
-    ):
+    def __init__(self, open_stream: Callable[[float], Any], options: ClientOptions, *, split: str = "val"):
         self._open = open_stream
-        self.wait_s = float(wait_s)
-        self.restart_wait_s = max(float(wait_s), float(restart_wait_s))
-        self.follow = bool(follow)
+        self.wait_s = options.wait_s
+        self.restart_wait_s = max(options.wait_s, options.timeout_s)
+        self.follow = bool(options.follow_snapshot)
         self.split = split
         self.pinned: dict = {}  # the first pass's snapshot (``snapshot_check.identity``)
 

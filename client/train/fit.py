@@ -50,10 +50,14 @@ from ...shared.stream.digest import batch_digest
 from ...shared.stream.route import Route
 from .. import snapshot_check
 from .._torch import require_torch
+from ..options import ClientOptions
 from . import checkpoint, run_dir
 from .fit_config import FitConfig, explicit_settings, flat_settings
 
-__all__ = ["FitConfig", "Interrupted", "fit", "fit_process"]
+__all__ = ["FIT_OPTIONS", "FitConfig", "Interrupted", "fit", "fit_process"]
+
+# A run's options where it names none: the local daemon, which has 120 s to answer.
+FIT_OPTIONS = ClientOptions(timeout_s=120.0)
 
 log = logging.getLogger(__name__)
 
@@ -75,12 +79,8 @@ class Interrupted(KeyboardInterrupt):
 
 def fit(
     config: FitConfig,
+    options: ClientOptions | None = None,
     *,
-    socket_dir=None,
-    endpoint=None,
-    keys_dir=None,
-    timeout_s: float = 120.0,
-    wait_s: float = 0.0,
     given: set[str] | None = None,
     on_attached: Callable[[Path, FitConfig], None] | None = None,
     on_epoch: Callable[[dict], None] | None = None,
@@ -89,6 +89,10 @@ def fit(
 ) -> dict:
     """Train (see module docstring); returns the report ``pixpool train --json`` prints.
 
+    ``options``: where the daemon is and how long to wait for it (``socket_dir`` or
+    ``endpoint`` with ``keys_dir``, ``timeout_s``, ``wait_s``; default ``FIT_OPTIONS``, which
+    gives a daemon 120 s to answer). The rest of them are the run's: its streams take batches
+    as views, follow the snapshot as ``config.follow_snapshot`` says and expect ``data``.
     ``given``: with ``resume``, the settings the caller set on purpose (paths such as
     ``stream.seed``, ``checkpoint.resumed_config``), each of which must equal the
     checkpoint's; default: the fields of ``config`` that differ from their defaults.
@@ -98,8 +102,10 @@ def fit(
     serving another is refused (``attach(data=)``), and its validation split too where
     ``data`` is a data.yaml with ``val:``. None: whatever the daemon serves."""
     torch = require_torch("pixpool train")
-    from ..loader import attach, distributed_rank
+    from ..loader import Loader, distributed_rank, expected_data
     from .step import DetectorStep
+
+    options = FIT_OPTIONS if options is None else options
 
     given = explicit_settings(config) if given is None else set(given)
     config = _with_rank(config, distributed_rank(), given)
@@ -123,22 +129,14 @@ def fit(
     )
     # With HSV on the device the client moves each batch there and applies it; else the step's
     # pinned staging copies the slot view.
-    on_device = {"device": device} if stream.hsv_on_device else {}
     # zero_copy: ``_train_epoch`` hands each batch to the step (a copy into its static or pinned
     # buffers, or the client's copy to the device) before it asks for the next, and keeps none.
-    with attach(
-        socket_dir,
-        settings=stream,
-        endpoint=endpoint,
-        keys_dir=keys_dir,
-        timeout_s=timeout_s,
-        wait_s=wait_s,
-        zero_copy=True,
-        follow_snapshot=config.follow_snapshot,
-        data=data,
-        images=images,
-        **on_device,
-    ) as train:
+    options = options.replace(zero_copy=True, follow_snapshot=config.follow_snapshot, device=None, expect=None)
+    train_options = options.replace(
+        device=device if stream.hsv_on_device else None,
+        expect=expected_data(data, images, split=stream.split),
+    )
+    with Loader(stream, train_options) as train:
         if train.num_classes < 1:
             raise ConfigError(
                 "the daemon did not say how many classes its dataset has; serve a COCO json or a data.yaml with names"
@@ -184,9 +182,7 @@ def fit(
         val = None
         if config.validate:
             stride = max(max(step.ema.strides), 32)  # Ultralytics' rect validation batches for this model
-            val = _ValStream(
-                train, socket_dir, endpoint, keys_dir, config, imgsz, stride, timeout_s, data=val_data, wait_s=wait_s
-            )
+            val = _ValStream(train, options, config, imgsz, stride, data=val_data)
             if not val.probe():
                 val = None
         # Made only now: every refusal (settings, checkpoint, snapshot, the daemon's) came before.
@@ -291,51 +287,30 @@ def _check_snapshot(ckpt: dict, client, config: FitConfig) -> None:
 class _ValStream:
     """The run's validation stream, attached only while it is read (module docstring)."""
 
-    def __init__(
-        self,
-        train,
-        socket_dir,
-        endpoint,
-        keys_dir,
-        config: FitConfig,
-        imgsz: int,
-        stride: int,
-        timeout_s: float,
-        *,
-        data,
-        wait_s: float = 0.0,
-    ):
+    def __init__(self, train, options: ClientOptions, config: FitConfig, imgsz: int, stride: int, *, data):
         from ..loader import expected_data
         from ..pass_stream import PassStreams
 
-        # zero_copy: ``_validate`` keeps only what it computes from a batch (predictions, boxes).
+        # The stream's settings by name (``loader.stream_settings``); ``options`` the run's, with
+        # the val files listed once, not per pass.
         self._kwargs = dict(
-            endpoint=endpoint,
-            keys_dir=keys_dir,
             batch_size=config.val_batch_size,
             split="val",
             imgsz=imgsz,
             rect_stride=stride,
             rank=train.settings.rank,
             world_size=train.settings.world_size,
-            timeout_s=timeout_s,
-            zero_copy=True,
-            follow_snapshot=config.follow_snapshot,
         )
-        self._socket_dir = socket_dir
-        self._expect = expected_data(data, split="val")  # the val files listed once, not per pass
+        # zero_copy: ``_validate`` keeps only what it computes from a batch (predictions, boxes).
+        self._options = options.replace(zero_copy=True, expect=expected_data(data, split="val"))
         # Each pass attaches afresh: it waits for a restarting daemon as the training stream
         # does, and stays on the first pass's snapshot (``client/pass_stream.py``).
-        self._passes = PassStreams(self._attach, wait_s=wait_s, restart_wait_s=timeout_s, follow=config.follow_snapshot)
+        self._passes = PassStreams(self._attach, self._options)
 
     def _attach(self, wait_s: float):
         from ..loader import Loader, stream_settings
 
-        options = dict(self._kwargs)
-        client = {k: options.pop(k) for k in ("endpoint", "keys_dir", "timeout_s", "zero_copy", "follow_snapshot")}
-        return Loader(
-            stream_settings(**options), socket_dir=self._socket_dir, wait_s=wait_s, expect=self._expect, **client
-        )
+        return Loader(stream_settings(**self._kwargs), self._options.replace(wait_s=wait_s))
 
     def open(self, *, epoch: int | None = None):
         what = "validation pass" if epoch is None else f"validation pass after epoch {epoch + 1}"
@@ -506,7 +481,7 @@ def fit_process(config: FitConfig, socket_dir: str, queue) -> None:
     try:
         report = fit(
             config,
-            socket_dir=socket_dir,
+            FIT_OPTIONS.replace(socket_dir=socket_dir),
             on_attached=lambda folder, _: queue.put(("attached", pid, str(folder))),
             on_epoch=lambda row: queue.put(("epoch", pid, row)),
         )

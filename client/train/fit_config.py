@@ -22,12 +22,15 @@ at 0/1 are taken from torch.distributed or ``RANK``/``WORLD_SIZE`` (``loader.dis
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from ...shared import schema
 from ...shared.errors import ConfigError
 from ...shared.stream.config import AugmentConfig, StreamSettings, check_value, field_kind
+from ..options import declare
 
 __all__ = [
     "DETECTOR_SCALES",
@@ -47,68 +50,76 @@ DETECTOR_SCALES = ("n", "s", "m", "tiny")
 FIT_SET_FIELDS = ("stream.drop_last", "stream.start_epoch", "stream.split", "stream.augment.epochs")
 
 
-def _opt(default: Any, help: str, **extra: Any) -> Any:
-    return field(default=default, metadata={"help": help, **extra})
+def at_least(lo: float) -> schema.Field:
+    """The rules of a number with a lowest value ``lo`` (and no highest)."""
+    return schema.Field(lo=lo, closed=True)
+
+
+def one_of(choices: tuple[str, ...]) -> dict[str, Any]:
+    """``declare``'s ``rules`` for a word among ``choices``, and the choices ``--help`` shows."""
+    return {"rules": schema.Field(choices=choices), "choices": choices}
 
 
 @dataclass(frozen=True)
 class FitConfig:
     """A training run: its own settings and its stream's (module docstring)."""
 
-    epochs: int = _opt(10, "the run's total epochs (--close-mosaic counts from its end)")
-    scale: str = _opt(
-        "n", "detector scale: n (YOLOv8n), s, m, or tiny (CPU tests)", flag="--model", choices=DETECTOR_SCALES
+    epochs: int = declare(10, "the run's total epochs (--close-mosaic counts from its end)", at_least(1))
+    scale: str = declare(
+        "n", "detector scale: n (YOLOv8n), s, m, or tiny (CPU tests)", flag="--model", **one_of(DETECTOR_SCALES)
     )
-    optimizer: str = _opt("SGD", "SGD (momentum, Nesterov) or AdamW", choices=("SGD", "AdamW"))
-    lr: float = _opt(0.01, "initial learning rate")
-    warmup_epochs: float = _opt(1.0, "linear LR warm-up, in epochs")
-    schedule: str = _opt("cosine", "LR decay after the warm-up, over all --epochs", choices=("cosine", "linear"))
+    optimizer: str = declare("SGD", "SGD (momentum, Nesterov) or AdamW", **one_of(("SGD", "AdamW")))
+    lr: float = declare(0.01, "initial learning rate", at_least(1e-12))
+    warmup_epochs: float = declare(1.0, "linear LR warm-up, in epochs", at_least(0.0))
+    schedule: str = declare("cosine", "LR decay after the warm-up, over all --epochs", **one_of(("cosine", "linear")))
     # -- run-only (saved and restored on resume, but a resume may change them: they shape what
     # the run measures and how fast, never the model it trains)
-    validate: bool = _opt(True, "validate each epoch on the daemon's val split", flag="--val", run_only=True)
-    val_batch_size: int = _opt(16, "images per validation batch", run_only=True)
-    conf_thres: float = _opt(0.001, "validation: lowest score a detection keeps before NMS")
-    iou_thres: float = _opt(0.7, "validation: NMS IoU threshold")
-    max_det: int = _opt(300, "validation: most detections per image")
+    validate: bool = declare(True, "validate each epoch on the daemon's val split", flag="--val", run_only=True)
+    val_batch_size: int = declare(16, "images per validation batch", at_least(1), run_only=True)
+    conf_thres: float = declare(
+        0.001, "validation: lowest score a detection keeps before NMS", schema.Field(lo=0, hi=1, closed=True)
+    )
+    iou_thres: float = declare(0.7, "validation: NMS IoU threshold", schema.Field(lo=0, hi=1, closed=True))
+    max_det: int = declare(300, "validation: most detections per image", at_least(1))
     # -- this invocation only (transient: not saved in the checkpoint, not compared on resume)
-    project: str = _opt(
+    project: str = declare(
         "runs/train",
         "run folder for results.jsonl, last.pt and best.pt; if it exists the run takes the next free name "
         "(runs/train2, runs/train3, ...); a resumed run writes into its checkpoint's folder",
         metavar="DIR",
         transient=True,
     )
-    exist_ok: bool = _opt(
+    exist_ok: bool = declare(
         False, "write into --project even if it exists (its results.jsonl starts afresh)", transient=True
     )
-    resume: str | None = _opt(
+    resume: str | None = declare(
         None,
         "continue the run of this checkpoint with every setting it saved, in its folder; a flag given that differs "
         "from the checkpoint is refused. Unchanged, the run continues exactly",
         metavar="LAST_PT",
         transient=True,
     )
-    extend: bool = _opt(
+    extend: bool = declare(
         False,
         "with --resume: train on to a larger --epochs. Not an exact continuation: the LR decay is recomputed over the "
         "new total from the next step on (the LR rises back to where an --epochs run would be) and --close-mosaic "
         "counts from the new end",
         transient=True,
     )
-    device: str | None = _opt(None, "torch device (default: cuda if available, else cpu)", transient=True)
-    max_steps: int | None = _opt(None, "stop after this many steps", transient=True)
-    threads: int | None = _opt(None, "torch CPU threads (default: torch's)", transient=True)
-    follow_snapshot: bool = _opt(
+    device: str | None = declare(None, "torch device (default: cuda if available, else cpu)", transient=True)
+    max_steps: int | None = declare(None, "stop after this many steps", at_least(1), transient=True)
+    threads: int | None = declare(None, "torch CPU threads (default: torch's)", at_least(1), transient=True)
+    follow_snapshot: bool = declare(
         False,
         "if the daemon serves another dataset than the run's (restarted, or on resume), go on with it "
         "(default: stop with SnapshotChangedError)",
         transient=True,
     )
-    record_digests: bool = _opt(
+    record_digests: bool = declare(
         False, "a sha256 over each epoch's batch digests in results.jsonl (a hash per batch)", transient=True
     )
-    log_every: int = _opt(10, "read the loss from the device every N steps", transient=True)
-    progress: bool = _opt(True, "show a progress bar", transient=True)
+    log_every: int = declare(10, "read the loss from the device every N steps", at_least(1), transient=True)
+    progress: bool = declare(True, "show a progress bar", transient=True)
     stream: StreamSettings = field(default_factory=StreamSettings)
 
     def __post_init__(self) -> None:
@@ -123,39 +134,32 @@ class FitConfig:
             value = getattr(self, f.name)
             if optional and value is None:
                 continue
-            flag = flag_of_path(f.name)
             try:
-                check_value(f.name, kind, value)
+                check_value(f.name, kind, value)  # the kind's type, and a stream setting's bounds of its name
             except ConfigError as exc:
-                raise ConfigError(f"FitConfig {exc} ({flag})", field=f.name, value=value) from None
-            choices = f.metadata.get("choices")
-            if choices is not None and value not in choices:
-                raise _refused(f.name, value, f"is not one of {list(choices)}")
-            low = _MINIMA.get(f.name)
-            if low is not None and value < low:
-                raise _refused(f.name, value, f"is below {low}")
-        for name in ("conf_thres", "iou_thres"):
-            if not 0.0 <= getattr(self, name) <= 1.0:
-                raise _refused(name, getattr(self, name), "is out of range; use 0 to 1")
+                raise ConfigError(f"FitConfig {exc} ({flag_of_path(f.name)})", field=f.name, value=value) from None
+            broken = schema.check(value, f.metadata.get("rules", _ANY))
+            if broken is not None:
+                raise _refused(f.name, value, _problem(broken))
 
 
-# Lowest values of FitConfig's numbers (its types are checked by ``check_value``).
-_MINIMA = {
-    "epochs": 1,
-    "lr": 1e-12,
-    "warmup_epochs": 0.0,
-    "val_batch_size": 1,
-    "max_det": 1,
-    "max_steps": 1,
-    "threads": 1,
-    "log_every": 1,
-}
+_ANY = schema.Field()
 
 
 def _refused(name: str, value: object, problem: str) -> ConfigError:
     return ConfigError(
         f"FitConfig field {name!r} ({flag_of_path(name)}) = {value!r} {problem}", field=name, value=value
     )
+
+
+def _problem(broken: schema.Violation) -> str:
+    """What a FitConfig refusal says of a value that broke its declared ``rules``."""
+    spec = broken.field
+    if broken.rule == "choice":
+        return f"is not one of {list(spec.choices or ())}"
+    if spec.hi == math.inf:
+        return f"is below {spec.lo}"
+    return f"is out of range; use {spec.lo} to {spec.hi}"
 
 
 # -- settings by path: "epochs", "stream.seed", "stream.augment.mosaic" --------------------

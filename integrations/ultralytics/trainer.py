@@ -60,6 +60,7 @@ from ultralytics.utils.torch_utils import unwrap_model
 
 from ...client.child import serve_child
 from ...client.loader import Loader, distributed_rank
+from ...client.options import ClientOptions
 from ...shared.errors import ConfigError
 from ...shared.stream.config import DaemonConfig
 from ...shared.stream.flags import to_argv
@@ -256,10 +257,12 @@ class PixpoolStream:
         # (``batches.py``), so no reference to the slot outlives the step.
         stream = Loader(
             settings,
-            socket_dir=self.pixpool_socket_dir,
-            timeout_s=self.pixpool_timeout_s,
-            zero_copy=True,
-            expect=self._expected_data(),
+            ClientOptions(
+                socket_dir=self.pixpool_socket_dir,
+                timeout_s=self.pixpool_timeout_s,
+                zero_copy=True,
+                expect=self._expected_data(),
+            ),
         )
         try:
             self._check_names(stream.names)
@@ -305,9 +308,11 @@ class PixpoolStream:
         try:
             return val_loader.daemon_val_loader(
                 settings,
-                socket_dir=self.pixpool_socket_dir,
-                timeout_s=self.pixpool_timeout_s,
-                expect=expect_entries(entries, asked=f"data={self.args.data}", split="val"),
+                ClientOptions(
+                    socket_dir=self.pixpool_socket_dir,
+                    timeout_s=self.pixpool_timeout_s,
+                    expect=expect_entries(entries, asked=f"data={self.args.data}", split="val"),
+                ),
                 check=self._check_served_val,
                 num_workers=self._pixpool_workers(),
                 single_cls=bool(self.args.single_cls),

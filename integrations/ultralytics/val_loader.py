@@ -27,6 +27,7 @@ from typing import Any
 
 import numpy as np
 
+from ...client.options import ClientOptions
 from ...client.pass_stream import PassStreams
 from ...client.rect_view import RectView
 from ...shared.stream.sampler import num_batches
@@ -76,7 +77,7 @@ class ValLoader:
         labels_source: Callable[[], list] | None = None,
         check: Callable[[Any], None] | None = None,
     ):
-        self._passes = PassStreams(open_stream, wait_s=0.0, restart_wait_s=restart_wait_s, follow=False)
+        self._passes = PassStreams(open_stream, ClientOptions(timeout_s=restart_wait_s))
         self.num_workers = num_workers
         self.single_cls = single_cls
         self.classes = classes
@@ -156,15 +157,16 @@ def val_settings(
     )
 
 
-def daemon_val_loader(settings, *, socket_dir: str | None, timeout_s: float, expect=None, **options: Any) -> ValLoader:
-    """A ``ValLoader`` over the daemon at ``socket_dir`` serving ``expect`` (``served_data``) as
-    its val split; ``options`` as ``ValLoader`` takes them. A daemon serving no val split is a
-    ConfigError naming the field ``split``."""
+def daemon_val_loader(settings, client: ClientOptions, **options: Any) -> ValLoader:
+    """A ``ValLoader`` over the daemon ``client`` names (its ``socket_dir``, ``timeout_s``, and
+    ``expect``, the data it must serve as its val split: ``served_data``); ``options`` as
+    ``ValLoader`` takes them. A daemon serving no val split is a ConfigError naming the field
+    ``split``."""
     from ...client.loader import Loader
 
     def open_stream(wait_s: float):
         # A copy per batch (zero_copy off): the validator keeps batches for its plots.
-        return Loader(settings, socket_dir=socket_dir, timeout_s=timeout_s, wait_s=wait_s, expect=expect)
+        return Loader(settings, client.replace(wait_s=wait_s, zero_copy=False))
 
     # A restart between passes is waited for as long as the training stream waits for one.
-    return ValLoader(open_stream, restart_wait_s=timeout_s, **options)
+    return ValLoader(open_stream, restart_wait_s=client.timeout_s, **options)

@@ -14,10 +14,13 @@ WAIT_S = 60.0
 
 def hold_trainer(settings_dict: dict, socket_dir: str, conn) -> None:
     from pixpool.client import Client
+    from pixpool.client.options import ClientOptions
     from pixpool.shared.stream.config import StreamSettings
 
     try:
-        with Client(StreamSettings.from_dict(settings_dict), socket_dir=socket_dir, timeout_s=WAIT_S) as client:
+        with Client.connect(
+            StreamSettings.from_dict(settings_dict), ClientOptions(socket_dir=socket_dir, timeout_s=WAIT_S)
+        ) as client:
             it = client.epoch(0)
             next(it)  # the workers have rendered into this trainer's ring
             conn.send(client._ident[0])

@@ -18,6 +18,7 @@ import pytest
 
 from helpers.daemon import WAIT_S, ask_status, digest_of, prove, real_daemon, reference_stream, segments_of, wait_for
 from pixpool.client import Client
+from pixpool.client.options import ClientOptions
 from pixpool.shared.stream.config import AugmentConfig, DaemonConfig, StreamSettings
 from pixpool.shared.transport.names import shm_path, user_prefix
 from pixpool.shared.wire.trainer import DELIVERY_SHM, PROTOCOL_VERSION, decode, encode
@@ -46,7 +47,10 @@ def test_two_trainers_at_once_each_equal_its_reference(daemon, dataset):
     _, d = daemon
     s1, s2 = settings(1), settings(2, batch_size=4, shuffle=True)
     got1, got2, samples1 = [], [], []
-    with Client(s1, socket_dir=d, timeout_s=WAIT_S) as c1, Client(s2, socket_dir=d, timeout_s=WAIT_S) as c2:
+    with (
+        Client.connect(s1, ClientOptions(socket_dir=d, timeout_s=WAIT_S)) as c1,
+        Client.connect(s2, ClientOptions(socket_dir=d, timeout_s=WAIT_S)) as c2,
+    ):
         # Interleave both streams so their jobs share the workers.
         it1, it2 = c1.epoch(0), c2.epoch(0)
         for b1, b2 in zip(it1, it2):
@@ -79,7 +83,7 @@ def test_status_and_monitor_commands(daemon, capsys):
     from pixpool.cli import main
 
     _, d = daemon
-    with Client(settings(3), socket_dir=d, timeout_s=WAIT_S) as c:
+    with Client.connect(settings(3), ClientOptions(socket_dir=d, timeout_s=WAIT_S)) as c:
         it = c.epoch(0)
         next(it), next(it)
         assert main(["status", "--socket-dir", d, "--json"]) == 0
@@ -105,7 +109,7 @@ def test_status_and_monitor_commands(daemon, capsys):
 
 
 def _doomed_trainer(socket_dir: str, conn) -> None:
-    with Client(settings(7), socket_dir=socket_dir, timeout_s=WAIT_S) as c:
+    with Client.connect(settings(7), ClientOptions(socket_dir=socket_dir, timeout_s=WAIT_S)) as c:
         it = c.epoch(0)
         next(it)
         conn.send(c._ring.name)
@@ -120,7 +124,7 @@ def test_killed_trainer_is_detached_and_others_continue(daemon, dataset):
     victim = ctx.Process(target=_doomed_trainer, args=(d, child))
     victim.start()
     try:
-        with Client(s, socket_dir=d, timeout_s=WAIT_S) as c:
+        with Client.connect(s, ClientOptions(socket_dir=d, timeout_s=WAIT_S)) as c:
             it = c.epoch(0)
             got = [digest_of(next(it))]
             assert parent.poll(WAIT_S), "the victim trainer got no batch"
@@ -170,14 +174,14 @@ def test_daemon_digests_running_and_temporary_daemon(daemon, dataset, synthetic_
     _, d = daemon
     s = settings(9)
     ref = reference_stream(dataset, s, 1)[0]
-    assert daemon_digests(s, 1, 3, socket_dir=d) == ref[:3]
+    assert daemon_digests(s, 1, 3, ClientOptions(socket_dir=d, timeout_s=300.0)) == ref[:3]
     # A stream that names no imgsz is rendered at the daemon's: the same bytes.
     unnamed = StreamSettings(seed=s.seed, batch_size=s.batch_size)
     assert unnamed.augment.imgsz is None and unnamed.for_imgsz(IMGSZ) == s
-    assert daemon_digests(unnamed, 1, 2, socket_dir=d) == ref[:2]
+    assert daemon_digests(unnamed, 1, 2, ClientOptions(socket_dir=d, timeout_s=300.0)) == ref[:2]
     # A temporary daemon with one worker, started and stopped by the call.
     temporary = DaemonConfig(data=str(synthetic_data.coco_json), imgsz=IMGSZ, workers=1)
-    assert daemon_digests(s, 1, None, config=temporary, timeout_s=WAIT_S) == ref
+    assert daemon_digests(s, 1, None, ClientOptions(timeout_s=WAIT_S), config=temporary) == ref
 
 
 def _ask(sock, frame: bytes) -> dict:
@@ -266,7 +270,7 @@ def test_hsv_on_device_stream_as_torch(daemon, dataset):
     _, d = daemon
     s = settings(8, hsv_on_device=True)
     ref = ReferenceSource(dataset, IMGSZ)
-    with Client(s, socket_dir=d, timeout_s=WAIT_S) as c:
+    with Client.connect(s, ClientOptions(socket_dir=d, timeout_s=WAIT_S)) as c:
         it = c.epoch(0)
         for _ in range(2):
             b = next(it)
@@ -283,7 +287,7 @@ def test_new_epoch_iterator_replaces_the_old_one(daemon, dataset):
 
     _, d = daemon
     s = settings(10)
-    with Client(s, socket_dir=d, timeout_s=WAIT_S, slots=2) as c:
+    with Client.connect(s, ClientOptions(socket_dir=d, timeout_s=WAIT_S, slots=2)) as c:
         old = c.epoch(0)
         next(old)
         new = c.epoch(1)
@@ -344,7 +348,7 @@ def test_train_with_hsv_on_device_applies_it(daemon, monkeypatch, tmp_path):
         max_steps=2,
         stream=StreamSettings(seed=9, batch_size=4, hsv_on_device=True, augment=AugmentConfig(imgsz=IMGSZ)),
     )
-    report = fit(config, socket_dir=daemon[1], timeout_s=WAIT_S)
+    report = fit(config, ClientOptions(socket_dir=daemon[1], timeout_s=WAIT_S))
     assert report["steps"] == 2 and len(calls) >= 2 and calls[0][0] == 4
 
 
@@ -355,7 +359,7 @@ def test_validation_stream_gets_no_device_hsv(daemon, dataset):
     from pixpool.server.snapshot.reference import ReferenceSource
 
     s = StreamSettings(seed=4, batch_size=4, hsv_on_device=True, augment=AugmentConfig(imgsz=IMGSZ, train_route=False))
-    with Client(s, socket_dir=daemon[1], timeout_s=WAIT_S) as c:
+    with Client.connect(s, ClientOptions(socket_dir=daemon[1], timeout_s=WAIT_S)) as c:
         it = c.epoch(0)
         b = next(it)
         r = render_batch(ReferenceSource(dataset, IMGSZ), s, 0, 0)

@@ -15,6 +15,7 @@ import pytest
 
 from helpers.daemon import WAIT_S, ask_status, real_daemon, short_socket_dir
 from pixpool.client import Client
+from pixpool.client.options import ClientOptions
 from pixpool.server.daemon.run import stop_process
 from pixpool.shared.errors import DaemonStopped
 from pixpool.shared.stream.config import AugmentConfig, StreamSettings
@@ -54,7 +55,7 @@ def test_a_truncated_snapshot_segment_stops_the_daemon_naming_it(synthetic_data,
     with real_daemon(synthetic_data.coco_json, imgsz=96, workers=1) as (proc, d):
         segments = ask_status(d)["snapshot"]["segments"]
         img = next(n for n in segments if n.endswith("-img"))
-        with Client(s, socket_dir=d, timeout_s=WAIT_S) as c:
+        with Client.connect(s, ClientOptions(socket_dir=d, timeout_s=WAIT_S)) as c:
             it = c.epoch(0)
             next(it)
             ring = c._ring.name

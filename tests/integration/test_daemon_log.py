@@ -16,6 +16,7 @@ import re
 
 from helpers.daemon import WAIT_S
 from pixpool.client.child import serve_child
+from pixpool.client.options import ClientOptions
 from pixpool.client.train.fit import FitConfig, fit
 from pixpool.shared.stream.config import AugmentConfig, DaemonConfig, StreamSettings
 from pixpool.shared.stream.flags import to_argv
@@ -43,8 +44,8 @@ def test_the_daemon_says_each_thing_once_and_numbers_trainers_1_2(synthetic_data
     with serve_child(serve, timeout_s=WAIT_S, log_file=log_file) as (_, sdir, status):
         assert status.splits["val"].name == status.splits["train"].name  # val: the train images
         # Trainer 1 validates three times (the probe at start, then after each epoch); trainer 2 twice.
-        fit(_run(tmp_path, "a", 2), socket_dir=sdir, timeout_s=WAIT_S)
-        fit(_run(tmp_path, "b", 1), socket_dir=sdir, timeout_s=WAIT_S)
+        fit(_run(tmp_path, "a", 2), ClientOptions(socket_dir=sdir, timeout_s=WAIT_S))
+        fit(_run(tmp_path, "b", 1), ClientOptions(socket_dir=sdir, timeout_s=WAIT_S))
     console = capfd.readouterr().err
     log = log_file.read_text()
     lines = log.splitlines()

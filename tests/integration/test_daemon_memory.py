@@ -25,6 +25,7 @@ import os
 
 from helpers.daemon import WAIT_S, ask_status, real_daemon, wait_for
 from pixpool.client import Client
+from pixpool.client.options import ClientOptions
 from pixpool.shared.stream.config import AugmentConfig, StreamSettings
 from pixpool.shared.transport.names import list_segments, ring_prefix, shm_path
 
@@ -68,19 +69,19 @@ def test_second_trainer_adds_its_ring_and_nothing_else(synthetic_data, monkeypat
         return StreamSettings(seed=seed, batch_size=BATCH, augment=AugmentConfig(imgsz=IMGSZ))
 
     with real_daemon(synthetic_data.coco_json, imgsz=IMGSZ, workers=2) as (_, d):
-        with Client(stream(1), socket_dir=d, timeout_s=WAIT_S) as a:
+        with Client.connect(stream(1), ClientOptions(socket_dir=d, timeout_s=WAIT_S)) as a:
             for e in range(3):  # warm up: workers touch the snapshot, allocators settle
                 for _ in a.epoch(e):
                     pass
             # ...also for a second stream: allocators keep the blocks a first second trainer
             # needed (measured up to one batch, 4.9 MB, on some runs). A daemon that kept
             # something per trainer would still grow again with the next one.
-            with Client(stream(3), socket_dir=d, timeout_s=WAIT_S) as warm:
+            with Client.connect(stream(3), ClientOptions(socket_dir=d, timeout_s=WAIT_S)) as warm:
                 for e in range(2):
                     for _ in warm.epoch(e):
                         pass
             before = _measure(d)
-            with Client(stream(2), socket_dir=d, timeout_s=WAIT_S) as b:
+            with Client.connect(stream(2), ClientOptions(socket_dir=d, timeout_s=WAIT_S)) as b:
                 for e in range(2):
                     for _ in b.epoch(e):
                         pass
@@ -114,7 +115,7 @@ def test_total_ring_budget_refuses_an_attach_and_the_daemon_keeps_serving(synthe
             match=r"the training ring .* exceeds the daemon's ring budget of 1 bytes \(set by --max-total-ring-nbytes\); "
             r"use a smaller batch .*raise max_total_ring_nbytes \(pixpool serve --max-total-ring-nbytes\)",
         ):
-            Client(s, socket_dir=d, timeout_s=WAIT_S)
+            Client.connect(s, ClientOptions(socket_dir=d, timeout_s=WAIT_S))
         st = ask_status(d)
         assert st["trainers"] == [] and proc.is_alive()
         assert not [n for n in list_segments() if n.startswith(ring_prefix(st["daemon"]["pid"]))]

@@ -21,6 +21,7 @@ from helpers import task_renderer
 from helpers.daemon import WAIT_S, ask_status, wait_for
 from helpers.task_daemon import task_daemon
 from pixpool.client import Client
+from pixpool.client.options import ClientOptions
 from pixpool.shared.errors import ConfigError
 from pixpool.shared.stream import sampler
 from pixpool.shared.stream.config import AugmentConfig, StreamSettings
@@ -87,7 +88,7 @@ def test_segment_rows_and_mask_planes_arrive_as_rendered_in_place_and_as_frames(
     s = _settings(3, mask_ratio=4)
     source = _Expected(records, "segment")
     with task_daemon(synthetic_data.coco_json, task="segment", workers=workers, renderer=RENDERER) as (_, d):
-        with Client(s, socket_dir=d, timeout_s=WAIT_S, as_torch=False) as client:
+        with Client.connect(s, ClientOptions(socket_dir=d, timeout_s=WAIT_S, as_torch=False)) as client:
             assert client.delivery == DELIVERY_SHM
             assert (client.task, client.kpt_shape, client.flip_idx) == ("segment", None, None)
             lay = client.layout
@@ -97,7 +98,9 @@ def test_segment_rows_and_mask_planes_arrive_as_rendered_in_place_and_as_frames(
             assert _check_epoch(client, source, s) > 0
         elsewhere = tmp_path / "not-the-store"
         elsewhere.mkdir()
-        with Client(s, socket_dir=d, timeout_s=WAIT_S, as_torch=False, store=elsewhere) as client:
+        with Client.connect(
+            s, ClientOptions(socket_dir=d, timeout_s=WAIT_S, as_torch=False, store=elsewhere)
+        ) as client:
             assert client.delivery == DELIVERY_FRAMES and client._ring is None
             _check_epoch(client, source, s, epoch=1)
 
@@ -112,7 +115,7 @@ def test_pose_and_obb_rows_arrive_at_their_width_and_mask_settings_are_ignored(
     s = _settings(5, overlap_mask=False, mask_ratio=8)
     source = _Expected(records, task, **meta)
     with task_daemon(synthetic_data.coco_json, task=task, workers=2, renderer=RENDERER, **meta) as (_, d):
-        with Client(s, socket_dir=d, timeout_s=WAIT_S, as_torch=False) as client:
+        with Client.connect(s, ClientOptions(socket_dir=d, timeout_s=WAIT_S, as_torch=False)) as client:
             assert client.task == task
             assert (client.kpt_shape, client.flip_idx) == (meta.get("kpt_shape"), meta.get("flip_idx"))
             assert (client.layout.target_width, client.layout.mask_side) == (width, 0)
@@ -120,7 +123,9 @@ def test_pose_and_obb_rows_arrive_at_their_width_and_mask_settings_are_ignored(
             assert _check_epoch(client, source, s) > 0
         elsewhere = tmp_path / "not-the-store"
         elsewhere.mkdir()
-        with Client(s, socket_dir=d, timeout_s=WAIT_S, as_torch=False, store=elsewhere) as client:
+        with Client.connect(
+            s, ClientOptions(socket_dir=d, timeout_s=WAIT_S, as_torch=False, store=elsewhere)
+        ) as client:
             assert client.delivery == DELIVERY_FRAMES
             _check_epoch(client, source, s)
         # pixpool's own detector trains on 6-column rows: it points to Ultralytics instead.
@@ -135,7 +140,7 @@ def test_pose_and_obb_rows_arrive_at_their_width_and_mask_settings_are_ignored(
 def test_segment_stream_without_overlap_mask_is_refused_at_attach(synthetic_data):
     with task_daemon(synthetic_data.coco_json, task="segment", workers=1, renderer=RENDERER) as (_, d):
         with pytest.raises(ConfigError) as info:
-            Client(_settings(1, overlap_mask=False), socket_dir=d, timeout_s=WAIT_S)
+            Client.connect(_settings(1, overlap_mask=False), ClientOptions(socket_dir=d, timeout_s=WAIT_S))
         assert "overlap_mask" in str(info.value) and "one mask plane per image" in str(info.value)
         assert info.value.field == "overlap_mask"
         assert ask_status(d)["trainers"] == []  # nothing was attached
@@ -149,7 +154,7 @@ def test_int32_planes_where_a_sample_may_number_more_than_255_instances(syntheti
     source = _Expected(records, "segment")
     with (
         task_daemon(synthetic_data.coco_json, task="segment", workers=2, renderer=RENDERER) as (_, d),
-        Client(s, socket_dir=d, timeout_s=WAIT_S, as_torch=False) as client,
+        Client.connect(s, ClientOptions(socket_dir=d, timeout_s=WAIT_S, as_torch=False)) as client,
     ):
         assert client.layout.mask_dtype == "int32" and client.layout.per_sample == 300
         batches = client.epoch(0)  # held: the batch is a view of its slot while its iterator is
@@ -174,7 +179,7 @@ def test_a_worker_lost_mid_part_is_rerun_and_the_epoch_arrives_exactly_once(
     source = _Expected(records, "segment")
     options = {"straggler_min_s": 1.0} if fault == "straggler" else {"straggler_min_s": 600.0}
     with task_daemon(synthetic_data.coco_json, task="segment", workers=2, renderer=RENDERER, **options) as (_, d):
-        with Client(s, socket_dir=d, timeout_s=WAIT_S, as_torch=False) as client:
+        with Client.connect(s, ClientOptions(socket_dir=d, timeout_s=WAIT_S, as_torch=False)) as client:
             lay = client.layout
             seen = []
             for b in client.epoch(0):
@@ -208,7 +213,7 @@ def test_digest_and_loader_of_a_segment_daemon(synthetic_data, records):
     s = _settings(21)
     source = _Expected(records, "segment")
     with task_daemon(synthetic_data.coco_json, task="segment", workers=2, renderer=RENDERER) as (_, d):
-        got = daemon_digests(s, 0, 2, socket_dir=d, timeout_s=WAIT_S)
+        got = daemon_digests(s, 0, 2, ClientOptions(socket_dir=d, timeout_s=WAIT_S))
         want, without_masks = [], []
         for b in range(2):
             images, targets, _, masks = task_renderer.expected_batch(source, s, 0, b, 16)

@@ -12,6 +12,7 @@ import pytest
 
 from helpers.daemon import WAIT_S, digest_of, free_port, real_daemon, reference_stream
 from pixpool.client import Client
+from pixpool.client.options import ClientOptions
 from pixpool.shared.errors import ConfigError, NotAuthorized
 from pixpool.shared.stream.config import AugmentConfig, StreamSettings
 from pixpool.shared.wire.trainer import encode
@@ -46,13 +47,13 @@ def test_tcp_stream_equals_local_and_refuses_strangers(synthetic_data, tmp_path,
         d,
     ):
         endpoint = f"tcp://127.0.0.1:{port}"
-        with Client(s, endpoint=endpoint, keys_dir=keys, timeout_s=WAIT_S) as remote:
+        with Client.connect(s, ClientOptions(endpoint=endpoint, keys_dir=keys, timeout_s=WAIT_S)) as remote:
             assert remote._ring is None  # bytes arrive as frames, no shared memory
             got_remote = [digest_of(b) for b in remote.epoch(0)]
-        with Client(s, socket_dir=d, timeout_s=WAIT_S) as local:
+        with Client.connect(s, ClientOptions(socket_dir=d, timeout_s=WAIT_S)) as local:
             got_local = [digest_of(b) for b in local.epoch(0)]
         with pytest.raises(NotAuthorized, match="authorized"):  # told so at once, not after its timeout
-            Client(s, endpoint=endpoint, keys_dir=stranger, timeout_s=WAIT_S)
+            Client.connect(s, ClientOptions(endpoint=endpoint, keys_dir=stranger, timeout_s=WAIT_S))
         plain = dealer(endpoint)
         plain.send(encode("status"))
         assert not plain.poll(2000), "a peer without CURVE keys got an answer"

@@ -23,6 +23,7 @@ import yaml
 from helpers.commands import REPO
 from helpers.daemon import WAIT_S, ask_status, free_port, segments_of, short_socket_dir, wait_for
 from pixpool.client import Client
+from pixpool.client.options import ClientOptions
 from pixpool.shared.errors import DaemonStopped
 from pixpool.shared.stream.config import AugmentConfig, StreamSettings
 from pixpool.shared.transport.shm import unlink_segment
@@ -67,7 +68,7 @@ def test_the_daemonsets_daemon_exits_cleanly_on_sigterm_within_the_grace_period(
         workers = psutil.Process(proc.pid).children(recursive=True)
         assert workers
         settings = StreamSettings(seed=0, batch_size=4, augment=AugmentConfig(imgsz=IMGSZ))
-        with Client(settings, socket_dir=socket_dir, timeout_s=WAIT_S) as client:
+        with Client.connect(settings, ClientOptions(socket_dir=socket_dir, timeout_s=WAIT_S)) as client:
             batches = client.epoch(0)
             next(batches)  # mid-epoch, a slot held
             assert segments_of(proc.pid)

@@ -27,6 +27,7 @@ import pytest
 from helpers.daemon import WAIT_S, ask_status, daemon_process, free_port, wait_for
 from helpers.flood import IdleFlood, raise_own_nofile, run_daemon_with_nofile
 from pixpool.client import Client
+from pixpool.client.options import ClientOptions
 from pixpool.server.daemon.sweeps import SWEEP_EVERY_S
 from pixpool.shared.stream.config import AugmentConfig, DaemonConfig, StreamSettings
 from pixpool.shared.transport.control import request_health
@@ -72,13 +73,15 @@ def test_idle_connection_flood_leaves_the_daemon_serving(synthetic_data, tmp_pat
     every = list(range(RECORDS))
     with daemon_process(config, target=run_daemon_with_nofile, target_kwargs={"nofile": NOFILE}) as (proc, d):
         health_at = f"ipc://{d}/daemon.sock"
-        with Client(_settings(1), socket_dir=d, timeout_s=WAIT_S) as local, IdleFlood() as flood:
+        with Client.connect(_settings(1), ClientOptions(socket_dir=d, timeout_s=WAIT_S)) as local, IdleFlood() as flood:
             assert _epoch_indices(local, 0) == every
             flood.open("127.0.0.1", tcp_port, FLOOD, source=FLOOD_FROM)
             flood.open("127.0.0.1", metrics_port, FLOOD, source=FLOOD_FROM)
             held_until = time.monotonic() + SWEEP_EVERY_S + 1.5  # past at least one sweep of the store
             remote_at = f"tcp://127.0.0.1:{tcp_port}"
-            with Client(_settings(2), endpoint=remote_at, keys_dir=keys, timeout_s=20.0) as remote:  # from 127.0.0.1
+            with Client.connect(
+                _settings(2), ClientOptions(endpoint=remote_at, keys_dir=keys, timeout_s=20.0)
+            ) as remote:  # from 127.0.0.1
                 assert _epoch_indices(remote, 0) == every
             epoch = 1
             while time.monotonic() < held_until:

@@ -23,6 +23,7 @@ from helpers.daemon import (
     wait_for,
 )
 from pixpool.client import Client
+from pixpool.client.options import ClientOptions
 from pixpool.shared.errors import DaemonStopped, DaemonTimeout
 from pixpool.shared.stream.config import AugmentConfig, StreamSettings
 from pixpool.shared.transport.names import list_segments, user_prefix
@@ -71,7 +72,7 @@ def test_worker_killed_mid_batch_reruns_only_its_samples_stream_unchanged(synthe
         synthetic_data.coco_json, imgsz=IMGSZ, workers=workers, renderer="helpers.slow_renderer", dtype=dtype
     ) as (_, d):
         got, samples, victim = [], [], None
-        with Client(s, socket_dir=d, timeout_s=WAIT_S) as c:
+        with Client.connect(s, ClientOptions(socket_dir=d, timeout_s=WAIT_S)) as c:
             for b in c.epoch(0):
                 got.append(digest_of(b))
                 samples.append(b.samples.tolist())
@@ -97,7 +98,9 @@ def test_worker_killed_mid_batch_reruns_only_its_samples_stream_unchanged(synthe
 def test_daemon_stop_signal_reaches_waiting_trainer_and_unlinks(synthetic_data, sig):
     with real_daemon(synthetic_data.coco_json, imgsz=IMGSZ, workers=1, wait=False) as (proc, d):
         # The trainer starts before the daemon is up and waits for it (wait_s: else it fails at once).
-        with Client(settings(12, batch_size=2), socket_dir=d, timeout_s=WAIT_S, wait_s=WAIT_S, slots=2) as c:
+        with Client.connect(
+            settings(12, batch_size=2), ClientOptions(socket_dir=d, timeout_s=WAIT_S, wait_s=WAIT_S, slots=2)
+        ) as c:
             st = wait_for(lambda: (x := ask_status(d)) and all(w["pid"] for w in x["workers"]) and x, 30, "workers up")
             workers = [psutil.Process(w["pid"]) for w in st["workers"]]
             snap = st["snapshot"]
@@ -121,7 +124,7 @@ def test_no_daemon_times_out_with_clear_message():
     d = short_socket_dir()
     try:
         with pytest.raises(DaemonTimeout) as err:
-            Client(settings(1), socket_dir=d, timeout_s=1.0)
+            Client.connect(settings(1), ClientOptions(socket_dir=d, timeout_s=1.0))
         assert d in str(err.value) and "pixpool serve" in str(err.value)
     finally:
         os.rmdir(d)
@@ -135,7 +138,7 @@ def test_daemon_sigkill_restart_reattaches_then_clean_removes_all(synthetic_data
     got, samples = [], []
     try:
         with real_daemon(synthetic_data.coco_json, imgsz=IMGSZ, workers=1, socket_dir=d) as (proc_a, _):
-            c = Client(s, socket_dir=d, timeout_s=WAIT_S, slots=2)
+            c = Client.connect(s, ClientOptions(socket_dir=d, timeout_s=WAIT_S, slots=2))
             try:
                 st_a = ask_status(d)
                 workers_a = [psutil.Process(w["pid"]) for w in st_a["workers"]]
@@ -211,7 +214,7 @@ def test_serve_command_ctrl_c_exits_cleanly(synthetic_data):
             60,
             "pixpool serve up",
         )
-        with Client(settings(14), socket_dir=d, timeout_s=WAIT_S) as c:
+        with Client.connect(settings(14), ClientOptions(socket_dir=d, timeout_s=WAIT_S)) as c:
             next(c.epoch(0))
             proc.send_signal(signal.SIGINT)
             out, _ = proc.communicate(timeout=WAIT_S)
@@ -284,7 +287,7 @@ def test_wedged_worker_is_killed_and_its_part_rerun(synthetic_data, dataset, tmp
     with real_daemon(
         synthetic_data.coco_json, imgsz=IMGSZ, workers=workers, job_timeout_s=2.0, renderer="helpers.stuck_renderer"
     ) as (proc, d):
-        with Client(s, socket_dir=d, timeout_s=WAIT_S) as c:
+        with Client.connect(s, ClientOptions(socket_dir=d, timeout_s=WAIT_S)) as c:
             got = [digest_of(b) for b in c.epoch(0)]
         assert (tmp_path / "stuck-once").exists(), "the wedge really happened"
         assert got == expected
@@ -364,7 +367,7 @@ def test_a_daemon_restarted_on_a_changed_dataset_stops_the_trainer_unless_it_fol
             st_a = ask_status(d)
             assert st_a["snapshot"]["dtype"] == dtype
             leftovers += st_a["snapshot"]["segments"]
-            c = Client(s, socket_dir=d, timeout_s=WAIT_S, slots=2, follow_snapshot=follow)
+            c = Client.connect(s, ClientOptions(socket_dir=d, timeout_s=WAIT_S, slots=2, follow_snapshot=follow))
             try:
                 before = dict(c.snapshot)
                 assert before["records"] == 24 and before["fingerprint"]

@@ -13,6 +13,7 @@ import json
 import pytest
 
 from helpers.daemon import WAIT_S, real_daemon
+from pixpool.client.options import ClientOptions
 from pixpool.client.train.fit import FitConfig, fit
 from pixpool.shared.errors import ConfigError
 from pixpool.shared.stream.config import AugmentConfig, StreamSettings
@@ -38,20 +39,20 @@ def _config(tmp_path, name: str, epochs: int, **extra) -> FitConfig:
 
 def test_resume_continues_the_exact_run(synthetic_data, tmp_path):
     with real_daemon(synthetic_data.coco_json, imgsz=IMGSZ, workers=1) as (_, d):
-        straight = fit(_config(tmp_path, "straight", 2), socket_dir=d, timeout_s=WAIT_S)
+        straight = fit(_config(tmp_path, "straight", 2), ClientOptions(socket_dir=d, timeout_s=WAIT_S))
         per_epoch = straight["steps"] // 2
         # Stopped at the end of epoch 0 of a 2-epoch run, as a killed run leaves its last.pt.
-        first = fit(_config(tmp_path, "parts", 2, max_steps=per_epoch), socket_dir=d, timeout_s=WAIT_S)
+        first = fit(_config(tmp_path, "parts", 2, max_steps=per_epoch), ClientOptions(socket_dir=d, timeout_s=WAIT_S))
         last_pt = str(tmp_path / "parts" / "last.pt")
         # Only the checkpoint (and what this call prints and records): every setting comes back.
         resumed = fit(
-            FitConfig(resume=last_pt, progress=False, log_every=1, record_digests=True), socket_dir=d, timeout_s=WAIT_S
+            FitConfig(resume=last_pt, progress=False, log_every=1, record_digests=True),
+            ClientOptions(socket_dir=d, timeout_s=WAIT_S),
         )
         with pytest.raises(ConfigError, match=r"--seed 6 \(field 'stream.seed'; the checkpoint has 5\)"):
             fit(
                 dataclasses.replace(_config(tmp_path, "parts", 2, resume=last_pt), stream=StreamSettings(seed=6)),
-                socket_dir=d,
-                timeout_s=WAIT_S,
+                ClientOptions(socket_dir=d, timeout_s=WAIT_S),
             )
     assert [r["epoch"] for r in straight["history"]] == [0, 1] and resumed["start_epoch"] == 1
     assert resumed["run_dir"] == str(tmp_path / "parts") and resumed["epochs"] == 2
@@ -69,7 +70,10 @@ def test_resume_continues_the_exact_run(synthetic_data, tmp_path):
 
 def test_validation_reports_coco_map(synthetic_data, tmp_path):
     with real_daemon(synthetic_data.data_yaml, imgsz=IMGSZ, workers=1) as (_, d):  # the data.yaml serves its val: split
-        report = fit(dataclasses.replace(_config(tmp_path, "val", 1), validate=True), socket_dir=d, timeout_s=WAIT_S)
+        report = fit(
+            dataclasses.replace(_config(tmp_path, "val", 1), validate=True),
+            ClientOptions(socket_dir=d, timeout_s=WAIT_S),
+        )
     row = report["history"][0]
     assert 0.0 <= row["mAP50_95"] <= row["mAP50"] <= 1.0 and row["images"] == 24
     assert set(report) >= {"epochs", "final_loss", "metrics", "checkpoint", "images_per_s", "data_wait_fraction"}
@@ -107,7 +111,7 @@ def test_the_detector_learns_the_synthetic_shapes(tmp_path):
                 threads=1,
                 stream=StreamSettings(seed=0, batch_size=4, augment=AugmentConfig(imgsz=128)),
             )
-            report = fit(config, socket_dir=d, timeout_s=WAIT_S)
+            report = fit(config, ClientOptions(socket_dir=d, timeout_s=WAIT_S))
     finally:
         torch.set_num_threads(threads)
     maps = [r["mAP50"] for r in report["history"]]

@@ -20,6 +20,7 @@ import psutil
 import pytest
 
 from helpers.daemon import WAIT_S, ask_status, real_daemon, short_socket_dir
+from pixpool.client.options import ClientOptions
 from pixpool.client.train import fit as fit_module
 from pixpool.client.train.fit import FitConfig, fit
 from pixpool.shared.errors import SnapshotChangedError
@@ -101,7 +102,7 @@ def test_a_validation_pass_on_changed_val_labels_after_a_restart_is_refused(synt
                 assert st_b["splits"]["val"]["name"] != st_a["splits"]["val"]["name"]
 
             with pytest.raises(SnapshotChangedError) as err:
-                fit(config, socket_dir=d, timeout_s=WAIT_S, on_epoch=restart_on_new_val_labels)
+                fit(config, ClientOptions(socket_dir=d, timeout_s=WAIT_S), on_epoch=restart_on_new_val_labels)
             text = str(err.value)
             assert "val" in text and st_a["splits"]["val"]["content"][:16] in text, text
             assert "follow_snapshot" in text, text

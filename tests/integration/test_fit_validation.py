@@ -18,6 +18,7 @@ import time
 import pytest
 
 from helpers.daemon import WAIT_S, real_daemon
+from pixpool.client.options import ClientOptions
 from pixpool.client.train import fit as fit_module
 from pixpool.client.train.fit import FitConfig, fit
 from pixpool.ops.memory_report import memory_report
@@ -76,7 +77,7 @@ def test_the_validation_ring_exists_only_during_a_pass_and_is_no_trainer(synthet
             between.append((status, memory_report(status), _rings(status)))
 
         monkeypatch.setattr(fit_module, "_validate", watched)
-        report = fit(config, socket_dir=d, timeout_s=WAIT_S, on_epoch=after_epoch)
+        report = fit(config, ClientOptions(socket_dir=d, timeout_s=WAIT_S), on_epoch=after_epoch)
     assert [("mAP50" in row and row["val_time_s"] > 0) for row in report["history"]] == [True, True]
     assert len(during) == len(between) == 2 and health == [1, 1]
     for status, mem, rings in during:
@@ -122,7 +123,7 @@ def test_a_trainer_that_cannot_read_the_val_images_still_validates_on_rect_batch
     first validation pass died opening a file)."""
     _unreadable_images(monkeypatch)
     with real_daemon(synthetic_data.data_yaml, imgsz=IMGSZ, workers=1) as (_, d):
-        report = fit(_config(tmp_path, epochs=1, log_every=1), socket_dir=d, timeout_s=WAIT_S)
+        report = fit(_config(tmp_path, epochs=1, log_every=1), ClientOptions(socket_dir=d, timeout_s=WAIT_S))
     assert "mAP50" in report["history"][0] and report["history"][0]["val_time_s"] > 0
     assert not any("square letterbox" in r.getMessage() for r in caplog.records), caplog.text
 
@@ -137,7 +138,7 @@ def test_without_the_daemons_sizes_an_unreadable_val_set_validates_on_the_square
     _unreadable_images(monkeypatch)
     monkeypatch.setattr(RecordFiles, "sizes", lambda self: None)
     with real_daemon(synthetic_data.data_yaml, imgsz=IMGSZ, workers=1) as (_, d):
-        report = fit(_config(tmp_path, epochs=1, log_every=1), socket_dir=d, timeout_s=WAIT_S)
+        report = fit(_config(tmp_path, epochs=1, log_every=1), ClientOptions(socket_dir=d, timeout_s=WAIT_S))
     assert "mAP50" in report["history"][0] and report["history"][0]["val_time_s"] > 0
     assert any("validation on the square letterbox" in r.getMessage() for r in caplog.records), caplog.text
 
@@ -154,7 +155,7 @@ def test_validation_shows_a_progress_bar(synthetic_data, tmp_path, capsys, monke
 
     monkeypatch.setattr(tqdm, "tqdm", Recorded)
     with real_daemon(synthetic_data.data_yaml, imgsz=IMGSZ, workers=1) as (_, d):
-        fit(_config(tmp_path, epochs=1), socket_dir=d, timeout_s=WAIT_S)
+        fit(_config(tmp_path, epochs=1), ClientOptions(socket_dir=d, timeout_s=WAIT_S))
         val_records = query_status(d).splits["val"].records
     passes = -(-val_records // 4)
     # A bar with a total (so tqdm shows the ETA) that counted every validation batch, and was drawn.

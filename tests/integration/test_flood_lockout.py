@@ -27,6 +27,7 @@ import pytest
 from helpers.daemon import ask_status, daemon_process, free_port, wait_for
 from helpers.flood import HeldFlood, IdleFlood, raise_own_nofile
 from pixpool.client import Client
+from pixpool.client.options import ClientOptions
 from pixpool.server.daemon.handshake_guard import pending_caps
 from pixpool.shared.stream.config import AugmentConfig, DaemonConfig, StreamSettings
 from pixpool.shared.transport.endpoint import write_keys
@@ -80,8 +81,9 @@ def test_a_trainer_attaches_while_a_flood_from_many_addresses_holds_the_cap(synt
                     f"{flood.open_count}, reopened {flood.reopened}, failed {flood.failed}"
                 )
             t0 = time.monotonic()
-            with Client(
-                _settings(5), endpoint=f"tcp://127.0.0.1:{port}", keys_dir=keys, timeout_s=ATTACH_DEADLINE_S
+            with Client.connect(
+                _settings(5),
+                ClientOptions(endpoint=f"tcp://127.0.0.1:{port}", keys_dir=keys, timeout_s=ATTACH_DEADLINE_S),
             ) as remote:
                 attach_s = time.monotonic() - t0
                 got = sorted(i for b in remote.epoch(0) for i in b.samples.tolist())

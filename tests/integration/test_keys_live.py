@@ -15,6 +15,7 @@ import pytest
 
 from helpers.daemon import WAIT_S, ask_status, free_port, real_daemon, wait_for
 from pixpool.client import Client
+from pixpool.client.options import ClientOptions
 from pixpool.shared.errors import NotAuthorized
 from pixpool.shared.stream.config import AugmentConfig, StreamSettings
 from pixpool.shared.transport.endpoint import write_keys
@@ -40,17 +41,17 @@ def test_authorized_keys_are_read_live(synthetic_data, tmp_path):
     with real_daemon(synthetic_data.coco_json, imgsz=IMGSZ, workers=1, tcp=endpoint[6:], keys_dir=str(keys)) as (_, d):
         t0 = time.monotonic()
         with pytest.raises(NotAuthorized) as err:
-            Client(_settings(), endpoint=endpoint, keys_dir=late, timeout_s=WAIT_S)
+            Client.connect(_settings(), ClientOptions(endpoint=endpoint, keys_dir=late, timeout_s=WAIT_S))
         assert time.monotonic() - t0 < PROMPT_S, "the refused trainer was not told promptly"
         assert str(late / "client.key") in str(err.value) and "authorized" in str(err.value)
 
         shutil.copy(late / "client.key", keys / "authorized" / "late.key")  # no restart
-        with Client(_settings(), endpoint=endpoint, keys_dir=late, timeout_s=WAIT_S) as c:
+        with Client.connect(_settings(), ClientOptions(endpoint=endpoint, keys_dir=late, timeout_s=WAIT_S)) as c:
             it = c.epoch(0)
             assert next(it).images.shape[0] == 4
             it.close()
 
-        with Client(_settings(), endpoint=endpoint, keys_dir=keys, timeout_s=WAIT_S) as c:
+        with Client.connect(_settings(), ClientOptions(endpoint=endpoint, keys_dir=keys, timeout_s=WAIT_S)) as c:
             it = c.epoch(0)
             assert next(it).images.shape[0] == 4
             assert len(ask_status(d)["trainers"]) == 1
@@ -65,4 +66,4 @@ def test_authorized_keys_are_read_live(synthetic_data, tmp_path):
                 lambda: ask_status(d)["trainers"] == [], timeout_s=PROMPT_S, what="the removed key's session ended"
             )
         with pytest.raises(NotAuthorized):
-            Client(_settings(), endpoint=endpoint, keys_dir=keys, timeout_s=WAIT_S)
+            Client.connect(_settings(), ClientOptions(endpoint=endpoint, keys_dir=keys, timeout_s=WAIT_S))

@@ -19,6 +19,7 @@ from helpers.snapshot import created_by_me
 from helpers.trainers import holding_trainers
 from pixpool.cli import main
 from pixpool.client import Client
+from pixpool.client.options import ClientOptions
 from pixpool.shared.errors import CapacityError
 from pixpool.shared.stream.config import AugmentConfig, StreamSettings
 from pixpool.shared.transport.names import list_segments, ring_prefix
@@ -87,7 +88,7 @@ def test_memory_report_agrees_with_the_kernel_and_counts_rings_once(synthetic_da
 def test_metrics_endpoint_scraped_and_parsed(synthetic_data):
     port = free_port()
     with real_daemon(synthetic_data.coco_json, imgsz=IMGSZ, workers=2, metrics_port=port) as (proc, d):
-        with Client(_stream(4), socket_dir=d, timeout_s=WAIT_S) as c:
+        with Client.connect(_stream(4), ClientOptions(socket_dir=d, timeout_s=WAIT_S)) as c:
             for _ in zip(range(3), c.epoch(0)):
                 pass
             st = wait_for(
@@ -159,19 +160,19 @@ def test_monitor_records_and_plot_draws_it(synthetic_data, tmp_path, capsys):
 
 def test_memory_budget_refuses_a_ring_and_keeps_serving(synthetic_data):
     with real_daemon(synthetic_data.coco_json, imgsz=IMGSZ, workers=1) as (_, d):
-        with Client(_stream(6), socket_dir=d, timeout_s=WAIT_S):
+        with Client.connect(_stream(6), ClientOptions(socket_dir=d, timeout_s=WAIT_S)):
             st = ask_status(d)
         ring = st["trainers"][0]["ring_nbytes"]
         snapshot = sum(st["snapshot"][k] for k in ("image_bytes", "index_bytes", "target_bytes"))
     budget = snapshot + ring + ring // 2  # one ring fits, a second does not
     with real_daemon(synthetic_data.coco_json, imgsz=IMGSZ, workers=1, memory_budget_nbytes=budget) as (proc, d):
-        with Client(_stream(7), socket_dir=d, timeout_s=WAIT_S) as first:
+        with Client.connect(_stream(7), ClientOptions(socket_dir=d, timeout_s=WAIT_S)) as first:
             it = first.epoch(0)
             next(it)
             with pytest.raises(
                 CapacityError, match=rf"memory budget of {budget} bytes \(in use {snapshot + ring}\).*--memory-budget"
             ):
-                Client(_stream(8), socket_dir=d, timeout_s=WAIT_S)
+                Client.connect(_stream(8), ClientOptions(socket_dir=d, timeout_s=WAIT_S))
             assert len(list(it)) >= 1  # the first trainer is still served
             st = ask_status(d)
             assert proc.is_alive() and [t["trainer_id"] for t in st["trainers"]] == [first._ident[0]]

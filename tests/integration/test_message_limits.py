@@ -19,6 +19,7 @@ import zmq
 
 from helpers.daemon import WAIT_S, free_port, real_daemon
 from pixpool.client import Client
+from pixpool.client.options import ClientOptions
 from pixpool.shared.stream.config import AugmentConfig, StreamSettings
 from pixpool.shared.transport import endpoint as ep
 from pixpool.shared.transport.endpoint import write_keys
@@ -84,7 +85,7 @@ def test_oversized_messages_leave_the_daemon_bounded_and_serving(synthetic_data,
         assert proc.is_alive()
         s = StreamSettings(seed=3, batch_size=4, augment=AugmentConfig(imgsz=IMGSZ))
         client_args = {"socket_dir": d} if transport == "ipc" else {"endpoint": endpoint, "keys_dir": keys}
-        with Client(s, timeout_s=WAIT_S, **client_args) as c:
+        with Client.connect(s, ClientOptions(timeout_s=WAIT_S, **client_args)) as c:
             it = c.epoch(0)
             assert next(it).images.shape[0] == 4
             it.close()

@@ -25,6 +25,7 @@ from helpers.pidns import ns_daemon, pixpool_in_pid_namespace, require_pid_names
 from helpers.snapshot import remove_snapshot
 from pixpool.cli import main
 from pixpool.client import Client
+from pixpool.client.options import ClientOptions
 from pixpool.server.readers import load_dataset
 from pixpool.shared.stream.config import AugmentConfig, StreamSettings
 from pixpool.shared.transport.names import parse, shm_path
@@ -77,7 +78,7 @@ def test_clean_in_another_pid_namespace_keeps_what_a_daemon_serves_and_removes_i
 ):
     s = _settings(11)
     with real_daemon(synthetic_data.coco_json, imgsz=IMGSZ, workers=1) as (_, d):
-        with Client(s, socket_dir=d, timeout_s=WAIT_S, as_torch=False) as c:
+        with Client.connect(s, ClientOptions(socket_dir=d, timeout_s=WAIT_S, as_torch=False)) as c:
             it = c.epoch(0)
             got = [digest_of(next(it))]
             snapshot, ring = ask_status(d)["snapshot"]["segments"], c._ring.name
@@ -110,7 +111,7 @@ def test_a_pid1_daemon_stopping_cleanly_leaves_the_snapshot_a_host_daemon_serves
     try:
         with real_daemon(synthetic_data.coco_json, imgsz=IMGSZ, workers=1) as (_, d):
             snapshot = ask_status(d)["snapshot"]["segments"]
-            with Client(s, socket_dir=d, timeout_s=WAIT_S, as_torch=False) as c:
+            with Client.connect(s, ClientOptions(socket_dir=d, timeout_s=WAIT_S, as_torch=False)) as c:
                 it = c.epoch(0)
                 got = [digest_of(next(it))]
                 with ns_daemon(synthetic_data.coco_json, d2, imgsz=IMGSZ) as other:
@@ -133,7 +134,7 @@ def test_a_killed_pid1_daemons_ring_goes_once_its_trainer_moved_to_the_restarted
     try:
         with ns_daemon(synthetic_data.coco_json, d, imgsz=IMGSZ) as first:
             snapshot = ask_status(d)["snapshot"]["segments"]
-            c = Client(s, socket_dir=d, timeout_s=WAIT_S, as_torch=False)
+            c = Client.connect(s, ClientOptions(socket_dir=d, timeout_s=WAIT_S, as_torch=False))
             try:
                 it = c.epoch(0)
                 got = [digest_of(next(it))]
@@ -185,7 +186,7 @@ def test_ls_lists_rings_with_their_daemon_and_trainer(synthetic_data, dealer, ca
         with ns_daemon(synthetic_data.coco_json, d, imgsz=IMGSZ) as daemon:
             snapshot = ask_status(d)["snapshot"]["segments"]
             unmapped = _raw_attach(dealer, d, 17)
-            with Client(s, socket_dir=d, timeout_s=WAIT_S, as_torch=False) as c:
+            with Client.connect(s, ClientOptions(socket_dir=d, timeout_s=WAIT_S, as_torch=False)) as c:
                 mapped = c._ring.name
                 rows = _ls_rows(capsys)
                 state = (rows[mapped]["kind"], rows[mapped]["daemon"], rows[mapped]["trainer"])
@@ -219,7 +220,7 @@ def test_a_killed_host_daemons_ring_goes_once_its_trainer_moved_to_the_successor
     d = short_socket_dir()
     try:
         with real_daemon(synthetic_data.coco_json, imgsz=IMGSZ, workers=1, socket_dir=d) as (first, _):
-            with Client(s, socket_dir=d, timeout_s=WAIT_S, as_torch=False) as c:
+            with Client.connect(s, ClientOptions(socket_dir=d, timeout_s=WAIT_S, as_torch=False)) as c:
                 it = c.epoch(0)
                 got = [digest_of(next(it))]
                 old = c._ring.name
@@ -236,10 +237,10 @@ def test_a_killed_host_daemons_ring_goes_once_its_trainer_moved_to_the_successor
 
 _HELD_TRAINER = """
 import sys
-from pixpool.client import Client
+from pixpool.client import Client, ClientOptions
 from pixpool.shared.stream.config import AugmentConfig, StreamSettings
 s = StreamSettings(seed=3, batch_size=4, augment=AugmentConfig(imgsz=int(sys.argv[2])))
-with Client(s, socket_dir=sys.argv[1], timeout_s=60, as_torch=False) as c:
+with Client.connect(s, ClientOptions(socket_dir=sys.argv[1], timeout_s=60, as_torch=False)) as c:
     next(iter(c.epoch(0)))
     print(c.delivery, flush=True)
     sys.stdin.read()  # holds its ring until the test kills it
@@ -302,7 +303,9 @@ def test_a_host_trainer_waits_for_a_starting_pid1_daemon_and_it_stops_clean(synt
     try:
         with ns_daemon(synthetic_data.coco_json, d, imgsz=IMGSZ, wait=False) as daemon:
             time.sleep(0.3)  # the shell's gap between `serve ... &` and the trainer's line
-            with Client(s, socket_dir=d, timeout_s=WAIT_S, as_torch=False) as c:  # no wait_s: the mark decides
+            with Client.connect(
+                s, ClientOptions(socket_dir=d, timeout_s=WAIT_S, as_torch=False)
+            ) as c:  # no wait_s: the mark decides
                 got = [digest_of(b) for b in c.epoch(0)]
             assert ask_status(d)["daemon"]["pid"] == 1
             daemon.signal(signal.SIGTERM)

@@ -21,6 +21,7 @@ import pytest
 from helpers.daemon import WAIT_S, ask_status, real_daemon
 from pixpool.cli import main
 from pixpool.client import Client
+from pixpool.client.options import ClientOptions
 from pixpool.shared.stream.config import AugmentConfig, StreamSettings
 from pixpool.shared.transport.names import list_segments
 
@@ -45,7 +46,7 @@ def test_plan_predicts_the_snapshot_and_the_ring_the_daemon_then_holds(synthetic
         assert abs(plan["snapshot_bytes"] - held) <= 0.05 * held, (plan["snapshot_bytes"], held)
         assert train["decoded_bytes"] == snap["decoded_bytes"]
         settings = StreamSettings(seed=1, batch_size=4, augment=AugmentConfig(imgsz=IMGSZ))
-        with Client(settings, socket_dir=d, timeout_s=WAIT_S, as_torch=False) as client:
+        with Client.connect(settings, ClientOptions(socket_dir=d, timeout_s=WAIT_S, as_torch=False)) as client:
             assert client.layout.nbytes == plan["ring_bytes"]
     assert plan["break_even_trainers"] is not None and plan["cache_bytes_per_trainer"] == train["decoded_bytes"]
 

@@ -17,6 +17,7 @@ import msgpack
 from helpers.daemon import WAIT_S, ask_status, digest_of, real_daemon, reference_stream
 from helpers.wire import raw_frame
 from pixpool.client import Client
+from pixpool.client.options import ClientOptions
 from pixpool.shared.stream.config import AugmentConfig, StreamSettings
 from pixpool.shared.wire.trainer import MAX_FRAME_BYTES, MAX_WIRE_BYTES, PROTOCOL_VERSION, REQUEST_OPS, decode, encode
 
@@ -190,7 +191,7 @@ def test_daemon_survives_fuzz_and_serves_correct_stream(synthetic_data, tmp_path
         st = ask_status(d)
         assert st is not None and st["daemon"]["pid"] == proc.pid
         s = _settings(22)
-        with Client(s, socket_dir=d, timeout_s=WAIT_S) as c:
+        with Client.connect(s, ClientOptions(socket_dir=d, timeout_s=WAIT_S)) as c:
             got = [digest_of(b) for b in c.epoch(0)]
         assert got == reference_stream(load_dataset(synthetic_data.coco_json), s, 0)[0]
 
@@ -203,7 +204,7 @@ def test_huge_frame_drops_only_that_peer(synthetic_data, dealer):
         sock.send(b"\x00" * (MAX_WIRE_BYTES + 1))
         assert not sock.poll(500), "no reply: the daemon never reads such a frame"
         assert ask_status(d)["daemon"]["pid"] and proc.is_alive()
-        with Client(_settings(2), socket_dir=d, timeout_s=WAIT_S) as c:
+        with Client.connect(_settings(2), ClientOptions(socket_dir=d, timeout_s=WAIT_S)) as c:
             it = c.epoch(0)
             assert next(it).images.shape[0] > 0
             it.close()

@@ -14,6 +14,7 @@ import pytest
 
 from helpers.daemon import WAIT_S, ask_status, digest_of, real_daemon, reference_stream
 from pixpool.client import Client
+from pixpool.client.options import ClientOptions
 from pixpool.shared.stream.config import AugmentConfig, StreamSettings
 from pixpool.shared.transport.names import shm_path
 from pixpool.shared.transport.ring import DEFAULT_SLOTS, MAX_SLOTS
@@ -42,7 +43,7 @@ def test_parity_and_exactly_once_for_any_worker_count(synthetic_data, dataset, w
     ]
     with real_daemon(synthetic_data.coco_json, imgsz=IMGSZ, workers=workers) as (_, d):
         for s in streams:
-            with Client(s, socket_dir=d, timeout_s=WAIT_S) as c:
+            with Client.connect(s, ClientOptions(socket_dir=d, timeout_s=WAIT_S)) as c:
                 assert c.slots == DEFAULT_SLOTS == MAX_SLOTS == 3
                 for epoch in (0, 1):
                     got, samples = [], []
@@ -80,8 +81,8 @@ def test_ring_per_trainer_is_three_batches_plus_2_mib(coco128):
     s = StreamSettings(seed=0, batch_size=16, augment=AugmentConfig(imgsz=640, copy_paste=0.5, mixup=0.5))
     with (
         real_daemon(data, imgsz=640, workers=2) as (_, d),
-        Client(s, socket_dir=d, timeout_s=WAIT_S) as one,
-        Client(s, socket_dir=d, timeout_s=WAIT_S) as two,
+        Client.connect(s, ClientOptions(socket_dir=d, timeout_s=WAIT_S)) as one,
+        Client.connect(s, ClientOptions(socket_dir=d, timeout_s=WAIT_S)) as two,
     ):
         st = ask_status(d)
         rings = {t["ring"]: t["ring_nbytes"] for t in st["trainers"]}
@@ -103,5 +104,5 @@ def test_a_ring_of_more_than_three_slots_is_refused_by_name(synthetic_data):
     s = StreamSettings(seed=1, batch_size=2, augment=AugmentConfig(imgsz=IMGSZ))
     with real_daemon(synthetic_data.coco_json, imgsz=IMGSZ, workers=1) as (_, d):
         with pytest.raises(ConfigError, match="slots 4 is out of range; use 2 to 3") as err:
-            Client(s, socket_dir=d, timeout_s=WAIT_S, slots=4)
+            Client.connect(s, ClientOptions(socket_dir=d, timeout_s=WAIT_S, slots=4))
         assert err.value.field == "slots"

@@ -29,12 +29,13 @@ def _serve(folder, socket_dir: str, *extra: str) -> subprocess.Popen:
 
 def _what_an_attach_gets(socket_dir: str) -> str:
     from pixpool.client import Client
+    from pixpool.client.options import ClientOptions
     from pixpool.shared.errors import PixpoolError
     from pixpool.shared.stream.config import AugmentConfig, StreamSettings
 
     settings = StreamSettings(batch_size=4, augment=AugmentConfig(mosaic=0.0))
     try:
-        with Client(settings, socket_dir=socket_dir, timeout_s=WAIT_S) as c:
+        with Client.connect(settings, ClientOptions(socket_dir=socket_dir, timeout_s=WAIT_S)) as c:
             return f"attached with {len(c.names)} class names"
     except PixpoolError as exc:  # what the trainer sees is the point
         return f"{type(exc).__name__}: {exc}"

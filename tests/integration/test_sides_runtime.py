@@ -19,6 +19,7 @@ import pytest
 from helpers.daemon import WAIT_S, free_port, real_daemon, reference_stream, short_socket_dir, small_serve_args
 from pixpool.client import Client
 from pixpool.client.child import cli_command, serve_child, stop_child, wait_serving
+from pixpool.client.options import ClientOptions
 from pixpool.server.readers import load_dataset
 from pixpool.server.snapshot.fingerprint import base_name, fingerprint
 from pixpool.shared.errors import CapacityError, ConfigError
@@ -165,7 +166,9 @@ def test_daemon_refusals_arrive_as_their_class(synthetic_data):
     s = StreamSettings(seed=1, batch_size=2, augment=AugmentConfig(imgsz=160))
     with real_daemon(synthetic_data.coco_json, imgsz=160, workers=1, max_total_ring_nbytes=1) as (_, d):
         with pytest.raises(CapacityError, match="exceeds the daemon's ring budget of 1 bytes"):
-            Client(s, socket_dir=d, timeout_s=WAIT_S)
+            Client.connect(s, ClientOptions(socket_dir=d, timeout_s=WAIT_S))
         with pytest.raises(ConfigError, match="asks for imgsz 320 but the daemon serves imgsz 160") as info:
-            Client(StreamSettings(augment=AugmentConfig(imgsz=320)), socket_dir=d, timeout_s=WAIT_S)
+            Client.connect(
+                StreamSettings(augment=AugmentConfig(imgsz=320)), ClientOptions(socket_dir=d, timeout_s=WAIT_S)
+            )
         assert info.value.field == "imgsz"

@@ -25,6 +25,7 @@ from helpers.snapshot import remove_snapshot
 from helpers.users import as_user
 from pixpool.cli import main
 from pixpool.client import Client
+from pixpool.client.options import ClientOptions
 from pixpool.server.readers import load_dataset
 from pixpool.server.snapshot.fingerprint import base_name, candidate_bases, fingerprint
 from pixpool.shared.stream.config import AugmentConfig, StreamSettings
@@ -65,7 +66,7 @@ def _status(proc: subprocess.Popen, log_path: Path, ask) -> dict:
 
 def _one_batch(socket_dir: str | None) -> None:
     settings = StreamSettings(seed=0, batch_size=4, augment=AugmentConfig(imgsz=IMGSZ))
-    with Client(settings, socket_dir=socket_dir, timeout_s=WAIT_S, as_torch=False) as client:
+    with Client.connect(settings, ClientOptions(socket_dir=socket_dir, timeout_s=WAIT_S, as_torch=False)) as client:
         batch = next(client.epoch(0))
         assert batch.images.shape[0] == 4
 

@@ -10,6 +10,7 @@ import psutil
 
 from helpers.daemon import WAIT_S, ask_status, digest_of, real_daemon, reference_stream, wait_for
 from pixpool.client import Client
+from pixpool.client.options import ClientOptions
 from pixpool.server.readers import load_dataset
 from pixpool.shared.stream.config import AugmentConfig, StreamSettings
 
@@ -32,7 +33,7 @@ def test_a_stopped_workers_batch_is_redispatched_and_bytes_are_unchanged(synthet
         d,
     ):
         # A short client timeout: a healthy daemon must deliver well inside it.
-        with Client(s, socket_dir=d, timeout_s=20.0) as c:
+        with Client.connect(s, ClientOptions(socket_dir=d, timeout_s=20.0)) as c:
             it = c.epoch(0)
             got = [digest_of(next(it)) for _ in range(5)]  # enough measured jobs for a deadline
             stopped = _worker_pids(d)[0]
@@ -54,7 +55,7 @@ def test_a_slow_daemon_is_waited_for_past_timeout_s(synthetic_data):
     dataset = load_dataset(synthetic_data.coco_json)
     s = _settings(seed=12)
     with real_daemon(synthetic_data.coco_json, imgsz=IMGSZ, workers=1) as (proc, d):
-        with Client(s, socket_dir=d, timeout_s=1.0, heartbeat_interval_s=0.2, slots=2) as c:
+        with Client.connect(s, ClientOptions(socket_dir=d, timeout_s=1.0, heartbeat_interval_s=0.2, slots=2)) as c:
             it = c.epoch(0)
             got = [digest_of(next(it))]
             (worker,) = _worker_pids(d)
@@ -116,6 +117,6 @@ def test_killing_every_worker_repeatedly_does_not_stop_the_daemon(synthetic_data
             "workers back",
         )
         assert proc.is_alive()
-        with Client(s, socket_dir=d, timeout_s=WAIT_S) as c:
+        with Client.connect(s, ClientOptions(socket_dir=d, timeout_s=WAIT_S)) as c:
             got = [digest_of(b) for b in c.epoch(0)]
         assert got == reference_stream(dataset, s, 0)[0]

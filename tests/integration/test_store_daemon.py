@@ -20,6 +20,7 @@ import pytest
 
 from helpers.daemon import WAIT_S, ask_status, digest_of, prove, real_daemon, reference_stream
 from pixpool.client import Client
+from pixpool.client.options import ClientOptions
 from pixpool.server.readers import load_dataset
 from pixpool.server.snapshot.prepare import PrepareOptions, prepare_snapshot
 from pixpool.shared.errors import CapacityError
@@ -50,7 +51,7 @@ def test_the_daemon_serves_from_the_store_byte_identical_in_place(store, synthet
         st = ask_status(d)
         assert st["daemon"]["store"] == store and st["snapshot"]["store"] == store
         assert set(st["snapshot"]["segments"]) <= set(list_segments(store))
-        with Client(s, socket_dir=d, timeout_s=WAIT_S, as_torch=False) as client:
+        with Client.connect(s, ClientOptions(socket_dir=d, timeout_s=WAIT_S, as_torch=False)) as client:
             assert client.delivery == DELIVERY_SHM and client._ring.store == store
             assert client._ring.name in list_segments(store)
             got = [digest_of(b) for b in client.epoch(0)]
@@ -73,7 +74,9 @@ def test_a_trainer_that_cannot_map_the_store_gets_frames(synthetic_data, dataset
     elsewhere = tmp_path / "not-the-store"
     elsewhere.mkdir()
     with real_daemon(synthetic_data.coco_json, imgsz=IMGSZ, workers=1) as (_, d):
-        with Client(s, socket_dir=d, timeout_s=WAIT_S, as_torch=False, store=elsewhere) as client:
+        with Client.connect(
+            s, ClientOptions(socket_dir=d, timeout_s=WAIT_S, as_torch=False, store=elsewhere)
+        ) as client:
             assert client.delivery == DELIVERY_FRAMES and client._ring is None
             got = [digest_of(b) for b in client.epoch(0)]
             trainer = ask_status(d)["trainers"][0]
@@ -126,7 +129,7 @@ def test_a_dataset_larger_than_a_tmpfs_fails_there_cleanly_and_serves_from_disk(
         with real_daemon(synthetic_data.coco_json, imgsz=IMGSZ * 2, workers=1, store=disk) as (_, d):
             snap_nbytes = sum(ask_status(d)["snapshot"][k] for k in ("image_bytes", "index_bytes", "target_bytes"))
             assert snap_nbytes > 1 << 20, "the dataset must be larger than the tmpfs for this test to mean anything"
-            with Client(s, socket_dir=d, timeout_s=WAIT_S, as_torch=False) as client:
+            with Client.connect(s, ClientOptions(socket_dir=d, timeout_s=WAIT_S, as_torch=False)) as client:
                 assert client.delivery == DELIVERY_SHM
                 got = [digest_of(b) for b in client.epoch(0)]
         assert got == reference_stream(dataset, s, 0)[0]
@@ -141,11 +144,11 @@ def test_a_dataset_larger_than_a_tmpfs_fails_there_cleanly_and_serves_from_disk(
 
 _TRAINER = """
 import json, os, sys
-from pixpool.client import Client
+from pixpool.client import Client, ClientOptions
 from pixpool.shared.stream.config import AugmentConfig, StreamSettings
 from pixpool.shared.stream.digest import batch_digest
 s = StreamSettings(seed=int(sys.argv[2]), batch_size=6, augment=AugmentConfig(imgsz=int(sys.argv[3])))
-with Client(s, socket_dir=sys.argv[1], timeout_s=60, as_torch=False) as c:
+with Client.connect(s, ClientOptions(socket_dir=sys.argv[1], timeout_s=60, as_torch=False)) as c:
     digests = [batch_digest(b.images, b.targets) for b in c.epoch(0)]
     from pixpool.shared.transport.control import request_status
     me = [t for t in request_status("ipc://" + sys.argv[1] + "/daemon.sock", timeout_s=10)["trainers"] if t["trainer_id"] == c._ident[0]][0]

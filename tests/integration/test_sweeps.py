@@ -10,6 +10,7 @@ import pytest
 from helpers.daemon import WAIT_S, ask_status, digest_of, real_daemon, reference_stream, wait_for
 from pixpool.cli import main
 from pixpool.client import Client
+from pixpool.client.options import ClientOptions
 from pixpool.server.readers import load_dataset
 from pixpool.shared.errors import DaemonStopped
 from pixpool.shared.stream.config import AugmentConfig, StreamSettings
@@ -26,7 +27,7 @@ def test_clean_all_keeps_a_live_daemons_segments_and_names_the_holder(synthetic_
     dataset = load_dataset(synthetic_data.coco_json)
     s = _settings()
     with real_daemon(synthetic_data.coco_json, imgsz=IMGSZ, workers=1) as (proc, d):
-        with Client(s, socket_dir=d, timeout_s=WAIT_S) as c:
+        with Client.connect(s, ClientOptions(socket_dir=d, timeout_s=WAIT_S)) as c:
             it = c.epoch(0)
             got = [digest_of(next(it))]
             segments = [*ask_status(d)["snapshot"]["segments"], c._ring.name]
@@ -43,7 +44,7 @@ def test_daemon_stops_cleanly_when_its_snapshot_is_removed(synthetic_data):
     s = _settings()
     with real_daemon(synthetic_data.coco_json, imgsz=IMGSZ, workers=1) as (proc, d):
         snapshot = ask_status(d)["snapshot"]["segments"]
-        with Client(s, socket_dir=d, timeout_s=WAIT_S) as c:
+        with Client.connect(s, ClientOptions(socket_dir=d, timeout_s=WAIT_S)) as c:
             it = c.epoch(0)
             next(it)
             ring = c._ring.name
@@ -63,7 +64,7 @@ def test_a_removed_ring_is_rebuilt_and_the_stream_goes_on(synthetic_data):
     dataset = load_dataset(synthetic_data.coco_json)
     s = _settings()
     with real_daemon(synthetic_data.coco_json, imgsz=IMGSZ, workers=1) as (proc, d):
-        with Client(s, socket_dir=d, timeout_s=WAIT_S, slots=2) as c:
+        with Client.connect(s, ClientOptions(socket_dir=d, timeout_s=WAIT_S, slots=2)) as c:
             it = c.epoch(0)
             got = [digest_of(next(it))]
             old = c._ring.name

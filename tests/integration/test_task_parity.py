@@ -25,6 +25,7 @@ import pytest
 
 from helpers.daemon import WAIT_S, ask_status, digest_of, real_daemon, reference_stream, wait_for
 from pixpool.client import Client
+from pixpool.client.options import ClientOptions
 from pixpool.server.augment import render_batch
 from pixpool.server.readers import load_dataset
 from pixpool.server.snapshot.prepare import PrepareOptions, prepare_snapshot
@@ -169,7 +170,7 @@ def test_daemon_delivers_the_reference_batches_for_any_worker_count(
         for mode in MODES:
             s = _settings(task, mode)
             want = reference(task, mode)
-            with Client(s, socket_dir=d, timeout_s=WAIT_S, as_torch=False) as c:
+            with Client.connect(s, ClientOptions(socket_dir=d, timeout_s=WAIT_S, as_torch=False)) as c:
                 assert c.task == task
                 if task == "pose":
                     assert (c.kpt_shape, c.flip_idx) == ((5, 3), (0, 2, 1, 4, 3))
@@ -218,7 +219,7 @@ def test_coco128_labels_seg_reference_snapshot_and_daemon_agree(coco128_segment,
     assert max(int(w.masks.max()) for ws in want.values() for w in ws) > 10  # dense images really came by
     with real_daemon(coco128_segment, imgsz=IMGSZ, workers=2, task="segment") as (_, d):
         for mode, s in zip(MODES, streams):
-            with Client(s, socket_dir=d, timeout_s=WAIT_S, as_torch=False) as c:
+            with Client.connect(s, ClientOptions(socket_dir=d, timeout_s=WAIT_S, as_torch=False)) as c:
                 batches = c.epoch(0)
                 for b in range(2):
                     got = next(batches)
@@ -325,7 +326,7 @@ def test_worker_killed_mid_part_still_delivers_the_reference_epoch_once(
         task_sets[task], imgsz=IMGSZ, workers=2, task=task, renderer="helpers.stuck_renderer", **options
     ) as (_, d):
         got, samples, victim = [], [], None
-        with Client(s, socket_dir=d, timeout_s=WAIT_S, as_torch=False) as c:
+        with Client.connect(s, ClientOptions(socket_dir=d, timeout_s=WAIT_S, as_torch=False)) as c:
             for b in c.epoch(0):
                 got.append(digest_of(b))
                 samples.append(b.samples.tolist())

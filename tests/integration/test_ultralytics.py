@@ -30,6 +30,7 @@ import yaml
 from helpers.daemon import real_daemon
 from helpers.yolo import PLAIN, results_rows, yolo_train
 from helpers.yolo import detection_trainer as _trainer
+from pixpool.client.options import ClientOptions
 from pixpool.integrations.ultralytics import hyp
 from pixpool.shared.errors import ConfigError
 from pixpool.shared.stream.config import AugmentConfig
@@ -222,7 +223,7 @@ def test_batches_have_ultralytics_layout_and_values(synthetic_copy, offline):
     theirs = _ultralytics_batch(synthetic_copy / "data.yaml", imgsz, batch)
     settings = dataclasses.replace(hyp.stream_settings({**PLAIN, "imgsz": imgsz, "batch": batch}), shuffle=False)
     with real_daemon(synthetic_copy / "data.yaml", imgsz=imgsz, workers=1) as (_, sdir):
-        loader = TrainLoader(Loader(settings, socket_dir=sdir))
+        loader = TrainLoader(Loader(settings, ClientOptions(socket_dir=sdir, zero_copy=False)))
         try:
             mine = next(iter(loader))
             mine = {k: v.clone() if hasattr(v, "clone") else v for k, v in mine.items()}

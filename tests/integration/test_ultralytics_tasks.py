@@ -34,6 +34,7 @@ import torch
 
 from helpers.daemon import real_daemon
 from helpers.yolo import coco128_yaml, results_rows, synth_yaml, yolo_train
+from pixpool.client.options import ClientOptions
 from pixpool.integrations.ultralytics.batches import to_ultralytics
 from pixpool.shared.errors import ConfigError
 from pixpool.shared.task import task_spec
@@ -226,7 +227,7 @@ def _stand_in_stream(task: str, trainer_args, data: dict):
     from pixpool.shared.stream.sampler import num_batches
 
     class Stream:
-        def __init__(self, settings, **_options):
+        def __init__(self, settings, _options=None):
             self.settings = settings
             self.epoch = 0
             self.task = task
@@ -359,7 +360,7 @@ def test_stream_batches_agree_with_ultralytics_loader(task, tmp_path, offline):
     settings = hyp.stream_settings(args, data=check_det_dataset(str(data_yaml)))
     settings = dataclasses.replace(settings, shuffle=False)
     with real_daemon(data_yaml, imgsz=imgsz, workers=1, task=task) as (_, sdir):
-        loader = TrainLoader(Loader(settings, socket_dir=sdir))
+        loader = TrainLoader(Loader(settings, ClientOptions(socket_dir=sdir, zero_copy=False)))
         try:
             assert loader.task == task
             mine = next(iter(loader))

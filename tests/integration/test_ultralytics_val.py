@@ -39,6 +39,7 @@ import torch
 
 from helpers.daemon import real_daemon
 from helpers.yolo import coco128_yaml, synth_yaml
+from pixpool.client.options import ClientOptions
 from pixpool.integrations.ultralytics.val_loader import daemon_val_loader, val_settings
 from pixpool.shared.errors import DatasetMismatchError
 
@@ -95,7 +96,7 @@ def _pixpool_loader(sdir: str, *, rank: int = 0, world_size: int = 1):
         mask_ratio=4,
         overlap_mask=True,
     )
-    return daemon_val_loader(settings, socket_dir=sdir, timeout_s=60)
+    return daemon_val_loader(settings, ClientOptions(socket_dir=sdir, timeout_s=60))
 
 
 def _ultralytics_dataset(data: Path, task: str):

@@ -8,6 +8,7 @@ import pytest
 
 from helpers.daemon import WAIT_S, digest_of, real_daemon, reference_stream
 from pixpool.client import Client
+from pixpool.client.options import ClientOptions
 from pixpool.server.readers import load_dataset
 from pixpool.shared.stream.config import AugmentConfig, StreamSettings
 
@@ -24,7 +25,7 @@ def test_rect_val_batches_equal_the_reference_path(synthetic_data, workers):
     )
     dataset = load_dataset(synthetic_data.data_yaml, split="val")
     with real_daemon(synthetic_data.data_yaml, imgsz=IMGSZ, workers=workers) as (_, d):
-        with Client(settings, socket_dir=d, timeout_s=WAIT_S) as c:
+        with Client.connect(settings, ClientOptions(socket_dir=d, timeout_s=WAIT_S)) as c:
             got, samples = [], []
             for b in c.epoch(0):
                 got.append(digest_of(b))

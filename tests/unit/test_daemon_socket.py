@@ -15,6 +15,7 @@ import pytest
 
 from pixpool.client import daemon_socket
 from pixpool.client.client import Client
+from pixpool.client.options import ClientOptions
 from pixpool.shared.errors import ConfigError, DaemonNotFound, DaemonTimeout
 from pixpool.shared.stream.config import StreamSettings
 
@@ -34,7 +35,7 @@ def sdir() -> Path:
 def _fails_fast(socket_dir: Path) -> DaemonNotFound:
     t0 = time.monotonic()
     with pytest.raises(DaemonNotFound) as err:
-        Client(StreamSettings(), socket_dir=socket_dir, timeout_s=60.0)
+        Client.connect(StreamSettings(), ClientOptions(socket_dir=socket_dir, timeout_s=60.0))
     assert time.monotonic() - t0 < _FAST_S
     message = str(err.value)
     assert str(socket_dir) in message and f"pixpool serve DATA --socket-dir {socket_dir}" in message
@@ -111,7 +112,7 @@ def test_tcp_endpoints_are_not_looked_for_on_disk():
 @pytest.mark.parametrize("bad", [-1, float("nan"), True, "5"])
 def test_wait_s_must_be_seconds(sdir, bad):
     with pytest.raises(ConfigError, match="wait_s"):
-        Client(StreamSettings(), socket_dir=sdir, wait_s=bad)
+        Client.connect(StreamSettings(), ClientOptions(socket_dir=sdir, wait_s=bad))
 
 
 def test_a_daemon_that_listens_but_does_not_answer_is_waited_for_and_named(sdir, monkeypatch, caplog):
@@ -124,7 +125,7 @@ def test_a_daemon_that_listens_but_does_not_answer_is_waited_for_and_named(sdir,
     try:
         with caplog.at_level(logging.WARNING, logger=connection.__name__):
             with pytest.raises(DaemonTimeout, match=f"no reply to attach from a pixpool daemon at ipc://{sdir}"):
-                Client(StreamSettings(), socket_dir=sdir, timeout_s=1.0)
+                Client.connect(StreamSettings(), ClientOptions(socket_dir=sdir, timeout_s=1.0))
     finally:
         silent.close()
     waits = [r.getMessage() for r in caplog.records if "has not answered yet" in r.getMessage()]

@@ -11,6 +11,7 @@ from types import SimpleNamespace
 
 import pytest
 
+from pixpool.client.options import ClientOptions
 from pixpool.client.pass_stream import PassStreams
 from pixpool.shared.errors import SnapshotChangedError
 from pixpool.shared.task import DETECT
@@ -43,7 +44,7 @@ def _opener(fingerprints: list[str]):
 
 def test_a_later_pass_waits_for_a_restart_and_must_find_the_first_snapshot():
     open_stream, opened = _opener(["a" * 64, "a" * 64, "b" * 64])
-    passes = PassStreams(open_stream, wait_s=0.0, restart_wait_s=120.0, follow=False)
+    passes = PassStreams(open_stream, ClientOptions(wait_s=0.0, timeout_s=120.0))
     passes.open().close()
     passes.open().close()
     with pytest.raises(SnapshotChangedError) as err:
@@ -59,7 +60,7 @@ def test_a_later_pass_waits_for_a_restart_and_must_find_the_first_snapshot():
 
 def test_a_run_that_waits_longer_than_its_timeout_waits_that_long_for_a_restart():
     open_stream, opened = _opener(["a" * 64, "a" * 64])
-    passes = PassStreams(open_stream, wait_s=300.0, restart_wait_s=120.0, follow=False)
+    passes = PassStreams(open_stream, ClientOptions(wait_s=300.0, timeout_s=120.0))
     passes.open()
     passes.open()
     assert [wait for wait, _ in opened] == [300.0, 300.0]
@@ -67,7 +68,7 @@ def test_a_run_that_waits_longer_than_its_timeout_waits_that_long_for_a_restart(
 
 def test_follow_snapshot_goes_on_with_the_new_snapshot_and_says_so(caplog):
     open_stream, opened = _opener(["a" * 64, "b" * 64, "b" * 64])
-    passes = PassStreams(open_stream, wait_s=0.0, restart_wait_s=60.0, follow=True)
+    passes = PassStreams(open_stream, ClientOptions(wait_s=0.0, timeout_s=60.0, follow_snapshot=True))
     passes.open()
     with caplog.at_level(logging.WARNING, logger="pixpool.client.pass_stream"):
         assert passes.open() is opened[1][1]

@@ -168,11 +168,12 @@ def test_pixpool_train_validates_on_rect_batches():
     """``pixpool train`` attaches its validation stream with the model's stride (at least 32)."""
     from types import SimpleNamespace
 
+    from pixpool.client.options import ClientOptions
     from pixpool.client.train.fit import _ValStream
     from pixpool.client.train.fit_config import FitConfig
 
     train = SimpleNamespace(settings=SimpleNamespace(rank=1, world_size=2))
-    val = _ValStream(train, None, None, None, FitConfig(), 320, 32, 10.0, data=None)
+    val = _ValStream(train, ClientOptions(timeout_s=10.0), FitConfig(), 320, 32, data=None)
     assert {k: val._kwargs[k] for k in ("split", "rect_stride", "rank", "world_size")} == {
         "split": "val",
         "rect_stride": 32,
