@@ -11,7 +11,7 @@ from ..shared.errors import DaemonTimeout
 from ..shared.text import format_table, human_bytes
 from ..shared.transport import endpoint as ep
 from ..shared.transport.control import request_health, request_status
-from ..shared.transport.names import DEFAULT_STORE
+from ..shared.transport.store import Store
 from ..shared.wire.error_codes import error_from
 from .memory_report import stream_labels
 
@@ -47,7 +47,7 @@ def format_status(st: dict) -> str:
     lines = [
         f"daemon pid {d['pid']} on {d['endpoint']}{' and tcp ' + d['tcp'] if d['tcp'] else ''}, up {d['uptime_s']:.0f} s, protocol {d['protocol']}, {d['worker_restarts']} worker restarts",
         f"snapshot {s.get('name', '?')}: {s['records']} records at imgsz {s['imgsz']}, {s.get('dtype', '?')} "
-        f"({human_bytes(s.get('image_bytes', 0))} of images) in {d.get('store', DEFAULT_STORE)}"
+        f"({human_bytes(s.get('image_bytes', 0))} of images) in {Store.of(d.get('store'))}"
         + (" (re-attached)" if s.get("reused") else ""),
         *[
             f"validation: snapshot {v.get('name', '?')}: {v['records']} records"

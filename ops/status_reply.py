@@ -90,7 +90,7 @@ def build_status(d) -> dict:
     daemon = {
         "pid": d.pid,
         "host": d.host,
-        "store": d.store,
+        "store": str(d.store),
         "pid_ns": d.pid_ns,
         "version": __version__,
         "protocol": PROTOCOL_VERSION,
