@@ -349,7 +349,7 @@ def test_an_index_writer_killed_mid_write_leaves_no_name(dataset_dir, victim_nam
     if pid == 0:  # the writer: dies at its first write
         try:
             os.write = lambda fd, data: os._exit(9)
-            label_index._write_atomic(index, b"x" * 4096, shared_store)
+            label_index._write_atomic(index, b"x" * 4096, Store.of(shared_store))
         finally:
             os._exit(1)
     deadline = time.monotonic() + DEADLINE_S
