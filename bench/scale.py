@@ -457,10 +457,11 @@ def index_check_main(argv: list[str]) -> int:
     import numpy as np
 
     from pixpool.server.snapshot import fs_trust, label_index
-    from pixpool.shared.transport.names import list_segments
+    from pixpool.shared.transport.store import Store
 
-    (name,) = [s for s in list_segments(args.store) if "-lix" in s]
-    index = label_index.read_index(name, args.store)
+    store = Store.of(args.store)
+    (name,) = [s for s in store.segments() if "-lix" in s]
+    index = label_index.read_index(name, store)
     # Every label by its bytes: the same index with its label rows turned to CONTENT.
     paths = index.check_paths.tolist()
     modes = index.check_modes.copy()
@@ -487,7 +488,7 @@ def index_check_main(argv: list[str]) -> int:
 
     before = common.load()
     arms = {
-        "read_s": timed(lambda: label_index.read_index(name, args.store), unchanged=False),
+        "read_s": timed(lambda: label_index.read_index(name, store), unchanged=False),
         "check_s": timed(lambda: label_index.first_change(index)),
         "content_check_s": timed(lambda: label_index.first_change(hashed_index)),
     }

@@ -43,6 +43,8 @@ if str(Path(__file__).resolve().parent) not in sys.path:  # the helpers beside t
     sys.path.insert(0, str(Path(__file__).resolve().parent))
 import _common as common  # noqa: E402
 
+from pixpool.shared.transport.store import Store
+
 
 # -- disk ---------------------------------------------------------------------------------------------
 def _repeated_json(src: Path, repeat: int, out: Path) -> Path:
@@ -147,7 +149,7 @@ def disk_main(argv: list[str]) -> int:
 
 
 # -- locks --------------------------------------------------------------------------------------------
-def _per_call_us(fn, args: list, store: str, n: int) -> float:
+def _per_call_us(fn, args: list, store: Store, n: int) -> float:
     """Microseconds per ``fn(arg, store)`` over ``n`` passes of ``args``, per pass."""
     t0 = time.perf_counter()
     for _ in range(n):
@@ -174,7 +176,7 @@ def locks_main(argv: list[str]) -> int:
             shm._held_or_gone = lambda *a, **k: None
         try:
             attach = lambda n, s: shm.SharedSegment.attach(n, store=s).close()  # noqa: E731
-            return _per_call_us(attach, names, args.store, args.attaches)
+            return _per_call_us(attach, names, Store.of(args.store), args.attaches)
         finally:
             shm._held_or_gone = real
 
@@ -186,8 +188,8 @@ def locks_main(argv: list[str]) -> int:
             arms = {"locked": lambda: attaches(True), "unlocked": lambda: attaches(False)}
             got = common.rounds(arms, args.rounds, warmup=True)
             # Every probe here is refused: this process's own handle holds the snapshot.
-            probe_us = _per_call_us(holds.holds_of, names, args.store, args.attaches) / len(names)
-            refused = _per_call_us(lambda n, s: holds.remove_unused([n], s), names, args.store, args.attaches)
+            probe_us = _per_call_us(holds.holds_of, names, Store.of(args.store), args.attaches) / len(names)
+            refused = _per_call_us(lambda n, s: holds.remove_unused([n], s), names, Store.of(args.store), args.attaches)
     refused_us = refused / len(names)
     med = {a: statistics.median(v) for a, v in got.items()}
     common.dump({
@@ -206,7 +208,7 @@ _PAYLOAD = os.urandom(64 * 1024)
 _BASE_KEY = "00112233aabbccdd"
 
 
-def _old_open(name: str, store: str) -> None:
+def _old_open(name: str, store: Store) -> None:
     from pixpool.shared.transport.trusted import check_trusted
 
     fd = os.open(os.path.join(store, name), os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW)
@@ -216,13 +218,13 @@ def _old_open(name: str, store: str) -> None:
         os.close(fd)
 
 
-def _new_open(name: str, store: str) -> None:
+def _new_open(name: str, store: Store) -> None:
     from pixpool.shared.transport.trusted import open_trusted
 
     os.close(open_trusted(name, store=store))
 
 
-def _old_holds(name: str, store: str) -> None:
+def _old_holds(name: str, store: Store) -> None:
     from pixpool.shared.transport import holds
 
     fd = os.open(os.path.join(store, name), os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
@@ -236,28 +238,28 @@ def _old_holds(name: str, store: str) -> None:
         os.close(fd)
 
 
-def _new_holds(name: str, store: str) -> None:
+def _new_holds(name: str, store: Store) -> None:
     from pixpool.shared.transport.holds import holds_of
 
     holds_of(name, store)
 
 
-def _old_unit(base: str, store: str) -> None:
-    from pixpool.shared.transport.names import SNAPSHOT_PARTS, list_segments, parse
+def _old_unit(base: str, store: Store) -> None:
+    from pixpool.shared.transport.names import SNAPSHOT_PARTS, parse
 
-    for seg in list_segments(store):
+    for seg in store.segments():
         if seg.startswith(f"{base}-"):
             parsed = parse(seg)
             _ = parsed is not None and parsed.group == base and parsed.part not in SNAPSHOT_PARTS
 
 
-def _new_unit(base: str, store: str) -> None:
+def _new_unit(base: str, store: Store) -> None:
     from pixpool.server.snapshot.unit import label_indexes
 
     label_indexes(base, store)
 
 
-def _old_publish(name: str, store: str) -> None:
+def _old_publish(name: str, store: Store) -> None:
     final = os.path.join(store, name)
     tmp = f"{final}.tmp{os.getpid()}"
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
@@ -268,7 +270,7 @@ def _old_publish(name: str, store: str) -> None:
     os.replace(tmp, final)
 
 
-def _new_publish(name: str, store: str) -> None:
+def _new_publish(name: str, store: Store) -> None:
     from pixpool.shared.transport.publish import publish_bytes
 
     publish_bytes(name, _PAYLOAD, store)
@@ -299,7 +301,8 @@ def open_checks_main(argv: list[str]) -> int:
     p.add_argument("--calls", type=int, default=2000, help="calls per arm and round (publish: a tenth)")
     p.add_argument("--parent", default="/dev/shm", help="where the private store folder is made")
     args = p.parse_args(argv)
-    store, segment, base, target = _make_store(args.parent)
+    folder, segment, base, target = _make_store(args.parent)
+    store = Store.of(folder)
     pairs = {
         "open": (_old_open, _new_open, segment),
         "holds": (_old_holds, _new_holds, segment),
@@ -318,7 +321,7 @@ def open_checks_main(argv: list[str]) -> int:
                 "paired_diff_us": round(statistics.median(a - b for a, b in zip(got["after"], got["before"])), 2),
             }
     finally:
-        shutil.rmtree(store, ignore_errors=True)
+        shutil.rmtree(folder, ignore_errors=True)
     common.dump({"command": args.command, **out, "load": [before, common.load()]})
     return 0
 

@@ -84,8 +84,9 @@ def _demo(workdir: Path, args: argparse.Namespace) -> int:
     from ..shared.errors import DaemonStopped, DaemonTimeout
     from ..shared.stream.config import AugmentConfig, DaemonConfig, StreamSettings
     from ..shared.stream.flags import to_argv
-    from ..shared.transport.names import DEFAULT_STORE, list_segments, ring_prefix
+    from ..shared.transport.names import ring_prefix
     from ..shared.transport.spawn import spawn_context
+    from ..shared.transport.store import DEFAULT
 
     require_torch("pixpool demo (its trainers)")
     data_dir = workdir / "data"
@@ -100,7 +101,7 @@ def _demo(workdir: Path, args: argparse.Namespace) -> int:
         f"[1/5] synthetic dataset: {args.num_images} images, {len(names)} classes -> {data_dir / 'data.yaml'}",
         flush=True,
     )
-    before = set(list_segments())
+    before = set(DEFAULT.segments())
     serve = to_argv(DaemonConfig(data=str(data_dir / "data.yaml"), imgsz=args.imgsz, workers=args.workers))
     ok = True
     projects = {}
@@ -199,13 +200,11 @@ def _demo(workdir: Path, args: argparse.Namespace) -> int:
                     p.join(5.0)
     # Only what this demo's daemon made: its snapshot (unless it existed already) and its rings.
     mine = (ring_prefix(daemon.pid), *snapshot_names)
-    left = sorted(n for n in set(list_segments()) - before if n.startswith(mine))
+    left = sorted(n for n in set(DEFAULT.segments()) - before if n.startswith(mine))
     if left:
         print(f"[5/5] daemon stopped, but segments remain: {left} (run `pixpool clean`)", file=sys.stderr)
         return 1
-    print(
-        f"[5/5] daemon stopped (exit code {daemon.returncode}); no pixpool segment left in {DEFAULT_STORE}", flush=True
-    )
+    print(f"[5/5] daemon stopped (exit code {daemon.returncode}); no pixpool segment left in {DEFAULT}", flush=True)
     return 0 if ok and daemon.returncode == 0 else 1
 
 

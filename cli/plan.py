@@ -44,14 +44,13 @@ def run(args: argparse.Namespace) -> int:
     from ..server.snapshot.planning import format_plan, read_header_sizes, serve_plan
     from ..shared.errors import ConfigError
     from ..shared.stream.config import StreamSettings
-    from ..shared.transport.store import check_store
 
     config = from_args(DaemonConfig, args)
     for flag, value in (("trainers", args.trainers), ("batch_size", args.batch_size), ("val_batch_size", args.val_batch_size)):  # fmt: skip
         if value < 1:
             raise ConfigError.for_field(flag, value, "must be 1 or more")
     StreamSettings(batch_size=args.batch_size)  # its own bounds
-    store = check_store(config.store)
+    store = config.segment_store.checked()
     t0 = time.perf_counter()
     datasets: dict = {}
     warned: set = set()

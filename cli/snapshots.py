@@ -33,6 +33,10 @@ from __future__ import annotations
 import argparse
 import json
 import os
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from ..shared.transport.store import Store
 
 
 def configure(parser: argparse.ArgumentParser, name: str) -> None:
@@ -63,9 +67,9 @@ def configure(parser: argparse.ArgumentParser, name: str) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..shared.transport.store import check_store
+    from ..shared.transport.store import Store
 
-    args.store = check_store(args.store)
+    args.store = Store.of(args.store).checked()
     return _ls(args) if args.command == "ls" else _clean(args)
 
 
@@ -153,48 +157,46 @@ def _describe(pid: int) -> str:
         return f"pid {pid}"
 
 
-def _holds(segments: list[str], store: str) -> dict:
+def _holds(segments: list[str], store: Store) -> dict:
     from ..shared.transport.holds import holds_of
 
     return {s: holds_of(s, store) for s in segments}
 
 
-def _own_segments(store: str) -> tuple[list[str], dict[int, int]]:
+def _own_segments(store: Store) -> tuple[list[str], dict[int, int]]:
     """(the caller's segment files, {other uid: count}): by ``lstat``, so nothing is opened or
     followed; what is no regular file is nobody's segment and is left out (``ignored``)."""
     import stat
 
-    from ..shared.transport.names import list_segments, shm_path
-
-    segments = list_segments(store)
+    segments = store.segments()
     owners = {}
     for seg in segments:
         try:
-            st = os.lstat(shm_path(seg, store))
+            st = os.lstat(store.path(seg))
         except FileNotFoundError:
             continue
         owners[seg] = st.st_uid if stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid() else None
     return split_by_owner(segments, owners, os.geteuid())
 
 
-def ignored(store: str) -> dict[str, str]:
+def ignored(store: Store) -> dict[str, str]:
     """name -> why, for every file under the caller's names that is no segment of the caller's:
     another user's file, a FIFO, a directory or a link planted there, and a file under a label
     index's name that is no index of that snapshot (``snapshot/unit.py``). Nothing is opened
     but the caller's own regular files."""
     from ..server.snapshot import unit
     from ..shared.errors import UntrustedSegmentError
-    from ..shared.transport.names import list_segments, parse, shm_path, user_prefix
+    from ..shared.transport.names import parse, user_prefix
     from ..shared.transport.trusted import check_trusted
 
     me, mine = os.geteuid(), user_prefix()
     out, bases = {}, set()
-    for seg in list_segments(store):
+    for seg in store.segments():
         parsed = parse(seg)
         if not seg.startswith(mine) or (parsed is not None and parsed.uid != os.geteuid()):
             continue  # another user's name: counted by others_note, theirs to look after
         try:
-            check_trusted(seg, os.lstat(shm_path(seg, store)), store=store, any_mode=True)
+            check_trusted(seg, os.lstat(store.path(seg)), store=store, any_mode=True)
         except FileNotFoundError:
             continue
         except UntrustedSegmentError as exc:
@@ -252,10 +254,10 @@ def _ls(args: argparse.Namespace) -> int:
     return 0
 
 
-def ring_rows(segments: list[str], holds: dict, users: dict[str, set[int]], store: str) -> list[dict]:
+def ring_rows(segments: list[str], holds: dict, users: dict[str, set[int]], store: Store) -> list[dict]:
     """``ls`` rows of the rings among ``segments``: the daemon alive or dead and the trainer
     attached or not, by their locks (``holds``); pids as this namespace sees them."""
-    from ..shared.transport.names import parse, shm_path
+    from ..shared.transport.names import parse
 
     rows = []
     for seg in segments:
@@ -263,7 +265,7 @@ def ring_rows(segments: list[str], holds: dict, users: dict[str, set[int]], stor
         if parsed is None or parsed.kind != "ring" or held is None:
             continue
         try:
-            nbytes = os.stat(shm_path(seg, store)).st_size
+            nbytes = os.stat(store.path(seg)).st_size
         except FileNotFoundError:
             continue
         rows.append({"kind": "ring", "name": seg, "nbytes": nbytes, "daemon": "alive" if held.creator else "dead",
@@ -272,10 +274,10 @@ def ring_rows(segments: list[str], holds: dict, users: dict[str, set[int]], stor
     return rows
 
 
-def debris_rows(segments: list[str], holds: dict, store: str) -> list[dict]:
+def debris_rows(segments: list[str], holds: dict, store: Store) -> list[dict]:
     """``ls`` rows of the temporary files among ``segments`` (``shared.transport.publish``): one
     nobody holds is a killed writer's, and ``clean`` removes it."""
-    from ..shared.transport.names import parse, shm_path
+    from ..shared.transport.names import parse
 
     rows = []
     for seg in segments:
@@ -283,7 +285,7 @@ def debris_rows(segments: list[str], holds: dict, store: str) -> list[dict]:
         if parsed is None or parsed.kind != "debris":
             continue
         try:
-            nbytes = os.lstat(shm_path(seg, store)).st_size
+            nbytes = os.lstat(store.path(seg)).st_size
         except FileNotFoundError:
             continue
         in_use = held is not None and held.in_use
@@ -321,7 +323,7 @@ def _in_use_text(row: dict) -> str:
     return "another PID namespace" if row["in_use"] else "-"
 
 
-def _stray_units(segments: list[str], store: str) -> dict[str, str]:
+def _stray_units(segments: list[str], store: Store) -> dict[str, str]:
     """segment -> itself, for the caller's files under a label index's name that are no index of
     that snapshot (``snapshot/unit.py``): each goes, or stays, on its own, never with the snapshot."""
     from ..server.snapshot import unit

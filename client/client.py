@@ -83,6 +83,7 @@ from ..shared.stream.served_data import check_served
 from ..shared.task import BASE_COLUMNS, TaskSpec
 from ..shared.transport import endpoint as ep
 from ..shared.transport.procmem import pid_namespace
+from ..shared.transport.store import Store
 from ..shared.wire.trainer import DELIVERY_FRAMES, DELIVERY_SHM, attached_task
 from .connection import KEEP_WAITING, Connection, Lost
 from .daemon_socket import await_daemon
@@ -122,7 +123,7 @@ class Client:
         # ``store``: where this process sees the daemon's store (a container may mount it
         # elsewhere); default the path the daemon names. Over ipc the client always tries
         # to map its ring; over TCP only when told where the store is.
-        self.store = os.fspath(options.store) if options.store is not None else None
+        self.store = Store.of(options.store) if options.store is not None else None
         self._asked = DELIVERY_SHM if (not self.remote or self.store is not None) else DELIVERY_FRAMES
         self.delivery = self._asked  # what the daemon granted, once attached
         self.keys_dir = options.keys_dir

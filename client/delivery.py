@@ -26,6 +26,7 @@ import numpy as np
 
 from ..shared.errors import PixpoolError, ProtocolError
 from ..shared.transport.ring import Ring, RingLayout
+from ..shared.transport.store import Store
 from ..shared.wire.trainer import DELIVERY_FRAMES, DELIVERY_SHM
 from .connection import KEEP_WAITING, Connection, Peer
 
@@ -99,11 +100,11 @@ def delivery_for(endpoint: str) -> str:
     return DELIVERY_FRAMES if endpoint.startswith("tcp://") else DELIVERY_SHM
 
 
-def map_ring(attached: dict, store: str | None = None) -> tuple[Ring | None, str]:
+def map_ring(attached: dict, store: Store | None = None) -> tuple[Ring | None, str]:
     """(the mapped ring, its nonce) for an ``attached`` reply, looking in ``store`` (the path
     this process sees the daemon's store under; default the daemon's own path); (None, "")
     where this process cannot map it (another machine, another /dev/shm, another user)."""
-    where = store or attached["store"]
+    where = store if store is not None else Store.of(attached["store"])
     try:
         ring = Ring.attach(attached["ring"], store=where, trainer=True)
     except (OSError, PixpoolError) as exc:
@@ -128,7 +129,7 @@ def open_reader(attached: dict, delivery: str, ring: Ring | None) -> SlotReader 
     return FrameReader(layout)
 
 
-def prove(conn: Connection, attached: dict, *, asked: str, store: str | None, deadline: float, peer: Peer):
+def prove(conn: Connection, attached: dict, *, asked: str, store: Store | None, deadline: float, peer: Peer):
     """(granted delivery, mapped ring or None): the locality handshake for an ``attached``
     reply. A trainer that asked for frames proves nothing; one that cannot map its ring
     sends an empty nonce and gets frames."""

@@ -14,8 +14,9 @@ import os
 
 from ..shared.text import format_table, human_bytes
 from ..shared.transport import store as _store
-from ..shared.transport.names import DEFAULT_STORE, parse, shm_path
+from ..shared.transport.names import parse
 from ..shared.transport.procmem import ProcessMemory
+from ..shared.transport.store import Store
 
 
 # -- snapshot bytes ----------------------------------------------------------------------
@@ -31,11 +32,11 @@ def snapshot_bytes(snapshot) -> dict:
     and ``keypoint_bytes`` say how much of ``target_bytes`` (measured) the polygons and the
     keypoints take (from the snapshot's section layout), and ``task`` what it was prepared for.
     """
-    store = getattr(snapshot, "store", None) or DEFAULT_STORE
+    store = Store.of(getattr(snapshot, "store", None))
     memory = _store.is_memory(store)
     sizes, resident = {}, 0
     for name in snapshot.segment_names:
-        path = shm_path(name, store)
+        path = store.path(name)
         st = os.stat(path)
         sizes[name] = st.st_size
         resident += st.st_blocks * 512 if memory else _store.resident_nbytes(path)
@@ -53,7 +54,7 @@ def snapshot_bytes(snapshot) -> dict:
         "decoded_bytes": decoded,
         "ratio": part["img"] / decoded if decoded else float("nan"),
         "dtype": snapshot.dtype,
-        "store": store,
+        "store": str(store),
         "memory": memory,
         "resident_bytes": resident,
     }

@@ -40,8 +40,9 @@ from collections.abc import Sequence
 
 from ..shared.break_even import break_even
 from ..shared.transport import store as _store
-from ..shared.transport.names import DEFAULT_STORE, list_segments, parse, shm_path
+from ..shared.transport.names import parse
 from ..shared.transport.procmem import process_memory
+from ..shared.transport.store import Store
 from ..shared.wire.status import Status, TrainerStatus
 from ..shared.wire.trainer import DELIVERY_SHM
 
@@ -56,14 +57,13 @@ __all__ = [
 ]
 
 
-def segment_figures(store: str | None = None) -> dict[str, dict[str, int]]:
+def segment_figures(store: Store) -> dict[str, dict[str, int]]:
     """Every pixpool segment file in ``store``: name -> {bytes (file size), allocated_bytes
     (its blocks), resident_bytes (in memory; module docstring)}."""
-    store = store or DEFAULT_STORE
     memory = _store.is_memory(store)
     out = {}
-    for name in list_segments(store):
-        path = shm_path(name, store)
+    for name in store.segments():
+        path = store.path(name)
         try:
             st = os.stat(path)
             resident = st.st_blocks * 512 if memory else _store.resident_nbytes(path)
@@ -123,11 +123,11 @@ def _served_sum(status: Status, key: str) -> int:
     return sum(int(getattr(info, key) or 0) for info in by_name.values())
 
 
-def memory_report(status: Status, *, store: str | None = None) -> dict:
+def memory_report(status: Status, *, store: str | Store | None = None) -> dict:
     """The measured figures (see module docstring and ``docs/memory.md``). ``store``: where
     this process sees the daemon's store (default the path the daemon reports)."""
     snap = status.snapshot
-    store = store or status.daemon.store or DEFAULT_STORE
+    store = Store.of(store or status.daemon.store)
     segs = segment_figures(store)
     served = snapshot_segments(status)
     snapshot_segs = [s for s in served if s in segs]

@@ -11,7 +11,7 @@ from ..shared.errors import DaemonTimeout
 from ..shared.text import format_table, human_bytes
 from ..shared.transport import endpoint as ep
 from ..shared.transport.control import request_health, request_status
-from ..shared.transport.names import DEFAULT_STORE
+from ..shared.transport.store import Store
 from ..shared.wire.error_codes import error_from
 from ..shared.wire.status import Health, Status
 from .memory_report import stream_labels
@@ -52,7 +52,7 @@ def format_status(st: Status) -> str:
     lines = [
         f"daemon pid {d.pid} on {d.endpoint}{' and tcp ' + d.tcp if d.tcp else ''}, up {d.uptime_s:.0f} s, protocol {d.protocol}, {d.worker_restarts} worker restarts",
         f"snapshot {_or_unknown(s.name)}: {s.records} records at imgsz {s.imgsz}, {_or_unknown(s.dtype)} "
-        f"({human_bytes(s.image_bytes or 0)} of images) in {d.store if d.store is not None else DEFAULT_STORE}"
+        f"({human_bytes(s.image_bytes or 0)} of images) in {Store.of(d.store)}"
         + (" (re-attached)" if s.reused else ""),
         *[
             f"validation: snapshot {_or_unknown(v.name)}: {v.records} records"

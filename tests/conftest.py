@@ -19,8 +19,8 @@ import pytest
 import zmq
 
 from helpers.snapshot import remove_snapshot
-from pixpool.shared.transport.names import list_segments
 from pixpool.shared.transport.shm import unlink_segment
+from pixpool.shared.transport.store import DEFAULT, Store
 
 SHARED_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 # PIXPOOL_COCO128 names another copy (bench/coco128.py builds one from its two downloads).
@@ -36,7 +36,7 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 def pytest_sessionstart(session: pytest.Session) -> None:
-    _segments_before.update(list_segments())
+    _segments_before.update(DEFAULT.segments())
 
 
 def _is_resource_tracker(proc: psutil.Process) -> bool:
@@ -74,7 +74,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     users = segment_users()  # which of the holders are this run's (it sees its own namespace)
     # A segment a process outside this run holds belongs to someone else (another test run
     # on the same machine, in whatever PID namespace): neither blamed on this run nor removed.
-    leaked = sorted(n for n in set(list_segments()) - _segments_before if not _someone_elses(n, ours, users))
+    leaked = sorted(n for n in set(DEFAULT.segments()) - _segments_before if not _someone_elses(n, ours, users))
     problems = []
     if leaked:
         problems.append(f"shared-memory segments left in /dev/shm: {leaked}")
@@ -209,7 +209,7 @@ def store(request):
     path = os.path.realpath(tempfile.mkdtemp(prefix="pxstore-", dir=parent))
     try:
         yield path
-        left = list_segments(path)
+        left = Store.of(path).segments()
         assert not left, f"segments left in the disk store {path}: {left}"
     finally:
         shutil.rmtree(path, ignore_errors=True)

@@ -27,7 +27,7 @@ from ...shared.stream.flags import flag_of
 from ...shared.stream.rect_plan import slot_side
 from ...shared.stream.route import Route
 from ...shared.transport.ring import MAX_SLOTS, MIN_SLOTS, RingLayout, mask_dtype_for
-from ...shared.transport.store import DEFAULT_STORE, free_nbytes
+from ...shared.transport.store import DEFAULT, Store, free_nbytes
 from ...shared.wire.trainer import DELIVERIES, DELIVERY_FRAMES, DELIVERY_SHM
 
 __all__ = [
@@ -189,13 +189,13 @@ def task_layout(source, settings: StreamSettings, *, max_targets: int) -> dict:
     return {"target_width": width, "mask_side": side, "mask_dtype": mask_dtype_for(per_sample)}
 
 
-def default_ring_budget(store: str = DEFAULT_STORE) -> int:
+def default_ring_budget(store: Store = DEFAULT) -> int:
     """Rings live in the store beside the snapshot: by default all of them together may take
     at most half of what the store has free when the daemon starts."""
     return free_nbytes(store) // 2
 
 
-def ring_budget(config: DaemonConfig, store: str) -> tuple[int, str]:
+def ring_budget(config: DaemonConfig, store: Store) -> tuple[int, str]:
     """(bytes all rings together may take, where that figure came from: the flag, or half of
     the store's free space at start), the second for a refusal to say."""
     if config.max_total_ring_nbytes:

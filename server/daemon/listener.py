@@ -121,7 +121,7 @@ class Listener:
         self._lock_fd = lock_fd
         os.ftruncate(lock_fd, 0)
         os.pwrite(lock_fd, f"{os.getpid()}\n".encode(), 0)
-        sweep_rings(self.config.store)  # what a killed daemon (this directory's or another's) left
+        sweep_rings(self.config.segment_store)  # what a killed daemon (this directory's or another's) left
         if _exists_in(dir_fd, ep.SOCKET_NAME):
             if request_status(f"ipc://{path}", timeout_s=0.5, ctx=self._ctx) is not None:
                 raise ConfigError(f"another pixpool daemon already serves {path}; stop it or use another --socket-dir")

@@ -17,8 +17,9 @@ import logging
 import os
 import threading
 
-from ...shared.transport.names import DEFAULT_STORE, shm_path
+from ...shared.transport.names import DEFAULT_STORE
 from ...shared.transport.procmem import process_memory
+from ...shared.transport.store import Store
 from ...shared.wire.status import Status
 
 log = logging.getLogger(__name__)
@@ -88,7 +89,7 @@ class _Collector:
         if st is None:
             return
         snap = st.snapshot
-        store = st.daemon.store or DEFAULT_STORE
+        store = Store.of(st.daemon.store)
         # The dtype label lets a dashboard name the pixel type it plots (uint8 by default,
         # float32 when asked for), not assume one.
         seg = GaugeMetricFamily(
@@ -99,7 +100,7 @@ class _Collector:
         dtype_of = {n: info.dtype or "?" for info in st.served.values() for n in info.segments or ()}
         for name in sorted(dtype_of):
             try:
-                seg.add_metric([name, dtype_of[name]], os.stat(shm_path(name, store)).st_size)
+                seg.add_metric([name, dtype_of[name]], os.stat(store.path(name)).st_size)
             except FileNotFoundError:
                 continue
         yield seg

@@ -16,20 +16,19 @@ import os
 from ...shared.errors import ConfigError
 from ...shared.stream.config import DaemonConfig
 from ...shared.transport import endpoint as ep
-from ...shared.transport.store import check_store
 from .listener import LOCK_NAME
 
 __all__ = ["preflight"]
 
 
 def preflight(config: DaemonConfig) -> DaemonConfig:
-    """ConfigError for a store pixpool may not use (``shared.store.check_store``), a socket
+    """ConfigError for a store pixpool may not use (``Store.checked``), a socket
     directory others can enter or another daemon serves, an over-long ipc path, a bad TCP
     address or unusable CURVE keys; creates the socket directory (mode 0700). Returns the
     config with the store's canonical path. ``Listener.open`` decides again at bind time
     (another daemon may start in between); this only makes the common mistakes fail before
     any decoding."""
-    config = dataclasses.replace(config, store=check_store(config.store))
+    config = dataclasses.replace(config, store=config.segment_store.checked().directory)
     path = ep.socket_path(config.socket_dir, create=True)
     if config.tcp is not None:
         ep.parse_tcp(config.tcp)

@@ -178,7 +178,9 @@ def _check_room(config: DaemonConfig, opened: dict) -> dict:
     datasets = {split: o.dataset for split, o in opened.items() if o.dataset is not None}
     attached = {split: o.indexed[1] for split, o in opened.items() if o.indexed is not None}
     sizes_hw = read_header_sizes(datasets.values(), processes=config.processes)
-    plan = serve_plan(datasets, sizes_hw, imgsz=config.imgsz, dtype=config.dtype, store=config.store, attached=attached)
+    plan = serve_plan(
+        datasets, sizes_hw, imgsz=config.imgsz, dtype=config.dtype, store=config.segment_store, attached=attached
+    )
     log.info("%s", plan_line(plan))
     check_room(plan)
     if not plan.fits:
@@ -255,7 +257,7 @@ def _info(loaded: LoadedSplit) -> dict:
         # Its label indexes too: bytes the store retains for it (invariant 8), removed with it.
         "segments": [*snap.segment_names, *label_indexes(snap.name, snap.store)],
         "dtype": snap.dtype,
-        "store": snap.store,
+        "store": str(snap.store),
         "image_bytes": int(nbytes["img"]),
         "index_bytes": int(nbytes["meta"]),
         "target_bytes": int(nbytes["tgt"]),

@@ -44,7 +44,6 @@ from ...shared.stream.config import DaemonConfig, StreamSettings
 from ...shared.stream.path_table import PathTable
 from ...shared.transport.procmem import pid_namespace
 from ...shared.transport.spawn import spawn_context
-from ...shared.transport.store import check_store
 from ...shared.wire.error_codes import error_frame, error_frame_for
 from ...shared.wire.status import TRAINERS_BUDGET_BYTES, DaemonStatus, Health, SnapshotStatus, Status
 from ...shared.wire.trainer import PROTOCOL_VERSION, RECORDS_PAGE, RECORDS_PAGE_BYTES, Op, decode, encode_reply
@@ -95,7 +94,7 @@ class Daemon:
         # split's in one PathTable (a COCO-sized set's 118k paths as one buffer, not 118k strings).
         self.files = {k: _table(v) for k, v in dict(files).items()} if per_split else {"train": _table(files)}
         self.names = list(names)
-        self.store = check_store(config.store)  # where the rings go (the snapshot's handle knows its own)
+        self.store = config.segment_store.checked()  # where the rings go (the snapshot's handle knows its own)
         self.ring_budget_nbytes, self.ring_budget_from = admission.ring_budget(config, self.store)
         # Snapshots' bytes (a source that is no Snapshot counts 0); one snapshot serving both
         # splits (same images) counts once.
@@ -402,7 +401,7 @@ class Daemon:
                 task=spec.name,
                 kpt_shape=None if spec.kpt_shape is None else list(spec.kpt_shape),
                 flip_idx=None if spec.flip_idx is None else list(spec.flip_idx),
-                store=self.store,
+                store=str(self.store),
                 pid_ns=self.pid_ns,
                 snapshot=self._identity(settings.split, source),
             ),
@@ -569,7 +568,7 @@ class Daemon:
         daemon = DaemonStatus(
             pid=self.pid,
             host=self.host,
-            store=self.store,
+            store=str(self.store),
             pid_ns=self.pid_ns,
             version=__version__,
             protocol=PROTOCOL_VERSION,

@@ -34,6 +34,7 @@ from ...shared.stream.config import StreamSettings
 from ...shared.transport.names import new_ring_token, ring_segment
 from ...shared.transport.procmem import pid_namespace
 from ...shared.transport.ring import Ring, RingLayout
+from ...shared.transport.store import DEFAULT, Store
 from ...shared.wire.status import TrainerStatus
 from ...shared.wire.trainer import DELIVERY_FRAMES, DELIVERY_SHM
 from .scheduler import Scheduler
@@ -103,7 +104,7 @@ class Sessions:
         *,
         heartbeat_timeout_s: float,
         on_detach: Callable[[str], None],
-        store: str | None = None,
+        store: Store = DEFAULT,
     ):
         self.daemon_pid = daemon_pid
         self.store = store

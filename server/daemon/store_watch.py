@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import logging
 
-from ...shared.transport.store import DEFAULT_STORE, free_nbytes, size_nbytes
+from ...shared.transport.store import DEFAULT, Store, free_nbytes, size_nbytes
 
 __all__ = ["StoreWatch"]
 
@@ -20,7 +20,7 @@ class StoreWatch:
     The default threshold is a tenth of the store's size: below it, the next preparation or
     ring may be refused and other programs using that file system may fail."""
 
-    def __init__(self, warn_free_nbytes: int | None, store: str = DEFAULT_STORE):
+    def __init__(self, warn_free_nbytes: int | None, store: Store = DEFAULT):
         self.store = store
         self.size_nbytes = size_nbytes(store)
         self.warn_free_nbytes = self.size_nbytes // 10 if warn_free_nbytes is None else warn_free_nbytes

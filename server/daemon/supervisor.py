@@ -45,6 +45,7 @@ from typing import Any, Callable
 import zmq
 
 from ...shared.errors import ProtocolError
+from ...shared.transport.store import DEFAULT, Store
 from ...shared.wire.status import WorkerStatus
 from ...shared.wire.worker_pipe import PipeOp, decode_pipe, pipe_frame
 from .scheduler import Job, Scheduler
@@ -96,9 +97,7 @@ class WorkerHandle:
         return True
 
 
-def spawn_worker(
-    ctx, index: int, sources: dict[str, Any], renderer_name: str, store: str | None = None
-) -> WorkerHandle:
+def spawn_worker(ctx, index: int, sources: dict[str, Any], renderer_name: str, store: Store = DEFAULT) -> WorkerHandle:
     """Start one worker with the spawn context; it says hello when ready. ``store``: where
     the daemon's rings are (``shared.transport.store``)."""
     parent_conn, child_conn = ctx.Pipe(duplex=True)
@@ -156,7 +155,7 @@ class Supervisor:
         on_failed: Callable[[Job, int, str], None],
         straggler_factor: float = 8.0,
         straggler_min_s: float = 5.0,
-        store: str | None = None,
+        store: Store = DEFAULT,
     ):
         self._mp = mp_ctx
         self.store = store

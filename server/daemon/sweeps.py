@@ -12,6 +12,8 @@ from __future__ import annotations
 import logging
 import os
 
+from ...shared.transport.store import DEFAULT, Store
+
 __all__ = ["SWEEP_EVERY_S", "sweep_rings", "sweep_store"]
 
 log = logging.getLogger(__name__)
@@ -22,17 +24,17 @@ log = logging.getLogger(__name__)
 SWEEP_EVERY_S = 5.0
 
 
-def sweep_rings(store: str | None = None) -> list[str]:
+def sweep_rings(store: Store = DEFAULT) -> list[str]:
     """Remove this user's batch rings that no process holds (``shared.holds.remove_unused``):
     a live daemon holds every ring it serves and a trainer the ring it reads, in any PID
     namespace, so a ring nobody holds is a dead daemon's leftover. Returns the names removed."""
     from ...shared.transport.holds import remove_unused
-    from ...shared.transport.names import list_segments, parse
+    from ...shared.transport.names import parse
     from ...shared.transport.trusted import owner_of
 
     uid = os.geteuid()
     gone = []
-    for name in list_segments(store):
+    for name in store.segments():
         parsed = parse(name)
         if parsed is None or parsed.kind != "ring" or parsed.uid != uid or owner_of(name, store) != uid:
             continue
@@ -47,7 +49,7 @@ def sweep_rings(store: str | None = None) -> list[str]:
     return gone
 
 
-def sweep_store(store: str | None = None) -> None:
+def sweep_store(store: Store = DEFAULT) -> None:
     """``sweep_rings`` and this user's temporary files that no writer holds."""
     from ...shared.transport.publish import sweep_debris
 

@@ -29,6 +29,8 @@ import time
 from multiprocessing.connection import Connection
 from typing import Any, Callable
 
+from ...shared.transport.store import DEFAULT, Store
+
 log = logging.getLogger(__name__)
 
 _POLL_S = 1.0
@@ -36,7 +38,7 @@ _EXIT = object()  # what the ``stop`` handler returns
 
 
 def worker_main(
-    index: int, conn: Connection, sources: dict[str, Any], renderer_name: str, parent_pid: int, store: str | None = None
+    index: int, conn: Connection, sources: dict[str, Any], renderer_name: str, parent_pid: int, store: Store = DEFAULT
 ) -> None:
     """Entry point of a spawned worker process."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)

@@ -36,6 +36,10 @@ from __future__ import annotations
 import errno
 import mmap
 import os
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from ...shared.transport.store import Store
 
 # linux/mman.h; Python's mmap module names it only from 3.13.
 MADV_POPULATE_WRITE = getattr(mmap, "MADV_POPULATE_WRITE", 23)
@@ -75,7 +79,7 @@ def mount_of(mountinfo: str, path: str) -> tuple[str, str, str] | None:
     return best
 
 
-def huge_page_store(store: str, *, mountinfo: str | None = None, shmem_enabled: str | None = None) -> bool:
+def huge_page_store(store: Store, *, mountinfo: str | None = None, shmem_enabled: str | None = None) -> bool:
     """Whether files in ``store`` get huge pages when written: a tmpfs mounted with
     ``huge=always`` or ``huge=within_size``, or any tmpfs while the kernel forces huge pages on
     all of them (``shmem_enabled`` "[force]"). ``mountinfo`` and ``shmem_enabled``: the text of
@@ -119,7 +123,7 @@ def populate_supported() -> bool:
     return True
 
 
-def write_mode(store: str) -> str:
+def write_mode(store: Store) -> str:
     """``MAPPING`` on a huge-page store where the kernel can populate pages ahead, else
     ``PWRITE`` (module docstring)."""
     return MAPPING if huge_page_store(store) and populate_supported() else PWRITE

@@ -55,6 +55,7 @@ from types import ModuleType
 
 # Already imported with this package (``server/snapshot/__init__``); no numpy at the top.
 from ...shared.stream.config import DEFAULT_SNAPSHOT_DTYPE
+from ...shared.transport.store import DEFAULT, Store
 
 # Centred rows are written in bands of about this size: small enough that the band is still
 # in the CPU cache when pwrite copies it (about 10% faster than whole images on coco128).
@@ -156,7 +157,7 @@ class ArenaWriter:
         arena_name: str,
         imgsz: int,
         dtype: str = DEFAULT_SNAPSHOT_DTYPE,
-        store: str | None = None,
+        store: Store = DEFAULT,
         mode: str = "pwrite",
     ):
         import numpy as np
@@ -261,10 +262,10 @@ class ArenaWriter:
 
     def _raise_full(self, path: str, reason: str) -> None:
         from ...shared.errors import CapacityError
-        from ...shared.transport.names import DEFAULT_STORE, parse, snapshot_parts
+        from ...shared.transport.names import parse, snapshot_parts
         from . import store_usage
 
-        where = self.store or DEFAULT_STORE
+        where = self.store
         parsed = parse(self.name)
         segments = (
             list(snapshot_parts(parsed.group).values()) if parsed is not None and parsed.kind == "snapshot" else []
@@ -327,7 +328,7 @@ def decode_shared(
     imgsz: int,
     after_each=None,
     dtype: str = DEFAULT_SNAPSHOT_DTYPE,
-    store: str | None = None,
+    store: Store = DEFAULT,
     mode: str = "pwrite",
     decoder: str = DEFAULT_DECODER,
 ) -> int:
@@ -417,7 +418,7 @@ def worker_decode(
     jobs: list,
     imgsz: int,
     dtype: str = DEFAULT_SNAPSHOT_DTYPE,
-    store: str | None = None,
+    store: Store = DEFAULT,
     mode: str = "pwrite",
     decoder: str = DEFAULT_DECODER,
 ) -> int:

@@ -27,8 +27,9 @@ from ...shared.stream.config import FILL_VALUE
 from ...shared.stream.records import Targets
 from ...shared.task import TaskSpec, task_spec
 from ...shared.transport.holds import remove_unused
-from ...shared.transport.names import DEFAULT_STORE, SNAPSHOT_PARTS, list_segments, parse, shm_path, snapshot_parts
+from ...shared.transport.names import SNAPSHOT_PARTS, parse, snapshot_parts
 from ...shared.transport.shm import SharedSegment
+from ...shared.transport.store import DEFAULT, Store
 from ...shared.transport.trusted import read_prefix
 from . import layout, unit
 
@@ -43,13 +44,13 @@ label_indexes = unit.label_indexes
 unit_names = unit.unit_names
 
 
-def read_header(meta_name: str, store: str | None = None) -> layout.Header:
+def read_header(meta_name: str, store: Store = DEFAULT) -> layout.Header:
     """Header of a ``meta`` segment read with a plain file read (no mapping); SnapshotError if unreadable."""
     try:
         data = read_prefix(meta_name, layout.HEADER_NBYTES, store=store)  # refuses a file pixpool cannot trust
     except FileNotFoundError:
         raise SnapshotError(
-            f"snapshot segment {meta_name!r} not found in {store or DEFAULT_STORE}; run `pixpool prepare` first"
+            f"snapshot segment {meta_name!r} not found in {store}; run `pixpool prepare` first"
         ) from None
     try:
         return layout.unpack_header(data)
@@ -98,9 +99,9 @@ def check_fill(meta_name: str, header: layout.Header) -> None:
 class Snapshot:
     """Read access to a prepared snapshot (implements ``ImageSource``)."""
 
-    def __init__(self, name: str, *, owner: bool = False, store: str | None = None, _lazy: bool = False):
+    def __init__(self, name: str, *, owner: bool = False, store: Store = DEFAULT, _lazy: bool = False):
         self.name = name
-        self.store = store or DEFAULT_STORE
+        self.store = store
         self._parts = snapshot_parts(name)
         self.owner = owner
         self._segments: dict[str, SharedSegment] | None = None
@@ -108,7 +109,7 @@ class Snapshot:
             self._attach()
 
     @classmethod
-    def attach(cls, name: str, *, store: str | None = None) -> "Snapshot":
+    def attach(cls, name: str, *, store: Store = DEFAULT) -> "Snapshot":
         """Attach the complete snapshot with base name ``pixpool-u<uid>-snap-<fingerprint>``, read-only
         (invariant 3, ``docs/invariants.md``: nothing writes a snapshot once it is complete)."""
         return cls(name, store=store)
@@ -317,7 +318,7 @@ class Snapshot:
     def _unlink_parts(self) -> None:
         for name in unit_names(self.name, self.store):
             try:
-                os.unlink(shm_path(name, self.store))
+                os.unlink(self.store.path(name))
             except FileNotFoundError:
                 pass
 
@@ -364,7 +365,7 @@ class Snapshot:
         return f"Snapshot({self.name!r}, {'attached' if self._segments else 'detached'}, owner={self.owner})"
 
 
-def _unpickle_snapshot(name: str, store: str | None = None) -> Snapshot:
+def _unpickle_snapshot(name: str, store: Store = DEFAULT) -> Snapshot:
     return Snapshot(name, store=store, _lazy=True)
 
 
@@ -382,7 +383,7 @@ class SnapshotInfo:
         return sum(self.parts.values())
 
 
-def list_snapshots(*, uid: int | None = None, store: str | None = None) -> list[SnapshotInfo]:
+def list_snapshots(*, uid: int | None = None, store: Store = DEFAULT) -> list[SnapshotInfo]:
     """Every snapshot (complete or not) of user ``uid`` (default: this process's) whose
     segments are in ``store`` (default /dev/shm), by base name. Files under that user's names that belong to
     someone else, or are no regular file, are left out: they are no snapshot of this user's;
@@ -391,12 +392,12 @@ def list_snapshots(*, uid: int | None = None, store: str | None = None) -> list[
 
     uid = os.geteuid() if uid is None else uid
     bases: dict[str, dict[str, int]] = {}
-    for seg in list_segments(store):
+    for seg in store.segments():
         parsed = parse(seg)
         if parsed is None or parsed.kind != "snapshot" or parsed.uid != uid:
             continue
         try:
-            st = os.lstat(shm_path(seg, store))  # never followed: a link is nobody's segment
+            st = os.lstat(store.path(seg))  # never followed: a link is nobody's segment
         except FileNotFoundError:
             continue
         if st.st_uid != uid or not stat.S_ISREG(st.st_mode):

@@ -80,7 +80,8 @@ import numpy as np
 
 from ...shared.errors import PixpoolError
 from ...shared.stream.path_table import PathTable
-from ...shared.transport.names import label_index_name, label_index_part, list_segments, parse, shm_path, snapshot_parts
+from ...shared.transport.names import label_index_name, label_index_part, parse, snapshot_parts
+from ...shared.transport.store import Store
 from ...shared.transport.trusted import open_trusted
 from . import fs_trust
 
@@ -227,7 +228,7 @@ def write_index(
 
 
 def _publish(
-    name: str, store: str, meta: dict, record_paths: PathTable, check: PathTable, stats, modes, digests
+    name: str, store: Store, meta: dict, record_paths: PathTable, check: PathTable, stats, modes, digests
 ) -> None:
     arrays = {
         "record_paths": np.frombuffer(record_paths.data, np.uint8),
@@ -309,7 +310,7 @@ def _pack_body(meta: dict, arrays: dict[str, np.ndarray]) -> bytes:
     return struct.pack("<Q", len(text)) + text + b"".join(chunks)
 
 
-def _write_atomic(name: str, data: bytes, store: str) -> None:
+def _write_atomic(name: str, data: bytes, store: Store) -> None:
     """Publish ``data`` as ``name`` at once (``shared.transport.publish``): written into an
     anonymous file, then linked or renamed into place, so a reader sees the old file or the new
     one, never a part, and a writer killed on the way leaves no file under a name anyone could
@@ -324,7 +325,7 @@ class IndexUnusable(PixpoolError, ValueError):
     """An index file that is no index this pixpool wrote (damaged, foreign, of another version)."""
 
 
-def read_index(name: str, store: str) -> IndexedSet:
+def read_index(name: str, store: Store) -> IndexedSet:
     """The index file ``name``, checked (module docstring); IndexUnusable where it fails a check."""
     try:
         fd = open_trusted(name, store=store)  # type, owner and mode on the open descriptor; never blocks (a FIFO)
@@ -464,12 +465,12 @@ def _content_change(index: IndexedSet) -> str | None:
     return None
 
 
-def find_trusted(lineage: str, *, store: str) -> IndexedSet | None:
+def find_trusted(lineage: str, *, store: Store) -> IndexedSet | None:
     """A checked index of ``lineage`` whose every path still matches, beside a complete snapshot
     of the fingerprint it names; None where there is none (the caller reads in full)."""
     t0 = time.perf_counter()
     me = os.geteuid()
-    for seg in list_segments(store):
+    for seg in store.segments():
         parsed = parse(seg)
         # Only this user's names: another user's index names another user's snapshot. Whose the
         # file under one of ours really is, and what it is, ``read_index`` checks on the open file.
@@ -483,7 +484,7 @@ def find_trusted(lineage: str, *, store: str) -> IndexedSet | None:
         if index.lineage != lineage or not index.fingerprint.startswith(parsed.group.rsplit("-", 1)[-1]):
             log.warning("label index %s ignored: it names another dataset or snapshot", seg)
             continue
-        meta_path = shm_path(snapshot_parts(parsed.group)["meta"], store)
+        meta_path = store.path(snapshot_parts(parsed.group)["meta"])
         if not os.path.exists(meta_path):
             continue
         checked_ns = time.time_ns()  # the clock of the files' ctimes
@@ -496,7 +497,7 @@ def find_trusted(lineage: str, *, store: str) -> IndexedSet | None:
     return None
 
 
-def refresh(index: IndexedSet, *, store: str) -> IndexedSet:
+def refresh(index: IndexedSet, *, store: Store) -> IndexedSet:
     """``index``, rewritten with its ``RECENT`` labels that are quiet now as ``STAT`` (module
     docstring); ``index`` itself where none is. Call it with the index ``find_trusted`` just
     returned (its check found every byte unchanged) while holding the snapshot it names, which

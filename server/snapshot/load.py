@@ -227,7 +227,8 @@ def _indexed(config: DaemonConfig, options: PrepareOptions, lineage: str):
     from .prepare import check_budget
     from .reuse import BeingPrepared, choose_base, existing_snapshot
 
-    index = label_index.find_trusted(lineage, store=options.store)
+    store = options.segment_store
+    index = label_index.find_trusted(lineage, store=store)
     if index is None or index.task != config.task:
         return None
     if index.max_instances > config.max_instances_per_image or len(index.names) > config.max_classes:
@@ -237,9 +238,9 @@ def _indexed(config: DaemonConfig, options: PrepareOptions, lineage: str):
     try:
         # The snapshot beside its index, under whichever name it took: the one a full read
         # would take (``reuse.choose_base``, which also reports what another user planted).
-        if choose_base(index.fingerprint, store=options.store) != index.base:
+        if choose_base(index.fingerprint, store=store) != index.base:
             return None
-        snap = existing_snapshot(index.base, snapshot_parts(index.base), store=options.store)
+        snap = existing_snapshot(index.base, snapshot_parts(index.base), store=store)
     except (BeingPrepared, UntrustedSegmentError):  # a full read chooses the name again
         return None
     if snap is None:
@@ -254,7 +255,7 @@ def _indexed(config: DaemonConfig, options: PrepareOptions, lineage: str):
         snap.close()
         raise
     try:
-        index = label_index.refresh(index, store=options.store)  # while this process holds the snapshot
+        index = label_index.refresh(index, store=store)  # while this process holds the snapshot
     except OSError as exc:
         log.warning("label index %s not refreshed (%s): the next restart hashes its labels again", index.name, exc)
     log.info("snapshot %s re-attached on its label index %s: no label file read", snap.name, index.name)

@@ -39,7 +39,7 @@ from ...shared.stream.config import AugmentConfig, StreamSettings
 from ...shared.task import DETECT
 from ...shared.text import human_bytes
 from ...shared.transport.ring import DEFAULT_SLOTS, RingLayout
-from ...shared.transport.store import free_nbytes, is_memory
+from ...shared.transport.store import Store, free_nbytes, is_memory
 from . import layout
 
 log = logging.getLogger(__name__)
@@ -80,7 +80,7 @@ class ServePlan:
     ring: RingLayout
     val_ring: RingLayout | None
     trainers: int
-    store: str
+    store: Store
     memory: bool
     free_nbytes: int
     available_nbytes: int | None  # memory available (a store in memory), else None
@@ -154,7 +154,7 @@ class ServePlan:
             "caches_bytes": self.trainers * self.cache_nbytes,
             "pixpool_bytes": self.snapshot_nbytes + self.trainers * self.rings_nbytes,
             "break_even_trainers": self.break_even,
-            "store": self.store,
+            "store": str(self.store),
             "memory": self.memory,
             "free_bytes": self.free_nbytes,
             "available_bytes": self.available_nbytes,
@@ -199,7 +199,7 @@ def attached_plan(snap, split: str) -> SnapshotPlan:
     )  # fmt: skip
 
 
-def existing_name(dataset, store: str, *, imgsz: int, dtype: str) -> str | None:
+def existing_name(dataset, store: Store, *, imgsz: int, dtype: str) -> str | None:
     """The complete snapshot of ``dataset`` at these settings already in ``store`` (the one a
     preparation would re-attach), or None."""
     from ...shared.transport.names import snapshot_parts
@@ -244,7 +244,7 @@ def serve_plan(
     *,
     imgsz: int,
     dtype: str,
-    store: str,
+    store: Store,
     trainers: int = 1,
     batch_size: int = 16,
     val_batch_size: int = 16,

@@ -73,7 +73,7 @@ from ...shared.stream.config import DEFAULT_SNAPSHOT_DTYPE, FILL_VALUE, PrepareO
 from ...shared.stream.records import Dataset
 from ...shared.transport.names import snapshot_parts
 from ...shared.transport.shm import SharedSegment
-from ...shared.transport.store import DEFAULT_STORE, check_store, free_nbytes, is_memory
+from ...shared.transport.store import DEFAULT, Store, free_nbytes, is_memory
 from . import decode, layout, store_usage
 from .arena_pages import write_mode
 from .decode_worker import DEFAULT_DECODER, WorkShare, decode_shared, worker_decode, worker_init, worker_started
@@ -147,7 +147,7 @@ def check_budget(
 
 
 def check_capacity(
-    total_nbytes: int, *, imgsz: int, dtype: str = DEFAULT_SNAPSHOT_DTYPE, store: str = DEFAULT_STORE
+    total_nbytes: int, *, imgsz: int, dtype: str = DEFAULT_SNAPSHOT_DTYPE, store: Store = DEFAULT
 ) -> None:
     """CapacityError unless the store (and, for a store in memory, available memory) can hold ``total_nbytes``."""
     shm_free = free_nbytes(store)
@@ -179,7 +179,7 @@ def check_capacity(
         )
 
 
-def _allocated_nbytes(sizes: dict[str, int], store: str) -> int:
+def _allocated_nbytes(sizes: dict[str, int], store: Store) -> int:
     """What segments of ``sizes`` take in ``store``: each a whole number of its blocks (a
     tmpfs page, a huge page), so that a snapshot that passes the capacity check also fits
     at the last page of its last write."""
@@ -263,7 +263,8 @@ def prepare_snapshot(
         raise TypeError(
             f"prepare_snapshot takes PrepareOptions (DaemonConfig.prepare_options()), got {type(options).__name__}"
         )
-    options = dataclasses.replace(options, store=check_store(options.store))
+    store = options.segment_store.checked()
+    options = dataclasses.replace(options, store=store.directory)
     records = dataset.records
     if not records:
         raise SnapshotError("the dataset has no records; nothing to prepare")
@@ -282,9 +283,9 @@ def prepare_snapshot(
         try:
             # Chosen again at every try: a name another user took while this process waited
             # is passed over, and the snapshot another process made is found under its name.
-            base = choose_base(fp, store=options.store, reported=reported)
+            base = choose_base(fp, store=store, reported=reported)
             names = snapshot_parts(base)
-            existing = existing_snapshot(base, names, store=options.store)
+            existing = existing_snapshot(base, names, store=store)
             if existing is not None:
                 try:
                     check_budget(
@@ -352,6 +353,7 @@ class _Build:
         self.decoder = decoder
         self.header_sizes: dict[str, tuple[int, int]] | None = None
         self.records = dataset.records
+        self.store = options.segment_store
         self.workers = min(options.processes, len(self.records)) - 1  # the preparing process is one of the decoders
         self.code = layout.CODE_OF[options.dtype]
         self.created: list[SharedSegment] = []
@@ -366,11 +368,11 @@ class _Build:
             self.install()
         # Attach before closing the creator's mappings, so that at no moment does no process
         # map the finished snapshot (leak checks treat unmapped new segments as orphans).
-        snap = Snapshot(self.base, owner=True, store=self.options.store)
+        snap = Snapshot(self.base, owner=True, store=self.store)
         for seg in self.created:
             seg.close()
         if self.lineage:
-            remove_superseded(self.lineage, keep=self.base, store=self.options.store)
+            remove_superseded(self.lineage, keep=self.base, store=self.store)
         return snap
 
     def start_decoders(self) -> WorkShare:
@@ -395,7 +397,7 @@ class _Build:
         plan = _Plan(*_plan(self.records, opts.imgsz, itemsize, kpt_count, flip_count, self.header_sizes))
         what = f"the snapshot of {len(self.records)} records"
         check_budget(plan.nbytes, opts.memory_budget_nbytes, what=what, imgsz=opts.imgsz, dtype=opts.dtype)
-        check_capacity(_allocated_nbytes(plan.sizes, opts.store), imgsz=opts.imgsz, dtype=opts.dtype, store=opts.store)
+        check_capacity(_allocated_nbytes(plan.sizes, self.store), imgsz=opts.imgsz, dtype=opts.dtype, store=self.store)
         return plan
 
     def allocate(self, plan: _Plan) -> None:
@@ -408,7 +410,7 @@ class _Build:
                 # arena is written with pwrite, or through a mapping whose pages are
                 # populated first, both of which report a full store (module docstring).
                 self.created.append(
-                    SharedSegment.create(names[part], plan.sizes[part], reserve=(part != "img"), store=opts.store)
+                    SharedSegment.create(names[part], plan.sizes[part], reserve=(part != "img"), store=self.store)
                 )
         except FileExistsError as exc:
             raise BeingPrepared(
@@ -417,8 +419,8 @@ class _Build:
         except OSError as exc:
             if exc.errno in (errno.ENOSPC, errno.ENOMEM):
                 raise CapacityError(
-                    f"the store {opts.store} could not reserve {plan.nbytes} bytes for snapshot {self.base!r} "
-                    f"({exc.strerror}); {_smaller(opts.imgsz, opts.dtype)}, choose another --store or enlarge {opts.store}"
+                    f"the store {self.store} could not reserve {plan.nbytes} bytes for snapshot {self.base!r} "
+                    f"({exc.strerror}); {_smaller(opts.imgsz, opts.dtype)}, choose another --store or enlarge {self.store}"
                 ) from None
             raise
         meta, tgt, _ = self.created
@@ -445,14 +447,14 @@ class _Build:
         """Step 6: this process and the workers decode every record into the arena; the
         workers are stopped once the last record is written."""
         opts, arena, index = self.options, self.names["img"], plan.index
-        mode = write_mode(opts.store)  # the same for every decoder (arena_pages)
+        mode = write_mode(self.store)  # the same for every decoder (arena_pages)
         jobs = [(i, rec.image_path, int(index[i]["image_offset"]), int(index[i]["height"]), int(index[i]["width"]),
                   int(index[i]["orig_height"]), int(index[i]["orig_width"])) for i, rec in enumerate(self.records)]  # fmt: skip
         bar = _progress_bar(len(self.records), progress)
         try:
             futures = (
                 [
-                    self.pool.submit(worker_decode, arena, jobs, opts.imgsz, opts.dtype, opts.store, mode, self.decoder)
+                    self.pool.submit(worker_decode, arena, jobs, opts.imgsz, opts.dtype, self.store, mode, self.decoder)
                     for _ in range(self.workers)
                 ]
                 if self.pool
@@ -470,7 +472,7 @@ class _Build:
                 opts.imgsz,
                 after_each,
                 dtype=opts.dtype,
-                store=opts.store,
+                store=self.store,
                 mode=mode,
                 decoder=self.decoder,
             )

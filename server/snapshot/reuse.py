@@ -25,8 +25,9 @@ import os
 
 from ...shared.errors import SnapshotError, UntrustedSegmentError
 from ...shared.transport.holds import holds_of, remove_unused
-from ...shared.transport.names import expected_owner, shm_path, snapshot_parts
+from ...shared.transport.names import expected_owner, snapshot_parts
 from ...shared.transport.publish import sweep_debris
+from ...shared.transport.store import DEFAULT, Store
 from ...shared.transport.trusted import check_trusted, describe_owner
 from .fingerprint import candidate_bases
 from .handle import Snapshot, check_header, label_indexes, list_snapshots, read_header, unit_names
@@ -38,7 +39,7 @@ class BeingPrepared(SnapshotError):
     """Another live process is preparing this very snapshot (``prepare_snapshot`` waits)."""
 
 
-def choose_base(fp: str, *, store: str | None = None, reported: set | None = None) -> str:
+def choose_base(fp: str, *, store: Store = DEFAULT, reported: set | None = None) -> str:
     """The base name the snapshot of fingerprint ``fp`` takes in ``store`` (module docstring):
     of the names no other user's file sits under, the first that holds this user's complete
     snapshot of ``fp``, else the first whose header names ``fp`` (one being prepared, or a killed
@@ -76,7 +77,7 @@ def choose_base(fp: str, *, store: str | None = None, reported: set | None = Non
         )
     if not ranked:
         raise UntrustedSegmentError(
-            f"every name the snapshot of fingerprint {fp} may take in {store or 'the store'} is taken by another user's "
+            f"every name the snapshot of fingerprint {fp} may take in {store} is taken by another user's "
             f"file: {', '.join(f'{p} ({describe_owner(u)})' for p, u in planted.items())}; ask that user (or root) to "
             "remove them, or use a store only you can write (--store DIR)",
             path=next(iter(planted), None),
@@ -84,12 +85,12 @@ def choose_base(fp: str, *, store: str | None = None, reported: set | None = Non
     return min(ranked)[2]
 
 
-def _foreign(names, store: str | None) -> dict[str, int]:
+def _foreign(names, store: Store) -> dict[str, int]:
     """path -> owner, for each of ``names`` present in ``store`` under another user's ownership
     (never followed: a planted link is its planter's)."""
     out = {}
     for name in names:
-        path = shm_path(name, store)
+        path = store.path(name)
         try:
             uid = os.lstat(path).st_uid
         except FileNotFoundError:
@@ -99,16 +100,16 @@ def _foreign(names, store: str | None) -> dict[str, int]:
     return out
 
 
-def existing_snapshot(base: str, names: dict[str, str], *, store: str | None = None) -> Snapshot | None:
+def existing_snapshot(base: str, names: dict[str, str], *, store: Store = DEFAULT) -> Snapshot | None:
     """Attach a complete snapshot of this name; remove a stale incomplete one; raise if in progress."""
     sweep_debris(store)
-    present = [n for n in names.values() if os.path.lexists(shm_path(n, store))]
+    present = [n for n in names.values() if os.path.lexists(store.path(n))]
     if not present:
         return None
     for n in present:
         # A file under this user's name that another user made (or made writable to
         # others) is neither attached nor removed: UntrustedSegmentError says whose it is.
-        check_trusted(n, os.lstat(shm_path(n, store)), store=store)
+        check_trusted(n, os.lstat(store.path(n)), store=store)
     header = None
     if names["meta"] in present:
         try:
@@ -135,7 +136,7 @@ def existing_snapshot(base: str, names: dict[str, str], *, store: str | None = N
     return None
 
 
-def _holders(names: list[str], store: str | None) -> str:
+def _holders(names: list[str], store: Store) -> str:
     """The pids this PID namespace sees mapping ``names``, for the message only (the holds
     decide); holders in another PID namespace are not visible here."""
     from ...shared.transport.procmem import segment_users
@@ -145,7 +146,7 @@ def _holders(names: list[str], store: str | None) -> str:
     return str(pids) if pids else "in another PID namespace or container"
 
 
-def remove_superseded(lineage: str, *, keep: str, store: str | None = None) -> list[str]:
+def remove_superseded(lineage: str, *, keep: str, store: Store = DEFAULT) -> list[str]:
     """Remove this user's complete snapshots of ``lineage`` other than ``keep`` that no
     process maps: a newer one of the same dataset replaced them. Returns their names."""
     removed = []

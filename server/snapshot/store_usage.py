@@ -14,6 +14,10 @@ file is mapped by each process that uses it); the parsing is a pure function.
 from __future__ import annotations
 
 import os
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from ...shared.transport.store import Store
 
 SHM = "/dev/shm"
 
@@ -33,7 +37,7 @@ def parse_shm_maps(text: str) -> dict[int, str]:
     return out
 
 
-def own_shm_files(store: str) -> tuple[int, int, int]:
+def own_shm_files(store: Store) -> tuple[int, int, int]:
     """(semaphores, heap files, bytes they hold) of this process's own /dev/shm files, where
     ``store`` is on /dev/shm's file system; (0, 0, 0) elsewhere, or where it cannot be told."""
     try:
@@ -57,7 +61,7 @@ def own_shm_files(store: str) -> tuple[int, int, int]:
     return sems, heaps, nbytes
 
 
-def describe(store: str, *, segments: list[str] | None = None) -> str:
+def describe(store: Store, *, segments: list[str] | None = None) -> str:
     """The store's free and total bytes, what this preparation holds of it (its ``segments``,
     in bytes allocated, and its own semaphores and heap files) and what the rest of it holds."""
     try:
@@ -68,7 +72,7 @@ def describe(store: str, *, segments: list[str] | None = None) -> str:
     seg_nbytes = 0
     for name in segments or ():
         try:
-            seg_nbytes += os.lstat(os.path.join(store, name)).st_blocks * 512
+            seg_nbytes += os.lstat(store.path(name)).st_blocks * 512
         except OSError:
             pass
     sems, heaps, own_nbytes = own_shm_files(store)

@@ -27,7 +27,8 @@ import os
 import struct
 
 from ...shared.errors import UntrustedSegmentError
-from ...shared.transport.names import list_segments, parse, snapshot_parts
+from ...shared.transport.names import parse, snapshot_parts
+from ...shared.transport.store import DEFAULT, Store
 from ...shared.transport.trusted import open_trusted
 
 __all__ = ["label_indexes", "strays", "unit_names"]
@@ -37,11 +38,11 @@ __all__ = ["label_indexes", "strays", "unit_names"]
 _META_MAX_NBYTES = 1 << 20
 
 
-def _candidates(base: str, store: str | None) -> list[str]:
+def _candidates(base: str, store: Store) -> list[str]:
     """Names in ``store`` that say they are a label index of snapshot ``base``."""
     head = f"{base}-"
     out = []
-    for seg in list_segments(store):
+    for seg in store.segments():
         if seg.startswith(head):
             parsed = parse(seg)
             if (
@@ -54,7 +55,7 @@ def _candidates(base: str, store: str | None) -> list[str]:
     return out
 
 
-def why_not_member(name: str, base: str, store: str | None) -> str | None:
+def why_not_member(name: str, base: str, store: Store) -> str | None:
     """None where file ``name`` is a label index of snapshot ``base`` (module docstring), else
     why not, in words that name the file; "gone" where it no longer exists."""
     from .label_index import _HEAD, MAGIC
@@ -84,18 +85,18 @@ def why_not_member(name: str, base: str, store: str | None) -> str | None:
     return None
 
 
-def label_indexes(base: str, store: str | None = None) -> list[str]:
+def label_indexes(base: str, store: Store = DEFAULT) -> list[str]:
     """The label index files of snapshot ``base`` in ``store`` (``label_index.py``), by owner and
     content (module docstring), never by name alone."""
     return [seg for seg in _candidates(base, store) if why_not_member(seg, base, store) is None]
 
 
-def unit_names(base: str, store: str | None = None) -> list[str]:
+def unit_names(base: str, store: Store = DEFAULT) -> list[str]:
     """Every file of snapshot ``base`` that goes as one unit: its three segments and its label indexes."""
     return [*snapshot_parts(base).values(), *label_indexes(base, store)]
 
 
-def strays(base: str, store: str | None = None) -> dict[str, str]:
+def strays(base: str, store: Store = DEFAULT) -> dict[str, str]:
     """Files under names of snapshot ``base``'s label indexes that are no part of it: name -> why."""
     out = {}
     for seg in _candidates(base, store):

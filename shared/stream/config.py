@@ -31,6 +31,7 @@ from .. import schema
 from ..errors import ConfigError
 from ..task import TASKS, task_spec
 from ..transport.names import DEFAULT_STORE
+from ..transport.store import Store
 from .route import Route
 
 FILL_VALUE = 114.0
@@ -398,6 +399,11 @@ class DaemonConfig:
                 "tcp", self.tcp, "requires CURVE keys: make them with `pixpool keys DIR` and set {keys_dir}"
             )
 
+    @property
+    def segment_store(self) -> Store:
+        """``store`` as the ``Store`` every function that opens a segment takes."""
+        return Store.of(self.store)
+
     def prepare_options(self, **overrides: Any) -> "PrepareOptions":
         """The settings of this daemon's preparation (``prepare_snapshot``): the same fields,
         already validated here; ``overrides`` replace some (``keep_snapshot=True``)."""
@@ -435,6 +441,11 @@ class PrepareOptions:
         _validate(self)
         if not self.store:
             raise ConfigError.for_field("store", self.store, "is empty; name a directory such as /dev/shm")
+
+    @property
+    def segment_store(self) -> Store:
+        """``store`` as the ``Store`` every function that opens a segment takes."""
+        return Store.of(self.store)
 
 
 def field_kind(f: dataclasses.Field) -> tuple[str, bool]:

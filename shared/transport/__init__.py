@@ -14,8 +14,7 @@ _MODULES = ("names", "store", "shm", "holds", "ring", "endpoint", "control", "pr
 # The names most code takes from here, each from its module; imported on first use.
 _WHERE = {
     "DEFAULT_STORE": "names",
-    "list_segments": "names",
-    "check_store": "store",
+    "Store": "store",
     "SharedSegment": "shm",
     "Ring": "ring",
     "RingLayout": "ring",

@@ -42,7 +42,7 @@ import struct
 import time
 from dataclasses import dataclass
 
-from .names import DEFAULT_STORE
+from .store import DEFAULT, Store
 from .trusted import open_trusted
 
 log = logging.getLogger(__name__)
@@ -169,10 +169,10 @@ def _open_probe(path: str) -> int | None:
     return fd
 
 
-def holds_of(name: str, store: str | None = None) -> Holds | None:
+def holds_of(name: str, store: Store = DEFAULT) -> Holds | None:
     """The holds on segment ``name`` in ``store`` (default /dev/shm); None if it is gone or is
     no regular file (``_open_probe``)."""
-    fd = _open_probe(os.path.join(store or DEFAULT_STORE, name))
+    fd = _open_probe(store.path(name))
     if fd is None:
         return None
     try:
@@ -183,7 +183,7 @@ def holds_of(name: str, store: str | None = None) -> Holds | None:
         os.close(fd)
 
 
-def remove_unused(names, store: str | None = None) -> str:
+def remove_unused(names, store: Store = DEFAULT) -> str:
     """Remove segments ``names`` of ``store`` as one unit if nobody holds any of them.
 
     Returns "removed" (every part that existed is gone), "in use" (some process holds a
@@ -196,15 +196,14 @@ def remove_unused(names, store: str | None = None) -> str:
     and neither keeps the rest nor stops the removal."""
     from ..errors import UntrustedSegmentError
 
-    where = store or DEFAULT_STORE
     opened: list[tuple[str, int]] = []
     try:
         for name in names:
-            path = os.path.join(where, name)
+            path = store.path(name)
             try:
                 # Write locks need a descriptor open for writing; any mode: an own file made
                 # writable by others is still ours to remove (that is how it goes away).
-                fd = open_trusted(name, writable=True, store=where, any_mode=True)
+                fd = open_trusted(name, writable=True, store=store, any_mode=True)
             except FileNotFoundError:
                 continue
             except UntrustedSegmentError as exc:

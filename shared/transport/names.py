@@ -35,8 +35,8 @@ from dataclasses import dataclass
 
 PREFIX = "pixpool"
 # The default store, the one constant for it (``DaemonConfig.store``, every ``--store`` flag and
-# every function that takes ``store`` fall back to it): a tmpfs on every Linux machine.
-# ``shared.transport.store`` says what a store is.
+# ``Store.of(None)`` fall back to it): a tmpfs on every Linux machine.
+# ``shared.transport.store`` says what a store is, and builds every path in one.
 DEFAULT_STORE = "/dev/shm"
 
 # Snapshot segments: one header+index segment, one image arena, one target segment.
@@ -174,20 +174,6 @@ def group_of(name: str) -> str:
     """The unit ``name`` belongs to: a snapshot's base name, else the name itself."""
     parsed = parse(name)
     return parsed.group if parsed is not None else name
-
-
-def shm_path(name: str, store: str | None = None) -> str:
-    """The file of segment ``name`` in ``store`` (default /dev/shm)."""
-    return os.path.join(store or DEFAULT_STORE, name)
-
-
-def list_segments(store: str | None = None) -> list[str]:
-    """Names of every segment in ``store`` (default /dev/shm) that carries the project's prefix."""
-    try:
-        names = os.listdir(store or DEFAULT_STORE)
-    except FileNotFoundError:
-        return []
-    return sorted(n for n in names if n.startswith(PREFIX))
 
 
 def expected_owner(name: str) -> int:

@@ -24,15 +24,14 @@ from dataclasses import dataclass, field
 
 import psutil
 
-from .names import DEFAULT_STORE, PREFIX
+from .names import PREFIX
+from .store import DEFAULT, Store
 
-_DEFAULT_PREFIX_PATH = os.path.join(DEFAULT_STORE, PREFIX)
 
-
-def _prefix_path(store: str | None) -> str:
+def _prefix_path(store: Store) -> str:
     """What the path of every pixpool segment of ``store`` starts with (a canonical path:
     the kernel shows mapped files by their real path)."""
-    return _DEFAULT_PREFIX_PATH if store is None else os.path.join(store, PREFIX)
+    return store.path(PREFIX)
 
 
 # -- /proc parsing (pure) ------------------------------------------------------------------
@@ -71,7 +70,7 @@ def parse_smaps(text: str) -> dict[str, dict[str, int]]:
     return out
 
 
-def pixpool_resident(smaps: dict[str, dict[str, int]], store: str | None = None) -> dict[str, dict[str, int]]:
+def pixpool_resident(smaps: dict[str, dict[str, int]], store: Store = DEFAULT) -> dict[str, dict[str, int]]:
     """The pixpool segments of ``store`` among parsed smaps: segment name -> {rss, pss} bytes."""
     out = {}
     prefix = _prefix_path(store)
@@ -90,7 +89,7 @@ def _read_text(path: str) -> str | None:
         return None
 
 
-def segment_users(store: str | None = None) -> dict[str, set[int]]:
+def segment_users(store: Store = DEFAULT) -> dict[str, set[int]]:
     """pixpool segment name (in ``store``, default /dev/shm) -> live pids that map it or hold
     it open (unreadable pids skipped; only processes in this PID namespace are seen, so this
     describes and measures; ``shared.transport.holds`` decides "in use")."""
@@ -170,7 +169,7 @@ def rollup_figures(fields: dict[str, int]) -> tuple[int, int, int]:
     return fields.get("Rss", 0), uss, fields.get("Pss", 0)
 
 
-def process_memory(pids, store: str | None = None) -> list[ProcessMemory]:
+def process_memory(pids, store: Store = DEFAULT) -> list[ProcessMemory]:
     """RSS/USS/PSS from the kernel's ``/proc/PID/smaps_rollup`` and each pid's resident
     pixpool segments (``/proc/PID/smaps``), for every pid that can be read."""
     out = []

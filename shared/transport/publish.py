@@ -29,7 +29,8 @@ import logging
 import os
 
 from . import holds
-from .names import DEFAULT_STORE, parse, shm_path, temporary_name
+from .names import parse, temporary_name
+from .store import DEFAULT, Store
 
 __all__ = ["publish_bytes", "sweep_debris"]
 
@@ -74,18 +75,17 @@ def _write_all(fd: int, data) -> None:
         view = view[os.write(fd, view) :]
 
 
-def publish_bytes(name: str, data, store: str | None = None) -> None:
+def publish_bytes(name: str, data, store: Store = DEFAULT) -> None:
     """Make ``data`` the file ``name`` in ``store`` (default /dev/shm), mode 0600, at once
     (module docstring). OSError where the final name cannot be taken: another user's file
     there (a sticky store lets nobody replace another's file), a directory, a full store."""
-    where = store or DEFAULT_STORE
-    final = shm_path(name, store)
+    final = store.path(name)
     try:
-        fd = os.open(where, os.O_TMPFILE | os.O_RDWR | os.O_CLOEXEC, _MODE)
+        fd = os.open(store.directory, os.O_TMPFILE | os.O_RDWR | os.O_CLOEXEC, _MODE)
     except OSError as exc:
         if exc.errno not in _UNSUPPORTED:
             raise
-        log.debug("%s: no O_TMPFILE (%s); writing %s under a random temporary name", where, exc.strerror, name)
+        log.debug("%s: no O_TMPFILE (%s); writing %s under a random temporary name", store, exc.strerror, name)
         return _publish_named(name, data, store)
     try:
         holds.hold(fd, (holds.CREATOR,))  # whatever name it gets shows a live writer while this is open
@@ -99,10 +99,10 @@ def publish_bytes(name: str, data, store: str | None = None) -> None:
             if exc.errno not in _UNSUPPORTED:
                 raise
             log.debug("%s: cannot link an O_TMPFILE file (%s); writing %s under a random temporary name",
-                      where, exc.strerror, name)  # fmt: skip
+                      store, exc.strerror, name)  # fmt: skip
             return _publish_named(name, data, store)
         for _ in range(_CLASH_RETRIES):
-            tmp = shm_path(temporary_name(name), store)
+            tmp = store.path(temporary_name(name))
             try:
                 _link(fd, tmp)
             except FileExistsError:
@@ -131,12 +131,12 @@ def _unlink_quietly(path: str) -> None:
         pass
 
 
-def _publish_named(name: str, data, store: str | None) -> None:
+def _publish_named(name: str, data, store: Store) -> None:
     """``publish_bytes`` where the store has no anonymous files: a random name, ``O_EXCL``,
     held (so no sweep takes it) from creation to the rename."""
-    final = shm_path(name, store)
+    final = store.path(name)
     for _ in range(_CLASH_RETRIES):
-        tmp = shm_path(temporary_name(name), store)
+        tmp = store.path(temporary_name(name))
         try:
             fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, _MODE)
         except FileExistsError:
@@ -158,15 +158,13 @@ def _publish_named(name: str, data, store: str | None) -> None:
     raise FileExistsError(errno.EEXIST, f"{_CLASH_RETRIES} random temporary names beside {final} were all taken", final)
 
 
-def sweep_debris(store: str | None = None, *, prefix: str = "") -> list[str]:
+def sweep_debris(store: Store = DEFAULT, *, prefix: str = "") -> list[str]:
     """Remove this user's temporary files (``names.parse`` kind "debris") whose names start with
     ``prefix`` and that no writer holds: what killed writers left. Returns the names removed.
     Another user's file under such a name is not ours and stays (``holds.remove_unused``)."""
-    from .names import list_segments
-
     uid = os.geteuid()
     gone = []
-    for seg in list_segments(store):
+    for seg in store.segments():
         parsed = parse(seg)
         if parsed is None or parsed.kind != "debris" or parsed.uid != uid or not seg.startswith(prefix):
             continue

@@ -73,9 +73,8 @@ import numpy as np
 from ..errors import CapacityError, ConfigError, RingGoneError, SnapshotError
 from ..task import BASE_COLUMNS
 from . import holds
-from .names import DEFAULT_STORE
 from .shm import SharedSegment, unlink_segment
-from .store import free_nbytes
+from .store import DEFAULT, Store, free_nbytes
 
 log = logging.getLogger(__name__)
 
@@ -235,15 +234,14 @@ class Ring:
         self._buf = np.frombuffer(segment.buf, dtype=np.uint8)
 
     @classmethod
-    def create(cls, name: str, layout: RingLayout, *, store: str | None = None) -> "Ring":
-        where = store or DEFAULT_STORE
+    def create(cls, name: str, layout: RingLayout, *, store: Store = DEFAULT) -> "Ring":
         try:
             segment = SharedSegment.create(name, layout.nbytes, reserve=True, store=store)
         except OSError as exc:
             if exc.errno in (errno.ENOSPC, errno.ENOMEM):
                 raise CapacityError(
-                    f"batch ring {name} needs {layout.nbytes} bytes but the store {where} has {free_nbytes(where)} free; "
-                    f"use fewer slots, a smaller batch or imgsz, or enlarge {where}"
+                    f"batch ring {name} needs {layout.nbytes} bytes but the store {store} has {free_nbytes(store)} free; "
+                    f"use fewer slots, a smaller batch or imgsz, or enlarge {store}"
                 ) from None
             raise
         segment.buf[: _HEADER.size] = _HEADER.pack(
@@ -261,7 +259,7 @@ class Ring:
         return cls(segment, layout)
 
     @classmethod
-    def attach(cls, name: str, *, store: str | None = None, trainer: bool = False) -> "Ring":
+    def attach(cls, name: str, *, store: Store = DEFAULT, trainer: bool = False) -> "Ring":
         """Map the ring ``name``: a worker's mapping, or with ``trainer`` the mapping of the
         trainer it is for (its hold says so: ``holds.CONSUMER``)."""
         try:

@@ -19,7 +19,7 @@ The contract:
 - A ``weakref.finalize`` closes a forgotten segment at garbage collection; it never
   unlinks (a prepared snapshot outlives the process that made it on purpose).
 
-Every function takes ``store``, the directory the segment lives in (None: /dev/shm); a
+Every function takes ``store``, the ``Store`` the segment lives in (default /dev/shm); a
 segment object remembers its store, so ``present`` and ``unlink`` look in the same place.
 
 Trust: every open of a file in a store goes through ``trusted.open_trusted`` (type, owner and
@@ -43,18 +43,18 @@ import os
 import weakref
 
 from . import holds
-from .names import DEFAULT_STORE
-from .trusted import open_trusted, segment_path
+from .store import DEFAULT, Store
+from .trusted import open_trusted
 
 _MODE = 0o600
 
 
-def open_held(name: str, *, writable: bool = False, store: str | None = None) -> int:
+def open_held(name: str, *, writable: bool = False, store: Store = DEFAULT) -> int:
     """``open_trusted``, holding the file as a mapping would (``shared.transport.holds``): for a process
     that writes a segment through a descriptor (``pwrite``) rather than a mapping. The hold
     lasts until the caller closes the descriptor. FileNotFoundError where it is being removed."""
     fd = open_trusted(name, writable=writable, store=store)
-    _held_or_gone(fd, name, segment_path(name, store), ())
+    _held_or_gone(fd, name, store.path(name), ())
     return fd
 
 
@@ -91,10 +91,10 @@ class SharedSegment:
         owner: bool,
         writable: bool,
         inode: int = 0,
-        store: str | None = None,
+        store: Store = DEFAULT,
     ):
         self.name = name
-        self.store = store or DEFAULT_STORE
+        self.store = store
         self.nbytes = nbytes
         self.owner = owner
         self.writable = writable
@@ -105,7 +105,7 @@ class SharedSegment:
 
     # -- construction ---------------------------------------------------------------
     @classmethod
-    def create(cls, name: str, nbytes: int, *, reserve: bool = True, store: str | None = None) -> "SharedSegment":
+    def create(cls, name: str, nbytes: int, *, reserve: bool = True, store: Store = DEFAULT) -> "SharedSegment":
         """Create a new segment of ``nbytes`` (fails if the name exists); this process owns it.
 
         ``reserve`` allocates the pages now (``posix_fallocate``) so that a full /dev/shm
@@ -114,7 +114,7 @@ class SharedSegment:
         """
         if nbytes <= 0:
             raise ValueError(f"shared-memory segment {name!r} needs a positive size, got {nbytes}")
-        path = segment_path(name, store)
+        path = store.path(name)
         fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC | os.O_NOFOLLOW, _MODE)
         # Held at once: a sweep that opened the new, empty file before this lock (it looks
         # unused) removes it, and then this creation lost the name, as if it had existed.
@@ -144,7 +144,7 @@ class SharedSegment:
         *,
         writable: bool = False,
         expected_nbytes: int | None = None,
-        store: str | None = None,
+        store: Store = DEFAULT,
         consumer: bool = False,
     ) -> "SharedSegment":
         """Map an existing, trusted segment (module docstring); read-only (``PROT_READ``)
@@ -154,7 +154,7 @@ class SharedSegment:
         Arrays over a read-only segment's ``buf`` are read-only: writing raises ValueError.
         FileNotFoundError where the segment does not exist or is being removed.
         """
-        path = segment_path(name, store)
+        path = store.path(name)
         fd = open_trusted(name, writable=writable, expected_nbytes=expected_nbytes, store=store)
         try:
             st = os.fstat(fd)
@@ -189,7 +189,7 @@ class SharedSegment:
         """True while the store still holds this very file under this name (not removed,
         not replaced by another file)."""
         try:
-            return os.lstat(segment_path(self.name, self.store)).st_ino == self.inode
+            return os.lstat(self.store.path(self.name)).st_ino == self.inode
         except FileNotFoundError:
             return False
 
@@ -198,7 +198,7 @@ class SharedSegment:
         removed, replaced by another file, or truncated below the size this process maps
         (a read past the new end would kill the reader with SIGBUS)."""
         try:
-            st = os.lstat(segment_path(self.name, self.store))
+            st = os.lstat(self.store.path(self.name))
         except FileNotFoundError:
             return "was removed"
         if st.st_ino != self.inode:
@@ -237,7 +237,7 @@ class SharedSegment:
                 f"segment {self.name!r} was attached, not created, by this process; only its owner unlinks it"
             )
         try:
-            os.unlink(segment_path(self.name, self.store))
+            os.unlink(self.store.path(self.name))
         except FileNotFoundError:
             pass
 
@@ -252,10 +252,10 @@ class SharedSegment:
         return f"SharedSegment({self.name!r}, nbytes={self.nbytes}, {state}, owner={self.owner})"
 
 
-def unlink_segment(name: str, store: str | None = None) -> bool:
+def unlink_segment(name: str, store: Store = DEFAULT) -> bool:
     """Remove a segment by name (cleanup of what a dead owner left); True if it existed."""
     try:
-        os.unlink(segment_path(name, store))
+        os.unlink(store.path(name))
         return True
     except FileNotFoundError:
         return False

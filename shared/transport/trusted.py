@@ -22,17 +22,10 @@ import os
 import stat
 
 from ..errors import UntrustedSegmentError
-from .names import DEFAULT_STORE, expected_owner
+from .names import expected_owner
+from .store import DEFAULT, Store
 
-__all__ = ["check_trusted", "describe_owner", "file_kind", "open_trusted", "owner_of", "read_prefix", "segment_path"]
-
-
-def segment_path(name: str, store: str | None = None) -> str:
-    """The file of segment ``name`` in ``store`` (None: /dev/shm); ValueError for a name that is no
-    single path component."""
-    if not name or "/" in name or name in (".", ".."):
-        raise ValueError(f"invalid shared-memory name {name!r}: one path component, no '/'")
-    return os.path.join(store or DEFAULT_STORE, name)
+__all__ = ["check_trusted", "describe_owner", "file_kind", "open_trusted", "owner_of", "read_prefix"]
 
 
 def _user(uid: int) -> str:
@@ -69,16 +62,16 @@ def check_trusted(
     st: os.stat_result,
     *,
     expected_nbytes: int | None = None,
-    store: str | None = None,
+    store: Store = DEFAULT,
     any_mode: bool = False,
 ) -> None:
     """UntrustedSegmentError unless ``st`` (of segment ``name``) is what pixpool may map:
     a regular file of the expected owner that nobody else can write, of the expected size.
     ``any_mode``: the mode is not checked (to remove or lock a file of ours, not to read it)."""
-    path = segment_path(name, store)
+    path = store.path(name)
     mode = stat.S_IMODE(st.st_mode)
     owner = expected_owner(name)
-    clean = f"pixpool clean{'' if (store or DEFAULT_STORE) == DEFAULT_STORE else ' --store ' + store} {name}"
+    clean = f"pixpool clean{'' if store.is_default else f' --store {store}'} {name}"
     if not stat.S_ISREG(st.st_mode):
         raise UntrustedSegmentError(
             f"{path} is {file_kind(st)} of {_user(st.st_uid)} (mode {mode:04o}), not a regular file; pixpool maps only "
@@ -116,13 +109,13 @@ def open_trusted(
     *,
     writable: bool = False,
     expected_nbytes: int | None = None,
-    store: str | None = None,
+    store: Store = DEFAULT,
     any_mode: bool = False,
 ) -> int:
     """A descriptor of segment ``name`` that passed ``check_trusted``; the caller closes it.
     Never blocks and never follows a link (module docstring). FileNotFoundError where it is
     gone; UntrustedSegmentError, naming the file, what it is and whose, for anything else."""
-    path = segment_path(name, store)
+    path = store.path(name)
     flags = (os.O_RDWR if writable else os.O_RDONLY) | os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK
     try:
         fd = os.open(path, flags)
@@ -142,7 +135,7 @@ def open_trusted(
     return fd
 
 
-def read_prefix(name: str, nbytes: int, *, store: str | None = None) -> bytes:
+def read_prefix(name: str, nbytes: int, *, store: Store = DEFAULT) -> bytes:
     """The first ``nbytes`` of a trusted segment, by a plain read (no mapping)."""
     fd = open_trusted(name, store=store)
     try:
@@ -151,9 +144,9 @@ def read_prefix(name: str, nbytes: int, *, store: str | None = None) -> bytes:
         os.close(fd)
 
 
-def owner_of(name: str, store: str | None = None) -> int | None:
+def owner_of(name: str, store: Store = DEFAULT) -> int | None:
     """uid of the file behind segment ``name`` (not followed if a link), None if it is gone."""
     try:
-        return os.lstat(segment_path(name, store)).st_uid
+        return os.lstat(store.path(name)).st_uid
     except FileNotFoundError:
         return None

@@ -20,7 +20,8 @@ import numpy as np
 from pixpool.server.daemon.run import run_daemon, stop_process
 from pixpool.shared.stream.config import DaemonConfig
 from pixpool.shared.transport.control import request_status
-from pixpool.shared.transport.names import DEFAULT_STORE, list_segments, ring_prefix
+from pixpool.shared.transport.names import DEFAULT_STORE, ring_prefix
+from pixpool.shared.transport.store import Store
 
 WAIT_S = 60.0
 
@@ -86,10 +87,11 @@ def kill_children_of(pid: int) -> None:
 
 
 def remove_rings_of(pid: int, store: str = DEFAULT_STORE) -> list[str]:
-    left = [n for n in list_segments(store) if n.startswith(ring_prefix(pid))]
+    store = Store.of(store)
+    left = [n for n in store.segments() if n.startswith(ring_prefix(pid))]
     for n in left:
         try:
-            os.unlink(os.path.join(store, n))
+            os.unlink(store.path(n))
         except FileNotFoundError:
             pass
     return left
@@ -182,7 +184,7 @@ def digest_of(batch) -> str:
 
 
 def segments_of(pid: int, store: str | None = None) -> list[str]:
-    return [n for n in list_segments(store) if n.startswith(ring_prefix(pid))]
+    return [n for n in Store.of(store).segments() if n.startswith(ring_prefix(pid))]
 
 
 def prove(sock, attached: dict, *, store: str | None = None, nonce: str | None = None) -> str:
@@ -192,7 +194,7 @@ def prove(sock, attached: dict, *, store: str | None = None, nonce: str | None =
     from pixpool.shared.wire.trainer import decode, encode
 
     if nonce is None:
-        ring = Ring.attach(attached["ring"], store=store or attached["store"])
+        ring = Ring.attach(attached["ring"], store=Store.of(store or attached["store"]))
         nonce = ring.nonce()
         ring.close()
     sock.send(encode("prove", trainer_id=attached["trainer_id"], token=attached["token"], nonce=nonce))

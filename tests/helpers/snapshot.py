@@ -11,9 +11,10 @@ import numpy as np
 from pixpool.server.snapshot.handle import read_header
 from pixpool.shared.errors import SnapshotError
 from pixpool.shared.stream.records import Dataset, Record
-from pixpool.shared.transport.names import kind_of, list_segments, ring_prefix
+from pixpool.shared.transport.names import kind_of, ring_prefix
 from pixpool.shared.transport.names import snapshot_parts as parts_of_base
 from pixpool.shared.transport.shm import unlink_segment
+from pixpool.shared.transport.store import Store
 
 
 def write_jpegs(folder: Path, sizes_hw, *, seed: int = 0) -> list[str]:
@@ -47,8 +48,8 @@ def created_by_me(before: set[str], store: str | None = None) -> list[str]:
     or when no readable header exists for it (a half-made snapshot); any other new pixpool
     segment counts too unless it is a ring of another pid.
     """
-    mine = []
-    for seg in sorted(set(list_segments(store)) - before):
+    store, mine = Store.of(store), []
+    for seg in sorted(set(store.segments()) - before):
         kind = kind_of(seg)
         if kind == "snapshot":
             try:
@@ -67,5 +68,6 @@ def remove_snapshot(base: str, store: str | None = None) -> None:
     """Every file of snapshot ``base``: its segments and any label index beside them."""
     from pixpool.server.snapshot.handle import unit_names
 
+    store = Store.of(store)
     for seg in unit_names(base, store):
         unlink_segment(seg, store)

@@ -13,7 +13,8 @@ from helpers.snapshot import remove_snapshot
 from pixpool.client.child import cli_command
 from pixpool.server.readers import load_dataset
 from pixpool.server.snapshot.fingerprint import base_name, fingerprint
-from pixpool.shared.transport.names import list_segments, snapshot_parts
+from pixpool.shared.transport.names import snapshot_parts
+from pixpool.shared.transport.store import DEFAULT
 
 IMGSZ = 640
 
@@ -35,7 +36,7 @@ def test_the_second_of_two_prepares_waits_and_reattaches(big_synthetic):
     try:
         # Start the second while the first's segments exist but are not complete yet.
         wait_for(
-            lambda: first.poll() is not None or snapshot_parts(base)["meta"] in list_segments(),
+            lambda: first.poll() is not None or snapshot_parts(base)["meta"] in DEFAULT.segments(),
             WAIT_S,
             "first preparation under way",
         )

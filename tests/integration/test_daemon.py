@@ -20,7 +20,8 @@ from helpers.daemon import WAIT_S, ask_status, digest_of, prove, real_daemon, re
 from pixpool.client import Client
 from pixpool.client.options import ClientOptions
 from pixpool.shared.stream.config import AugmentConfig, DaemonConfig, StreamSettings
-from pixpool.shared.transport.names import shm_path, user_prefix
+from pixpool.shared.transport.names import user_prefix
+from pixpool.shared.transport.store import DEFAULT
 from pixpool.shared.wire.trainer import DELIVERY_SHM, PROTOCOL_VERSION, decode, encode
 
 IMGSZ = 160
@@ -129,11 +130,11 @@ def test_killed_trainer_is_detached_and_others_continue(daemon, dataset):
             got = [digest_of(next(it))]
             assert parent.poll(WAIT_S), "the victim trainer got no batch"
             ring = parent.recv()
-            assert os.path.exists(shm_path(ring))
+            assert os.path.exists(DEFAULT.path(ring))
             os.kill(victim.pid, signal.SIGKILL)
             victim.join(WAIT_S)
             got += [digest_of(b) for b in it]
-            wait_for(lambda: not os.path.exists(shm_path(ring)), 15, "dead trainer's ring unlinked")
+            wait_for(lambda: not os.path.exists(DEFAULT.path(ring)), 15, "dead trainer's ring unlinked")
             st = ask_status(d)
             assert [t["pid"] for t in st["trainers"]] == [os.getpid()]
         assert got == reference_stream(dataset, s, 0)[0]
@@ -156,9 +157,9 @@ def test_silent_trainer_is_detached_after_heartbeat_timeout(daemon, dealer):
     reply = decode(sock.recv(), reply=True)
     assert reply["op"] == "attached"
     ring = reply["ring"]
-    assert os.path.exists(shm_path(ring))
+    assert os.path.exists(DEFAULT.path(ring))
     t0 = time.monotonic()
-    wait_for(lambda: not os.path.exists(shm_path(ring)), 20, "silent trainer's ring unlinked")
+    wait_for(lambda: not os.path.exists(DEFAULT.path(ring)), 20, "silent trainer's ring unlinked")
     assert time.monotonic() - t0 >= 1.0  # not before the 2 s timeout (minus the attach time)
     sock.send(encode("heartbeat", trainer_id=reply["trainer_id"], token=reply["token"]))
     assert sock.poll(WAIT_S * 1000)
@@ -243,7 +244,7 @@ def test_bad_requests_get_clear_errors_and_daemon_keeps_serving(daemon, dealer):
     r = _ask(sock, encode("start", trainer_id=tid, token=token, epoch=0, batch=99))
     assert r["op"] == "error" and "99" in r["message"]
     assert _ask(sock, encode("detach", trainer_id=tid, token=token))["op"] == "detached"
-    assert not os.path.exists(shm_path(att["ring"]))
+    assert not os.path.exists(DEFAULT.path(att["ring"]))
     assert ask_status(d) is not None
 
 

@@ -19,7 +19,7 @@ from pixpool.client.options import ClientOptions
 from pixpool.server.daemon.run import stop_process
 from pixpool.shared.errors import DaemonStopped
 from pixpool.shared.stream.config import AugmentConfig, StreamSettings
-from pixpool.shared.transport.names import shm_path
+from pixpool.shared.transport.store import DEFAULT
 
 
 def test_shutdown_removes_its_socket_file_even_through_a_swapped_directory(synthetic_data):
@@ -59,15 +59,15 @@ def test_a_truncated_snapshot_segment_stops_the_daemon_naming_it(synthetic_data,
             it = c.epoch(0)
             next(it)
             ring = c._ring.name
-            size = os.path.getsize(shm_path(img))
-            os.truncate(shm_path(img), size // 4)  # what `truncate -s` on /dev/shm/...-img does
+            size = os.path.getsize(DEFAULT.path(img))
+            os.truncate(DEFAULT.path(img), size // 4)  # what `truncate -s` on /dev/shm/...-img does
             with pytest.raises(DaemonStopped, match=f"{img} was truncated"):
                 for _ in range(100):  # the daemon checks within a fraction of a second
                     for _ in c.epoch(0):
                         pass
         proc.join(WAIT_S)
         assert proc.exitcode not in (0, None), "a daemon whose snapshot was damaged must exit non-zero"
-        left = [n for n in [*segments, ring] if os.path.exists(shm_path(n))]
+        left = [n for n in [*segments, ring] if os.path.exists(DEFAULT.path(n))]
         assert not left, "the stopped daemon left segments behind"
     err = capfd.readouterr().err
     assert f"{img} was truncated from {size} to {size // 4} bytes" in err, err[-3000:]

@@ -20,7 +20,7 @@ from pixpool.client.options import ClientOptions
 from pixpool.client.train.fit import FitConfig, fit
 from pixpool.shared.stream.config import AugmentConfig, DaemonConfig, StreamSettings
 from pixpool.shared.stream.flags import to_argv
-from pixpool.shared.transport.names import list_segments
+from pixpool.shared.transport.store import DEFAULT
 
 IMGSZ = 64
 
@@ -38,7 +38,7 @@ def _run(tmp_path, name: str, epochs: int) -> FitConfig:
 
 
 def test_the_daemon_says_each_thing_once_and_numbers_trainers_1_2(synthetic_data, tmp_path, capfd):
-    before = set(list_segments())
+    before = set(DEFAULT.segments())
     log_file = tmp_path / "daemon.log"
     serve = to_argv(DaemonConfig(data=str(synthetic_data.data_yaml), imgsz=IMGSZ, workers=1, processes=1))
     with serve_child(serve, timeout_s=WAIT_S, log_file=log_file) as (_, sdir, status):
@@ -60,4 +60,4 @@ def test_the_daemon_says_each_thing_once_and_numbers_trainers_1_2(synthetic_data
     assert re.findall(r"trainer (\d+) attached", log) == ["1", "2"], log
     assert re.findall(r"trainer (\d+) detached", log) == ["1", "2"], log
     assert len(re.findall(r"daemon \d+ serving", log)) == 1 and len(re.findall(r"daemon \d+ stopped", log)) == 1
-    assert set(list_segments()) - before == set()
+    assert set(DEFAULT.segments()) - before == set()

@@ -27,7 +27,8 @@ from helpers.daemon import WAIT_S, ask_status, real_daemon, wait_for
 from pixpool.client import Client
 from pixpool.client.options import ClientOptions
 from pixpool.shared.stream.config import AugmentConfig, StreamSettings
-from pixpool.shared.transport.names import list_segments, ring_prefix, shm_path
+from pixpool.shared.transport.names import ring_prefix
+from pixpool.shared.transport.store import DEFAULT
 
 IMGSZ = 320
 BATCH = 16
@@ -50,12 +51,12 @@ def _measure(socket_dir: str) -> dict:
     pids = [pid] + [w["pid"] for w in st["workers"]]
     procs = process_memory(pids)
     assert sorted(p.pid for p in procs) == sorted(pids)
-    ours = {n for n in list_segments() if n.startswith(ring_prefix(pid))} | set(st["snapshot"]["segments"])
+    ours = {n for n in DEFAULT.segments() if n.startswith(ring_prefix(pid))} | set(st["snapshot"]["segments"])
     mapped = set().union(*(p.segments for p in procs))
     heap = sum(_anonymous_bytes(p) for p in pids)
     return {
         "heap": heap,
-        "shm": sum(os.stat(shm_path(n)).st_size for n in ours),
+        "shm": sum(os.stat(DEFAULT.path(n)).st_size for n in ours),
         "status": st,
         "mapped": mapped,
         "ours": ours,
@@ -118,4 +119,4 @@ def test_total_ring_budget_refuses_an_attach_and_the_daemon_keeps_serving(synthe
             Client.connect(s, ClientOptions(socket_dir=d, timeout_s=WAIT_S))
         st = ask_status(d)
         assert st["trainers"] == [] and proc.is_alive()
-        assert not [n for n in list_segments() if n.startswith(ring_prefix(st["daemon"]["pid"]))]
+        assert not [n for n in DEFAULT.segments() if n.startswith(ring_prefix(st["daemon"]["pid"]))]

@@ -7,11 +7,11 @@ import re
 import subprocess
 import sys
 
-from pixpool.shared.transport.names import list_segments
+from pixpool.shared.transport.store import DEFAULT
 
 
 def test_demo_runs_two_trainers_and_leaves_nothing(tmp_path):
-    before = set(list_segments())
+    before = set(DEFAULT.segments())
     # An earlier run's project folder: the demo takes the next free name and leaves it alone.
     (tmp_path / "runs").mkdir()
     (tmp_path / "runs" / "results.jsonl").write_text("earlier\n")
@@ -75,4 +75,4 @@ def test_demo_runs_two_trainers_and_leaves_nothing(tmp_path):
     losses = [json.loads((runs / f"seed-{i}" / "results.jsonl").read_text().splitlines()[0])["loss"] for i in (0, 1)]
     assert losses[0] != losses[1]  # different seeds: different models on different streams
     assert "no pixpool segment left" in out
-    assert set(list_segments()) - before == set()
+    assert set(DEFAULT.segments()) - before == set()

@@ -8,7 +8,7 @@ import os
 import pytest
 
 from pixpool.cli import main
-from pixpool.shared.transport.names import list_segments
+from pixpool.shared.transport.store import DEFAULT
 
 # A small stream: 64 px, batches of 2, one decoder, no mosaic.
 _TINY = ["--batch-size", "2", "--imgsz", "64", "--processes", "1", "--mosaic", "0"]
@@ -21,7 +21,7 @@ def _digest(capsys, *argv: str) -> dict:
 
 @pytest.mark.parametrize("dtype", ["uint8", "float32"])  # the default, and the other one
 def test_snapshot_and_reference_digests_agree(synthetic_data, capsys, dtype) -> None:
-    before = set(list_segments())
+    before = set(DEFAULT.segments())
     flags = [
         str(synthetic_data.coco_json),
         "--seed",
@@ -48,13 +48,13 @@ def test_snapshot_and_reference_digests_agree(synthetic_data, capsys, dtype) -> 
     ref = _digest(capsys, *flags, "--reference")
     assert snap["path"] == "snapshot" and ref["path"] == "reference"
     assert len(snap["digests"]) == 2 and snap["digests"] == ref["digests"]
-    assert set(list_segments()) == before, "a snapshot the command prepared is removed at exit"
+    assert set(DEFAULT.segments()) == before, "a snapshot the command prepared is removed at exit"
     other = _digest(capsys, *flags[:-2], "--reference")  # mixup off changes the stream
     assert other["digests"] != ref["digests"]
 
 
 def test_plain_output_and_keep_snapshot(synthetic_data, capsys) -> None:
-    before = set(list_segments())
+    before = set(DEFAULT.segments())
     assert (
         main(
             [
@@ -71,7 +71,7 @@ def test_plain_output_and_keep_snapshot(synthetic_data, capsys) -> None:
     )
     line = capsys.readouterr().out.strip().splitlines()
     assert len(line) == 1 and line[0].startswith("epoch 0 batch 0 ") and len(line[0].split()[-1]) == 64
-    kept = set(list_segments()) - before
+    kept = set(DEFAULT.segments()) - before
     try:
         assert kept, "--keep-snapshot keeps what it prepared"
     finally:
@@ -90,7 +90,7 @@ def test_bad_flags_name_the_field(synthetic_data, capsys) -> None:
 def test_daemon_path_equals_reference(synthetic_data, capsys, workers) -> None:
     """Without --reference or --in-process, digest starts a temporary daemon and hashes what a
     trainer receives: the same whether one worker renders a batch or three render a part each."""
-    before = set(list_segments())
+    before = set(DEFAULT.segments())
     flags = [
         str(synthetic_data.coco_json),
         "--seed",
@@ -110,7 +110,7 @@ def test_daemon_path_equals_reference(synthetic_data, capsys, workers) -> None:
     ref = _digest(capsys, *flags, "--reference")
     assert daemon["path"] == "daemon" and ref["path"] == "reference"
     assert len(daemon["digests"]) == 3 and daemon["digests"] == ref["digests"]
-    assert set(list_segments()) == before, "the temporary daemon removes its snapshot and rings"
+    assert set(DEFAULT.segments()) == before, "the temporary daemon removes its snapshot and rings"
 
 
 def test_batches_without_targets_digest_on_every_path(synthetic_copy, capsys) -> None:
@@ -120,7 +120,7 @@ def test_batches_without_targets_digest_on_every_path(synthetic_copy, capsys) ->
     doc = json.loads(coco.read_text())
     doc["annotations"] = []
     coco.write_text(json.dumps(doc))
-    before = set(list_segments())
+    before = set(DEFAULT.segments())
     flags = [
         str(coco),
         "--images",
@@ -133,4 +133,4 @@ def test_batches_without_targets_digest_on_every_path(synthetic_copy, capsys) ->
     snap = _digest(capsys, *flags, "--in-process")
     daemon = _digest(capsys, *flags, "--workers", "1")
     assert len(ref["digests"]) == 2 and ref["digests"] == snap["digests"] == daemon["digests"]
-    assert set(list_segments()) == before
+    assert set(DEFAULT.segments()) == before

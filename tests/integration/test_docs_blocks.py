@@ -47,7 +47,7 @@ import pytest
 
 from helpers.commands import parse_pixpool
 from helpers.doc_blocks import Block, shell_blocks, synopsis_argvs
-from pixpool.shared.transport.names import list_segments
+from pixpool.shared.transport.store import DEFAULT
 
 REPO = Path(__file__).resolve().parents[2]
 DOCS = ("README.md", "docs/usage.md")
@@ -174,7 +174,7 @@ def _remove_new_unheld(before: set[str]) -> None:
     from pixpool.shared.transport.holds import holds_of
     from pixpool.shared.transport.shm import unlink_segment
 
-    for name in set(list_segments()) - before:
+    for name in set(DEFAULT.segments()) - before:
         held = holds_of(name)
         if held is not None and not held.in_use:
             unlink_segment(name)
@@ -212,7 +212,7 @@ def test_synopsis_lines_parse():
 @pytest.mark.timeout(1500)
 @pytest.mark.parametrize("doc", DOCS)
 def test_shell_blocks_run_as_written(doc):
-    before = set(list_segments())
+    before = set(DEFAULT.segments())
     scratch = Path(tempfile.mkdtemp(prefix="pxdoc-", dir="/tmp"))  # short: ipc paths are limited to ~107 bytes
     try:
         _scratch_data(scratch)

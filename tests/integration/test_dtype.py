@@ -30,7 +30,7 @@ from pixpool.shared.errors import ConfigError
 from pixpool.shared.stream.config import FILL_VALUE, AugmentConfig, DaemonConfig, StreamSettings
 from pixpool.shared.stream.digest import batch_digest
 from pixpool.shared.stream.sampler import num_batches
-from pixpool.shared.transport.names import list_segments
+from pixpool.shared.transport.store import DEFAULT
 
 IMGSZ = 96
 
@@ -182,7 +182,7 @@ def test_a_new_snapshot_of_one_dtype_never_supersedes_the_other(synthetic_copy):
     # its own lineage after an input changed: the uint8 snapshot stays (nobody maps it, so
     # one shared lineage would have removed it).
     data = synthetic_copy / "annotations" / "instances_train.json"
-    before = set(list_segments())
+    before = set(DEFAULT.segments())
     made = []
     try:
         u8 = prepare_snapshot(
@@ -219,7 +219,7 @@ def test_a_new_snapshot_of_one_dtype_never_supersedes_the_other(synthetic_copy):
 
 def test_prepare_cli_reports_the_dtype_and_ls_shows_it(synthetic_copy, capsys):
     data = str(synthetic_copy / "annotations" / "instances_train.json")
-    before = set(list_segments())
+    before = set(DEFAULT.segments())
     base = None
     try:
         assert main(["prepare", data, "--imgsz", "64", "--processes", "1", "--dtype", "uint8", "--json"]) == 0
@@ -243,7 +243,7 @@ def test_prepare_cli_reports_the_dtype_and_ls_shows_it(synthetic_copy, capsys):
 
 @pytest.mark.parametrize("command", ["prepare", "serve", "digest"])
 def test_an_unknown_dtype_names_the_flag_and_the_choices(synthetic_data, capsys, command):
-    before = set(list_segments())
+    before = set(DEFAULT.segments())
     extra = ["--reference"] if command == "digest" else []
     assert main([command, str(synthetic_data.coco_json), "--dtype", "float16", *extra]) == 1
     err = capsys.readouterr().err
@@ -257,7 +257,7 @@ def test_the_python_api_refuses_an_unknown_dtype(synthetic_data):
     ) as info:
         DaemonConfig(data="x", dtype="f4")
     assert info.value.field == "dtype"
-    before = set(list_segments())
+    before = set(DEFAULT.segments())
     with pytest.raises(ConfigError, match="field 'dtype'"):
         prepare_snapshot(load_dataset(synthetic_data.coco_json), PrepareOptions(imgsz=64, processes=1, dtype="int8"))
     assert created_by_me(before) == []
@@ -267,7 +267,7 @@ def test_daemon_digest_of_a_float32_snapshot_equals_the_reference(synthetic_data
     """Through a temporary daemon (``pixpool digest --dtype float32 --workers 1``): the bytes a
     trainer receives from the float32 snapshot (one flag from the uint8 default, which
     tests/integration/test_digest.py serves) are the reference pipeline's."""
-    before = set(list_segments())
+    before = set(DEFAULT.segments())
     # imgsz 128: not the module's snapshots (this process maps those; the digest commands must
     # make, and remove, their own)
     flags = [str(synthetic_data.coco_json), "--seed", "6", "--batches", "3", "--batch-size", "8", "--imgsz", "128", "--copy-paste", "0.5", "--mixup", "0.3",
@@ -308,12 +308,12 @@ def test_a_snapshot_centred_by_another_fill_is_refused_when_attached(pair):
 
     from pixpool.server.snapshot.handle import Snapshot
     from pixpool.shared.errors import SnapshotError
-    from pixpool.shared.transport.names import shm_path, snapshot_parts
+    from pixpool.shared.transport.names import snapshot_parts
 
     _, f32, _ = pair
     assert f32.snapshot.fill == FILL_VALUE
     meta = snapshot_parts(f32.snapshot.name)["meta"]
-    with open(shm_path(meta), "r+b") as f:
+    with open(DEFAULT.path(meta), "r+b") as f:
         original = f.read(layout.HEADER_NBYTES)
         changed = dataclasses.replace(layout.unpack_header(original), fill=100.0)
         f.seek(0)
@@ -324,6 +324,6 @@ def test_a_snapshot_centred_by_another_fill_is_refused_when_attached(pair):
         text = str(err.value)
         assert meta in text and "fill 100.0" in text and f"fill {FILL_VALUE!r}" in text, text
     finally:
-        with open(shm_path(meta), "r+b") as f:
+        with open(DEFAULT.path(meta), "r+b") as f:
             f.write(original)
     Snapshot.attach(f32.snapshot.name).close()  # restored: attaches again

@@ -26,7 +26,8 @@ from pixpool.client import Client
 from pixpool.client.options import ClientOptions
 from pixpool.shared.errors import DaemonStopped, DaemonTimeout
 from pixpool.shared.stream.config import AugmentConfig, StreamSettings
-from pixpool.shared.transport.names import list_segments, user_prefix
+from pixpool.shared.transport.names import user_prefix
+from pixpool.shared.transport.store import DEFAULT
 
 IMGSZ = 160
 
@@ -117,7 +118,7 @@ def test_daemon_stop_signal_reaches_waiting_trainer_and_unlinks(synthetic_data, 
         assert not alive
         assert segments_of(proc.pid) == []
         if not snap["reused"]:
-            assert not set(snap["segments"]) & set(list_segments())
+            assert not set(snap["segments"]) & set(DEFAULT.segments())
 
 
 def test_no_daemon_times_out_with_clear_message():
@@ -178,10 +179,10 @@ def test_daemon_sigkill_restart_reattaches_then_clean_removes_all(synthetic_data
         leftovers = (
             segments_of(proc_a.pid)
             + segments_of(proc_b.pid)
-            + [n for n in st_a["snapshot"]["segments"] if n in list_segments()]
+            + [n for n in st_a["snapshot"]["segments"] if n in DEFAULT.segments()]
         )
         assert main(["clean", *leftovers]) == 0  # named: other runs on this machine keep theirs
-        remaining = set(list_segments())
+        remaining = set(DEFAULT.segments())
         assert not remaining & set(leftovers), f"pixpool clean left {sorted(remaining & set(leftovers))}"
     finally:
         shutil.rmtree(d, ignore_errors=True)  # a killed daemon leaves its socket file
@@ -221,7 +222,7 @@ def test_serve_command_ctrl_c_exits_cleanly(synthetic_data):
         assert proc.returncode == 0, out
         assert segments_of(proc.pid) == []
         if not st["snapshot"]["reused"]:
-            assert not set(st["snapshot"]["segments"]) & set(list_segments())
+            assert not set(st["snapshot"]["segments"]) & set(DEFAULT.segments())
         assert not os.path.exists(f"{d}/daemon.sock")
     finally:
         if proc.poll() is None:
@@ -236,7 +237,7 @@ def test_serve_sigterm_while_preparing_leaves_nothing(coco128):
     import sys
 
     d = short_socket_dir()
-    before = set(list_segments())
+    before = set(DEFAULT.segments())
     # imgsz 608 keeps this snapshot apart from any other test's coco128 snapshot.
     cmd = [
         sys.executable,
@@ -258,7 +259,7 @@ def test_serve_sigterm_while_preparing_leaves_nothing(coco128):
         wait_for(
             lambda: (
                 proc.poll() is None
-                and any(n.startswith(user_prefix() + "snap-") for n in set(list_segments()) - before)
+                and any(n.startswith(user_prefix() + "snap-") for n in set(DEFAULT.segments()) - before)
             ),
             60,
             "preparation under way",
@@ -269,7 +270,7 @@ def test_serve_sigterm_while_preparing_leaves_nothing(coco128):
         assert proc.returncode in (143, 0), out
         if proc.returncode == 143:
             assert "no segment was left behind" in out
-        assert set(list_segments()) - before == set()
+        assert set(DEFAULT.segments()) - before == set()
     finally:
         if proc.poll() is None:
             proc.kill()
@@ -311,7 +312,7 @@ def test_second_daemon_on_the_same_socket_dir_is_refused(synthetic_data):
         st = ask_status(d)
         assert st["daemon"]["pid"] == proc.pid, "the first daemon still owns its socket"
         # The refused one re-attached the snapshot the first one created, and left it alone.
-        assert set(st["snapshot"]["segments"]) <= set(list_segments())
+        assert set(st["snapshot"]["segments"]) <= set(DEFAULT.segments())
 
 
 def test_creator_daemon_leaves_a_snapshot_another_process_maps(synthetic_data):
@@ -325,14 +326,14 @@ def test_creator_daemon_leaves_a_snapshot_another_process_maps(synthetic_data):
         other = Snapshot.attach(st["snapshot"]["name"])  # e.g. a second daemon re-attached it
     try:
         assert proc.exitcode == 0
-        assert set(other.segment_names) <= set(list_segments()), "kept: another process maps it"
+        assert set(other.segment_names) <= set(DEFAULT.segments()), "kept: another process maps it"
         assert other.checksum()  # still readable
     finally:
         other.close()
         remove_snapshot(
             st["snapshot"]["name"]
         )  # the test is the last user: it removes the snapshot and its label index
-    assert not set(other.segment_names) & set(list_segments())
+    assert not set(other.segment_names) & set(DEFAULT.segments())
 
 
 def _drop_images(coco_json, keep: int) -> int:
@@ -415,8 +416,8 @@ def test_a_daemon_restarted_on_a_changed_dataset_stops_the_trainer_unless_it_fol
             finally:
                 c.close()
     finally:
-        present = [n for n in dict.fromkeys(leftovers) if n in list_segments()]
+        present = [n for n in dict.fromkeys(leftovers) if n in DEFAULT.segments()]
         if present:
             main(["clean", *present])
         shutil.rmtree(d, ignore_errors=True)
-    assert not set(leftovers) & set(list_segments())
+    assert not set(leftovers) & set(DEFAULT.segments())

@@ -25,7 +25,7 @@ from pixpool.client.train import fit as fit_module
 from pixpool.client.train.fit import FitConfig, fit
 from pixpool.shared.errors import SnapshotChangedError
 from pixpool.shared.stream.config import AugmentConfig, StreamSettings
-from pixpool.shared.transport.names import list_segments
+from pixpool.shared.transport.store import DEFAULT
 
 IMGSZ = 64
 
@@ -59,7 +59,7 @@ def _clean(names: list[str]) -> list[str]:
     from pixpool.cli import main
 
     prefixes = {n.rsplit("-", 1)[0] + "-" for n in names}
-    present = [n for n in list_segments() if any(n.startswith(p) for p in prefixes)]
+    present = [n for n in DEFAULT.segments() if any(n.startswith(p) for p in prefixes)]
     if present:
         main(["clean", *present])
     return present
@@ -110,7 +110,7 @@ def test_a_validation_pass_on_changed_val_labels_after_a_restart_is_refused(synt
     finally:
         _clean(leftovers)
         shutil.rmtree(d, ignore_errors=True)
-    assert not set(leftovers) & set(list_segments())
+    assert not set(leftovers) & set(DEFAULT.segments())
 
 
 def test_pixpool_train_validates_through_a_daemon_restart_after_an_epoch(synthetic_data, tmp_path, monkeypatch):

@@ -26,7 +26,8 @@ from pixpool.ops.status_client import format_status, query_health, query_status
 from pixpool.ops.view import trainers_table
 from pixpool.server.daemon.metrics import Metrics, _Collector
 from pixpool.shared.stream.config import AugmentConfig, StreamSettings
-from pixpool.shared.transport.names import list_segments, ring_prefix
+from pixpool.shared.transport.names import ring_prefix
+from pixpool.shared.transport.store import Store
 from pixpool.shared.wire.status import Status
 
 IMGSZ = 64
@@ -35,7 +36,7 @@ IMGSZ = 64
 def _rings(status: Status) -> list[str]:
     """The ring segments of the daemon in its store, as the store lists them."""
     prefix = ring_prefix(status.daemon.pid)
-    return sorted(n for n in list_segments(status.daemon.store) if n.startswith(prefix))
+    return sorted(n for n in Store.of(status.daemon.store).segments() if n.startswith(prefix))
 
 
 def _gauges(status: Status) -> dict[str, float]:

@@ -34,7 +34,7 @@ from pixpool.server.snapshot.decode import decode_bgr, resize_long_side
 from pixpool.server.snapshot.load import read_split, splits
 from pixpool.shared.stream.config import DaemonConfig
 from pixpool.shared.stream.records import Targets
-from pixpool.shared.transport.names import list_segments
+from pixpool.shared.transport.store import Store
 
 IMGSZ = 64
 _N = 4
@@ -112,7 +112,7 @@ def store(tmp_path):
     try:
         yield str(path)
     finally:
-        for seg in list_segments(str(path)):
+        for seg in Store.of(path).segments():
             os.unlink(path / seg)
 
 
@@ -209,7 +209,7 @@ def _serves_the_files_as_they_are(config: DaemonConfig) -> None:
 
 
 def _drop_index(store: str) -> None:
-    for seg in list_segments(store):
+    for seg in Store.of(store).segments():
         if "-lix" in seg:
             os.unlink(os.path.join(store, seg))
 
@@ -231,8 +231,8 @@ def _check(config, store, root, swaps, *, same_stats: bool, hashed: bool) -> Non
     where stat vouches, a restart reads no image)."""
     _wait_past_racy_margin()
     _serves_the_files_as_they_are(config)
-    (index,) = [s for s in list_segments(store) if "-lix" in s]
-    ix = label_index.read_index(index, store)
+    (index,) = [s for s in Store.of(store).segments() if "-lix" in s]
+    ix = label_index.read_index(index, Store.of(store))
     modes = {m for p, m in zip(ix.check_paths.tolist(), ix.check_modes.tolist()) if p.endswith(".bmp")}
     assert modes == {label_index.CONTENT if hashed else label_index.STAT}
     for k, swap in enumerate(swaps):

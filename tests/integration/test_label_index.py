@@ -20,7 +20,7 @@ from pixpool.server.snapshot.handle import label_indexes, list_snapshots
 from pixpool.server.snapshot.load import splits
 from pixpool.shared.stream.config import DaemonConfig
 from pixpool.shared.transport.holds import holds_of
-from pixpool.shared.transport.names import list_segments
+from pixpool.shared.transport.store import Store
 
 
 @pytest.fixture
@@ -42,7 +42,7 @@ def config(yolo_set, tmp_path):
     try:
         yield cfg
     finally:
-        for seg in list_segments(str(store)):
+        for seg in Store.of(store).segments():
             os.unlink(store / seg)
 
 
@@ -63,7 +63,7 @@ def no_reading(monkeypatch):
 def test_restart_on_unchanged_files_reads_no_label(config, monkeypatch):
     snap, info, paths, names = load(config)
     try:
-        assert not info["reused"] and label_indexes(snap.name, config.store)
+        assert not info["reused"] and label_indexes(snap.name, config.segment_store)
     finally:
         snap.close()
     with monkeypatch.context() as m:
@@ -80,14 +80,14 @@ def test_restart_on_unchanged_files_reads_no_label(config, monkeypatch):
 def _changed_after_index(config) -> bool:
     """Whether a load after the first one read the dataset again (its index did not vouch)."""
     lineage = splits(config)["train"][2]
-    return label_index.find_trusted(lineage, store=config.store) is None
+    return label_index.find_trusted(lineage, store=config.segment_store) is None
 
 
 def _indexed(config):
     snap, *_ = load(config)
     snap.close()
     lineage = splits(config)["train"][2]
-    assert label_index.find_trusted(lineage, store=config.store) is not None
+    assert label_index.find_trusted(lineage, store=config.segment_store) is not None
 
 
 def test_label_rewritten_with_its_mtime_set_back_is_caught(config, yolo_set):
@@ -135,20 +135,20 @@ def test_an_image_added_to_the_folder_is_caught(config, yolo_set):
 def test_a_damaged_or_foreign_index_is_ignored(config, monkeypatch, caplog):
     snap, *_ = load(config)
     snap.close()
-    (name,) = label_indexes(snap.name, config.store)
-    path = os.path.join(config.store, name)
+    (name,) = label_indexes(snap.name, config.segment_store)
+    path = config.segment_store.path(name)
     with open(path, "rb") as f:
         data = bytearray(f.read())
     data[-5] ^= 0xFF
     with open(path, "wb") as f:
         f.write(data)
     with pytest.raises(label_index.IndexUnusable, match="checksum"):
-        label_index.read_index(name, config.store)
+        label_index.read_index(name, config.segment_store)
     assert _changed_after_index(config)
     with open(path, "wb") as f:
         f.write(b"not an index at all")
     with pytest.raises(label_index.IndexUnusable, match="magic|shorter"):
-        label_index.read_index(name, config.store)
+        label_index.read_index(name, config.segment_store)
     assert _changed_after_index(config)
     # A file others may write is never trusted, whatever it holds.
     again, *_ = load(config)  # a full read writes a good index over the foreign file
@@ -163,31 +163,31 @@ def test_an_index_written_right_after_a_change_is_not_written(config, yolo_set):
     label.write_text(label.read_text())  # changed now: within the racy margin of the read below
     snap, *_ = load(config)
     try:
-        assert label_indexes(snap.name, config.store) == []
+        assert label_indexes(snap.name, config.segment_store) == []
     finally:
         snap.close()
 
 
 def test_ls_and_clean_take_the_index_with_its_snapshot(config):
     snap, *_ = load(config)
-    (name,) = label_indexes(snap.name, config.store)
-    (info,) = list_snapshots(store=config.store)
+    (name,) = label_indexes(snap.name, config.segment_store)
+    (info,) = list_snapshots(store=config.segment_store)
     assert info.complete and any(p.startswith("lix") for p in info.parts)
-    segments = list_segments(config.store)
-    remove, kept = plan_clean(segments, {s: holds_of(s, config.store) for s in segments})
+    segments = config.segment_store.segments()
+    remove, kept = plan_clean(segments, {s: holds_of(s, config.segment_store) for s in segments})
     assert name in kept and not remove  # held with its snapshot while mapped
     snap.close()
-    remove, kept = plan_clean(segments, {s: holds_of(s, config.store) for s in segments})
+    remove, kept = plan_clean(segments, {s: holds_of(s, config.segment_store) for s in segments})
     assert name in remove and len(remove) == 4
     # A snapshot its last user removes goes with its index.
     again, *_ = load(config)
     assert again.release() == "removed"
-    assert list_segments(config.store) == []
+    assert config.segment_store.segments() == []
 
 
 def _index_of(config) -> label_index.IndexedSet:
-    (seg,) = [s for s in list_segments(config.store) if "-lix" in s]
-    return label_index.read_index(seg, config.store)
+    (seg,) = [s for s in config.segment_store.segments() if "-lix" in s]
+    return label_index.read_index(seg, config.segment_store)
 
 
 def test_labels_indexed_while_fresh_are_checked_by_stat_once_quiet(config, yolo_set, monkeypatch, caplog):

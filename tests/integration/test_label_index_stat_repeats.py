@@ -35,7 +35,7 @@ from pixpool.server.snapshot.fingerprint import base_name, content_fingerprint, 
 from pixpool.server.snapshot.handle import label_indexes
 from pixpool.server.snapshot.load import read_split, splits
 from pixpool.shared.stream.config import DaemonConfig
-from pixpool.shared.transport.names import list_segments
+from pixpool.shared.transport.store import Store
 
 FIXED_TIME = 1700000000  # what -all-time and SOURCE_DATE_EPOCH builds give every file
 
@@ -69,7 +69,7 @@ def store(tmp_path):
     try:
         yield str(path)
     finally:
-        for seg in list_segments(str(path)):
+        for seg in Store.of(path).segments():
             os.unlink(path / seg)
 
 
@@ -84,7 +84,7 @@ def _load(config: DaemonConfig):
         config, config.prepare_options(), data, images, "train", lineage, warned=set(), train_names=None
     )
     try:
-        return snap.name, info["content"], label_indexes(snap.name, config.store)
+        return snap.name, info["content"], label_indexes(snap.name, config.segment_store)
     finally:
         snap.close()
 
@@ -273,7 +273,7 @@ def test_the_same_image_mounted_from_another_device_is_not_trusted_on_its_stat(s
     mnt = squash.mount(image)
     config = _config(mnt / "data.yaml", store)
     _load(config)
-    assert label_index.find_trusted(_lineage(config), store=store) is not None
+    assert label_index.find_trusted(_lineage(config), store=Store.of(store)) is not None
     squash.umount()
     busy = subprocess.run(["losetup", "-f", "--show", "-r", str(squash.image(v1, "busy"))], capture_output=True,
                           text=True)  # fmt: skip
@@ -281,7 +281,7 @@ def test_the_same_image_mounted_from_another_device_is_not_trusted_on_its_stat(s
         pytest.skip(f"cannot hold a loop device: {busy.stderr.strip()}")
     try:
         squash.mount(image)  # the next free loop device: another st_dev for every path
-        assert label_index.find_trusted(_lineage(config), store=store) is None
+        assert label_index.find_trusted(_lineage(config), store=Store.of(store)) is None
     finally:
         squash.umount()
         subprocess.run(["losetup", "-d", busy.stdout.strip()], check=True)
@@ -301,7 +301,7 @@ def test_a_read_only_mount_hashes_labels_folders_and_images(synthetic_data, tmp_
         _wait_past_racy_margin()
         config = _config(mnt / "data.yaml", store)
         name, _, (index_name,) = _load(config)
-        index = label_index.read_index(index_name, store)
+        index = label_index.read_index(index_name, Store.of(store))
         modes = dict(zip(index.check_paths.tolist(), index.check_modes.tolist()))
         present = dict(zip(index.check_paths.tolist(), index.check_stats[:, 0].tolist()))
         labels = [p for p in modes if p.endswith(".txt") and present[p] >= 0]  # an absent one stays absent
@@ -309,7 +309,7 @@ def test_a_read_only_mount_hashes_labels_folders_and_images(synthetic_data, tmp_
         assert labels and images
         assert {modes[p] for p in labels + images} == {label_index.CONTENT}
         assert modes[str(mnt / "images" / "train")] == label_index.LISTING
-        assert label_index.find_trusted(_lineage(config), store=store) is not None
+        assert label_index.find_trusted(_lineage(config), store=Store.of(store)) is not None
         assert name.startswith(_truth(config)[0])
     finally:
         subprocess.run(["umount", str(mnt)], check=True)

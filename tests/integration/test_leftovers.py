@@ -13,14 +13,14 @@ import psutil
 from helpers.daemon import WAIT_S, ask_status, real_daemon, short_socket_dir
 from helpers.snapshot import remove_snapshot
 from pixpool.shared.stream.config import AugmentConfig, StreamSettings
-from pixpool.shared.transport.names import list_segments, shm_path
+from pixpool.shared.transport.store import DEFAULT
 from pixpool.shared.wire.trainer import decode, encode
 
 IMGSZ = 224  # a multiple of 32 no other module prepares
 
 
 def _exists(names) -> list[bool]:
-    return [os.path.exists(shm_path(n)) for n in names]
+    return [os.path.exists(DEFAULT.path(n)) for n in names]
 
 
 def test_two_daemons_sharing_a_snapshot_the_last_out_removes_it(synthetic_copy):
@@ -76,9 +76,11 @@ def test_a_restarted_daemon_sweeps_the_rings_its_killed_predecessor_left(synthet
             os.kill(proc.pid, signal.SIGKILL)
             proc.join(WAIT_S)
             psutil.wait_procs(workers, timeout=15)
-            assert os.path.exists(shm_path(ring)), "a killed daemon cannot remove its ring (the test needs a leftover)"
+            assert os.path.exists(DEFAULT.path(ring)), (
+                "a killed daemon cannot remove its ring (the test needs a leftover)"
+            )
             with real_daemon(synthetic_data.coco_json, imgsz=IMGSZ, workers=1, socket_dir=d):
-                assert not os.path.exists(shm_path(ring)), "the successor left its predecessor's ring"
-                assert ring not in list_segments()
+                assert not os.path.exists(DEFAULT.path(ring)), "the successor left its predecessor's ring"
+                assert ring not in DEFAULT.segments()
     finally:
         shutil.rmtree(d, ignore_errors=True)

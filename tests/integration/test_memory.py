@@ -22,8 +22,9 @@ from pixpool.client import Client
 from pixpool.client.options import ClientOptions
 from pixpool.shared.errors import CapacityError
 from pixpool.shared.stream.config import AugmentConfig, StreamSettings
-from pixpool.shared.transport.names import list_segments, ring_prefix
+from pixpool.shared.transport.names import ring_prefix
 from pixpool.shared.transport.procmem import parse_rollup
+from pixpool.shared.transport.store import DEFAULT
 
 IMGSZ = 320
 
@@ -176,11 +177,11 @@ def test_memory_budget_refuses_a_ring_and_keeps_serving(synthetic_data):
             assert len(list(it)) >= 1  # the first trainer is still served
             st = ask_status(d)
             assert proc.is_alive() and [t["trainer_id"] for t in st["trainers"]] == [first._ident[0]]
-    assert not [n for n in list_segments() if n.startswith(ring_prefix(proc.pid)) or n in st["snapshot"]["segments"]]
+    assert not [n for n in DEFAULT.segments() if n.startswith(ring_prefix(proc.pid)) or n in st["snapshot"]["segments"]]
 
 
 def test_prepare_over_budget_is_refused_before_allocating(synthetic_data, capsys):
-    before = set(list_segments())
+    before = set(DEFAULT.segments())
     assert (
         main(["prepare", str(synthetic_data.coco_json), "--imgsz", "96", "--processes", "1", "--memory-budget", "100K"])
         == 1

@@ -28,7 +28,8 @@ from pixpool.client import Client
 from pixpool.client.options import ClientOptions
 from pixpool.server.readers import load_dataset
 from pixpool.shared.stream.config import AugmentConfig, StreamSettings
-from pixpool.shared.transport.names import parse, shm_path
+from pixpool.shared.transport.names import parse
+from pixpool.shared.transport.store import DEFAULT
 from pixpool.shared.wire.trainer import DELIVERY_SHM, decode, encode
 
 IMGSZ = 96
@@ -49,7 +50,7 @@ def _settings(seed: int) -> StreamSettings:
 
 
 def _exists(names) -> list[bool]:
-    return [os.path.exists(shm_path(n)) for n in names]
+    return [os.path.exists(DEFAULT.path(n)) for n in names]
 
 
 def _raw_attach(dealer, socket_dir: str, seed: int) -> str:
@@ -147,7 +148,7 @@ def test_a_killed_pid1_daemons_ring_goes_once_its_trainer_moved_to_the_restarted
                     got += [digest_of(b) for b in it]
                     assert c.reattaches == 1 and c._ring.name != old and parse(c._ring.name).daemon_pid == 1
                     # No `clean`: the trainer, last one out of the old ring, removed it.
-                    wait_for(lambda: not os.path.exists(shm_path(old)), 15, f"the dead daemon's ring {old} to go")
+                    wait_for(lambda: not os.path.exists(DEFAULT.path(old)), 15, f"the dead daemon's ring {old} to go")
                     second.signal(signal.SIGTERM)
                     assert second.wait() == 0, second.output()[-3000:]
             finally:
@@ -208,7 +209,7 @@ def test_ls_lists_rings_with_their_daemon_and_trainer(synthetic_data, dealer, ca
                 assert f"removed {unmapped}" in out and f"kept {mapped}: in use" in out, out
                 assert "its daemon is gone" in out, out
             # The trainer let go (Client.close): last one out, it removed the ring.
-            assert not os.path.exists(shm_path(mapped))
+            assert not os.path.exists(DEFAULT.path(mapped))
     finally:
         if snapshot:
             remove_snapshot(snapshot[0].rpartition("-")[0])
@@ -225,11 +226,11 @@ def test_a_killed_host_daemons_ring_goes_once_its_trainer_moved_to_the_successor
                 got = [digest_of(next(it))]
                 old = c._ring.name
                 _kill_host_daemon(first)
-                assert os.path.exists(shm_path(old)), "a killed daemon cannot remove its ring (the test needs it)"
+                assert os.path.exists(DEFAULT.path(old)), "a killed daemon cannot remove its ring (the test needs it)"
                 with real_daemon(synthetic_data.coco_json, imgsz=IMGSZ, workers=1, socket_dir=d):
                     got += [digest_of(b) for b in it]
                     assert c.reattaches == 1 and c._ring.name != old
-                    wait_for(lambda: not os.path.exists(shm_path(old)), 15, f"the killed daemon's ring {old} to go")
+                    wait_for(lambda: not os.path.exists(DEFAULT.path(old)), 15, f"the killed daemon's ring {old} to go")
         assert got == reference_stream(dataset, s, 0)[0]
     finally:
         shutil.rmtree(d, ignore_errors=True)
@@ -275,7 +276,7 @@ def test_a_killed_trainer_in_another_pid_namespace_is_detached_by_its_ring_hold(
             (trainer,) = ask_status(d)["trainers"]
             assert trainer["pid"] == 1 and trainer["pid_watched"] is False
             ring = trainer["ring"]
-            assert os.path.exists(shm_path(ring))
+            assert os.path.exists(DEFAULT.path(ring))
             killed_at = time.monotonic()
             os.kill(_child_of(proc, WAIT_S), signal.SIGKILL)  # PID 1 of the namespace: the trainer
             proc.wait(timeout=WAIT_S)
@@ -285,7 +286,7 @@ def test_a_killed_trainer_in_another_pid_namespace_is_detached_by_its_ring_hold(
                 what="the daemon detaching the killed trainer by its ring hold",
             )
             assert time.monotonic() - killed_at < heartbeat_timeout_s / 4
-            assert not os.path.exists(shm_path(ring))
+            assert not os.path.exists(DEFAULT.path(ring))
         finally:
             if proc.poll() is None:
                 proc.kill()

@@ -23,7 +23,7 @@ from pixpool.cli import main
 from pixpool.client import Client
 from pixpool.client.options import ClientOptions
 from pixpool.shared.stream.config import AugmentConfig, StreamSettings
-from pixpool.shared.transport.names import list_segments
+from pixpool.shared.transport.store import DEFAULT
 
 IMGSZ = 96
 
@@ -92,7 +92,7 @@ def test_serve_refuses_before_decoding_when_the_store_holds_the_training_snapsho
     size_kib = (one * 3 // 2) // 1024  # room for one snapshot and a half
     small = tempfile.mkdtemp(prefix="pxserve-")
     socket_dir = tempfile.mkdtemp(prefix="pxsock-")
-    shm_before = set(list_segments())
+    shm_before = set(DEFAULT.segments())
     try:
         mount = ["mount", "-t", "tmpfs", "-o", f"size={size_kib}k,mode=0700", "tmpfs", small]
         if subprocess.run(mount, check=False).returncode:
@@ -108,7 +108,7 @@ def test_serve_refuses_before_decoding_when_the_store_holds_the_training_snapsho
         assert "plan: snapshot train" in text, "the plan line is logged at start"
         assert not re.search(r"snapshot \S+ prepared", text), "a snapshot was prepared (decoded) before the refusal"
         assert os.listdir(small) == []
-        assert set(list_segments()) == shm_before
+        assert set(DEFAULT.segments()) == shm_before
     finally:
         subprocess.run(["umount", small], check=False)
         os.rmdir(small)

@@ -21,8 +21,8 @@ from pixpool.server.snapshot.prepare import PreparationTerminated, PrepareOption
 from pixpool.shared.errors import CapacityError, ImageDecodeError
 from pixpool.shared.stream.config import FILL_VALUE
 from pixpool.shared.stream.records import Dataset
-from pixpool.shared.transport.names import list_segments
 from pixpool.shared.transport.shm import SharedSegment
+from pixpool.shared.transport.store import DEFAULT, Store
 
 
 def _private(dataset: Dataset, tmp_path) -> Dataset:
@@ -148,7 +148,7 @@ def test_pixels_changed_with_size_and_mtime_kept_are_prepared_again(tmp_path, pr
 @pytest.mark.parametrize("processes", [1, 2])
 def test_failure_at_record_k_leaves_no_segment(synthetic_data, processes, store):
     dataset = load_dataset(synthetic_data.coco_json)
-    before = set(list_segments(store))
+    before = set(Store.of(store).segments())
     assert failing_decoder.FAIL_AT == 7  # the decoder that claims record 7 fails (spawned ones too)
     with pytest.raises(ImageDecodeError, match="injected failure at record 7") as info:
         prepare_snapshot(
@@ -158,7 +158,7 @@ def test_failure_at_record_k_leaves_no_segment(synthetic_data, processes, store)
         )
     assert dataset.records[7].image_path in str(info.value)
     assert created_by_me(before, store) == []
-    assert not any(s.startswith(base_name(fingerprint(dataset, imgsz=160))) for s in list_segments(store))
+    assert not any(s.startswith(base_name(fingerprint(dataset, imgsz=160))) for s in Store.of(store).segments())
 
 
 def _decode_calls_then(monkeypatch, k: int, action):
@@ -183,7 +183,7 @@ def test_keyboard_interrupt_leaves_no_segment(synthetic_data, monkeypatch, proce
     # With 2 processes this process is one of the decoders: it decodes its first records
     # while the worker is still starting, so the interrupt lands mid-preparation either way.
     dataset = load_dataset(synthetic_data.coco_json)
-    before = set(list_segments(store))
+    before = set(Store.of(store).segments())
 
     def interrupt():
         raise KeyboardInterrupt
@@ -198,7 +198,7 @@ def test_keyboard_interrupt_leaves_no_segment(synthetic_data, monkeypatch, proce
 @pytest.mark.parametrize("processes", [1, 2])
 def test_sigterm_leaves_no_segment_and_restores_handler(synthetic_data, monkeypatch, processes):
     dataset = load_dataset(synthetic_data.coco_json)
-    before = set(list_segments())
+    before = set(DEFAULT.segments())
     handler_before = signal.getsignal(signal.SIGTERM)
     _decode_calls_then(monkeypatch, 3, lambda: os.kill(os.getpid(), signal.SIGTERM))
     with pytest.raises(PreparationTerminated):
@@ -209,7 +209,7 @@ def test_sigterm_leaves_no_segment_and_restores_handler(synthetic_data, monkeypa
 
 def test_capacity_refused_before_allocating(synthetic_data, monkeypatch, store):
     dataset = load_dataset(synthetic_data.coco_json)
-    before = set(list_segments(store))
+    before = set(Store.of(store).segments())
     monkeypatch.setattr(prepare.psutil, "virtual_memory", lambda: SimpleNamespace(available=1000))
     if store != "/dev/shm":
         # A disk store's pages are page cache: little memory is no reason to refuse, little room is.
@@ -242,7 +242,7 @@ def test_stale_incomplete_snapshot_is_replaced(store, synthetic_data, prepared):
     dataset = load_dataset(synthetic_data.coco_json)
     base = base_name(fingerprint(dataset, imgsz=160))
     # What a killed preparation leaves: a meta segment without the completeness mark.
-    with SharedSegment.create(base + "-meta", 4096, store=store) as stale:
+    with SharedSegment.create(base + "-meta", 4096, store=Store.of(store)) as stale:
         stale.buf[:8] = b"PIXPSNAP"
     result = prepare_snapshot(dataset, PrepareOptions(imgsz=160, processes=1, store=store))
     prepared.append(result)
@@ -299,7 +299,6 @@ def test_snapshot_being_prepared_by_live_process_is_waited_for_then_refused(synt
     import sys
 
     from pixpool.shared.errors import SnapshotError
-    from pixpool.shared.transport.names import shm_path
 
     dataset = load_dataset(synthetic_data.coco_json)
     base = base_name(fingerprint(dataset, imgsz=160))
@@ -315,7 +314,7 @@ def test_snapshot_being_prepared_by_live_process_is_waited_for_then_refused(synt
     try:
         assert holder.stdout.readline().strip() == "mapped"  # returns when the child has mapped it (or died)
         seg.close()
-        assert os.path.exists(shm_path(base + "-meta"))
+        assert os.path.exists(DEFAULT.path(base + "-meta"))
         with pytest.raises(
             SnapshotError, match=rf"being prepared by live process\(es\) \[{holder.pid}\].*; waited 0.3 s"
         ):
@@ -330,7 +329,7 @@ def test_snapshot_being_prepared_by_live_process_is_waited_for_then_refused(synt
 
 def test_header_size_mismatch_names_the_file(tmp_path, monkeypatch):
     paths = write_jpegs(tmp_path / "img", [(40, 60), (50, 30), (64, 64)])
-    before = set(list_segments())
+    before = set(DEFAULT.segments())
     real = prepare.header_size_hw
     monkeypatch.setattr(prepare, "header_size_hw", lambda p: (41, 60) if p == paths[0] else real(p))
     with pytest.raises(ImageDecodeError, match="differs from the header size") as info:

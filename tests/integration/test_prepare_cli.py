@@ -18,8 +18,9 @@ from pixpool.server.readers import load_dataset
 from pixpool.server.snapshot.fingerprint import base_name, fingerprint
 from pixpool.server.snapshot.handle import read_header
 from pixpool.shared.transport.holds import holds_of
-from pixpool.shared.transport.names import list_segments, shm_path, snapshot_base
+from pixpool.shared.transport.names import snapshot_base
 from pixpool.shared.transport.names import snapshot_parts as parts_of_base
+from pixpool.shared.transport.store import DEFAULT, Store
 
 
 @pytest.fixture
@@ -153,7 +154,7 @@ def _corrupt_jpeg_middle(ds):
 )
 def test_bad_input_exits_non_zero_names_file_and_leaves_shm_alone(ds, breaker, capsys):
     argv, name = breaker(ds)
-    before = set(list_segments())
+    before = set(DEFAULT.segments())
     code = main(["prepare", *argv, "--imgsz", "96", "--processes", "1"])
     err = capsys.readouterr().err
     assert code != 0
@@ -199,7 +200,7 @@ def test_yolo_without_labels_is_refused_unless_allowed_and_counts_are_reported(d
     import shutil
 
     shutil.rmtree(ds / "labels")
-    before = set(list_segments())
+    before = set(DEFAULT.segments())
     assert main(["prepare", str(ds / "data.yaml"), "--imgsz", "64", "--processes", "1", "--json"]) == 1
     err = capsys.readouterr().err
     assert (
@@ -266,7 +267,7 @@ def test_decode_failure_in_worker_leaves_shm_alone(ds, capsys):
     data = bytearray(enc.tobytes())
     data[60:] = b"\0" * (len(data) - 60)  # IHDR intact, IDAT zeroed
     path.write_bytes(bytes(data))
-    before = set(list_segments())
+    before = set(DEFAULT.segments())
     code = main(["prepare", str(_json(ds)), "--imgsz", "96", "--processes", "2"])
     err = capsys.readouterr().err
     if code == 0:  # pragma: no cover - depends on the decoder's tolerance
@@ -276,7 +277,7 @@ def test_decode_failure_in_worker_leaves_shm_alone(ds, capsys):
 
 
 def test_prepare_json_ls_and_clean(store, ds, capsys):
-    before = set(list_segments(store))
+    before = set(Store.of(store).segments())
     base = None
     at = ["--store", store]
     try:
@@ -285,7 +286,7 @@ def test_prepare_json_ls_and_clean(store, ds, capsys):
         base = out["snapshot"]
         assert out["reused"] is False and out["records"] == 24
         assert out["image_bytes"] == out["decoded_bytes"] and out["dtype"] == "uint8"  # the default
-        assert set(parts_of_base(base).values()) <= set(list_segments(store))
+        assert set(parts_of_base(base).values()) <= set(Store.of(store).segments())
         assert main(["prepare", str(_json(ds)), "--imgsz", "96", "--json", *at]) == 0
         assert json.loads(capsys.readouterr().out)["reused"] is True
         assert main(["prepare", str(_json(ds)), "--imgsz", "96", *at]) == 0
@@ -300,10 +301,10 @@ def test_prepare_json_ls_and_clean(store, ds, capsys):
             assert base not in {r["name"] for r in json.loads(capsys.readouterr().out)}
         assert main(["clean", base, "--dry-run", *at]) == 0
         assert "would remove " + base + "-img" in capsys.readouterr().out
-        assert set(parts_of_base(base).values()) <= set(list_segments(store))
+        assert set(parts_of_base(base).values()) <= set(Store.of(store).segments())
         assert main(["clean", base, *at]) == 0
         assert "removed " + base + "-meta" in capsys.readouterr().out
-        assert not set(parts_of_base(base).values()) & set(list_segments(store))
+        assert not set(parts_of_base(base).values()) & set(Store.of(store).segments())
     finally:
         if base:
             remove_snapshot(base, store)
@@ -332,7 +333,7 @@ def test_sigkill_during_prepare_then_clean_removes_everything(coco128, tmp_path)
     )  # fmt: skip
     try:
         wait_for(
-            lambda: os.path.exists(shm_path(parts["img"])) or proc.poll() is not None,
+            lambda: os.path.exists(DEFAULT.path(parts["img"])) or proc.poll() is not None,
             60,
             "the image arena to appear",
             poll_s=0.002,
@@ -341,7 +342,7 @@ def test_sigkill_during_prepare_then_clean_removes_everything(coco128, tmp_path)
         os.kill(proc.pid, signal.SIGKILL)
         proc.wait(timeout=30)
         assert proc.returncode == -signal.SIGKILL
-        left = [s for s in parts.values() if os.path.exists(shm_path(s))]
+        left = [s for s in parts.values() if os.path.exists(DEFAULT.path(s))]
         assert left, "the killed preparation left nothing to clean (it finished too fast)"
         assert not read_header(parts["meta"]).is_complete
         # neither the dead process nor its decode workers map anything any more
@@ -352,7 +353,7 @@ def test_sigkill_during_prepare_then_clean_removes_everything(coco128, tmp_path)
             poll_s=0.002,
         )
         assert main(["clean", base]) == 0
-        assert not [s for s in parts.values() if os.path.exists(shm_path(s))]
+        assert not [s for s in parts.values() if os.path.exists(DEFAULT.path(s))]
     finally:
         if proc.poll() is None:
             proc.kill()
@@ -414,10 +415,10 @@ def test_clean_keep_complete_removes_stale_rings_but_keeps_snapshots(synthetic_d
         assert main(["clean", "--keep-complete", ring, snap.name]) == 0
         out = capsys.readouterr().out
         assert f"removed {ring}" in out
-        assert not os.path.exists(shm_path(ring))
-        assert all(os.path.exists(shm_path(n)) for n in names), out
+        assert not os.path.exists(DEFAULT.path(ring))
+        assert all(os.path.exists(DEFAULT.path(n)) for n in names), out
     finally:
-        if os.path.exists(shm_path(ring)):
-            os.unlink(shm_path(ring))
+        if os.path.exists(DEFAULT.path(ring)):
+            os.unlink(DEFAULT.path(ring))
         if not result.reused:
             remove_snapshot(snap.name)

@@ -21,7 +21,8 @@ from pixpool.server.snapshot.prepare import PrepareOptions, prepare_snapshot
 from pixpool.server.snapshot.reference import ReferenceSource
 from pixpool.shared.errors import ConfigError
 from pixpool.shared.stream.config import DEFAULT_SNAPSHOT_DTYPE
-from pixpool.shared.transport.names import shm_path, snapshot_parts
+from pixpool.shared.transport.names import snapshot_parts
+from pixpool.shared.transport.store import DEFAULT
 
 IMGSZ = 64
 
@@ -132,7 +133,7 @@ def test_a_snapshot_for_another_task_supersedes_nothing(tmp_path, prepared):
         lineage=lineage_of(data, None, IMGSZ, task="pose"),
     )
     prepared.append(pose)
-    assert all(os.path.exists(shm_path(seg)) for seg in snapshot_parts(detect.snapshot.name).values())
+    assert all(os.path.exists(DEFAULT.path(seg)) for seg in snapshot_parts(detect.snapshot.name).values())
 
 
 def test_options_task_must_match_the_dataset(tmp_path):
@@ -173,7 +174,7 @@ def test_memory_report_counts_polygon_and_keypoint_bytes(tmp_path, prepared):
     measured = accountant.snapshot_bytes(snap)
     assert measured["keypoint_bytes"] == result.keypoint_bytes == n * 5 * 3 * 4 + 5 * 4
     assert measured["polygon_bytes"] == result.polygon_bytes == 8 * (n + 1)  # offsets; pose has no points
-    tgt_file = os.stat(shm_path(snapshot_parts(snap.name)["tgt"])).st_size
+    tgt_file = os.stat(DEFAULT.path(snapshot_parts(snap.name)["tgt"])).st_size
     # The measured targets segment holds them: they are in the figure every report shows.
     assert measured["target_bytes"] == tgt_file >= n * (4 + 16) + measured["polygon_bytes"] + measured["keypoint_bytes"]
     report = accountant.format_snapshot_report(measured)

@@ -23,7 +23,7 @@ from pixpool.server.snapshot.decode_worker import WorkShare
 from pixpool.server.snapshot.fingerprint import base_name, fingerprint
 from pixpool.server.snapshot.prepare import PrepareOptions, prepare_snapshot
 from pixpool.shared.errors import CapacityError, ImageDecodeError
-from pixpool.shared.transport.names import list_segments
+from pixpool.shared.transport.store import DEFAULT
 
 IMGSZ = 160
 
@@ -83,14 +83,14 @@ def test_records_written_by_a_worker_are_byte_identical(synthetic_data, monkeypa
 
 def test_failure_in_a_worker_at_record_k_leaves_no_segment(synthetic_data, monkeypatch):
     dataset = load_dataset(synthetic_data.coco_json)
-    before = set(list_segments())
+    before = set(DEFAULT.segments())
     _hold_parent_until_workers_claimed(monkeypatch, 7)  # record 7 is a worker's
     assert failing_decoder.FAIL_AT == 7  # the decoder that claims record 7 fails
     with pytest.raises(ImageDecodeError, match="injected failure at record 7") as info:
         prepare_snapshot(dataset, PrepareOptions(imgsz=IMGSZ, processes=2), decoder=failing_decoder.__name__)
     assert dataset.records[7].image_path in str(info.value)
     assert created_by_me(before) == []
-    assert not any(s.startswith(base_name(fingerprint(dataset, imgsz=IMGSZ))) for s in list_segments())
+    assert not any(s.startswith(base_name(fingerprint(dataset, imgsz=IMGSZ))) for s in DEFAULT.segments())
     wait_for(lambda: not _live_children(), 30, "the decode workers to exit", poll_s=0.002)
 
 
@@ -113,7 +113,7 @@ def test_full_shm_at_the_write_is_a_capacity_error_and_rolls_back(synthetic_data
     # /dev/shm filled by someone else after the capacity check: the arena write gets
     # ENOSPC (never SIGBUS: the arena is written with pwrite, not through a mapping).
     dataset = load_dataset(synthetic_data.coco_json)
-    before = set(list_segments())
+    before = set(DEFAULT.segments())
     real = os.pwrite
     calls = {"n": 0}
 
@@ -171,7 +171,7 @@ def test_a_full_store_at_the_populate_is_a_capacity_error_and_rolls_back(synthet
     # populated (EFAULT: the store would SIGBUS), before a byte is stored: the same error and
     # rollback as ENOSPC from pwrite.
     dataset = load_dataset(synthetic_data.coco_json)
-    before = set(list_segments())
+    before = set(DEFAULT.segments())
     monkeypatch.setattr(prepare, "write_mode", lambda store: MAPPING)
     real = arena_pages.populate
     calls = {"n": 0}

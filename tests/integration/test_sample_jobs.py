@@ -16,8 +16,8 @@ from helpers.daemon import WAIT_S, ask_status, digest_of, real_daemon, reference
 from pixpool.client import Client
 from pixpool.client.options import ClientOptions
 from pixpool.shared.stream.config import AugmentConfig, StreamSettings
-from pixpool.shared.transport.names import shm_path
 from pixpool.shared.transport.ring import DEFAULT_SLOTS, MAX_SLOTS
+from pixpool.shared.transport.store import DEFAULT
 
 IMGSZ = 128
 MIB = 1 << 20
@@ -88,7 +88,7 @@ def test_ring_per_trainer_is_three_batches_plus_2_mib(coco128):
         rings = {t["ring"]: t["ring_nbytes"] for t in st["trainers"]}
         assert len(rings) == 2 and len({one.layout, two.layout}) == 1
         for name, nbytes in rings.items():
-            assert os.stat(shm_path(name)).st_size == nbytes
+            assert os.stat(DEFAULT.path(name)).st_size == nbytes
             assert nbytes <= _ring_bound(16, 640), (
                 f"ring {name} of {nbytes} bytes is over 3 batches + 2 MiB ({_ring_bound(16, 640)})"
             )

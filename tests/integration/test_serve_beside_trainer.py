@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 from helpers.daemon import wait_for
-from pixpool.shared.transport.names import list_segments
+from pixpool.shared.transport.store import DEFAULT
 
 PIXPOOL = [sys.executable, "-m", "pixpool.cli"]
 
@@ -50,7 +50,7 @@ def _stop(proc: subprocess.Popen) -> int:
 
 
 def test_a_trainer_started_just_after_serve_waits_for_it(synthetic_data, runtime_dir, tmp_path):
-    before = set(list_segments())
+    before = set(DEFAULT.segments())
     env = _env(runtime_dir)
     # As the README's block: the daemon in the background, the trainer at once after it; no --wait-s.
     serve = subprocess.Popen(
@@ -76,11 +76,11 @@ def test_a_trainer_started_just_after_serve_waits_for_it(synthetic_data, runtime
     assert train.returncode == 0, train.stdout + train.stderr
     assert "epoch 1/1" in train.stdout, train.stdout
     assert rc == 0, log
-    assert set(list_segments()) - before == set()
+    assert set(DEFAULT.segments()) - before == set()
 
 
 def test_a_daemon_killed_while_starting_makes_no_trainer_wait(runtime_dir, tmp_path):
-    before = set(list_segments())
+    before = set(DEFAULT.segments())
     env = _env(runtime_dir)
     sdir = runtime_dir / "pixpool"
     # A dataset big enough that the daemon is still preparing when it is killed.
@@ -112,7 +112,7 @@ def test_a_daemon_killed_while_starting_makes_no_trainer_wait(runtime_dir, tmp_p
     )
     assert train.returncode == 1 and f"no pixpool daemon at {sdir}" in train.stderr, train.stderr
     assert time.monotonic() - t0 < 30.0  # process start and imports; no starting wait (120 s)
-    _remove_unheld(set(list_segments()) - before)
+    _remove_unheld(set(DEFAULT.segments()) - before)
 
 
 def _remove_unheld(names: set[str]) -> None:

@@ -24,7 +24,7 @@ from pixpool.server.readers import load_dataset
 from pixpool.server.snapshot.fingerprint import base_name, fingerprint
 from pixpool.shared.errors import CapacityError, ConfigError
 from pixpool.shared.stream.config import AugmentConfig, StreamSettings
-from pixpool.shared.transport.names import list_segments
+from pixpool.shared.transport.store import DEFAULT
 
 IMGSZ = 96
 
@@ -69,7 +69,7 @@ def test_serve_and_digest_without_torch(synthetic_data, no_torch_env):
     assert torch_check.returncode != 0 and "No module named 'torch'" in torch_check.stderr
     settings = StreamSettings(seed=5, batch_size=4, augment=AugmentConfig(imgsz=IMGSZ))
     expected = reference_stream(load_dataset(synthetic_data.coco_json), settings, 0)[0][:3]
-    before = set(list_segments())
+    before = set(DEFAULT.segments())
     d = short_socket_dir()
     serve = subprocess.Popen(
         cli_command("serve", *small_serve_args(synthetic_data.coco_json, d, IMGSZ)),
@@ -111,7 +111,7 @@ def test_serve_and_digest_without_torch(synthetic_data, no_torch_env):
     finally:
         assert stop_child(serve, timeout_s=WAIT_S) == 0
         shutil.rmtree(d, ignore_errors=True)
-    assert set(list_segments()) - before == set()
+    assert set(DEFAULT.segments()) - before == set()
 
 
 @pytest.mark.parametrize(
@@ -148,14 +148,14 @@ def test_bad_serve_settings_fail_before_any_decoding(synthetic_data, tmp_path, p
     else:
         other = serve_child(argv[:-2], socket_dir=d, timeout_s=WAIT_S)
         other.__enter__()
-    before = set(list_segments())
+    before = set(DEFAULT.segments())
     try:
         proc = subprocess.run(cli_command("serve", *argv), capture_output=True, text=True, timeout=WAIT_S)
         assert proc.returncode == 1, proc.stderr
         assert expect in proc.stderr
         # Nothing made, nothing decoded: a fresh snapshot would be in /dev/shm by now.
         base = base_name(fingerprint(load_dataset(synthetic_data.coco_json), imgsz=IMGSZ))
-        assert not [n for n in set(list_segments()) - before if n.startswith(base)]
+        assert not [n for n in set(DEFAULT.segments()) - before if n.startswith(base)]
     finally:
         if other is not None:
             other.__exit__(None, None, None)

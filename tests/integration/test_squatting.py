@@ -29,7 +29,8 @@ from pixpool.client.options import ClientOptions
 from pixpool.server.readers import load_dataset
 from pixpool.server.snapshot.fingerprint import base_name, candidate_bases, fingerprint
 from pixpool.shared.stream.config import AugmentConfig, StreamSettings
-from pixpool.shared.transport.names import shm_path, snapshot_parts
+from pixpool.shared.transport.names import snapshot_parts
+from pixpool.shared.transport.store import DEFAULT
 
 IMGSZ = 96  # the snapshot's name follows from it: fixed, so the stranger can compute it
 PIXPOOL = str(Path(sys.executable).with_name("pixpool"))
@@ -79,7 +80,7 @@ def test_a_strangers_file_under_the_meta_name_costs_the_victim_only_a_fresh_name
     attaches, and the file stays the stranger's, untouched, named in the log and by ``ls``."""
     fp = fingerprint(load_dataset(synthetic_data.coco_json), imgsz=IMGSZ)
     meta_name = snapshot_parts(base_name(fp))["meta"]
-    planted = shm_path(meta_name)
+    planted = DEFAULT.path(meta_name)
     as_user(other_user, _create_empty, planted)
     socket_dir = short_socket_dir()
     taken = None

@@ -25,7 +25,8 @@ from pixpool.server.readers import load_dataset
 from pixpool.server.snapshot.prepare import PrepareOptions, prepare_snapshot
 from pixpool.shared.errors import CapacityError
 from pixpool.shared.stream.config import AugmentConfig, StreamSettings
-from pixpool.shared.transport.names import list_segments, ring_prefix
+from pixpool.shared.transport.names import ring_prefix
+from pixpool.shared.transport.store import Store
 from pixpool.shared.wire.trainer import DELIVERY_FRAMES, DELIVERY_SHM, decode, encode
 
 IMGSZ = 96
@@ -50,10 +51,10 @@ def test_the_daemon_serves_from_the_store_byte_identical_in_place(store, synthet
     with real_daemon(synthetic_data.coco_json, imgsz=IMGSZ, workers=1, store=store) as (proc, d):
         st = ask_status(d)
         assert st["daemon"]["store"] == store and st["snapshot"]["store"] == store
-        assert set(st["snapshot"]["segments"]) <= set(list_segments(store))
+        assert set(st["snapshot"]["segments"]) <= set(Store.of(store).segments())
         with Client.connect(s, ClientOptions(socket_dir=d, timeout_s=WAIT_S, as_torch=False)) as client:
             assert client.delivery == DELIVERY_SHM and client._ring.store == store
-            assert client._ring.name in list_segments(store)
+            assert client._ring.name in Store.of(store).segments()
             got = [digest_of(b) for b in client.epoch(0)]
             trainer = ask_status(d)["trainers"][0]
             assert trainer["delivery"] == DELIVERY_SHM and trainer["pid_watched"] is True
@@ -63,7 +64,7 @@ def test_the_daemon_serves_from_the_store_byte_identical_in_place(store, synthet
             assert 0 < report["snapshot_resident_bytes"] <= report["snapshot_bytes"] + 3 * os.sysconf("SC_PAGE_SIZE")
         assert got == reference_stream(dataset, s, 0)[0]
     assert not [
-        n for n in list_segments(store) if n.startswith(ring_prefix(proc.pid)) or n in st["snapshot"]["segments"]
+        n for n in Store.of(store).segments() if n.startswith(ring_prefix(proc.pid)) or n in st["snapshot"]["segments"]
     ]
 
 
@@ -133,7 +134,7 @@ def test_a_dataset_larger_than_a_tmpfs_fails_there_cleanly_and_serves_from_disk(
                 assert client.delivery == DELIVERY_SHM
                 got = [digest_of(b) for b in client.epoch(0)]
         assert got == reference_stream(dataset, s, 0)[0]
-        assert list_segments(disk) == []
+        assert Store.of(disk).segments() == []
     finally:
         if mounted:
             subprocess.run(["umount", small], capture_output=True, timeout=30, check=False)

@@ -35,7 +35,8 @@ from pixpool.server.snapshot.load import splits
 from pixpool.server.snapshot.prepare import PrepareOptions, prepare_snapshot
 from pixpool.shared.stream.config import DaemonConfig
 from pixpool.shared.transport import holds
-from pixpool.shared.transport.names import list_segments, ring_segment, snapshot_parts
+from pixpool.shared.transport.names import ring_segment, snapshot_parts
+from pixpool.shared.transport.store import Store
 
 DEADLINE_S = 20.0
 IMGSZ = 64
@@ -121,7 +122,7 @@ def victim_names(dataset_dir):
     store = _new_store()
     try:
         snap, *_ = load(_config(dataset_dir, store))
-        (index,) = label_indexes(snap.name, store)
+        (index,) = label_indexes(snap.name, Store.of(store))
         assert snap.release() == "removed"
         return snap.name, index
     finally:
@@ -204,7 +205,7 @@ def test_planted_thing_under_a_store_name_neither_blocks_nor_crashes(
         if part == "lix":
             assert name in caplog.text and "ignored" in caplog.text  # says what it ignored
         if part == "tmp" or replaced:
-            assert label_indexes(base, shared_store) == [index]  # the writer was not stopped
+            assert label_indexes(base, Store.of(shared_store)) == [index]  # the writer was not stopped
         capsys.readouterr()
         assert _bounded(lambda: main(["ls", "--store", shared_store]), fifos=fifos) == 0
         out = capsys.readouterr()
@@ -212,7 +213,7 @@ def test_planted_thing_under_a_store_name_neither_blocks_nor_crashes(
             assert f"ignored {name}: " in out.err  # reported, by name
         assert _bounded(lambda: main(["clean", "--store", shared_store, "--keep-complete"]), fifos=fifos) == 0
         if part == "ring":
-            assert _bounded(lambda: sweep_rings(shared_store), fifos=fifos) == []
+            assert _bounded(lambda: sweep_rings(Store.of(shared_store)), fifos=fifos) == []
         if not replaced:
             assert os.path.lexists(path) and os.lstat(path).st_uid == other_user.uid  # not ours to remove
     finally:
@@ -247,9 +248,11 @@ def test_anothers_lix_file_neither_keeps_nor_is_removed_with_the_snapshot(
         assert holds.hold(fd)  # the other user's process "maps" it
         config = _config(dataset_dir, shared_store)
         snap, *_ = _bounded(lambda: load(config))
-        assert squatted.rsplit("/", 1)[1] not in label_indexes(base, shared_store)
+        assert squatted.rsplit("/", 1)[1] not in label_indexes(base, Store.of(shared_store))
         assert _bounded(snap.release) == "removed"
-        assert [n for n in list_segments(shared_store) if os.lstat(os.path.join(shared_store, n)).st_uid == 0] == []
+        assert [
+            n for n in Store.of(shared_store).segments() if os.lstat(os.path.join(shared_store, n)).st_uid == 0
+        ] == []
         assert os.lstat(squatted).st_uid == other_user.uid
         # Prepared again, re-attached on its label index, released: the same.
         snap, *_ = _bounded(lambda: load(config))
@@ -262,7 +265,9 @@ def test_anothers_lix_file_neither_keeps_nor_is_removed_with_the_snapshot(
         snap, *_ = _bounded(lambda: load(config))
         snap.close()
         assert _bounded(lambda: main(["clean", "--store", shared_store])) == 0
-        assert [n for n in list_segments(shared_store) if os.lstat(os.path.join(shared_store, n)).st_uid == 0] == []
+        assert [
+            n for n in Store.of(shared_store).segments() if os.lstat(os.path.join(shared_store, n)).st_uid == 0
+        ] == []
         assert os.lstat(squatted).st_uid == other_user.uid
     finally:
         os.close(fd)
@@ -296,7 +301,7 @@ def test_anothers_private_lix_file_does_not_crash_a_non_root_victims_release(oth
     with open(out) as f:
         assert f.read() == "removed"
     assert os.lstat(squatted).st_uid == 0
-    assert [n for n in list_segments(shared_store) if n != os.path.basename(squatted)] == []
+    assert [n for n in Store.of(shared_store).segments() if n != os.path.basename(squatted)] == []
 
 
 # -- fault 5: the index writer's temporary file ------------------------------------------------------
@@ -319,7 +324,7 @@ def test_a_killed_writers_tmp_file_stops_no_successor_and_is_swept(parent, datas
         debris = leave_debris(f"{index}.tmp{os.getpid()}")
         snap, *_ = _bounded(lambda: load(_config(dataset_dir, store)))
         try:
-            assert label_indexes(base, store) == [index]
+            assert label_indexes(base, Store.of(store)) == [index]
             assert not os.path.lexists(debris)  # swept at start
         finally:
             snap.close()
@@ -330,7 +335,7 @@ def test_a_killed_writers_tmp_file_stops_no_successor_and_is_swept(parent, datas
         assert main(["clean", "--store", store, "--keep-complete"]) == 0
         assert not os.path.lexists(debris)
         assert main(["clean", "--store", store]) == 0
-        assert list_segments(store) == []
+        assert Store.of(store).segments() == []
     finally:
         shutil.rmtree(store, ignore_errors=True)
 
@@ -344,7 +349,7 @@ def test_an_index_writer_killed_mid_write_leaves_no_name(dataset_dir, victim_nam
     if pid == 0:  # the writer: dies at its first write
         try:
             os.write = lambda fd, data: os._exit(9)
-            label_index._write_atomic(index, b"x" * 4096, shared_store)
+            label_index._write_atomic(index, b"x" * 4096, Store.of(shared_store))
         finally:
             os._exit(1)
     deadline = time.monotonic() + DEADLINE_S

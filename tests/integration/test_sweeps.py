@@ -14,7 +14,7 @@ from pixpool.client.options import ClientOptions
 from pixpool.server.readers import load_dataset
 from pixpool.shared.errors import DaemonStopped
 from pixpool.shared.stream.config import AugmentConfig, StreamSettings
-from pixpool.shared.transport.names import shm_path
+from pixpool.shared.transport.store import DEFAULT
 
 IMGSZ = 96
 
@@ -34,7 +34,7 @@ def test_clean_all_keeps_a_live_daemons_segments_and_names_the_holder(synthetic_
             # Named, so that the sweep touches nothing else of this machine's; --all on top.
             assert main(["clean", "--all", *segments]) == 0
             out = capsys.readouterr().out
-            assert all(os.path.exists(shm_path(n)) for n in segments), out
+            assert all(os.path.exists(DEFAULT.path(n)) for n in segments), out
             assert "removed" not in out and f"in use by pid {proc.pid}" in out
             got += [digest_of(b) for b in it]
         assert got == reference_stream(dataset, s, 0)[0]
@@ -48,14 +48,14 @@ def test_daemon_stops_cleanly_when_its_snapshot_is_removed(synthetic_data):
             it = c.epoch(0)
             next(it)
             ring = c._ring.name
-            os.unlink(shm_path(snapshot[1]))  # what an `rm /dev/shm/pixpool*` does
+            os.unlink(DEFAULT.path(snapshot[1]))  # what an `rm /dev/shm/pixpool*` does
             with pytest.raises(DaemonStopped, match="removed from /dev/shm"):
                 for _ in range(100):  # the daemon checks within a fraction of a second
                     for _ in c.epoch(0):
                         pass
         proc.join(WAIT_S)
         assert proc.exitcode not in (0, None), "a daemon that lost its snapshot must exit non-zero"
-        assert not any(os.path.exists(shm_path(n)) for n in [*snapshot, ring]), (
+        assert not any(os.path.exists(DEFAULT.path(n)) for n in [*snapshot, ring]), (
             "the stopped daemon left segments behind"
         )
 
@@ -68,13 +68,13 @@ def test_a_removed_ring_is_rebuilt_and_the_stream_goes_on(synthetic_data):
             it = c.epoch(0)
             got = [digest_of(next(it))]
             old = c._ring.name
-            os.unlink(shm_path(old))
+            os.unlink(DEFAULT.path(old))
             wait_for(
                 lambda: not ask_status(d)["trainers"], 15, "daemon noticed the removed ring and detached its trainer"
             )
             got += [digest_of(b) for b in it]
             assert c.reattaches == 1 and c._ring.name != old
-            assert os.path.exists(shm_path(c._ring.name))
+            assert os.path.exists(DEFAULT.path(c._ring.name))
         assert got == reference_stream(dataset, s, 0)[0]
 
 
@@ -87,7 +87,7 @@ def test_a_serving_daemon_sweeps_a_killed_writers_temporary_file(synthetic_data)
 
     with real_daemon(synthetic_data.coco_json, imgsz=IMGSZ, workers=1) as (proc, d):
         base = ask_status(d)["snapshot"]["segments"][0]
-        dead, live = shm_path(temporary_name(base)), shm_path(temporary_name(base))
+        dead, live = DEFAULT.path(temporary_name(base)), DEFAULT.path(temporary_name(base))
         for path in (dead, live):
             os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
         fd = os.open(live, os.O_RDWR)

@@ -20,14 +20,15 @@ from pixpool.server.snapshot.fingerprint import base_name, fingerprint
 from pixpool.server.snapshot.handle import Snapshot
 from pixpool.server.snapshot.prepare import PrepareOptions, prepare_snapshot
 from pixpool.shared.errors import CapacityError, ConfigError, UntrustedSegmentError
-from pixpool.shared.transport.names import shm_path, snapshot_base, snapshot_parts
+from pixpool.shared.transport.names import snapshot_base, snapshot_parts
+from pixpool.shared.transport.store import DEFAULT, Store
 
 IMGSZ = 64
 
 
 def _write_world_writable(files: dict[str, bytes], mode: int) -> None:
     for name, data in files.items():
-        fd = os.open(shm_path(name), os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode)
+        fd = os.open(DEFAULT.path(name), os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode)
         os.fchmod(fd, mode)  # past the umask: the attacker wants it exactly so
         os.write(fd, data)
         os.close(fd)
@@ -36,7 +37,7 @@ def _write_world_writable(files: dict[str, bytes], mode: int) -> None:
 def _unlink_all(names) -> None:
     for n in names:
         try:
-            os.unlink(shm_path(n))
+            os.unlink(DEFAULT.path(n))
         except FileNotFoundError:
             pass
 
@@ -49,7 +50,7 @@ def _poisoned_copy(dataset) -> dict[str, bytes]:
     dtype = np.dtype(snap.dtype)
     files = {}
     for name in snap.segment_names:
-        with open(shm_path(name), "rb") as f:
+        with open(DEFAULT.path(name), "rb") as f:
             files[name] = f.read()
     snap.close()
     remove_snapshot(snap.name)
@@ -87,7 +88,7 @@ def test_snapshot_planted_by_another_user_is_never_mapped_and_costs_only_a_fresh
         # The CLI re-attaches it under that name and exits 0; the planted files stay.
         assert main(["prepare", str(synthetic_data.coco_json), "--imgsz", str(IMGSZ), "--processes", "1"]) == 0
         assert taken in capsys.readouterr().out
-        assert all(os.lstat(shm_path(n)).st_uid == other_user.uid for n in files)
+        assert all(os.lstat(DEFAULT.path(n)).st_uid == other_user.uid for n in files)
     finally:
         if taken is not None:
             remove_snapshot(taken)
@@ -101,11 +102,11 @@ def test_own_snapshot_made_world_writable_is_refused(store, synthetic_data):
     snap.close()
     img = snapshot_parts(snap.name)["img"]
     try:
-        os.chmod(shm_path(img, store), 0o666)
+        os.chmod(Store.of(store).path(img), 0o666)
         hint = "pixpool clean" + ("" if store == "/dev/shm" else f" --store {store}")
         with pytest.raises(
             UntrustedSegmentError,
-            match=rf"{re.escape(shm_path(img, store))} .*mode 0666: group or others may write it.*{re.escape(hint)}",
+            match=rf"{re.escape(Store.of(store).path(img))} .*mode 0666: group or others may write it.*{re.escape(hint)}",
         ):
             prepare_snapshot(dataset, PrepareOptions(imgsz=IMGSZ, processes=1, store=store))
     finally:
@@ -145,7 +146,7 @@ def test_users_never_collide_on_a_name(other_user):
 # -- ring squatting ---------------------------------------------------------------------------
 def _create_empty(names) -> None:
     for n in names:
-        os.close(os.open(shm_path(n), os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644))
+        os.close(os.open(DEFAULT.path(n), os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644))
 
 
 def test_squatted_ring_names_are_skipped_and_use_up_no_trainer_id(other_user, monkeypatch):
@@ -170,8 +171,10 @@ def test_squatted_ring_names_are_skipped_and_use_up_no_trainer_id(other_user, mo
         t = sessions.attach(msg, StreamSettings(), layout, sock=None, identity=b"x")
         assert t.trainer_id == 1, "the failed attach used up a trainer id"
         assert t.ring.name == sessions_mod.ring_segment(pid, "cc" * 8)
-        assert os.stat(shm_path(t.ring.name)).st_uid == os.geteuid()
-        assert all(os.lstat(shm_path(n)).st_uid == other_user.uid for n in squatted), "someone else's file was touched"
+        assert os.stat(DEFAULT.path(t.ring.name)).st_uid == os.geteuid()
+        assert all(os.lstat(DEFAULT.path(n)).st_uid == other_user.uid for n in squatted), (
+            "someone else's file was touched"
+        )
     finally:
         sessions.detach_all("test over")
         _unlink_all(squatted)
@@ -188,7 +191,7 @@ def test_ring_names_are_unguessable():
 # -- ls and clean on a shared machine ----------------------------------------------------------
 def _plant_own(names) -> None:
     for n in names:
-        os.close(os.open(shm_path(n), os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
+        os.close(os.open(DEFAULT.path(n), os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
 
 
 def test_ls_and_clean_act_on_the_callers_own_segments_only(other_user, synthetic_data, capsys):
@@ -207,7 +210,7 @@ def test_ls_and_clean_act_on_the_callers_own_segments_only(other_user, synthetic
         assert re.search(r"skipped \d+ segment\(s\) of other users \(uid 0: \d+\)", err), err
         code, out, err = cli_as(other_user, ["clean", "--all"])
         assert code == 0, err
-        assert all(os.path.exists(shm_path(n)) for n in mine.segment_names), out
+        assert all(os.path.exists(DEFAULT.path(n)) for n in mine.segment_names), out
         assert all(f"removed {n}" in out for n in theirs), out
         assert "segment(s) of other users (uid 0:" in out
         # Root cleans: the other user's files are never removed, only noted.
@@ -215,7 +218,7 @@ def test_ls_and_clean_act_on_the_callers_own_segments_only(other_user, synthetic
         # (named: a bare clean as root would also sweep other runs' unused segments here)
         assert main(["clean", "--all", *theirs, mine.name]) == 0
         out = capsys.readouterr().out
-        assert all(os.path.exists(shm_path(n)) for n in theirs)
+        assert all(os.path.exists(DEFAULT.path(n)) for n in theirs)
         assert f"uid {other_user.uid}: 3)" in out and f"removed {mine.segment_names[0]}" in out
         result = prepare_snapshot(dataset, PrepareOptions(imgsz=IMGSZ, processes=1))
         mine = result.snapshot

@@ -34,7 +34,7 @@ from pixpool.client.options import ClientOptions
 from pixpool.integrations.ultralytics import hyp
 from pixpool.shared.errors import ConfigError
 from pixpool.shared.stream.config import AugmentConfig
-from pixpool.shared.transport.names import list_segments
+from pixpool.shared.transport.store import DEFAULT
 
 pytestmark = pytest.mark.ultralytics
 
@@ -117,7 +117,7 @@ def test_yolo_train_trains_and_validates_offline(synthetic_copy, tmp_path, offli
     snapshot = re.search(r"snapshot (\S+) removed", log).group(1)
     ring = re.search(r"ring (\S+) removed", log).group(1)
     assert not psutil.pid_exists(daemon_pid)
-    left = [seg for seg in list_segments() if seg.startswith(snapshot) or seg == ring]
+    left = [seg for seg in DEFAULT.segments() if seg.startswith(snapshot) or seg == ring]
     assert left == [], left
 
 
@@ -404,7 +404,7 @@ def test_yolo_train_stops_the_daemon_it_started_on_ctrl_c_and_on_errors(syntheti
     started = re.search(r"pixpool: started daemon (\d+) at \S+: snapshot (\S+) ", text)
     daemon_pid, snapshot = int(started.group(1)), started.group(2)
     assert not psutil.pid_exists(daemon_pid) or psutil.Process(daemon_pid).status() == psutil.STATUS_ZOMBIE
-    left = [seg for seg in list_segments() if seg.startswith(snapshot) or seg == ring]
+    left = [seg for seg in DEFAULT.segments() if seg.startswith(snapshot) or seg == ring]
     assert left == [], left
 
 

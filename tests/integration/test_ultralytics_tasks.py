@@ -38,7 +38,7 @@ from pixpool.client.options import ClientOptions
 from pixpool.integrations.ultralytics.batches import to_ultralytics
 from pixpool.shared.errors import ConfigError
 from pixpool.shared.task import task_spec
-from pixpool.shared.transport.names import list_segments
+from pixpool.shared.transport.store import DEFAULT
 from pixpool.shared.wire.status import Status
 
 pytestmark = pytest.mark.ultralytics
@@ -474,7 +474,7 @@ def test_yolo_train_one_epoch_at_320_per_task(task, tmp_path, offline, request):
     snapshot = re.search(r"snapshot (\S+) removed", log).group(1)
     ring = re.search(r"ring (\S+) removed", log).group(1)
     assert not psutil.pid_exists(daemon_pid)
-    assert [seg for seg in list_segments() if seg.startswith(snapshot) or seg == ring] == []
+    assert [seg for seg in DEFAULT.segments() if seg.startswith(snapshot) or seg == ring] == []
 
 
 # -- refusals ---------------------------------------------------------------------------------

@@ -27,7 +27,7 @@ pytest.importorskip("ray.tune", reason="Ray Tune is not installed here (pip inst
 import psutil
 
 from helpers.daemon import real_daemon
-from pixpool.shared.transport.names import list_segments
+from pixpool.shared.transport.store import DEFAULT
 
 pytestmark = pytest.mark.ultralytics
 
@@ -103,7 +103,7 @@ def test_yolo_tune_runs_three_trials_on_one_daemon(synthetic_data, tmp_path):
     # hold segments of their own meanwhile: only this run's names are checked).
     named = set(re.findall(r"\b(pixpool-u\d+-(?:snap|ring)-[0-9a-f]+(?:-[0-9a-f]+)?)", out + log))
     assert any("-snap-" in n for n in named) and any("-ring-" in n for n in named), named
-    assert [s for s in list_segments() if any(s.startswith(n) for n in named)] == []
+    assert [s for s in DEFAULT.segments() if any(s.startswith(n) for n in named)] == []
 
 
 def test_ctrl_c_stops_the_search_its_daemon_and_rays_processes(synthetic_data, tmp_path):
@@ -144,7 +144,7 @@ def test_ctrl_c_stops_the_search_its_daemon_and_rays_processes(synthetic_data, t
     started = re.search(r"pixpool: started daemon (\d+) at \S+: snapshot (\S+) ", out)
     daemon_pid, snapshot = int(started.group(1)), started.group(2)
     assert not psutil.pid_exists(daemon_pid) or psutil.Process(daemon_pid).status() == psutil.STATUS_ZOMBIE
-    assert [seg for seg in list_segments() if seg.startswith(snapshot)] == []
+    assert [seg for seg in DEFAULT.segments() if seg.startswith(snapshot)] == []
     assert left == [], left
 
 
@@ -165,7 +165,7 @@ def test_tune_reports_a_trial_the_memory_budget_refuses(synthetic_data, tmp_path
         from helpers.daemon import ask_status
 
         name = ask_status(sdir)["snapshot"]["name"]
-        snapshot_nbytes = sum(os.stat(f"/dev/shm/{n}").st_size for n in list_segments() if n.startswith(name))
+        snapshot_nbytes = sum(os.stat(f"/dev/shm/{n}").st_size for n in DEFAULT.segments() if n.startswith(name))
     # A ring of batch 8 at 320 is ~7.4 MB, a validation ring of batch 16 ~18 MB: two trials
     # at their most (both validating) take ~51 MB, well under 64 MiB; batch 128's ring alone
     # is ~118 MB, refused whatever else is attached.

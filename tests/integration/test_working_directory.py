@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 import pixpool.server
-from pixpool.shared.transport.names import list_segments
+from pixpool.shared.transport.store import DEFAULT
 
 PIXPOOL = Path(sys.executable).with_name("pixpool")  # the console script of this interpreter's environment
 SIDES = ("shared", "server", "client", "integrations")
@@ -82,19 +82,19 @@ def checkout_parent(tmp_path):
 @pytest.mark.parametrize("where", ["planted", "checkout_parent"])
 def test_digest_daemon_ignores_the_working_directory(where, request, synthetic_data):
     cwd, markers = request.getfixturevalue(where)
-    before = set(list_segments())
+    before = set(DEFAULT.segments())
     ref = _run(cwd, "digest", *_digest_flags(synthetic_data.coco_json), "--reference")
     daemon = _run(cwd, "digest", *_digest_flags(synthetic_data.coco_json), "--workers", "1")
     assert sorted(p.name for p in markers.iterdir()) == [], "code from the working directory was imported"
     assert ref.returncode == 0, ref.stderr
     assert daemon.returncode == 0, daemon.stderr
     assert json.loads(daemon.stdout)["digests"] == json.loads(ref.stdout)["digests"]
-    assert set(list_segments()) == before
+    assert set(DEFAULT.segments()) == before
 
 
 def test_demo_ignores_the_working_directory(planted, tmp_path):
     cwd, markers = planted
-    before = set(list_segments())
+    before = set(DEFAULT.segments())
     proc = _run(
         cwd,
         "demo",
@@ -120,14 +120,14 @@ def test_demo_ignores_the_working_directory(planted, tmp_path):
     assert sorted(p.name for p in markers.iterdir()) == [], "code from the working directory was imported"
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "no pixpool segment left" in proc.stdout
-    assert set(list_segments()) == before
+    assert set(DEFAULT.segments()) == before
 
 
 @pytest.mark.ultralytics
 def test_yolo_train_ignores_the_working_directory(planted, synthetic_copy, tmp_path):
     pytest.importorskip("ultralytics", reason="Ultralytics is not installed here; CI runs these in its own venv")
     cwd, markers = planted
-    before = set(list_segments())
+    before = set(DEFAULT.segments())
     env = {**os.environ, "YOLO_OFFLINE": "1", "YOLO_CONFIG_DIR": str(tmp_path / "ultralytics-config")}
     argv = [
         str(PIXPOOL),
@@ -148,7 +148,7 @@ def test_yolo_train_ignores_the_working_directory(planted, synthetic_copy, tmp_p
     assert sorted(p.name for p in markers.iterdir()) == [], "code from the working directory was imported"
     assert proc.returncode == 0, proc.stderr[-4000:]
     assert "starting a daemon (1 workers" in proc.stderr
-    assert set(list_segments()) == before
+    assert set(DEFAULT.segments()) == before
 
 
 def test_child_interpreters_keep_the_working_directory_off_sys_path():

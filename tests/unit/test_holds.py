@@ -16,9 +16,10 @@ import numpy as np
 import pytest
 
 from pixpool.shared.transport import holds
-from pixpool.shared.transport.names import ring_segment, shm_path
+from pixpool.shared.transport.names import ring_segment
 from pixpool.shared.transport.ring import Ring, RingLayout
 from pixpool.shared.transport.shm import SharedSegment
+from pixpool.shared.transport.store import DEFAULT
 
 
 def _held(name: str) -> holds.Holds:
@@ -53,7 +54,7 @@ def test_a_view_keeps_the_hold_after_close_unless_let_go(shm_name):
     view = np.frombuffer(seg.buf, np.uint8)
     seg.close(let_go=True)  # leaving: the view stays valid, the hold goes
     assert not _held(name).in_use and int(view[0]) == 0
-    assert holds.remove_unused([name]) == "removed" and not os.path.exists(shm_path(name))
+    assert holds.remove_unused([name]) == "removed" and not os.path.exists(DEFAULT.path(name))
     assert int(view[0]) == 0  # an unlinked file's pages live on while mapped
 
 
@@ -62,10 +63,10 @@ def test_the_remover_is_refused_while_a_reader_holds_it(shm_name):
     SharedSegment.create(name, 4096).close()
     reader = SharedSegment.attach(name)
     assert holds.remove_unused([name]) == "in use"
-    assert os.path.exists(shm_path(name)) and reader.buf[0] == 0
+    assert os.path.exists(DEFAULT.path(name)) and reader.buf[0] == 0
     reader.close()
     assert holds.remove_unused([name]) == "removed"
-    assert not os.path.exists(shm_path(name))
+    assert not os.path.exists(DEFAULT.path(name))
     assert holds.remove_unused([name]) == "gone"
 
 
@@ -75,12 +76,12 @@ def test_a_group_goes_whole_or_not_at_all(shm_name):
         SharedSegment.create(n, 4096).close()
     last = SharedSegment.attach(names[2])  # only the last part is held
     assert holds.remove_unused(names) == "in use"
-    assert all(os.path.exists(shm_path(n)) for n in names)
+    assert all(os.path.exists(DEFAULT.path(n)) for n in names)
     # The remover let go of the parts it had locked: they attach again at once.
     SharedSegment.attach(names[0]).close()
     last.close()
     assert holds.remove_unused(names) == "removed"
-    assert not any(os.path.exists(shm_path(n)) for n in names)
+    assert not any(os.path.exists(DEFAULT.path(n)) for n in names)
 
 
 def test_an_attach_racing_an_unlink_ends_in_file_not_found(shm_name, monkeypatch):
@@ -89,7 +90,7 @@ def test_an_attach_racing_an_unlink_ends_in_file_not_found(shm_name, monkeypatch
     real = holds.hold_waiting
 
     def unlinked_first(fd, roles=(holds.MAPPED,), **kw):
-        os.unlink(shm_path(name))  # a remover's unlink lands between the attacher's open and its lock
+        os.unlink(DEFAULT.path(name))  # a remover's unlink lands between the attacher's open and its lock
         return real(fd, roles, **kw)
 
     monkeypatch.setattr(holds, "hold_waiting", unlinked_first)
@@ -99,7 +100,7 @@ def test_an_attach_racing_an_unlink_ends_in_file_not_found(shm_name, monkeypatch
     SharedSegment.create(name, 4096).close()
 
     def replaced_first(fd, roles=(holds.MAPPED,), **kw):
-        os.unlink(shm_path(name))
+        os.unlink(DEFAULT.path(name))
         SharedSegment.create(name, 8192).close()
         return real(fd, roles, **kw)
 
@@ -111,7 +112,7 @@ def test_an_attach_racing_an_unlink_ends_in_file_not_found(shm_name, monkeypatch
 def test_an_attach_meeting_a_remover_waits_for_its_outcome(shm_name):
     name = shm_name("busy")
     SharedSegment.create(name, 4096).close()
-    path = shm_path(name)
+    path = DEFAULT.path(name)
     for unlinks in (True, False):
         fd = os.open(path, os.O_RDWR)
         assert holds._setlk(fd, holds.fcntl.F_WRLCK, 0, 0)  # a remover holds its write lock
@@ -150,6 +151,6 @@ def test_a_ring_says_whether_its_daemon_and_its_trainer_hold_it(shm_name):
     assert trainer.daemon_alive() and worker.trainer_holds() and daemon_side.trainer_holds()
     daemon_side.close()  # the daemon is gone
     assert not trainer.daemon_alive()
-    assert trainer.leave() == "in use" and os.path.exists(shm_path(name))  # a worker still maps it
+    assert trainer.leave() == "in use" and os.path.exists(DEFAULT.path(name))  # a worker still maps it
     assert not worker.trainer_holds()
-    assert worker.leave() == "removed" and not os.path.exists(shm_path(name))
+    assert worker.leave() == "removed" and not os.path.exists(DEFAULT.path(name))

@@ -14,17 +14,18 @@ import pytest
 
 from pixpool.shared.transport import holds, publish
 from pixpool.shared.transport.names import parse, temporary_name
+from pixpool.shared.transport.store import Store
 
 NAME = "pixpool-u0-snap-00112233aabbccdd-lix0badcafe"
 
 
-def _store(tmp_path) -> str:
+def _store(tmp_path) -> Store:
     path = tmp_path / "store"
     path.mkdir(mode=0o700)
-    return str(path)
+    return Store.of(path)
 
 
-def _published(store: str) -> bytes:
+def _published(store: Store) -> bytes:
     path = os.path.join(store, NAME)
     st = os.lstat(path)
     assert stat.S_ISREG(st.st_mode) and stat.S_IMODE(st.st_mode) == 0o600

@@ -8,8 +8,9 @@ import numpy as np
 import pytest
 
 from pixpool.shared.errors import ConfigError, SnapshotError
-from pixpool.shared.transport.names import ring_segment, shm_path
+from pixpool.shared.transport.names import ring_segment
 from pixpool.shared.transport.ring import RING_HEADER_NBYTES, Ring, RingLayout
+from pixpool.shared.transport.store import DEFAULT
 
 
 @pytest.fixture
@@ -42,7 +43,7 @@ def test_layout_rejects_bad_sizes(bad):
 
 
 def test_segment_has_exact_size_and_attach_sees_writes(ring):
-    assert os.stat(shm_path(ring.name)).st_size == ring.layout.nbytes
+    assert os.stat(DEFAULT.path(ring.name)).st_size == ring.layout.nbytes
     other = Ring.attach(ring.name)
     try:
         assert other.layout == ring.layout
@@ -68,7 +69,7 @@ def test_only_the_creator_unlinks(ring):
             other.unlink()
     finally:
         other.close()
-    assert os.path.exists(shm_path(ring.name))
+    assert os.path.exists(DEFAULT.path(ring.name))
 
 
 def test_close_with_live_views_does_not_raise(ring):
@@ -84,7 +85,7 @@ def test_attach_missing_or_foreign_segment(shm_name):
         Ring.attach(ring_segment(os.getpid(), "900002"))
     name = ring_segment(os.getpid(), "900003")
     shm_name.own(name)
-    with open(shm_path(name), "wb") as f:
+    with open(DEFAULT.path(name), "wb") as f:
         f.write(b"x" * 8192)
     with pytest.raises(SnapshotError, match="not a pixpool batch ring"):
         Ring.attach(name)
@@ -206,7 +207,7 @@ def test_attach_refuses_a_ring_of_the_previous_format(shm_name):
 
     name = ring_segment(os.getpid(), "900011")
     shm_name.own(name)
-    with open(shm_path(name), "wb") as f:
+    with open(DEFAULT.path(name), "wb") as f:
         f.write(struct.pack("<8s5q", b"PXRING01", 2, 8192, 1, 32, 1) + b"\0" * (4096 + 2 * 8192))
     with pytest.raises(SnapshotError, match="PXRING01.*another pixpool release"):
         Ring.attach(name)

@@ -7,19 +7,19 @@ import os
 import pytest
 
 from pixpool.shared.errors import SnapshotError, UntrustedSegmentError
-from pixpool.shared.transport.names import shm_path
 from pixpool.shared.transport.ring import Ring, RingLayout
 from pixpool.shared.transport.shm import SharedSegment
+from pixpool.shared.transport.store import DEFAULT
 
 
 def test_a_segment_others_may_write_is_refused(shm_name):
     name = shm_name("ww")
     SharedSegment.create(name, 4096).close()
-    os.chmod(shm_path(name), 0o622)
+    os.chmod(DEFAULT.path(name), 0o622)
     with pytest.raises(UntrustedSegmentError, match=r"mode 0622: group or others may write it") as err:
         SharedSegment.attach(name)
     assert (
-        err.value.path == shm_path(name)
+        err.value.path == DEFAULT.path(name)
         and isinstance(err.value, PermissionError)
         and isinstance(err.value, SnapshotError)
     )
@@ -29,7 +29,7 @@ def test_a_symlink_under_a_segment_name_is_refused(shm_name, tmp_path):
     target = tmp_path / "elsewhere"
     target.write_bytes(b"x" * 4096)
     name = shm_name("link")
-    os.symlink(target, shm_path(name))
+    os.symlink(target, DEFAULT.path(name))
     with pytest.raises(UntrustedSegmentError, match="symbolic link"):
         SharedSegment.attach(name)
 
@@ -46,11 +46,11 @@ def test_created_segments_are_private_and_never_adopt_a_file(shm_name):
     name = shm_name("excl")
     seg = SharedSegment.create(name, 4096)
     try:
-        assert os.stat(shm_path(name)).st_mode & 0o777 == 0o600
+        assert os.stat(DEFAULT.path(name)).st_mode & 0o777 == 0o600
         with pytest.raises(FileExistsError):
             SharedSegment.create(name, 4096)
         assert seg.present()
-        os.unlink(shm_path(name))
+        os.unlink(DEFAULT.path(name))
         assert not seg.present()
         SharedSegment.create(name, 4096).close()  # another file under the same name
         assert not seg.present(), "a replaced file must not count as the same segment"
@@ -64,6 +64,6 @@ def test_a_trainer_refuses_a_ring_others_may_write(shm_name):
     name = ring_segment(os.getpid(), "00aa")
     shm_name.own(name)
     Ring.create(name, RingLayout(slots=2, batch_size=1, imgsz=32, max_targets=1)).close()
-    os.chmod(shm_path(name), 0o666)
+    os.chmod(DEFAULT.path(name), 0o666)
     with pytest.raises(UntrustedSegmentError, match="mode 0666"):
         Ring.attach(name)

@@ -10,8 +10,8 @@ import pytest
 from pixpool.server.snapshot import layout
 from pixpool.shared.stream.config import FILL_VALUE
 from pixpool.shared.stream.records import Record
-from pixpool.shared.transport.names import shm_path
 from pixpool.shared.transport.shm import SharedSegment
+from pixpool.shared.transport.store import DEFAULT
 
 
 @pytest.fixture
@@ -21,7 +21,7 @@ def seg_name(shm_name):
 
 def test_create_attach_read_only_and_owner_unlink(seg_name):
     seg = SharedSegment.create(seg_name, 4096)
-    assert oct(os.stat(shm_path(seg_name)).st_mode & 0o777) == oct(0o600)
+    assert oct(os.stat(DEFAULT.path(seg_name)).st_mode & 0o777) == oct(0o600)
     data = np.frombuffer(seg.buf, dtype=np.uint8)
     data[:4] = (1, 2, 3, 4)
     reader = SharedSegment.attach(seg_name)
@@ -38,7 +38,7 @@ def test_create_attach_read_only_and_owner_unlink(seg_name):
     del view, data
     seg.close()
     seg.unlink()
-    assert not os.path.exists(shm_path(seg_name))
+    assert not os.path.exists(DEFAULT.path(seg_name))
 
 
 def test_create_is_exclusive(seg_name):
@@ -54,7 +54,7 @@ def test_failed_create_leaves_nothing(seg_name):
     too_big = st.f_blocks * st.f_frsize + (1 << 30)
     with pytest.raises(OSError):
         SharedSegment.create(seg_name, too_big)
-    assert not os.path.exists(shm_path(seg_name))
+    assert not os.path.exists(DEFAULT.path(seg_name))
 
 
 def test_header_round_trip():

@@ -25,7 +25,7 @@ def test_fs_type_of_reads_the_type_after_the_separator():
 
 
 def test_dev_shm_is_a_memory_store_and_passes_the_checks():
-    assert store.check_store(None) == os.path.realpath("/dev/shm")
+    assert store.Store.of(None).checked() == os.path.realpath("/dev/shm")
     assert store.is_memory("/dev/shm")
     d = store.describe("/dev/shm")
     assert d["memory"] and d["fs_type"] == "tmpfs" and 0 <= d["free_bytes"] <= d["size_bytes"]
@@ -33,22 +33,22 @@ def test_dev_shm_is_a_memory_store_and_passes_the_checks():
 
 def test_a_store_must_be_an_existing_directory_nobody_else_can_rewrite(tmp_path):
     with pytest.raises(ConfigError, match="does not exist") as err:
-        store.check_store(tmp_path / "nope")
+        store.Store.of(tmp_path / "nope").checked()
     assert err.value.field == "store"
     f = tmp_path / "file"
     f.write_text("x")
     with pytest.raises(ConfigError, match="is not a directory"):
-        store.check_store(f)
+        store.Store.of(f).checked()
     d = tmp_path / "d"
     d.mkdir()
     os.chmod(d, 0o770)
     with pytest.raises(ConfigError, match=r"mode 0770: group or others may write it without the sticky bit"):
-        store.check_store(d)
+        store.Store.of(d).checked()
     os.chmod(d, 0o1770)
-    assert store.check_store(d) == os.path.realpath(d)
+    assert store.Store.of(d).checked() == os.path.realpath(d)
     link = tmp_path / "link"
     link.symlink_to(d)
-    assert store.check_store(link) == os.path.realpath(d), (
+    assert store.Store.of(link).checked() == os.path.realpath(d), (
         "a store is known by its real path (the one /proc/PID/maps shows)"
     )
 
@@ -56,7 +56,7 @@ def test_a_store_must_be_an_existing_directory_nobody_else_can_rewrite(tmp_path)
 def test_a_network_file_system_is_refused(tmp_path, monkeypatch):
     monkeypatch.setattr(store, "fs_type", lambda path: "nfs4")
     with pytest.raises(ConfigError, match=r"network file system \(nfs4\).*not kept coherent"):
-        store.check_store(tmp_path)
+        store.Store.of(tmp_path).checked()
 
 
 def test_resident_bytes_follow_the_page_cache(tmp_path):

@@ -19,6 +19,7 @@ import signal
 from pixpool.server.daemon.renderer import DEFAULT_RENDERER
 from pixpool.server.daemon.worker import worker_main
 from pixpool.shared.stream.config import AugmentConfig, StreamSettings
+from pixpool.shared.transport.store import Store
 from pixpool.shared.wire.worker_pipe import PipeOp, decode_pipe, pipe_frame
 
 
@@ -31,7 +32,7 @@ def test_a_job_for_a_removed_ring_fails_quietly(tmp_path, caplog):
     old_int = signal.getsignal(signal.SIGINT)
     try:
         with caplog.at_level(logging.DEBUG, logger="pixpool.server.daemon.worker"):
-            worker_main(0, worker_end, {}, DEFAULT_RENDERER, os.getpid(), store=str(tmp_path))
+            worker_main(0, worker_end, {}, DEFAULT_RENDERER, os.getpid(), store=Store.of(tmp_path))
     finally:
         signal.signal(signal.SIGINT, old_int)
         worker_end.close()
