@@ -26,11 +26,12 @@ ValueError) naming the field ``task``, the value and the tasks.
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from types import MappingProxyType
 from typing import Any
 
 from .errors import ConfigError
 
-__all__ = ["BASE_COLUMNS", "DETECT", "TASKS", "TaskSpec", "task_spec"]
+__all__ = ["BASE_COLUMNS", "DETECT", "SPECS", "TASKS", "TaskSpec", "task_spec"]
 
 BASE_COLUMNS = 6
 
@@ -119,6 +120,8 @@ _SPECS = {
 }
 # The Ultralytics tasks a daemon serves; a dataset is prepared for one.
 TASKS = tuple(_SPECS)
+# Each task's spec by its name, for a name already checked (a setting checks its own: ``task_spec``).
+SPECS = MappingProxyType(_SPECS)
 # The task of a source that holds boxes alone (a detect set, the benches' and tests' arrays).
 DETECT = _SPECS["detect"]
 

@@ -45,7 +45,7 @@ import os
 from ...shared.errors import MissingFileError
 from ...shared.stream.config import DEFAULT_SNAPSHOT_DTYPE, FILL_VALUE
 from ...shared.stream.records import Dataset
-from ...shared.task import task_spec
+from ...shared.task import DETECT, TaskSpec
 from ...shared.transport.names import snapshot_base, snapshot_parts
 from . import fs_trust, layout
 
@@ -165,7 +165,7 @@ def lineage_of(
     images: str | os.PathLike | None,
     imgsz: int,
     dtype: str = DEFAULT_SNAPSHOT_DTYPE,
-    task: str = "detect",
+    task: TaskSpec = DETECT,
 ) -> str:
     """Which dataset (its path as given to prepare or serve), imgsz, dtype and task a snapshot
     comes from: a newer snapshot of the same lineage supersedes an older one (its inputs changed).
@@ -174,9 +174,8 @@ def lineage_of(
     parts = [os.path.abspath(data), os.path.abspath(images) if images is not None else "", str(int(imgsz))]
     if dtype != "float32":  # float32 keeps the key it had before the dtype was a setting
         parts.append(dtype)
-    spec = task_spec(task)
-    if not spec.is_default:  # detect keeps the key it had before tasks
-        parts.append(f"task={spec.name}")
+    if not task.is_default:  # detect keeps the key it had before tasks
+        parts.append(f"task={task.name}")
     key = "\0".join(parts)
     return hashlib.sha256(key.encode()).hexdigest()[:32]
 

@@ -25,7 +25,7 @@ import numpy as np
 from ...shared.errors import SnapshotError
 from ...shared.stream.config import FILL_VALUE
 from ...shared.stream.records import Targets
-from ...shared.task import TaskSpec, task_spec
+from ...shared.task import SPECS, TaskSpec
 from ...shared.transport.holds import remove_unused
 from ...shared.transport.names import SNAPSHOT_PARTS, parse, snapshot_parts
 from ...shared.transport.shm import SharedSegment
@@ -149,7 +149,7 @@ class Snapshot:
         for arr in (self._index, self._arena, self._classes, self._boxes, self._poly_offsets, self._points):
             arr.flags.writeable = False
         self._keypoints.flags.writeable = False
-        spec = task_spec(layout.TASK_CODES[header.task_code])
+        spec = SPECS[layout.TASK_CODES[header.task_code]]  # a code the header check let through
         if spec.has_keypoints:
             flip_idx = tuple(int(v) for v in flip) if header.flip_count else None
             spec = spec.with_keypoints((header.kpt_count, header.kpt_dims), flip_idx)

@@ -72,7 +72,7 @@ def _lineage(config: DaemonConfig, data, images, split: str) -> str:
     from .fingerprint import lineage_of
 
     split_data = f"{data}#{split}" if split != "train" else data
-    return lineage_of(split_data, images, config.imgsz, config.dtype, config.task)
+    return lineage_of(split_data, images, config.imgsz, config.dtype, config.spec)
 
 
 def load_split(

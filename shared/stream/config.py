@@ -29,7 +29,7 @@ from typing import Any
 
 from .. import schema
 from ..errors import ConfigError
-from ..task import TASKS, task_spec
+from ..task import SPECS, TASKS, TaskSpec, task_spec
 from ..transport.names import DEFAULT_STORE
 from ..transport.store import Store
 from .route import Route
@@ -403,6 +403,11 @@ class DaemonConfig:
     def segment_store(self) -> Store:
         """``store`` as the ``Store`` every function that opens a segment takes."""
         return Store.of(self.store)
+
+    @property
+    def spec(self) -> TaskSpec:
+        """``task`` as its ``TaskSpec`` (the name was checked when this config was made)."""
+        return SPECS[self.task]
 
     def prepare_options(self, **overrides: Any) -> "PrepareOptions":
         """The settings of this daemon's preparation (``prepare_snapshot``): the same fields,

@@ -21,6 +21,7 @@ from pixpool.server.snapshot.prepare import PrepareOptions, prepare_snapshot
 from pixpool.server.snapshot.reference import ReferenceSource
 from pixpool.shared.errors import ConfigError
 from pixpool.shared.stream.config import DEFAULT_SNAPSHOT_DTYPE
+from pixpool.shared.task import task_spec
 from pixpool.shared.transport.names import snapshot_parts
 from pixpool.shared.transport.store import DEFAULT
 
@@ -120,8 +121,8 @@ def test_a_snapshot_for_another_task_supersedes_nothing(tmp_path, prepared):
     """A detect and a pose snapshot of one data.yaml are two lineages: preparing one leaves the
     other (unmapped) in the store, as a newer snapshot of changed inputs would not."""
     data = _pose_set(tmp_path)
-    assert lineage_of(data, None, IMGSZ) == lineage_of(data, None, IMGSZ, DEFAULT_SNAPSHOT_DTYPE, "detect")
-    assert lineage_of(data, None, IMGSZ, task="pose") != lineage_of(data, None, IMGSZ)
+    assert lineage_of(data, None, IMGSZ) == lineage_of(data, None, IMGSZ, DEFAULT_SNAPSHOT_DTYPE, task_spec("detect"))
+    assert lineage_of(data, None, IMGSZ, task=task_spec("pose")) != lineage_of(data, None, IMGSZ)
     detect = prepare_snapshot(
         load_dataset(data), PrepareOptions(imgsz=IMGSZ, processes=1), lineage=lineage_of(data, None, IMGSZ)
     )
@@ -130,7 +131,7 @@ def test_a_snapshot_for_another_task_supersedes_nothing(tmp_path, prepared):
     pose = prepare_snapshot(
         load_dataset(data, task="pose"),
         PrepareOptions(imgsz=IMGSZ, task="pose", processes=1),
-        lineage=lineage_of(data, None, IMGSZ, task="pose"),
+        lineage=lineage_of(data, None, IMGSZ, task=task_spec("pose")),
     )
     prepared.append(pose)
     assert all(os.path.exists(DEFAULT.path(seg)) for seg in snapshot_parts(detect.snapshot.name).values())
