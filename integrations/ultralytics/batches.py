@@ -109,6 +109,7 @@ def to_ultralytics(
     class ids (Ultralytics' ``classes=``; before ``single_cls`` zeroes them, as its
     ``update_labels`` orders the two); not for segment, whose mask planes number every row."""
     spec = task
+    kpt_shape = spec.kpt_shape if kpt_shape is None else kpt_shape  # a dataset's spec carries its own
     width = spec.target_width(kpt_shape)
     if targets.ndim != 2 or targets.shape[1] != width:
         raise ValueError(
