@@ -4,11 +4,8 @@ Runs in the trainer process. ``attach()`` keeps its keywords (``socket_dir=``, `
 ...) as its public spelling and turns them into one ``ClientOptions`` at its edge; ``Client``,
 ``Loader``, ``fit``, the validation passes (``pass_stream.py``) and ``pixpool digest`` take the
 value. It is checked once, where it is made: each field's rules are a ``shared.schema.Field``
-declared beside it (``declare``), as the settings' are (``shared/stream/config.py``); a value
-that breaks one is a ``ConfigError`` naming the field.
-
-``declare`` and ``first_broken`` are the declaration and the check, shared with ``FitConfig``
-(``train/fit_config.py``), which words its refusals with its flags.
+declared beside it (``schema.declare``), as ``FitConfig``'s are (``train/fit_config.py``, which
+words its refusals with its flags); a value that breaks one is a ``ConfigError`` naming the field.
 """
 
 from __future__ import annotations
@@ -20,34 +17,13 @@ from typing import Any
 
 from ..shared import schema
 from ..shared.errors import ConfigError
+from ..shared.schema import declare, first_broken
 from ..shared.stream.served_data import ExpectedData
 from ..shared.transport.ring import DEFAULT_SLOTS
 from ..shared.wire.trainer import DELIVERY_FRAMES
 from .delivery import delivery_for
 
-__all__ = ["ClientOptions", "declare", "first_broken"]
-
-
-def declare(default: Any, help: str = "", rules: schema.Field | None = None, **metadata: Any) -> Any:
-    """A dataclass field with its ``help`` text and its ``rules`` (a ``schema.Field``) in its
-    metadata, beside the rest of ``metadata`` (a flag, choices to show, ...)."""
-    if rules is not None:
-        metadata["rules"] = rules
-    return dataclasses.field(default=default, metadata={"help": help, **metadata} if help else metadata)
-
-
-def first_broken(obj: Any) -> tuple[str, Any, schema.Violation] | None:
-    """(name, value, violation) of the first field of the dataclass ``obj``, in declaration
-    order, whose value breaks its declared rules; None where every one keeps them."""
-    for f in dataclasses.fields(obj):
-        rules = f.metadata.get("rules")
-        if rules is None:
-            continue
-        value = getattr(obj, f.name)
-        broken = schema.check(value, rules)
-        if broken is not None:
-            return f.name, value, broken
-    return None
+__all__ = ["ClientOptions"]
 
 
 _SECONDS = schema.Field((int, float), about="a number of seconds >= 0 (0: fail at once)", lo=0.0, closed=True)

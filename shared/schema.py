@@ -11,16 +11,18 @@ nothing and words nothing, because each side says it in its own terms: the wire
 (``pixpool.shared.wire``) as a ``ProtocolError`` naming the op and field, the settings
 (``pixpool.shared.stream.config``) as a ``ConfigError`` naming the field (and, on a command
 line, its flag). msgpack stays the wire format: this module checks decoded values and packs
-nothing.
+nothing. ``declare`` puts a ``Field`` beside a dataclass field, and ``first_broken`` finds the
+first field of such a dataclass that breaks its rules (``ClientOptions``, ``FitConfig``).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
-__all__ = ["NONE", "RULES", "Field", "Message", "Violation", "check"]
+__all__ = ["NONE", "RULES", "Field", "Message", "Violation", "check", "declare", "first_broken"]
 
 NONE = type(None)  # a type a field may name: msgpack's nil
 # The rules ``check`` applies, in the order it applies them.
@@ -80,4 +82,26 @@ def check(value: Any, spec: Field) -> Violation | None:
         return Violation("length", spec)
     if spec.choices is not None and value not in spec.choices:
         return Violation("choice", spec)
+    return None
+
+
+def declare(default: Any, help: str = "", rules: Field | None = None, **metadata: Any) -> Any:
+    """A dataclass field with its ``help`` text and its ``rules`` (a ``Field``) in its
+    metadata, beside the rest of ``metadata`` (a flag, choices to show, ...)."""
+    if rules is not None:
+        metadata["rules"] = rules
+    return dataclasses.field(default=default, metadata={"help": help, **metadata} if help else metadata)
+
+
+def first_broken(obj: Any) -> tuple[str, Any, Violation] | None:
+    """(name, value, violation) of the first field of the dataclass ``obj``, in declaration
+    order, whose value breaks its declared rules; None where every one keeps them."""
+    for f in dataclasses.fields(obj):
+        rules = f.metadata.get("rules")
+        if rules is None:
+            continue
+        value = getattr(obj, f.name)
+        broken = check(value, rules)
+        if broken is not None:
+            return f.name, value, broken
     return None

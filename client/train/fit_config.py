@@ -29,8 +29,8 @@ from typing import Any
 
 from ...shared import schema
 from ...shared.errors import ConfigError
+from ...shared.schema import declare
 from ...shared.stream.config import AugmentConfig, StreamSettings, check_value, field_kind
-from ..options import declare
 
 __all__ = [
     "DETECTOR_SCALES",
