@@ -80,7 +80,7 @@ from ..shared.errors import (
 from ..shared.stream.config import StreamSettings
 from ..shared.stream.path_table import PathTable
 from ..shared.stream.served_data import check_served
-from ..shared.task import BASE_COLUMNS, TaskSpec
+from ..shared.task import BASE_COLUMNS, TaskSpec, WithSpec
 from ..shared.transport import endpoint as ep
 from ..shared.transport.procmem import pid_namespace
 from ..shared.transport.store import Store
@@ -100,7 +100,7 @@ __all__ = ["Client", "TrainerBatch"]
 log = logging.getLogger(__name__)
 
 
-class Client:
+class Client(WithSpec):
     """Attach a training stream to a pixpool daemon (local ipc, or TCP with CURVE keys).
 
     ``Client.connect(settings, options)`` makes one and attaches it; ``Client(settings,
@@ -311,18 +311,6 @@ class Client:
                 f"{layout_width}; the daemon and this trainer disagree: run the same pixpool release on both"
             )
         self.spec = spec
-
-    @property
-    def task(self) -> str:
-        return self.spec.name
-
-    @property
-    def kpt_shape(self) -> tuple[int, int] | None:
-        return self.spec.kpt_shape
-
-    @property
-    def flip_idx(self) -> tuple[int, ...] | None:
-        return self.spec.flip_idx
 
     def _reattach(self) -> None:
         log.warning(

@@ -72,7 +72,7 @@ from ..shared.stream import served_data
 from ..shared.stream.config import AugmentConfig, StreamSettings
 from ..shared.stream.sampler import num_batches
 from ..shared.stream.served_data import ExpectedData
-from ..shared.task import TaskSpec
+from ..shared.task import TaskSpec, WithSpec
 from ..shared.text import closest
 from ..shared.transport.ring import DEFAULT_SLOTS
 from ._torch import check_torch
@@ -97,7 +97,7 @@ def distributed_rank() -> tuple[int, int]:
         ) from None
 
 
-class Loader:
+class Loader(WithSpec):
     """The iterable ``attach()`` returns (see module docstring): a ``Client`` connected with
     ``options`` (a ``ClientOptions``), its batches torch tensors."""
 
@@ -131,21 +131,9 @@ class Loader:
 
     @property
     def spec(self) -> TaskSpec:
-        """The daemon's dataset's task (``shared/task.py``), with its keypoint layout for pose."""
+        """The daemon's dataset's task (``shared/task.py``), with its keypoint layout for pose;
+        ``task`` (detect, segment, pose or obb), ``kpt_shape`` and ``flip_idx`` are read from it."""
         return self.client.spec
-
-    @property
-    def task(self) -> str:
-        """The daemon's dataset's task: detect, segment, pose or obb (``shared/task.py``)."""
-        return self.client.task
-
-    @property
-    def kpt_shape(self) -> tuple[int, int] | None:
-        return self.client.kpt_shape
-
-    @property
-    def flip_idx(self) -> tuple[int, ...] | None:
-        return self.client.flip_idx
 
     @property
     def rank(self) -> int:

@@ -31,7 +31,7 @@ from typing import Any
 
 from .errors import ConfigError
 
-__all__ = ["BASE_COLUMNS", "DETECT", "SPECS", "TASKS", "TaskSpec", "task_spec"]
+__all__ = ["BASE_COLUMNS", "DETECT", "SPECS", "TASKS", "TaskSpec", "WithSpec", "task_spec"]
 
 BASE_COLUMNS = 6
 
@@ -140,3 +140,20 @@ def task_spec(task: Any, *, kpt_shape=None, flip_idx=None) -> TaskSpec:
     if kpt_shape is None and flip_idx is None:
         return spec
     return spec.with_keypoints(kpt_shape, flip_idx)
+
+
+class WithSpec:
+    """``task``, ``kpt_shape`` and ``flip_idx`` of whatever holds a ``spec`` (a dataset, a source,
+    a client, a loader): the names older code and users read, each derived from the one value."""
+
+    @property
+    def task(self) -> str:
+        return self.spec.name
+
+    @property
+    def kpt_shape(self) -> tuple[int, int] | None:
+        return self.spec.kpt_shape
+
+    @property
+    def flip_idx(self) -> tuple[int, ...] | None:
+        return self.spec.flip_idx

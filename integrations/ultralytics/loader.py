@@ -25,6 +25,7 @@ from typing import Any
 
 from ...client.loader import Loader
 from ...shared.stream.sampler import epoch_indices
+from ...shared.task import WithSpec
 from .batches import ShapeCache, StreamFormat
 
 log = logging.getLogger(__name__)
@@ -74,7 +75,7 @@ class _Dataset:
         )
 
 
-class TrainLoader:
+class TrainLoader(WithSpec):
     """A pixpool stream (``pixpool.client.loader.Loader``) as Ultralytics' ``train_loader``."""
 
     def __init__(
@@ -97,14 +98,6 @@ class TrainLoader:
         self._shapes = ShapeCache()
         # What the daemon serves (the ``attached`` reply).
         self.spec = stream.spec
-
-    @property
-    def task(self) -> str:
-        return self.spec.name
-
-    @property
-    def kpt_shape(self) -> tuple[int, int] | None:
-        return self.spec.kpt_shape
 
     @property
     def names(self) -> list[str]:

@@ -31,6 +31,7 @@ from ...client.options import ClientOptions
 from ...client.pass_stream import PassStreams
 from ...client.rect_view import RectView
 from ...shared.stream.sampler import num_batches
+from ...shared.task import WithSpec
 from .batches import ShapeCache, StreamFormat
 
 log = logging.getLogger(__name__)
@@ -58,7 +59,7 @@ class _Dataset:
         return self._labels
 
 
-class ValLoader:
+class ValLoader(WithSpec):
     """The daemon's val split as Ultralytics' validation ``dataloader``.
 
     ``open_stream(wait_s)`` attaches a ``Loader`` with ``split="val"``, ``rect_stride`` and this
@@ -96,14 +97,6 @@ class ValLoader:
             stream.close()
         self.batch_size = self.settings.batch_size
         self.dataset = _Dataset(self, labels_source)
-
-    @property
-    def task(self) -> str:
-        return self.spec.name
-
-    @property
-    def kpt_shape(self) -> tuple[int, int] | None:
-        return self.spec.kpt_shape
 
     def __len__(self) -> int:
         return num_batches(self.num_records, self.settings, 0)

@@ -25,7 +25,7 @@ import numpy as np
 from ...shared.errors import SnapshotError
 from ...shared.stream.config import FILL_VALUE
 from ...shared.stream.records import Targets
-from ...shared.task import SPECS, TaskSpec
+from ...shared.task import SPECS, TaskSpec, WithSpec
 from ...shared.transport.holds import remove_unused
 from ...shared.transport.names import SNAPSHOT_PARTS, parse, snapshot_parts
 from ...shared.transport.shm import SharedSegment
@@ -96,7 +96,7 @@ def check_fill(meta_name: str, header: layout.Header) -> None:
         )
 
 
-class Snapshot:
+class Snapshot(WithSpec):
     """Read access to a prepared snapshot (implements ``ImageSource``)."""
 
     def __init__(self, name: str, *, owner: bool = False, store: Store = DEFAULT, _lazy: bool = False):
@@ -193,18 +193,6 @@ class Snapshot:
         the keypoints stored with 3 values each whatever D is) and the flip pairs."""
         self._ensure()
         return self._spec
-
-    @property
-    def task(self) -> str:
-        return self.spec.name
-
-    @property
-    def kpt_shape(self) -> tuple[int, int] | None:
-        return self.spec.kpt_shape
-
-    @property
-    def flip_idx(self) -> tuple[int, ...] | None:
-        return self.spec.flip_idx
 
     @property
     def polygon_nbytes(self) -> int:

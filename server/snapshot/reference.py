@@ -12,10 +12,11 @@ from __future__ import annotations
 import numpy as np
 
 from ...shared.stream.records import Dataset, Targets
+from ...shared.task import WithSpec
 from .decode import decode_bgr, prepare_image
 
 
-class ReferenceSource:
+class ReferenceSource(WithSpec):
     """``ImageSource`` over a ``Dataset`` with no snapshot (slow by design)."""
 
     def __init__(self, dataset: Dataset, imgsz: int):
@@ -23,18 +24,6 @@ class ReferenceSource:
         self.imgsz = int(imgsz)
         # What the snapshot of the same dataset says of itself (``Snapshot.spec``).
         self.spec = dataset.spec
-
-    @property
-    def task(self) -> str:
-        return self.spec.name
-
-    @property
-    def kpt_shape(self) -> tuple[int, int] | None:
-        return self.spec.kpt_shape
-
-    @property
-    def flip_idx(self) -> tuple[int, ...] | None:
-        return self.spec.flip_idx
 
     def __len__(self) -> int:
         return len(self.dataset.records)

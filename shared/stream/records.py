@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..task import DETECT, TaskSpec
+from ..task import DETECT, TaskSpec, WithSpec
 
 
 def _empty_polygon() -> np.ndarray:
@@ -67,7 +67,7 @@ class Record:
 
 
 @dataclass(frozen=True)
-class Dataset:
+class Dataset(WithSpec):
     """What a reader returns: the records, the class names, and the files that define it.
 
     ``spec``: the ``TaskSpec`` the dataset was read for, what the records carry beside boxes,
@@ -95,18 +95,6 @@ class Dataset:
     spec: TaskSpec = DETECT
     absent_files: tuple[str, ...] = ()
     listed_dirs: tuple[str, ...] = ()
-
-    @property
-    def task(self) -> str:
-        return self.spec.name
-
-    @property
-    def kpt_shape(self) -> tuple[int, int] | None:
-        return self.spec.kpt_shape
-
-    @property
-    def flip_idx(self) -> tuple[int, ...] | None:
-        return self.spec.flip_idx
 
     def __post_init__(self) -> None:
         if not self.spec.has_keypoints:

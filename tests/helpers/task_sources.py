@@ -14,26 +14,14 @@ import numpy as np
 
 from helpers.sources import ArraySource
 from pixpool.shared.stream.records import Targets
-from pixpool.shared.task import task_spec
+from pixpool.shared.task import WithSpec, task_spec
 
 KPT_SHAPE = (5, 3)
 FLIP_IDX = (0, 2, 1, 4, 3)  # a nose and two left/right pairs
 
 
-class TaskSource(ArraySource):
+class TaskSource(ArraySource, WithSpec):
     """``ArraySource`` with the ``spec`` of ``task`` (pose: ``KPT_SHAPE``, ``FLIP_IDX``) and the task's targets."""
-
-    @property
-    def task(self) -> str:
-        return self.spec.name
-
-    @property
-    def kpt_shape(self) -> tuple[int, int] | None:
-        return self.spec.kpt_shape
-
-    @property
-    def flip_idx(self) -> tuple[int, ...] | None:
-        return self.spec.flip_idx
 
     def __init__(self, task: str, shapes: list[tuple[int, int]], imgsz: int, *, seed: int = 0, instances: int = 3):
         super().__init__(shapes, imgsz, seed=seed, instances=instances, polygons=task == "segment")
