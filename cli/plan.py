@@ -40,7 +40,7 @@ def configure(parser: argparse.ArgumentParser, name: str) -> None:
 def run(args: argparse.Namespace) -> int:
     import time
 
-    from ..server.snapshot.load import read_split, splits
+    from ..server.snapshot.load import SplitClasses, read_split, splits
     from ..server.snapshot.planning import format_plan, read_header_sizes, serve_plan
     from ..shared.errors import ConfigError
     from ..shared.stream.config import StreamSettings
@@ -54,9 +54,10 @@ def run(args: argparse.Namespace) -> int:
     t0 = time.perf_counter()
     datasets: dict = {}
     warned: set = set()
-    for split, (data, images, _) in splits(config).items():
-        train_names = datasets["train"].names if "train" in datasets else None
-        datasets[split], _ = read_split(config, data, images, split, warned=warned, train_names=train_names)
+    options = config.prepare_options()
+    for split, request in splits(config).items():
+        train = SplitClasses(config.data, tuple(datasets["train"].names)) if "train" in datasets else None
+        datasets[split], _ = read_split(request, options, warned=warned, train=train)
     t1 = time.perf_counter()
     sizes_hw = read_header_sizes(datasets.values(), processes=config.processes)
     t2 = time.perf_counter()

@@ -47,13 +47,11 @@ def run(args: argparse.Namespace) -> int:
     # stays until `pixpool clean` (keep_snapshot): that is its purpose.
     config = from_args(DaemonConfig, args)
     options = config.prepare_options(keep_snapshot=True)
-    data, images, lineage = train_split(config)
+    request = train_split(config)
     progress = args.progress and not args.json and sys.stderr.isatty()
     try:
         # Read in full, never on the label index alone: the report says what the reader found.
-        loaded = load_split(
-            config, options, data, images, "train", lineage, warned=set(), use_index=False, progress=progress
-        )
+        loaded = load_split(request, options, warned=set(), use_index=False, progress=progress)
     except PreparationTerminated:
         print("pixpool prepare: terminated (SIGTERM); no snapshot was left behind", file=sys.stderr)
         return 143

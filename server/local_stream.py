@@ -48,8 +48,7 @@ def read_served_split(config: DaemonConfig, split: str):
             "validation set with --val DATA, or a data.yaml that has val:, or digest --split train",
             field="split",
         )
-    data, images, _ = served[split]
-    dataset, _ = read_split(config, data, images, split, warned=set())
+    dataset, _ = read_split(served[split], config.prepare_options(), warned=set())
     return dataset
 
 

@@ -1,12 +1,13 @@
 """``run_daemon``: check the settings, load the dataset, prepare or re-attach its snapshot,
 serve, clean up.
 
-Each split is loaded by ``snapshot/load.py``'s ``open_split`` and ``finish_split`` (together
-``load_split``), as ``pixpool prepare`` loads one; every split is opened first, and what they will
-take is logged and checked against the store (``snapshot/planning.py``, the figures of ``pixpool
-plan``) before any image is decoded: a restart on unchanged files re-attaches the snapshot on the word of its label index
-(``snapshot/label_index.py``) without reading a label file; otherwise the dataset is read in
-full, prepared (or re-attached) and indexed. Either way the daemon keeps its records' image
+The settings name the splits (``snapshot/load.py``'s ``splits``: one ``SplitRequest`` each), and
+``load_splits`` loads them with the settings' ``PrepareOptions``: every split is opened first,
+and what they will take is logged and checked against the store (``snapshot/planning.py``, the
+figures of ``pixpool plan``) before any image is decoded: a restart on unchanged files
+re-attaches the snapshot on the word of its label index (``snapshot/label_index.py``) without
+reading a label file; otherwise the dataset is read in full, prepared (or re-attached) and
+indexed. Either way the daemon keeps its records' image
 paths in one ``PathTable`` and no per-record object.
 
 Runs in the daemon process: ``pixpool serve`` calls it in the foreground, tests and
@@ -20,17 +21,15 @@ rings itself.
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import os
 import signal
 import threading
 
-from ...shared.errors import CapacityError
 from ...shared.stream import served_data
 from ...shared.stream.config import DaemonConfig, PrepareOptions
 from ...shared.transport.starting import StartingMark
-from ..snapshot.load import LoadedSplit, OpenedSplit, finish_split, open_split, splits
+from ..snapshot.load import LoadedSplit, SplitRequest, load_split, load_splits, splits
 
 log = logging.getLogger(__name__)
 
@@ -77,41 +76,17 @@ def _run(config: DaemonConfig, renderer: str | None, served: list[bool]) -> None
     # call created: until serve() takes over it raises here, and the finally below runs.
     in_main = threading.current_thread() is threading.main_thread()
     old_term = signal.signal(signal.SIGTERM, _raise_terminated) if in_main else None
-    snaps: dict = {}
-    opened: dict = {}  # split -> OpenedSplit, until its snapshot is in ``snaps``
+    loaded: dict[str, LoadedSplit] = {}
     try:
-        info, files, names = {}, {}, {}
-        options = config.prepare_options()
-        warned: set = set()
-        named = splits(config)
-        # Every split is read (or re-attached on its label index) first, and what they all take
-        # is checked against the store before the first image is decoded (``_check_room``).
-        for split, (data, images, lineage) in named.items():
-            train_names = opened["train"].names if "train" in opened else None
-            opened[split] = open_split(
-                config, options, data, images, split, lineage, warned=warned, train_names=train_names
-            )
-        header_sizes = _check_room(config, opened)
-        for split, (data, images, lineage) in named.items():
-            snaps[split], info[split], files[split], names[split] = _finish(
-                opened.pop(split),
-                options,
-                lineage,
-                split,
-                header_sizes=header_sizes,
-                train_snapshot=snaps["train"].name if "train" in snaps else None,
-            )
-            # Which files this split is, resolved as it was read: a trainer that names its data compares it.
-            info[split]["served"] = served_data.describe(data, images, split=split, task=config.task)
-            if options.memory_budget_nbytes is not None and split == "train":
-                options = _budget_left(options, sum(snaps[split].nbytes.values()))  # the validation snapshot's
+        requests = splits(config)
+        load_splits(requests, config.prepare_options(), loaded=loaded)
         _return_freed_memory()
         daemon = Daemon(
-            snaps,
+            {split: one.snapshot for split, one in loaded.items()},
             config,
-            snapshot_info=info,
-            files=files,
-            names=tuple(names["train"]),
+            snapshot_info={split: _info(loaded[split], requests[split], config.task) for split in loaded},
+            files={split: one.record_paths for split, one in loaded.items()},
+            names=loaded["train"].names,
             renderer=renderer or DEFAULT_RENDERER,
         )
         try:
@@ -120,99 +95,27 @@ def _run(config: DaemonConfig, renderer: str | None, served: list[bool]) -> None
             if daemon.listener is not None and daemon.listener.endpoint is not None:
                 served.append(True)
     finally:
-        for left in opened.values():  # opened, never loaded: a failure before serving
-            left.close()
-        # The validation handle first; where both splits are one snapshot it only closes,
-        # and the training handle then releases the snapshot once.
-        for split in sorted(snaps, key=lambda k: k == "train"):
-            snap = snaps[split]
-            if split != "train" and "train" in snaps and snaps["train"].name == snap.name:
-                snap.close()
-            elif snap.release(keep=config.keep_snapshot) == "removed":
-                log.info("snapshot %s removed", snap.name)
+        _release(loaded, keep=config.keep_snapshot)
         if in_main:
             signal.signal(signal.SIGTERM, old_term if old_term is not None else signal.SIG_DFL)
 
 
-def _load(
-    config: DaemonConfig,
-    options: PrepareOptions,
-    data,
-    images,
-    split: str,
-    lineage: str,
-    *,
-    warned: set,
-    train_names,
-    train_snapshot: str | None = None,
-):
-    """(snapshot, info, record paths, class names) of one split loaded on its own (``open_split``
-    then ``_finish``), as tests load one; ``_run`` opens every split first and checks the room."""
-    opened = open_split(config, options, data, images, split, lineage, warned=warned, train_names=train_names)
-    return _finish(opened, options, lineage, split, header_sizes=None, train_snapshot=train_snapshot)
+def _release(loaded: dict[str, LoadedSplit], *, keep: bool) -> None:
+    """Let go of the snapshots: the validation handle first; where both splits are one snapshot
+    it only closes, and the training handle then releases the snapshot once."""
+    for split in sorted(loaded, key=lambda k: k == "train"):
+        snap = loaded[split].snapshot
+        if split != "train" and "train" in loaded and loaded["train"].snapshot.name == snap.name:
+            snap.close()
+        elif snap.release(keep=keep) == "removed":
+            log.info("snapshot %s removed", snap.name)
 
 
-def _finish(
-    opened: OpenedSplit,
-    options: PrepareOptions,
-    lineage: str,
-    split: str,
-    *,
-    header_sizes: dict | None,
-    train_snapshot: str | None = None,
-):
-    """(snapshot, info, record paths, class names) of one opened split: ``snapshot.load.finish_split``
-    and what the daemon tells about it (``_info``)."""
-    loaded = finish_split(opened, options, lineage, header_sizes=header_sizes)
-    _say_loaded(split, loaded, same_as_train=loaded.snapshot.name == train_snapshot)
-    return loaded.snapshot, _info(loaded), loaded.record_paths, loaded.names
-
-
-def _check_room(config: DaemonConfig, opened: dict) -> dict:
-    """Log the plan (``snapshot/planning.py``: the same figures as ``pixpool plan``) and refuse,
-    with a CapacityError naming the store, the bytes needed and free and the flags that help,
-    when the snapshots not in the store yet do not fit it: before any image is decoded and
-    anything allocated. Returns the header sizes read, which the preparations then use."""
-    from ..snapshot.planning import check_room, plan_line, read_header_sizes, serve_plan
-
-    datasets = {split: o.dataset for split, o in opened.items() if o.dataset is not None}
-    attached = {split: o.indexed[1] for split, o in opened.items() if o.indexed is not None}
-    sizes_hw = read_header_sizes(datasets.values(), processes=config.processes)
-    plan = serve_plan(
-        datasets, sizes_hw, imgsz=config.imgsz, dtype=config.dtype, store=config.segment_store, attached=attached
-    )
-    log.info("%s", plan_line(plan))
-    check_room(plan)
-    if not plan.fits:
-        log.warning(
-            "the store %s leaves a trainer's rings (%d bytes) no room in the daemon's ring budget beside the "
-            "snapshots; trainers will be refused until there is more room (`pixpool plan` says what helps)",
-            config.store,
-            plan.ring_block_nbytes,
-        )
-    return sizes_hw
-
-
-def _say_loaded(split: str, loaded: LoadedSplit, *, same_as_train: bool) -> None:
-    """One line per snapshot: which split, prepared or re-attached, and what it holds. A
-    validation split of the training images is that same snapshot: said at debug, not as a
-    second snapshot "re-attached" right after the first was prepared."""
-    snap = loaded.snapshot
-    if same_as_train:
-        log.debug("validation split: the training snapshot %s (the same images)", snap.name)
-        return
-    log.info(
-        "%s snapshot %s %s: %d records, %s at %d px, %.1f MiB in %s (%.1f s)",
-        "training" if split == "train" else "validation",
-        snap.name,
-        "re-attached" if loaded.reused else "prepared",
-        len(snap),
-        snap.dtype,
-        snap.imgsz,
-        sum(snap.nbytes.values()) / (1 << 20),
-        snap.store,
-        loaded.seconds,
-    )
+def _load(request: SplitRequest, options: PrepareOptions, *, warned: set, train=None):
+    """(snapshot, info, record paths, class names) of one split loaded on its own
+    (``load_split``), as tests load one; ``_run`` loads every split with ``load_splits``."""
+    loaded = load_split(request, options, warned=warned, train=train)
+    return loaded.snapshot, _info(loaded, request, options.task), loaded.record_paths, loaded.names
 
 
 def _return_freed_memory() -> None:
@@ -231,19 +134,7 @@ def _return_freed_memory() -> None:
         pass
 
 
-def _budget_left(options: PrepareOptions, train_nbytes: int) -> PrepareOptions:
-    """The options of the validation snapshot: the memory budget less the training snapshot."""
-    budget = options.memory_budget_nbytes
-    if train_nbytes >= budget:
-        cheaper = "use --dtype uint8 (a quarter of the bytes of float32), " if options.dtype == "float32" else ""
-        raise CapacityError(
-            f"the training snapshot takes {train_nbytes} bytes, the whole memory budget of {budget} bytes, and leaves "
-            f"nothing for the validation set; {cheaper}raise the budget (--memory-budget) or serve no validation set (--no-val)"
-        )
-    return dataclasses.replace(options, memory_budget_nbytes=budget - train_nbytes)
-
-
-def _info(loaded: LoadedSplit) -> dict:
+def _info(loaded: LoadedSplit, request: SplitRequest, task: str) -> dict:
     """What the daemon tells about a split's snapshot (status, attach)."""
     from ..snapshot.handle import label_indexes
 
@@ -265,6 +156,8 @@ def _info(loaded: LoadedSplit) -> dict:
         "keypoint_bytes": int(snap.keypoint_nbytes),
         "decoded_bytes": int(snap.decoded_nbytes),
         "classes": len(loaded.names),
+        # Which files this split is, resolved as it was read: a trainer that names its data compares it.
+        "served": served_data.describe(request.data, request.images, split=request.split, task=task),
     }
 
 

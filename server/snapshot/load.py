@@ -1,12 +1,14 @@
-"""One split of a dataset as a daemon serves it: which splits a ``DaemonConfig`` names, reading
-one, and ``load_split``: its snapshot re-attached on its label index, or read, prepared (or
-re-attached) and indexed.
+"""The splits of a dataset as a daemon serves them: which splits a ``DaemonConfig`` names (one
+``SplitRequest`` each), reading one, and ``load_split``: its snapshot re-attached on its label
+index, or read, prepared (or re-attached) and indexed; ``load_splits``: every split, as a daemon
+starts (all opened and checked against the store before the first is decoded).
 
 Runs in the process that prepares a dataset's snapshot: the daemon at start-up
-(``daemon/run.py``) and ``pixpool prepare`` (``commands/prepare.py``), both through
-``load_split``; ``pixpool digest --reference``/``--in-process`` reads a split with
-``read_split``, as the daemon would. The snapshot ``load_split`` returns is the caller's to
-close or release (``Snapshot.release``); on a failure after it was attached, it is closed here.
+(``daemon/run.py``, ``load_splits``) and ``pixpool prepare`` (``cli/prepare.py``, ``load_split``);
+``pixpool digest --reference``/``--in-process`` and ``pixpool plan`` read a split with
+``read_split``, as the daemon would. A request goes with the ``PrepareOptions`` that say how it
+is read and decoded. The snapshot ``load_split`` returns is the caller's to close or release
+(``Snapshot.release``); on a failure after it was attached, it is closed here.
 
 Here, not in ``daemon/``: ``pixpool prepare`` writes the same snapshot and label index a daemon
 would, without starting one, and the digest command reads as a daemon reads; all three sit on
@@ -15,6 +17,7 @@ the readers, ``prepare``, ``label_index`` and ``fingerprint`` of this package.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 from dataclasses import dataclass
@@ -46,45 +49,61 @@ class LoadedSplit:
     prepared: Any = None
 
 
-def train_split(config: DaemonConfig) -> tuple:
-    """(data, images, lineage) of the training set (``splits``)."""
-    return config.data, config.images, _lineage(config, config.data, config.images, "train")
+@dataclass(frozen=True)
+class SplitRequest:
+    """One split a daemon serves, as ``splits`` resolves it from the settings: ``data`` and
+    ``images`` (where it is read from) and its ``lineage`` (``fingerprint.lineage_of``: where its
+    data comes from, so that a newer snapshot of a split supersedes only older ones of the same
+    split, and its label index is found again). How it is read and decoded is the
+    ``PrepareOptions`` that goes with it."""
+
+    split: str
+    data: str
+    images: str | None
+    lineage: str
 
 
-def splits(config: DaemonConfig) -> dict:
-    """split -> (data, images, lineage): the training set and, unless ``no_val``, the validation
-    set (``val``, else a data.yaml's own ``val:``). A split's lineage (``fingerprint.lineage_of``)
-    is where its data comes from, so that a newer snapshot of a split supersedes only older
-    ones of the same split, and its label index is found again."""
+@dataclass(frozen=True)
+class SplitClasses:
+    """The training set's class names, which a validation set must have, and where they were read."""
+
+    data: str
+    names: tuple[str, ...]
+
+
+def train_split(config: DaemonConfig) -> SplitRequest:
+    """The training set's ``SplitRequest`` (``splits``)."""
+    return _request(config, "train", config.data, config.images)
+
+
+def splits(config: DaemonConfig) -> dict[str, SplitRequest]:
+    """split -> ``SplitRequest``: the training set and, unless ``no_val``, the validation set
+    (``val``, else a data.yaml's own ``val:``)."""
     from ..readers import yaml_has_split
 
     out = {"train": train_split(config)}
     if config.no_val:
         return out
     if config.val is not None:
-        out["val"] = (config.val, config.val_images, _lineage(config, config.val, config.val_images, "val"))
+        out["val"] = _request(config, "val", config.val, config.val_images)
     elif str(config.data).lower().endswith((".yaml", ".yml")) and yaml_has_split(config.data, "val"):
-        out["val"] = (config.data, None, _lineage(config, config.data, None, "val"))
+        out["val"] = _request(config, "val", config.data, None)
     return out
 
 
-def _lineage(config: DaemonConfig, data, images, split: str) -> str:
+def _request(config: DaemonConfig, split: str, data, images) -> SplitRequest:
     from .fingerprint import lineage_of
 
     split_data = f"{data}#{split}" if split != "train" else data
-    return lineage_of(split_data, images, config.imgsz, config.dtype, config.spec)
+    return SplitRequest(split, data, images, lineage_of(split_data, images, config.imgsz, config.dtype, config.spec))
 
 
 def load_split(
-    config: DaemonConfig,
+    request: SplitRequest,
     options: PrepareOptions,
-    data,
-    images,
-    split: str,
-    lineage: str,
     *,
     warned: set,
-    train_names=None,
+    train: SplitClasses | None = None,
     use_index: bool = True,
     progress: bool = False,
 ) -> LoadedSplit:
@@ -92,14 +111,98 @@ def load_split(
     when every file it was read from is unchanged (``use_index``; ``pixpool prepare`` reads in
     full, to report what the reader found), else read, prepared (or re-attached) with
     ``options`` (``progress``: a bar on stderr) and indexed. The records read go out of scope
-    here: only their image paths are kept, in one ``PathTable``. ``train_names``: the training
-    set's class names, which a validation set must have (checked before it is prepared);
+    here: only their image paths are kept, in one ``PathTable``. ``train``: the training
+    set's classes, which a validation set must have (checked before it is prepared);
     ``warned``: the sets of images without labels already warned about (a data.yaml whose val:
     is its train: folder, the demo's, reads the same images twice: one warning)."""
-    opened = open_split(
-        config, options, data, images, split, lineage, warned=warned, train_names=train_names, use_index=use_index
+    opened = open_split(request, options, warned=warned, train=train, use_index=use_index)
+    return finish_split(opened, options, progress=progress)
+
+
+def load_splits(requests: dict[str, SplitRequest], options: PrepareOptions, *, loaded: dict) -> None:
+    """Every split of ``requests`` into ``loaded`` (split -> ``LoadedSplit``), as a daemon starts:
+    every split is opened first (read, or re-attached on its label index), and what they all take
+    is checked against the store (``_check_room``) before the first image is decoded; the
+    validation snapshot then has the memory budget the training one left. What is in ``loaded``
+    is the caller's to release, also when this raises; a split opened but not loaded is closed here."""
+    opened: dict[str, OpenedSplit] = {}
+    warned: set = set()
+    try:
+        for split, request in requests.items():
+            train = opened["train"].classes if "train" in opened else None
+            opened[split] = open_split(request, options, warned=warned, train=train)
+        header_sizes = _check_room(opened, options)
+        for split in requests:
+            loaded[split] = finish_split(opened.pop(split), options, header_sizes=header_sizes)
+            _say_loaded(split, loaded[split], same_as_train=split != "train" and _same_snapshot(loaded))
+            if options.memory_budget_nbytes is not None and split == "train":
+                options = _budget_left(options, sum(loaded[split].snapshot.nbytes.values()))
+    finally:
+        for left in opened.values():  # opened, never loaded: a failure before every split was
+            left.close()
+
+
+def _same_snapshot(loaded: dict) -> bool:
+    """The validation split is the training snapshot (the same images at the same size)."""
+    return "train" in loaded and loaded["val"].snapshot.name == loaded["train"].snapshot.name
+
+
+def _check_room(opened: dict[str, OpenedSplit], options: PrepareOptions) -> dict:
+    """Log the plan (``planning.py``: the same figures as ``pixpool plan``) and refuse, with a
+    CapacityError naming the store, the bytes needed and free and the flags that help, when the
+    snapshots not in the store yet do not fit it: before any image is decoded and anything
+    allocated. Returns the header sizes read, which the preparations then use."""
+    from .planning import check_room, plan_line, read_header_sizes, serve_plan
+
+    datasets = {split: o.dataset for split, o in opened.items() if o.dataset is not None}
+    attached = {split: o.indexed[1] for split, o in opened.items() if o.indexed is not None}
+    sizes_hw = read_header_sizes(datasets.values(), processes=options.processes)
+    store = options.segment_store
+    plan = serve_plan(datasets, sizes_hw, imgsz=options.imgsz, dtype=options.dtype, store=store, attached=attached)
+    log.info("%s", plan_line(plan))
+    check_room(plan)
+    if not plan.fits:
+        log.warning(
+            "the store %s leaves a trainer's rings (%d bytes) no room in the daemon's ring budget beside the "
+            "snapshots; trainers will be refused until there is more room (`pixpool plan` says what helps)",
+            store,
+            plan.ring_block_nbytes,
+        )
+    return sizes_hw
+
+
+def _budget_left(options: PrepareOptions, train_nbytes: int) -> PrepareOptions:
+    """The options of the validation snapshot: the memory budget less the training snapshot."""
+    budget = options.memory_budget_nbytes
+    if train_nbytes >= budget:
+        cheaper = "use --dtype uint8 (a quarter of the bytes of float32), " if options.dtype == "float32" else ""
+        raise CapacityError(
+            f"the training snapshot takes {train_nbytes} bytes, the whole memory budget of {budget} bytes, and leaves "
+            f"nothing for the validation set; {cheaper}raise the budget (--memory-budget) or serve no validation set (--no-val)"
+        )
+    return dataclasses.replace(options, memory_budget_nbytes=budget - train_nbytes)
+
+
+def _say_loaded(split: str, loaded: LoadedSplit, *, same_as_train: bool) -> None:
+    """One line per snapshot: which split, prepared or re-attached, and what it holds. A
+    validation split of the training images is that same snapshot: said at debug, not as a
+    second snapshot "re-attached" right after the first was prepared."""
+    snap = loaded.snapshot
+    if same_as_train:
+        log.debug("validation split: the training snapshot %s (the same images)", snap.name)
+        return
+    log.info(
+        "%s snapshot %s %s: %d records, %s at %d px, %.1f MiB in %s (%.1f s)",
+        "training" if split == "train" else "validation",
+        snap.name,
+        "re-attached" if loaded.reused else "prepared",
+        len(snap),
+        snap.dtype,
+        snap.imgsz,
+        sum(snap.nbytes.values()) / (1 << 20),
+        snap.store,
+        loaded.seconds,
     )
-    return finish_split(opened, options, lineage, progress=progress)
 
 
 @dataclass
@@ -109,7 +212,7 @@ class OpenedSplit:
     (``dataset``, ``stats``). The daemon opens every split first, so that its check at start-up
     (``planning.py``) sees what each will take before the first is prepared."""
 
-    split: str
+    request: SplitRequest
     indexed: tuple | None = None
     dataset: Any = None
     stats: Any = None
@@ -117,9 +220,10 @@ class OpenedSplit:
     started_ns: int = 0
 
     @property
-    def names(self) -> tuple:
-        """The split's class names (its label index's, or the reader's)."""
-        return tuple(self.indexed[0].names if self.indexed is not None else self.dataset.names)
+    def classes(self) -> SplitClasses:
+        """The split's class names (its label index's, or the reader's) and where it was read."""
+        names = self.indexed[0].names if self.indexed is not None else self.dataset.names
+        return SplitClasses(self.request.data, tuple(names))
 
     def close(self) -> None:
         """Let go of a re-attached snapshot that will not be served (a failure before serving)."""
@@ -129,38 +233,33 @@ class OpenedSplit:
 
 
 def open_split(
-    config: DaemonConfig,
+    request: SplitRequest,
     options: PrepareOptions,
-    data,
-    images,
-    split: str,
-    lineage: str,
     *,
     warned: set,
-    train_names=None,
+    train: SplitClasses | None = None,
     use_index: bool = True,
 ) -> OpenedSplit:
     """``load_split``'s first half: the snapshot re-attached on its label index, or the split read."""
     t0 = time.perf_counter()
-    indexed = _indexed(config, options, lineage) if use_index else None
+    indexed = _indexed(options, request.lineage) if use_index else None
     if indexed is not None:
         index, snap = indexed
         try:
-            _check_names(config, index.names, train_names)
+            _check_names(request, index.names, train)
         except ConfigError:
             snap.close()
             raise
-        _log_missing(index.records, index.labels_missing, index.missing_label_example, data, warned)
-        return OpenedSplit(split, indexed=indexed, t0=t0)
+        _log_missing(index.records, index.labels_missing, index.missing_label_example, request.data, warned)
+        return OpenedSplit(request, indexed=indexed, t0=t0)
     started_ns = time.time_ns()
-    dataset, stats = read_split(config, data, images, split, warned=warned, train_names=train_names)
-    return OpenedSplit(split, dataset=dataset, stats=stats, t0=t0, started_ns=started_ns)
+    dataset, stats = read_split(request, options, warned=warned, train=train)
+    return OpenedSplit(request, dataset=dataset, stats=stats, t0=t0, started_ns=started_ns)
 
 
 def finish_split(
     opened: OpenedSplit,
     options: PrepareOptions,
-    lineage: str,
     *,
     progress: bool = False,
     header_sizes: dict | None = None,
@@ -171,6 +270,7 @@ def finish_split(
     from .fingerprint import content_fingerprint
     from .prepare import prepare_snapshot
 
+    lineage = opened.request.lineage
     if opened.indexed is not None:
         index, snap = opened.indexed
         opened.indexed = None  # the LoadedSplit's now
@@ -195,28 +295,28 @@ def finish_split(
                        stats=stats, prepared=result)  # fmt: skip
 
 
-def read_split(config: DaemonConfig, data, images, split: str, *, warned: set, train_names=None):
+def read_split(request: SplitRequest, options: PrepareOptions, *, warned: set, train: SplitClasses | None = None):
     """(Dataset, ReaderStats) of one split read in full, with the daemon's settings; the
     warning about images without labels once per set of them (``warned``), and a validation
-    set's class names checked against ``train_names``."""
+    set's class names checked against the training set's (``train``)."""
     from ..readers import read_dataset
 
     dataset, stats = read_dataset(
-        data,
-        images,
-        max_instances_per_image=config.max_instances_per_image,
-        allow_unlabelled=config.allow_unlabelled,
-        split=split,
+        request.data,
+        request.images,
+        max_instances_per_image=options.max_instances_per_image,
+        allow_unlabelled=options.allow_unlabelled,
+        split=request.split,
         warn_missing_labels=False,
-        task=config.task,
-        max_classes=config.max_classes,
+        task=options.task,
+        max_classes=options.max_classes,
     )
-    _check_names(config, dataset.names, train_names)
-    _log_missing(stats.records, stats.labels_missing, stats.missing_label_example, data, warned)
+    _check_names(request, dataset.names, train)
+    _log_missing(stats.records, stats.labels_missing, stats.missing_label_example, request.data, warned)
     return dataset, stats
 
 
-def _indexed(config: DaemonConfig, options: PrepareOptions, lineage: str):
+def _indexed(options: PrepareOptions, lineage: str):
     """(index, snapshot) where a trusted label index (``label_index``) names a complete snapshot
     this daemon may serve as a full read would; None otherwise (read in full). What a full read
     would refuse (an image over ``max_instances_per_image``, more classes than ``max_classes``,
@@ -229,11 +329,11 @@ def _indexed(config: DaemonConfig, options: PrepareOptions, lineage: str):
 
     store = options.segment_store
     index = label_index.find_trusted(lineage, store=store)
-    if index is None or index.task != config.task:
+    if index is None or index.task != options.task:
         return None
-    if index.max_instances > config.max_instances_per_image or len(index.names) > config.max_classes:
+    if index.max_instances > options.max_instances_per_image or len(index.names) > options.max_classes:
         return None
-    if index.labels_missing and index.labels_missing == index.records and not config.allow_unlabelled:
+    if index.labels_missing and index.labels_missing == index.records and not options.allow_unlabelled:
         return None
     try:
         # The snapshot beside its index, under whichever name it took: the one a full read
@@ -262,11 +362,11 @@ def _indexed(config: DaemonConfig, options: PrepareOptions, lineage: str):
     return index, snap
 
 
-def _check_names(config: DaemonConfig, names, train_names) -> None:
-    if train_names is not None and tuple(names) != tuple(train_names):
+def _check_names(request: SplitRequest, names, train: SplitClasses | None) -> None:
+    if train is not None and tuple(names) != train.names:
         raise ConfigError(
-            f"the validation set {config.val or config.data} has classes {list(names)[:5]}..., the training set "
-            f"{config.data} {list(train_names)[:5]}...; they must be the same classes in the same order",
+            f"the validation set {request.data} has classes {list(names)[:5]}..., the training set "
+            f"{train.data} {list(train.names)[:5]}...; they must be the same classes in the same order",
             field="val",
         )
 

@@ -241,8 +241,25 @@ class StreamSettings:
         return _from_dict(cls, {**data, "augment": aug})
 
 
+class _StoreAndTask:
+    """``segment_store`` and ``spec`` of a settings class with ``store`` and ``task`` fields."""
+
+    store: str
+    task: str
+
+    @property
+    def segment_store(self) -> Store:
+        """``store`` as the ``Store`` every function that opens a segment takes."""
+        return Store.of(self.store)
+
+    @property
+    def spec(self) -> TaskSpec:
+        """``task`` as its ``TaskSpec`` (the name was checked when these settings were made)."""
+        return SPECS[self.task]
+
+
 @dataclass(frozen=True)
-class DaemonConfig:
+class DaemonConfig(_StoreAndTask):
     """What the producer daemon serves and how (``pixpool serve``, ``run_daemon``).
 
     Field checks run here; ``pixpool.server.preflight`` checks what needs the file
@@ -399,16 +416,6 @@ class DaemonConfig:
                 "tcp", self.tcp, "requires CURVE keys: make them with `pixpool keys DIR` and set {keys_dir}"
             )
 
-    @property
-    def segment_store(self) -> Store:
-        """``store`` as the ``Store`` every function that opens a segment takes."""
-        return Store.of(self.store)
-
-    @property
-    def spec(self) -> TaskSpec:
-        """``task`` as its ``TaskSpec`` (the name was checked when this config was made)."""
-        return SPECS[self.task]
-
     def prepare_options(self, **overrides: Any) -> "PrepareOptions":
         """The settings of this daemon's preparation (``prepare_snapshot``): the same fields,
         already validated here; ``overrides`` replace some (``keep_snapshot=True``)."""
@@ -423,7 +430,7 @@ def _as_in(cls: type, name: str) -> Any:
 
 
 @dataclass(frozen=True)
-class PrepareOptions:
+class PrepareOptions(_StoreAndTask):
     """How a dataset is read and decoded into a snapshot (``prepare_snapshot``, ``pixpool prepare``).
 
     Each field is the ``DaemonConfig`` field of the same name (``DaemonConfig.prepare_options``
@@ -438,6 +445,7 @@ class PrepareOptions:
     store: str = _as_in(DaemonConfig, "store")
     max_instances_per_image: int = _as_in(DaemonConfig, "max_instances_per_image")
     allow_unlabelled: bool = _as_in(DaemonConfig, "allow_unlabelled")
+    max_classes: int = _as_in(DaemonConfig, "max_classes")
     memory_budget_nbytes: int | None = _as_in(DaemonConfig, "memory_budget_nbytes")
     prepare_wait_s: float = _as_in(DaemonConfig, "prepare_wait_s")
     keep_snapshot: bool = _as_in(DaemonConfig, "keep_snapshot")
@@ -446,11 +454,6 @@ class PrepareOptions:
         _validate(self)
         if not self.store:
             raise ConfigError.for_field("store", self.store, "is empty; name a directory such as /dev/shm")
-
-    @property
-    def segment_store(self) -> Store:
-        """``store`` as the ``Store`` every function that opens a segment takes."""
-        return Store.of(self.store)
 
 
 def field_kind(f: dataclasses.Field) -> tuple[str, bool]:

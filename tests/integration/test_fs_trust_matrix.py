@@ -190,11 +190,10 @@ def _config(root: Path, store: str) -> DaemonConfig:
 
 def _serves_the_files_as_they_are(config: DaemonConfig) -> None:
     """Load as the daemon does; every record's pixels and targets must be the files' as they are now."""
-    data, images, lineage = splits(config)["train"]
-    snap, _, paths, _ = run._load(config, config.prepare_options(), data, images, "train", lineage, warned=set(),
-                                  train_names=None)  # fmt: skip
+    request, options = splits(config)["train"], config.prepare_options()
+    snap, _, paths, _ = run._load(request, options, warned=set())
     try:
-        dataset, _ = read_split(config, data, images, "train", warned=set())
+        dataset, _ = read_split(request, options, warned=set())
         truth = {rec.image_path: Targets.from_record(rec) for rec in dataset.records}
         assert len(paths) == len(snap) == _N
         for i, path in enumerate(paths):

@@ -48,8 +48,7 @@ def config(yolo_set, tmp_path):
 
 def load(config: DaemonConfig):
     """What the daemon loads for its training split: (snapshot, info, paths, names)."""
-    data, images, lineage = splits(config)["train"]
-    return run._load(config, config.prepare_options(), data, images, "train", lineage, warned=set(), train_names=None)
+    return run._load(splits(config)["train"], config.prepare_options(), warned=set())
 
 
 def no_reading(monkeypatch):
@@ -79,14 +78,14 @@ def test_restart_on_unchanged_files_reads_no_label(config, monkeypatch):
 
 def _changed_after_index(config) -> bool:
     """Whether a load after the first one read the dataset again (its index did not vouch)."""
-    lineage = splits(config)["train"][2]
+    lineage = splits(config)["train"].lineage
     return label_index.find_trusted(lineage, store=config.segment_store) is None
 
 
 def _indexed(config):
     snap, *_ = load(config)
     snap.close()
-    lineage = splits(config)["train"][2]
+    lineage = splits(config)["train"].lineage
     assert label_index.find_trusted(lineage, store=config.segment_store) is not None
 
 

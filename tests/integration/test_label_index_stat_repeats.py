@@ -79,10 +79,7 @@ def _config(data_yaml: Path, store: str) -> DaemonConfig:
 
 def _load(config: DaemonConfig):
     """(snapshot name, content fingerprint, whether it was re-attached) of the daemon's load."""
-    data, images, lineage = splits(config)["train"]
-    snap, info, _, _ = run._load(
-        config, config.prepare_options(), data, images, "train", lineage, warned=set(), train_names=None
-    )
+    snap, info, _, _ = run._load(splits(config)["train"], config.prepare_options(), warned=set())
     try:
         return snap.name, info["content"], label_indexes(snap.name, config.segment_store)
     finally:
@@ -91,8 +88,7 @@ def _load(config: DaemonConfig):
 
 def _truth(config: DaemonConfig):
     """(snapshot name, content fingerprint) a full read of the files as they are now gives."""
-    data, images, _ = splits(config)["train"]
-    dataset, _ = read_split(config, data, images, "train", warned=set())
+    dataset, _ = read_split(splits(config)["train"], config.prepare_options(), warned=set())
     name = base_name(fingerprint(dataset, imgsz=config.imgsz, dtype=config.dtype))
     return name, content_fingerprint(dataset, imgsz=config.imgsz)
 
@@ -262,7 +258,7 @@ def test_an_image_changed_in_a_squashfs_v2_with_every_stat_equal_gets_another_sn
 
 
 def _lineage(config: DaemonConfig) -> str:
-    return splits(config)["train"][2]
+    return splits(config)["train"].lineage
 
 
 def test_the_same_image_mounted_from_another_device_is_not_trusted_on_its_stat(synthetic_data, tmp_path, squash, store):

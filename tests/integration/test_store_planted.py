@@ -111,8 +111,7 @@ def _config(dataset_dir: str, store: str) -> DaemonConfig:
 
 def load(config: DaemonConfig):
     """What ``pixpool serve`` loads for its training split: (snapshot, info, paths, names)."""
-    data, images, lineage = splits(config)["train"]
-    return run._load(config, config.prepare_options(), data, images, "train", lineage, warned=set(), train_names=None)
+    return run._load(splits(config)["train"], config.prepare_options(), warned=set())
 
 
 @pytest.fixture(scope="module")

@@ -212,8 +212,8 @@ def _read_splits(config) -> dict:
 
     warned: set = set()
     out = {}
-    for split, (data, images, _) in splits(config).items():
-        out[split] = read_split(config, data, images, split, warned=warned, train_names=None)
+    for split, request in splits(config).items():
+        out[split] = read_split(request, config.prepare_options(), warned=warned)
     return out
 
 
@@ -259,3 +259,19 @@ def test_a_val_folder_missing_other_labels_is_warned_about_too(synthetic_copy, c
     assert len(warned) == 2, warned
     assert "1 of 24" in warned[0] and "labels/train/synth_0009.txt" in warned[0]
     assert "2 of 24" in warned[1] and "labels/val/synth_0005.txt" in warned[1]
+
+
+def test_a_validation_set_of_other_classes_is_refused_naming_both_sets(synthetic_copy):
+    from pixpool.server.snapshot.load import SplitClasses, read_split, splits
+    from pixpool.shared.errors import ConfigError
+    from pixpool.shared.stream.config import DaemonConfig
+
+    config = DaemonConfig(data=str(synthetic_copy / "data.yaml"))
+    requests, options = splits(config), config.prepare_options()
+    train, _ = read_split(requests["train"], options, warned=set())
+    read_split(requests["val"], options, warned=set(), train=SplitClasses(config.data, tuple(train.names)))
+    other = SplitClasses("/data/other.yaml", tuple(reversed(train.names)))
+    with pytest.raises(ConfigError, match="same classes in the same order") as refused:
+        read_split(requests["val"], options, warned=set(), train=other)
+    assert str(synthetic_copy / "data.yaml") in str(refused.value) and "/data/other.yaml" in str(refused.value)
+    assert refused.value.field == "val"

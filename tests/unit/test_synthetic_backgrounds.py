@@ -24,8 +24,8 @@ def test_the_synthetic_sets_background_without_labels_is_not_a_warning(tmp_path,
         data = write_synthetic(tmp_path / task, num_images=12, seed=0, task=task)
         config = DaemonConfig(data=str(data.data_yaml), task=task)
         warned: set = set()
-        for split, (d, images, _) in splits(config).items():
-            read_split(config, d, images, split, warned=warned, train_names=None)
+        for request in splits(config).values():
+            read_split(request, config.prepare_options(), warned=warned)
         assert _said(caplog, logging.WARNING) == [], (task, _said(caplog, logging.WARNING))
         told = _said(caplog, logging.INFO)
         assert len(told) == 1 and "1 of 12 images have no label file" in told[0] and "by design" in told[0], told
