@@ -129,6 +129,29 @@ def copy_paste_labels(
     return Labels.concat([labels, pasted]), pasted.polygons
 
 
+def paste_flipped(
+    labels: Labels, imgsz: int, fraction: float, rng: np.random.Generator
+) -> tuple[Labels, np.ndarray | None]:
+    """Flip mode on the route: (labels with the pasted instances appended, the union mask of
+    their polygons for the kernel, or None when nothing is pasted)."""
+    labels, polygons = copy_paste_labels(labels, imgsz, fraction, rng)
+    if not polygons:
+        return labels, None
+    return labels, union_mask((imgsz, imgsz), polygons)[0]
+
+
+def paste_partner(labels: Labels, partner: Labels, fraction: float, imgsz: int) -> tuple[Labels, np.ndarray | None]:
+    """Mixup mode on the route, once the partner is drawn: (labels with the partner's chosen
+    instances appended, the union mask of their polygons under which the kernel pastes the
+    partner's layer, or None when none is chosen). No draws."""
+    chosen = select_partner(labels, partner, fraction)
+    if len(chosen) == 0:
+        return labels, None
+    pasted = partner.select(chosen)
+    mask, _ = union_mask((imgsz, imgsz), pasted.polygons)
+    return Labels.concat([labels, pasted]), mask
+
+
 def select_partner(labels: Labels, partner: Labels, fraction: float) -> np.ndarray:
     """int64 indices of ``partner``'s instances to paste into ``labels`` (mixup mode), in paste order."""
     if len(partner) == 0 or fraction <= 0:

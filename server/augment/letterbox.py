@@ -1,17 +1,18 @@
 """Validation route: the record letterboxed onto an imgsz square with the fill, no randomness.
 
-Runs wherever a validation sample is rendered. Reads the source view; the kernel renders it.
+Runs wherever a validation sample is rendered, on a record already read (``record.py``); the kernel
+renders it.
 """
 
 from __future__ import annotations
 
-from ...shared.stream.source import ImageSource
 from .kernel import IDENTITY, Layer
 from .labels import Labels
 from .mosaic import letterbox_tile
+from .record import RecordView
 
 
-def letterbox(source: ImageSource, index: int, imgsz: int) -> tuple[Layer, Labels]:
+def letterbox(record: RecordView, imgsz: int, *, rotated: bool = False) -> tuple[Layer, Labels]:
     """(the kernel layer: the record on the imgsz square through the identity map, labels in pixels).
 
     Through the identity the kernel's taps are the pixels themselves (weights 1 and 0),
@@ -20,7 +21,7 @@ def letterbox(source: ImageSource, index: int, imgsz: int) -> tuple[Layer, Label
     Degenerate boxes (zero width or height) are dropped; every other one is kept, since
     validation scores against all ground truth.
     """
-    tiles, labels = letterbox_tile(source, index, imgsz)
+    tiles, labels = letterbox_tile(record, imgsz, rotated=rotated)
     b = labels.boxes
     keep = ((b[:, 2] - b[:, 0]) > 0) & ((b[:, 3] - b[:, 1]) > 0)
     return Layer(IDENTITY, tiles, None), labels.select(keep)
