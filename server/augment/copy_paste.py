@@ -113,43 +113,51 @@ def paste_union(dest: np.ndarray, source: np.ndarray, polygons: list[np.ndarray]
     return paste_masked(dest, window, mask, bbox)
 
 
+def flipped_pasted(labels: Labels, imgsz: int, fraction: float, rng: np.random.Generator) -> Labels | None:
+    """The mirrored instances flip mode pastes into ``labels`` on an S x S image, in paste order, or
+    None when none is chosen: the draws and the selection of copy-paste."""
+    if len(labels) == 0 or fraction <= 0:
+        return None
+    flipped = labels.flipped(imgsz, imgsz, horizontal=True)
+    chosen = select(labels, flipped, fraction, rng)
+    if len(chosen) == 0:
+        return None
+    return flipped.select(chosen)
+
+
 def copy_paste_labels(
     labels: Labels, imgsz: int, fraction: float, rng: np.random.Generator
 ) -> tuple[Labels, list[np.ndarray]]:
     """(labels with the pasted instances appended, the pasted polygons in pixels): the
-    draws and the label step of copy-paste on an S x S image. The route hands the
-    polygons' ``union_mask`` to the kernel, which reads the mirrored pixel under it."""
-    if len(labels) == 0 or fraction <= 0:
+    draws and the label step of copy-paste on an S x S image (``flipped_pasted``)."""
+    pasted = flipped_pasted(labels, imgsz, fraction, rng)
+    if pasted is None:
         return labels, []
-    flipped = labels.flipped(imgsz, imgsz, horizontal=True)
-    chosen = select(labels, flipped, fraction, rng)
-    if len(chosen) == 0:
-        return labels, []
-    pasted = flipped.select(chosen)
     return Labels.concat([labels, pasted]), pasted.polygons
 
 
 def paste_flipped(
     labels: Labels, imgsz: int, fraction: float, rng: np.random.Generator
-) -> tuple[Labels, np.ndarray | None]:
-    """Flip mode on the route: (labels with the pasted instances appended, the union mask of
-    their polygons for the kernel, or None when nothing is pasted)."""
-    labels, polygons = copy_paste_labels(labels, imgsz, fraction, rng)
-    if not polygons:
-        return labels, None
-    return labels, union_mask((imgsz, imgsz), polygons)[0]
+) -> tuple[Labels | None, np.ndarray | None]:
+    """Flip mode on the route: (the pasted instances or None, the union mask of their polygons,
+    under which the kernel reads the mirrored pixel, or None)."""
+    pasted = flipped_pasted(labels, imgsz, fraction, rng)
+    if pasted is None:
+        return None, None
+    return pasted, union_mask((imgsz, imgsz), pasted.polygons)[0]
 
 
-def paste_partner(labels: Labels, partner: Labels, fraction: float, imgsz: int) -> tuple[Labels, np.ndarray | None]:
-    """Mixup mode on the route, once the partner is drawn: (labels with the partner's chosen
-    instances appended, the union mask of their polygons under which the kernel pastes the
-    partner's layer, or None when none is chosen). No draws."""
+def paste_partner(
+    labels: Labels, partner: Labels, fraction: float, imgsz: int
+) -> tuple[Labels | None, np.ndarray | None]:
+    """Mixup mode on the route, once the partner is drawn: (the partner's chosen instances, in
+    paste order, or None, the union mask of their polygons under which the kernel pastes the
+    partner's layer, or None). No draws."""
     chosen = select_partner(labels, partner, fraction)
     if len(chosen) == 0:
-        return labels, None
+        return None, None
     pasted = partner.select(chosen)
-    mask, _ = union_mask((imgsz, imgsz), pasted.polygons)
-    return Labels.concat([labels, pasted]), mask
+    return pasted, union_mask((imgsz, imgsz), pasted.polygons)[0]
 
 
 def select_partner(labels: Labels, partner: Labels, fraction: float) -> np.ndarray:

@@ -282,16 +282,16 @@ def transform_labels(
     points = labels.points
     # Without points no instance has a polygon (the common detect case: skip the diff).
     has = labels.has_polygons if len(points) else None
+    if len(points):
+        moved = _apply(points.astype(np.float64), matrix, perspective)  # float64, as the corners
     if len(points) and rotated:
-        moved = _apply(points.astype(np.float64), matrix, perspective).astype(np.float32)
         new = np.clip(new, 0, imgsz).astype(np.float32)
-        new, points = clip_rotated(new, moved, labels.offsets, imgsz, imgsz)
+        new, points = clip_rotated(new, moved.astype(np.float32), labels.offsets, imgsz, imgsz)
     elif len(points) and visible:
-        moved = _apply(points.astype(np.float64), matrix, perspective)
         box, points = visible_boxes(moved, labels.offsets, imgsz)
         new[has] = box[has]
     elif len(points):
-        q = np.clip(_apply(points.astype(np.float64), matrix, perspective), 0, imgsz)
+        q = np.clip(moved, 0, imgsz)
         starts = labels.offsets[:-1][has]
         lo = np.minimum.reduceat(q, starts, axis=0)
         hi = np.maximum.reduceat(q, starts, axis=0)

@@ -1,4 +1,5 @@
-"""Mosaic of four records and the single-image letterbox placement, as canvas tiles.
+"""Mosaic of four records and the single-image letterbox placement, as canvas tiles; the square
+validation route (``letterbox``: a record letterboxed onto the imgsz square, no randomness).
 
 Runs wherever a sample is rendered. Only computes where each record's image goes on the
 canvas and the matching labels, from records already read (``record.RecordView``); the kernel
@@ -10,19 +11,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from .affine import uniform
+from .kernel import IDENTITY, Layer
 from .labels import Labels
 from .record import RecordView
 
 Tile = tuple[np.ndarray, tuple[int, int, int, int], tuple[int, int]]
-
-
-def draw_mosaic(rng: np.random.Generator, num_records: int, imgsz: int) -> tuple[np.ndarray, int, int]:
-    """(three partner record indices, centre x, centre y) drawn in that order."""
-    partners = rng.integers(0, num_records, size=3)
-    xc = int(uniform(rng, imgsz / 2, 3 * imgsz / 2))
-    yc = int(uniform(rng, imgsz / 2, 3 * imgsz / 2))
-    return partners, xc, yc
 
 
 def mosaic_tiles(
@@ -60,3 +53,18 @@ def letterbox_tile(record: RecordView, imgsz: int, *, rotated: bool = False) -> 
     top, left = (imgsz - h) // 2, (imgsz - w) // 2
     labels = Labels.from_targets(record.targets, w, h, left, top).clip(imgsz, imgsz, rotated=rotated)
     return [(image, (left, top, left + w, top + h), (0, 0))], labels
+
+
+def letterbox(record: RecordView, imgsz: int, *, rotated: bool = False) -> tuple[Layer, Labels]:
+    """(the kernel layer: the record on the imgsz square through the identity map, labels in pixels).
+
+    Through the identity the kernel's taps are the pixels themselves (weights 1 and 0),
+    and adding the fill back is exact for 8-bit values, so the image equals the decoded
+    pixels and the padding equals the fill.
+    Degenerate boxes (zero width or height) are dropped; every other one is kept, since
+    validation scores against all ground truth.
+    """
+    tiles, labels = letterbox_tile(record, imgsz, rotated=rotated)
+    b = labels.boxes
+    keep = ((b[:, 2] - b[:, 0]) > 0) & ((b[:, 3] - b[:, 1]) > 0)
+    return Layer(IDENTITY, tiles, None), labels.select(keep)

@@ -31,7 +31,7 @@ Here only the draws, the labels and the copy-paste mask are computed; the pixels
 (``kernel.py``, which defines their arithmetic), run by ``Pending.write`` straight into
 the output slot. No canvas and no intermediate image exist.
 
-Square validation (``Route.VAL``): ``letterbox.py``, no draws. Rect validation renders its own
+Square validation (``Route.VAL``): ``mosaic.letterbox``, no draws. Rect validation renders its own
 batches (``val_rect.py``).
 """
 
@@ -51,8 +51,7 @@ from . import copy_paste as _cp
 from . import cutmix as _cutmix
 from .kernel import Layer
 from .labels import Labels, transform_labels
-from .letterbox import letterbox
-from .mosaic import draw_mosaic, letterbox_tile, mosaic_tiles
+from .mosaic import letterbox, letterbox_tile, mosaic_tiles
 from .record import Reader
 
 __all__ = ["Pending", "render", "render_sample"]
@@ -82,17 +81,6 @@ class Pending:
         with ``floats``, the float32 (S, S, 3) BGR image before quantisation appended to it, from
         the same kernel pass."""
         image = None if floats is None else np.empty((self.imgsz, self.imgsz, 3), dtype=np.float32)
-        self._render(out_chw, image, tables)
-        if image is not None:
-            floats.append(image)
-
-    def float_image(self) -> np.ndarray:
-        """The float32 (S, S, 3) BGR image before quantisation (a new array)."""
-        out = np.empty((self.imgsz, self.imgsz, 3), dtype=np.float32)
-        self._render(None, out, None)
-        return out
-
-    def _render(self, out_chw: np.ndarray | None, floats: np.ndarray | None, tables: np.ndarray | None) -> None:
         kernel.render(
             self.imgsz,
             self.layers,
@@ -101,9 +89,25 @@ class Pending:
             ratio=self.ratio or 0.0,
             tables=tables,
             out=out_chw,
-            floats=floats,
+            floats=image,
             fill=self.fill,
         )
+        if image is not None:
+            floats.append(image)
+
+    def float_image(self) -> np.ndarray:
+        """The float32 (S, S, 3) BGR image before quantisation (a new array)."""
+        out = np.empty((self.imgsz, self.imgsz, 3), dtype=np.float32)
+        kernel.render(
+            self.imgsz,
+            self.layers,
+            flip_ud=self.flip_ud,
+            flip_lr=self.flip_lr,
+            ratio=self.ratio or 0.0,
+            floats=out,
+            fill=self.fill,
+        )
+        return out
 
 
 class StageClock:
@@ -185,7 +189,7 @@ def _pre_transform(
     spec = reader.spec
     mosaic = not closed and cfg.mosaic > 0 and rng.random() < cfg.mosaic
     if mosaic:
-        partners, xc, yc = draw_mosaic(rng, reader.count, imgsz)
+        partners, xc, yc = affine.draw_mosaic(rng, reader.count, imgsz)
     side = 2 * imgsz if mosaic else imgsz  # the canvas
     matrix, scale = affine.draw_matrix(rng, cfg, (side, side), imgsz)
     if not mosaic:
@@ -207,9 +211,11 @@ def _pre_transform(
     layer = Layer(kernel.inverse(matrix), tiles, None)
     if copy_paste and not closed and cfg.copy_paste > 0:
         if cfg.copy_paste_mode == "mixup":
-            labels = _paste_partner(reader, settings, layer, labels, rng, clock)
+            pasted = _paste_partner(reader, settings, layer, labels, rng, clock)
         else:
-            labels, layer.mask = _cp.paste_flipped(labels, imgsz, cfg.copy_paste, rng)
+            pasted, layer.mask = _cp.paste_flipped(labels, imgsz, cfg.copy_paste, rng)
+        if pasted is not None:
+            labels = Labels.concat([labels, pasted])
         clock.lap("copy_paste")
     return layer, labels
 
@@ -221,19 +227,20 @@ def _paste_partner(
     labels: Labels,
     rng: np.random.Generator,
     clock: StageClock,
-) -> Labels:
+) -> Labels | None:
     """Copy-paste in mixup mode (``copy_paste.py``): with probability ``copy_paste`` a random
-    partner through steps 1-2, its chosen instances appended and its layer pasted into ``layer``
-    under their union mask. A sample without polygons is left alone, with no draws."""
+    partner through steps 1-2, its layer pasted into ``layer`` under the union mask of its chosen
+    instances, which are returned (None: nothing pasted). A sample without polygons is left
+    alone, with no draws."""
     cfg = settings.augment
     if not len(labels.points) or rng.random() >= cfg.copy_paste:
-        return labels
+        return None
     partner = int(rng.integers(0, reader.count))
     layer2, labels2 = _pre_transform(reader, partner, settings, False, rng, clock, copy_paste=False)
-    labels, mask = _cp.paste_partner(labels, labels2, cfg.copy_paste, cfg.imgsz)
+    pasted, mask = _cp.paste_partner(labels, labels2, cfg.copy_paste, cfg.imgsz)
     if mask is not None:
         layer.pastes.append((mask, layer2))
-    return labels
+    return pasted
 
 
 def render_sample(

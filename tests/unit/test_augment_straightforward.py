@@ -19,7 +19,7 @@ from helpers.sources import ArraySource
 from pixpool.server.augment import affine, render_batch
 from pixpool.server.augment import copy_paste as cp_mod
 from pixpool.server.augment.labels import Labels, pack, transform_labels
-from pixpool.server.augment.mosaic import draw_mosaic, letterbox_tile, mosaic_tiles
+from pixpool.server.augment.mosaic import letterbox_tile, mosaic_tiles
 from pixpool.server.augment.record import Reader
 from pixpool.shared.stream.config import AugmentConfig, StreamSettings
 from pixpool.shared.stream.hsv_tables import tables
@@ -106,7 +106,7 @@ def _hsv(u8_bgr: np.ndarray, gains: np.ndarray | None, tabs: np.ndarray | None =
 
 def _pre(source, index: int, cfg: AugmentConfig, closed: bool, rng) -> tuple[np.ndarray, Labels]:
     if not closed and cfg.mosaic > 0 and rng.random() < cfg.mosaic:
-        partners, xc, yc = draw_mosaic(rng, len(source), S)
+        partners, xc, yc = affine.draw_mosaic(rng, len(source), S)
         reader = Reader.of(source)
         records = [reader.read(i) for i in (index, *partners.tolist())]
         tiles, labels = mosaic_tiles(records, S, xc, yc, rotated=reader.spec.rotated)
