@@ -180,15 +180,10 @@ class SquarePlacement:
         return labels.points * np.float32(1.0 / self.side)
 
 
-def _placement(
-    reader: Reader,
-    settings: StreamSettings,
-    epoch: int,
-    positions: np.ndarray,
-) -> SquarePlacement | RectPlacement:
-    """What the stream's route (``AugmentConfig.route``) supplies to the render loop for these
-    positions; the loop does the rest alike for every route (the output checks, the masks, the
-    target rows, the segments):
+def _placement(reader: Reader, settings: StreamSettings, span: Span) -> SquarePlacement | RectPlacement:
+    """What the stream's route (``AugmentConfig.route``) supplies to the render loop for the
+    positions of ``span`` (checked); the loop does the rest alike for every route (the output
+    checks, the masks, the target rows, the segments):
 
     - ``side``: the square each image is written into (a ring slot's image side);
     - ``records``: int64 record index at each position;
@@ -199,9 +194,10 @@ def _placement(
     - ``rows(labels, spec, keypoints)``: the labels as normalised target rows, no batch index;
     - ``points(labels)``: the polygon vertices, normalised as the rows are.
     """
+    positions = positions_of(reader.count, settings, span)
     if settings.augment.route is Route.RECT_VAL:
         return RectPlacement(reader, settings, positions)
-    return SquarePlacement(reader, settings, epoch, positions)
+    return SquarePlacement(reader, settings, span.epoch, positions)
 
 
 def _render(
@@ -218,11 +214,10 @@ def _render(
     """The one render loop, for every route: the positions of ``span``."""
     settings = settings.for_imgsz(source.imgsz)  # imgsz None: the source's; another value: ConfigError
     cfg = settings.augment
-    positions = positions_of(source, settings, span)
     reader = Reader.of(source)  # the loop's one reader of the source: its records, task and fill
     spec = reader.spec
-    place = _placement(reader, settings, span.epoch, positions)
-    samples, side, count = place.records, place.side, len(positions)
+    place = _placement(reader, settings, span)
+    samples, side, count = place.records, place.side, len(place.records)
     images = _output(images_out, count, side)
     width = spec.target_width()
     keypoints = spec.keypoints

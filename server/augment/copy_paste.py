@@ -136,30 +136,6 @@ def copy_paste_labels(
     return Labels.concat([labels, pasted]), pasted.polygons
 
 
-def paste_flipped(
-    labels: Labels, imgsz: int, fraction: float, rng: np.random.Generator
-) -> tuple[Labels | None, np.ndarray | None]:
-    """Flip mode on the route: (the pasted instances or None, the union mask of their polygons,
-    under which the kernel reads the mirrored pixel, or None)."""
-    pasted = flipped_pasted(labels, imgsz, fraction, rng)
-    if pasted is None:
-        return None, None
-    return pasted, union_mask((imgsz, imgsz), pasted.polygons)[0]
-
-
-def paste_partner(
-    labels: Labels, partner: Labels, fraction: float, imgsz: int
-) -> tuple[Labels | None, np.ndarray | None]:
-    """Mixup mode on the route, once the partner is drawn: (the partner's chosen instances, in
-    paste order, or None, the union mask of their polygons under which the kernel pastes the
-    partner's layer, or None). No draws."""
-    chosen = select_partner(labels, partner, fraction)
-    if len(chosen) == 0:
-        return None, None
-    pasted = partner.select(chosen)
-    return pasted, union_mask((imgsz, imgsz), pasted.polygons)[0]
-
-
 def select_partner(labels: Labels, partner: Labels, fraction: float) -> np.ndarray:
     """int64 indices of ``partner``'s instances to paste into ``labels`` (mixup mode), in paste order."""
     if len(partner) == 0 or fraction <= 0:

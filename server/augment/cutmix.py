@@ -62,15 +62,6 @@ def _over_second(first: np.ndarray, second: np.ndarray) -> np.ndarray:
     return inter / (area[None, :] + np.float32(1e-7))
 
 
-def cut(
-    labels: Labels, partner: Labels, imgsz: int, task: TaskSpec, rng: np.random.Generator
-) -> tuple[Labels, np.ndarray | None]:
-    """CutMix on the route, once the partner is drawn: (``cut_labels``' labels, the rectangle's
-    mask under which the kernel pastes the partner's layer, or None when nothing is pasted)."""
-    labels, rect = cut_labels(labels, partner, imgsz, task, rng)
-    return labels, None if rect is None else rectangle_mask(imgsz, rect)
-
-
 def cut_labels(
     labels: Labels, partner: Labels, imgsz: int, task: TaskSpec, rng: np.random.Generator
 ) -> tuple[Labels, tuple[int, int, int, int] | None]:

@@ -150,8 +150,9 @@ def render(reader: Reader, index: int, settings: StreamSettings, epoch: int, clo
     if not closed and cfg.cutmix > 0 and rng.random() < cfg.cutmix:
         partner = int(rng.integers(0, reader.count))
         layer3, labels3 = _pre_transform(reader, partner, settings, closed, rng, clock)
-        labels, mask = _cutmix.cut(labels, labels3, imgsz, spec, rng)
-        if mask is not None:
+        labels, rect = _cutmix.cut_labels(labels, labels3, imgsz, spec, rng)
+        if rect is not None:
+            mask = _cutmix.rectangle_mask(imgsz, rect)
             for layer_ in layers:  # under mixup both blended layers take the partner's pixels
                 layer_.pastes.append((mask, layer3))
         clock.lap("cutmix")
@@ -210,12 +211,19 @@ def _pre_transform(
     clock.lap("labels")
     layer = Layer(kernel.inverse(matrix), tiles, None)
     if copy_paste and not closed and cfg.copy_paste > 0:
+        # Either mode chooses instances to paste (the mirrored sample's, or a partner's); both
+        # append them and hand the kernel the union mask of their polygons.
         if cfg.copy_paste_mode == "mixup":
-            pasted = _paste_partner(reader, settings, layer, labels, rng, clock)
+            pasted, source = _paste_partner(reader, settings, labels, rng, clock)
         else:
-            pasted, layer.mask = _cp.paste_flipped(labels, imgsz, cfg.copy_paste, rng)
+            pasted, source = _cp.flipped_pasted(labels, imgsz, cfg.copy_paste, rng), None
         if pasted is not None:
             labels = Labels.concat([labels, pasted])
+            mask, _ = _cp.union_mask((imgsz, imgsz), pasted.polygons)
+            if source is None:
+                layer.mask = mask  # flip mode: the kernel reads the mirrored pixel under it
+            else:
+                layer.pastes.append((mask, source))
         clock.lap("copy_paste")
     return layer, labels
 
@@ -223,24 +231,22 @@ def _pre_transform(
 def _paste_partner(
     reader: Reader,
     settings: StreamSettings,
-    layer: Layer,
     labels: Labels,
     rng: np.random.Generator,
     clock: StageClock,
-) -> Labels | None:
+) -> tuple[Labels | None, Layer | None]:
     """Copy-paste in mixup mode (``copy_paste.py``): with probability ``copy_paste`` a random
-    partner through steps 1-2, its layer pasted into ``layer`` under the union mask of its chosen
-    instances, which are returned (None: nothing pasted). A sample without polygons is left
-    alone, with no draws."""
+    partner through steps 1-2; (its chosen instances, its layer), or (None, None) when nothing
+    is pasted. A sample without polygons is left alone, with no draws."""
     cfg = settings.augment
     if not len(labels.points) or rng.random() >= cfg.copy_paste:
-        return None
+        return None, None
     partner = int(rng.integers(0, reader.count))
     layer2, labels2 = _pre_transform(reader, partner, settings, False, rng, clock, copy_paste=False)
-    pasted, mask = _cp.paste_partner(labels, labels2, cfg.copy_paste, cfg.imgsz)
-    if mask is not None:
-        layer.pastes.append((mask, layer2))
-    return pasted
+    chosen = _cp.select_partner(labels, labels2, cfg.copy_paste)
+    if len(chosen) == 0:
+        return None, None
+    return labels2.select(chosen), layer2
 
 
 def render_sample(
