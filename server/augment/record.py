@@ -11,6 +11,7 @@ read-only shared memory.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 
@@ -21,10 +22,10 @@ from ...shared.task import TaskSpec
 from .resample import resampled_targets
 
 
-@dataclass(frozen=True)
-class RecordView:
+class RecordView(NamedTuple):
     """One record: ``image`` its prepared (h, w, 3) image (a view of the source's), ``targets`` its
-    normalised targets with the polygons resampled for the task (``resample.resampled_targets``)."""
+    normalised targets with the polygons resampled for the task (``resample.resampled_targets``).
+    A tuple: a mosaic reads four per sample, on the hot path."""
 
     image: np.ndarray
     targets: Targets

@@ -214,16 +214,16 @@ def _pre_transform(
         # Either mode chooses instances to paste (the mirrored sample's, or a partner's); both
         # append them and hand the kernel the union mask of their polygons.
         if cfg.copy_paste_mode == "mixup":
-            pasted, source = _paste_partner(reader, settings, labels, rng, clock)
+            pasted, partner = _paste_partner(reader, settings, labels, rng, clock)
         else:
-            pasted, source = _cp.flipped_pasted(labels, imgsz, cfg.copy_paste, rng), None
+            pasted, partner = _cp.flipped_pasted(labels, imgsz, cfg.copy_paste, rng), None
         if pasted is not None:
             labels = Labels.concat([labels, pasted])
             mask, _ = _cp.union_mask((imgsz, imgsz), pasted.polygons)
-            if source is None:
+            if partner is None:
                 layer.mask = mask  # flip mode: the kernel reads the mirrored pixel under it
             else:
-                layer.pastes.append((mask, source))
+                layer.pastes.append((mask, partner))
         clock.lap("copy_paste")
     return layer, labels
 
