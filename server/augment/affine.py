@@ -1,7 +1,8 @@
-"""Random affine/perspective: the matrix (canvas -> output) the kernel resamples through.
+"""The geometric draws of a pre-transform: the mosaic's partners and centre (``draw_mosaic``),
+then the random affine/perspective, the matrix (canvas -> output) the kernel resamples through.
 
 Runs wherever a sample is rendered. Pure arithmetic on the draws; the kernel
-(``kernel.py``) inverts the matrix and resamples.
+(``kernel.py``) inverts the matrix and resamples; ``mosaic.py`` places the tiles.
 
 The matrix is composed as centre -> perspective -> rotation+scale -> shear ->
 translation (``M = T @ S @ R @ P @ C``), the customary YOLO order. ``C`` moves the
@@ -28,6 +29,14 @@ def uniform(rng: np.random.Generator, low: float, high: float) -> float:
     ``low + (high - low) * next_double`` in double (one draw), which is this expression; the same
     value and the same stream position (tests/unit/test_augment_draws.py compares them)."""
     return low + (high - low) * rng.random()
+
+
+def draw_mosaic(rng: np.random.Generator, num_records: int, imgsz: int) -> tuple[np.ndarray, int, int]:
+    """(three partner record indices, centre x, centre y) drawn in that order."""
+    partners = rng.integers(0, num_records, size=3)
+    xc = int(uniform(rng, imgsz / 2, 3 * imgsz / 2))
+    yc = int(uniform(rng, imgsz / 2, 3 * imgsz / 2))
+    return partners, xc, yc
 
 
 def draw_matrix(

@@ -20,8 +20,8 @@ Output per batch:
 - ``samples``: int64 (B,) record indices; ``floats``: the float images before
   quantisation (``keep_float=True``) or None.
 
-Per image (``write_image``): one pass of the fused kernel (``kernel.py``) from the source
-tiles straight into the output planes: resample, copy-paste, mixup, fill, quantisation,
+Per image (``SquarePlacement.draw``, ``Pending.write``): one pass of the fused kernel
+(``kernel.py``) from the source tiles straight into the output planes (and the float image): resample, copy-paste, mixup, fill, quantisation,
 flips, HSV and the RGB CHW write, no intermediate image.
 """
 
@@ -41,6 +41,7 @@ from ...shared.task import TaskSpec
 from .labels import Labels, pack
 from .masks import render_masks
 from .part import Part, Span, checked_out, positions_of
+from .record import Reader
 from .sample import Pending, StageClock, render
 from .val_rect import RectPlacement
 
@@ -109,17 +110,6 @@ def render_batch(
     return Batch(part.images, part.targets, part.samples, part.floats, part.segments, part.masks)
 
 
-def write_image(
-    pending: Pending, out_chw: np.ndarray, gains: np.ndarray | None, *, timings: dict[str, float] | None = None
-) -> None:
-    """Render ``pending`` into ``out_chw`` (uint8 (3, S, S) C-contiguous RGB) in one kernel
-    pass, with HSV when ``gains`` are given (gains of exactly 1 change nothing and skip it)."""
-    clock = StageClock(timings)
-    # gains of exactly 1 (hsv_* all 0): a list compare, a fraction of np.all's call cost per sample
-    pending.write(out_chw, None if gains is None or gains.tolist() == [1.0, 1.0, 1.0] else tables(gains))
-    clock.lap("kernel")
-
-
 def _output(images_out: np.ndarray | None, count: int, side: int) -> np.ndarray:
     if images_out is None:
         return np.empty((count, 3, side, side), dtype=np.uint8)
@@ -163,25 +153,24 @@ class SquarePlacement:
 
     def __init__(
         self,
-        source: ImageSource,
+        reader: Reader,
         settings: StreamSettings,
         epoch: int,
         positions: np.ndarray,
-        timings: dict[str, float] | None,
     ) -> None:
         cfg = settings.augment
         self.side = cfg.imgsz
         self.records = positions  # a square route's positions are record indices
-        self.source, self.settings, self.epoch, self.timings = source, settings, epoch, timings
+        self.reader, self.settings, self.epoch = reader, settings, epoch
         self.hsv = cfg.route is Route.TRAIN and not settings.hsv_on_device
 
-    def draw(self, record: int, out_chw: np.ndarray, floats: list[np.ndarray] | None) -> Labels:
+    def draw(self, record: int, out_chw: np.ndarray, floats: list[np.ndarray] | None, clock: StageClock) -> Labels:
         settings, cfg = self.settings, self.settings.augment
-        pending = render(self.source, record, settings, self.epoch, timings=self.timings)
-        if floats is not None:
-            floats.append(pending.float_image())
+        pending: Pending = render(self.reader, record, settings, self.epoch, clock)
         gains = hsv_gains(settings.seed, self.epoch, record, cfg.hsv_h, cfg.hsv_s, cfg.hsv_v) if self.hsv else None
-        write_image(pending, out_chw, gains, timings=self.timings)
+        # gains of exactly 1 (hsv_* all 0): a list compare, a fraction of np.all's call cost per sample
+        pending.write(out_chw, None if gains is None or gains.tolist() == [1.0, 1.0, 1.0] else tables(gains), floats)
+        clock.lap("kernel")
         return pending.labels
 
     def rows(self, labels: Labels, spec: TaskSpec, keypoints: int) -> np.ndarray:
@@ -191,29 +180,24 @@ class SquarePlacement:
         return labels.points * np.float32(1.0 / self.side)
 
 
-def _placement(
-    source: ImageSource,
-    settings: StreamSettings,
-    epoch: int,
-    positions: np.ndarray,
-    spec: TaskSpec,
-    timings: dict[str, float] | None,
-) -> SquarePlacement | RectPlacement:
-    """What the stream's route (``AugmentConfig.route``) supplies to the render loop for these
-    positions; the loop does the rest alike for every route (the output checks, the masks, the
-    target rows, the segments):
+def _placement(reader: Reader, settings: StreamSettings, span: Span) -> SquarePlacement | RectPlacement:
+    """What the stream's route (``AugmentConfig.route``) supplies to the render loop for the
+    positions of ``span`` (checked); the loop does the rest alike for every route (the output
+    checks, the masks, the target rows, the segments):
 
     - ``side``: the square each image is written into (a ring slot's image side);
     - ``records``: int64 record index at each position;
     - ``ultralytics_ties``: order equal mask areas as Ultralytics does (``masks.render_masks``);
-    - ``draw(record, out_chw, floats)``: the record's image written into ``out_chw`` (its float
-      image appended to ``floats`` when given); returns its labels in pixels of that image;
+    - ``draw(record, out_chw, floats, clock)``: the record's image written into ``out_chw`` (its
+      float image appended to ``floats`` when given), its stages lapped on ``clock``; returns its
+      labels in pixels of that image;
     - ``rows(labels, spec, keypoints)``: the labels as normalised target rows, no batch index;
     - ``points(labels)``: the polygon vertices, normalised as the rows are.
     """
+    positions = positions_of(reader.count, settings, span)
     if settings.augment.route is Route.RECT_VAL:
-        return RectPlacement(source, settings, positions, spec, timings)
-    return SquarePlacement(source, settings, epoch, positions, timings)
+        return RectPlacement(reader, settings, positions)
+    return SquarePlacement(reader, settings, span.epoch, positions)
 
 
 def _render(
@@ -230,10 +214,10 @@ def _render(
     """The one render loop, for every route: the positions of ``span``."""
     settings = settings.for_imgsz(source.imgsz)  # imgsz None: the source's; another value: ConfigError
     cfg = settings.augment
-    positions = positions_of(source, settings, span)
-    spec = source.spec
-    place = _placement(source, settings, span.epoch, positions, spec, timings)
-    samples, side, count = place.records, place.side, len(positions)
+    reader = Reader.of(source)  # the loop's one reader of the source: its records, task and fill
+    spec = reader.spec
+    place = _placement(reader, settings, span)
+    samples, side, count = place.records, place.side, len(place.records)
     images = _output(images_out, count, side)
     width = spec.target_width()
     keypoints = spec.keypoints
@@ -245,9 +229,9 @@ def _render(
     polygons: list[np.ndarray] | None = [] if segments else None
     rows: list[np.ndarray] = []  # each sample's packed rows, without the batch index
     for i, record in enumerate(samples.tolist()):
-        labels = place.draw(record, images[i], floats)
+        clock = StageClock(timings)  # the sample's stages, from its draw to its masks
+        labels = place.draw(record, images[i], floats, clock)
         if mask_side:
-            clock = StageClock(timings)
             if instance_planes is not None:
                 per, _ = render_masks(labels, side, cfg.mask_ratio, overlap=False)
                 instance_planes.append(per)

@@ -113,19 +113,26 @@ def paste_union(dest: np.ndarray, source: np.ndarray, polygons: list[np.ndarray]
     return paste_masked(dest, window, mask, bbox)
 
 
+def flipped_pasted(labels: Labels, imgsz: int, fraction: float, rng: np.random.Generator) -> Labels | None:
+    """The mirrored instances flip mode pastes into ``labels`` on an S x S image, in paste order, or
+    None when none is chosen: the draws and the selection of copy-paste."""
+    if len(labels) == 0 or fraction <= 0:
+        return None
+    flipped = labels.flipped(imgsz, imgsz, horizontal=True)
+    chosen = select(labels, flipped, fraction, rng)
+    if len(chosen) == 0:
+        return None
+    return flipped.select(chosen)
+
+
 def copy_paste_labels(
     labels: Labels, imgsz: int, fraction: float, rng: np.random.Generator
 ) -> tuple[Labels, list[np.ndarray]]:
     """(labels with the pasted instances appended, the pasted polygons in pixels): the
-    draws and the label step of copy-paste on an S x S image. The route hands the
-    polygons' ``union_mask`` to the kernel, which reads the mirrored pixel under it."""
-    if len(labels) == 0 or fraction <= 0:
+    draws and the label step of copy-paste on an S x S image (``flipped_pasted``)."""
+    pasted = flipped_pasted(labels, imgsz, fraction, rng)
+    if pasted is None:
         return labels, []
-    flipped = labels.flipped(imgsz, imgsz, horizontal=True)
-    chosen = select(labels, flipped, fraction, rng)
-    if len(chosen) == 0:
-        return labels, []
-    pasted = flipped.select(chosen)
     return Labels.concat([labels, pasted]), pasted.polygons
 
 

@@ -13,9 +13,8 @@ every transform returns new arrays.
   tasks. A point that leaves the image (a clip, an affine) gets visibility 0 and is clamped
   to the image, as Ultralytics' ``Instances.clip`` does.
 
-Segment and OBB polygons are resampled as each record enters the route (``resample.py``;
-the route passes records through ``resample.resampled_targets``, or ``from_targets``/``from_placed``
-resample with their ``points`` argument); detect and pose take them as they are.
+Segment and OBB polygons are resampled as each record enters the route (``record.read``, through
+``resample.resampled_targets``), before they become labels here; detect and pose take them as they are.
 
 All polygons live in one array so every transform is one vectorised pass, not a Python
 loop over instances (coco128 averages ~7 instances per image, 28 per mosaic).
@@ -31,7 +30,7 @@ from ...shared.errors import ConfigError
 from ...shared.stream.records import Targets
 from ...shared.task import BASE_COLUMNS, DETECT, TaskSpec
 from .obb import clip_rotated, xywhr
-from .resample import MIN_VERTICES, resample_polygons
+from .resample import MIN_VERTICES
 from .visible import visible_boxes
 
 # Candidate filter after a geometric transform (the customary YOLO thresholds).
@@ -59,17 +58,14 @@ class Labels:
         )
 
     @classmethod
-    def from_targets(
-        cls, targets: Targets, width: int, height: int, padw: float = 0.0, padh: float = 0.0, *, points: int = 0
-    ) -> "Labels":
-        """Scale normalised targets to a ``width`` x ``height`` image placed at (padw, padh);
-        polygons resampled first for a task of ``points`` points (0: as they are)."""
+    def from_targets(cls, targets: Targets, width: int, height: int, padw: float = 0.0, padh: float = 0.0) -> "Labels":
+        """Scale normalised targets to a ``width`` x ``height`` image placed at (padw, padh)."""
         n = len(targets.classes)
         boxes = np.asarray(targets.boxes, dtype=np.float32).reshape(-1, 4) * np.array(
             [width, height, width, height], np.float32
         )
         boxes += np.array([padw, padh, padw, padh], np.float32)
-        source = resample_polygons(targets.polygons, points) if len(targets.polygons) == n else []
+        source = targets.polygons if len(targets.polygons) == n else ()
         polys = [p for p in source if len(p) >= MIN_VERTICES]
         lengths = np.zeros(n + 1, dtype=np.int64)
         if polys:
@@ -83,7 +79,7 @@ class Labels:
         return cls(classes, boxes, points_px, np.cumsum(lengths), keypoints)
 
     @classmethod
-    def from_placed(cls, placed: list[tuple[Targets, int, int, float, float]], *, points: int = 0) -> "Labels":
+    def from_placed(cls, placed: list[tuple[Targets, int, int, float, float]]) -> "Labels":
         """``Labels.concat([Labels.from_targets(t, w, h, padw, padh) for ... in placed])``,
         the same arrays, built with one multiply and one add per array instead of per part
         (a mosaic places four records). Elementwise float32 arithmetic, so batching the
@@ -99,7 +95,7 @@ class Labels:
             boxes.append(np.asarray(targets.boxes, dtype=np.float32).reshape(-1, 4))
             box_affine.append((n, (width, height, width, height, padw, padh, padw, padh)))
             keypoints.append(_place_keypoints(targets.keypoints, width, height, padw, padh))
-            source = resample_polygons(targets.polygons, points) if len(targets.polygons) == n else []
+            source = targets.polygons if len(targets.polygons) == n else ()
             polys = [p for p in source if len(p) >= MIN_VERTICES]
             if polys:
                 lengths.extend(len(p) if len(p) >= MIN_VERTICES else 0 for p in source)
@@ -190,10 +186,14 @@ class Labels:
         keypoints = None if self.keypoints is None else self.keypoints[idx]
         return Labels(self.classes[idx], self.boxes[idx], points, offsets, keypoints)
 
-    def clip(self, width: float, height: float) -> "Labels":
+    def clip(self, width: float, height: float, *, rotated: bool = False) -> "Labels":
         """Boxes, polygon vertices and keypoints clipped to [0, width] x [0, height]; a keypoint
-        outside it gets visibility 0 first."""
+        outside it gets visibility 0 first. ``rotated`` (OBB): each polygon clipped keeping its
+        box's direction (``obb.clip_rotated``; a polygon-less box clamped)."""
         keypoints = None if self.keypoints is None else clip_keypoints(self.keypoints, width, height)
+        if rotated and len(self.points):
+            boxes, points = clip_rotated(self.boxes, self.points, self.offsets, width, height)
+            return Labels(self.classes, boxes, points, self.offsets, keypoints)
         if width == height:
             # The route's canvases are square: a float32 scalar bound, the fast loop, and the
             # same float32 max-then-min per element as the (4,) bound below.
@@ -282,16 +282,16 @@ def transform_labels(
     points = labels.points
     # Without points no instance has a polygon (the common detect case: skip the diff).
     has = labels.has_polygons if len(points) else None
+    if len(points):
+        moved = _apply(points.astype(np.float64), matrix, perspective)  # float64, as the corners
     if len(points) and rotated:
-        moved = _apply(points.astype(np.float64), matrix, perspective).astype(np.float32)
         new = np.clip(new, 0, imgsz).astype(np.float32)
-        new, points = clip_rotated(new, moved, labels.offsets, imgsz, imgsz)
+        new, points = clip_rotated(new, moved.astype(np.float32), labels.offsets, imgsz, imgsz)
     elif len(points) and visible:
-        moved = _apply(points.astype(np.float64), matrix, perspective)
         box, points = visible_boxes(moved, labels.offsets, imgsz)
         new[has] = box[has]
     elif len(points):
-        q = np.clip(_apply(points.astype(np.float64), matrix, perspective), 0, imgsz)
+        q = np.clip(moved, 0, imgsz)
         starts = labels.offsets[:-1][has]
         lo = np.minimum.reduceat(q, starts, axis=0)
         hi = np.maximum.reduceat(q, starts, axis=0)

@@ -1,51 +1,33 @@
-"""Mosaic of four records and the single-image letterbox placement, as canvas tiles.
+"""Mosaic of four records and the single-image letterbox placement, as canvas tiles; the square
+validation route (``letterbox``: a record letterboxed onto the imgsz square, no randomness).
 
-Runs wherever a sample is rendered. Only computes where each source image goes on the
-canvas and the matching labels; ``canvas.fill`` writes the pixels (reading the source's
-read-only views, never writing them). The source's task decides how its polygons enter
-(``resample.py``) and how they are clipped to the canvas (OBB: ``obb.clip_rotated``).
+Runs wherever a sample is rendered. Only computes where each record's image goes on the
+canvas and the matching labels, from records already read (``record.RecordView``); the kernel
+writes the pixels (reading the images' read-only views, never writing them). OBB polygons are
+clipped to the canvas keeping their direction (``Labels.clip(rotated=True)``).
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from ...shared.stream.source import ImageSource
-from ...shared.task import TaskSpec
-from .affine import uniform
+from .kernel import IDENTITY, Layer
 from .labels import Labels
-from .obb import clip_rotated
-from .resample import resampled_targets
+from .record import RecordView
 
 Tile = tuple[np.ndarray, tuple[int, int, int, int], tuple[int, int]]
 
 
-def clip_to(labels: Labels, width: float, height: float, spec: TaskSpec) -> Labels:
-    """``labels.clip``, or for OBB polygons the clip that keeps each box's direction."""
-    if not spec.rotated or not len(labels.points):
-        return labels.clip(width, height)
-    clipped = labels.clip(width, height)  # keypoints (none for obb) and polygon-less boxes
-    boxes, points = clip_rotated(labels.boxes, labels.points, labels.offsets, width, height)
-    return Labels(labels.classes, boxes, points, labels.offsets, clipped.keypoints)
-
-
-def draw_mosaic(rng: np.random.Generator, num_records: int, imgsz: int) -> tuple[np.ndarray, int, int]:
-    """(three partner record indices, centre x, centre y) drawn in that order."""
-    partners = rng.integers(0, num_records, size=3)
-    xc = int(uniform(rng, imgsz / 2, 3 * imgsz / 2))
-    yc = int(uniform(rng, imgsz / 2, 3 * imgsz / 2))
-    return partners, xc, yc
-
-
-def mosaic_tiles(source: ImageSource, indices: list[int], imgsz: int, xc: int, yc: int) -> tuple[list[Tile], Labels]:
+def mosaic_tiles(
+    records: list[RecordView], imgsz: int, xc: int, yc: int, *, rotated: bool = False
+) -> tuple[list[Tile], Labels]:
     """Four records around the centre (xc, yc) of a 2·imgsz canvas: top-left, top-right,
-    bottom-left, bottom-right; labels shifted and clipped to the canvas."""
+    bottom-left, bottom-right; labels shifted and clipped to the canvas (``rotated``: OBB)."""
     canvas = 2 * imgsz  # the mosaic canvas side
-    spec = source.spec
     tiles: list[Tile] = []
     placed = []
-    for k, index in enumerate(indices):
-        image = source.image(int(index))
+    for k, record in enumerate(records):
+        image = record.image
         h, w = image.shape[:2]
         if k == 0:
             xa0, ya0, xa1, ya1 = max(xc - w, 0), max(yc - h, 0), xc, yc
@@ -60,15 +42,29 @@ def mosaic_tiles(source: ImageSource, indices: list[int], imgsz: int, xc: int, y
             xa0, ya0, xa1, ya1 = xc, yc, min(xc + w, canvas), min(canvas, yc + h)
             xb0, yb0 = 0, 0
         tiles.append((image, (xa0, ya0, xa1, ya1), (xb0, yb0)))
-        placed.append((resampled_targets(source, int(index), spec.polygon_points), w, h, xa0 - xb0, ya0 - yb0))
-    return tiles, clip_to(Labels.from_placed(placed), canvas, canvas, spec)
+        placed.append((record.targets, w, h, xa0 - xb0, ya0 - yb0))
+    return tiles, Labels.from_placed(placed).clip(canvas, canvas, rotated=rotated)
 
 
-def letterbox_tile(source: ImageSource, index: int, imgsz: int) -> tuple[list[Tile], Labels]:
-    """One record centred on an imgsz square canvas (long side already imgsz)."""
-    image = source.image(int(index))
+def letterbox_tile(record: RecordView, imgsz: int, *, rotated: bool = False) -> tuple[list[Tile], Labels]:
+    """One record centred on an imgsz square canvas (long side already imgsz), labels clipped to it."""
+    image = record.image
     h, w = image.shape[:2]
     top, left = (imgsz - h) // 2, (imgsz - w) // 2
-    spec = source.spec
-    labels = Labels.from_targets(resampled_targets(source, int(index), spec.polygon_points), w, h, left, top)
-    return [(image, (left, top, left + w, top + h), (0, 0))], clip_to(labels, imgsz, imgsz, spec)
+    labels = Labels.from_targets(record.targets, w, h, left, top).clip(imgsz, imgsz, rotated=rotated)
+    return [(image, (left, top, left + w, top + h), (0, 0))], labels
+
+
+def letterbox(record: RecordView, imgsz: int, *, rotated: bool = False) -> tuple[Layer, Labels]:
+    """(the kernel layer: the record on the imgsz square through the identity map, labels in pixels).
+
+    Through the identity the kernel's taps are the pixels themselves (weights 1 and 0),
+    and adding the fill back is exact for 8-bit values, so the image equals the decoded
+    pixels and the padding equals the fill.
+    Degenerate boxes (zero width or height) are dropped; every other one is kept, since
+    validation scores against all ground truth.
+    """
+    tiles, labels = letterbox_tile(record, imgsz, rotated=rotated)
+    b = labels.boxes
+    keep = ((b[:, 2] - b[:, 0]) > 0) & ((b[:, 3] - b[:, 1]) > 0)
+    return Layer(IDENTITY, tiles, None), labels.select(keep)

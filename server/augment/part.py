@@ -13,7 +13,6 @@ import numpy as np
 from ...shared.errors import ConfigError
 from ...shared.stream.config import StreamSettings
 from ...shared.stream.sampler import batch_samples
-from ...shared.stream.source import ImageSource
 
 __all__ = ["Part", "Span", "checked_out", "positions_of"]
 
@@ -55,9 +54,9 @@ def checked_out(
     return out[:count]
 
 
-def positions_of(source: ImageSource, settings: StreamSettings, span: Span) -> np.ndarray:
-    """The stream positions of ``span``, checked."""
-    every = batch_samples(len(source), settings, span.epoch, span.batch)
+def positions_of(records: int, settings: StreamSettings, span: Span) -> np.ndarray:
+    """The stream positions of ``span`` over a source of ``records`` records, checked."""
+    every = batch_samples(records, settings, span.epoch, span.batch)
     start, stop = span.start, len(every) if span.stop is None else span.stop
     if not 0 <= start <= stop <= len(every):
         raise ConfigError(

@@ -1,8 +1,8 @@
 """Polygon resampling before the route, as Ultralytics' dataset does it for segment and OBB labels.
 
 Runs wherever a sample is rendered (workers, reference pipeline, digest), on the source's
-normalised polygons as each record enters the route (``Labels.from_targets``/``from_placed``);
-the source's arrays are only read.
+normalised polygons as each record is read (``record.Reader.read``); the source's arrays are
+only read.
 
 Each polygon is closed (its first vertex appended), and points are placed along its outline
 by linear interpolation over the vertex index: ``count`` points evenly spaced from the first

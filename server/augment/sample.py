@@ -31,7 +31,7 @@ Here only the draws, the labels and the copy-paste mask are computed; the pixels
 (``kernel.py``, which defines their arithmetic), run by ``Pending.write`` straight into
 the output slot. No canvas and no intermediate image exist.
 
-Square validation (``Route.VAL``): ``letterbox.py``, no draws. Rect validation renders its own
+Square validation (``Route.VAL``): ``mosaic.letterbox``, no draws. Rect validation renders its own
 batches (``val_rect.py``).
 """
 
@@ -42,7 +42,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ...shared.stream.config import FILL_VALUE, StreamSettings
+from ...shared.stream.config import StreamSettings
 from ...shared.stream.rng import sample_generator
 from ...shared.stream.route import Route
 from ...shared.stream.source import ImageSource
@@ -51,8 +51,8 @@ from . import copy_paste as _cp
 from . import cutmix as _cutmix
 from .kernel import Layer
 from .labels import Labels, transform_labels
-from .letterbox import letterbox
-from .mosaic import draw_mosaic, letterbox_tile, mosaic_tiles
+from .mosaic import letterbox, letterbox_tile, mosaic_tiles
+from .record import Reader
 
 __all__ = ["Pending", "render", "render_sample"]
 
@@ -64,7 +64,7 @@ class Pending:
     """A sample whose pixels are drawn but not yet rendered: the kernel's inputs.
 
     ``layers``: one, or two under mixup (``ratio`` is then the float32 mixup ratio); ``fill``:
-    the value the source was centred by, which the kernel adds back.
+    the value the source was centred by, which the kernel adds back (``record.Reader.fill``).
     """
 
     imgsz: int
@@ -76,8 +76,11 @@ class Pending:
     generator: np.random.Generator
     fill: float
 
-    def write(self, out_chw: np.ndarray, tables: np.ndarray | None) -> None:
-        """Render into ``out_chw`` (uint8 (3, S, S) C-contiguous) with the HSV ``tables`` or None."""
+    def write(self, out_chw: np.ndarray, tables: np.ndarray | None, floats: list[np.ndarray] | None = None) -> None:
+        """Render into ``out_chw`` (uint8 (3, S, S) C-contiguous) with the HSV ``tables`` or None;
+        with ``floats``, the float32 (S, S, 3) BGR image before quantisation appended to it, from
+        the same kernel pass."""
+        image = None if floats is None else np.empty((self.imgsz, self.imgsz, 3), dtype=np.float32)
         kernel.render(
             self.imgsz,
             self.layers,
@@ -86,8 +89,11 @@ class Pending:
             ratio=self.ratio or 0.0,
             tables=tables,
             out=out_chw,
+            floats=image,
             fill=self.fill,
         )
+        if image is not None:
+            floats.append(image)
 
     def float_image(self) -> np.ndarray:
         """The float32 (S, S, 3) BGR image before quantisation (a new array)."""
@@ -106,7 +112,7 @@ class Pending:
 
 class StageClock:
     """Accumulates seconds per stage into ``timings`` (a dict) when one is given: the route's stage
-    timings (``render(timings=)``), shared by the sample and the batch steps."""
+    timings (``render_range(timings=)``), one clock per sample, lapped by its steps in turn."""
 
     def __init__(self, timings: dict[str, float] | None):
         self.timings = timings
@@ -119,33 +125,32 @@ class StageClock:
             self.t = now
 
 
-def render(
-    source: ImageSource, index: int, settings: StreamSettings, epoch: int, *, timings: dict[str, float] | None = None
-) -> Pending:
-    """Draw record ``index`` of ``epoch`` as a ``Pending`` sample (labels final, pixels not yet rendered)."""
-    settings = settings.for_imgsz(source.imgsz)  # the same object unless imgsz is None (render_sample's callers)
+def render(reader: Reader, index: int, settings: StreamSettings, epoch: int, clock: StageClock) -> Pending:
+    """Draw record ``index`` of ``epoch`` as a ``Pending`` sample (labels final, pixels not yet
+    rendered), its stages lapped on ``clock``; ``settings`` at the source's imgsz
+    (``StreamSettings.for_imgsz``)."""
     cfg = settings.augment
     imgsz = cfg.imgsz
+    spec = reader.spec
     rng = sample_generator(settings.seed, epoch, index)
-    clock = StageClock(timings)
     if cfg.route is not Route.TRAIN:
-        layer, labels = letterbox(source, index, imgsz)
+        layer, labels = letterbox(reader.read(index), imgsz, rotated=spec.rotated)
         clock.lap("letterbox")
-        return Pending(imgsz, [layer], None, False, False, labels, rng, _fill_of(source))
+        return Pending(imgsz, [layer], None, False, False, labels, rng, reader.fill)
     closed = cfg.mosaic_closed(epoch)
-    layer, labels = _pre_transform(source, index, settings, closed, rng, clock)
+    layer, labels = _pre_transform(reader, index, settings, closed, rng, clock)
     layers, ratio = [layer], None
     if not closed and cfg.mixup > 0 and rng.random() < cfg.mixup:
-        partner = int(rng.integers(0, len(source)))
-        layer2, labels2 = _pre_transform(source, partner, settings, closed, rng, clock)
+        partner = int(rng.integers(0, reader.count))
+        layer2, labels2 = _pre_transform(reader, partner, settings, closed, rng, clock)
         ratio = float(np.float32(rng.beta(MIXUP_BETA, MIXUP_BETA)))
         layers.append(layer2)
         labels = Labels.concat([labels, labels2])
         clock.lap("mixup")
     if not closed and cfg.cutmix > 0 and rng.random() < cfg.cutmix:
-        partner = int(rng.integers(0, len(source)))
-        layer3, labels3 = _pre_transform(source, partner, settings, closed, rng, clock)
-        labels, rect = _cutmix.cut_labels(labels, labels3, imgsz, source.spec, rng)
+        partner = int(rng.integers(0, reader.count))
+        layer3, labels3 = _pre_transform(reader, partner, settings, closed, rng, clock)
+        labels, rect = _cutmix.cut_labels(labels, labels3, imgsz, spec, rng)
         if rect is not None:
             mask = _cutmix.rectangle_mask(imgsz, rect)
             for layer_ in layers:  # under mixup both blended layers take the partner's pixels
@@ -153,7 +158,6 @@ def render(
         clock.lap("cutmix")
     flip_ud = bool(rng.random() < cfg.flipud)
     flip_lr = bool(rng.random() < cfg.fliplr)
-    spec = source.spec
     flip_idx = spec.flip_idx
     if spec.has_keypoints and flip_idx is None:
         # Without flip_idx a mirrored person's left and right keypoints would swap meaning:
@@ -165,18 +169,11 @@ def render(
     if flip_lr:
         labels = labels.flipped(imgsz, imgsz, horizontal=True, flip_idx=flip_idx)
     clock.lap("labels")
-    return Pending(imgsz, layers, ratio, flip_ud, flip_lr, labels, rng, _fill_of(source))
-
-
-def _fill_of(source: ImageSource) -> float:
-    """The value ``source``'s images are centred by: a prepared snapshot's header value (checked
-    against ``FILL_VALUE`` when it was attached); a source without one centres by ``FILL_VALUE``
-    (the reference pipeline, the tests' sources)."""
-    return float(getattr(source, "fill", FILL_VALUE))
+    return Pending(imgsz, layers, ratio, flip_ud, flip_lr, labels, rng, reader.fill)
 
 
 def _pre_transform(
-    source: ImageSource,
+    reader: Reader,
     index: int,
     settings: StreamSettings,
     closed: bool,
@@ -185,19 +182,23 @@ def _pre_transform(
     *,
     copy_paste: bool = True,
 ) -> tuple[Layer, Labels]:
-    """Steps 1, 2 and (``copy_paste``) 4 as a kernel layer and the labels in pixels."""
+    """Steps 1, 2 and (``copy_paste``) 4 of record ``index`` as a kernel layer and the labels in
+    pixels: the draws of steps 1-2 first (the mosaic's partners and centre, the matrix), then the
+    records are read and their tiles placed."""
     cfg = settings.augment
     imgsz = cfg.imgsz
-    if not closed and cfg.mosaic > 0 and rng.random() < cfg.mosaic:
-        partners, xc, yc = draw_mosaic(rng, len(source), imgsz)
-        tiles, labels = mosaic_tiles(source, [index, *partners.tolist()], imgsz, xc, yc)
-        canvas_hw = (2 * imgsz, 2 * imgsz)
+    spec = reader.spec
+    mosaic = not closed and cfg.mosaic > 0 and rng.random() < cfg.mosaic
+    if mosaic:
+        partners, xc, yc = affine.draw_mosaic(rng, reader.count, imgsz)
+    side = 2 * imgsz if mosaic else imgsz  # the canvas
+    matrix, scale = affine.draw_matrix(rng, cfg, (side, side), imgsz)
+    if not mosaic:
+        tiles, labels = letterbox_tile(reader.read(index), imgsz, rotated=spec.rotated)
     else:
-        tiles, labels = letterbox_tile(source, index, imgsz)
-        canvas_hw = (imgsz, imgsz)
-    matrix, scale = affine.draw_matrix(rng, cfg, canvas_hw, imgsz)
+        records = [reader.read(i) for i in (index, *partners.tolist())]
+        tiles, labels = mosaic_tiles(records, imgsz, xc, yc, rotated=spec.rotated)
     clock.lap("source")
-    spec = source.spec
     labels = transform_labels(
         labels,
         matrix,
@@ -210,39 +211,42 @@ def _pre_transform(
     clock.lap("labels")
     layer = Layer(kernel.inverse(matrix), tiles, None)
     if copy_paste and not closed and cfg.copy_paste > 0:
+        # Either mode chooses instances to paste (the mirrored sample's, or a partner's); both
+        # append them and hand the kernel the union mask of their polygons.
         if cfg.copy_paste_mode == "mixup":
-            labels = _paste_partner(source, settings, layer, labels, rng, clock)
+            pasted, partner = _paste_partner(reader, settings, labels, rng, clock)
         else:
-            labels, polygons = _cp.copy_paste_labels(labels, imgsz, cfg.copy_paste, rng)
-            if polygons:
-                layer.mask, _ = _cp.union_mask((imgsz, imgsz), polygons)
+            pasted, partner = _cp.flipped_pasted(labels, imgsz, cfg.copy_paste, rng), None
+        if pasted is not None:
+            labels = Labels.concat([labels, pasted])
+            mask, _ = _cp.union_mask((imgsz, imgsz), pasted.polygons)
+            if partner is None:
+                layer.mask = mask  # flip mode: the kernel reads the mirrored pixel under it
+            else:
+                layer.pastes.append((mask, partner))
         clock.lap("copy_paste")
     return layer, labels
 
 
 def _paste_partner(
-    source: ImageSource,
+    reader: Reader,
     settings: StreamSettings,
-    layer: Layer,
     labels: Labels,
     rng: np.random.Generator,
     clock: StageClock,
-) -> Labels:
+) -> tuple[Labels | None, Layer | None]:
     """Copy-paste in mixup mode (``copy_paste.py``): with probability ``copy_paste`` a random
-    partner through steps 1-2, its chosen instances appended and its layer pasted into ``layer``
-    under their union mask. A sample without polygons is left alone, with no draws."""
+    partner through steps 1-2; (its chosen instances, its layer), or (None, None) when nothing
+    is pasted. A sample without polygons is left alone, with no draws."""
     cfg = settings.augment
     if not len(labels.points) or rng.random() >= cfg.copy_paste:
-        return labels
-    partner = int(rng.integers(0, len(source)))
-    layer2, labels2 = _pre_transform(source, partner, settings, False, rng, clock, copy_paste=False)
+        return None, None
+    partner = int(rng.integers(0, reader.count))
+    layer2, labels2 = _pre_transform(reader, partner, settings, False, rng, clock, copy_paste=False)
     chosen = _cp.select_partner(labels, labels2, cfg.copy_paste)
     if len(chosen) == 0:
-        return labels
-    pasted = labels2.select(chosen)
-    mask, _ = _cp.union_mask((cfg.imgsz, cfg.imgsz), pasted.polygons)
-    layer.pastes.append((mask, layer2))
-    return Labels.concat([labels, pasted])
+        return None, None
+    return labels2.select(chosen), layer2
 
 
 def render_sample(
@@ -250,5 +254,5 @@ def render_sample(
 ) -> tuple[np.ndarray, Labels, np.random.Generator]:
     """(float32 S x S x 3 BGR image before quantisation, labels in pixels, the sample's
     generator after every draw). What the parity tests compare."""
-    pending = render(source, index, settings, epoch)
+    pending = render(Reader.of(source), index, settings.for_imgsz(source.imgsz), epoch, StageClock(None))
     return pending.float_image(), pending.labels, pending.generator

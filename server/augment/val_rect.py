@@ -37,8 +37,8 @@ from ...shared.stream.rect_plan import RectPlan, rect_plan, slot_side
 from ...shared.stream.source import ImageSource
 from ...shared.task import TaskSpec
 from .labels import Labels, pack
-from .resample import resampled_targets
-from .sample import StageClock, _fill_of
+from .record import Reader
+from .sample import StageClock
 
 __all__ = ["RectPlacement", "crop", "original_shapes", "plan_of", "slot_side"]
 
@@ -93,14 +93,13 @@ class RectPlacement:
 
     def __init__(
         self,
-        source: ImageSource,
+        reader: Reader,
         settings: StreamSettings,
         positions: np.ndarray,
-        spec: TaskSpec,
-        timings: dict[str, float] | None,
     ) -> None:
         cfg = settings.augment
-        plan = plan_of(source, settings)
+        spec = reader.spec
+        plan = plan_of(reader.source, settings)
         self.height, self.width = plan.shape_of(positions) if len(positions) else (cfg.imgsz, cfg.imgsz)
         self.side = slot_side(cfg.imgsz, cfg.rect_stride)
         self.records = plan.order[positions]
@@ -108,23 +107,22 @@ class RectPlacement:
             raise ConfigError.for_field(
                 "overlap_mask", False, "rect validation batches carry overlap mask planes only; use overlap_mask=True"
             )
-        self.source, self.spec, self.imgsz, self.timings = source, spec, cfg.imgsz, timings
-        self.fill = _fill_of(source)
+        self.reader, self.imgsz = reader, cfg.imgsz
         self.scale = np.array([self.width, self.height], np.float32)
 
-    def draw(self, record: int, out_chw: np.ndarray, floats: list[np.ndarray] | None) -> Labels:
-        clock = StageClock(self.timings)
-        image = self.source.image(record)
+    def draw(self, record: int, out_chw: np.ndarray, floats: list[np.ndarray] | None, clock: StageClock) -> Labels:
+        view = self.reader.read(record)
+        image = view.image
         h, w = image.shape[:2]
         height, width = self.height, self.width
         if h > height or w > width:
             raise ConfigError(
                 f"record {record} ({h}x{w}) exceeds its rect batch shape {height}x{width}; "
-                f"the snapshot's imgsz {self.source.imgsz} and the stream's {self.imgsz} must agree"
+                f"the snapshot's imgsz {self.reader.source.imgsz} and the stream's {self.imgsz} must agree"
             )
         top, left = (height - h) // 2, (width - w) // 2
-        _write_image(out_chw, image, top, left, height, width, self.fill, floats)
-        labels = Labels.from_targets(resampled_targets(self.source, record, self.spec.polygon_points), w, h, left, top)
+        _write_image(out_chw, image, top, left, height, width, self.reader.fill, floats)
+        labels = Labels.from_targets(view.targets, w, h, left, top)
         clock.lap("letterbox")
         return labels
 

@@ -19,7 +19,8 @@ from helpers.sources import ArraySource
 from pixpool.server.augment import affine, render_batch
 from pixpool.server.augment import copy_paste as cp_mod
 from pixpool.server.augment.labels import Labels, pack, transform_labels
-from pixpool.server.augment.mosaic import draw_mosaic, letterbox_tile, mosaic_tiles
+from pixpool.server.augment.mosaic import letterbox_tile, mosaic_tiles
+from pixpool.server.augment.record import Reader
 from pixpool.shared.stream.config import AugmentConfig, StreamSettings
 from pixpool.shared.stream.hsv_tables import tables
 from pixpool.shared.stream.rng import hsv_gains, sample_generator
@@ -105,11 +106,14 @@ def _hsv(u8_bgr: np.ndarray, gains: np.ndarray | None, tabs: np.ndarray | None =
 
 def _pre(source, index: int, cfg: AugmentConfig, closed: bool, rng) -> tuple[np.ndarray, Labels]:
     if not closed and cfg.mosaic > 0 and rng.random() < cfg.mosaic:
-        partners, xc, yc = draw_mosaic(rng, len(source), S)
-        tiles, labels = mosaic_tiles(source, [index, *partners.tolist()], S, xc, yc)
+        partners, xc, yc = affine.draw_mosaic(rng, len(source), S)
+        reader = Reader.of(source)
+        records = [reader.read(i) for i in (index, *partners.tolist())]
+        tiles, labels = mosaic_tiles(records, S, xc, yc, rotated=reader.spec.rotated)
         hw = (2 * S, 2 * S)
     else:
-        tiles, labels = letterbox_tile(source, index, S)
+        reader = Reader.of(source)
+        tiles, labels = letterbox_tile(reader.read(index), S, rotated=reader.spec.rotated)
         hw = (S, S)
     matrix, scale = affine.draw_matrix(rng, cfg, hw, S)
     image = _resample(tiles, hw, matrix)
@@ -134,7 +138,8 @@ def straightforward(source, index: int, st: StreamSettings, epoch: int) -> tuple
     cfg = st.augment
     rng = sample_generator(st.seed, epoch, index)
     if not cfg.train_route:
-        tiles, labels = letterbox_tile(source, index, S)
+        reader = Reader.of(source)
+        tiles, labels = letterbox_tile(reader.read(index), S, rotated=reader.spec.rotated)
         image = _resample(tiles, (S, S), np.eye(3)) + FILL
         b = labels.boxes
         labels = labels.select(((b[:, 2] - b[:, 0]) > 0) & ((b[:, 3] - b[:, 1]) > 0))

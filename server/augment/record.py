@@ -1,0 +1,57 @@
+"""A source as one render loop reads it (``Reader``), and one record of it as the route's steps
+take it (``RecordView``).
+
+Runs wherever a batch is rendered. ``Reader`` is made once per range (``batch.py``) and is
+the one place the route reads the source: its size, its task, the value its images are
+centred by, and each record's image and targets. Mosaic, letterbox, copy-paste, mixup and
+cutmix take ``RecordView`` values and labels, never the source. Only reads: the views may be
+read-only shared memory.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import NamedTuple
+
+import numpy as np
+
+from ...shared.stream.config import FILL_VALUE
+from ...shared.stream.records import Targets
+from ...shared.stream.source import ImageSource
+from ...shared.task import TaskSpec
+from .resample import resampled_targets
+
+
+class RecordView(NamedTuple):
+    """One record: ``image`` its prepared (h, w, 3) image (a view of the source's), ``targets`` its
+    normalised targets with the polygons resampled for the task (``resample.resampled_targets``).
+    A tuple: a mosaic reads four per sample, on the hot path."""
+
+    image: np.ndarray
+    targets: Targets
+
+
+@dataclass(frozen=True)
+class Reader:
+    """The records of ``source`` for one render loop (``Reader.of``): ``count``, ``spec`` (the task),
+    ``fill`` (the value the images are centred by, which the kernel adds back) and ``read(index)``."""
+
+    source: ImageSource
+    count: int
+    spec: TaskSpec
+    fill: float
+
+    @classmethod
+    def of(cls, source: ImageSource) -> "Reader":
+        return cls(source, len(source), source.spec, fill_of(source))
+
+    def read(self, index: int) -> RecordView:
+        """Record ``index``: its image view and its targets, polygons resampled for the task."""
+        return RecordView(self.source.image(index), resampled_targets(self.source, index, self.spec.polygon_points))
+
+
+def fill_of(source: ImageSource) -> float:
+    """The value ``source``'s images are centred by: a prepared snapshot's header value (checked
+    against ``FILL_VALUE`` when it was attached); a source without one centres by ``FILL_VALUE``
+    (the reference pipeline, the tests' sources)."""
+    return float(getattr(source, "fill", FILL_VALUE))
