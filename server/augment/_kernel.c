@@ -46,6 +46,7 @@ typedef __m128 v4;
 #define V_SEL(m, a, b) _mm_or_ps(_mm_and_ps(m, a), _mm_andnot_ps(m, b))
 #define V_ANDNOT(m, a) _mm_andnot_ps(m, a) /* a where m is clear */
 #define V_AND(m, a) _mm_and_ps(m, a)
+#define V_ABS(a) _mm_andnot_ps(_mm_set1_ps(-0.0f), a)
 #define V_TRUNC(a) _mm_cvtepi32_ps(_mm_cvttps_epi32(a)) /* positive values below 2^31 */
 static inline void v_store_i32(int32_t *p, v4 a) { _mm_storeu_si128((__m128i *)p, _mm_cvttps_epi32(a)); }
 static inline v4 v_load_u8(const uint8_t *p) { /* 4 bytes -> 4 floats */
@@ -154,7 +155,20 @@ static inline int tile_at(const Layer *L, int cx, int cy) {
     return -1;
 }
 
-/* One pixel from canvas coordinates (u, v): bilinear over the four taps, 0 off every tile. */
+/* Step 3's fixed point: a canvas coordinate rounded to the nearest 1/32 (ties to even, the
+ * default mode; 32 c and the division by 32 are exact), so the weights of step 4 have 5
+ * fractional bits and, on integer taps, step 5's float32 products and sums are exact: the
+ * integer bilinear with weights summing to 1024, whatever the order. Every map's u and v
+ * pass through it where they are computed; it is idempotent and monotonic (non-decreasing),
+ * so the spans and segment decisions made on its values stay exact. */
+static inline double grid_q(double c) {
+    /* rint by the 1.5 * 2^52 sum (exact, ties to even, for |32 c| < 2^51; beyond, some value as
+     * far off the canvas, and still monotonic): no libm call in the per-column loops */
+    const double magic = 6755399441055744.0;
+    return ((c * 32.0 + magic) - magic) / 32.0;
+}
+
+/* One pixel from canvas coordinates (u, v) on the grid: bilinear over the four taps, 0 off every tile. */
 static inline void sample_px(const Layer *L, double u, double v, float *dst) {
     if (!(u >= L->bx0 - 1 && u < L->bx1 && v >= L->by0 - 1 && v < L->by1)) {
         dst[0] = dst[1] = dst[2] = 0.0f;
@@ -233,10 +247,17 @@ typedef struct {
     float *h[2];  /* H of canvas row tag[r & 1], 3 S (+ padding) floats each */
     int tag[2];
     float *w4;    /* with lanes8: ifx of each column 4 times (4 S floats), then fx likewise: the 8-lane weights */
+    /* The integer rows (with lanes8; uint8 tiles, one layer, uint8 output only): per column the
+     * weight pair (32 - ax, ax) 4 times as bytes, and per canvas row its H in raw pixel units
+     * times 32, B G R + scratch as int16 per column, in two slots as h. */
+    int8_t *wb;
+    int16_t *ih[2];
+    int itag[2];
 } Axis;
 
 #ifdef HAVE_AVX2_PATH
 static void axis_blend_avx2(const float *top, const float *bot, float fy, float ify, int n, float *dst);
+static int axis_irun_avx2(const int8_t *wb, const int *x0, int xs, int xe, const uint8_t *a0, int16_t *dst, Py_ssize_t ahead);
 static int axis_run_avx2(const float *wi, const float *wf, const int *x0, int xs, int xe, const char *a0, int u8, float fill, float *dst, Py_ssize_t ahead);
 #endif
 
@@ -252,10 +273,15 @@ static int axis_init(Axis *A, const Layer *L, int size) {
     A->key = -1, A->tag[0] = A->tag[1] = INT32_MIN;
     A->nruns = 0;
     A->w4 = lanes8 ? malloc(sizeof(float) * 8 * ((size_t)size + 1)) : NULL;
-    if (!A->x0 || !A->fx || !A->ifx || !A->valid || !A->cls || !A->runs || !A->h[0] || (lanes8 && !A->w4)) return -1;
+    A->wb = lanes8 ? malloc(8 * ((size_t)size + 4)) : NULL;
+    /* each slot 4 (S + 8) int16: the output loop reads 8 pixels a step, up to 7 past S */
+    A->ih[0] = lanes8 ? calloc(8 * ((size_t)size + 8), sizeof(int16_t)) : NULL;
+    A->ih[1] = A->ih[0] ? A->ih[0] + 4 * ((size_t)size + 8) : NULL;
+    A->itag[0] = A->itag[1] = INT32_MIN;
+    if (!A->x0 || !A->fx || !A->ifx || !A->valid || !A->cls || !A->runs || !A->h[0] || (lanes8 && (!A->w4 || !A->wb || !A->ih[0]))) return -1;
     const double a = L->m[0], c = L->m[2];
     for (int x = 0; x < size; x++) {
-        double u = a * (double)x + c; /* = a*x + (b*y + c) with b = 0 */
+        const double u = grid_q(a * (double)x + c); /* = a*x + (b*y + c) with b = 0, on the 1/32 grid */
         int ok = u >= L->bx0 - 1 && u < L->bx1;
         A->valid[x] = (signed char)ok;
         double xf = ok ? floor(u) : 0.0;
@@ -264,12 +290,17 @@ static int axis_init(Axis *A, const Layer *L, int size) {
         A->ifx[x] = 1.0f - A->fx[x];
         if (A->w4)
             for (int k = 0; k < 4; k++) A->w4[4 * x + k] = A->ifx[x], A->w4[4 * ((Py_ssize_t)size + x) + k] = A->fx[x];
+        if (A->wb) {
+            const int ax = (int)(A->fx[x] * 32.0f); /* exact: fx is a multiple of 1/32 */
+            for (int k = 0; k < 4; k++) A->wb[8 * x + 2 * k] = (int8_t)(32 - ax), A->wb[8 * x + 2 * k + 1] = (int8_t)ax;
+        }
     }
     return 0;
 }
 
 static void axis_free(Axis *A) {
     free(A->x0), free(A->fx), free(A->ifx), free(A->valid), free(A->cls), free(A->runs), free(A->h[0]), free(A->w4);
+    free(A->wb), free(A->ih[0]);
 }
 
 static int row_bits(const Layer *L, int cy) {
@@ -382,7 +413,7 @@ static const float *axis_h(Axis *A, const Layer *L, int size, int r) {
 /* The two H rows output row y blends and its weight fy; 0 when the row reads no canvas row
  * (all zeros). */
 static int axis_pair(Axis *A, const Layer *L, int size, int y, const float **top, const float **bot, float *fy) {
-    double v = L->m[4] * (double)y + L->m[5]; /* = d*x + (e*y + f) with d = 0 */
+    const double v = grid_q(L->m[4] * (double)y + L->m[5]); /* = d*x + (e*y + f) with d = 0, on the 1/32 grid */
     if (!(v >= L->by0 - 1 && v < L->by1)) return 0;
     double yf = floor(v);
     int r0 = (int)yf;
@@ -408,6 +439,77 @@ static void axis_row(Axis *A, const Layer *L, int size, int y, float *dst) {
     const v4 vfy = V_SET(fy), vify = V_SET(ify);
     const int n3 = 3 * size;
     for (int i = 0; i < n3; i += 4) V_STORE(dst + i, V_ADD(V_MUL(V_LOAD(top + i), vify), V_MUL(V_LOAD(bot + i), vfy)));
+}
+
+/* ---- The axis map in integers (uint8 tiles): the same values as the float rows above ----
+ * On the 1/32 grid the float32 steps 4-5 are exact on integer taps, so they are the integer
+ * bilinear: with p the raw pixels (the fill F where no tile covers a tap) and ax, ay the
+ * weights in 1/32, H_r[x] = p(x0, r) (32 - ax) + p(x0 + 1, r) ax (at most 255 * 32: int16)
+ * and s = H_y0 (32 - ay) + H_y0+1 ay, at most 255 * 1024, which is 1024 (f of step 6).
+ * Step 7's rint(f), ties to even, is then (s + 511 + ((s >> 10) & 1)) >> 10, already in
+ * 0..255 (computed as cvtps2dq of the exact float32 s / 1024: fewer operations). */
+static inline int tap_raw(const Tile *t, int cx, int cy, int c) {
+    return ((const uint8_t *)(t->base + (Py_ssize_t)(cy - t->oy) * t->row))[(Py_ssize_t)(cx - t->ox) * 3 + c];
+}
+
+/* H of canvas row r in integers into dst (4 S int16: B G R + scratch per column); F = fill. */
+static void axis_ihrow(Axis *A, const Layer *L, int size, int r, int fill, int16_t *dst) {
+    const int key = row_bits(L, r);
+    if (key && key != A->key) {
+        axis_runs(A, L, size, r);
+        A->key = key;
+    }
+    const int nruns = key ? A->nruns : 1;
+    for (int n = 0; n < nruns; n++) {
+        const int zero_run[3] = {0, size, CLS_ZERO};
+        const int *run = key ? &A->runs[3 * n] : zero_run;
+        if (run[2] == CLS_ZERO) { /* 32 F in all 4 lanes of each column: one 64-bit pattern (the compiler widens the loop) */
+            const uint64_t f4 = (uint64_t)(uint16_t)(32 * fill) * 0x0001000100010001ull;
+            for (int x = run[0]; x < run[1]; x++) memcpy(dst + 4 * x, &f4, 8);
+        } else if (run[2] == CLS_MIXED) {
+            for (int x = run[0]; x < run[1]; x++) {
+                const int x0 = A->x0[x], t0 = tile_at(L, x0, r), t1 = tile_at(L, x0 + 1, r), ax = A->wb[8 * x + 1];
+                for (int c = 0; c < 3; c++) {
+                    const int p0 = t0 >= 0 ? tap_raw(&L->tiles[t0], x0, r, c) : fill;
+                    const int p1 = t1 >= 0 ? tap_raw(&L->tiles[t1], x0 + 1, r, c) : fill;
+                    dst[4 * x + c] = (int16_t)(p0 * (32 - ax) + p1 * ax);
+                }
+            }
+        } else {
+            const Tile *t = &L->tiles[run[2]];
+            const char *rp = t->base + (Py_ssize_t)(r - t->oy) * t->row;
+            const Py_ssize_t last = (A->x0[run[0]] > A->x0[run[1] - 1] ? A->x0[run[0]] : A->x0[run[1] - 1]) - t->ox;
+            const uint8_t *a0 = (const uint8_t *)rp - (Py_ssize_t)t->ox * 3;
+            int xs = run[0];
+#ifdef HAVE_AVX2_PATH
+            if (rp + last * 3 + 8 <= t->end) /* it prefetches row r + 3 as it goes */
+                xs = axis_irun_avx2(A->wb, A->x0, xs, run[1], a0, dst, r + 3 < t->ya1 ? 3 * t->row : 0);
+#endif
+            for (int x = xs; x < run[1]; x++) {
+                const int x0 = A->x0[x], ax = A->wb[8 * x + 1];
+                for (int c = 0; c < 3; c++) dst[4 * x + c] = (int16_t)(tap_raw(t, x0, r, c) * (32 - ax) + tap_raw(t, x0 + 1, r, c) * ax);
+            }
+        }
+    }
+}
+
+/* The two integer H rows output row y blends and its weight ay (in 1/32); 0 when the row
+ * reads no canvas row (every value the fill). */
+static int axis_ipair(Axis *A, const Layer *L, int size, int y, int fill, const int16_t **top, const int16_t **bot, int *ay) {
+    const double v = grid_q(L->m[4] * (double)y + L->m[5]);
+    if (!(v >= L->by0 - 1 && v < L->by1)) return 0;
+    const double yf = floor(v);
+    const int r0 = (int)yf;
+    *ay = (int)((v - yf) * 32.0);
+    for (int k = 0; k < 2; k++) {
+        const int r = r0 + k, slot = r & 1;
+        if (A->itag[slot] != r) {
+            axis_ihrow(A, L, size, r, fill, A->ih[slot]);
+            A->itag[slot] = r;
+        }
+    }
+    *top = A->ih[r0 & 1], *bot = A->ih[(r0 + 1) & 1];
+    return 1;
 }
 
 /* The general map (rotation, shear, perspective), one row segment of at most BLOCK output
@@ -439,12 +541,12 @@ static void general_coords(const Layer *L, int persp, int xa, int n, int y, Segm
         const double cw = m[7] * yd + m[8];
         for (int i = 0; i < n; i++) {
             const double xd = (double)(xa + i), w = m[6] * xd + cw;
-            S->u[i] = (m[0] * xd + cu) / w, S->v[i] = (m[3] * xd + cv) / w;
+            S->u[i] = grid_q((m[0] * xd + cu) / w), S->v[i] = grid_q((m[3] * xd + cv) / w);
         }
     } else {
         for (int i = 0; i < n; i++) {
             const double xd = (double)(xa + i);
-            S->u[i] = m[0] * xd + cu, S->v[i] = m[3] * xd + cv;
+            S->u[i] = grid_q(m[0] * xd + cu), S->v[i] = grid_q(m[3] * xd + cv);
         }
     }
 }
@@ -523,6 +625,7 @@ static int segment_class(const Layer *L, int persp, int xa, int n, int y) {
             if (!(w > 0.0)) return CLS_MIXED;
             u[e] = u[e] / w, v[e] = v[e] / w;
         }
+        u[e] = grid_q(u[e]), v[e] = grid_q(v[e]);
         if (!(fabs(u[e]) < 1e9 && fabs(v[e]) < 1e9)) return CLS_MIXED; /* also NaN */
     }
     const int margin = persp ? 1 : 0;
@@ -562,6 +665,7 @@ static int segment_class(const Layer *L, int persp, int xa, int n, int y) {
             const double w = m[6] * xd + cw;                                                      \
             u = u / w, v = v / w;                                                                 \
         }                                                                                         \
+        u = grid_q(u), v = grid_q(v);                                                             \
         const int x0 = (int)u, y0 = (int)v;                                                       \
         const v4 fx = V_SET((float)(u - (double)x0)), fy = V_SET((float)(v - (double)y0));        \
         const v4 ifx = V_SUB(one, fx), ify = V_SUB(one, fy);                                      \
@@ -658,9 +762,9 @@ typedef struct {
 } RowMap;
 static inline double row_at(const RowMap *g, int x) {
     const double xd = (double)x, u = g->a * xd + g->c;
-    if (!g->persp) return u;
+    if (!g->persp) return grid_q(u);
     const double w = g->p * xd + g->q;
-    return u / w;
+    return grid_q(u / w);
 }
 static int first_where(const RowMap *g, int n, double thr, int ge) {
     /* The first x in [0, n] from which (g(x) >= thr) == ge holds on (it holds on a suffix). */
@@ -788,6 +892,16 @@ typedef struct {
     float gs, gv;  /* TS[s] = trunc(min(s gs, 255)), TV likewise, in float32 lanes */
 } HsvPlan;
 
+/* The back conversion's per-channel offsets: e = h + off[c] is K + 30 mod 180 (K the hue
+ * h shifted by the table's hue and channel c's 30 n, n = 5, 3, 1 for R, G, B) and lies in
+ * -180..180, for h in 0..179 (unreduced = 0) or the forward conversion's unreduced 150..210. */
+static void hsv_offsets(int hue, int unreduced, float off[3]) {
+    for (int c = 0; c < 3; c++) {
+        const int k = hue + 150 - 60 * c + 30;
+        off[c] = (float)(unreduced ? (k + 330) % 180 - 330 : k % 180 - 180);
+    }
+}
+
 /* hsv_rows_sse (4 lanes) and, on CPUs that have it, hsv_rows_avx2 (8 lanes): the same
  * lane operations (_kernel_hsv.h), so the same bytes; chosen once at import. */
 #define HSV_FN hsv_rows_sse
@@ -913,8 +1027,9 @@ static int parse_layer(PyObject *obj, Layer *L, int size, float fill) {
             return -1;
         }
         t->base = (const char *)view->buf, t->end = t->base + view->len, t->row = view->strides[0], t->u8 = u8, t->fill = fill;
-        {   /* bilerp reads 7 elements from tap (x0, y0 + 1): the largest y0 where that fits for every x0 */
-            const Py_ssize_t esz = u8 ? 1 : 4, room = view->len - 7 * esz - (Py_ssize_t)(t->xa1 - 2 - t->ox) * 3 * esz;
+        {   /* bilerp reads 7 elements from tap (x0, y0 + 1), the integer one-tile loop 8 bytes: the
+             * largest y0 where that fits for every x0 */
+            const Py_ssize_t esz = u8 ? 1 : 4, room = view->len - (u8 ? 8 : 7) * esz - (Py_ssize_t)(t->xa1 - 2 - t->ox) * 3 * esz;
             const Py_ssize_t rows = room < 0 ? -1 : room / t->row; /* row pairs (y0 + 1 - oy) <= rows fit */
             t->yfast = rows - 1 + t->oy < t->ya1 - 2 ? (int)(rows - 1 + t->oy) : t->ya1 - 2;
         }
@@ -1079,6 +1194,7 @@ static void out_row(float *ra, const float *rb, float fillv, float ratio, float 
 
 #ifdef HAVE_AVX2_PATH
 static void out_row_avx2(float *ra, const float *rb, const float *top, const float *bot, float fy, float fillv, float ratio, float iratio, int size, int keep, uint8_t *pb, uint8_t *pg, uint8_t *pr, const HsvPlan *plan, int32_t *hi, int32_t *si, int32_t *vi);
+static void out_row_i_avx2(const int16_t *top, const int16_t *bot, int ay, int size, uint8_t *pb, uint8_t *pg, uint8_t *pr, const HsvPlan *plan, int32_t *hi, int32_t *si, int32_t *vi);
 #endif
 #ifdef HAVE_AVX512_PATH
 static void out_row_avx512(float *ra, const float *rb, const float *top, const float *bot, float fy, float fillv, float ratio, float iratio, int size, int keep, uint8_t *pb, uint8_t *pg, uint8_t *pr, const HsvPlan *plan);
@@ -1188,6 +1304,9 @@ static PyObject *py_render(PyObject *self, PyObject *args) {
         /* One axis-aligned layer with nothing pasted, planes only: out_row_avx2 blends the two
          * kept H rows itself (axis_row's operations), with no strip in between. */
         const int direct = lanes8 && nl == 1 && axis_ok[0] && !layers[0].mask && !layers[0].npastes && planes && !fl;
+        /* ... and with only uint8 tiles and a whole fill in 0..255, the same values in integers. */
+        int idirect = direct && fillf >= 0.0f && fillf <= 255.0f && fillf == (float)(int)fillf;
+        for (int k = 0; idirect && k < layers[0].ntiles; k++) idirect = layers[0].tiles[k].u8;
         Py_BEGIN_ALLOW_THREADS;
         for (int y = 0; y < size; y++) {
             const int k = y % STRIP;
@@ -1206,13 +1325,19 @@ static PyObject *py_render(PyObject *self, PyObject *args) {
                 hsv_done = tab && plan.arith;
                 const float *top = NULL, *bot = NULL;
                 float fy = 0.0f;
-                if (direct && !axis_pair(&axes[0], &layers[0], size, y, &top, &bot, &fy)) memset(ra, 0, sizeof(float) * n3), top = NULL;
+                const int16_t *itop, *ibot;
+                int ay;
+                if (idirect && axis_ipair(&axes[0], &layers[0], size, y, (int)fillf, &itop, &ibot, &ay)) {
+                    out_row_i_avx2(itop, ibot, ay, size, pb, pg, pr, hsv_done ? &plan : NULL, hi, si, vi);
+                } else {
+                    if (direct && !axis_pair(&axes[0], &layers[0], size, y, &top, &bot, &fy)) memset(ra, 0, sizeof(float) * n3), top = NULL;
 #ifdef HAVE_AVX512_PATH
-                if (lanes16)
-                    out_row_avx512(ra, nl == 2 ? rb : NULL, top, bot, fy, fillf, ratio, iratio, size, fl != NULL, pb, pg, pr, hsv_done ? &plan : NULL);
-                else
+                    if (lanes16)
+                        out_row_avx512(ra, nl == 2 ? rb : NULL, top, bot, fy, fillf, ratio, iratio, size, fl != NULL, pb, pg, pr, hsv_done ? &plan : NULL);
+                    else
 #endif
-                    out_row_avx2(ra, nl == 2 ? rb : NULL, top, bot, fy, fillf, ratio, iratio, size, fl != NULL, pb, pg, pr, hsv_done ? &plan : NULL, hi, si, vi);
+                        out_row_avx2(ra, nl == 2 ? rb : NULL, top, bot, fy, fillf, ratio, iratio, size, fl != NULL, pb, pg, pr, hsv_done ? &plan : NULL, hi, si, vi);
+                }
             } else
 #endif
                 out_row(ra, nl == 2 ? rb : NULL, fillf, ratio, iratio, size, fl != NULL, planes ? pb : NULL, pg, pr);
@@ -1317,7 +1442,9 @@ typedef __m256 v8;
 #define V_GE(a, b) _mm256_cmp_ps(a, b, _CMP_GE_OQ)
 #define V_SEL(m, a, b) _mm256_blendv_ps(b, a, m) /* m: all-ones or all-zero lanes, so the or/and/andnot select's value */
 #define V_AND(m, a) _mm256_and_ps(m, a)
-#define V_TRUNC(a) _mm256_cvtepi32_ps(_mm256_cvttps_epi32(a))
+#undef V_ABS
+#define V_ABS(a) _mm256_andnot_ps(_mm256_set1_ps(-0.0f), a)
+#define V_TRUNC(a) _mm256_round_ps(a, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC) /* one vroundps: the same value as the int32 round trip */
 #define v_load_u8 v8_load_u8
 #define v_store_u8 v8_store_u8
 #define v_store_i32 v8_store_i32
@@ -1328,7 +1455,10 @@ static inline void v8_store_u8(uint8_t *p, v8 a) {
     __m128i w = _mm_packs_epi32(_mm256_castsi256_si128(i), _mm256_extracti128_si256(i, 1));
     _mm_storel_epi64((__m128i *)p, _mm_packus_epi16(w, w));
 }
-static inline void v8_store_i32(int32_t *p, v8 a) { _mm256_storeu_si256((__m256i *)p, _mm256_cvttps_epi32(a)); }
+/* The 8-lane work rows hold the truncated values' float32 bits, not int32: only the 8-lane
+ * loops write and read them, and a truncation plus a plain load is cheaper than a conversion
+ * each way. */
+static inline void v8_store_i32(int32_t *p, v8 a) { _mm256_storeu_ps((float *)p, V_TRUNC(a)); }
 /* v8_store_u8 of three vectors at once: the same truncation and saturating packs per value,
  * two packs for the three instead of two each, one permute to put each plane's 8 bytes in a row. */
 static inline void v8_store3_u8(uint8_t *const *planes, int i, const v8 *out) {
@@ -1343,7 +1473,7 @@ static inline void v8_store3_u8(uint8_t *const *planes, int i, const v8 *out) {
 }
 #undef V_STORE3_U8
 #define V_STORE3_U8(planes, i, out) v8_store3_u8(planes, i, out)
-static inline v8 v8_load_i32(const int32_t *p) { return _mm256_cvtepi32_ps(_mm256_loadu_si256((const __m256i *)p)); }
+static inline v8 v8_load_i32(const int32_t *p) { return _mm256_loadu_ps((const float *)p); }
 #define V_GATHER(table, idx) _mm256_cvtepi32_ps(_mm256_i32gather_epi32(table, _mm256_cvttps_epi32(idx), 4))
 #define HSV_FN hsv_rows_avx2
 #define VL 8
@@ -1354,6 +1484,42 @@ static inline v8 v8_load_i32(const int32_t *p) { return _mm256_cvtepi32_ps(_mm25
 /* Two unaligned 4-float loads into one 8-lane vector (lo in the low half). */
 static inline __m256 load2_m128(const float *hi, const float *lo) { return _mm256_insertf128_ps(_mm256_castps128_ps256(_mm_loadu_ps(lo)), _mm_loadu_ps(hi), 1); }
 
+/* The one-tile bilinear of 8 columns of uint8 taps in integers (the float32 rows' values: on
+ * the 1/32 grid both are exact). Per column one 8-byte load per tap row (the tile's yfast
+ * keeps it inside the image), the two taps of each channel paired by a byte shuffle, times
+ * (32 - ax, ax) and summed (maddubs: at most 255 * 32), 4 columns per vector; then the two
+ * rows interleaved, times (32 - ay, ay) and summed (madd: s' at most 255 * 1024), and the
+ * centred value s' / 1024 - F, exact in float32. Columns are stored left to right: each
+ * 4th float is scratch that the next column overwrites. */
+static inline void general_u8_avx2(const char *base, const int32_t *off, Py_ssize_t row, Py_ssize_t ahead, __m256i ax, __m256i ay, float fillv, float *dst) {
+    const __m256i pairs = _mm256_setr_epi8(0, 3, 1, 4, 2, 5, 6, 7, 8, 11, 9, 12, 10, 13, 14, 15, 0, 3, 1, 4, 2, 5, 6, 7, 8, 11, 9, 12, 10, 13, 14, 15);
+    const __m256i rep4 = _mm256_setr_epi8(0, 1, 0, 1, 0, 1, 0, 1, 8, 9, 8, 9, 8, 9, 8, 9, 0, 1, 0, 1, 0, 1, 0, 1, 8, 9, 8, 9, 8, 9, 8, 9);
+    const __m256i c32 = _mm256_set1_epi32(32);
+    const __m256i wx = _mm256_or_si256(_mm256_sub_epi32(c32, ax), _mm256_slli_epi32(ax, 8));  /* bytes (32 - ax, ax) */
+    const __m256i wy = _mm256_or_si256(_mm256_sub_epi32(c32, ay), _mm256_slli_epi32(ay, 16)); /* int16 (32 - ay, ay) */
+    const __m256 scale = _mm256_set1_ps(1.0f / 1024.0f), fill = _mm256_set1_ps(fillv);
+    for (int g = 0; g < 8; g += 4) {
+        __m128i top[4], bot[4];
+        for (int c = 0; c < 4; c++) {
+            const char *a = base + off[g + c];
+            if (!(c & 1)) __builtin_prefetch(a + ahead), __builtin_prefetch(a + ahead + row);
+            top[c] = _mm_loadl_epi64((const __m128i *)a), bot[c] = _mm_loadl_epi64((const __m128i *)(a + row));
+        }
+        const __m256i T = _mm256_shuffle_epi8(_mm256_set_m128i(_mm_unpacklo_epi64(top[2], top[3]), _mm_unpacklo_epi64(top[0], top[1])), pairs);
+        const __m256i B = _mm256_shuffle_epi8(_mm256_set_m128i(_mm_unpacklo_epi64(bot[2], bot[3]), _mm_unpacklo_epi64(bot[0], bot[1])), pairs);
+        const __m256i w = _mm256_shuffle_epi8(_mm256_permutevar8x32_epi32(wx, _mm256_setr_epi32(g, g, g + 1, g + 1, g + 2, g + 2, g + 3, g + 3)), rep4);
+        const __m256i ht = _mm256_maddubs_epi16(T, w), hb = _mm256_maddubs_epi16(B, w); /* halves: columns g, g + 1 | g + 2, g + 3 */
+        const __m256i sl = _mm256_madd_epi16(_mm256_unpacklo_epi16(ht, hb), _mm256_permutevar8x32_epi32(wy, _mm256_setr_epi32(g, g, g, g, g + 2, g + 2, g + 2, g + 2)));
+        const __m256i sh = _mm256_madd_epi16(_mm256_unpackhi_epi16(ht, hb), _mm256_permutevar8x32_epi32(wy, _mm256_setr_epi32(g + 1, g + 1, g + 1, g + 1, g + 3, g + 3, g + 3, g + 3)));
+        const __m256 fl = _mm256_sub_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(sl), scale), fill); /* columns g | g + 2 */
+        const __m256 fh = _mm256_sub_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(sh), scale), fill); /* columns g + 1 | g + 3 */
+        _mm_storeu_ps(dst + 3 * g, _mm256_castps256_ps128(fl));
+        _mm_storeu_ps(dst + 3 * (g + 1), _mm256_castps256_ps128(fh));
+        _mm_storeu_ps(dst + 3 * (g + 2), _mm256_extractf128_ps(fl, 1));
+        _mm_storeu_ps(dst + 3 * (g + 3), _mm256_extractf128_ps(fh, 1));
+    }
+}
+
 /* general_uniform in AVX2 lanes, across output columns: the map of 4 columns per double
  * vector, 8 per float vector (the same operations per column as the scalar body), then the
  * bilinear of 2 columns per vector, one column's B G R (+ scratch) in each 128-bit half.
@@ -1363,8 +1529,12 @@ static int general_uniform_avx2(const Layer *L, const Tile *t, int persp, int xa
     if (t->end - t->base >= INT32_MAX || n < 8) return 0;
     const double *m = L->m;
     const double yd = (double)y, cu = m[1] * yd + m[2], cv = m[4] * yd + m[5], cw = m[7] * yd + m[8];
-    const __m256d m0 = _mm256_set1_pd(m[0]), m3 = _mm256_set1_pd(m[3]), m6 = _mm256_set1_pd(m[6]);
-    const __m256d vcu = _mm256_set1_pd(cu), vcv = _mm256_set1_pd(cv), vcw = _mm256_set1_pd(cw);
+    /* 32 u computed directly: (32 m0) x + 32 cu, and its quotient by w, are 32 times the
+     * definition's u exactly (a power-of-two factor commutes with each rounding) */
+    const __m256d m0 = _mm256_set1_pd(32.0 * m[0]), m3 = _mm256_set1_pd(32.0 * m[3]), m6 = _mm256_set1_pd(m[6]);
+    const __m256d vcu = _mm256_set1_pd(32.0 * cu), vcv = _mm256_set1_pd(32.0 * cv), vcw = _mm256_set1_pd(cw);
+    const __m128i c31 = _mm_set1_epi32(31);
+    const __m128 c1_32 = _mm_set1_ps(1.0f / 32.0f);
     const __m256 one = _mm256_set1_ps(1.0f), fill = _mm256_set1_ps(t->fill);
     const Py_ssize_t row = t->row, step = t->u8 ? 3 : 12, origin = -(Py_ssize_t)t->oy * row - (Py_ssize_t)t->ox * step;
     const __m256i vrow = _mm256_set1_epi32((int)row), vstep = _mm256_set1_epi32((int)step), vorigin = _mm256_set1_epi32((int)origin);
@@ -1373,7 +1543,7 @@ static int general_uniform_avx2(const Layer *L, const Tile *t, int persp, int xa
     const char *base = t->base;
     const int n8 = n & ~7;
     for (int i = 0; i < n8; i += 8) {
-        __m128i x0h[2], y0h[2];
+        __m128i x0h[2], y0h[2], axh[2], ayh[2];
         __m128 fxh[2], fyh[2];
         for (int h = 0; h < 2; h++) {
             const __m256d xd = _mm256_cvtepi32_pd(_mm_add_epi32(_mm_set1_epi32(xa + i + 4 * h), _mm_setr_epi32(0, 1, 2, 3)));
@@ -1382,9 +1552,14 @@ static int general_uniform_avx2(const Layer *L, const Tile *t, int persp, int xa
                 const __m256d w = _mm256_add_pd(_mm256_mul_pd(m6, xd), vcw);
                 u = _mm256_div_pd(u, w), v = _mm256_div_pd(v, w);
             }
-            x0h[h] = _mm256_cvttpd_epi32(u), y0h[h] = _mm256_cvttpd_epi32(v); /* u, v >= 0: the floor */
-            fxh[h] = _mm256_cvtpd_ps(_mm256_sub_pd(u, _mm256_cvtepi32_pd(x0h[h])));
-            fyh[h] = _mm256_cvtpd_ps(_mm256_sub_pd(v, _mm256_cvtepi32_pd(y0h[h])));
+            /* grid_q: 32 u rounded to nearest, ties to even (an integer below 2^31 here: u, v >= 0
+             * inside the tile), then x0 = its floor / 32 and fx = (its remainder) / 32, exact */
+            const __m128i U = _mm256_cvttpd_epi32(_mm256_round_pd(u, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+            const __m128i V = _mm256_cvttpd_epi32(_mm256_round_pd(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+            x0h[h] = _mm_srai_epi32(U, 5), y0h[h] = _mm_srai_epi32(V, 5);
+            axh[h] = _mm_and_si128(U, c31), ayh[h] = _mm_and_si128(V, c31);
+            fxh[h] = _mm_mul_ps(_mm_cvtepi32_ps(axh[h]), c1_32);
+            fyh[h] = _mm_mul_ps(_mm_cvtepi32_ps(ayh[h]), c1_32);
         }
         const __m256 fx = _mm256_set_m128(fxh[1], fxh[0]), fy = _mm256_set_m128(fyh[1], fyh[0]);
         const __m256 ifx = _mm256_sub_ps(one, fx), ify = _mm256_sub_ps(one, fy);
@@ -1392,6 +1567,10 @@ static int general_uniform_avx2(const Layer *L, const Tile *t, int persp, int xa
         /* The byte offset of tap (x0, y0): below 2^31 here, so 32-bit lanes hold it exactly. */
         int32_t off[8];
         _mm256_storeu_si256((__m256i *)off, _mm256_add_epi32(_mm256_add_epi32(_mm256_mullo_epi32(y0, vrow), _mm256_mullo_epi32(x0, vstep)), vorigin));
+        if (t->u8) {
+            general_u8_avx2(base, off, row, ahead, _mm256_set_m128i(axh[1], axh[0]), _mm256_set_m128i(ayh[1], ayh[0]), t->fill, dst + 3 * i);
+            continue;
+        }
         for (int j = 0; j < 8; j += 2) {
             const __m256i pick = _mm256_setr_epi32(j, j, j, j, j + 1, j + 1, j + 1, j + 1);
             const __m256 wfx = _mm256_permutevar8x32_ps(fx, pick), wifx = _mm256_permutevar8x32_ps(ifx, pick);
@@ -1442,8 +1621,8 @@ static void out_row_avx2(float *ra, const float *rb, const float *top, const flo
     const __m256i zero = _mm256_setzero_si256(), c255i = _mm256_set1_epi32(255);
     const __m256 c255 = _mm256_set1_ps(255.0f), gs = _mm256_set1_ps(plan ? plan->gs : 0.0f), gv = _mm256_set1_ps(plan ? plan->gv : 0.0f);
     uint8_t *const planes[3] = {pr, pg, pb};
-    float shift[3];
-    for (int c = 0; c < 3; c++) shift[c] = (float)(((plan ? plan->hue : 0) + 150 - 60 * c) % 180); /* 30 n: 150, 90, 30 */
+    float off[3];
+    hsv_offsets(plan ? plan->hue : 0, 1, off);
     for (int x = 0; x < size; x += 8) {
         const int i = 3 * x;
         __m256 f[3];
@@ -1471,13 +1650,13 @@ static void out_row_avx2(float *ra, const float *rb, const float *top, const flo
         }
 #define CLIP255(q) _mm256_cvtepi32_ps(_mm256_min_epi32(_mm256_max_epi32(q, zero), c255i))
         __m256 h, sat, val;
-        hsv_rows_avx2_fwdv(CLIP255(qr), CLIP255(qg), CLIP255(qb), &h, &sat, &val);
+        hsv_rows_avx2_fwdu(CLIP255(qr), CLIP255(qg), CLIP255(qb), &h, &sat, &val);
 #undef CLIP255
         v8_store_i32(hi + x, h), v8_store_i32(si + x, _mm256_min_ps(_mm256_mul_ps(sat, gs), c255)), v8_store_i32(vi + x, _mm256_min_ps(_mm256_mul_ps(val, gv), c255));
     }
     /* The back conversion as its own loop, as hsv_rows does: one loop for both spills registers. */
     if (plan)
-        for (int x = 0; x < size; x += 8) hsv_rows_avx2_back(planes, x, v8_load_i32(hi + x), v8_load_i32(si + x), v8_load_i32(vi + x), shift);
+        for (int x = 0; x < size; x += 8) hsv_rows_avx2_back(planes, x, v8_load_i32(hi + x), v8_load_i32(si + x), v8_load_i32(vi + x), off);
 }
 
 /* axis_row's vertical blend, 8 floats a step: dst[i] = top[i] (1 - fy) + bot[i] fy for i < n
@@ -1520,6 +1699,72 @@ static int axis_run_avx2(const float *wi, const float *wf, const int *x0, int xs
     }
     return x;
 }
+
+/* axis_ihrow's tile run, 4 columns per vector: each column's 8 bytes from x0 (its two taps'
+ * B G R and 2 more) in one load, interleaved into tap pairs, times its weight pair
+ * (32 - ax, ax), adjacent products summed (maddubs: at most 255 * 32, no saturation) into
+ * B G R + scratch int16. The caller checked that 8 bytes from the run's last x0 lie in the
+ * image. Returns the first column it left. */
+static int axis_irun_avx2(const int8_t *wb, const int *x0, int xs, int xe, const uint8_t *a0, int16_t *dst, Py_ssize_t ahead) {
+    const __m256i pairs = _mm256_setr_epi8(0, 3, 1, 4, 2, 5, 6, 7, 8, 11, 9, 12, 10, 13, 14, 15, 0, 3, 1, 4, 2, 5, 6, 7, 8, 11, 9, 12, 10, 13, 14, 15);
+    int x = xs;
+    for (; x + 4 <= xe; x += 4) {
+        const uint8_t *a = a0 + (Py_ssize_t)x0[x] * 3, *b = a0 + (Py_ssize_t)x0[x + 1] * 3;
+        const uint8_t *c = a0 + (Py_ssize_t)x0[x + 2] * 3, *d = a0 + (Py_ssize_t)x0[x + 3] * 3;
+        if (ahead) __builtin_prefetch((const char *)a + ahead); /* 4 columns span at most 12 / scale bytes */
+        const __m128i lo = _mm_unpacklo_epi64(_mm_loadl_epi64((const __m128i *)a), _mm_loadl_epi64((const __m128i *)b));
+        const __m128i hi = _mm_unpacklo_epi64(_mm_loadl_epi64((const __m128i *)c), _mm_loadl_epi64((const __m128i *)d));
+        const __m256i taps = _mm256_shuffle_epi8(_mm256_set_m128i(hi, lo), pairs);
+        _mm256_storeu_si256((__m256i *)(dst + 4 * x), _mm256_maddubs_epi16(taps, _mm256_loadu_si256((const __m256i *)(wb + 8 * x))));
+    }
+    return x;
+}
+
+/* The direct path's output row in integers, 8 pixels a step: s = H_y0 (32 - ay) + H_y0+1 ay
+ * per channel (madd of the interleaved rows), step 7's rounding, then the B, G, R planes (or,
+ * with ``plan``, HSV on the integers as out_row_avx2 does). Reads up to 7 pixels past size
+ * (the rows' padding); writes up to 7 bytes past size (the planes' padding). */
+static void out_row_i_avx2(const int16_t *top, const int16_t *bot, int ay, int size, uint8_t *pb, uint8_t *pg, uint8_t *pr, const HsvPlan *plan, int32_t *hi, int32_t *si, int32_t *vi) {
+    const __m256i w = _mm256_set1_epi32((int32_t)(((uint32_t)ay << 16) | (uint32_t)(32 - ay)));
+    const __m256 scale = _mm256_set1_ps(1.0f / 1024.0f);
+    /* per 128-bit half: pixels a, b, c, d (4 bytes each) -> a b c d of B, then of G, R, scratch */
+    const __m256i group = _mm256_setr_epi8(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15, 0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
+    const __m256 c255 = _mm256_set1_ps(255.0f), gs = _mm256_set1_ps(plan ? plan->gs : 0.0f), gv = _mm256_set1_ps(plan ? plan->gv : 0.0f);
+    uint8_t *const planes[3] = {pr, pg, pb};
+    float off[3];
+    hsv_offsets(plan ? plan->hue : 0, 1, off);
+    for (int x = 0; x < size; x += 8) {
+        __m256i q[4];
+        for (int j = 0; j < 2; j++) { /* pixels x + 4j .. x + 4j + 3 */
+            const __m256i t = _mm256_loadu_si256((const __m256i *)(top + 4 * x + 16 * j));
+            const __m256i b = _mm256_loadu_si256((const __m256i *)(bot + 4 * x + 16 * j));
+            for (int k = 0; k < 2; k++) { /* k = 0: pixels 4j and 4j + 2; k = 1: 4j + 1 and 4j + 3 */
+                const __m256i s = _mm256_madd_epi16(k ? _mm256_unpackhi_epi16(t, b) : _mm256_unpacklo_epi16(t, b), w);
+                /* step 7's rint, ties to even, of s / 1024: s < 2^18, so float32(s) / 1024 is exact and
+                 * cvtps2dq (the default rounding mode) rounds it as the float path does */
+                q[2 * j + k] = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_cvtepi32_ps(s), scale));
+            }
+        }
+        /* halves: (x, x+1 | x+2, x+3) and (x+4, x+5 | x+6, x+7); bytes per half: x x+1 x+4 x+5 | x+2 x+3 x+6 x+7 */
+        const __m256i bytes = _mm256_shuffle_epi8(_mm256_packus_epi16(_mm256_packs_epi32(q[0], q[1]), _mm256_packs_epi32(q[2], q[3])), group);
+        const __m128i lo = _mm256_castsi256_si128(bytes), hi128 = _mm256_extracti128_si256(bytes, 1);
+        const __m128i bg = _mm_unpacklo_epi16(lo, hi128); /* B x..x+7, G x..x+7 */
+        const __m128i rs = _mm_unpackhi_epi16(lo, hi128); /* R x..x+7, scratch */
+        if (!plan) {
+            _mm_storel_epi64((__m128i *)(pb + x), bg);
+            _mm_storel_epi64((__m128i *)(pg + x), _mm_srli_si128(bg, 8));
+            _mm_storel_epi64((__m128i *)(pr + x), rs);
+            continue;
+        }
+        const __m256 B = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(bg)), G = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_srli_si128(bg, 8)));
+        const __m256 R = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(rs));
+        __m256 h, sat, val;
+        hsv_rows_avx2_fwdu(R, G, B, &h, &sat, &val);
+        v8_store_i32(hi + x, h), v8_store_i32(si + x, _mm256_min_ps(_mm256_mul_ps(sat, gs), c255)), v8_store_i32(vi + x, _mm256_min_ps(_mm256_mul_ps(val, gv), c255));
+    }
+    if (plan)
+        for (int x = 0; x < size; x += 8) hsv_rows_avx2_back(planes, x, v8_load_i32(hi + x), v8_load_i32(si + x), v8_load_i32(vi + x), off);
+}
 #pragma GCC pop_options
 #endif
 
@@ -1561,6 +1806,8 @@ typedef __m512 v16;
 #define V_GE(a, b) _mm512_cmp_ps_mask(a, b, _CMP_GE_OQ)
 #define V_SEL(m, a, b) _mm512_mask_blend_ps(m, b, a)
 #define V_AND(m, a) _mm512_maskz_mov_ps(m, a)
+#undef V_ABS
+#define V_ABS(a) V_MAX(a, V_SUB(V_SET(0.0f), a))
 #define V_TRUNC(a) _mm512_cvtepi32_ps(_mm512_cvttps_epi32(a))
 #define v_load_u8 v16_load_u8
 #define v_store_u8 v16_store_u8
@@ -1601,8 +1848,8 @@ static void out_row_avx512(float *ra, const float *rb, const float *top, const f
     const __m512i zero = _mm512_setzero_si512(), c255i = _mm512_set1_epi32(255);
     const __m512 c255 = _mm512_set1_ps(255.0f), gs = _mm512_set1_ps(plan ? plan->gs : 0.0f), gv = _mm512_set1_ps(plan ? plan->gv : 0.0f);
     uint8_t *const planes[3] = {pr, pg, pb};
-    float shift[3];
-    for (int c = 0; c < 3; c++) shift[c] = (float)(((plan ? plan->hue : 0) + 150 - 60 * c) % 180); /* 30 n: 150, 90, 30 */
+    float off[3];
+    hsv_offsets(plan ? plan->hue : 0, 0, off);
     for (int x = 0; x < size; x += 16) {
         const int i = 3 * x;
         __m512 f[3];
@@ -1631,7 +1878,7 @@ static void out_row_avx512(float *ra, const float *rb, const float *top, const f
         for (int c = 0; c < 3; c++) q[c] = _mm512_cvtepi32_ps(_mm512_min_epi32(_mm512_max_epi32(qi[c], zero), c255i));
         __m512 h, sat, val;
         hsv_rows_avx512_fwdv(q[2], q[1], q[0], &h, &sat, &val);
-        hsv_rows_avx512_back(planes, x, h, V_TRUNC(_mm512_min_ps(_mm512_mul_ps(sat, gs), c255)), V_TRUNC(_mm512_min_ps(_mm512_mul_ps(val, gv), c255)), shift);
+        hsv_rows_avx512_back(planes, x, h, V_TRUNC(_mm512_min_ps(_mm512_mul_ps(sat, gs), c255)), V_TRUNC(_mm512_min_ps(_mm512_mul_ps(val, gv), c255)), off);
     }
 }
 #pragma GCC pop_options

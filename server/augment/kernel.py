@@ -31,6 +31,10 @@ header's, checked against it when the snapshot is attached; ``render(fill=...)``
    division by 1 is skipped (exact). With m1 = m3 = 0 too (the default hyper-parameters:
    mosaic placement, scale and translation only) u depends on x alone and v on y alone,
    so the kernel caches them per column and per row; the values are the same.
+   *Fixed point*: u and v are then rounded to the nearest 1/32, ties to even
+   (u <- rint(32 u) / 32, exact in float64), so the weights below have 5 fractional bits per
+   axis, as OpenCV's ``warpAffine`` (INTER_BITS = 5); every map, axis-aligned, general or
+   perspective.
 4. *Taps.* x0 = floor(u), y0 = floor(v); fx = float32(u - x0), fy = float32(v - y0) (the
    subtraction is exact); the tap value T(cx, cy) of canvas pixel (cx, cy) is the covering
    tile's pixel, as float32: a float32 source's value, or ``float32(p) - F`` for a
@@ -41,6 +45,17 @@ header's, checked against it when the snapshot is attached; ``render(fill=...)``
        top = T(x0, y0) * (1 - fx) + T(x0 + 1, y0) * fx
        bot = T(x0, y0 + 1) * (1 - fx) + T(x0 + 1, y0 + 1) * fx
        s   = top * (1 - fy) + bot * fy          (1 - f computed in float32)
+
+   On the fixed-point grid (step 3) with integer taps (every uint8 source; a float32 source
+   of whole values, as a snapshot is) every product and sum here is exact in float32, so s
+   is the integer bilinear: with ax = 32 fx, ay = 32 fy and p the raw pixels (F where no
+   tile covers a tap), s + F = (sum of p times (32 - ax | ax)(32 - ay | ay)) / 1024, the
+   four weights summing to 1024, whatever the order of the operations. The kernel computes
+   it in integers where it can (on 8-lane CPUs: an axis-aligned map's rows, uint8 tiles, one
+   layer, nothing pasted, no float image asked for: int16 horizontal blends, 32-bit vertical
+   ones, then step 7 on s' = 1024 (s + F), which is (s' + 511 + ((s' >> 10) & 1)) >> 10;
+   and the general map's columns whose four taps lie in one uint8 tile, as s' / 1024 - F)
+   and in float32 elsewhere: the same values.
 
 6. *Fill and mixup.* f = s + F (one layer); with mixup and the float32 ratio r,
    f = (s1 + F) * r + (s2 + F) * (1 - r). f is the float image (``floats``).

@@ -5,8 +5,9 @@ classifies the other columns one by one; these tests aim maps at exactly what th
 get right: tile edges crossing a segment, mosaic gaps, the image's last pixel (where the
 vector reads would leave the buffer), maps that leave the canvas, near-singular and
 perspective maps whose w falls to 0. The twin builds the full zero canvas and applies the
-definition of ``kernel.py`` steps 3 to 5 in float64 / float32 numpy; nothing is shared with
-the kernel but the inverse (explicit double formulas, also in the route's own test).
+definition of ``kernel.py`` steps 3 to 5 in float64 / float32 numpy (coordinates on the 1/32
+grid); nothing is shared with the kernel but the inverse (explicit double formulas, also in
+the route's own test).
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ def _twin(tiles, canvas_hw: tuple[int, int], inv: tuple[float, ...], size: int) 
             wv = m[2, 0] * xs + (m[2, 1] * ys + m[2, 2])
             u = (m[0, 0] * xs + (m[0, 1] * ys + m[0, 2])) / wv
             v = (m[1, 0] * xs + (m[1, 1] * ys + m[1, 2])) / wv
+        u, v = np.rint(u * 32) / 32, np.rint(v * 32) / 32  # step 3's 1/32 grid, ties to even
         ok = np.isfinite(u) & np.isfinite(v) & (u > -1e9) & (u < 1e9) & (v > -1e9) & (v < 1e9)
         u, v = np.where(ok, u, -10.0), np.where(ok, v, -10.0)
         x0, y0 = np.floor(u), np.floor(v)

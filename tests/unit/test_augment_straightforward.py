@@ -2,8 +2,8 @@
 
 The numpy version follows ``pixpool.server.augment.kernel``'s definition step by step and
 the straightforward way: it builds the full zero canvas with the tiles, maps every output
-pixel in float64, gathers the four taps from the (zero-padded) canvas, blends them in
-float32, pastes copy-paste instance by instance from the mirrored image, mixes, flips with
+pixel in float64 and rounds it to the 1/32 grid, gathers the four taps from the (zero-padded)
+canvas, blends them in integers (5-bit weights per axis), pastes copy-paste instance by instance from the mirrored image, mixes, flips with
 numpy, quantises with ``np.rint`` and does the integer HSV with numpy arrays and tables of
 its own. It shares only the draws and the label geometry with the route. Equal bytes on
 every configuration prove the kernel's row caching, run splitting, per-tap tile lookup,
@@ -58,18 +58,30 @@ def _resample(tiles, hw: tuple[int, int], matrix: np.ndarray) -> np.ndarray:
     w = m[2, 0] * xs + (m[2, 1] * ys + m[2, 2])
     u = (m[0, 0] * xs + (m[0, 1] * ys + m[0, 2])) / w
     v = (m[1, 0] * xs + (m[1, 1] * ys + m[1, 2])) / w
-    x0, y0 = np.floor(u), np.floor(v)
-    fx, fy = (u - x0).astype(np.float32)[..., None], (v - y0).astype(np.float32)[..., None]
-    # Taps beyond the canvas read 0: clamp them onto the zero border.
-    xi = np.clip(x0, -2, hw[1] + 1).astype(np.int64) + 2
-    yi = np.clip(y0, -2, hw[0] + 1).astype(np.int64) + 2
+    return _resample_fixed(canvas, hw, u, v)
+
+
+def _resample_fixed(canvas: np.ndarray, hw: tuple[int, int], u: np.ndarray, v: np.ndarray) -> np.ndarray:
+    """Steps 3-5 after the map, in integers: coordinates in 1/32 (rounded to nearest, ties
+    to even), 5-bit weights per axis whose products sum to 1024, the exact sum of the four
+    weighted taps; the value is that sum / 1024 (exact in float32)."""
+    taps = canvas.astype(np.int64)
+    assert np.array_equal(taps, canvas), "the sources here hold integer pixels"
+    # Far-off coordinates are zeros anyway; the clip only keeps the integers small.
+    cu = np.rint(np.clip(u, -8, hw[1] + 8) * 32).astype(np.int64)
+    cv = np.rint(np.clip(v, -8, hw[0] + 8) * 32).astype(np.int64)
+    x0, ax = cu >> 5, (cu & 31)[..., None]
+    y0, ay = cv >> 5, (cv & 31)[..., None]
+    xi, yi = np.clip(x0, -2, hw[1] + 1) + 2, np.clip(y0, -2, hw[0] + 1) + 2
     far = (x0 < -1) | (x0 > hw[1]) | (y0 < -1) | (y0 > hw[0])
     xj, yj = np.minimum(xi + 1, hw[1] + 3), np.minimum(yi + 1, hw[0] + 3)
-    p00, p01, p10, p11 = canvas[yi, xi], canvas[yi, xj], canvas[yj, xi], canvas[yj, xj]
-    one = np.float32(1.0)
-    top = p00 * (one - fx) + p01 * fx
-    bot = p10 * (one - fx) + p11 * fx
-    out = top * (one - fy) + bot * fy
+    total = (
+        taps[yi, xi] * ((32 - ax) * (32 - ay))
+        + taps[yi, xj] * (ax * (32 - ay))
+        + taps[yj, xi] * ((32 - ax) * ay)
+        + taps[yj, xj] * (ax * ay)
+    )
+    out = (total / 1024).astype(np.float32)
     out[far] = 0.0
     return out
 
@@ -202,6 +214,19 @@ def test_route_equals_straightforward_version(name: str, dtype: str) -> None:
             assert r.targets.tobytes() == np.concatenate(rows).tobytes()
 
 
+@pytest.mark.parametrize("name", ["default", "no_mosaic", "flips_both", "hsv_off", "general_affine"])
+def test_route_without_the_float_image_equals_straightforward_version(name: str) -> None:
+    # The route's own call asks for the uint8 image alone, which on an axis-aligned map with
+    # one layer and nothing pasted takes the kernel's direct path (no float strip).
+    src = RawSource(SHAPES, S, seed=5, instances=5)
+    st = StreamSettings(seed=9, batch_size=4, augment=AugmentConfig(imgsz=S, **ROUTES[name]))
+    for epoch in (0, 1):
+        for b in range(num_batches(len(src), st, epoch)):
+            r = render_batch(src, st, epoch, b)
+            for k, index in enumerate(r.samples.tolist()):
+                assert r.images[k].tobytes() == straightforward(src, index, st, epoch)[0].tobytes()
+
+
 def test_hsv_on_device_route_equals_straightforward_version() -> None:
     src = ArraySource(SHAPES, S, seed=3, instances=4)
     st = StreamSettings(seed=2, batch_size=4, hsv_on_device=True, augment=AugmentConfig(imgsz=S, mixup=0.5))
@@ -278,8 +303,11 @@ def test_float_lanes_compute_the_integer_hsv_exactly() -> None:
     s = np.arange(256, dtype=f)[None, :, None]
     w = np.arange(31, dtype=f)[None, None, :]
     # The last step: floor(t / 15300) as the truncated product with the rounded reciprocal
-    # (no correction), for all 256 x 256 x 31 (V', S', W).
-    t = (v + v) * (f(7650) - s * w) + f(7650)
+    # (no correction), for all 256 x 256 x 31 (V', S', W); t = base + slope D with D = 60 - W,
+    # in the kernel's order (every term an integer below 2^23 in magnitude, so exact).
+    v2 = v + v
+    t = (v2 * (f(7650) - f(60) * s) + f(7650)) + (v2 * s) * (f(60) - w)
+    assert np.array_equal(t, (v2 * (f(7650) - s * w) + f(7650)))
     q = np.trunc(t * (f(1) / f(15300)))
     exact = (v.astype(np.int64) * (7650 - s.astype(np.int64) * w.astype(np.int64)) + 3825) // 7650
     assert np.array_equal(q.astype(np.int64), np.broadcast_to(exact, q.shape))
@@ -290,6 +318,19 @@ def test_float_lanes_compute_the_integer_hsv_exactly() -> None:
         sat[ok].astype(np.int64),
         ((510 * d.astype(np.int64) + big_v.astype(np.int64)) // np.maximum(2 * big_v.astype(np.int64), 1))[ok],
     )
+    # W of channel c (30 n_c, n = 5, 3, 1) from the hue h, reduced (0..179, after a lookup) or
+    # not (the forward conversion's 150..210): 60 - clamp(||h + off| - 90|, 30, 60) with the
+    # offsets hsv_offsets gives, for every table hue shift.
+    for unreduced, hs in ((0, np.arange(180)), (1, np.arange(150, 211))):
+        for hue in range(180):
+            for c in range(3):
+                k = hue + 150 - 60 * c + 30
+                off = (k + 330) % 180 - 330 if unreduced else k % 180 - 180
+                kk = (hs % 180 + hue + 150 - 60 * c) % 180
+                e = hs.astype(f) + f(off)
+                assert e.min() >= -180 and e.max() <= 180
+                d = np.clip(np.abs(np.abs(e) - f(90)), f(30), f(60))
+                assert np.array_equal(f(60) - d, np.clip(np.minimum(kk, 120 - kk), 0, 30)), (unreduced, hue, c)
     dd, n = np.arange(256, dtype=f)[:, None], np.arange(-255, 5 * 255 + 1, dtype=f)[None, :]
     ok = (n >= -dd) & (n <= 5 * dd)
     hue = np.trunc(f(30) * n / np.maximum(dd, f(1)) + f(180.5)) - f(180)
