@@ -125,17 +125,6 @@ def flipped_pasted(labels: Labels, imgsz: int, fraction: float, rng: np.random.G
     return flipped.select(chosen)
 
 
-def copy_paste_labels(
-    labels: Labels, imgsz: int, fraction: float, rng: np.random.Generator
-) -> tuple[Labels, list[np.ndarray]]:
-    """(labels with the pasted instances appended, the pasted polygons in pixels): the
-    draws and the label step of copy-paste on an S x S image (``flipped_pasted``)."""
-    pasted = flipped_pasted(labels, imgsz, fraction, rng)
-    if pasted is None:
-        return labels, []
-    return Labels.concat([labels, pasted]), pasted.polygons
-
-
 def select_partner(labels: Labels, partner: Labels, fraction: float) -> np.ndarray:
     """int64 indices of ``partner``'s instances to paste into ``labels`` (mixup mode), in paste order."""
     if len(partner) == 0 or fraction <= 0:
@@ -162,10 +151,10 @@ def copy_paste(
     window is a copy taken before anything is pasted, so pasting in place reads no pixel
     it has already written.
     """
-    new_labels, polygons = copy_paste_labels(labels, image.shape[1], fraction, rng)
-    if not polygons:
+    pasted = flipped_pasted(labels, image.shape[1], fraction, rng)
+    if pasted is None:
         return image, labels
-    return paste_mirrored(image, polygons, in_place=in_place), new_labels
+    return paste_mirrored(image, pasted.polygons, in_place=in_place), Labels.concat([labels, pasted])
 
 
 def paste_mirrored(image: np.ndarray, polygons: list[np.ndarray], *, in_place: bool = False) -> np.ndarray:
