@@ -3,8 +3,8 @@
 Runs in the trainer process, on the tensor's device (CUDA or CPU); heavy imports (torch)
 stay inside this module, which only the trainer imports.
 
-Same gains as the workers' CPU version: for each sample, ``rng.hsv_gains(seed, epoch,
-index, ...)`` draws them from the sample's own HSV stream, derived from
+Same gains as the workers' CPU version: ``rng.hsv_gains_for(seed, epoch, samples, ...)``
+computes each sample's from its own HSV stream, derived from
 ``(seed, epoch, record index)`` alone (see ``pixpool.shared.stream.rng``). The trainer
 knows all three (its settings, the epoch, ``Batch.samples``), so both sides draw the
 same numbers without sending them, and the geometric stream is left untouched.
@@ -23,18 +23,16 @@ import numpy as np
 import torch
 
 from ..shared.stream.config import StreamSettings
-from ..shared.stream.hsv_tables import luts
-from ..shared.stream.rng import hsv_gains
+from ..shared.stream.hsv_tables import tables_for
+from ..shared.stream.rng import hsv_gains_for
 
 
 def _tables(settings: StreamSettings, epoch: int, samples, device: torch.device) -> torch.Tensor | None:
     cfg = settings.augment
-    gains = [
-        hsv_gains(settings.seed, epoch, int(i), cfg.hsv_h, cfg.hsv_s, cfg.hsv_v) for i in np.asarray(samples).tolist()
-    ]
-    if all(np.all(g == 1.0) for g in gains):
+    gains = hsv_gains_for(settings.seed, epoch, np.asarray(samples), cfg.hsv_h, cfg.hsv_s, cfg.hsv_v)
+    if np.all(gains == 1.0):
         return None
-    tables = np.stack([np.stack(luts(g)) for g in gains])  # (B, 3, 256) uint8
+    tables = tables_for(gains)  # (B, 3, 256) uint8
     return torch.from_numpy(tables.astype(np.int64)).to(device)
 
 

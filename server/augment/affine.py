@@ -22,16 +22,17 @@ import math
 import numpy as np
 
 from ...shared.stream.config import AugmentConfig
+from ...shared.stream.rng import Draws
 
 
-def uniform(rng: np.random.Generator, low: float, high: float) -> float:
-    """``rng.uniform(low, high)`` for one scalar, at half its call cost: numpy's uniform is
-    ``low + (high - low) * next_double`` in double (one draw), which is this expression; the same
-    value and the same stream position (tests/unit/test_augment_draws.py compares them)."""
+def uniform(rng: Draws | np.random.Generator, low: float, high: float) -> float:
+    """One uniform in [low, high) from the next value of ``rng`` (a ``shared.stream.rng.Draws``,
+    or a numpy ``Generator``, whose ``uniform(low, high)`` is this very expression:
+    ``low + (high - low) * next_double``, tests/unit/test_augment_draws.py compares them)."""
     return low + (high - low) * rng.random()
 
 
-def draw_mosaic(rng: np.random.Generator, num_records: int, imgsz: int) -> tuple[np.ndarray, int, int]:
+def draw_mosaic(rng: Draws, num_records: int, imgsz: int) -> tuple[np.ndarray, int, int]:
     """(three partner record indices, centre x, centre y) drawn in that order."""
     partners = rng.integers(0, num_records, size=3)
     xc = int(uniform(rng, imgsz / 2, 3 * imgsz / 2))
@@ -39,29 +40,37 @@ def draw_mosaic(rng: np.random.Generator, num_records: int, imgsz: int) -> tuple
     return partners, xc, yc
 
 
-def draw_matrix(
-    rng: np.random.Generator, cfg: AugmentConfig, canvas_hw: tuple[int, int], out_size: int
-) -> tuple[np.ndarray, float]:
-    """(3x3 float64 matrix canvas -> output, the drawn scale factor)."""
+def draw_matrix(rng: Draws, cfg: AugmentConfig, canvas_hw: tuple[int, int], out_size: int) -> tuple[np.ndarray, float]:
+    """(3x3 float64 matrix canvas -> output, the drawn scale factor).
+
+    The product ``T @ S @ R @ P @ C`` written out entry by entry in Python floats (float64), one
+    array built at the end: the same matrix as the five factors multiplied, up to the rounding
+    of the products' terms, at a fraction of the cost of five arrays and four matmuls."""
     height, width = canvas_hw
-    # Each factor built from one nested list (np.eye plus item writes cost several times
-    # more per sample); the same float64 values, multiplied by the same matmuls.
-    c = np.array(((1.0, 0.0, -width / 2), (0.0, 1.0, -height / 2), (0.0, 0.0, 1.0)))
     px = uniform(rng, -cfg.perspective, cfg.perspective)
     py = uniform(rng, -cfg.perspective, cfg.perspective)
-    p = np.array(((1.0, 0.0, 0.0), (0.0, 1.0, 0.0), (px, py, 1.0)))
     angle_deg = uniform(rng, -cfg.degrees, cfg.degrees)
     scale = uniform(rng, 1 - cfg.scale, 1 + cfg.scale)
     a = math.radians(angle_deg)
     cos_s, sin_s = math.cos(a) * scale, math.sin(a) * scale
-    r = np.array(((cos_s, sin_s, 0.0), (-sin_s, cos_s, 0.0), (0.0, 0.0, 1.0)))
     shx = math.tan(math.radians(uniform(rng, -cfg.shear, cfg.shear)))
     shy = math.tan(math.radians(uniform(rng, -cfg.shear, cfg.shear)))
-    s = np.array(((1.0, shx, 0.0), (shy, 1.0, 0.0), (0.0, 0.0, 1.0)))
     tx = uniform(rng, 0.5 - cfg.translate, 0.5 + cfg.translate) * out_size
     ty = uniform(rng, 0.5 - cfg.translate, 0.5 + cfg.translate) * out_size
-    t = np.array(((1.0, 0.0, tx), (0.0, 1.0, ty), (0.0, 0.0, 1.0)))
-    return t @ s @ r @ p @ c, scale
+    # S @ R (rotation+scale, then shear), upper-left 2x2; T adds (tx, ty) in the last column.
+    a00, a01 = cos_s - shx * sin_s, sin_s + shx * cos_s
+    a10, a11 = shy * cos_s - sin_s, shy * sin_s + cos_s
+    # P @ C: the canvas centre to the origin, then the perspective row (px, py, p22).
+    cx, cy = -width / 2, -height / 2
+    p22 = px * cx + py * cy + 1.0
+    matrix = np.array(
+        (
+            (a00 + tx * px, a01 + tx * py, a00 * cx + a01 * cy + tx * p22),
+            (a10 + ty * px, a11 + ty * py, a10 * cx + a11 * cy + ty * p22),
+            (px, py, p22),
+        )
+    )
+    return matrix, scale
 
 
 def is_perspective(matrix: np.ndarray) -> bool:

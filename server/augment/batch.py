@@ -33,8 +33,8 @@ import numpy as np
 
 from ...shared.errors import ConfigError
 from ...shared.stream.config import StreamSettings
-from ...shared.stream.hsv_tables import tables
-from ...shared.stream.rng import hsv_gains
+from ...shared.stream.hsv_tables import tables_for
+from ...shared.stream.rng import draws_for, hsv_gains_for
 from ...shared.stream.route import Route
 from ...shared.stream.source import ImageSource
 from ...shared.task import TaskSpec
@@ -162,14 +162,20 @@ class SquarePlacement:
         self.side = cfg.imgsz
         self.records = positions  # a square route's positions are record indices
         self.reader, self.settings, self.epoch = reader, settings, epoch
-        self.hsv = cfg.route is Route.TRAIN and not settings.hsv_on_device
+        train = cfg.route is Route.TRAIN
+        hsv = train and not settings.hsv_on_device
+        # The range's draws and HSV tables in one vectorised evaluation each; a record's are a
+        # function of (seed, epoch, record) alone, so any split of a batch draws the same.
+        records = positions.tolist()
+        self.draws = dict(zip(records, draws_for(settings.seed, epoch, positions))) if train else {}
+        gains = hsv_gains_for(settings.seed, epoch, positions, cfg.hsv_h, cfg.hsv_s, cfg.hsv_v) if hsv else None
+        # gains of exactly 1 (hsv_* all 0): no tables, the kernel skips HSV
+        self.tables = dict(zip(records, tables_for(gains))) if gains is not None and np.any(gains != 1.0) else {}
 
     def draw(self, record: int, out_chw: np.ndarray, floats: list[np.ndarray] | None, clock: StageClock) -> Labels:
-        settings, cfg = self.settings, self.settings.augment
-        pending: Pending = render(self.reader, record, settings, self.epoch, clock)
-        gains = hsv_gains(settings.seed, self.epoch, record, cfg.hsv_h, cfg.hsv_s, cfg.hsv_v) if self.hsv else None
-        # gains of exactly 1 (hsv_* all 0): a list compare, a fraction of np.all's call cost per sample
-        pending.write(out_chw, None if gains is None or gains.tolist() == [1.0, 1.0, 1.0] else tables(gains), floats)
+        # pop: a record met twice in a span renders from fresh draws built by render itself
+        pending: Pending = render(self.reader, record, self.settings, self.epoch, clock, self.draws.pop(record, None))
+        pending.write(out_chw, self.tables.get(record), floats)
         clock.lap("kernel")
         return pending.labels
 

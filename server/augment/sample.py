@@ -43,7 +43,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ...shared.stream.config import StreamSettings
-from ...shared.stream.rng import sample_generator
+from ...shared.stream.rng import Draws, sample_generator
 from ...shared.stream.route import Route
 from ...shared.stream.source import ImageSource
 from . import affine, kernel
@@ -125,14 +125,17 @@ class StageClock:
             self.t = now
 
 
-def render(reader: Reader, index: int, settings: StreamSettings, epoch: int, clock: StageClock) -> Pending:
+def render(
+    reader: Reader, index: int, settings: StreamSettings, epoch: int, clock: StageClock, draws: Draws | None = None
+) -> Pending:
     """Draw record ``index`` of ``epoch`` as a ``Pending`` sample (labels final, pixels not yet
     rendered), its stages lapped on ``clock``; ``settings`` at the source's imgsz
-    (``StreamSettings.for_imgsz``)."""
+    (``StreamSettings.for_imgsz``). ``draws``: the record's unused ``Draws`` when its range
+    computed them (``rng.draws_for``), else they are made here."""
     cfg = settings.augment
     imgsz = cfg.imgsz
     spec = reader.spec
-    rng = sample_generator(settings.seed, epoch, index)
+    rng = sample_generator(settings.seed, epoch, index) if draws is None else draws
     if cfg.route is not Route.TRAIN:
         layer, labels = letterbox(reader.read(index), imgsz, rotated=spec.rotated)
         clock.lap("letterbox")

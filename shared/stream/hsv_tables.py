@@ -3,7 +3,7 @@
 Code both sides import: the augmentation workers apply the tables on the CPU
 (``pixpool.server.augment.hsv``), a trainer with ``hsv_on_device`` applies them on its
 device (``pixpool.client.hsv_torch``). The gains of a sample come from
-``pixpool.shared.stream.rng.hsv_gains``.
+``pixpool.shared.stream.rng.hsv_gains_for`` (a range's at once).
 
 On OpenCV's 8-bit HSV (hue 0..179, saturation and value 0..255), for gains
 ``g = (gh, gs, gv)``::
@@ -31,6 +31,16 @@ def tables(gains: np.ndarray) -> np.ndarray:
     out = np.empty((3, 256), dtype=np.uint8)
     out[0] = np.floor(np.mod(_LEVELS + (gains[0] - 1.0) * 180.0, 180.0))
     out[1:] = np.floor(np.clip(_LEVELS[None, :] * gains[1:, None], 0, 255))
+    return out
+
+
+def tables_for(gains: np.ndarray) -> np.ndarray:
+    """uint8 (n, 3, 256): ``tables`` of each row of float64 (n, 3) ``gains``, in one pass per
+    channel for all rows, with the very same per-element arithmetic."""
+    gains = np.asarray(gains, dtype=np.float64).reshape(-1, 3)
+    out = np.empty((len(gains), 3, 256), dtype=np.uint8)
+    out[:, 0] = np.floor(np.mod(_LEVELS[None, :] + ((gains[:, 0] - 1.0) * 180.0)[:, None], 180.0))
+    out[:, 1:] = np.floor(np.clip(_LEVELS[None, None, :] * gains[:, 1:, None], 0, 255))
     return out
 
 

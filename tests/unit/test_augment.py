@@ -176,7 +176,7 @@ def test_validation_is_a_plain_letterbox(source: ArraySource) -> None:
     image, labels, gen = render_sample(source, 1, st, 0)  # (40, 64): 12 rows of padding above and below
     assert np.all(image[:12] == FILL_VALUE) and np.all(image[52:] == FILL_VALUE)
     np.testing.assert_array_equal(image[12:52], source.uint8[1].astype(np.float32))
-    assert gen.bit_generator.state == sample_generator(0, 0, 1).bit_generator.state, "validation draws nothing"
+    assert gen.state == sample_generator(0, 0, 1).state, "validation draws nothing"
 
 
 # -- quantisation ---------------------------------------------------------------------------

@@ -79,7 +79,7 @@ def test_route_union_equals_instance_by_instance(
         for epoch in range(3):
             for b in range(num_batches(len(src), st, epoch)):
                 r = render_batch(src, st, epoch, b, keep_float=True)
-                states = [render_sample(src, int(i), st, epoch)[2].bit_generator.state for i in r.samples]
+                states = [render_sample(src, int(i), st, epoch)[2].state for i in r.samples]
                 out.append(
                     (batch_digest(r.images, r.targets), r.targets.tobytes(), [f.tobytes() for f in r.floats], states)
                 )

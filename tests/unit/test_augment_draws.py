@@ -6,9 +6,11 @@ import math
 
 import numpy as np
 
-from pixpool.server.augment.affine import uniform
+from pixpool.server.augment.affine import draw_matrix, uniform
 from pixpool.server.augment.labels import Labels
+from pixpool.shared.stream.config import AugmentConfig
 from pixpool.shared.stream.records import Targets
+from pixpool.shared.stream.rng import sample_generator
 
 RANGES = [
     (-0.5, 0.5),
@@ -30,6 +32,44 @@ def test_scalar_uniform_is_numpys_uniform_value_for_value_and_keeps_the_stream_p
             a, b = uniform(ours, low, high), numpys.uniform(low, high)
             assert a == b and math.copysign(1.0, a) == math.copysign(1.0, b), (low, high, a, b)
     assert ours.bit_generator.state == numpys.bit_generator.state
+
+
+def test_scalar_uniform_on_the_stream_draws_takes_one_value_each():
+    d, values = sample_generator(3, 0, 1), sample_generator(3, 0, 1).random(len(RANGES)).tolist()
+    assert [uniform(d, low, high) for low, high in RANGES] == [
+        low + (high - low) * u for (low, high), u in zip(RANGES, values)
+    ]
+    assert d.state[1] == len(RANGES)
+
+
+def _factors(u: list[float], cfg: AugmentConfig, side: int, out: int) -> np.ndarray:
+    """The matrix as the five factors of the module docstring, multiplied."""
+    px, py, angle, scale, shx, shy, tx, ty = (lo + (hi - lo) * v for (lo, hi), v in zip(_bounds(cfg), u))
+    c = np.array([[1, 0, -side / 2], [0, 1, -side / 2], [0, 0, 1]])
+    p = np.array([[1, 0, 0], [0, 1, 0], [px, py, 1]])
+    a = math.radians(angle)
+    r = np.array(
+        [[math.cos(a) * scale, math.sin(a) * scale, 0], [-math.sin(a) * scale, math.cos(a) * scale, 0], [0, 0, 1]]
+    )
+    s = np.array([[1, math.tan(math.radians(shx)), 0], [math.tan(math.radians(shy)), 1, 0], [0, 0, 1]])
+    t = np.array([[1, 0, tx * out], [0, 1, ty * out], [0, 0, 1]])
+    return t @ s @ r @ p @ c
+
+
+def _bounds(cfg: AugmentConfig) -> list[tuple[float, float]]:
+    p, d, sc, sh, t = cfg.perspective, cfg.degrees, cfg.scale, cfg.shear, cfg.translate
+    return [(-p, p), (-p, p), (-d, d), (1 - sc, 1 + sc), (-sh, sh), (-sh, sh), (0.5 - t, 0.5 + t), (0.5 - t, 0.5 + t)]
+
+
+def test_closed_form_matrix_is_the_product_of_the_factors():
+    cfg = AugmentConfig(imgsz=64, degrees=30.0, shear=8.0, perspective=0.001, scale=0.5, translate=0.2)
+    for index in range(200):
+        side = 128 if index % 2 else 64
+        matrix, scale = draw_matrix(sample_generator(1, 0, index), cfg, (side, side), 64)
+        u = sample_generator(1, 0, index).random(8).tolist()
+        assert matrix.dtype == np.float64 and matrix.shape == (3, 3)
+        np.testing.assert_allclose(matrix, _factors(u, cfg, side, 64), rtol=1e-12, atol=1e-12)
+        assert scale == (1 - cfg.scale) + ((1 + cfg.scale) - (1 - cfg.scale)) * u[3]
 
 
 def _targets(rng: np.random.Generator, n: int, *, polygons: bool) -> Targets:

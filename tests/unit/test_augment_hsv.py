@@ -9,10 +9,13 @@ from helpers.sources import ArraySource
 
 torch = pytest.importorskip("torch")
 
-from pixpool.client.hsv_torch import apply_hsv  # noqa: E402
+from pixpool.client.hsv_torch import _tables, apply_hsv  # noqa: E402
 from pixpool.server.augment import render_batch  # noqa: E402
+from pixpool.server.augment.batch import SquarePlacement  # noqa: E402
 from pixpool.server.augment.hsv import apply_hsv_bgr  # noqa: E402
+from pixpool.server.augment.record import Reader  # noqa: E402
 from pixpool.shared.stream.config import AugmentConfig, StreamSettings  # noqa: E402
+from pixpool.shared.stream.hsv_tables import tables  # noqa: E402
 from pixpool.shared.stream.rng import hsv_gains  # noqa: E402
 
 S = 64
@@ -51,6 +54,18 @@ def test_torch_hsv_matches_cpu_lookup_tables() -> None:
     assert (diff <= 4).mean() >= 0.999, (diff <= 4).mean()
     assert diff.mean() < 0.5, diff.mean()
     assert not np.array_equal(dev, rgb.transpose(0, 1, 2, 3)), "the gains do change the images"
+
+
+def test_trainer_tables_are_the_workers_tables() -> None:
+    src = ArraySource([(64, 64)] * 30, S, seed=2)
+    samples = np.array([29, 3, 17, 0, 3, 8], np.int64)
+    aug = AugmentConfig(imgsz=S)
+    workers = SquarePlacement(Reader.of(src), StreamSettings(seed=9, batch_size=6, augment=aug), 4, samples)
+    trainer = _tables(StreamSettings(seed=9, batch_size=6, hsv_on_device=True, augment=aug), 4, samples, "cpu")
+    assert trainer.shape == (6, 3, 256)
+    for row, i in zip(trainer.numpy(), samples.tolist()):
+        assert np.array_equal(row, workers.tables[i])
+        assert np.array_equal(row, tables(hsv_gains(9, 4, i, aug.hsv_h, aug.hsv_s, aug.hsv_v)))
 
 
 def test_device_hsv_completes_an_on_device_batch() -> None:
