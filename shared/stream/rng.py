@@ -157,7 +157,7 @@ class Draws:
             raise ValueError(f"integers needs low < high, got [{low}, {low + span})")
         if size is None:
             return int(self.random() * span) + low
-        return (np.array(self._take(int(size)), dtype=np.float64) * span).astype(np.int64) + low
+        return np.array([int(u * span) + low for u in self._take(int(size))], dtype=np.int64)
 
     def beta(self, a: float, b: float) -> float:
         """Beta(a, b) for integer ``a, b >= 1``, exactly: the ``a``-th smallest of ``a + b - 1``
