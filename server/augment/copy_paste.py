@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ...shared.stream.rng import Draws
 from .labels import Labels
 
 IOA_MAX = 0.30
@@ -56,7 +57,7 @@ def ioa(boxes1: np.ndarray, boxes2: np.ndarray) -> np.ndarray:
     return inter / (area[:, None] + np.float32(1e-7))
 
 
-def select(labels: Labels, flipped: Labels, fraction: float, rng: np.random.Generator) -> np.ndarray:
+def select(labels: Labels, flipped: Labels, fraction: float, rng: Draws | np.random.Generator) -> np.ndarray:
     """int64 indices of the instances to paste, ascending."""
     n = len(labels)
     if n == 0 or fraction <= 0:
@@ -113,7 +114,7 @@ def paste_union(dest: np.ndarray, source: np.ndarray, polygons: list[np.ndarray]
     return paste_masked(dest, window, mask, bbox)
 
 
-def flipped_pasted(labels: Labels, imgsz: int, fraction: float, rng: np.random.Generator) -> Labels | None:
+def flipped_pasted(labels: Labels, imgsz: int, fraction: float, rng: Draws | np.random.Generator) -> Labels | None:
     """The mirrored instances flip mode pastes into ``labels`` on an S x S image, in paste order, or
     None when none is chosen: the draws and the selection of copy-paste."""
     if len(labels) == 0 or fraction <= 0:
@@ -140,7 +141,7 @@ def select_partner(labels: Labels, partner: Labels, fraction: float) -> np.ndarr
 
 
 def copy_paste(
-    image: np.ndarray, labels: Labels, fraction: float, rng: np.random.Generator, *, in_place: bool = False
+    image: np.ndarray, labels: Labels, fraction: float, rng: Draws | np.random.Generator, *, in_place: bool = False
 ) -> tuple[np.ndarray, Labels]:
     """(new image, labels with the pasted instances appended) for a square float image;
     ``image`` is not written, unless ``in_place``. The standalone form of what the route

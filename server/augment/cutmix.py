@@ -23,6 +23,7 @@ import math
 
 import numpy as np
 
+from ...shared.stream.rng import Draws
 from ...shared.task import TaskSpec
 from .labels import Labels, clip_keypoints
 from .obb import clip_rotated
@@ -33,7 +34,7 @@ AREA_RATIO_POLYGONS = 0.01
 AREA_RATIO = 0.10
 
 
-def draw_rectangles(rng: np.random.Generator, imgsz: int) -> np.ndarray:
+def draw_rectangles(rng: Draws | np.random.Generator, imgsz: int) -> np.ndarray:
     """float32 (CANDIDATES, 4) x1, y1, x2, y2 of the candidate rectangles on an S x S sample."""
     out = np.empty((CANDIDATES, 4), np.float32)
     for i in range(CANDIDATES):
@@ -63,7 +64,7 @@ def _over_second(first: np.ndarray, second: np.ndarray) -> np.ndarray:
 
 
 def cut_labels(
-    labels: Labels, partner: Labels, imgsz: int, task: TaskSpec, rng: np.random.Generator
+    labels: Labels, partner: Labels, imgsz: int, task: TaskSpec, rng: Draws | np.random.Generator
 ) -> tuple[Labels, tuple[int, int, int, int] | None]:
     """(the sample's labels with the partner's instances in the rectangle appended, the rectangle
     x1, y1, x2, y2 in pixels, or None when nothing is pasted). Draws steps 2-3 from ``rng``."""

@@ -9,7 +9,13 @@ import sys
 import numpy as np
 import pytest
 
+from helpers.sources import ArraySource
+from pixpool.server.augment.batch import SquarePlacement
+from pixpool.server.augment.labels import pack
+from pixpool.server.augment.record import Reader
+from pixpool.server.augment.sample import StageClock
 from pixpool.shared.stream import rng
+from pixpool.shared.stream.config import AugmentConfig, StreamSettings
 from pixpool.shared.stream.hsv_tables import tables, tables_for
 from pixpool.shared.stream.rng import BLOCK, Draws, draws_for, hsv_gains, hsv_gains_for, sample_generator
 
@@ -153,3 +159,15 @@ def test_vectorised_hsv_gains_and_tables_equal_the_per_index_ones():
     g = hsv_gains_for(4, 1, np.arange(20000), 0.015, 0.7, 0.4)
     assert (np.abs(g - 1.0) <= [0.015, 0.7, 0.4]).all()
     assert np.allclose(g.mean(axis=0), 1.0, atol=0.01)
+
+
+def test_a_record_twice_in_a_span_renders_the_same_both_times():
+    # The span's precomputed draws serve a record once; its second render makes its own, the same.
+    src = ArraySource([(64, 64), (48, 64), (64, 40)], 64, seed=2, instances=3)
+    st = StreamSettings(seed=4, batch_size=4, augment=AugmentConfig(imgsz=64, mixup=1.0, copy_paste=0.5))
+    records = [1, 2, 1, 1]
+    place = SquarePlacement(Reader.of(src), st, 0, np.array(records, np.int64))
+    out = np.zeros((len(records), 3, 64, 64), np.uint8)
+    labels = [place.draw(r, out[i], None, StageClock(None)) for i, r in enumerate(records)]
+    assert out[0].tobytes() == out[2].tobytes() == out[3].tobytes() != out[1].tobytes()
+    assert pack(labels[0], 64).tobytes() == pack(labels[2], 64).tobytes() == pack(labels[3], 64).tobytes()
