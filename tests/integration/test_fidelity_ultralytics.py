@@ -64,6 +64,11 @@ def test_pixpool_stream_matches_ultralytics_loader_within_tolerance(coco128, fid
     metrics = {r.metric for r in rows}
     assert {"boxes per image", "fill share per image, HSV off", "R mean per image", "hue gain", "value gain"} <= metrics
     for r in rows:
+        if r.metric.startswith("hue change"):
+            # An image with no saturated, bright pixel (a mosaic of grey photographs) has no hue
+            # to change: it is left out of this row alone, and it is rare.
+            assert 243 <= min(r.n_a, r.n_b) and max(r.n_a, r.n_b) <= 256, f"{r.metric}: {r.n_a} and {r.n_b} images"
+            continue
         assert r.n_a == r.n_b == 256, f"{r.metric}: compared {r.n_a} against {r.n_b} images, expected 256 each"
     failed = [r for r in rows if not r.passed and r.metric not in fidelity.KNOWN_DIFFERENCES]
     assert not failed, "pixpool differs from Ultralytics' loader beyond tolerance:\n" + text
