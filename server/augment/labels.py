@@ -212,13 +212,21 @@ class Labels:
             return Labels.empty()
         if len(parts) == 1:
             return parts[0]
-        shifts = np.cumsum([0] + [p.offsets[-1] for p in parts[:-1]])
-        offsets = np.concatenate([[0]] + [p.offsets[1:] + s for p, s in zip(parts, shifts)]).astype(np.int64)
+        sizes = [len(p) for p in parts]
+        offsets = np.zeros(sum(sizes) + 1, np.int64)
+        ends = [int(p.offsets[-1]) for p in parts]
+        if any(ends):  # else no part has a point: every offset is 0 and no point moves
+            # each part's offsets after its own first 0, shifted by the points before the part
+            np.concatenate([p.offsets[1:] for p in parts], out=offsets[1:])
+            offsets[1:] += np.repeat(np.cumsum([0] + ends[:-1]), sizes)
+            points = np.concatenate([p.points for p in parts])
+        else:
+            points = parts[0].points
         keypoints = None if any(p.keypoints is None for p in parts) else np.concatenate([p.keypoints for p in parts])
         return Labels(
             np.concatenate([p.classes for p in parts]),
             np.concatenate([p.boxes for p in parts]),
-            np.concatenate([p.points for p in parts]),
+            points,
             offsets,
             keypoints,
         )
@@ -314,21 +322,36 @@ _CORNER_Y = np.array([1, 3, 3, 1])
 
 
 def _corner_boxes(boxes: np.ndarray, matrix: np.ndarray, perspective: bool) -> np.ndarray:
-    """float64 (n, 4) x1, y1, x2, y2 extent of the four corners of float32 (n, 4) ``boxes`` through
-    ``matrix``. Each corner goes through exactly the float64 operations of ``_apply`` (corners as
-    (n, 4) x and y arrays instead of (4n, 2) points: elementwise, so the same bits); this is the
-    per-sample hot path, and a handful of whole-array calls costs less than the reshapes."""
+    """``corner_boxes`` through one 3x3 ``matrix``."""
+    # the entries as Python floats: the same float64 products, without an array index per entry
+    return corner_boxes(boxes, [v for row in matrix.tolist() for v in row], perspective)
+
+
+def corner_boxes(boxes: np.ndarray, entries, perspective) -> np.ndarray:
+    """float64 (n, 4) x1, y1, x2, y2 extent of the four corners of float32 (n, 4) ``boxes`` through a
+    matrix whose row-major ``entries`` are nine Python floats (one matrix) or nine (n, 1) float64
+    columns (a matrix per box: a range's boxes, each through its sample's); ``perspective`` a bool,
+    or a bool (n,) (which boxes' matrices divide by z) or None (none does).
+
+    Each corner goes through exactly the float64 operations of ``_apply`` (corners as (n, 4) x and
+    y arrays instead of (4n, 2) points: elementwise, so the same bits, and a box's bits do not
+    depend on the boxes computed with it); this is the hot path, and a handful of whole-array calls
+    costs less than the reshapes."""
     b = boxes.astype(np.float64)
     x = b.take(_CORNER_X, axis=1)  # corners (x1, y1), (x2, y2), (x1, y2), (x2, y1)
     y = b.take(_CORNER_Y, axis=1)
-    # the entries as Python floats: the same float64 products, without an array index per entry
-    (m0, m1, m2), (m3, m4, m5), (m6, m7, m8) = matrix.tolist()
+    m0, m1, m2, m3, m4, m5, m6, m7, m8 = entries
     xt = m0 * x + m1 * y + m2
     yt = m3 * x + m4 * y + m5
-    if perspective:
+    if perspective is True:
         z = m6 * x + m7 * y + m8
         xt /= z
         yt /= z
+    elif perspective is not None and perspective is not False:
+        z = m6 * x + m7 * y + m8
+        rows = perspective[:, None]
+        np.divide(xt, z, out=xt, where=rows)
+        np.divide(yt, z, out=yt, where=rows)
     out = np.empty((len(b), 4), np.float64)
     np.minimum.reduce(xt, axis=1, out=out[:, 0])
     np.minimum.reduce(yt, axis=1, out=out[:, 1])
