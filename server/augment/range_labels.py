@@ -47,8 +47,10 @@ def _boxes_only(pres: list, imgsz: int) -> list[Labels]:
         return [Labels.empty() for _ in range(count)]
     sizes = [len(t.classes) for _, t, *_ in parts]
     owner = np.repeat(np.array([s for s, *_ in parts], np.int64), sizes)
-    classes = np.concatenate([np.asarray(t.classes, dtype=np.int32).reshape(-1) for _, t, *_ in parts])
-    boxes = np.concatenate([np.asarray(t.boxes, dtype=np.float32).reshape(-1, 4) for _, t, *_ in parts])
+    # ``Targets`` holds int32 (n,) classes and float32 (n, 4) boxes; the dtype casts any other
+    # type as the per-sample ``np.asarray`` does
+    classes = np.concatenate([t.classes for _, t, *_ in parts], dtype=np.int32)
+    boxes = np.concatenate([t.boxes for _, t, *_ in parts], dtype=np.float32)
     # Each part's size and offset per row, the canvas side and the drawn scale per row: the
     # float32 multiply and add of ``Labels.from_targets`` per element.
     place = np.repeat(np.array([(w, h, w, h, pw, ph, pw, ph) for _, _, w, h, pw, ph in parts], np.float32), sizes, 0)
