@@ -74,7 +74,7 @@ class Labels:
             _scale_shift(points_px, width, height, padw, padh)
         else:
             points_px = np.zeros((0, 2), np.float32)
-        keypoints = _place_keypoints(targets.keypoints, width, height, padw, padh)
+        keypoints = place_keypoints(targets.keypoints, width, height, padw, padh)
         classes = np.asarray(targets.classes, dtype=np.int32).reshape(-1).copy()
         return cls(classes, boxes, points_px, np.cumsum(lengths), keypoints)
 
@@ -94,7 +94,7 @@ class Labels:
             classes.append(np.asarray(targets.classes, dtype=np.int32).reshape(-1))
             boxes.append(np.asarray(targets.boxes, dtype=np.float32).reshape(-1, 4))
             box_affine.append((n, (width, height, width, height, padw, padh, padw, padh)))
-            keypoints.append(_place_keypoints(targets.keypoints, width, height, padw, padh))
+            keypoints.append(place_keypoints(targets.keypoints, width, height, padw, padh))
             source = targets.polygons if len(targets.polygons) == n else ()
             polys = [p for p in source if len(p) >= MIN_VERTICES]
             if polys:
@@ -308,10 +308,8 @@ def transform_labels(
     new = np.clip(new, 0, imgsz).astype(np.float32)
     keypoints = labels.keypoints
     if keypoints is not None:
-        k = keypoints.shape[1]
-        moved = _apply(keypoints[..., :2].reshape(-1, 2).astype(np.float64), matrix, perspective).astype(np.float32)
-        keypoints = np.concatenate([moved.reshape(n, k, 2), keypoints[..., 2:3]], axis=2)
-        keypoints = clip_keypoints(keypoints, imgsz, imgsz)
+        entries = [v for row in matrix.tolist() for v in row]
+        keypoints = transformed_keypoints(keypoints, entries, perspective, imgsz)
     polygons = has is not None and has.any()
     keep = candidates(old * np.float32(scale), new, MIN_AREA_RATIO_POLYGONS if polygons else MIN_AREA_RATIO)
     return Labels(labels.classes, new, points, labels.offsets, keypoints).select(keep)
@@ -360,6 +358,27 @@ def corner_boxes(boxes: np.ndarray, entries, perspective) -> np.ndarray:
     return out
 
 
+def transformed_keypoints(keypoints: np.ndarray, entries, perspective, imgsz: int) -> np.ndarray:
+    """(n, K, 3) ``keypoints`` through a matrix (``entries`` and ``perspective`` as ``corner_boxes``
+    takes them: one matrix, or one per instance) onto the ``imgsz`` output, each point in float64 by
+    the operations of ``_apply``, then float32; those that land outside get visibility 0 and are
+    clamped (``clip_keypoints``)."""
+    xy = keypoints[..., :2].astype(np.float64)
+    x, y = xy[..., 0], xy[..., 1]
+    m0, m1, m2, m3, m4, m5, m6, m7, m8 = entries
+    moved = np.empty_like(xy)
+    moved[..., 0] = m0 * x + m1 * y + m2
+    moved[..., 1] = m3 * x + m4 * y + m5
+    if perspective is True:
+        z = m6 * x + m7 * y + m8
+        moved /= z[..., None]
+    elif perspective is not None and perspective is not False:
+        z = m6 * x + m7 * y + m8
+        np.divide(moved, z[..., None], out=moved, where=perspective[:, None, None])
+    out = np.concatenate([moved.astype(np.float32), keypoints[..., 2:3]], axis=2)
+    return clip_keypoints(out, imgsz, imgsz)
+
+
 def _scale_shift(points: np.ndarray, width: float, height: float, padw: float, padh: float) -> None:
     """In place on float32 (m, 2) ``points``: x * width + padw, y * height + padh, each one float32
     multiply and one add per element. Column by column: numpy broadcasts a (2,) operand over
@@ -371,9 +390,10 @@ def _scale_shift(points: np.ndarray, width: float, height: float, padw: float, p
     y += np.float32(padh)
 
 
-def clip_keypoints(keypoints: np.ndarray, width: float, height: float) -> np.ndarray:
+def clip_keypoints(keypoints: np.ndarray, width, height) -> np.ndarray:
     """A copy of (n, K, 3) ``keypoints`` with visibility 0 where a point lies outside
-    [0, width] x [0, height], and every point then clamped to it."""
+    [0, width] x [0, height], and every point then clamped to it; ``width`` and ``height`` numbers,
+    or float32 (n, 1) columns (a bound per instance)."""
     out = np.array(keypoints, dtype=np.float32, copy=True)
     x, y = out[..., 0], out[..., 1]
     outside = (x < 0) | (x > width) | (y < 0) | (y > height)
@@ -383,11 +403,10 @@ def clip_keypoints(keypoints: np.ndarray, width: float, height: float) -> np.nda
     return out
 
 
-def _place_keypoints(
-    keypoints: np.ndarray | None, width: int, height: int, padw: float, padh: float
-) -> np.ndarray | None:
+def place_keypoints(keypoints: np.ndarray | None, width, height, padw, padh) -> np.ndarray | None:
     """Normalised (n, K, 3) keypoints in pixels of a ``width`` x ``height`` image placed at (padw, padh);
-    visibility as it is. A new array (the source's may be a read-only shared-memory view)."""
+    visibility as it is. A new array (the source's may be a read-only shared-memory view). The
+    sizes and offsets are numbers, or float32 (n, 1) columns (one per instance)."""
     if keypoints is None:
         return None
     src = np.asarray(keypoints, dtype=np.float32)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 from helpers.sources import ArraySource
+from helpers.task_sources import TaskSource
 from pixpool.server.augment import range_labels
 from pixpool.server.augment.labels import Labels
 from pixpool.server.augment.record import Reader
@@ -33,16 +34,23 @@ def _same(a: Labels, b: Labels) -> None:
         assert a.keypoints.tobytes() == b.keypoints.tobytes()
 
 
+def _source(kind: str):
+    if kind in ("boxes", "polygons"):
+        return ArraySource(SHAPES, S, seed=3, instances=6, polygons=kind == "polygons")
+    return TaskSource(kind, SHAPES, S, seed=3, instances=6)
+
+
 @pytest.mark.parametrize("route", sorted(ROUTES))
-@pytest.mark.parametrize("polygons", [False, True])
-def test_a_range_of_pre_labels_is_each_samples(route, polygons):
-    source = ArraySource(SHAPES, S, seed=3, instances=6, polygons=polygons)
+@pytest.mark.parametrize("kind", ["boxes", "polygons", "pose", "segment", "obb"])
+def test_a_range_of_pre_labels_is_each_samples(route, kind):
+    source = _source(kind)
     reader = Reader.of(source)
+    polygons = kind not in ("boxes", "pose")
     settings = StreamSettings(seed=5, batch_size=4, augment=AugmentConfig(imgsz=S, **ROUTES[route]))
     clock = StageClock(None)
     for epoch in range(3):
         drafts = [draft(reader, i % len(source), settings, epoch, clock) for i in range(2 * len(source))]
-        # without polygons the range's vectorised path, with them the per-sample one
+        # without polygons the range's gathered path, with them the per-sample one
         assert any(t.polygons for d in drafts for t, *_ in d.pre.placed) == polygons
         together = range_labels.pre_labels(drafts, S, reader.spec)
         assert len(together) == len(drafts)
