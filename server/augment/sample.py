@@ -31,6 +31,14 @@ Here only the draws, the labels and the copy-paste mask are computed; the pixels
 (``kernel.py``, which defines their arithmetic), run by ``Pending.write`` straight into
 the output slot. No canvas and no intermediate image exist.
 
+A training sample is three steps (``render``): ``draft`` makes every draw before the labels of
+steps 1-2 (the mosaic decision, its partners and centre, the matrix) and places the records'
+tiles (``Pre``); ``pre_labels`` makes those labels (it draws nothing); ``finish`` goes on from
+step 4 on the same generator. The render loop (``batch.SquarePlacement.draw_range``) drafts a
+range's samples, makes their ``pre_labels`` at once (``range_labels.py``) and finishes each: the
+same draws per sample, in the same order, as ``render``. Partners (mixup, cutmix, copy-paste's
+mixup mode) take the three steps in turn inside ``finish``.
+
 Square validation (``Route.VAL``): ``mosaic.letterbox``, no draws. Rect validation renders its own
 batches (``val_rect.py``).
 """
