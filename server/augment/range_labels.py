@@ -52,27 +52,38 @@ def _gathered(pres: list[Pre], imgsz: int, *, keypoints: bool) -> list[Labels]:
     their canvas (``Labels.from_placed``, ``Labels.clip``), through their sample's matrix
     (``labels.corner_boxes``, ``labels.transformed_keypoints``), clipped and filtered
     (``labels.transform_labels``), for every row of the range at once."""
-    parts = [(s, t, w, h, pw, ph) for s, p in enumerate(pres) for t, w, h, pw, ph in p.placed if len(t.classes)]
     count = len(pres)
-    if not parts:
+    owners: list[int] = []
+    targets: list = []
+    sizes: list[int] = []
+    placing: list[tuple[int, int, float, float]] = []
+    for s, p in enumerate(pres):
+        for t, w, h, pw, ph in p.placed:
+            n = len(t.classes)
+            if n:  # ``Labels.concat`` drops empty parts
+                owners.append(s)
+                targets.append(t)
+                sizes.append(n)
+                placing.append((w, h, pw, ph))
+    if not targets:
         return [Labels.empty() for _ in range(count)]
-    sizes = [len(t.classes) for _, t, *_ in parts]
-    owner = np.repeat(np.array([s for s, *_ in parts], np.int64), sizes)
+    owner = np.repeat(np.array(owners, np.int64), sizes)
     # ``Targets`` holds int32 (n,) classes and float32 (n, 4) boxes; the dtype casts any other
     # type as the per-sample ``np.asarray`` does
-    classes = np.concatenate([t.classes for _, t, *_ in parts], dtype=np.int32)
-    boxes = np.concatenate([t.boxes for _, t, *_ in parts], dtype=np.float32)
-    # Each part's size and offset per row, the canvas side and the drawn scale per row: the
-    # float32 multiply and add of ``Labels.from_targets`` per element.
-    place = np.repeat(np.array([(w, h, w, h, pw, ph, pw, ph) for _, _, w, h, pw, ph in parts], np.float32), sizes, 0)
-    boxes *= place[:, :4]
-    boxes += place[:, 4:]
+    classes = np.concatenate([t.classes for t in targets], dtype=np.int32)
+    boxes = np.concatenate([t.boxes for t in targets], dtype=np.float32)
+    # Each part's size and offset per row: the float32 multiply and add of ``Labels.from_targets``
+    # per element, on the boxes as (x, y) pairs.
+    place = np.repeat(np.array(placing, np.float32), sizes, 0)
+    pairs = boxes.reshape(-1, 2, 2)
+    pairs *= place[:, None, :2]
+    pairs += place[:, None, 2:]
     per_sample = np.array([(p.canvas, p.scale) for p in pres], np.float64)[owner]
     canvas = per_sample[:, :1].astype(np.float32)
     # A per-row bound takes numpy's array clip, which returns +0 where the scalar clip of
     # ``Labels.clip`` keeps a -0; a whole-number offset added to a product never gives -0.
     old = np.clip(boxes, 0, canvas)
-    matrices = np.array([p.matrix.reshape(9) for p in pres], np.float64)[owner]
+    matrices = np.array([p.matrix for p in pres], np.float64).reshape(-1, 9)[owner]
     entries = [matrices[:, k : k + 1] for k in range(9)]
     perspective = np.array([is_perspective(p.matrix) for p in pres])
     perspective = perspective[owner] if perspective.any() else None
@@ -80,8 +91,8 @@ def _gathered(pres: list[Pre], imgsz: int, *, keypoints: bool) -> list[Labels]:
     new = np.clip(new, 0, imgsz).astype(np.float32)
     points = None
     if keypoints:
-        points = np.concatenate([t.keypoints for _, t, *_ in parts], dtype=np.float32)
-        points = place_keypoints(points, place[:, 0:1], place[:, 1:2], place[:, 4:5], place[:, 5:6])
+        points = np.concatenate([t.keypoints for t in targets], dtype=np.float32)
+        points = place_keypoints(points, place[:, 0:1], place[:, 1:2], place[:, 2:3], place[:, 3:4])
         points = transformed_keypoints(clip_keypoints(points, canvas, canvas), entries, perspective, imgsz)
     keep = candidates(old * per_sample[:, 1:].astype(np.float32), new, MIN_AREA_RATIO)
     classes, new, owner = classes[keep], new[keep], owner[keep]
@@ -97,6 +108,6 @@ def _gathered(pres: list[Pre], imgsz: int, *, keypoints: bool) -> list[Labels]:
     ]
     if points is not None:
         # a sample with no instance before the filter has the labels of ``Labels.empty()``
-        placed = np.bincount([s for s, *_ in parts], minlength=count)
+        placed = np.bincount(owners, minlength=count)
         out = [one if n else Labels.empty() for one, n in zip(out, placed.tolist())]
     return out
