@@ -3,12 +3,13 @@ for byte (the render loop relies on it: a row's bytes must not depend on the row
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 from helpers.sources import ArraySource
 from helpers.task_sources import TaskSource
 from pixpool.server.augment import range_labels
-from pixpool.server.augment.labels import Labels
+from pixpool.server.augment.labels import Labels, corner_boxes, transformed_keypoints
 from pixpool.server.augment.record import Reader
 from pixpool.server.augment.sample import StageClock, draft, pre_labels
 from pixpool.shared.stream.config import AugmentConfig, StreamSettings
@@ -60,3 +61,31 @@ def test_a_range_of_pre_labels_is_each_samples(route, kind):
         for one, d in zip(range_labels.pre_labels(drafts[3:4], S, reader.spec), drafts[3:4]):
             _same(one, pre_labels(d.pre, S, reader.spec))
     assert range_labels.pre_labels([], S, reader.spec) == []
+
+
+def test_a_matrix_per_row_is_each_rows_matrix():
+    """``corner_boxes`` and ``transformed_keypoints`` with a matrix per row, affine and perspective
+    rows mixed, give each row the bytes of its own matrix alone."""
+    rng = np.random.default_rng(0)
+    n, k = 40, 5
+    boxes = np.sort(rng.uniform(-50, 700, (n, 2, 2)), axis=1).reshape(n, 4).astype(np.float32)
+    keypoints = np.concatenate(
+        [rng.uniform(-50, 700, (n, k, 2)), rng.choice([0.0, 1.0, 2.0], (n, k, 1))], axis=2
+    ).astype(np.float32)
+    matrices = []
+    for i in range(n):
+        m = np.array([[1.1, 0.2, -30.0], [-0.1, 0.9, 12.5], [0.0, 0.0, 1.0]]) * rng.uniform(0.5, 1.5)
+        m[2] = (rng.uniform(-1e-3, 1e-3), rng.uniform(-1e-3, 1e-3), 1.0) if i % 3 == 0 else (0.0, 0.0, 1.0)
+        matrices.append(m)
+    perspective = np.array([bool(m[2, 0] or m[2, 1]) for m in matrices])
+    rows = np.array(matrices).reshape(n, 9)
+    entries = [rows[:, j : j + 1] for j in range(9)]
+    together = corner_boxes(boxes, entries, perspective)
+    moved = transformed_keypoints(keypoints, entries, perspective, 640)
+    for i, m in enumerate(matrices):
+        one = corner_boxes(boxes[i : i + 1], [v for r in m.tolist() for v in r], bool(perspective[i]))
+        assert together[i].tobytes() == one[0].tobytes()
+        alone = transformed_keypoints(
+            keypoints[i : i + 1], [v for r in m.tolist() for v in r], bool(perspective[i]), 640
+        )
+        assert moved[i].tobytes() == alone[0].tobytes()
