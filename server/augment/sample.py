@@ -191,9 +191,7 @@ def finish(
     clock: StageClock,
 ) -> Pending:
     """The rest of a ``draft`` whose main pre-transform has ``labels`` (``pre_labels``): copy-paste,
-    mixup, cutmix, the flips, on its generator. ``flip_labels`` false: the flips are drawn and set
-    on the ``Pending`` sample, its labels left unflipped (the render loop flips a range's rows at
-    once: ``range_labels.flipped``)."""
+    mixup, cutmix and the flips, their draws on its generator where ``draft`` stopped."""
     cfg = settings.augment
     imgsz = cfg.imgsz
     spec = reader.spec
