@@ -20,9 +20,13 @@ Output per batch:
 - ``samples``: int64 (B,) record indices; ``floats``: the float images before
   quantisation (``keep_float=True``) or None.
 
-Per image (``SquarePlacement.draw``, ``Pending.write``): one pass of the fused kernel
-(``kernel.py``) from the source tiles straight into the output planes (and the float image): resample, copy-paste, mixup, fill, quantisation,
-flips, HSV and the RGB CHW write, no intermediate image.
+Per range on the training route (``SquarePlacement.draw_range``): each sample's draws up to its
+labels (``sample.draft``), the range's main pre-transform labels at once
+(``range_labels.pre_labels``), then each sample's rest (``sample.finish``) and its image: one pass
+of the fused kernel (``kernel.py``, ``Pending.write``) from the source tiles straight into the
+output planes (and the float image): resample, copy-paste, mixup, fill, quantisation, flips, HSV
+and the RGB CHW write, no intermediate image. Then per sample only its mask plane (segment); the
+range's target rows, batch index and segments are made once, from its labels concatenated.
 """
 
 from __future__ import annotations
@@ -38,11 +42,12 @@ from ...shared.stream.rng import draws_for, hsv_gains_for
 from ...shared.stream.route import Route
 from ...shared.stream.source import ImageSource
 from ...shared.task import TaskSpec
+from . import range_labels
 from .labels import Labels, pack
 from .masks import render_masks
 from .part import Part, Span, checked_out, positions_of
 from .record import Reader
-from .sample import Pending, StageClock, render
+from .sample import Pending, StageClock, draft, finish, render
 from .val_rect import RectPlacement
 
 
@@ -172,12 +177,34 @@ class SquarePlacement:
         # gains of exactly 1 (hsv_* all 0): no tables, the kernel skips HSV
         self.tables = dict(zip(records, tables_for(gains))) if gains is not None and np.any(gains != 1.0) else {}
 
-    def draw(self, record: int, out_chw: np.ndarray, floats: list[np.ndarray] | None, clock: StageClock) -> Labels:
-        # pop: a record met twice in a span renders from fresh draws built by render itself
+    def draw_range(self, images: np.ndarray, floats: list[np.ndarray] | None, timings) -> list[Labels]:
+        if self.settings.augment.route is not Route.TRAIN:
+            return [self._draw(r, images[i], floats, StageClock(timings)) for i, r in enumerate(self.records.tolist())]
+        # Each sample's draws up to its labels, the range's main pre-transform labels at once,
+        # then each sample's rest (its generator's draws continue where ``draft`` stopped) and
+        # its pixels.
+        reader, settings, epoch, imgsz = self.reader, self.settings, self.epoch, self.side
+        clock = StageClock(timings)
+        records = self.records.tolist()
+        drafts = [draft(reader, record, settings, epoch, clock, self.draws.pop(record, None)) for record in records]
+        pre = range_labels.pre_labels(drafts, imgsz, reader.spec)
+        clock.lap("labels")
+        labels: list[Labels] = []
+        for i, record in enumerate(records):
+            pending = finish(reader, drafts[i], pre[i], settings, clock)
+            self._write(pending, record, images[i], floats)
+            clock.lap("kernel")
+            labels.append(pending.labels)
+        return labels
+
+    def _draw(self, record: int, out_chw: np.ndarray, floats: list[np.ndarray] | None, clock: StageClock) -> Labels:
         pending: Pending = render(self.reader, record, self.settings, self.epoch, clock, self.draws.pop(record, None))
-        pending.write(out_chw, self.tables.get(record), floats)
+        self._write(pending, record, out_chw, floats)
         clock.lap("kernel")
         return pending.labels
+
+    def _write(self, pending: Pending, record: int, out_chw: np.ndarray, floats: list[np.ndarray] | None) -> None:
+        pending.write(out_chw, self.tables.get(record), floats)
 
     def rows(self, labels: Labels, spec: TaskSpec, keypoints: int) -> np.ndarray:
         return pack(labels, self.side, task=spec, keypoints=keypoints)
@@ -194,9 +221,9 @@ def _placement(reader: Reader, settings: StreamSettings, span: Span) -> SquarePl
     - ``side``: the square each image is written into (a ring slot's image side);
     - ``records``: int64 record index at each position;
     - ``ultralytics_ties``: order equal mask areas as Ultralytics does (``masks.render_masks``);
-    - ``draw(record, out_chw, floats, clock)``: the record's image written into ``out_chw`` (its
-      float image appended to ``floats`` when given), its stages lapped on ``clock``; returns its
-      labels in pixels of that image;
+    - ``draw_range(images, floats, timings)``: each position's image written into ``images`` (its
+      float image appended to ``floats`` when given), the stages' seconds added to ``timings``;
+      returns each position's labels in pixels of its image;
     - ``rows(labels, spec, keypoints)``: the labels as normalised target rows, no batch index;
     - ``points(labels)``: the polygon vertices, normalised as the rows are.
     """
@@ -233,36 +260,33 @@ def _render(
     counts = np.zeros(count, dtype=np.int64)
     floats: list[np.ndarray] | None = [] if keep_float else None
     polygons: list[np.ndarray] | None = [] if segments else None
-    rows: list[np.ndarray] = []  # each sample's packed rows, without the batch index
-    for i, record in enumerate(samples.tolist()):
-        clock = StageClock(timings)  # the sample's stages, from its draw to its masks
-        labels = place.draw(record, images[i], floats, clock)
-        if mask_side:
-            if instance_planes is not None:
-                per, _ = render_masks(labels, side, cfg.mask_ratio, overlap=False)
-                instance_planes.append(per)
-            else:
-                if planes is not None and masks_out is None and len(labels) > 255 and planes.dtype == np.uint8:
-                    planes = planes.astype(np.int32)  # a plane of the batch's own: widen it, as Ultralytics does
-                out = _plane(planes, i, len(labels))
-                _, order = render_masks(
-                    labels, side, cfg.mask_ratio, overlap=True, out=out, ultralytics_ties=place.ultralytics_ties
-                )
-                labels = labels.select(order)
-            clock.lap("masks")
-        packed = place.rows(labels, spec, keypoints)
-        rows.append(packed)
-        counts[i] = len(packed)
-        if polygons is not None and len(labels):
-            # Views of one scaled array, as np.split gives, without its per-call overhead.
-            scaled = place.points(labels)
-            bounds = labels.offsets.tolist()
-            polygons.extend(scaled[a:b] for a, b in zip(bounds[:-1], bounds[1:]))
-    # The batch index column and the rows written once per range, not once per sample.
-    targets = np.empty((int(counts.sum()), width), dtype=np.float32)
+    drawn = place.draw_range(images, floats, timings)
+    for i, labels in enumerate(drawn if mask_side else ()):
+        clock = StageClock(timings)
+        if instance_planes is not None:
+            per, _ = render_masks(labels, side, cfg.mask_ratio, overlap=False)
+            instance_planes.append(per)
+        else:
+            if planes is not None and masks_out is None and len(labels) > 255 and planes.dtype == np.uint8:
+                planes = planes.astype(np.int32)  # a plane of the batch's own: widen it, as Ultralytics does
+            out = _plane(planes, i, len(labels))
+            _, order = render_masks(
+                labels, side, cfg.mask_ratio, overlap=True, out=out, ultralytics_ties=place.ultralytics_ties
+            )
+            drawn[i] = labels.select(order)
+        clock.lap("masks")
+    counts[:] = [len(labels) for labels in drawn]
+    # The range's labels as one: its rows packed, their batch index and segments, once per range.
+    every = Labels.concat(drawn)
+    targets = np.empty((len(every), width), dtype=np.float32)
     if len(targets):
         targets[:, 0] = np.repeat(np.arange(span.start, span.start + count, dtype=np.float32), counts)
-        np.concatenate(rows, out=targets[:, 1:])
+        targets[:, 1:] = place.rows(every, spec, keypoints)
+    if polygons is not None and len(every):
+        # Views of one scaled array, as np.split gives, without its per-call overhead.
+        scaled = place.points(every)
+        bounds = every.offsets.tolist()
+        polygons.extend(scaled[a:b] for a, b in zip(bounds[:-1], bounds[1:]))
     if instance_planes is not None:
         planes = np.concatenate(instance_planes) if instance_planes else np.zeros((0, mask_side, mask_side), np.uint8)
     return Part(images, targets, counts, samples, floats, polygons, planes)

@@ -74,7 +74,7 @@ class Labels:
             _scale_shift(points_px, width, height, padw, padh)
         else:
             points_px = np.zeros((0, 2), np.float32)
-        keypoints = _place_keypoints(targets.keypoints, width, height, padw, padh)
+        keypoints = place_keypoints(targets.keypoints, width, height, padw, padh)
         classes = np.asarray(targets.classes, dtype=np.int32).reshape(-1).copy()
         return cls(classes, boxes, points_px, np.cumsum(lengths), keypoints)
 
@@ -94,7 +94,7 @@ class Labels:
             classes.append(np.asarray(targets.classes, dtype=np.int32).reshape(-1))
             boxes.append(np.asarray(targets.boxes, dtype=np.float32).reshape(-1, 4))
             box_affine.append((n, (width, height, width, height, padw, padh, padw, padh)))
-            keypoints.append(_place_keypoints(targets.keypoints, width, height, padw, padh))
+            keypoints.append(place_keypoints(targets.keypoints, width, height, padw, padh))
             source = targets.polygons if len(targets.polygons) == n else ()
             polys = [p for p in source if len(p) >= MIN_VERTICES]
             if polys:
@@ -212,13 +212,21 @@ class Labels:
             return Labels.empty()
         if len(parts) == 1:
             return parts[0]
-        shifts = np.cumsum([0] + [p.offsets[-1] for p in parts[:-1]])
-        offsets = np.concatenate([[0]] + [p.offsets[1:] + s for p, s in zip(parts, shifts)]).astype(np.int64)
+        sizes = [len(p) for p in parts]
+        offsets = np.zeros(sum(sizes) + 1, np.int64)
+        ends = [int(p.offsets[-1]) for p in parts]
+        if any(ends):  # else no part has a point: every offset is 0 and no point moves
+            # each part's offsets after its own first 0, shifted by the points before the part
+            np.concatenate([p.offsets[1:] for p in parts], out=offsets[1:])
+            offsets[1:] += np.repeat(np.cumsum([0] + ends[:-1]), sizes)
+            points = np.concatenate([p.points for p in parts])
+        else:
+            points = parts[0].points
         keypoints = None if any(p.keypoints is None for p in parts) else np.concatenate([p.keypoints for p in parts])
         return Labels(
             np.concatenate([p.classes for p in parts]),
             np.concatenate([p.boxes for p in parts]),
-            np.concatenate([p.points for p in parts]),
+            points,
             offsets,
             keypoints,
         )
@@ -300,10 +308,8 @@ def transform_labels(
     new = np.clip(new, 0, imgsz).astype(np.float32)
     keypoints = labels.keypoints
     if keypoints is not None:
-        k = keypoints.shape[1]
-        moved = _apply(keypoints[..., :2].reshape(-1, 2).astype(np.float64), matrix, perspective).astype(np.float32)
-        keypoints = np.concatenate([moved.reshape(n, k, 2), keypoints[..., 2:3]], axis=2)
-        keypoints = clip_keypoints(keypoints, imgsz, imgsz)
+        entries = [v for row in matrix.tolist() for v in row]
+        keypoints = transformed_keypoints(keypoints, entries, perspective, imgsz)
     polygons = has is not None and has.any()
     keep = candidates(old * np.float32(scale), new, MIN_AREA_RATIO_POLYGONS if polygons else MIN_AREA_RATIO)
     return Labels(labels.classes, new, points, labels.offsets, keypoints).select(keep)
@@ -314,27 +320,63 @@ _CORNER_Y = np.array([1, 3, 3, 1])
 
 
 def _corner_boxes(boxes: np.ndarray, matrix: np.ndarray, perspective: bool) -> np.ndarray:
-    """float64 (n, 4) x1, y1, x2, y2 extent of the four corners of float32 (n, 4) ``boxes`` through
-    ``matrix``. Each corner goes through exactly the float64 operations of ``_apply`` (corners as
-    (n, 4) x and y arrays instead of (4n, 2) points: elementwise, so the same bits); this is the
-    per-sample hot path, and a handful of whole-array calls costs less than the reshapes."""
+    """``corner_boxes`` through one 3x3 ``matrix``."""
+    # the entries as Python floats: the same float64 products, without an array index per entry
+    return corner_boxes(boxes, [v for row in matrix.tolist() for v in row], perspective)
+
+
+def corner_boxes(boxes: np.ndarray, entries, perspective) -> np.ndarray:
+    """float64 (n, 4) x1, y1, x2, y2 extent of the four corners of float32 (n, 4) ``boxes`` through a
+    matrix whose row-major ``entries`` are nine Python floats (one matrix) or nine (n, 1) float64
+    columns (a matrix per box: a range's boxes, each through its sample's); ``perspective`` a bool,
+    or a bool (n,) (which boxes' matrices divide by z) or None (none does).
+
+    Each corner goes through exactly the float64 operations of ``_apply`` (corners as (n, 4) x and
+    y arrays instead of (4n, 2) points: elementwise, so the same bits, and a box's bits do not
+    depend on the boxes computed with it); this is the hot path, and a handful of whole-array calls
+    costs less than the reshapes."""
     b = boxes.astype(np.float64)
     x = b.take(_CORNER_X, axis=1)  # corners (x1, y1), (x2, y2), (x1, y2), (x2, y1)
     y = b.take(_CORNER_Y, axis=1)
-    # the entries as Python floats: the same float64 products, without an array index per entry
-    (m0, m1, m2), (m3, m4, m5), (m6, m7, m8) = matrix.tolist()
+    m0, m1, m2, m3, m4, m5, m6, m7, m8 = entries
     xt = m0 * x + m1 * y + m2
     yt = m3 * x + m4 * y + m5
-    if perspective:
+    if perspective is True:
         z = m6 * x + m7 * y + m8
         xt /= z
         yt /= z
+    elif perspective is not None and perspective is not False:
+        z = m6 * x + m7 * y + m8
+        rows = perspective[:, None]
+        np.divide(xt, z, out=xt, where=rows)
+        np.divide(yt, z, out=yt, where=rows)
     out = np.empty((len(b), 4), np.float64)
     np.minimum.reduce(xt, axis=1, out=out[:, 0])
     np.minimum.reduce(yt, axis=1, out=out[:, 1])
     np.maximum.reduce(xt, axis=1, out=out[:, 2])
     np.maximum.reduce(yt, axis=1, out=out[:, 3])
     return out
+
+
+def transformed_keypoints(keypoints: np.ndarray, entries, perspective, imgsz: int) -> np.ndarray:
+    """(n, K, 3) ``keypoints`` through a matrix (``entries`` and ``perspective`` as ``corner_boxes``
+    takes them: one matrix, or one per instance) onto the ``imgsz`` output, each point in float64 by
+    the operations of ``_apply``, then float32; those that land outside get visibility 0 and are
+    clamped (``clip_keypoints``)."""
+    xy = keypoints[..., :2].astype(np.float64)
+    x, y = xy[..., 0], xy[..., 1]
+    m0, m1, m2, m3, m4, m5, m6, m7, m8 = entries
+    moved = np.empty_like(xy)
+    moved[..., 0] = m0 * x + m1 * y + m2
+    moved[..., 1] = m3 * x + m4 * y + m5
+    if perspective is True:
+        z = m6 * x + m7 * y + m8
+        moved /= z[..., None]
+    elif perspective is not None and perspective is not False:
+        z = m6 * x + m7 * y + m8
+        np.divide(moved, z[..., None], out=moved, where=perspective[:, None, None])
+    out = np.concatenate([moved.astype(np.float32), keypoints[..., 2:3]], axis=2)
+    return clip_keypoints(out, imgsz, imgsz)
 
 
 def _scale_shift(points: np.ndarray, width: float, height: float, padw: float, padh: float) -> None:
@@ -348,9 +390,10 @@ def _scale_shift(points: np.ndarray, width: float, height: float, padw: float, p
     y += np.float32(padh)
 
 
-def clip_keypoints(keypoints: np.ndarray, width: float, height: float) -> np.ndarray:
+def clip_keypoints(keypoints: np.ndarray, width, height) -> np.ndarray:
     """A copy of (n, K, 3) ``keypoints`` with visibility 0 where a point lies outside
-    [0, width] x [0, height], and every point then clamped to it."""
+    [0, width] x [0, height], and every point then clamped to it; ``width`` and ``height`` numbers,
+    or float32 (n, 1) columns (a bound per instance)."""
     out = np.array(keypoints, dtype=np.float32, copy=True)
     x, y = out[..., 0], out[..., 1]
     outside = (x < 0) | (x > width) | (y < 0) | (y > height)
@@ -360,11 +403,10 @@ def clip_keypoints(keypoints: np.ndarray, width: float, height: float) -> np.nda
     return out
 
 
-def _place_keypoints(
-    keypoints: np.ndarray | None, width: int, height: int, padw: float, padh: float
-) -> np.ndarray | None:
+def place_keypoints(keypoints: np.ndarray | None, width, height, padw, padh) -> np.ndarray | None:
     """Normalised (n, K, 3) keypoints in pixels of a ``width`` x ``height`` image placed at (padw, padh);
-    visibility as it is. A new array (the source's may be a read-only shared-memory view)."""
+    visibility as it is. A new array (the source's may be a read-only shared-memory view). The
+    sizes and offsets are numbers, or float32 (n, 1) columns (one per instance)."""
     if keypoints is None:
         return None
     src = np.asarray(keypoints, dtype=np.float32)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ...shared.stream.records import Targets
 from .kernel import IDENTITY, Layer
 from .labels import Labels
 from .record import RecordView
@@ -18,14 +19,15 @@ from .record import RecordView
 Tile = tuple[np.ndarray, tuple[int, int, int, int], tuple[int, int]]
 
 
-def mosaic_tiles(
-    records: list[RecordView], imgsz: int, xc: int, yc: int, *, rotated: bool = False
-) -> tuple[list[Tile], Labels]:
+Placed = tuple[Targets, int, int, float, float]  # a record's targets, its (w, h) and offset on the canvas
+
+
+def mosaic_placement(records: list[RecordView], imgsz: int, xc: int, yc: int) -> tuple[list[Tile], list[Placed]]:
     """Four records around the centre (xc, yc) of a 2·imgsz canvas: top-left, top-right,
-    bottom-left, bottom-right; labels shifted and clipped to the canvas (``rotated``: OBB)."""
+    bottom-left, bottom-right; (their tiles, where their targets go on the canvas)."""
     canvas = 2 * imgsz  # the mosaic canvas side
     tiles: list[Tile] = []
-    placed = []
+    placed: list[Placed] = []
     for k, record in enumerate(records):
         image = record.image
         h, w = image.shape[:2]
@@ -43,16 +45,39 @@ def mosaic_tiles(
             xb0, yb0 = 0, 0
         tiles.append((image, (xa0, ya0, xa1, ya1), (xb0, yb0)))
         placed.append((record.targets, w, h, xa0 - xb0, ya0 - yb0))
-    return tiles, Labels.from_placed(placed).clip(canvas, canvas, rotated=rotated)
+    return tiles, placed
 
 
-def letterbox_tile(record: RecordView, imgsz: int, *, rotated: bool = False) -> tuple[list[Tile], Labels]:
-    """One record centred on an imgsz square canvas (long side already imgsz), labels clipped to it."""
+def letterbox_placement(record: RecordView, imgsz: int) -> tuple[list[Tile], list[Placed]]:
+    """One record centred on an imgsz square canvas (long side already imgsz): (its tile, where its
+    targets go)."""
     image = record.image
     h, w = image.shape[:2]
     top, left = (imgsz - h) // 2, (imgsz - w) // 2
-    labels = Labels.from_targets(record.targets, w, h, left, top).clip(imgsz, imgsz, rotated=rotated)
-    return [(image, (left, top, left + w, top + h), (0, 0))], labels
+    return [(image, (left, top, left + w, top + h), (0, 0))], [(record.targets, w, h, left, top)]
+
+
+def placed_labels(placed: list[Placed], canvas: int, *, rotated: bool = False) -> Labels:
+    """The placed records' labels in pixels of the ``canvas`` square, clipped to it (``rotated``: OBB)."""
+    if len(placed) == 1:
+        labels = Labels.from_targets(*placed[0])
+    else:
+        labels = Labels.from_placed(placed)
+    return labels.clip(canvas, canvas, rotated=rotated)
+
+
+def mosaic_tiles(
+    records: list[RecordView], imgsz: int, xc: int, yc: int, *, rotated: bool = False
+) -> tuple[list[Tile], Labels]:
+    """``mosaic_placement`` with the labels shifted and clipped to the canvas (``rotated``: OBB)."""
+    tiles, placed = mosaic_placement(records, imgsz, xc, yc)
+    return tiles, placed_labels(placed, 2 * imgsz, rotated=rotated)
+
+
+def letterbox_tile(record: RecordView, imgsz: int, *, rotated: bool = False) -> tuple[list[Tile], Labels]:
+    """``letterbox_placement`` with the labels clipped to the canvas."""
+    tiles, placed = letterbox_placement(record, imgsz)
+    return tiles, placed_labels(placed, imgsz, rotated=rotated)
 
 
 def letterbox(record: RecordView, imgsz: int, *, rotated: bool = False) -> tuple[Layer, Labels]:

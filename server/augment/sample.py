@@ -31,6 +31,14 @@ Here only the draws, the labels and the copy-paste mask are computed; the pixels
 (``kernel.py``, which defines their arithmetic), run by ``Pending.write`` straight into
 the output slot. No canvas and no intermediate image exist.
 
+A training sample is three steps (``render``): ``draft`` makes every draw before the labels of
+steps 1-2 (the mosaic decision, its partners and centre, the matrix) and places the records'
+tiles (``Pre``); ``pre_labels`` makes those labels (it draws nothing); ``finish`` goes on from
+step 4 on the same generator. The render loop (``batch.SquarePlacement.draw_range``) drafts a
+range's samples, makes their ``pre_labels`` at once (``range_labels.py``) and finishes each: the
+same draws per sample, in the same order, as ``render``. Partners (mixup, cutmix, copy-paste's
+mixup mode) take the three steps in turn inside ``finish``.
+
 Square validation (``Route.VAL``): ``mosaic.letterbox``, no draws. Rect validation renders its own
 batches (``val_rect.py``).
 """
@@ -46,15 +54,16 @@ from ...shared.stream.config import StreamSettings
 from ...shared.stream.rng import Draws, sample_generator
 from ...shared.stream.route import Route
 from ...shared.stream.source import ImageSource
+from ...shared.task import TaskSpec
 from . import affine, kernel
 from . import copy_paste as _cp
 from . import cutmix as _cutmix
 from .kernel import Layer
 from .labels import Labels, transform_labels
-from .mosaic import letterbox, letterbox_tile, mosaic_tiles
+from .mosaic import Placed, Tile, letterbox, letterbox_placement, mosaic_placement, placed_labels
 from .record import Reader
 
-__all__ = ["Pending", "render", "render_sample"]
+__all__ = ["Draft", "Pending", "Pre", "draft", "finish", "pre_labels", "render", "render_sample"]
 
 MIXUP_BETA = 32.0
 
@@ -125,23 +134,73 @@ class StageClock:
             self.t = now
 
 
+@dataclass
+class Pre:
+    """A pre-transform's steps 1-2 drawn and placed, before its labels (``pre_labels``): the
+    ``tiles`` and the records' targets as ``placed`` (``mosaic.Placed``) on the ``canvas``
+    square, the ``matrix`` canvas -> output and its drawn ``scale``."""
+
+    tiles: list[Tile]
+    placed: list[Placed]
+    canvas: int
+    matrix: np.ndarray
+    scale: float
+
+
+@dataclass
+class Draft:
+    """A training sample drawn up to where its route first needs labels (``draft``): its
+    generator, whether its epoch closes the mosaic, its main pre-transform (``Pre``)."""
+
+    rng: np.random.Generator
+    closed: bool
+    pre: Pre
+
+
 def render(
     reader: Reader, index: int, settings: StreamSettings, epoch: int, clock: StageClock, draws: Draws | None = None
 ) -> Pending:
     """Draw record ``index`` of ``epoch`` as a ``Pending`` sample (labels final, pixels not yet
     rendered), its stages lapped on ``clock``; ``settings`` at the source's imgsz
-    (``StreamSettings.for_imgsz``). ``draws``: the record's unused ``Draws`` when its range
-    computed them (``rng.draws_for``), else they are made here."""
+    (``StreamSettings.for_imgsz``). A training sample is ``draft``, ``pre_labels`` and
+    ``finish`` in turn; a render loop does the middle step for a whole range at once
+    (``range_labels.py``)."""
+    cfg = settings.augment
+    if cfg.route is not Route.TRAIN:
+        rng = sample_generator(settings.seed, epoch, index) if draws is None else draws
+        layer, labels = letterbox(reader.read(index), cfg.imgsz, rotated=reader.spec.rotated)
+        clock.lap("letterbox")
+        return Pending(cfg.imgsz, [layer], None, False, False, labels, rng, reader.fill)
+    drafted = draft(reader, index, settings, epoch, clock, draws)
+    labels = pre_labels(drafted.pre, cfg.imgsz, reader.spec)
+    clock.lap("labels")
+    return finish(reader, drafted, labels, settings, clock)
+
+
+def draft(
+    reader: Reader, index: int, settings: StreamSettings, epoch: int, clock: StageClock, draws: Draws | None = None
+) -> Draft:
+    """Training record ``index`` of ``epoch`` up to its main pre-transform's labels: every draw
+    its route makes before them, its records read and placed."""
+    rng = sample_generator(settings.seed, epoch, index) if draws is None else draws
+    closed = settings.augment.mosaic_closed(epoch)
+    return Draft(rng, closed, _draw_pre(reader, index, settings, closed, rng, clock))
+
+
+def finish(
+    reader: Reader,
+    drafted: Draft,
+    labels: Labels,
+    settings: StreamSettings,
+    clock: StageClock,
+) -> Pending:
+    """The rest of a ``draft`` whose main pre-transform has ``labels`` (``pre_labels``): copy-paste,
+    mixup, cutmix and the flips, their draws on its generator where ``draft`` stopped."""
     cfg = settings.augment
     imgsz = cfg.imgsz
     spec = reader.spec
-    rng = sample_generator(settings.seed, epoch, index) if draws is None else draws
-    if cfg.route is not Route.TRAIN:
-        layer, labels = letterbox(reader.read(index), imgsz, rotated=spec.rotated)
-        clock.lap("letterbox")
-        return Pending(imgsz, [layer], None, False, False, labels, rng, reader.fill)
-    closed = cfg.mosaic_closed(epoch)
-    layer, labels = _pre_transform(reader, index, settings, closed, rng, clock)
+    rng, closed = drafted.rng, drafted.closed
+    layer, labels = _pasted(reader, settings, drafted.pre, labels, closed, rng, clock)
     layers, ratio = [layer], None
     if not closed and cfg.mixup > 0 and rng.random() < cfg.mixup:
         partner = int(rng.integers(0, reader.count))
@@ -175,6 +234,41 @@ def render(
     return Pending(imgsz, layers, ratio, flip_ud, flip_lr, labels, rng, reader.fill)
 
 
+def _draw_pre(
+    reader: Reader, index: int, settings: StreamSettings, closed: bool, rng: np.random.Generator, clock: StageClock
+) -> Pre:
+    """Steps 1-2 of record ``index`` up to their labels: the draws first (the mosaic's partners and
+    centre, the matrix), then the records are read and their tiles placed."""
+    cfg = settings.augment
+    imgsz = cfg.imgsz
+    mosaic = not closed and cfg.mosaic > 0 and rng.random() < cfg.mosaic
+    if mosaic:
+        partners, xc, yc = affine.draw_mosaic(rng, reader.count, imgsz)
+    side = 2 * imgsz if mosaic else imgsz  # the canvas
+    matrix, scale = affine.draw_matrix(rng, cfg, (side, side), imgsz)
+    if not mosaic:
+        tiles, placed = letterbox_placement(reader.read(index), imgsz)
+    else:
+        records = [reader.read(i) for i in (index, *partners.tolist())]
+        tiles, placed = mosaic_placement(records, imgsz, xc, yc)
+    clock.lap("source")
+    return Pre(tiles, placed, side, matrix, scale)
+
+
+def pre_labels(pre: Pre, imgsz: int, spec: TaskSpec) -> Labels:
+    """One pre-transform's labels in pixels of the output: the placed records' labels on the
+    canvas through the matrix, filtered (``labels.transform_labels``)."""
+    return transform_labels(
+        placed_labels(pre.placed, pre.canvas, rotated=spec.rotated),
+        pre.matrix,
+        imgsz,
+        pre.scale,
+        perspective=affine.is_perspective(pre.matrix),
+        rotated=spec.rotated,
+        visible=spec.has_masks,
+    )
+
+
 def _pre_transform(
     reader: Reader,
     index: int,
@@ -186,34 +280,28 @@ def _pre_transform(
     copy_paste: bool = True,
 ) -> tuple[Layer, Labels]:
     """Steps 1, 2 and (``copy_paste``) 4 of record ``index`` as a kernel layer and the labels in
-    pixels: the draws of steps 1-2 first (the mosaic's partners and centre, the matrix), then the
-    records are read and their tiles placed."""
+    pixels, on ``rng``: a partner's (mixup, cutmix, copy-paste's mixup mode)."""
+    pre = _draw_pre(reader, index, settings, closed, rng, clock)
+    labels = pre_labels(pre, settings.augment.imgsz, reader.spec)
+    clock.lap("labels")
+    return _pasted(reader, settings, pre, labels, closed or not copy_paste, rng, clock)
+
+
+def _pasted(
+    reader: Reader,
+    settings: StreamSettings,
+    pre: Pre,
+    labels: Labels,
+    no_paste: bool,
+    rng: np.random.Generator,
+    clock: StageClock,
+) -> tuple[Layer, Labels]:
+    """Step 4 on a pre-transform with its ``labels`` (none when ``no_paste``): its kernel layer and
+    its labels with the pasted instances appended."""
     cfg = settings.augment
     imgsz = cfg.imgsz
-    spec = reader.spec
-    mosaic = not closed and cfg.mosaic > 0 and rng.random() < cfg.mosaic
-    if mosaic:
-        partners, xc, yc = affine.draw_mosaic(rng, reader.count, imgsz)
-    side = 2 * imgsz if mosaic else imgsz  # the canvas
-    matrix, scale = affine.draw_matrix(rng, cfg, (side, side), imgsz)
-    if not mosaic:
-        tiles, labels = letterbox_tile(reader.read(index), imgsz, rotated=spec.rotated)
-    else:
-        records = [reader.read(i) for i in (index, *partners.tolist())]
-        tiles, labels = mosaic_tiles(records, imgsz, xc, yc, rotated=spec.rotated)
-    clock.lap("source")
-    labels = transform_labels(
-        labels,
-        matrix,
-        imgsz,
-        scale,
-        perspective=affine.is_perspective(matrix),
-        rotated=spec.rotated,
-        visible=spec.has_masks,
-    )
-    clock.lap("labels")
-    layer = Layer(kernel.inverse(matrix), tiles, None)
-    if copy_paste and not closed and cfg.copy_paste > 0:
+    layer = Layer(kernel.inverse(pre.matrix), pre.tiles, None)
+    if not no_paste and cfg.copy_paste > 0:
         # Either mode chooses instances to paste (the mirrored sample's, or a partner's); both
         # append them and hand the kernel the union mask of their polygons.
         if cfg.copy_paste_mode == "mixup":

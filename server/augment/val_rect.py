@@ -110,6 +110,9 @@ class RectPlacement:
         self.reader, self.imgsz = reader, cfg.imgsz
         self.scale = np.array([self.width, self.height], np.float32)
 
+    def draw_range(self, images: np.ndarray, floats: list[np.ndarray] | None, timings) -> list[Labels]:
+        return [self.draw(r, images[i], floats, StageClock(timings)) for i, r in enumerate(self.records.tolist())]
+
     def draw(self, record: int, out_chw: np.ndarray, floats: list[np.ndarray] | None, clock: StageClock) -> Labels:
         view = self.reader.read(record)
         image = view.image

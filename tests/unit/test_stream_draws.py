@@ -13,7 +13,6 @@ from helpers.sources import ArraySource
 from pixpool.server.augment.batch import SquarePlacement
 from pixpool.server.augment.labels import pack
 from pixpool.server.augment.record import Reader
-from pixpool.server.augment.sample import StageClock
 from pixpool.shared.stream import rng
 from pixpool.shared.stream.config import AugmentConfig, StreamSettings
 from pixpool.shared.stream.hsv_tables import tables, tables_for
@@ -168,6 +167,6 @@ def test_a_record_twice_in_a_span_renders_the_same_both_times():
     records = [1, 2, 1, 1]
     place = SquarePlacement(Reader.of(src), st, 0, np.array(records, np.int64))
     out = np.zeros((len(records), 3, 64, 64), np.uint8)
-    labels = [place.draw(r, out[i], None, StageClock(None)) for i, r in enumerate(records)]
+    labels = place.draw_range(out, None, None)
     assert out[0].tobytes() == out[2].tobytes() == out[3].tobytes() != out[1].tobytes()
     assert pack(labels[0], 64).tobytes() == pack(labels[2], 64).tobytes() == pack(labels[3], 64).tobytes()
