@@ -140,6 +140,9 @@ class Snapshot(WithSpec):
         self.header = header
         self._index = layout.index_view(segments["meta"].buf, header.records)
         self._arena = np.frombuffer(segments["img"].buf, dtype=layout.DTYPE_CODES[header.dtype_code])
+        # The index's image columns as views: a mosaic reads four images per sample, and a
+        # field of one row costs several times an element of a column.
+        self._image_columns = (self._index["image_offset"], self._index["height"], self._index["width"])
         sections = layout.target_sections(header.instances, header.points, header.kpt_count, header.flip_count)
         self._sections = sections
         self._classes, self._boxes, self._poly_offsets, self._points = layout.target_views(
@@ -216,19 +219,23 @@ class Snapshot(WithSpec):
         self._ensure()
         return self._index
 
-    def _row(self, i: int):
+    def _check_record(self, i: int) -> None:
         n = self.header.records
         if not -n <= i < n:
             raise IndexError(f"record {i} out of range for a snapshot of {n} records")
+
+    def _row(self, i: int):
+        self._check_record(i)
         return self._index[i]
 
     def image(self, index: int) -> np.ndarray:
         """Read-only (h, w, 3) view of record ``index``'s BGR image: float32 centred, or
         uint8 (the pixel, centred + fill) in a ``uint8`` snapshot (``dtype``)."""
         self._ensure()
-        row = self._row(index)
-        start = int(row["image_offset"]) // self._arena.itemsize
-        h, w = int(row["height"]), int(row["width"])
+        self._check_record(index)
+        offsets, heights, widths = self._image_columns
+        start = int(offsets[index]) // self._arena.itemsize
+        h, w = int(heights[index]), int(widths[index])
         return self._arena[start : start + h * w * 3].reshape(h, w, 3)
 
     def targets(self, index: int) -> Targets:
@@ -290,7 +297,16 @@ class Snapshot(WithSpec):
         if self._segments is None:
             return
         segments, self._segments = self._segments, None
-        for name in ("_index", "_arena", "_classes", "_boxes", "_poly_offsets", "_points", "_keypoints"):
+        for name in (
+            "_index",
+            "_image_columns",
+            "_arena",
+            "_classes",
+            "_boxes",
+            "_poly_offsets",
+            "_points",
+            "_keypoints",
+        ):
             self.__dict__.pop(name, None)
         for seg in segments.values():
             seg.close(let_go=let_go)
