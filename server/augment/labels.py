@@ -14,7 +14,7 @@ every transform returns new arrays.
   to the image, as Ultralytics' ``Instances.clip`` does.
 
 Segment and OBB polygons are resampled as each record enters the route (``record.read``, through
-``resample.resampled_targets``), before they become labels here; detect and pose take them as they are.
+``resample.cached_targets``), before they become labels here; detect and pose take them as they are.
 
 All polygons live in one array so every transform is one vectorised pass, not a Python
 loop over instances (coco128 averages ~7 instances per image, 28 per mosaic).
@@ -128,7 +128,7 @@ class Labels:
     @classmethod
     def _from_placed_boxes(cls, placed: list[tuple[Targets, int, int, float, float]]) -> "Labels":
         """``from_placed`` where no part has polygons or keypoints (a detect mosaic, its records
-        from ``resample.resampled_targets``): the same boxes by the same float32 multiply and add
+        from ``resample.cached_targets``): the same boxes by the same float32 multiply and add
         per element, without the per-part polygon and keypoint bookkeeping."""
         parts = [p for p in placed if len(p[0].classes)]  # concat drops empty parts
         if not parts:

@@ -19,12 +19,12 @@ from ...shared.stream.config import FILL_VALUE
 from ...shared.stream.records import Targets
 from ...shared.stream.source import ImageSource
 from ...shared.task import TaskSpec
-from .resample import resampled_targets
+from .resample import cached_targets, recent_of
 
 
 class RecordView(NamedTuple):
     """One record: ``image`` its prepared (h, w, 3) image (a view of the source's), ``targets`` its
-    normalised targets with the polygons resampled for the task (``resample.resampled_targets``).
+    normalised targets with the polygons resampled for the task (``resample.cached_targets``).
     A tuple: a mosaic reads four per sample, on the hot path."""
 
     image: np.ndarray
@@ -40,14 +40,17 @@ class Reader:
     count: int
     spec: TaskSpec
     fill: float
+    recent: object = None  # the targets' cache (``resample.recent_of``), looked up once per loop
 
     @classmethod
     def of(cls, source: ImageSource) -> "Reader":
-        return cls(source, len(source), source.spec, fill_of(source))
+        spec = source.spec
+        return cls(source, len(source), spec, fill_of(source), recent_of(source, spec.polygon_points))
 
     def read(self, index: int) -> RecordView:
         """Record ``index``: its image view and its targets, polygons resampled for the task."""
-        return RecordView(self.source.image(index), resampled_targets(self.source, index, self.spec.polygon_points))
+        points = self.spec.polygon_points
+        return RecordView(self.source.image(index), cached_targets(self.source, index, points, self.recent))
 
 
 def fill_of(source: ImageSource) -> float:

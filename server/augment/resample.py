@@ -16,7 +16,7 @@ The positions along the outline depend only on (closed length, count), so they a
 once per pair (a small cache) and every polygon of a record is interpolated in one gather.
 
 A record's resampled polygons are a pure function of its polygons, so each process keeps
-the most recently used records' targets (``resampled_targets``, up to ``CACHE_BYTES`` per source
+the most recently used records' targets (``cached_targets``, up to ``CACHE_BYTES`` per source
 and task, every task, detect and pose too, these up to ``PLAIN_CACHE_BYTES``): a record used again (a mosaic partner, the next
 epoch) is neither fetched nor resampled again. The cache holds read-only copies owned by this
 process (classes, boxes, polygons, keypoints; the same values and dtypes as the source's), never a
@@ -141,23 +141,32 @@ def _private(array: np.ndarray | None, dtype, shape: tuple[int, ...] | None = No
 
 
 def resampled_targets(source, index: int, points: int) -> Targets:
+    """``cached_targets`` with this process's cache of ``source`` looked up for the one call."""
+    return cached_targets(source, index, points, recent_of(source, points))
+
+
+def recent_of(source, points: int) -> _Recent | None:
+    """This process's cache of ``source``'s targets resampled to ``points`` (None: a source that
+    cannot be weakly referenced); a render loop looks it up once (``record.Reader``)."""
+    try:
+        per_source = _caches.setdefault(source, {})
+    except TypeError:
+        return None
+    recent = per_source.get(points)
+    if recent is None:
+        recent = per_source[points] = _Recent(CACHE_BYTES if points else PLAIN_CACHE_BYTES)
+    return recent
+
+
+def cached_targets(source, index: int, points: int, recent: _Recent | None) -> Targets:
     """``source.targets(index)`` with its polygons resampled for a task of ``points`` points (0: as
-    they are), from this process's cache when the record was used recently.
+    they are), from ``recent`` (``recent_of``) when the record was used recently.
 
     Every route fetches a record's targets once per use (four per mosaic), and a snapshot's
     ``targets`` builds a view per polygon each time; the cache keeps the record's arrays as
     process-private read-only copies instead (the same values and dtypes), so a record used again
-    costs a dictionary lookup. A source that cannot be weakly referenced is read every time."""
-    try:
-        per_source = _caches.setdefault(source, {})
-    except TypeError:  # a source that cannot be weakly referenced: no cache
-        per_source = None
-    if per_source is None:
-        recent = None
-    else:
-        recent = per_source.get(points)
-        if recent is None:
-            recent = per_source[points] = _Recent(CACHE_BYTES if points else PLAIN_CACHE_BYTES)
+    costs a dictionary lookup. Without a cache (a source that cannot be weakly referenced) the
+    record is read every time."""
     hit = None if recent is None else recent.get(index)
     if hit is not None:
         return hit
