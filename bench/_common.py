@@ -231,10 +231,27 @@ def tree(pid: int) -> list[int]:
 
 
 # -- daemons ----------------------------------------------------------------------------------
+def status(socket_dir: str, *, timeout_s: float = 3.0):
+    """The daemon's status reply with attribute access: the typed reply, or, from a base whose
+    client still returns the reply's dict (``--base`` of an older commit), that dict's keys as
+    attributes, nested."""
+    from types import SimpleNamespace
+
+    from pixpool.ops.status_client import query_status
+
+    def attrs(value):
+        if isinstance(value, dict):
+            return SimpleNamespace(**{k: attrs(v) for k, v in value.items()})
+        if isinstance(value, list):
+            return [attrs(v) for v in value]
+        return value
+
+    return attrs(query_status(socket_dir, timeout_s=timeout_s))
+
+
 def wait_ready(socket_dir: str, workers: int, proc=None, timeout_s: float = WAIT_S, poll_s: float = 0.1):
     """The daemon's first status that lists ``workers`` started workers (bounded wait); ``proc``
     (a ``multiprocessing`` process or a ``Popen``) must not exit meanwhile."""
-    from pixpool.ops.status_client import query_status
     from pixpool.shared.errors import DaemonTimeout
 
     deadline = time.monotonic() + timeout_s
@@ -243,7 +260,7 @@ def wait_ready(socket_dir: str, workers: int, proc=None, timeout_s: float = WAIT
         if code is not None:
             raise RuntimeError(f"the daemon exited with {code} before it was ready")
         try:
-            st = query_status(socket_dir, timeout_s=1.0)
+            st = status(socket_dir, timeout_s=1.0)
             if len(st.workers) == workers and all(w.pid for w in st.workers):
                 return st
         except (DaemonTimeout, FileNotFoundError, ConnectionError):

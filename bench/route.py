@@ -430,7 +430,6 @@ def measure(workers: int, epochs: int, dtype: str | None = None) -> dict:
     import torch
 
     import pixpool.client
-    from pixpool.ops.status_client import query_status
     from pixpool.server.readers import load_dataset
 
     root = Path(tempfile.mkdtemp(prefix="pxbench-cpu-"))
@@ -444,7 +443,7 @@ def measure(workers: int, epochs: int, dtype: str | None = None) -> dict:
             common.daemon(workers=workers, **fields) as (d, _),
         ):
             torch.set_num_threads(1)
-            st = query_status(d)
+            st = common.status(d)
             procs = {"daemon": psutil.Process(st.daemon.pid)}
             procs.update({f"worker{i}": psutil.Process(w.pid) for i, w in enumerate(st.workers)})
 
@@ -454,7 +453,7 @@ def measure(workers: int, epochs: int, dtype: str | None = None) -> dict:
             with pixpool.client.attach(d, batch_size=16, seed=0, imgsz=640, timeout_s=300, **ul.PIXPOOL_ROUTES["detect"]) as loader:  # fmt: skip
                 for batch in loader:  # warm-up epoch
                     int(batch[0][0, 0, 0, 0])
-                c0, busy0, t0 = cpu(), [w.busy_s for w in query_status(d).workers], time.perf_counter()
+                c0, busy0, t0 = cpu(), [w.busy_s for w in common.status(d).workers], time.perf_counter()
                 images, stamps = 0, []
                 for _ in range(epochs):
                     for batch in loader:
@@ -462,7 +461,7 @@ def measure(workers: int, epochs: int, dtype: str | None = None) -> dict:
                         images += batch[0].shape[0]
                         stamps.append((batch.batch, time.perf_counter()))
                 wall = time.perf_counter() - t0
-                c1, busy1 = cpu(), [w.busy_s for w in query_status(d).workers]
+                c1, busy1 = cpu(), [w.busy_s for w in common.status(d).workers]
     finally:
         shutil.rmtree(root, ignore_errors=True)
     ms = {k: (c1[k] - c0[k]) / images * 1e3 for k in c0}
