@@ -27,7 +27,8 @@ Four questions (``--what``), all on coco128 at 640 with the detect route unless 
   workers' busy fraction, and the gap between batches at an epoch boundary against within one.
   With ``--base`` the base's code and this checkout's alternate, pair by pair.
 - ``python``: the route's Python alone (``render_range`` with the kernel call a no-op), the
-  base's against this checkout's in one process, alternating rounds.
+  base's against this checkout's in one process, alternating rounds; ``--ranges 2`` renders each
+  batch as two ranges, as two workers do (a range's work done once is shared by fewer samples).
 
 A base is a git ref (its sides extracted with ``git archive``, its kernel built as above) or a
 checkout folder (its sides symlinked; its kernel must be built in it), imported as a second
@@ -36,7 +37,7 @@ package (``image``, ``python``) or put first on ``PYTHONPATH`` as ``pixpool`` (`
     python bench/route.py --what image [--runs 5] [--batches 2] [--degrees 10 --shear 2] [--base REF]
     python bench/route.py --what kernel --base REF [--this HEAD] [--runs 7] [--routes axis,rotate]
     python -P bench/route.py --what cpu [--base REF|DIR] [--pairs 5]
-    python -P bench/route.py --what python --base REF|DIR [--rounds 15]
+    python -P bench/route.py --what python --base REF|DIR [--rounds 15] [--ranges 2]
 """
 
 from __future__ import annotations
@@ -542,6 +543,9 @@ def python_main(argv: list[str]) -> int:
     p = common.parser(python_main.__doc__, "route.py --what python")
     p.add_argument("--base", required=True, help="a git ref or checkout folder")
     p.add_argument("--rounds", type=int, default=15, help="alternating rounds of 4 batches of 16")
+    p.add_argument(
+        "--ranges", type=int, default=1, help="each batch rendered as this many ranges (2: what 2 workers render)"
+    )
     args = p.parse_args(argv)
     import numpy as np
 
@@ -561,14 +565,16 @@ def python_main(argv: list[str]) -> int:
             def run(arm: str):
                 batch, settings = arms[arm]
                 c0 = time.process_time()
+                cuts = [16 * k // args.ranges for k in range(args.ranges + 1)]
                 for b in range(4):
-                    batch.render_range(prep.snapshot, settings, 0, b, 0, 16, images_out=out)
+                    for lo, hi in zip(cuts[:-1], cuts[1:]):
+                        batch.render_range(prep.snapshot, settings, 0, b, lo, hi, images_out=out[lo:hi])
                 return (time.process_time() - c0) / 64 * 1e3
 
             before = common.load()
             ms = common.rounds({arm: lambda arm=arm: run(arm) for arm in arms}, args.rounds, warmup=True)
     common.dump({
-        "command": args.command, "rounds": args.rounds, "load": [before, common.load()],
+        "command": args.command, "rounds": args.rounds, "ranges": args.ranges, "load": [before, common.load()],
         "python_ms_per_img": {a: round(statistics.median(v), 3) for a, v in ms.items()},
         "python_ms_per_img_rounds": {a: [round(x, 3) for x in v] for a, v in ms.items()},
         "this_over_base_paired": common.paired(ms["this"], ms["base"]),
