@@ -76,3 +76,16 @@ def test_what_picks_the_question_and_the_parser_keeps_the_command_that_reproduce
     assert common.dispatch(whats, ["--n", "2"]) == 0
     assert seen["first"].n == 2 and seen["first"].command == "python bench/store.py --what first --n 2"
     assert common.dispatch(whats, ["--what", "second", "--n", "5"]) == 3 and seen["second"] == ["--n", "5"]
+
+
+def test_status_gives_an_older_clients_dict_reply_attribute_access(monkeypatch):
+    import pixpool.ops.status_client as client
+
+    reply = {"daemon": {"pid": 7}, "workers": [{"pid": 8, "busy_s": 1.5}, {"pid": 0, "busy_s": 0.0}]}
+    monkeypatch.setattr(client, "query_status", lambda socket_dir, timeout_s: reply)
+    st = common.status("/nowhere")
+    assert st.daemon.pid == 7
+    assert [(w.pid, w.busy_s) for w in st.workers] == [(8, 1.5), (0, 0.0)]
+    typed = object()  # a typed reply is passed through as it is
+    monkeypatch.setattr(client, "query_status", lambda socket_dir, timeout_s: typed)
+    assert common.status("/nowhere") is typed
