@@ -94,25 +94,25 @@ class Labels:
         parts = [p for p in placed if len(p[0].classes)]  # concat drops empty parts
         if not parts:
             return cls.empty()
-        classes, boxes, points_nm, lengths, part_points = [], [], [], [], []
-        for targets, *_ in parts:
-            n = len(targets.classes)
-            classes.append(np.asarray(targets.classes, dtype=np.int32).reshape(-1))
-            boxes.append(np.asarray(targets.boxes, dtype=np.float32).reshape(-1, 4))
+        points_nm, lengths, part_points = [], [], []
+        sizes = [len(t.classes) for t, *_ in parts]
+        for (targets, *_), n in zip(parts, sizes):
             source = targets.polygons if len(targets.polygons) == n else ()
-            polys = [p for p in source if len(p) >= MIN_VERTICES]
-            if polys:
-                lengths.extend(len(p) if len(p) >= MIN_VERTICES else 0 for p in source)
-                points_nm.extend(polys)
-                part_points.append(sum(len(p) for p in polys))
+            counts = [len(p) for p in source]
+            if counts and min(counts) >= MIN_VERTICES:  # every instance has a polygon: the common case
+                points_nm.extend(source)
+            elif counts:
+                counts = [k if k >= MIN_VERTICES else 0 for k in counts]
+                points_nm.extend(p for p, k in zip(source, counts) if k)
             else:
-                lengths.extend([0] * n)
-                part_points.append(0)
+                counts = [0] * n
+            lengths.extend(counts)
+            part_points.append(sum(counts))
         # each row's part's width, height, padw, padh
-        rows = np.repeat(
-            np.array([(w, h, pw, ph) for _, w, h, pw, ph in parts], np.float32), [len(c) for c in classes], axis=0
-        )
-        out_boxes = np.concatenate(boxes)
+        rows = np.repeat(np.array([(w, h, pw, ph) for _, w, h, pw, ph in parts], np.float32), sizes, axis=0)
+        # ``Targets`` holds int32 (n,) classes and float32 (n, 4) boxes; the dtype casts any other
+        # type as ``from_targets``' ``np.asarray`` does
+        out_boxes = np.concatenate([t.boxes for t, *_ in parts], dtype=np.float32)
         pairs = out_boxes.reshape(-1, 2, 2)  # (x1, y1), (x2, y2)
         pairs *= rows[:, None, :2]
         pairs += rows[:, None, 2:]
@@ -120,7 +120,10 @@ class Labels:
         if points_nm:
             np.cumsum(lengths, out=offsets[1:])
             out_points = np.empty((int(offsets[-1]), 2), np.float32)
-            np.concatenate([np.asarray(p).reshape(-1, 2) for p in points_nm], out=out_points)
+            try:  # the polygons as ``Targets`` holds them, (k, 2) each
+                np.concatenate(points_nm, out=out_points)
+            except ValueError:  # flat (2k,) ones, as ``from_targets`` takes them too
+                np.concatenate([np.asarray(p).reshape(-1, 2) for p in points_nm], out=out_points)
             if len(out_points) > POINTS_PER_CALL * len(parts):
                 # long polygons (a segment's, resampled): a call per part costs less than a size
                 # and an offset per point
@@ -139,7 +142,8 @@ class Labels:
             out_keypoints = place_keypoints(
                 np.concatenate(raw, dtype=np.float32), rows[:, 0:1], rows[:, 1:2], rows[:, 2:3], rows[:, 3:4]
             )
-        return cls(np.concatenate(classes), out_boxes, out_points, offsets, out_keypoints)
+        classes = np.concatenate([t.classes for t, *_ in parts], dtype=np.int32)
+        return cls(classes, out_boxes, out_points, offsets, out_keypoints)
 
     @classmethod
     def _from_placed_boxes(cls, placed: list[tuple[Targets, int, int, float, float]]) -> "Labels":
