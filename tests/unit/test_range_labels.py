@@ -164,11 +164,14 @@ def _matrix(rng: np.random.Generator, side: int, imgsz: int, perspective: bool) 
     return out
 
 
+@pytest.mark.parametrize("budget", [range_labels.POINTS_PER_GATHER, 40])
 @pytest.mark.parametrize("task", ["detect", "segment", "obb", "pose"])
-def test_random_ranges_with_polygons_are_each_samples(task):
+def test_random_ranges_with_polygons_are_each_samples(task, budget, monkeypatch):
     """Ranges drawn at random (placements, canvases, matrices with and without perspective, instances
     with and without polygons, polygons inside, crossing and wholly outside the output, samples
-    without instances): each sample's labels from the range are its labels alone."""
+    without instances): each sample's labels from the range are its labels alone; gathered whole or
+    in chunks of a few samples (``POINTS_PER_GATHER``)."""
+    monkeypatch.setattr(range_labels, "POINTS_PER_GATHER", budget)
     spec = {"detect": DETECT, "pose": task_spec("pose", kpt_shape=(5, 3), flip_idx=(0, 2, 1, 4, 3))}.get(task)
     spec = spec or task_spec(task)
     rng = np.random.default_rng(11)
