@@ -39,6 +39,11 @@ MAX_ASPECT = 100.0
 MIN_AREA_RATIO = 0.10
 MIN_AREA_RATIO_POLYGONS = 0.01
 
+# Points per part above which ``Labels.from_placed`` places each part's points by its own call
+# rather than by a size and an offset repeated per point: coco128's detect-json records hold ~165
+# points (one call per array is cheaper), its segment records ~7000 (resampled; a call per part is).
+POINTS_PER_CALL = 256
+
 
 @dataclass
 class Labels:
@@ -82,48 +87,64 @@ class Labels:
     def from_placed(cls, placed: list[tuple[Targets, int, int, float, float]]) -> "Labels":
         """``Labels.concat([Labels.from_targets(t, w, h, padw, padh) for ... in placed])``,
         the same arrays, built with one multiply and one add per array instead of per part
-        (a mosaic places four records). Elementwise float32 arithmetic, so batching the
-        parts changes no bit; the tests compare both."""
+        (a mosaic places four records; a range's samples place theirs together): each part's size
+        and offset repeated per row and per polygon point. Elementwise float32 arithmetic, so
+        batching the parts changes no bit; the tests compare both."""
         if not any(t.polygons or t.keypoints is not None for t, *_ in placed):
             return cls._from_placed_boxes(placed)
-        classes, boxes, box_affine, points_nm, point_affine, lengths, keypoints = [], [], [], [], [], [], []
-        for targets, width, height, padw, padh in placed:
-            n = len(targets.classes)
-            if n == 0:
-                continue  # concat drops empty parts
-            classes.append(np.asarray(targets.classes, dtype=np.int32).reshape(-1))
-            boxes.append(np.asarray(targets.boxes, dtype=np.float32).reshape(-1, 4))
-            box_affine.append((n, (width, height, width, height, padw, padh, padw, padh)))
-            keypoints.append(place_keypoints(targets.keypoints, width, height, padw, padh))
-            source = targets.polygons if len(targets.polygons) == n else ()
-            polys = [p for p in source if len(p) >= MIN_VERTICES]
-            if polys:
-                lengths.extend(len(p) if len(p) >= MIN_VERTICES else 0 for p in source)
-                points_nm.extend(polys)
-                point_affine.append((sum(len(p) for p in polys), (width, height, padw, padh)))
-            else:
-                lengths.extend([0] * n)
-        if not classes:
+        parts = [p for p in placed if len(p[0].classes)]  # concat drops empty parts
+        if not parts:
             return cls.empty()
-        box_rows = np.repeat(np.array([a for _, a in box_affine], np.float32), [k for k, _ in box_affine], axis=0)
-        out_boxes = np.concatenate(boxes) * box_rows[:, :4]
-        out_boxes += box_rows[:, 4:]
-        if points_nm:
-            # One concatenation, then each part's block scaled and shifted in place: the same
-            # float32 operations per element as ``from_targets``.
-            out_points = np.empty((sum(k for k, _ in point_affine), 2), np.float32)
-            np.concatenate([np.asarray(p).reshape(-1, 2) for p in points_nm], out=out_points)
-            pos = 0
-            for k, (width, height, padw, padh) in point_affine:
-                _scale_shift(out_points[pos : pos + k], width, height, padw, padh)
-                pos += k
-        else:
-            out_points = np.zeros((0, 2), np.float32)
+        points_nm, lengths, part_points = [], [], []
+        sizes = [len(t.classes) for t, *_ in parts]
+        for (targets, *_), n in zip(parts, sizes):
+            source = targets.polygons if len(targets.polygons) == n else ()
+            counts = [len(p) for p in source]
+            if counts and min(counts) >= MIN_VERTICES:  # every instance has a polygon: the common case
+                points_nm.extend(source)
+            elif counts:
+                counts = [k if k >= MIN_VERTICES else 0 for k in counts]
+                points_nm.extend(p for p, k in zip(source, counts) if k)
+            else:
+                counts = [0] * n
+            lengths.extend(counts)
+            part_points.append(sum(counts))
+        # each row's part's width, height, padw, padh
+        rows = np.repeat(np.array([(w, h, pw, ph) for _, w, h, pw, ph in parts], np.float32), sizes, axis=0)
+        # ``Targets`` holds int32 (n,) classes and float32 (n, 4) boxes; the dtype casts any other
+        # type as ``from_targets``' ``np.asarray`` does
+        out_boxes = np.concatenate([t.boxes for t, *_ in parts], dtype=np.float32)
+        pairs = out_boxes.reshape(-1, 2, 2)  # (x1, y1), (x2, y2)
+        pairs *= rows[:, None, :2]
+        pairs += rows[:, None, 2:]
         offsets = np.zeros(len(lengths) + 1, dtype=np.int64)
-        if points_nm:  # else every length is 0 (detect records): the zeros are the offsets
+        if points_nm:
             np.cumsum(lengths, out=offsets[1:])
-        out_keypoints = None if any(k is None for k in keypoints) else np.concatenate(keypoints)
-        return cls(np.concatenate(classes), out_boxes, out_points, offsets, out_keypoints)
+            out_points = np.empty((int(offsets[-1]), 2), np.float32)
+            try:  # the polygons as ``Targets`` holds them, (k, 2) each
+                np.concatenate(points_nm, out=out_points)
+            except ValueError:  # flat (2k,) ones, as ``from_targets`` takes them too
+                np.concatenate([np.asarray(p).reshape(-1, 2) for p in points_nm], out=out_points)
+            if len(out_points) > POINTS_PER_CALL * len(parts):
+                # long polygons (a segment's, resampled): a call per part costs less than a size
+                # and an offset per point
+                pos = 0
+                for k, (_, width, height, padw, padh) in zip(part_points, parts):
+                    _scale_shift(out_points[pos : pos + k], width, height, padw, padh)
+                    pos += k
+            else:
+                per_point = np.repeat(rows, lengths, axis=0)
+                _scale_shift(out_points, per_point[:, 0], per_point[:, 1], per_point[:, 2], per_point[:, 3])
+        else:  # every length is 0 (detect records): the zeros are the offsets
+            out_points = np.zeros((0, 2), np.float32)
+        raw = [t.keypoints for t, *_ in parts]
+        out_keypoints = None
+        if not any(k is None for k in raw):
+            out_keypoints = place_keypoints(
+                np.concatenate(raw, dtype=np.float32), rows[:, 0:1], rows[:, 1:2], rows[:, 2:3], rows[:, 3:4]
+            )
+        classes = np.concatenate([t.classes for t, *_ in parts], dtype=np.int32)
+        return cls(classes, out_boxes, out_points, offsets, out_keypoints)
 
     @classmethod
     def _from_placed_boxes(cls, placed: list[tuple[Targets, int, int, float, float]]) -> "Labels":
@@ -186,10 +207,14 @@ class Labels:
         keypoints = None if self.keypoints is None else self.keypoints[idx]
         return Labels(self.classes[idx], self.boxes[idx], points, offsets, keypoints)
 
-    def clip(self, width: float, height: float, *, rotated: bool = False) -> "Labels":
+    def clip(self, width, height, *, rotated: bool = False) -> "Labels":
         """Boxes, polygon vertices and keypoints clipped to [0, width] x [0, height]; a keypoint
         outside it gets visibility 0 first. ``rotated`` (OBB): each polygon clipped keeping its
-        box's direction (``obb.clip_rotated``; a polygon-less box clamped)."""
+        box's direction (``obb.clip_rotated``; a polygon-less box clamped). ``width`` and
+        ``height`` are numbers, or (n,) arrays: a bound per instance (a range's instances, each
+        sample on its own canvas), each run of instances with one bound clipped as above."""
+        if np.ndim(width):
+            return self._clip_runs(np.asarray(width), np.asarray(height), rotated)
         keypoints = None if self.keypoints is None else clip_keypoints(self.keypoints, width, height)
         if rotated and len(self.points):
             boxes, points = clip_rotated(self.boxes, self.points, self.offsets, width, height)
@@ -204,6 +229,34 @@ class Labels:
         # no points: nothing to clip (and the arrays are only ever read)
         points = np.clip(self.points, 0, hi[:2]) if len(self.points) else self.points
         return Labels(self.classes, np.clip(self.boxes, 0, hi), points, self.offsets, keypoints)
+
+    def _clip_runs(self, width: np.ndarray, height: np.ndarray, rotated: bool) -> "Labels":
+        """``clip`` with a bound per instance: each run of instances with one bound through the
+        scalar ``clip`` (a range whose samples are all mosaics is one run), the runs concatenated:
+        the very operations each sample's instances get alone."""
+        n = len(self)
+        change = np.flatnonzero((width[1:] != width[:-1]) | (height[1:] != height[:-1])) + 1
+        edges = [0, *change.tolist(), n]
+        firsts = edges[:-1]
+        bounds = zip(width[firsts].tolist(), height[firsts].tolist())
+        if len(firsts) == 1:
+            w, h = next(bounds)
+            return self.clip(w, h, rotated=rotated)
+        return Labels.concat(
+            [self.rows(a, b).clip(w, h, rotated=rotated) for a, b, (w, h) in zip(firsts, edges[1:], bounds)]
+        )
+
+    def rows(self, start: int, stop: int) -> "Labels":
+        """Instances ``start .. stop`` (views; their points' offsets re-based on their first point)."""
+        a, b = self.offsets[start], self.offsets[stop]
+        keypoints = None if self.keypoints is None else self.keypoints[start:stop]
+        return Labels(
+            self.classes[start:stop],
+            self.boxes[start:stop],
+            self.points[a:b],
+            self.offsets[start : stop + 1] - a,
+            keypoints,
+        )
 
     @staticmethod
     def concat(parts: list["Labels"]) -> "Labels":
@@ -282,19 +335,61 @@ def transform_labels(
     with its old box scaled by ``scale``; its area threshold is the polygon one when any
     instance has one.
     """
-    n = len(labels)
-    if n == 0:
+    if len(labels) == 0:
         return Labels.empty()
+    # the entries as Python floats: the same float64 products, without an array index per entry
+    entries = [v for row in matrix.tolist() for v in row]
+    moved, keep = transform_rows(
+        labels, entries, perspective, np.float32(scale), imgsz, rotated=rotated, visible=visible
+    )
+    return moved.select(keep)
+
+
+def transform_rows(
+    labels: Labels,
+    entries,
+    perspective,
+    scale,
+    imgsz: int,
+    *,
+    owner: np.ndarray | None = None,
+    rotated: bool = False,
+    visible: bool = False,
+) -> tuple[Labels, np.ndarray]:
+    """``transform_labels`` up to its filter: (the labels through the matrix and clipped, every
+    instance; bool (n,) the instances the candidate filter keeps).
+
+    One matrix (``entries`` nine Python floats, ``perspective`` a bool, ``scale`` a float32), or one
+    per row (nine float64 (n, 1) columns, a bool (n,) or None, a float32 (n, 1) column), as
+    ``corner_boxes`` takes them. With ``owner`` (int64 (n,), each row's sample, a range's rows) what
+    the route decides per sample is decided per owner: the area threshold (the polygon one where
+    the sample has a polygon) and, for OBB, whether the sample's boxes go through ``clip_rotated``.
+    Every other operation is per row or per point (each sample's points through its matrix by a
+    call of their own, ``visible_boxes`` and ``clip_rotated`` per instance, the extents a reduction
+    per polygon), so a row gets the bytes it gets with its sample alone
+    (tests/unit/test_range_labels.py)."""
     old = labels.boxes
-    new = _corner_boxes(old, matrix, perspective)
+    new = corner_boxes(old, entries, perspective)
     points = labels.points
     # Without points no instance has a polygon (the common detect case: skip the diff).
     has = labels.has_polygons if len(points) else None
-    if len(points):
-        moved = _apply(points.astype(np.float64), matrix, perspective)  # float64, as the corners
+    ratio = MIN_AREA_RATIO
+    pointed = None  # per row, where rows are several samples': whether its sample has points
+    if len(points) and owner is None:
+        moved = _apply(points.astype(np.float64), entries, perspective)  # float64, as the corners
+        if has.any():
+            ratio = MIN_AREA_RATIO_POLYGONS
+    elif len(points):
+        moved = _apply_per_sample(points.astype(np.float64), labels.offsets, entries, perspective, owner)
+        pointed = (np.bincount(owner, labels.counts) > 0)[owner]
+        polygons = (np.bincount(owner, has) > 0)[owner]
+        ratio = np.where(polygons, np.float32(MIN_AREA_RATIO_POLYGONS), np.float32(MIN_AREA_RATIO))
     if len(points) and rotated:
-        new = np.clip(new, 0, imgsz).astype(np.float32)
-        new, points = clip_rotated(new, moved.astype(np.float32), labels.offsets, imgsz, imgsz)
+        clipped = np.clip(new, 0, imgsz).astype(np.float32)
+        new, points = clip_rotated(clipped, moved.astype(np.float32), labels.offsets, imgsz, imgsz)
+        if pointed is not None:
+            # a sample without polygons skips ``clip_rotated`` when alone: its boxes clipped once
+            new = np.where(pointed[:, None], new, clipped)
     elif len(points) and visible:
         box, points = visible_boxes(moved, labels.offsets, imgsz)
         new[has] = box[has]
@@ -308,21 +403,13 @@ def transform_labels(
     new = np.clip(new, 0, imgsz).astype(np.float32)
     keypoints = labels.keypoints
     if keypoints is not None:
-        entries = [v for row in matrix.tolist() for v in row]
         keypoints = transformed_keypoints(keypoints, entries, perspective, imgsz)
-    polygons = has is not None and has.any()
-    keep = candidates(old * np.float32(scale), new, MIN_AREA_RATIO_POLYGONS if polygons else MIN_AREA_RATIO)
-    return Labels(labels.classes, new, points, labels.offsets, keypoints).select(keep)
+    keep = candidates(old * scale, new, ratio)
+    return Labels(labels.classes, new, points, labels.offsets, keypoints), keep
 
 
 _CORNER_X = np.array([0, 2, 0, 2])
 _CORNER_Y = np.array([1, 3, 3, 1])
-
-
-def _corner_boxes(boxes: np.ndarray, matrix: np.ndarray, perspective: bool) -> np.ndarray:
-    """``corner_boxes`` through one 3x3 ``matrix``."""
-    # the entries as Python floats: the same float64 products, without an array index per entry
-    return corner_boxes(boxes, [v for row in matrix.tolist() for v in row], perspective)
 
 
 def corner_boxes(boxes: np.ndarray, entries, perspective) -> np.ndarray:
@@ -379,10 +466,11 @@ def transformed_keypoints(keypoints: np.ndarray, entries, perspective, imgsz: in
     return clip_keypoints(out, imgsz, imgsz)
 
 
-def _scale_shift(points: np.ndarray, width: float, height: float, padw: float, padh: float) -> None:
+def _scale_shift(points: np.ndarray, width, height, padw, padh) -> None:
     """In place on float32 (m, 2) ``points``: x * width + padw, y * height + padh, each one float32
-    multiply and one add per element. Column by column: numpy broadcasts a (2,) operand over
-    (m, 2) several times slower than it runs a scalar over a column."""
+    multiply and one add per element; the sizes and offsets numbers, or float32 (m,) arrays (one
+    per point). Column by column: numpy broadcasts a (2,) operand over (m, 2) several times slower
+    than it runs a scalar over a column."""
     x, y = points[:, 0], points[:, 1]
     x *= np.float32(width)
     y *= np.float32(height)
@@ -418,8 +506,9 @@ def place_keypoints(keypoints: np.ndarray | None, width, height, padw, padh) -> 
     return out
 
 
-def candidates(before: np.ndarray, after: np.ndarray, area_ratio: float) -> np.ndarray:
-    """bool (n,): boxes that survived a transform (size, area kept, aspect)."""
+def candidates(before: np.ndarray, after: np.ndarray, area_ratio) -> np.ndarray:
+    """bool (n,): boxes that survived a transform (size, area kept, aspect). ``area_ratio`` a
+    number, or float32 (n,) (a threshold per box); compared in float32 either way."""
     # widths and heights as (n, 2) pairs: the same float32 operations per value in fewer calls
     wh1 = before[:, 2:4] - before[:, 0:2]
     wh2 = after[:, 2:4] - after[:, 0:2]
@@ -430,17 +519,35 @@ def candidates(before: np.ndarray, after: np.ndarray, area_ratio: float) -> np.n
     return (w2 > MIN_SIDE_PX) & (h2 > MIN_SIDE_PX) & (w2 * h2 / (w1 * h1 + eps) > area_ratio) & (aspect < MAX_ASPECT)
 
 
-def _apply(points: np.ndarray, matrix: np.ndarray, perspective: bool) -> np.ndarray:
-    """(m, 2) float64 points through ``matrix``; elementwise (no BLAS), so the rounding
-    does not depend on how many points are transformed together."""
+def _apply(points: np.ndarray, entries, perspective: bool) -> np.ndarray:
+    """(m, 2) float64 points through a matrix, its row-major ``entries`` nine Python floats;
+    elementwise (no BLAS), so the rounding does not depend on how many points are transformed
+    together."""
     x, y = points[:, 0], points[:, 1]
-    m = matrix
+    m0, m1, m2, m3, m4, m5, m6, m7, m8 = entries
     out = np.empty_like(points)
-    out[:, 0] = m[0, 0] * x + m[0, 1] * y + m[0, 2]
-    out[:, 1] = m[1, 0] * x + m[1, 1] * y + m[1, 2]
+    out[:, 0] = m0 * x + m1 * y + m2
+    out[:, 1] = m3 * x + m4 * y + m5
     if perspective:
-        z = m[2, 0] * x + m[2, 1] * y + m[2, 2]
+        z = m6 * x + m7 * y + m8
         out /= z[:, None]
+    return out
+
+
+def _apply_per_sample(points: np.ndarray, offsets: np.ndarray, entries, perspective, owner: np.ndarray) -> np.ndarray:
+    """``_apply`` on each sample's points with its matrix: a range's rows (``owner`` non-decreasing,
+    ``entries`` and ``perspective`` per row as ``transform_rows`` takes them). One call per sample,
+    not a matrix gathered per point: a segment polygon has a thousand points, and nine float64
+    entries per point would cost more than the calls."""
+    edges = np.flatnonzero(np.diff(owner, prepend=-1, append=-1))  # each sample's first row, then n
+    firsts = edges[:-1]
+    ends = offsets[edges].tolist()
+    matrices = np.concatenate(entries, axis=1)[firsts].tolist()
+    divides = [False] * len(firsts) if perspective is None else perspective[firsts].tolist()
+    out = np.empty_like(points)
+    for a, b, matrix, divide in zip(ends[:-1], ends[1:], matrices, divides):
+        if b > a:
+            out[a:b] = _apply(points[a:b], matrix, divide)
     return out
 
 
