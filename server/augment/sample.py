@@ -82,7 +82,7 @@ class Pending:
     flip_ud: bool
     flip_lr: bool
     labels: Labels
-    generator: np.random.Generator
+    generator: Draws
     fill: float
 
     def write(self, out_chw: np.ndarray, tables: np.ndarray | None, floats: list[np.ndarray] | None = None) -> None:
@@ -152,7 +152,7 @@ class Draft:
     """A training sample drawn up to where its route first needs labels (``draft``): its
     generator, whether its epoch closes the mosaic, its main pre-transform (``Pre``)."""
 
-    rng: np.random.Generator
+    rng: Draws
     closed: bool
     pre: Pre
 
@@ -234,9 +234,7 @@ def finish(
     return Pending(imgsz, layers, ratio, flip_ud, flip_lr, labels, rng, reader.fill)
 
 
-def _draw_pre(
-    reader: Reader, index: int, settings: StreamSettings, closed: bool, rng: np.random.Generator, clock: StageClock
-) -> Pre:
+def _draw_pre(reader: Reader, index: int, settings: StreamSettings, closed: bool, rng: Draws, clock: StageClock) -> Pre:
     """Steps 1-2 of record ``index`` up to their labels: the draws first (the mosaic's partners and
     centre, the matrix), then the records are read and their tiles placed."""
     cfg = settings.augment
@@ -274,7 +272,7 @@ def _pre_transform(
     index: int,
     settings: StreamSettings,
     closed: bool,
-    rng: np.random.Generator,
+    rng: Draws,
     clock: StageClock,
     *,
     copy_paste: bool = True,
@@ -293,7 +291,7 @@ def _pasted(
     pre: Pre,
     labels: Labels,
     no_paste: bool,
-    rng: np.random.Generator,
+    rng: Draws,
     clock: StageClock,
 ) -> tuple[Layer, Labels]:
     """Step 4 on a pre-transform with its ``labels`` (none when ``no_paste``): its kernel layer and
@@ -323,7 +321,7 @@ def _paste_partner(
     reader: Reader,
     settings: StreamSettings,
     labels: Labels,
-    rng: np.random.Generator,
+    rng: Draws,
     clock: StageClock,
 ) -> tuple[Labels | None, Layer | None]:
     """Copy-paste in mixup mode (``copy_paste.py``): with probability ``copy_paste`` a random
@@ -342,7 +340,7 @@ def _paste_partner(
 
 def render_sample(
     source: ImageSource, index: int, settings: StreamSettings, epoch: int
-) -> tuple[np.ndarray, Labels, np.random.Generator]:
+) -> tuple[np.ndarray, Labels, Draws]:
     """(float32 S x S x 3 BGR image before quantisation, labels in pixels, the sample's
     generator after every draw). What the parity tests compare."""
     pending = render(Reader.of(source), index, settings.for_imgsz(source.imgsz), epoch, StageClock(None))
