@@ -85,10 +85,12 @@ class Pending:
     generator: Draws
     fill: float
 
-    def write(self, out_chw: np.ndarray, tables: np.ndarray | None, floats: list[np.ndarray] | None = None) -> None:
-        """Render into ``out_chw`` (uint8 (3, S, S) C-contiguous) with the HSV ``tables`` or None;
-        with ``floats``, the float32 (S, S, 3) BGR image before quantisation appended to it, from
-        the same kernel pass."""
+    def write(
+        self, out_chw: np.ndarray | None, tables: np.ndarray | None, floats: list[np.ndarray] | None = None
+    ) -> None:
+        """Render into ``out_chw`` (uint8 (3, S, S) C-contiguous; None: no bytes) with the HSV
+        ``tables`` or None; with ``floats``, the float32 (S, S, 3) BGR image before quantisation
+        appended to it, from the same kernel pass."""
         image = None if floats is None else np.empty((self.imgsz, self.imgsz, 3), dtype=np.float32)
         kernel.render(
             self.imgsz,
@@ -106,17 +108,9 @@ class Pending:
 
     def float_image(self) -> np.ndarray:
         """The float32 (S, S, 3) BGR image before quantisation (a new array)."""
-        out = np.empty((self.imgsz, self.imgsz, 3), dtype=np.float32)
-        kernel.render(
-            self.imgsz,
-            self.layers,
-            flip_ud=self.flip_ud,
-            flip_lr=self.flip_lr,
-            ratio=self.ratio or 0.0,
-            floats=out,
-            fill=self.fill,
-        )
-        return out
+        floats: list[np.ndarray] = []
+        self.write(None, None, floats)
+        return floats[0]
 
 
 class StageClock:
