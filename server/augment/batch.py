@@ -47,7 +47,7 @@ from .labels import Labels, pack
 from .masks import render_masks
 from .part import Part, Span, checked_out, positions_of
 from .record import Reader
-from .sample import Pending, StageClock, draft, finish, render
+from .sample import Pending, StageClock, draft_range, finish, render
 from .val_rect import RectPlacement
 
 
@@ -186,7 +186,7 @@ class SquarePlacement:
         reader, settings, epoch, imgsz = self.reader, self.settings, self.epoch, self.side
         clock = StageClock(timings)
         records = self.records.tolist()
-        drafts = [draft(reader, record, settings, epoch, clock, self.draws.pop(record, None)) for record in records]
+        drafts = draft_range(reader, records, settings, epoch, clock, [self.draws.pop(r, None) for r in records])
         pre = range_labels.pre_labels(drafts, imgsz, reader.spec)
         clock.lap("labels")
         labels: list[Labels] = []

@@ -127,14 +127,17 @@ class Layer:
         return (self.inverse, tiles, self.mask, tuple((mask, layer.packed()) for mask, layer in self.pastes))
 
 
-def inverse(matrix: np.ndarray) -> tuple[float, ...]:
-    """The inverse of the 3x3 ``matrix`` (output <- canvas) as 9 Python floats, computed in
-    IEEE double by explicit formulas (no LAPACK, so the same on every machine).
+def inverse(matrix: np.ndarray | tuple[float, ...]) -> tuple[float, ...]:
+    """The inverse of the 3x3 ``matrix`` (output <- canvas; or its nine row-major entries as a
+    tuple of Python floats) as 9 Python floats, computed in IEEE double by explicit formulas (no
+    LAPACK, so the same on every machine).
 
     An affine matrix (last row 0 0 1) gets the affine inverse with (0, 0, 1) exactly.
     """
-    m = [float(v) for v in np.asarray(matrix, dtype=np.float64).reshape(9)]
-    a, b, c, d, e, f, g, h, i = m
+    if isinstance(matrix, tuple):
+        a, b, c, d, e, f, g, h, i = matrix
+    else:
+        a, b, c, d, e, f, g, h, i = np.asarray(matrix, dtype=np.float64).reshape(9).tolist()
     if g == 0.0 and h == 0.0 and i == 1.0:
         det = a * e - b * d
         ia, ib, id_, ie = e / det, -b / det, -d / det, a / det

@@ -315,7 +315,7 @@ class Labels:
 
 def transform_labels(
     labels: Labels,
-    matrix: np.ndarray,
+    matrix: np.ndarray | tuple[float, ...],
     imgsz: int,
     scale: float,
     *,
@@ -323,7 +323,8 @@ def transform_labels(
     rotated: bool = False,
     visible: bool = False,
 ) -> Labels:
-    """Labels through the 3x3 ``matrix`` onto an ``imgsz`` x ``imgsz`` output, then filtered.
+    """Labels through the 3x3 ``matrix`` (or its nine row-major entries, a tuple of Python floats)
+    onto an ``imgsz`` x ``imgsz`` output, then filtered.
 
     Boxes come from the four transformed corners, or from the transformed polygon where
     the instance has one (vertices clipped to the output, then their extent; OBB polygons,
@@ -338,7 +339,7 @@ def transform_labels(
     if len(labels) == 0:
         return Labels.empty()
     # the entries as Python floats: the same float64 products, without an array index per entry
-    entries = [v for row in matrix.tolist() for v in row]
+    entries = matrix if isinstance(matrix, tuple) else [v for row in np.asarray(matrix).tolist() for v in row]
     moved, keep = transform_rows(
         labels, entries, perspective, np.float32(scale), imgsz, rotated=rotated, visible=visible
     )

@@ -38,6 +38,9 @@ POINTS_PER_GATHER = 1 << 15
 def pre_labels(drafts: list[Draft], imgsz: int, spec: TaskSpec) -> list[Labels]:
     """Each draft's main pre-transform labels (``sample.pre_labels``), in pixels of the output."""
     pres = [d.pre for d in drafts]
+    plain = _plain(pres, imgsz, spec)
+    if plain is not None:
+        return plain
     placed = [t for p in pres for t, *_ in p.placed if len(t.classes)]
     keypoints = sum(t.keypoints is not None for t in placed)
     if 0 < keypoints < len(placed):
@@ -46,6 +49,70 @@ def pre_labels(drafts: list[Draft], imgsz: int, spec: TaskSpec) -> list[Labels]:
     for chunk in _chunks(pres):
         out.extend(_gathered(chunk, imgsz, spec))
     return out
+
+
+def _plain(pres: list[Pre], imgsz: int, spec: TaskSpec) -> list[Labels] | None:
+    """``_gathered`` where no record has a polygon or keypoints (a detect range), else None: the
+    same float32 place, clip and filter per row, with each row's part geometry, canvas, matrix and
+    scale gathered as one array, and no polygon bookkeeping."""
+    classes: list[np.ndarray] = []
+    boxes: list[np.ndarray] = []
+    rows: list[tuple] = []  # per part: w, h, w, h, padw, padh, padw, padh, canvas, matrix (9), scale
+    sizes: list[int] = []
+    owners: list[int] = []
+    perspective = False
+    for s, p in enumerate(pres):
+        m = p.matrix
+        perspective = perspective or m[6] != 0 or m[7] != 0
+        for t, w, h, pw, ph in p.placed:
+            n = len(t.classes)
+            if not n:  # ``Labels.concat`` drops empty parts
+                continue
+            if t.polygons or t.keypoints is not None:
+                return None
+            classes.append(t.classes)
+            boxes.append(t.boxes)
+            rows.append((w, h, w, h, pw, ph, pw, ph, p.canvas, *m, p.scale))
+            sizes.append(n)
+            owners.append(s)
+    count = len(pres)
+    if not sizes:
+        return [Labels.empty() for _ in range(count)]
+    owner = np.repeat(np.array(owners, np.int64), sizes)
+    geometry = np.repeat(np.array(rows, np.float64), sizes, axis=0)
+    # float32 as ``Labels.from_placed`` and ``Labels.clip`` take them (whole numbers: exact)
+    placing = geometry[:, :9].astype(np.float32)
+    try:
+        placed = np.concatenate(boxes, dtype=np.float32, casting="unsafe").reshape(-1, 4)
+        kinds = np.concatenate(classes, dtype=np.int32, casting="unsafe").reshape(-1)
+    except ValueError:  # parts of different shapes ((n, 4) and flat): each reshaped first
+        placed = np.concatenate([np.asarray(b, dtype=np.float32).reshape(-1, 4) for b in boxes])
+        kinds = np.concatenate([np.asarray(c, dtype=np.int32).reshape(-1) for c in classes])
+    placed *= placing[:, 0:4]
+    placed += placing[:, 4:8]
+    np.clip(placed, 0, placing[:, 8:9], out=placed)
+    entries = [geometry[:, k : k + 1] for k in range(9, 18)]
+    flags = (geometry[:, 15] != 0) | (geometry[:, 16] != 0) if perspective else None
+    empty = np.zeros((0, 2), np.float32)
+    labels = Labels(kinds, placed, empty, np.zeros(len(kinds) + 1, np.int64))
+    moved, keep = transform_rows(
+        labels,
+        entries,
+        flags,
+        geometry[:, 18:19].astype(np.float32),
+        imgsz,
+        owner=owner,
+        rotated=spec.rotated,
+        visible=spec.has_masks,
+    )
+    kept_classes, kept_boxes = moved.classes[keep], moved.boxes[keep]
+    edges = [0, *np.cumsum(np.bincount(owner[keep], minlength=count)).tolist()]
+    before = np.bincount(owners, sizes, minlength=count).tolist()
+    # a sample without an instance before the filter has the labels of ``Labels.empty()``
+    return [
+        Labels(kept_classes[a:b], kept_boxes[a:b], empty, np.zeros(b - a + 1, np.int64)) if n else Labels.empty()
+        for a, b, n in zip(edges[:-1], edges[1:], before)
+    ]
 
 
 def _chunks(pres: list[Pre]) -> list[list[Pre]]:

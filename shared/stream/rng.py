@@ -137,6 +137,15 @@ class Draws:
         self.counter = end
         return self._values[c:end]
 
+    def take(self, n: int) -> list[float]:
+        """The next ``n`` values as a list of floats in [0, 1) (``n`` calls of ``random`` at once)."""
+        c = self.counter
+        end = c + n
+        if end <= len(self._values):
+            self.counter = end
+            return self._values[c:end]
+        return self._take(n)
+
     def random(self, size: int | None = None) -> float | np.ndarray:
         """One float in [0, 1) (``size`` None), else float64 (size,)."""
         if size is None:
