@@ -53,17 +53,21 @@ def pre_labels(drafts: list[Draft], imgsz: int, spec: TaskSpec) -> list[Labels]:
 
 def _plain(pres: list[Pre], imgsz: int, spec: TaskSpec) -> list[Labels] | None:
     """``_gathered`` where no record has a polygon or keypoints (a detect range), else None: the
-    same float32 place, clip and filter per row, with each row's part geometry, canvas, matrix and
-    scale gathered as one array, and no polygon bookkeeping."""
+    same float32 place, clip and filter per row, each row's part geometry and sample's matrix and
+    scale gathered as arrays, without the polygon bookkeeping."""
     classes: list[np.ndarray] = []
     boxes: list[np.ndarray] = []
-    rows: list[tuple] = []  # per part: w, h, w, h, padw, padh, padw, padh, canvas, matrix (9), scale
+    parts: list[int] = []  # per part, flat: w, h, padw, padh
     sizes: list[int] = []
     owners: list[int] = []
-    perspective = False
+    samples: list[float] = []  # per sample, flat: the matrix's nine entries, the scale
+    canvases: list[int] = []
+    before: list[int] = []  # per sample: its instances before the filter
     for s, p in enumerate(pres):
-        m = p.matrix
-        perspective = perspective or m[6] != 0 or m[7] != 0
+        samples.extend(p.matrix)
+        samples.append(p.scale)
+        canvases.append(p.canvas)
+        total = 0
         for t, w, h, pw, ph in p.placed:
             n = len(t.classes)
             if not n:  # ``Labels.concat`` drops empty parts
@@ -72,34 +76,42 @@ def _plain(pres: list[Pre], imgsz: int, spec: TaskSpec) -> list[Labels] | None:
                 return None
             classes.append(t.classes)
             boxes.append(t.boxes)
-            rows.append((w, h, w, h, pw, ph, pw, ph, p.canvas, *m, p.scale))
+            parts += (w, h, pw, ph)
             sizes.append(n)
             owners.append(s)
+            total += n
+        before.append(total)
     count = len(pres)
     if not sizes:
         return [Labels.empty() for _ in range(count)]
-    owner = np.repeat(np.array(owners, np.int64), sizes)
-    geometry = np.repeat(np.array(rows, np.float64), sizes, axis=0)
-    # float32 as ``Labels.from_placed`` and ``Labels.clip`` take them (whole numbers: exact)
-    placing = geometry[:, :9].astype(np.float32)
+    repeats = np.array(sizes, np.int64)
+    owner = np.repeat(np.array(owners, np.int64), repeats)
+    # each row's part's w, h, w, h and padw, padh, padw, padh, float32 as ``Labels.from_placed``
+    # takes them, as contiguous (n, 4) arrays (numpy runs a strided (n, 4) slice as n calls)
+    placing = np.repeat(np.array(parts, np.float32).reshape(-1, 4), repeats, axis=0)
     try:
         placed = np.concatenate(boxes, dtype=np.float32, casting="unsafe").reshape(-1, 4)
         kinds = np.concatenate(classes, dtype=np.int32, casting="unsafe").reshape(-1)
     except ValueError:  # parts of different shapes ((n, 4) and flat): each reshaped first
         placed = np.concatenate([np.asarray(b, dtype=np.float32).reshape(-1, 4) for b in boxes])
         kinds = np.concatenate([np.asarray(c, dtype=np.int32).reshape(-1) for c in classes])
-    placed *= placing[:, 0:4]
-    placed += placing[:, 4:8]
-    np.clip(placed, 0, placing[:, 8:9], out=placed)
-    entries = [geometry[:, k : k + 1] for k in range(9, 18)]
-    flags = (geometry[:, 15] != 0) | (geometry[:, 16] != 0) if perspective else None
+    placed *= placing.take(_SIZES, axis=1)
+    placed += placing.take(_PADS, axis=1)
+    # ``Labels.clip`` per row's canvas (float32); one bound when every sample has the same canvas
+    if min(canvases) == max(canvases):
+        placed.clip(0, np.float32(canvases[0]), out=placed)
+    else:
+        placed.clip(0, np.array(canvases, np.float32)[owner, None], out=placed)
+    # the matrix entries, then the scale, each as an (n, 1) column of the rows' samples' values
+    columns = np.array(samples, np.float64).reshape(count, 10).T.take(owner, axis=1)[:, :, None]
+    perspective = (columns[6] != 0) | (columns[7] != 0)
     empty = np.zeros((0, 2), np.float32)
     labels = Labels(kinds, placed, empty, np.zeros(len(kinds) + 1, np.int64))
     moved, keep = transform_rows(
         labels,
-        entries,
-        flags,
-        geometry[:, 18:19].astype(np.float32),
+        list(columns[:9]),
+        perspective.reshape(-1) if perspective.any() else None,
+        columns[9].astype(np.float32),
         imgsz,
         owner=owner,
         rotated=spec.rotated,
@@ -107,12 +119,15 @@ def _plain(pres: list[Pre], imgsz: int, spec: TaskSpec) -> list[Labels] | None:
     )
     kept_classes, kept_boxes = moved.classes[keep], moved.boxes[keep]
     edges = [0, *np.cumsum(np.bincount(owner[keep], minlength=count)).tolist()]
-    before = np.bincount(owners, sizes, minlength=count).tolist()
     # a sample without an instance before the filter has the labels of ``Labels.empty()``
     return [
         Labels(kept_classes[a:b], kept_boxes[a:b], empty, np.zeros(b - a + 1, np.int64)) if n else Labels.empty()
         for a, b, n in zip(edges[:-1], edges[1:], before)
     ]
+
+
+_SIZES = np.array([0, 1, 0, 1])  # w, h, w, h of a part's row
+_PADS = np.array([2, 3, 2, 3])  # padw, padh, padw, padh
 
 
 def _chunks(pres: list[Pre]) -> list[list[Pre]]:
