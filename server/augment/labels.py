@@ -291,26 +291,32 @@ class Labels:
         mirrored with them and renumbered by ``flip_idx`` (keypoint j becomes keypoint
         ``flip_idx[j]``'s slot: a left wrist becomes a right one). Ultralytics renumbers on
         either mirror, top-bottom too, and so do we: its trainers expect that order."""
-        boxes = self.boxes.copy()
-        points = self.points.copy()
+        # the box's two sides swapped (x2, y1, x1, y2 or x1, y2, x2, y1), then each mirrored in place
+        boxes = self.boxes.take(_FLIP_LR if horizontal else _FLIP_UD, axis=1)
+        # no points (detect, pose): nothing to mirror, and the empty array is only ever read
+        points = self.points.copy() if len(self.points) else self.points
         keypoints = None if self.keypoints is None else self.keypoints.copy()
         if horizontal:
             w = np.float32(width)
-            boxes[:, 0] = w - self.boxes[:, 2]
-            boxes[:, 2] = w - self.boxes[:, 0]
+            np.subtract(w, boxes[:, 0], out=boxes[:, 0])
+            np.subtract(w, boxes[:, 2], out=boxes[:, 2])
             points[:, 0] = w - self.points[:, 0]
             if keypoints is not None:
                 keypoints[..., 0] = w - self.keypoints[..., 0]
         else:
             h = np.float32(height)
-            boxes[:, 1] = h - self.boxes[:, 3]
-            boxes[:, 3] = h - self.boxes[:, 1]
+            np.subtract(h, boxes[:, 1], out=boxes[:, 1])
+            np.subtract(h, boxes[:, 3], out=boxes[:, 3])
             points[:, 1] = h - self.points[:, 1]
             if keypoints is not None:
                 keypoints[..., 1] = h - self.keypoints[..., 1]
         if keypoints is not None and flip_idx is not None:
             keypoints = np.ascontiguousarray(keypoints[:, list(flip_idx)])
         return Labels(self.classes, boxes, points, self.offsets, keypoints)
+
+
+_FLIP_LR = np.array([2, 1, 0, 3])  # a box's columns with its left and right sides swapped
+_FLIP_UD = np.array([0, 3, 2, 1])  # with its top and bottom swapped
 
 
 def transform_labels(

@@ -19,7 +19,7 @@ from ...shared.stream.config import FILL_VALUE
 from ...shared.stream.records import Targets
 from ...shared.stream.source import ImageSource
 from ...shared.task import TaskSpec
-from .resample import cached_targets, recent_of
+from .resample import cached_targets, cached_targets_of, recent_of
 
 
 class RecordView(NamedTuple):
@@ -58,9 +58,10 @@ class Reader:
     def read_many(self, indices: list[int]) -> list[RecordView]:
         """``read`` of each of ``indices`` (a list of ints), the images looked up together where the
         source can."""
-        source, points, recent = self.source, self.spec.polygon_points, self.recent
+        source = self.source
         images = self.many(indices) if self.many is not None else [source.image(i) for i in indices]
-        return [RecordView(image, cached_targets(source, i, points, recent)) for image, i in zip(images, indices)]
+        targets = cached_targets_of(source, indices, self.spec.polygon_points, self.recent)
+        return list(map(RecordView, images, targets))
 
 
 def fill_of(source: ImageSource) -> float:
