@@ -38,7 +38,7 @@ import numpy as np
 from ...shared.errors import ConfigError
 from ...shared.stream.config import StreamSettings
 from ...shared.stream.hsv_tables import tables_for
-from ...shared.stream.rng import draws_for, hsv_gains_for
+from ...shared.stream.rng import range_draws
 from ...shared.stream.route import Route
 from ...shared.stream.source import ImageSource
 from ...shared.task import TaskSpec
@@ -172,10 +172,19 @@ class SquarePlacement:
         # The range's draws and HSV tables in one vectorised evaluation each; a record's are a
         # function of (seed, epoch, record) alone, so any split of a batch draws the same.
         records = positions.tolist()
-        self.draws = dict(zip(records, draws_for(settings.seed, epoch, positions))) if train else {}
-        gains = hsv_gains_for(settings.seed, epoch, positions, cfg.hsv_h, cfg.hsv_s, cfg.hsv_v) if hsv else None
+        self.draws: dict = {}
+        self.tables: dict = {}  # record -> its uint8 (3, 256) HSV tables
+        self._tables: dict = {}  # record -> those as the kernel takes them (bytes), all made at once
+        if not train:
+            return
+        draws, gains = range_draws(settings.seed, epoch, positions, (cfg.hsv_h, cfg.hsv_s, cfg.hsv_v) if hsv else None)
+        self.draws = dict(zip(records, draws))
         # gains of exactly 1 (hsv_* all 0): no tables, the kernel skips HSV
-        self.tables = dict(zip(records, tables_for(gains))) if gains is not None and np.any(gains != 1.0) else {}
+        if gains is not None and np.any(gains != 1.0):
+            tables = tables_for(gains)
+            blob, size = tables.tobytes(), 3 * 256
+            self.tables = dict(zip(records, tables))
+            self._tables = {r: blob[i * size : (i + 1) * size] for i, r in enumerate(records)}
 
     def draw_range(self, images: np.ndarray, floats: list[np.ndarray] | None, timings) -> list[Labels]:
         if self.settings.augment.route is not Route.TRAIN:
@@ -204,7 +213,7 @@ class SquarePlacement:
         return pending.labels
 
     def _write(self, pending: Pending, record: int, out_chw: np.ndarray, floats: list[np.ndarray] | None) -> None:
-        pending.write(out_chw, self.tables.get(record), floats)
+        pending.write(out_chw, self._tables.get(record), floats)
 
     def rows(self, labels: Labels, spec: TaskSpec, keypoints: int) -> np.ndarray:
         return pack(labels, self.side, task=spec, keypoints=keypoints)

@@ -168,15 +168,16 @@ def render(
     flip_ud: bool = False,
     flip_lr: bool = False,
     ratio: float = 0.0,
-    tables: np.ndarray | None = None,
+    tables: np.ndarray | bytes | None = None,
     out: np.ndarray | None = None,
     floats: np.ndarray | None = None,
     fill: float = FILL_VALUE,
 ) -> None:
     """Run the kernel: write the uint8 (3, S, S) RGB ``out`` and/or the float32 (S, S, 3)
     B G R float image ``floats`` (step 6) of the sample made of ``layers``, whose source was
-    centred by ``fill`` (F above)."""
-    tab = None if tables is None else np.ascontiguousarray(tables, dtype=np.uint8).tobytes()
+    centred by ``fill`` (F above). ``tables``: uint8 (3, 256), or those bytes."""
+    if tables is not None and not isinstance(tables, bytes):
+        tables = np.ascontiguousarray(tables, dtype=np.uint8).tobytes()
     _kernel.render(
         int(imgsz),
         out,
@@ -185,7 +186,7 @@ def render(
         bool(flip_ud),
         bool(flip_lr),
         float(ratio),
-        tab,
+        tables,
         float(fill),
     )
 

@@ -202,6 +202,24 @@ def draws_for(seed: int, epoch: int, indices, *, stream: int = STREAM_SAMPLE, co
     return [Draws(k, row) for k, row in zip(stream_keys.tolist(), rows)]
 
 
+def range_draws(
+    seed: int, epoch: int, indices, hsv: tuple[float, float, float] | None = None
+) -> tuple[list[Draws], np.ndarray | None]:
+    """(``draws_for`` of ``indices``; with ``hsv`` = (hsv_h, hsv_s, hsv_v) their ``hsv_gains_for``,
+    else None): both streams' keys and values in one vectorised evaluation, a range's fixed cost
+    halved. Each value is the one ``uniforms`` gives its (key, counter) alone."""
+    index = np.asarray(indices, dtype=np.int64).reshape(-1).astype(np.uint64)
+    streams = (STREAM_SAMPLE, STREAM_HSV) if hsv is not None else (STREAM_SAMPLE,)
+    prefixes = [(_absorb(_absorb(_absorb(0, seed), s), epoch) + _GOLDEN) & _MASK for s in streams]
+    stream_keys = _fmix_array(np.bitwise_xor(index[None, :], np.array(prefixes, np.uint64)[:, None]))
+    values = uniforms(stream_keys.reshape(-1), 0, BLOCK)
+    n = len(index)
+    draws = [Draws(k, row) for k, row in zip(stream_keys[0].tolist(), values[:n].tolist())]
+    if hsv is None:
+        return draws, None
+    return draws, (values[n:, :3] * 2.0 - 1.0) * np.array(hsv, dtype=np.float64) + 1.0
+
+
 def sample_generator(seed: int, epoch: int, index: int) -> Draws:
     """The draws of every geometric draw of record ``index`` in ``epoch`` (computed on first use)."""
     return Draws(key(seed, epoch, index, stream=STREAM_SAMPLE))
