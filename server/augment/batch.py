@@ -169,22 +169,26 @@ class SquarePlacement:
         self.reader, self.settings, self.epoch = reader, settings, epoch
         train = cfg.route is Route.TRAIN
         hsv = train and not settings.hsv_on_device
-        # The range's draws and HSV tables in one vectorised evaluation each; a record's are a
-        # function of (seed, epoch, record) alone, so any split of a batch draws the same.
+        # The range's draws and HSV gains in one vectorised evaluation, its tables in another; a
+        # record's are a function of (seed, epoch, record) alone, so any split of a batch draws the same.
         records = positions.tolist()
         self.draws: dict = {}
-        self.tables: dict = {}  # record -> its uint8 (3, 256) HSV tables
-        self._tables: dict = {}  # record -> those as the kernel takes them (bytes), all made at once
+        self._tables: np.ndarray | None = None
+        self._blobs: dict = {}  # record -> its HSV tables as the kernel takes them (bytes), made at once
         if not train:
             return
         draws, gains = range_draws(settings.seed, epoch, positions, (cfg.hsv_h, cfg.hsv_s, cfg.hsv_v) if hsv else None)
         self.draws = dict(zip(records, draws))
         # gains of exactly 1 (hsv_* all 0): no tables, the kernel skips HSV
         if gains is not None and np.any(gains != 1.0):
-            tables = tables_for(gains)
-            blob, size = tables.tobytes(), 3 * 256
-            self.tables = dict(zip(records, tables))
-            self._tables = {r: blob[i * size : (i + 1) * size] for i, r in enumerate(records)}
+            self._tables = tables_for(gains)
+            blob, size = self._tables.tobytes(), 3 * 256
+            self._blobs = {r: blob[i * size : (i + 1) * size] for i, r in enumerate(records)}
+
+    @property
+    def tables(self) -> dict[int, np.ndarray]:
+        """record -> its uint8 (3, 256) HSV tables (none without HSV on the workers)."""
+        return {} if self._tables is None else dict(zip(self.records.tolist(), self._tables))
 
     def draw_range(self, images: np.ndarray, floats: list[np.ndarray] | None, timings) -> list[Labels]:
         if self.settings.augment.route is not Route.TRAIN:
@@ -213,7 +217,7 @@ class SquarePlacement:
         return pending.labels
 
     def _write(self, pending: Pending, record: int, out_chw: np.ndarray, floats: list[np.ndarray] | None) -> None:
-        pending.write(out_chw, self._tables.get(record), floats)
+        pending.write(out_chw, self._blobs.get(record), floats)
 
     def rows(self, labels: Labels, spec: TaskSpec, keypoints: int) -> np.ndarray:
         return pack(labels, self.side, task=spec, keypoints=keypoints)

@@ -63,8 +63,11 @@ def _plain(pres: list[Pre], imgsz: int, spec: TaskSpec) -> list[Labels] | None:
     samples: list[float] = []  # per sample, flat: the matrix's nine entries, the scale
     canvases: list[int] = []
     before: list[int] = []  # per sample: its instances before the filter
+    perspective = False
     for s, p in enumerate(pres):
-        samples.extend(p.matrix)
+        m = p.matrix
+        perspective = perspective or m[6] != 0 or m[7] != 0
+        samples.extend(m)
         samples.append(p.scale)
         canvases.append(p.canvas)
         total = 0
@@ -104,13 +107,12 @@ def _plain(pres: list[Pre], imgsz: int, spec: TaskSpec) -> list[Labels] | None:
         placed.clip(0, np.array(canvases, np.float32)[owner, None], out=placed)
     # the matrix entries, then the scale, each as an (n, 1) column of the rows' samples' values
     columns = np.array(samples, np.float64).reshape(count, 10).T.take(owner, axis=1)[:, :, None]
-    perspective = (columns[6] != 0) | (columns[7] != 0)
     empty = np.zeros((0, 2), np.float32)
     labels = Labels(kinds, placed, empty, np.zeros(len(kinds) + 1, np.int64))
     moved, keep = transform_rows(
         labels,
         list(columns[:9]),
-        perspective.reshape(-1) if perspective.any() else None,
+        ((columns[6] != 0) | (columns[7] != 0)).reshape(-1) if perspective else None,
         columns[9].astype(np.float32),
         imgsz,
         owner=owner,
