@@ -203,12 +203,16 @@ class SquarePlacement:
         pre = range_labels.pre_labels(drafts, imgsz, reader.spec)
         clock.lap("labels")
         labels: list[Labels] = []
+        flips: list[tuple[bool, bool]] = []
         for i, record in enumerate(records):
-            pending = finish(reader, drafts[i], pre[i], settings, clock)
+            pending = finish(reader, drafts[i], pre[i], settings, clock, flip_labels=False)
             self._write(pending, record, images[i], floats)
             clock.lap("kernel")
             labels.append(pending.labels)
-        return labels
+            flips.append((pending.flip_ud, pending.flip_lr))
+        drawn = range_labels.flipped(labels, flips, imgsz, reader.spec)
+        clock.lap("labels")
+        return drawn
 
     def _draw(self, record: int, out_chw: np.ndarray, floats: list[np.ndarray] | None, clock: StageClock) -> Labels:
         pending: Pending = render(self.reader, record, self.settings, self.epoch, clock, self.draws.pop(record, None))
@@ -274,6 +278,7 @@ def _render(
     floats: list[np.ndarray] | None = [] if keep_float else None
     polygons: list[np.ndarray] | None = [] if segments else None
     drawn = place.draw_range(images, floats, timings)
+    joined = getattr(drawn, "joined", None)  # the labels already concatenated (``range_labels.Drawn``)
     for i, labels in enumerate(drawn if mask_side else ()):
         clock = StageClock(timings)
         if instance_planes is not None:
@@ -287,10 +292,11 @@ def _render(
                 labels, side, cfg.mask_ratio, overlap=True, out=out, ultralytics_ties=place.ultralytics_ties
             )
             drawn[i] = labels.select(order)
+            joined = None
         clock.lap("masks")
     counts[:] = [len(labels) for labels in drawn]
     # The range's labels as one: its rows packed, their batch index and segments, once per range.
-    every = Labels.concat(drawn)
+    every = Labels.concat(drawn) if joined is None else joined
     targets = np.empty((len(every), width), dtype=np.float32)
     if len(targets):
         targets[:, 0] = np.repeat(np.arange(span.start, span.start + count, dtype=np.float32), counts)

@@ -26,7 +26,7 @@ from .labels import Labels, transform_rows
 from .sample import Draft, Pre
 from .sample import pre_labels as sample_pre_labels
 
-__all__ = ["pre_labels"]
+__all__ = ["Drawn", "flipped", "pre_labels"]
 
 
 # Polygon points gathered at once at most (unless one sample has more): a segment sample's
@@ -48,6 +48,49 @@ def pre_labels(drafts: list[Draft], imgsz: int, spec: TaskSpec) -> list[Labels]:
     out: list[Labels] = []
     for chunk in _chunks(pres):
         out.extend(_gathered(chunk, imgsz, spec))
+    return out
+
+
+class Drawn(list):
+    """A range's labels, one ``Labels`` per sample, with ``joined`` their ``Labels.concat`` where it
+    was made on the way (else None)."""
+
+    joined: Labels | None = None
+
+
+def flipped(labels: list[Labels], flips: list[tuple[bool, bool]], imgsz: int, spec: TaskSpec) -> Drawn:
+    """Each sample's labels flipped as ``sample.finish`` flips them (``flips``: its (up-down,
+    left-right) pair, ``Pending.flip_ud`` and ``flip_lr``; the labels of ``finish(flip_labels=False)``).
+
+    Where no sample has polygon points or keypoints (a detect range) the flips are one pass over the
+    range's boxes, the same float32 ``S - x`` per flipped coordinate (``Labels.flipped``), and the
+    result holds the range's labels joined; else each sample through ``Labels.flipped``."""
+    out = Drawn()
+    if any(len(l.points) or l.keypoints is not None for l in labels):
+        for one, (ud, lr) in zip(labels, flips):
+            if ud:
+                one = one.flipped(imgsz, imgsz, horizontal=False, flip_idx=spec.flip_idx)
+            if lr:
+                one = one.flipped(imgsz, imgsz, horizontal=True, flip_idx=spec.flip_idx)
+            out.append(one)
+        return out
+    every = Labels.concat(labels)
+    counts = [len(one) for one in labels]
+    if len(every) and any(ud or lr for ud, lr in flips):
+        boxes, side = every.boxes.copy(), np.float32(imgsz)
+        old = every.boxes
+        for flags, (lo, hi) in (([ud for ud, _ in flips], (1, 3)), ([lr for _, lr in flips], (0, 2))):
+            if any(flags):
+                rows = np.repeat(np.array(flags), counts)
+                boxes[rows, lo] = side - old[rows, hi]
+                boxes[rows, hi] = side - old[rows, lo]
+        every = Labels(every.classes, boxes, every.points, every.offsets, None)
+    empty = every.points
+    at = 0
+    for n in counts:
+        out.append(Labels(every.classes[at : at + n], every.boxes[at : at + n], empty, np.zeros(n + 1, np.int64)))
+        at += n
+    out.joined = every
     return out
 
 

@@ -192,9 +192,13 @@ def finish(
     labels: Labels,
     settings: StreamSettings,
     clock: StageClock,
+    *,
+    flip_labels: bool = True,
 ) -> Pending:
     """The rest of a ``draft`` whose main pre-transform has ``labels`` (``pre_labels``): copy-paste,
-    mixup, cutmix and the flips, their draws on its generator where ``draft`` stopped."""
+    mixup, cutmix and the flips, their draws on its generator where ``draft`` stopped. Without
+    ``flip_labels`` the labels are left unflipped (``Pending.flip_ud`` and ``flip_lr`` say how to
+    flip them: ``range_labels.flipped`` does a range's at once)."""
     cfg = settings.augment
     imgsz = cfg.imgsz
     spec = reader.spec
@@ -225,9 +229,9 @@ def finish(
         # no flips (Ultralytics turns fliplr and flipud off for such a dataset); still drawn,
         # so the stream's position does not depend on it.
         flip_ud = flip_lr = False
-    if flip_ud:
+    if flip_ud and flip_labels:
         labels = labels.flipped(imgsz, imgsz, horizontal=False, flip_idx=flip_idx)
-    if flip_lr:
+    if flip_lr and flip_labels:
         labels = labels.flipped(imgsz, imgsz, horizontal=True, flip_idx=flip_idx)
     clock.lap("labels")
     return Pending(imgsz, layers, ratio, flip_ud, flip_lr, labels, rng, reader.fill)
