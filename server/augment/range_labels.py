@@ -66,7 +66,7 @@ def flipped(labels: list[Labels], flips: list[tuple[bool, bool]], imgsz: int, sp
     range's boxes, the same float32 ``S - x`` per flipped coordinate (``Labels.flipped``), and the
     result holds the range's labels joined; else each sample through ``Labels.flipped``."""
     out = Drawn()
-    if any(len(l.points) or l.keypoints is not None for l in labels):
+    if any(len(one.points) or one.keypoints is not None for one in labels):
         for one, (ud, lr) in zip(labels, flips):
             if ud:
                 one = one.flipped(imgsz, imgsz, horizontal=False, flip_idx=spec.flip_idx)
