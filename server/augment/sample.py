@@ -89,8 +89,8 @@ class Pending:
         self, out_chw: np.ndarray | None, tables: np.ndarray | bytes | None, floats: list[np.ndarray] | None = None
     ) -> None:
         """Render into ``out_chw`` (uint8 (3, S, S) C-contiguous; None: no bytes) with the HSV
-        ``tables`` (uint8 (3, 256) or its bytes) or None; with ``floats``, the float32 (S, S, 3) BGR image before quantisation
-        appended to it, from the same kernel pass."""
+        ``tables`` (uint8 (3, 256) or its bytes) or None; with ``floats``, the float32 (S, S, 3)
+        BGR image before quantisation appended to it, from the same kernel pass."""
         image = None if floats is None else np.empty((self.imgsz, self.imgsz, 3), dtype=np.float32)
         kernel.render(
             self.imgsz,
