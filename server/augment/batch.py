@@ -21,12 +21,14 @@ Output per batch:
   quantisation (``keep_float=True``) or None.
 
 Per range on the training route (``SquarePlacement.draw_range``): each sample's draws up to its
-labels (``sample.draft``), the range's main pre-transform labels at once
-(``range_labels.pre_labels``), then each sample's rest (``sample.finish``) and its image: one pass
-of the fused kernel (``kernel.py``, ``Pending.write``) from the source tiles straight into the
-output planes (and the float image): resample, copy-paste, mixup, fill, quantisation, flips, HSV
-and the RGB CHW write, no intermediate image. Then per sample only its mask plane (segment); the
-range's target rows, batch index and segments are made once, from its labels concatenated.
+labels, the range's records read together (``sample.draft_range``), the range's main
+pre-transform labels at once (``range_labels.pre_labels``), then each sample's rest
+(``sample.finish``) and its image: one pass of the fused kernel (``kernel.py``, ``Pending.write``)
+from the source tiles straight into the output planes (and the float image): resample,
+copy-paste, mixup, fill, quantisation, flips, HSV and the RGB CHW write, no intermediate image;
+then the range's labels flipped (``range_labels.flipped``). Then per sample only its mask plane
+(segment); the range's target rows, batch index and segments are made once, from its labels
+concatenated.
 """
 
 from __future__ import annotations

@@ -13,7 +13,12 @@ depend on which rows are computed with it. The tests compare both
 (tests/unit/test_range_labels.py).
 
 Detect, pose, segment and OBB ranges are done so; a range where only some records carry
-keypoints takes each sample through the per-sample code (``sample.pre_labels``).
+keypoints takes each sample through the per-sample code (``sample.pre_labels``). A range with no
+polygon and no keypoints (detect) takes a lighter path (``_plain``): the same operations per row,
+without the polygon bookkeeping.
+
+After the samples' pixels, ``flipped`` mirrors the range's labels as ``sample.finish`` would
+each sample's (one pass over a detect range's boxes) and hands the render loop its labels joined.
 """
 
 from __future__ import annotations
