@@ -212,7 +212,9 @@ class SquarePlacement:
             clock.lap("kernel")
             labels.append(pending.labels)
             flips.append((pending.flip_ud, pending.flip_lr))
-        drawn = range_labels.flipped(labels, flips, imgsz, reader.spec)
+        # labels that ``finish`` left as they were: the pre-transform labels joined are theirs too
+        same = all(a is b for a, b in zip(labels, pre))
+        drawn = range_labels.flipped(labels, flips, imgsz, reader.spec, getattr(pre, "joined", None) if same else None)
         clock.lap("labels")
         return drawn
 
