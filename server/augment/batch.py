@@ -212,9 +212,7 @@ class SquarePlacement:
             clock.lap("kernel")
             labels.append(pending.labels)
             flips.append((pending.flip_ud, pending.flip_lr))
-        # labels that ``finish`` left as they were: the pre-transform labels joined are theirs too
-        same = all(a is b for a, b in zip(labels, pre))
-        drawn = range_labels.flipped(labels, flips, imgsz, reader.spec, getattr(pre, "joined", None) if same else None)
+        drawn = range_labels.flipped(labels, flips, imgsz, reader.spec)
         clock.lap("labels")
         return drawn
 

@@ -63,12 +63,9 @@ class Drawn(list):
     joined: Labels | None = None
 
 
-def flipped(
-    labels: list[Labels], flips: list[tuple[bool, bool]], imgsz: int, spec: TaskSpec, joined: Labels | None = None
-) -> Drawn:
+def flipped(labels: list[Labels], flips: list[tuple[bool, bool]], imgsz: int, spec: TaskSpec) -> Drawn:
     """Each sample's labels flipped as ``sample.finish`` flips them (``flips``: its (up-down,
-    left-right) pair, ``Pending.flip_ud`` and ``flip_lr``; the labels of ``finish(flip_labels=False)``);
-    ``joined``: their ``Labels.concat`` where the caller has it.
+    left-right) pair, ``Pending.flip_ud`` and ``flip_lr``; the labels of ``finish(flip_labels=False)``).
 
     Where no sample has polygon points or keypoints (a detect range) the flips are one pass over the
     range's boxes, the same float32 ``S - x`` per flipped coordinate (``Labels.flipped``), and the
@@ -82,7 +79,7 @@ def flipped(
                 one = one.flipped(imgsz, imgsz, horizontal=True, flip_idx=spec.flip_idx)
             out.append(one)
         return out
-    every = Labels.concat(labels) if joined is None else joined
+    every = Labels.concat(labels)
     counts = [len(one) for one in labels]
     if len(every) and any(ud or lr for ud, lr in flips):
         boxes, side = every.boxes.copy(), np.float32(imgsz)
@@ -102,7 +99,7 @@ def flipped(
     return out
 
 
-def _plain(pres: list[Pre], imgsz: int, spec: TaskSpec) -> Drawn | None:
+def _plain(pres: list[Pre], imgsz: int, spec: TaskSpec) -> list[Labels] | None:
     """``_gathered`` where no record has a polygon or keypoints (a detect range), else None: the
     same float32 place, clip and filter per row, each row's part geometry and sample's matrix and
     scale gathered as arrays, without the polygon bookkeeping."""
@@ -173,13 +170,10 @@ def _plain(pres: list[Pre], imgsz: int, spec: TaskSpec) -> Drawn | None:
     kept_classes, kept_boxes = moved.classes[keep], moved.boxes[keep]
     edges = [0, *np.cumsum(np.bincount(owner[keep], minlength=count)).tolist()]
     # a sample without an instance before the filter has the labels of ``Labels.empty()``
-    out = Drawn(
+    return [
         Labels(kept_classes[a:b], kept_boxes[a:b], empty, np.zeros(b - a + 1, np.int64)) if n else Labels.empty()
         for a, b, n in zip(edges[:-1], edges[1:], before)
-    )
-    # the samples' rows in order: their ``Labels.concat``
-    out.joined = Labels(kept_classes, kept_boxes, empty, np.zeros(len(kept_classes) + 1, np.int64))
-    return out
+    ]
 
 
 _SIZES = np.array([0, 1, 0, 1])  # w, h, w, h of a part's row
