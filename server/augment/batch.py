@@ -182,7 +182,7 @@ class SquarePlacement:
         draws, gains = range_draws(settings.seed, epoch, positions, (cfg.hsv_h, cfg.hsv_s, cfg.hsv_v) if hsv else None)
         self.draws = dict(zip(records, draws))
         # gains of exactly 1 (hsv_* all 0): no tables, the kernel skips HSV
-        if gains is not None and np.any(gains != 1.0):
+        if gains is not None and (gains != 1.0).any():
             self._tables = tables_for(gains)
             blob, size = self._tables.tobytes(), 3 * 256
             self._blobs = {r: blob[i * size : (i + 1) * size] for i, r in enumerate(records)}
