@@ -33,11 +33,19 @@ def uniform(rng: Draws | np.random.Generator, low: float, high: float) -> float:
 
 
 def draw_mosaic(rng: Draws, num_records: int, imgsz: int) -> tuple[np.ndarray, int, int]:
-    """(three partner record indices, centre x, centre y) drawn in that order."""
-    partners = rng.integers(0, num_records, size=3)
-    xc = int(uniform(rng, imgsz / 2, 3 * imgsz / 2))
-    yc = int(uniform(rng, imgsz / 2, 3 * imgsz / 2))
-    return partners, xc, yc
+    """(three partner record indices, centre x, centre y): ``mosaic_entries`` of the next five
+    values of ``rng``, the partners as an array."""
+    partners, xc, yc = mosaic_entries(rng.take(5), num_records, imgsz)
+    return np.array(partners, dtype=np.int64), xc, yc
+
+
+def mosaic_entries(values: list[float], num_records: int, imgsz: int) -> tuple[list[int], int, int]:
+    """(three partner record indices, centre x, centre y) from five uniforms in [0, 1), drawn in
+    that order: the partners as ``Draws.integers(0, num_records)`` each, the centre as
+    ``uniform(imgsz / 2, 3 imgsz / 2)`` truncated."""
+    low, high = imgsz / 2, 3 * imgsz / 2
+    partners = [int(u * num_records) for u in values[:3]]
+    return partners, int(low + (high - low) * values[3]), int(low + (high - low) * values[4])
 
 
 def draw_matrix(rng: Draws, cfg: AugmentConfig, canvas_hw: tuple[int, int], out_size: int) -> tuple[np.ndarray, float]:

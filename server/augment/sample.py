@@ -280,11 +280,8 @@ def _pre_draws(
     cfg = settings.augment
     imgsz = cfg.imgsz
     if not closed and cfg.mosaic > 0 and rng.random() < cfg.mosaic:
-        u = rng.take(5)  # three partners (``integers(0, count)``), the centre's x and y (``uniform``)
-        low, high = imgsz / 2, 3 * imgsz / 2
-        records = [index, int(u[0] * count), int(u[1] * count), int(u[2] * count)]
-        xc, yc = int(low + (high - low) * u[3]), int(low + (high - low) * u[4])
-        side = 2 * imgsz
+        partners, xc, yc = affine.mosaic_entries(rng.take(5), count, imgsz)
+        records, side = [index, *partners], 2 * imgsz
     else:
         records, xc, yc, side = [index], 0, 0, imgsz
     entries, scale = affine.matrix_entries(rng.take(8), cfg, (side, side), imgsz)
