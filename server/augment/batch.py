@@ -21,12 +21,14 @@ Output per batch:
   quantisation (``keep_float=True``) or None.
 
 Per range on the training route (``SquarePlacement.draw_range``): each sample's draws up to its
-labels (``sample.draft``), the range's main pre-transform labels at once
-(``range_labels.pre_labels``), then each sample's rest (``sample.finish``) and its image: one pass
-of the fused kernel (``kernel.py``, ``Pending.write``) from the source tiles straight into the
-output planes (and the float image): resample, copy-paste, mixup, fill, quantisation, flips, HSV
-and the RGB CHW write, no intermediate image. Then per sample only its mask plane (segment); the
-range's target rows, batch index and segments are made once, from its labels concatenated.
+labels, the range's records read together (``sample.draft_range``), the range's main
+pre-transform labels at once (``range_labels.pre_labels``), then each sample's rest
+(``sample.finish``) and its image: one pass of the fused kernel (``kernel.py``, ``Pending.write``)
+from the source tiles straight into the output planes (and the float image): resample,
+copy-paste, mixup, fill, quantisation, flips, HSV and the RGB CHW write, no intermediate image;
+then the range's labels flipped (``range_labels.flipped``). Then per sample only its mask plane
+(segment); the range's target rows, batch index and segments are made once, from its labels
+concatenated.
 """
 
 from __future__ import annotations
@@ -38,7 +40,7 @@ import numpy as np
 from ...shared.errors import ConfigError
 from ...shared.stream.config import StreamSettings
 from ...shared.stream.hsv_tables import tables_for
-from ...shared.stream.rng import draws_for, hsv_gains_for
+from ...shared.stream.rng import range_draws
 from ...shared.stream.route import Route
 from ...shared.stream.source import ImageSource
 from ...shared.task import TaskSpec
@@ -47,7 +49,7 @@ from .labels import Labels, pack
 from .masks import render_masks
 from .part import Part, Span, checked_out, positions_of
 from .record import Reader
-from .sample import Pending, StageClock, draft, finish, render
+from .sample import Pending, StageClock, draft_range, finish, render
 from .val_rect import RectPlacement
 
 
@@ -169,13 +171,26 @@ class SquarePlacement:
         self.reader, self.settings, self.epoch = reader, settings, epoch
         train = cfg.route is Route.TRAIN
         hsv = train and not settings.hsv_on_device
-        # The range's draws and HSV tables in one vectorised evaluation each; a record's are a
-        # function of (seed, epoch, record) alone, so any split of a batch draws the same.
+        # The range's draws and HSV gains in one vectorised evaluation, its tables in another; a
+        # record's are a function of (seed, epoch, record) alone, so any split of a batch draws the same.
         records = positions.tolist()
-        self.draws = dict(zip(records, draws_for(settings.seed, epoch, positions))) if train else {}
-        gains = hsv_gains_for(settings.seed, epoch, positions, cfg.hsv_h, cfg.hsv_s, cfg.hsv_v) if hsv else None
+        self.draws: dict = {}
+        self._tables: np.ndarray | None = None
+        self._blobs: dict = {}  # record -> its HSV tables as the kernel takes them (bytes), made at once
+        if not train:
+            return
+        draws, gains = range_draws(settings.seed, epoch, positions, (cfg.hsv_h, cfg.hsv_s, cfg.hsv_v) if hsv else None)
+        self.draws = dict(zip(records, draws))
         # gains of exactly 1 (hsv_* all 0): no tables, the kernel skips HSV
-        self.tables = dict(zip(records, tables_for(gains))) if gains is not None and np.any(gains != 1.0) else {}
+        if gains is not None and (gains != 1.0).any():
+            self._tables = tables_for(gains)
+            blob, size = self._tables.tobytes(), 3 * 256
+            self._blobs = {r: blob[i * size : (i + 1) * size] for i, r in enumerate(records)}
+
+    @property
+    def tables(self) -> dict[int, np.ndarray]:
+        """record -> its uint8 (3, 256) HSV tables (none without HSV on the workers)."""
+        return {} if self._tables is None else dict(zip(self.records.tolist(), self._tables))
 
     def draw_range(self, images: np.ndarray, floats: list[np.ndarray] | None, timings) -> list[Labels]:
         if self.settings.augment.route is not Route.TRAIN:
@@ -186,16 +201,20 @@ class SquarePlacement:
         reader, settings, epoch, imgsz = self.reader, self.settings, self.epoch, self.side
         clock = StageClock(timings)
         records = self.records.tolist()
-        drafts = [draft(reader, record, settings, epoch, clock, self.draws.pop(record, None)) for record in records]
+        drafts = draft_range(reader, records, settings, epoch, clock, [self.draws.pop(r, None) for r in records])
         pre = range_labels.pre_labels(drafts, imgsz, reader.spec)
         clock.lap("labels")
         labels: list[Labels] = []
+        flips: list[tuple[bool, bool]] = []
         for i, record in enumerate(records):
-            pending = finish(reader, drafts[i], pre[i], settings, clock)
+            pending = finish(reader, drafts[i], pre[i], settings, clock, flip_labels=False)
             self._write(pending, record, images[i], floats)
             clock.lap("kernel")
             labels.append(pending.labels)
-        return labels
+            flips.append((pending.flip_ud, pending.flip_lr))
+        drawn = range_labels.flipped(labels, flips, imgsz, reader.spec)
+        clock.lap("labels")
+        return drawn
 
     def _draw(self, record: int, out_chw: np.ndarray, floats: list[np.ndarray] | None, clock: StageClock) -> Labels:
         pending: Pending = render(self.reader, record, self.settings, self.epoch, clock, self.draws.pop(record, None))
@@ -204,7 +223,7 @@ class SquarePlacement:
         return pending.labels
 
     def _write(self, pending: Pending, record: int, out_chw: np.ndarray, floats: list[np.ndarray] | None) -> None:
-        pending.write(out_chw, self.tables.get(record), floats)
+        pending.write(out_chw, self._blobs.get(record), floats)
 
     def rows(self, labels: Labels, spec: TaskSpec, keypoints: int) -> np.ndarray:
         return pack(labels, self.side, task=spec, keypoints=keypoints)
@@ -261,6 +280,7 @@ def _render(
     floats: list[np.ndarray] | None = [] if keep_float else None
     polygons: list[np.ndarray] | None = [] if segments else None
     drawn = place.draw_range(images, floats, timings)
+    joined = getattr(drawn, "joined", None)  # the labels already concatenated (``range_labels.Drawn``)
     for i, labels in enumerate(drawn if mask_side else ()):
         clock = StageClock(timings)
         if instance_planes is not None:
@@ -274,10 +294,11 @@ def _render(
                 labels, side, cfg.mask_ratio, overlap=True, out=out, ultralytics_ties=place.ultralytics_ties
             )
             drawn[i] = labels.select(order)
+            joined = None
         clock.lap("masks")
     counts[:] = [len(labels) for labels in drawn]
     # The range's labels as one: its rows packed, their batch index and segments, once per range.
-    every = Labels.concat(drawn)
+    every = Labels.concat(drawn) if joined is None else joined
     targets = np.empty((len(every), width), dtype=np.float32)
     if len(targets):
         targets[:, 0] = np.repeat(np.arange(span.start, span.start + count, dtype=np.float32), counts)

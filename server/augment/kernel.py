@@ -127,14 +127,17 @@ class Layer:
         return (self.inverse, tiles, self.mask, tuple((mask, layer.packed()) for mask, layer in self.pastes))
 
 
-def inverse(matrix: np.ndarray) -> tuple[float, ...]:
-    """The inverse of the 3x3 ``matrix`` (output <- canvas) as 9 Python floats, computed in
-    IEEE double by explicit formulas (no LAPACK, so the same on every machine).
+def inverse(matrix: np.ndarray | tuple[float, ...]) -> tuple[float, ...]:
+    """The inverse of the 3x3 ``matrix`` (output <- canvas; or its nine row-major entries as a
+    tuple of Python floats) as 9 Python floats, computed in IEEE double by explicit formulas (no
+    LAPACK, so the same on every machine).
 
     An affine matrix (last row 0 0 1) gets the affine inverse with (0, 0, 1) exactly.
     """
-    m = [float(v) for v in np.asarray(matrix, dtype=np.float64).reshape(9)]
-    a, b, c, d, e, f, g, h, i = m
+    if isinstance(matrix, tuple):
+        a, b, c, d, e, f, g, h, i = matrix
+    else:
+        a, b, c, d, e, f, g, h, i = np.asarray(matrix, dtype=np.float64).reshape(9).tolist()
     if g == 0.0 and h == 0.0 and i == 1.0:
         det = a * e - b * d
         ia, ib, id_, ie = e / det, -b / det, -d / det, a / det
@@ -165,15 +168,16 @@ def render(
     flip_ud: bool = False,
     flip_lr: bool = False,
     ratio: float = 0.0,
-    tables: np.ndarray | None = None,
+    tables: np.ndarray | bytes | None = None,
     out: np.ndarray | None = None,
     floats: np.ndarray | None = None,
     fill: float = FILL_VALUE,
 ) -> None:
     """Run the kernel: write the uint8 (3, S, S) RGB ``out`` and/or the float32 (S, S, 3)
     B G R float image ``floats`` (step 6) of the sample made of ``layers``, whose source was
-    centred by ``fill`` (F above)."""
-    tab = None if tables is None else np.ascontiguousarray(tables, dtype=np.uint8).tobytes()
+    centred by ``fill`` (F above). ``tables``: uint8 (3, 256), or those bytes."""
+    if tables is not None and not isinstance(tables, bytes):
+        tables = np.ascontiguousarray(tables, dtype=np.uint8).tobytes()
     _kernel.render(
         int(imgsz),
         out,
@@ -182,7 +186,7 @@ def render(
         bool(flip_ud),
         bool(flip_lr),
         float(ratio),
-        tab,
+        tables,
         float(fill),
     )
 

@@ -291,20 +291,22 @@ class Labels:
         mirrored with them and renumbered by ``flip_idx`` (keypoint j becomes keypoint
         ``flip_idx[j]``'s slot: a left wrist becomes a right one). Ultralytics renumbers on
         either mirror, top-bottom too, and so do we: its trainers expect that order."""
-        boxes = self.boxes.copy()
-        points = self.points.copy()
+        # the box's two sides swapped (x2, y1, x1, y2 or x1, y2, x2, y1), then each mirrored in place
+        boxes = self.boxes.take(_FLIP_LR if horizontal else _FLIP_UD, axis=1)
+        # no points (detect, pose): nothing to mirror, and the empty array is only ever read
+        points = self.points.copy() if len(self.points) else self.points
         keypoints = None if self.keypoints is None else self.keypoints.copy()
         if horizontal:
             w = np.float32(width)
-            boxes[:, 0] = w - self.boxes[:, 2]
-            boxes[:, 2] = w - self.boxes[:, 0]
+            np.subtract(w, boxes[:, 0], out=boxes[:, 0])
+            np.subtract(w, boxes[:, 2], out=boxes[:, 2])
             points[:, 0] = w - self.points[:, 0]
             if keypoints is not None:
                 keypoints[..., 0] = w - self.keypoints[..., 0]
         else:
             h = np.float32(height)
-            boxes[:, 1] = h - self.boxes[:, 3]
-            boxes[:, 3] = h - self.boxes[:, 1]
+            np.subtract(h, boxes[:, 1], out=boxes[:, 1])
+            np.subtract(h, boxes[:, 3], out=boxes[:, 3])
             points[:, 1] = h - self.points[:, 1]
             if keypoints is not None:
                 keypoints[..., 1] = h - self.keypoints[..., 1]
@@ -313,9 +315,13 @@ class Labels:
         return Labels(self.classes, boxes, points, self.offsets, keypoints)
 
 
+_FLIP_LR = np.array([2, 1, 0, 3])  # a box's columns with its left and right sides swapped
+_FLIP_UD = np.array([0, 3, 2, 1])  # with its top and bottom swapped
+
+
 def transform_labels(
     labels: Labels,
-    matrix: np.ndarray,
+    matrix: np.ndarray | tuple[float, ...],
     imgsz: int,
     scale: float,
     *,
@@ -323,7 +329,8 @@ def transform_labels(
     rotated: bool = False,
     visible: bool = False,
 ) -> Labels:
-    """Labels through the 3x3 ``matrix`` onto an ``imgsz`` x ``imgsz`` output, then filtered.
+    """Labels through the 3x3 ``matrix`` (or its nine row-major entries, a tuple of Python floats)
+    onto an ``imgsz`` x ``imgsz`` output, then filtered.
 
     Boxes come from the four transformed corners, or from the transformed polygon where
     the instance has one (vertices clipped to the output, then their extent; OBB polygons,
@@ -338,7 +345,7 @@ def transform_labels(
     if len(labels) == 0:
         return Labels.empty()
     # the entries as Python floats: the same float64 products, without an array index per entry
-    entries = [v for row in matrix.tolist() for v in row]
+    entries = matrix if isinstance(matrix, tuple) else [v for row in np.asarray(matrix).tolist() for v in row]
     moved, keep = transform_rows(
         labels, entries, perspective, np.float32(scale), imgsz, rotated=rotated, visible=visible
     )
@@ -400,7 +407,7 @@ def transform_rows(
         hi = np.maximum.reduceat(q, starts, axis=0)
         new[has] = np.concatenate([lo, hi], axis=1)
         points = q.astype(np.float32)
-    new = np.clip(new, 0, imgsz).astype(np.float32)
+    new = new.clip(0, imgsz).astype(np.float32)  # ``np.clip``'s very call, without its dispatch
     keypoints = labels.keypoints
     if keypoints is not None:
         keypoints = transformed_keypoints(keypoints, entries, perspective, imgsz)
@@ -418,14 +425,16 @@ def corner_boxes(boxes: np.ndarray, entries, perspective) -> np.ndarray:
     columns (a matrix per box: a range's boxes, each through its sample's); ``perspective`` a bool,
     or a bool (n,) (which boxes' matrices divide by z) or None (none does).
 
-    Each corner goes through exactly the float64 operations of ``_apply`` (corners as (n, 4) x and
+    Each corner goes through exactly the float64 operations of ``_apply`` (corners as (4, n) x and
     y arrays instead of (4n, 2) points: elementwise, so the same bits, and a box's bits do not
     depend on the boxes computed with it); this is the hot path, and a handful of whole-array calls
-    costs less than the reshapes."""
-    b = boxes.astype(np.float64)
-    x = b.take(_CORNER_X, axis=1)  # corners (x1, y1), (x2, y2), (x1, y2), (x2, y1)
-    y = b.take(_CORNER_Y, axis=1)
-    m0, m1, m2, m3, m4, m5, m6, m7, m8 = entries
+    costs less than the reshapes. The corners lie along the first axis, so every call runs over n
+    values at a time (numpy runs an axis of 4 as n calls of 4). The extent is exact whatever the
+    order of the corners, up to the sign of a zero, which the callers' clip to the output makes +0."""
+    b = boxes.astype(np.float64).T
+    x = b.take(_CORNER_X, axis=0)  # corners (x1, y1), (x2, y2), (x1, y2), (x2, y1)
+    y = b.take(_CORNER_Y, axis=0)
+    m0, m1, m2, m3, m4, m5, m6, m7, m8 = (e.reshape(-1) if isinstance(e, np.ndarray) else e for e in entries)
     xt = m0 * x + m1 * y + m2
     yt = m3 * x + m4 * y + m5
     if perspective is True:
@@ -434,14 +443,13 @@ def corner_boxes(boxes: np.ndarray, entries, perspective) -> np.ndarray:
         yt /= z
     elif perspective is not None and perspective is not False:
         z = m6 * x + m7 * y + m8
-        rows = perspective[:, None]
-        np.divide(xt, z, out=xt, where=rows)
-        np.divide(yt, z, out=yt, where=rows)
-    out = np.empty((len(b), 4), np.float64)
-    np.minimum.reduce(xt, axis=1, out=out[:, 0])
-    np.minimum.reduce(yt, axis=1, out=out[:, 1])
-    np.maximum.reduce(xt, axis=1, out=out[:, 2])
-    np.maximum.reduce(yt, axis=1, out=out[:, 3])
+        np.divide(xt, z, out=xt, where=perspective)
+        np.divide(yt, z, out=yt, where=perspective)
+    out = np.empty((len(boxes), 4), np.float64)
+    np.minimum.reduce(xt, axis=0, out=out[:, 0])
+    np.minimum.reduce(yt, axis=0, out=out[:, 1])
+    np.maximum.reduce(xt, axis=0, out=out[:, 2])
+    np.maximum.reduce(yt, axis=0, out=out[:, 3])
     return out
 
 
@@ -509,13 +517,11 @@ def place_keypoints(keypoints: np.ndarray | None, width, height, padw, padh) -> 
 def candidates(before: np.ndarray, after: np.ndarray, area_ratio) -> np.ndarray:
     """bool (n,): boxes that survived a transform (size, area kept, aspect). ``area_ratio`` a
     number, or float32 (n,) (a threshold per box); compared in float32 either way."""
-    # widths and heights as (n, 2) pairs: the same float32 operations per value in fewer calls
-    wh1 = before[:, 2:4] - before[:, 0:2]
-    wh2 = after[:, 2:4] - after[:, 0:2]
-    w1, h1, w2, h2 = wh1[:, 0], wh1[:, 1], wh2[:, 0], wh2[:, 1]
+    # column by column: numpy runs an (n, 2) slice of an (n, 4) array as n calls of 2
+    w1, h1 = before[:, 2] - before[:, 0], before[:, 3] - before[:, 1]
+    w2, h2 = after[:, 2] - after[:, 0], after[:, 3] - after[:, 1]
     eps = np.float32(1e-16)
-    ratios = wh2 / (wh2[:, ::-1] + eps)  # w2 / (h2 + eps), h2 / (w2 + eps)
-    aspect = np.maximum(ratios[:, 0], ratios[:, 1])
+    aspect = np.maximum(w2 / (h2 + eps), h2 / (w2 + eps))
     return (w2 > MIN_SIDE_PX) & (h2 > MIN_SIDE_PX) & (w2 * h2 / (w1 * h1 + eps) > area_ratio) & (aspect < MAX_ASPECT)
 
 

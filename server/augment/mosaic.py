@@ -26,6 +26,8 @@ def mosaic_placement(records: list[RecordView], imgsz: int, xc: int, yc: int) ->
     """Four records around the centre (xc, yc) of a 2·imgsz canvas: top-left, top-right,
     bottom-left, bottom-right; (their tiles, where their targets go on the canvas)."""
     canvas = 2 * imgsz  # the mosaic canvas side
+    if len(records) == 4:
+        return _four(records, canvas, xc, yc)
     tiles: list[Tile] = []
     placed: list[Placed] = []
     for k, record in enumerate(records):
@@ -45,6 +47,39 @@ def mosaic_placement(records: list[RecordView], imgsz: int, xc: int, yc: int) ->
             xb0, yb0 = 0, 0
         tiles.append((image, (xa0, ya0, xa1, ya1), (xb0, yb0)))
         placed.append((record.targets, w, h, xa0 - xb0, ya0 - yb0))
+    return tiles, placed
+
+
+def _four(records: list[RecordView], canvas: int, xc: int, yc: int) -> tuple[list[Tile], list[Placed]]:
+    """``mosaic_placement``'s loop written out for its four records (the hot path: one per sample)."""
+    (i0, t0), (i1, t1), (i2, t2), (i3, t3) = records
+    h0, w0 = i0.shape[:2]
+    h1, w1 = i1.shape[:2]
+    h2, w2 = i2.shape[:2]
+    h3, w3 = i3.shape[:2]
+    # top-left: (max(xc - w, 0), max(yc - h, 0)) .. (xc, yc), its image's bottom-right corner
+    ax0, ay0 = (xc - w0 if xc > w0 else 0), (yc - h0 if yc > h0 else 0)
+    bx0, by0 = w0 - (xc - ax0), h0 - (yc - ay0)
+    # top-right: (xc, max(yc - h, 0)) .. (min(xc + w, canvas), yc), its image's bottom-left corner
+    ay1, ax1 = (yc - h1 if yc > h1 else 0), (xc + w1 if xc + w1 < canvas else canvas)
+    by1 = h1 - (yc - ay1)
+    # bottom-left: (max(xc - w, 0), yc) .. (xc, min(canvas, yc + h)), its image's top-right corner
+    ax2, ay2 = (xc - w2 if xc > w2 else 0), (yc + h2 if yc + h2 < canvas else canvas)
+    bx2 = w2 - (xc - ax2)
+    # bottom-right: (xc, yc) .. (min(xc + w, canvas), min(canvas, yc + h)), its image's top-left corner
+    ax3, ay3 = (xc + w3 if xc + w3 < canvas else canvas), (yc + h3 if yc + h3 < canvas else canvas)
+    tiles = [
+        (i0, (ax0, ay0, xc, yc), (bx0, by0)),
+        (i1, (xc, ay1, ax1, yc), (0, by1)),
+        (i2, (ax2, yc, xc, ay2), (bx2, 0)),
+        (i3, (xc, yc, ax3, ay3), (0, 0)),
+    ]
+    placed = [
+        (t0, w0, h0, ax0 - bx0, ay0 - by0),
+        (t1, w1, h1, xc, ay1 - by1),
+        (t2, w2, h2, ax2 - bx2, yc),
+        (t3, w3, h3, xc, yc),
+    ]
     return tiles, placed
 
 

@@ -19,7 +19,7 @@ from ...shared.stream.config import FILL_VALUE
 from ...shared.stream.records import Targets
 from ...shared.stream.source import ImageSource
 from ...shared.task import TaskSpec
-from .resample import cached_targets, recent_of
+from .resample import cached_targets, cached_targets_of, recent_of
 
 
 class RecordView(NamedTuple):
@@ -41,16 +41,27 @@ class Reader:
     spec: TaskSpec
     fill: float
     recent: object = None  # the targets' cache (``resample.recent_of``), looked up once per loop
+    many: object = None  # the source's ``images(indices)`` where it has one (a snapshot's)
 
     @classmethod
     def of(cls, source: ImageSource) -> "Reader":
         spec = source.spec
-        return cls(source, len(source), spec, fill_of(source), recent_of(source, spec.polygon_points))
+        many = getattr(source, "images", None)
+        many = many if callable(many) else None
+        return cls(source, len(source), spec, fill_of(source), recent_of(source, spec.polygon_points), many)
 
     def read(self, index: int) -> RecordView:
         """Record ``index``: its image view and its targets, polygons resampled for the task."""
         points = self.spec.polygon_points
         return RecordView(self.source.image(index), cached_targets(self.source, index, points, self.recent))
+
+    def read_many(self, indices: list[int]) -> list[RecordView]:
+        """``read`` of each of ``indices`` (a list of ints), the images looked up together where the
+        source can."""
+        source = self.source
+        images = self.many(indices) if self.many is not None else [source.image(i) for i in indices]
+        targets = cached_targets_of(source, indices, self.spec.polygon_points, self.recent)
+        return list(map(RecordView, images, targets))
 
 
 def fill_of(source: ImageSource) -> float:

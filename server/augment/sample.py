@@ -63,7 +63,7 @@ from .labels import Labels, transform_labels
 from .mosaic import Placed, Tile, letterbox, letterbox_placement, mosaic_placement, placed_labels
 from .record import Reader
 
-__all__ = ["Draft", "Pending", "Pre", "draft", "finish", "pre_labels", "render", "render_sample"]
+__all__ = ["Draft", "Pending", "Pre", "draft", "draft_range", "finish", "pre_labels", "render", "render_sample"]
 
 MIXUP_BETA = 32.0
 
@@ -86,11 +86,11 @@ class Pending:
     fill: float
 
     def write(
-        self, out_chw: np.ndarray | None, tables: np.ndarray | None, floats: list[np.ndarray] | None = None
+        self, out_chw: np.ndarray | None, tables: np.ndarray | bytes | None, floats: list[np.ndarray] | None = None
     ) -> None:
         """Render into ``out_chw`` (uint8 (3, S, S) C-contiguous; None: no bytes) with the HSV
-        ``tables`` or None; with ``floats``, the float32 (S, S, 3) BGR image before quantisation
-        appended to it, from the same kernel pass."""
+        ``tables`` (uint8 (3, 256) or its bytes) or None; with ``floats``, the float32 (S, S, 3)
+        BGR image before quantisation appended to it, from the same kernel pass."""
         image = None if floats is None else np.empty((self.imgsz, self.imgsz, 3), dtype=np.float32)
         kernel.render(
             self.imgsz,
@@ -132,13 +132,18 @@ class StageClock:
 class Pre:
     """A pre-transform's steps 1-2 drawn and placed, before its labels (``pre_labels``): the
     ``tiles`` and the records' targets as ``placed`` (``mosaic.Placed``) on the ``canvas``
-    square, the ``matrix`` canvas -> output and its drawn ``scale``."""
+    square, the ``matrix`` canvas -> output as its nine row-major Python floats (a 3x3 array
+    given is taken as those) and its drawn ``scale``."""
 
     tiles: list[Tile]
     placed: list[Placed]
     canvas: int
-    matrix: np.ndarray
+    matrix: tuple[float, ...]
     scale: float
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.matrix, tuple):
+            self.matrix = tuple(np.asarray(self.matrix, dtype=np.float64).reshape(9).tolist())
 
 
 @dataclass
@@ -187,9 +192,13 @@ def finish(
     labels: Labels,
     settings: StreamSettings,
     clock: StageClock,
+    *,
+    flip_labels: bool = True,
 ) -> Pending:
     """The rest of a ``draft`` whose main pre-transform has ``labels`` (``pre_labels``): copy-paste,
-    mixup, cutmix and the flips, their draws on its generator where ``draft`` stopped."""
+    mixup, cutmix and the flips, their draws on its generator where ``draft`` stopped. Without
+    ``flip_labels`` the labels are left unflipped (``Pending.flip_ud`` and ``flip_lr`` say how to
+    flip them: ``range_labels.flipped`` does a range's at once)."""
     cfg = settings.augment
     imgsz = cfg.imgsz
     spec = reader.spec
@@ -220,31 +229,73 @@ def finish(
         # no flips (Ultralytics turns fliplr and flipud off for such a dataset); still drawn,
         # so the stream's position does not depend on it.
         flip_ud = flip_lr = False
-    if flip_ud:
+    if flip_ud and flip_labels:
         labels = labels.flipped(imgsz, imgsz, horizontal=False, flip_idx=flip_idx)
-    if flip_lr:
+    if flip_lr and flip_labels:
         labels = labels.flipped(imgsz, imgsz, horizontal=True, flip_idx=flip_idx)
     clock.lap("labels")
     return Pending(imgsz, layers, ratio, flip_ud, flip_lr, labels, rng, reader.fill)
 
 
+def draft_range(
+    reader: Reader,
+    records: list[int],
+    settings: StreamSettings,
+    epoch: int,
+    clock: StageClock,
+    draws: list[Draws | None],
+) -> list[Draft]:
+    """``draft`` of each of ``records`` (with its ``draws``, or None: its own generator), the same
+    draws per sample in the same order; the records of the whole range are read together."""
+    closed = settings.augment.mosaic_closed(epoch)
+    rngs = [sample_generator(settings.seed, epoch, r) if d is None else d for r, d in zip(records, draws)]
+    drawn = [_pre_draws(reader.count, settings, closed, r, g) for r, g in zip(records, rngs)]
+    views = reader.read_many([i for d in drawn for i in d[0]])
+    out: list[Draft] = []
+    at = 0
+    for rng, d in zip(rngs, drawn):
+        k = len(d[0])
+        out.append(Draft(rng, closed, _placed(d, views[at : at + k], settings.augment.imgsz)))
+        at += k
+    clock.lap("source")
+    return out
+
+
 def _draw_pre(reader: Reader, index: int, settings: StreamSettings, closed: bool, rng: Draws, clock: StageClock) -> Pre:
     """Steps 1-2 of record ``index`` up to their labels: the draws first (the mosaic's partners and
     centre, the matrix), then the records are read and their tiles placed."""
+    drawn = _pre_draws(reader.count, settings, closed, index, rng)
+    pre = _placed(drawn, reader.read_many(drawn[0]), settings.augment.imgsz)
+    clock.lap("source")
+    return pre
+
+
+def _pre_draws(
+    count: int, settings: StreamSettings, closed: bool, index: int, rng: Draws
+) -> tuple[list[int], int, int, tuple[float, ...], float]:
+    """The draws of steps 1-2 of record ``index`` (a source of ``count`` records), in the order of
+    ``affine.draw_mosaic`` and ``affine.draw_matrix``: (the records to read, the record then a
+    mosaic's three partners; the mosaic's centre x, y (0, 0 without); the matrix entries; the
+    scale)."""
     cfg = settings.augment
     imgsz = cfg.imgsz
-    mosaic = not closed and cfg.mosaic > 0 and rng.random() < cfg.mosaic
-    if mosaic:
-        partners, xc, yc = affine.draw_mosaic(rng, reader.count, imgsz)
-    side = 2 * imgsz if mosaic else imgsz  # the canvas
-    matrix, scale = affine.draw_matrix(rng, cfg, (side, side), imgsz)
-    if not mosaic:
-        tiles, placed = letterbox_placement(reader.read(index), imgsz)
+    if not closed and cfg.mosaic > 0 and rng.random() < cfg.mosaic:
+        partners, xc, yc = affine.mosaic_entries(rng.take(5), count, imgsz)
+        records, side = [index, *partners], 2 * imgsz
     else:
-        records = [reader.read(i) for i in (index, *partners.tolist())]
-        tiles, placed = mosaic_placement(records, imgsz, xc, yc)
-    clock.lap("source")
-    return Pre(tiles, placed, side, matrix, scale)
+        records, xc, yc, side = [index], 0, 0, imgsz
+    entries, scale = affine.matrix_entries(rng.take(8), cfg, (side, side), imgsz)
+    return records, xc, yc, entries, scale
+
+
+def _placed(drawn: tuple, views: list, imgsz: int) -> Pre:
+    """The ``Pre`` of ``_pre_draws``' ``drawn`` with its records' ``views`` (``record.RecordView``)."""
+    _, xc, yc, entries, scale = drawn
+    if len(views) == 1:
+        tiles, placed = letterbox_placement(views[0], imgsz)
+        return Pre(tiles, placed, imgsz, entries, scale)
+    tiles, placed = mosaic_placement(views, imgsz, xc, yc)
+    return Pre(tiles, placed, 2 * imgsz, entries, scale)
 
 
 def pre_labels(pre: Pre, imgsz: int, spec: TaskSpec) -> Labels:

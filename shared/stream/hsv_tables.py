@@ -39,9 +39,19 @@ def tables_for(gains: np.ndarray) -> np.ndarray:
     channel for all rows, with the very same per-element arithmetic."""
     gains = np.asarray(gains, dtype=np.float64).reshape(-1, 3)
     out = np.empty((len(gains), 3, 256), dtype=np.uint8)
-    out[:, 0] = np.floor(np.mod(_LEVELS[None, :] + ((gains[:, 0] - 1.0) * 180.0)[:, None], 180.0))
-    out[:, 1:] = np.floor(np.clip(_LEVELS[None, None, :] * gains[:, 1:, None], 0, 255))
+    out[:, 0] = np.floor(_mod180(_LEVELS[None, :] + ((gains[:, 0] - 1.0) * 180.0)[:, None]))
+    out[:, 1:] = np.floor((_LEVELS[None, None, :] * gains[:, 1:, None]).clip(0, 255))  # ``np.clip``'s call
     return out
+
+
+def _mod180(x: np.ndarray) -> np.ndarray:
+    """``np.mod(x, 180.0)`` on float64 (n, 256) rows of ascending levels, up to the sign of a zero
+    (which the floor and the uint8 cast drop). Where every value lies in [-180, 360) that mod is
+    x + 180 below 0 (numpy adds the divisor to the negative remainder, a rounded addition) and
+    x - 180 from 180 (exact there), which costs a fraction of numpy's remainder."""
+    if not len(x) or min(x[:, 0].tolist()) < -180.0 or max(x[:, -1].tolist()) >= 360.0:
+        return np.mod(x, 180.0)
+    return x + ((x < 0.0) * 180.0 - (x >= 180.0) * 180.0)
 
 
 def luts(gains: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

@@ -160,6 +160,19 @@ def test_vectorised_hsv_gains_and_tables_equal_the_per_index_ones():
     assert np.allclose(g.mean(axis=0), 1.0, atol=0.01)
 
 
+def test_range_draws_are_draws_for_and_hsv_gains_for():
+    indices = np.array([0, 3, 3, 99, 1 << 33], np.int64)
+    draws, gains = rng.range_draws(4, 1, indices, (0.015, 0.7, 0.4))
+    assert gains.tobytes() == hsv_gains_for(4, 1, indices, 0.015, 0.7, 0.4).tobytes()
+    alone, none = rng.range_draws(4, 1, indices)
+    assert none is None
+    for a, b, c in zip(draws, alone, draws_for(4, 1, indices)):
+        assert a.state == b.state == c.state
+        assert a.take(BLOCK + 3) == b.take(BLOCK + 3) == c.take(BLOCK + 3)
+    # the values past the first block, and a fresh generator's
+    assert draws[1].random() == sample_generator(4, 1, 3).take(BLOCK + 4)[-1]
+
+
 def test_a_record_twice_in_a_span_renders_the_same_both_times():
     # The span's precomputed draws serve a record once; its second render makes its own, the same.
     src = ArraySource([(64, 64), (48, 64), (64, 40)], 64, seed=2, instances=3)
