@@ -25,13 +25,6 @@ from ...shared.stream.config import AugmentConfig
 from ...shared.stream.rng import Draws
 
 
-def uniform(rng: Draws | np.random.Generator, low: float, high: float) -> float:
-    """One uniform in [low, high) from the next value of ``rng`` (a ``shared.stream.rng.Draws``,
-    or a numpy ``Generator``, whose ``uniform(low, high)`` is this very expression:
-    ``low + (high - low) * next_double``, tests/unit/test_augment_draws.py compares them)."""
-    return low + (high - low) * rng.random()
-
-
 def draw_mosaic(rng: Draws, num_records: int, imgsz: int) -> tuple[np.ndarray, int, int]:
     """(three partner record indices, centre x, centre y): ``mosaic_entries`` of the next five
     values of ``rng``, the partners as an array."""

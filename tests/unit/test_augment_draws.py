@@ -6,40 +6,25 @@ import math
 
 import numpy as np
 
-from pixpool.server.augment.affine import draw_matrix, uniform
+from pixpool.server.augment.affine import draw_matrix, draw_mosaic
 from pixpool.server.augment.labels import Labels
 from pixpool.shared.stream.config import AugmentConfig
 from pixpool.shared.stream.records import Targets
 from pixpool.shared.stream.rng import sample_generator
 
-RANGES = [
-    (-0.5, 0.5),
-    (0.0, 0.0),
-    (-0.0, 0.0),
-    (0, 0),
-    (0.1, 0.9),
-    (320.0, 960.0),
-    (-10.0, 10.0),
-    (0.5, 1.5),
-    (1e-4, 2e-4),
-]
 
-
-def test_scalar_uniform_is_numpys_uniform_value_for_value_and_keeps_the_stream_position():
-    ours, numpys = np.random.default_rng(11), np.random.default_rng(11)
-    for low, high in RANGES:
-        for _ in range(2000):
-            a, b = uniform(ours, low, high), numpys.uniform(low, high)
-            assert a == b and math.copysign(1.0, a) == math.copysign(1.0, b), (low, high, a, b)
-    assert ours.bit_generator.state == numpys.bit_generator.state
-
-
-def test_scalar_uniform_on_the_stream_draws_takes_one_value_each():
-    d, values = sample_generator(3, 0, 1), sample_generator(3, 0, 1).random(len(RANGES)).tolist()
-    assert [uniform(d, low, high) for low, high in RANGES] == [
-        low + (high - low) * u for (low, high), u in zip(RANGES, values)
-    ]
-    assert d.state[1] == len(RANGES)
+def test_mosaic_draws_are_the_streams_integers_and_uniforms_in_order():
+    # draw_mosaic (and the range's drafts, through mosaic_entries) take five values: three
+    # partners as Draws.integers(0, n), then the centre's x and y as low + (high - low) u.
+    for index in range(300):
+        n = 1 + index % 7 if index % 3 else 128
+        d = sample_generator(5, 1, index)
+        partners, xc, yc = draw_mosaic(d, n, 64)
+        same = sample_generator(5, 1, index)
+        assert partners.tolist() == [same.integers(0, n) for _ in range(3)]
+        assert (xc, yc) == tuple(int(32 + (96 - 32) * same.random()) for _ in range(2))
+        assert d.state[1] == same.state[1] == 5 and all(0 <= p < n for p in partners)
+        assert 32 <= xc < 96 and 32 <= yc < 96
 
 
 def _factors(u: list[float], cfg: AugmentConfig, side: int, out: int) -> np.ndarray:
