@@ -62,9 +62,16 @@ def _visible_extents(
     points: np.ndarray, offsets: np.ndarray, which: np.ndarray, lo: np.ndarray, hi: np.ndarray, imgsz: int
 ) -> np.ndarray:
     """x1, y1, x2, y2 of the part inside [0, imgsz]^2 of each polygon ``which`` (float64 ``points``
-    split by ``offsets``; ``lo``/``hi`` their extents), zeros where none: every candidate point
-    (a vertex inside, an edge's crossing of a border) of all of them in one vectorised pass, then
-    per-polygon minima and maxima; the image corners tested only where a polygon's extent holds them."""
+    split by ``offsets``; ``lo``/``hi`` their extents), zeros where none: the minima and maxima of
+    every candidate point (a vertex inside, an edge's crossing of a border, the closing edge
+    included) per polygon; the image corners tested only where a polygon's extent holds them.
+
+    An edge's crossing of a border is computed only for the edges whose ends come near that border
+    (within 1e-9 of the largest coordinate: an edge further off cannot meet it, however its
+    quotient rounds), the same expression on the same values as for every edge, so the candidates
+    are the same. Minima and maxima are exact in any order, except that a -0.0 and a 0.0 compare
+    equal: where a vertex has a -0.0 coordinate the candidates are reduced in the order of the
+    definition (per vertex: itself, then its edge's crossings of x = 0, x = S, y = 0, y = S)."""
     import cv2  # here, as the route's other cv2 users: importing the route stays cheap
 
     s = float(imgsz)
@@ -75,31 +82,51 @@ def _visible_extents(
     poly = points[gather]
     following = np.arange(1, len(poly) + 1)
     following[starts + lengths - 1] = starts  # each polygon's closing edge: last vertex to first
-    delta = poly[following] - poly
-    # candidates (5, m): the vertex itself, then its edge's crossing of x = 0, x = S, y = 0, y = S
-    # (rows of m: reducing over the short axis 0 runs along contiguous rows, which numpy does fast)
-    cx = np.full((5, len(poly)), np.nan)
-    cy = np.full((5, len(poly)), np.nan)
     x, y = poly[:, 0], poly[:, 1]
     vertex = (x >= 0) & (y >= 0) & (x <= s) & (y <= s)
-    cx[0, vertex], cy[0, vertex] = x[vertex], y[vertex]
-    with np.errstate(divide="ignore", invalid="ignore"):
-        for col, (axis, bound) in enumerate(((0, 0.0), (0, s), (1, 0.0), (1, s)), start=1):
-            t = (bound - poly[:, axis]) / delta[:, axis]
-            other = poly[:, 1 - axis] + t * delta[:, 1 - axis]
+    scale = float(np.abs(poly).max()) if len(poly) else 0.0
+    margin = 1e-9 * scale
+    signed_zero = bool(np.any(np.signbit(poly) & (poly == 0)))
+    in_order = signed_zero or not np.isfinite(scale)
+    crossings = []  # (column, edges, their crossing's x, y) per border
+    ends = {}  # per axis: each edge's smaller and larger coordinate
+    for col, (axis, bound) in enumerate(((0, 0.0), (0, s), (1, 0.0), (1, s)), start=1):
+        if in_order:
+            edges = np.arange(len(poly))
+        else:
+            if axis not in ends:
+                a, b = poly[:, axis], poly[following, axis]
+                ends[axis] = (np.minimum(a, b), np.maximum(a, b))
+            low, high = ends[axis]
+            edges = np.flatnonzero((low <= bound + margin) & (high >= bound - margin))
+        start, delta = poly[edges], poly[following[edges]] - poly[edges]
+        with np.errstate(divide="ignore", invalid="ignore"):
+            t = (bound - start[:, axis]) / delta[:, axis]
+            other = start[:, 1 - axis] + t * delta[:, 1 - axis]
             hit = (t >= 0) & (t <= 1) & (other >= 0) & (other <= s)
-            (cx if axis == 0 else cy)[col, hit] = bound
-            (cy if axis == 0 else cx)[col, hit] = other[hit]
-    with np.errstate(invalid="ignore"):
-        out = np.stack(
-            [
-                np.fmin.reduceat(np.fmin.reduce(cx, axis=0), starts),
-                np.fmin.reduceat(np.fmin.reduce(cy, axis=0), starts),
-                np.fmax.reduceat(np.fmax.reduce(cx, axis=0), starts),
-                np.fmax.reduceat(np.fmax.reduce(cy, axis=0), starts),
-            ],
-            axis=1,
-        )
+        at = np.full(int(hit.sum()), bound)
+        crossings.append((col, edges[hit], *((at, other[hit]) if axis == 0 else (other[hit], at))))
+    if in_order:
+        # candidates (5, m): the vertex itself, then its edge's crossings (rows of m: reducing over
+        # the short axis 0 runs along contiguous rows, which numpy does fast)
+        cx = np.full((5, len(poly)), np.nan)
+        cy = np.full((5, len(poly)), np.nan)
+        cx[0, vertex], cy[0, vertex] = x[vertex], y[vertex]
+        for col, edges, ex, ey in crossings:
+            cx[col, edges], cy[col, edges] = ex, ey
+        with np.errstate(invalid="ignore"):
+            low_x, low_y = np.fmin.reduce(cx, axis=0), np.fmin.reduce(cy, axis=0)
+            out = _extents(low_x, low_y, np.fmax.reduce(cx, axis=0), np.fmax.reduce(cy, axis=0), starts)
+    else:
+        vx, vy = np.where(vertex, x, np.nan), np.where(vertex, y, np.nan)
+        with np.errstate(invalid="ignore"):
+            out = _extents(vx, vy, vx, vy, starts)
+        owner = np.repeat(np.arange(len(which)), lengths)
+        for _, edges, ex, ey in crossings:
+            if len(edges):
+                polygon = owner[edges]
+                for column, values, ufunc in ((0, ex, np.fmin), (1, ey, np.fmin), (2, ex, np.fmax), (3, ey, np.fmax)):
+                    ufunc.at(out[:, column], polygon, values)
     for j in range(len(which)):
         corners = [
             (cxy, cyy)
@@ -115,3 +142,19 @@ def _visible_extents(
                 out[j, :2] = np.fmin(out[j, :2], (cxy, cyy))
                 out[j, 2:] = np.fmax(out[j, 2:], (cxy, cyy))
     return np.nan_to_num(out, nan=0.0)
+
+
+def _extents(
+    min_x: np.ndarray, min_y: np.ndarray, max_x: np.ndarray, max_y: np.ndarray, starts: np.ndarray
+) -> np.ndarray:
+    """(k, 4) per polygon starting at ``starts``: the NaN-ignoring minima of ``min_x``, ``min_y`` and
+    maxima of ``max_x``, ``max_y`` over its rows."""
+    return np.stack(
+        [
+            np.fmin.reduceat(min_x, starts),
+            np.fmin.reduceat(min_y, starts),
+            np.fmax.reduceat(max_x, starts),
+            np.fmax.reduceat(max_y, starts),
+        ],
+        axis=1,
+    )

@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 
 from pixpool.server.augment.labels import Labels, transform_labels
-from pixpool.server.augment.visible import visible_boxes
+from pixpool.server.augment.visible import _visible_extents, visible_boxes
 
 S = 640
 
@@ -56,3 +56,99 @@ def test_segment_route_boxes_differ_from_the_detect_route_only_for_crossing_poly
     detect = transform_labels(labels, identity, S, 1.0, perspective=False)
     assert segment.boxes.tolist() == [[0, 125, 100, 300], [300, 300, 400, 420]]
     assert detect.boxes.tolist() == [[0, 50, 100, 300], [300, 300, 400, 420]]  # vertices clipped to the image
+
+
+def _every_edge(
+    points: np.ndarray, offsets: np.ndarray, which: np.ndarray, lo: np.ndarray, hi: np.ndarray, imgsz: int
+) -> np.ndarray:
+    """The definition computed for every edge of every polygon, its candidates reduced in one
+    order (per vertex: itself, then its edge's crossings of x = 0, x = S, y = 0, y = S): what
+    ``visible._visible_extents`` computes for fewer edges."""
+    import cv2  # here, as the route's other cv2 users: importing the route stays cheap
+
+    s = float(imgsz)
+    lengths = (offsets[which + 1] - offsets[which]).astype(np.int64)
+    starts = np.zeros(len(which), np.int64)
+    np.cumsum(lengths[:-1], out=starts[1:])
+    gather = np.repeat(offsets[which] - starts, lengths) + np.arange(int(lengths.sum()))
+    poly = points[gather]
+    following = np.arange(1, len(poly) + 1)
+    following[starts + lengths - 1] = starts  # each polygon's closing edge: last vertex to first
+    delta = poly[following] - poly
+    # candidates (5, m): the vertex itself, then its edge's crossing of x = 0, x = S, y = 0, y = S
+    # (rows of m: reducing over the short axis 0 runs along contiguous rows, which numpy does fast)
+    cx = np.full((5, len(poly)), np.nan)
+    cy = np.full((5, len(poly)), np.nan)
+    x, y = poly[:, 0], poly[:, 1]
+    vertex = (x >= 0) & (y >= 0) & (x <= s) & (y <= s)
+    cx[0, vertex], cy[0, vertex] = x[vertex], y[vertex]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        for col, (axis, bound) in enumerate(((0, 0.0), (0, s), (1, 0.0), (1, s)), start=1):
+            t = (bound - poly[:, axis]) / delta[:, axis]
+            other = poly[:, 1 - axis] + t * delta[:, 1 - axis]
+            hit = (t >= 0) & (t <= 1) & (other >= 0) & (other <= s)
+            (cx if axis == 0 else cy)[col, hit] = bound
+            (cy if axis == 0 else cx)[col, hit] = other[hit]
+    with np.errstate(invalid="ignore"):
+        out = np.stack(
+            [
+                np.fmin.reduceat(np.fmin.reduce(cx, axis=0), starts),
+                np.fmin.reduceat(np.fmin.reduce(cy, axis=0), starts),
+                np.fmax.reduceat(np.fmax.reduce(cx, axis=0), starts),
+                np.fmax.reduceat(np.fmax.reduce(cy, axis=0), starts),
+            ],
+            axis=1,
+        )
+    for j in range(len(which)):
+        corners = [
+            (cxy, cyy)
+            for cxy in (0.0, s)
+            for cyy in (0.0, s)
+            if lo[j, 0] <= cxy <= hi[j, 0] and lo[j, 1] <= cyy <= hi[j, 1]
+        ]
+        if not corners:
+            continue
+        contour = poly[starts[j] : starts[j] + lengths[j]].astype(np.float32)
+        for cxy, cyy in corners:
+            if cv2.pointPolygonTest(contour, (cxy, cyy), False) >= 0:  # NaN (nothing found yet) gives way
+                out[j, :2] = np.fmin(out[j, :2], (cxy, cyy))
+                out[j, 2:] = np.fmax(out[j, 2:], (cxy, cyy))
+    return np.nan_to_num(out, nan=0.0)
+
+
+def _random_polygons(rng: np.random.Generator, count: int) -> tuple[np.ndarray, np.ndarray]:
+    """Polygons of 3-40 vertices around the image, some snapped to its borders and corners (vertices
+    on a border, edges along one), some with -0.0 coordinates, one far out."""
+    polys = []
+    for k in range(count):
+        n = int(rng.integers(3, 40))
+        centre = rng.uniform(-200, S + 200, 2)
+        p = centre + rng.normal(0, rng.uniform(5, 400), (n, 2))
+        if k % 3 == 0:  # snap some coordinates to the borders
+            snap = rng.random((n, 2)) < 0.3
+            p[snap] = rng.choice([0.0, float(S)], int(snap.sum()))
+        if k % 7 == 0:
+            p[rng.random((n, 2)) < 0.2] = -0.0
+        if k % 11 == 0:
+            p *= 1e6
+        polys.append(p)
+    return _polygons(*polys)
+
+
+def test_the_extents_of_the_edges_near_a_border_equal_those_of_every_edge():
+    # Bit for bit (a -0.0 and a 0.0 differ here), crossing polygons only, as visible_boxes calls it.
+    rng = np.random.default_rng(5)
+    for trial in range(60):
+        points, offsets = _random_polygons(rng, int(rng.integers(1, 30)))
+        if trial % 2:  # no signed zero anywhere: the edges near a border only
+            points = np.where(points == 0, 0.0, points)
+        starts = offsets[:-1]
+        lo, hi = np.minimum.reduceat(points, starts, axis=0), np.maximum.reduceat(points, starts, axis=0)
+        inside = (lo >= 0).all(1) & (hi <= S).all(1)
+        outside = (hi < 0).any(1) | (lo > S).any(1)
+        which = np.flatnonzero(~inside & ~outside)
+        if not len(which):
+            continue
+        got = _visible_extents(points, offsets, which, lo[which], hi[which], S)
+        want = _every_edge(points, offsets, which, lo[which], hi[which], S)
+        assert got.tobytes() == want.tobytes(), trial
