@@ -429,8 +429,8 @@ def corner_boxes(boxes: np.ndarray, entries, perspective) -> np.ndarray:
     y arrays instead of (4n, 2) points: elementwise, so the same bits, and a box's bits do not
     depend on the boxes computed with it); this is the hot path, and a handful of whole-array calls
     costs less than the reshapes. The corners lie along the first axis, so every call runs over n
-    values at a time (numpy runs an axis of 4 as n calls of 4). The extent is exact whatever the
-    order of the corners, up to the sign of a zero, which the callers' clip to the output makes +0."""
+    values at a time (numpy runs an axis of 4 as n calls of 4). Each extent still reduces a box's
+    corners one after another in the same order, so it has the same bits, a zero's sign included."""
     b = boxes.astype(np.float64).T
     x = b.take(_CORNER_X, axis=0)  # corners (x1, y1), (x2, y2), (x1, y2), (x2, y1)
     y = b.take(_CORNER_Y, axis=0)
