@@ -72,8 +72,6 @@ def _visible_extents(
     are the same. Minima and maxima are exact in any order, except that a -0.0 and a 0.0 compare
     equal: where a vertex has a -0.0 coordinate the candidates are reduced in the order of the
     definition (per vertex: itself, then its edge's crossings of x = 0, x = S, y = 0, y = S)."""
-    import cv2  # here, as the route's other cv2 users: importing the route stays cheap
-
     s = float(imgsz)
     lengths = (offsets[which + 1] - offsets[which]).astype(np.int64)
     starts = np.zeros(len(which), np.int64)
@@ -127,7 +125,18 @@ def _visible_extents(
                 polygon = owner[edges]
                 for column, values, ufunc in ((0, ex, np.fmin), (1, ey, np.fmin), (2, ex, np.fmax), (3, ey, np.fmax)):
                     ufunc.at(out[:, column], polygon, values)
-    for j in range(len(which)):
+    return _with_corners(out, poly, starts, lengths, lo, hi, s)
+
+
+def _with_corners(
+    out: np.ndarray, poly: np.ndarray, starts: np.ndarray, lengths: np.ndarray, lo: np.ndarray, hi: np.ndarray, s: float
+) -> np.ndarray:
+    """``out`` (k, 4, NaN where nothing was found) grown by each image corner that lies in polygon j
+    (``poly``'s rows ``starts[j]`` on, ``lengths[j]`` of them; tested only where its extent ``lo``,
+    ``hi`` holds the corner), NaN then 0."""
+    import cv2  # here, as the route's other cv2 users: importing the route stays cheap
+
+    for j in range(len(out)):
         corners = [
             (cxy, cyy)
             for cxy in (0.0, s)

@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 
 from pixpool.server.augment.labels import Labels, transform_labels
-from pixpool.server.augment.visible import _visible_extents, visible_boxes
+from pixpool.server.augment.visible import _visible_extents, _with_corners, visible_boxes
 
 S = 640
 
@@ -64,8 +64,6 @@ def _every_edge(
     """The definition computed for every edge of every polygon, its candidates reduced in one
     order (per vertex: itself, then its edge's crossings of x = 0, x = S, y = 0, y = S): what
     ``visible._visible_extents`` computes for fewer edges."""
-    import cv2  # here, as the route's other cv2 users: importing the route stays cheap
-
     s = float(imgsz)
     lengths = (offsets[which + 1] - offsets[which]).astype(np.int64)
     starts = np.zeros(len(which), np.int64)
@@ -99,21 +97,7 @@ def _every_edge(
             ],
             axis=1,
         )
-    for j in range(len(which)):
-        corners = [
-            (cxy, cyy)
-            for cxy in (0.0, s)
-            for cyy in (0.0, s)
-            if lo[j, 0] <= cxy <= hi[j, 0] and lo[j, 1] <= cyy <= hi[j, 1]
-        ]
-        if not corners:
-            continue
-        contour = poly[starts[j] : starts[j] + lengths[j]].astype(np.float32)
-        for cxy, cyy in corners:
-            if cv2.pointPolygonTest(contour, (cxy, cyy), False) >= 0:  # NaN (nothing found yet) gives way
-                out[j, :2] = np.fmin(out[j, :2], (cxy, cyy))
-                out[j, 2:] = np.fmax(out[j, 2:], (cxy, cyy))
-    return np.nan_to_num(out, nan=0.0)
+    return _with_corners(out, poly, starts, lengths, lo, hi, s)
 
 
 def _random_polygons(rng: np.random.Generator, count: int) -> tuple[np.ndarray, np.ndarray]:
