@@ -253,6 +253,10 @@ typedef struct {
     int8_t *wb;
     int16_t *ih[2];
     int itag[2];
+    /* With a copy-paste mask on the direct rows: the two rows an output row blends with its
+     * masked columns taken from the mirrored ones (float H rows, then integer H rows). */
+    float *mh[2];
+    int16_t *mih[2];
 } Axis;
 
 #ifdef HAVE_AVX2_PATH
@@ -278,7 +282,12 @@ static int axis_init(Axis *A, const Layer *L, int size) {
     A->ih[0] = lanes8 ? calloc(8 * ((size_t)size + 8), sizeof(int16_t)) : NULL;
     A->ih[1] = A->ih[0] ? A->ih[0] + 4 * ((size_t)size + 8) : NULL;
     A->itag[0] = A->itag[1] = INT32_MIN;
-    if (!A->x0 || !A->fx || !A->ifx || !A->valid || !A->cls || !A->runs || !A->h[0] || (lanes8 && (!A->w4 || !A->wb || !A->ih[0]))) return -1;
+    const int mirror = lanes8 && L->mask;
+    A->mh[0] = mirror ? malloc(sizeof(float) * (6 * (size_t)size + 128)) : NULL;
+    A->mh[1] = A->mh[0] ? A->mh[0] + 3 * (size_t)size + 64 : NULL;
+    A->mih[0] = mirror ? malloc(sizeof(int16_t) * 8 * ((size_t)size + 8)) : NULL;
+    A->mih[1] = A->mih[0] ? A->mih[0] + 4 * ((size_t)size + 8) : NULL;
+    if ((mirror && (!A->mh[0] || !A->mih[0])) || !A->x0 || !A->fx || !A->ifx || !A->valid || !A->cls || !A->runs || !A->h[0] || (lanes8 && (!A->w4 || !A->wb || !A->ih[0]))) return -1;
     const double a = L->m[0], c = L->m[2];
     for (int x = 0; x < size; x++) {
         const double u = grid_q(a * (double)x + c); /* = a*x + (b*y + c) with b = 0, on the 1/32 grid */
@@ -300,7 +309,7 @@ static int axis_init(Axis *A, const Layer *L, int size) {
 
 static void axis_free(Axis *A) {
     free(A->x0), free(A->fx), free(A->ifx), free(A->valid), free(A->cls), free(A->runs), free(A->h[0]), free(A->w4);
-    free(A->wb), free(A->ih[0]);
+    free(A->wb), free(A->ih[0]), free(A->mh[0]), free(A->mih[0]);
 }
 
 static int row_bits(const Layer *L, int cy) {
@@ -465,7 +474,8 @@ static void axis_ihrow(Axis *A, const Layer *L, int size, int r, int fill, int16
         const int *run = key ? &A->runs[3 * n] : zero_run;
         if (run[2] == CLS_ZERO) { /* 32 F in all 4 lanes of each column: one 64-bit pattern (the compiler widens the loop) */
             const uint64_t f4 = (uint64_t)(uint16_t)(32 * fill) * 0x0001000100010001ull;
-            for (int x = run[0]; x < run[1]; x++) memcpy(dst + 4 * x, &f4, 8);
+            const int xa = run[0], xb = run[1]; /* in locals: a store through dst may alias run */
+            for (int x = xa; x < xb; x++) memcpy(dst + 4 * x, &f4, 8);
         } else if (run[2] == CLS_MIXED) {
             for (int x = run[0]; x < run[1]; x++) {
                 const int x0 = A->x0[x], t0 = tile_at(L, x0, r), t1 = tile_at(L, x0 + 1, r), ax = A->wb[8 * x + 1];
@@ -510,6 +520,58 @@ static int axis_ipair(Axis *A, const Layer *L, int size, int y, int fill, const 
     }
     *top = A->ih[r0 & 1], *bot = A->ih[(r0 + 1) & 1];
     return 1;
+}
+
+/* Copy-paste on the direct rows: the value at a masked column x is the row's value at S-1-x,
+ * and an output row's value at any column is the blend of its two H rows there, so blending
+ * two rows whose masked columns were taken from the mirrored ones gives the same values as
+ * blending first and mirroring after (apply_mask). Rows whose mask row is clear stay as they
+ * are. px: bytes per column; n: the rows' bytes, padding included. */
+static int mask_any(const uint8_t *mrow, int size) { /* OR of the row's bytes: the compiler widens it */
+    uint64_t acc = 0;
+    int x = 0;
+    for (; x + 8 <= size; x += 8) {
+        uint64_t w;
+        memcpy(&w, mrow + x, 8);
+        acc |= w;
+    }
+    for (; x < size; x++) acc |= mrow[x];
+    return acc != 0;
+}
+
+static void mirror_masked(const uint8_t *mrow, int size, size_t px, const void *src, void *dst, size_t n) {
+    const char *s = (const char *)src;
+    char *d = (char *)dst;
+    memcpy(d, s, n);
+    for (int x = 0; x < size; x++)
+        if (mrow[x]) memcpy(d + px * x, s + px * (size - 1 - x), px);
+}
+
+#ifdef HAVE_AVX2_PATH
+static void mirror_masked_i_avx2(const uint8_t *mrow, int size, const int16_t *src, int16_t *dst);
+#endif
+
+static void masked_pair(Axis *A, const Layer *L, int size, int y, const float **top, const float **bot) {
+    const uint8_t *mrow = L->mask + (Py_ssize_t)y * size;
+    if (!mask_any(mrow, size)) return;
+    const size_t n = sizeof(float) * (3 * (size_t)size + 64);
+    mirror_masked(mrow, size, 3 * sizeof(float), *top, A->mh[0], n);
+    mirror_masked(mrow, size, 3 * sizeof(float), *bot, A->mh[1], n);
+    *top = A->mh[0], *bot = A->mh[1];
+}
+
+static void masked_ipair(Axis *A, const Layer *L, int size, int y, const int16_t **top, const int16_t **bot) {
+    const uint8_t *mrow = L->mask + (Py_ssize_t)y * size;
+    if (!mask_any(mrow, size)) return;
+#ifdef HAVE_AVX2_PATH
+    mirror_masked_i_avx2(mrow, size, *top, A->mih[0]);
+    mirror_masked_i_avx2(mrow, size, *bot, A->mih[1]);
+#else
+    const size_t n = sizeof(int16_t) * 4 * ((size_t)size + 8);
+    mirror_masked(mrow, size, 4 * sizeof(int16_t), *top, A->mih[0], n);
+    mirror_masked(mrow, size, 4 * sizeof(int16_t), *bot, A->mih[1], n);
+#endif
+    *top = A->mih[0], *bot = A->mih[1];
 }
 
 /* The general map (rotation, shear, perspective), one row segment of at most BLOCK output
@@ -1200,9 +1262,19 @@ static void out_row_i_avx2(const int16_t *top, const int16_t *bot, int ay, int s
 static void out_row_avx512(float *ra, const float *rb, const float *top, const float *bot, float fy, float fillv, float ratio, float iratio, int size, int keep, uint8_t *pb, uint8_t *pg, uint8_t *pr, const HsvPlan *plan);
 #endif
 
+#ifdef HAVE_AVX2_PATH
+static void copy_reversed_avx2(uint8_t *dst, const uint8_t *src, int n);
+#endif
+
 /* dst[i] = src[n - 1 - i] for i < n. */
 static void copy_reversed(uint8_t *dst, const uint8_t *src, int n) {
     int i = 0;
+#ifdef HAVE_AVX2_PATH
+    if (lanes8) {
+        copy_reversed_avx2(dst, src, n);
+        return;
+    }
+#endif
 #if defined(__SSE2__) && !defined(PIXPOOL_SCALAR)
     for (; i + 16 <= n; i += 16) {
         __m128i v = _mm_loadu_si128((const __m128i *)(src + n - 16 - i));
@@ -1301,9 +1373,10 @@ static PyObject *py_render(PyObject *self, PyObject *args) {
         uint8_t *q = (uint8_t *)(rows + (2 * STRIP + 1) * frow), *pr = q + frow, *pg = pr + prow, *pb = pg + prow;
         int32_t *hi = (int32_t *)(pb + prow), *si = hi + prow, *vi = si + prow;
         const int n3 = 3 * size;
-        /* One axis-aligned layer with nothing pasted, planes only: out_row_avx2 blends the two
-         * kept H rows itself (axis_row's operations), with no strip in between. */
-        const int direct = lanes8 && nl == 1 && axis_ok[0] && !layers[0].mask && !layers[0].npastes && planes && !fl;
+        /* One axis-aligned layer with nothing pasted from another layer, planes only:
+         * out_row_avx2 blends the two kept H rows itself (axis_row's operations), with no strip
+         * in between; a copy-paste mask mirrors the columns of those two rows (masked_pair). */
+        const int direct = lanes8 && nl == 1 && axis_ok[0] && !layers[0].npastes && planes && !fl;
         /* ... and with only uint8 tiles and a whole fill in 0..255, the same values in integers. */
         int idirect = direct && fillf >= 0.0f && fillf <= 255.0f && fillf == (float)(int)fillf;
         for (int k = 0; idirect && k < layers[0].ntiles; k++) idirect = layers[0].tiles[k].u8;
@@ -1328,9 +1401,11 @@ static PyObject *py_render(PyObject *self, PyObject *args) {
                 const int16_t *itop, *ibot;
                 int ay;
                 if (idirect && axis_ipair(&axes[0], &layers[0], size, y, (int)fillf, &itop, &ibot, &ay)) {
+                    if (layers[0].mask) masked_ipair(&axes[0], &layers[0], size, y, &itop, &ibot);
                     out_row_i_avx2(itop, ibot, ay, size, pb, pg, pr, hsv_done ? &plan : NULL, hi, si, vi);
                 } else {
                     if (direct && !axis_pair(&axes[0], &layers[0], size, y, &top, &bot, &fy)) memset(ra, 0, sizeof(float) * n3), top = NULL;
+                    else if (direct && layers[0].mask) masked_pair(&axes[0], &layers[0], size, y, &top, &bot);
 #ifdef HAVE_AVX512_PATH
                     if (lanes16)
                         out_row_avx512(ra, nl == 2 ? rb : NULL, top, bot, fy, fillf, ratio, iratio, size, fl != NULL, pb, pg, pr, hsv_done ? &plan : NULL);
@@ -1724,6 +1799,35 @@ static int axis_irun_avx2(const int8_t *wb, const int *x0, int xs, int xe, const
  * per channel (madd of the interleaved rows), step 7's rounding, then the B, G, R planes (or,
  * with ``plan``, HSV on the integers as out_row_avx2 does). Reads up to 7 pixels past size
  * (the rows' padding); writes up to 7 bytes past size (the planes' padding). */
+/* copy_reversed 32 bytes a step: the bytes of each 128-bit half reversed, then the halves swapped. */
+static void copy_reversed_avx2(uint8_t *dst, const uint8_t *src, int n) {
+    const __m256i rev = _mm256_setr_epi8(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0, 15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0);
+    int i = 0;
+    for (; i + 32 <= n; i += 32) {
+        const __m256i v = _mm256_shuffle_epi8(_mm256_loadu_si256((const __m256i *)(src + n - 32 - i)), rev);
+        _mm256_storeu_si256((__m256i *)(dst + i), _mm256_permute4x64_epi64(v, _MM_SHUFFLE(1, 0, 3, 2)));
+    }
+    for (; i < n; i++) dst[i] = src[n - 1 - i];
+}
+
+/* mirror_masked on an integer H row (4 int16 per column), 4 columns a vector: the mirrored
+ * columns S-4-x .. S-1-x reversed as 64-bit lanes, taken where the mask byte is set; the
+ * padding past S (what the output loop reads past the row end) copied as it is. */
+static void mirror_masked_i_avx2(const uint8_t *mrow, int size, const int16_t *src, int16_t *dst) {
+    const __m256i zero = _mm256_setzero_si256();
+    int x = 0;
+    for (; x + 4 <= size; x += 4) {
+        int32_t m4;
+        memcpy(&m4, mrow + x, 4);
+        const __m256i set = _mm256_xor_si256(_mm256_cmpeq_epi64(_mm256_cvtepu8_epi64(_mm_cvtsi32_si128(m4)), zero), _mm256_set1_epi64x(-1));
+        const __m256i own = _mm256_loadu_si256((const __m256i *)(src + 4 * x));
+        const __m256i mir = _mm256_permute4x64_epi64(_mm256_loadu_si256((const __m256i *)(src + 4 * (size - 4 - x))), _MM_SHUFFLE(0, 1, 2, 3));
+        _mm256_storeu_si256((__m256i *)(dst + 4 * x), _mm256_blendv_epi8(own, mir, set));
+    }
+    for (; x < size; x++) memcpy(dst + 4 * x, src + 4 * (mrow[x] ? size - 1 - x : x), 8);
+    memcpy(dst + 4 * (Py_ssize_t)size, src + 4 * (Py_ssize_t)size, 8 * 8);
+}
+
 static void out_row_i_avx2(const int16_t *top, const int16_t *bot, int ay, int size, uint8_t *pb, uint8_t *pg, uint8_t *pr, const HsvPlan *plan, int32_t *hi, int32_t *si, int32_t *vi) {
     const __m256i w = _mm256_set1_epi32((int32_t)(((uint32_t)ay << 16) | (uint32_t)(32 - ay)));
     const __m256 scale = _mm256_set1_ps(1.0f / 1024.0f);

@@ -187,6 +187,7 @@ ROUTES = {
     "flips_both": {"flipud": 0.5, "fliplr": 0.5, "scale": 0.9},
     "copy_paste_mixup": {"copy_paste": 0.7, "mixup": 0.6, "degrees": 15.0, "flipud": 0.5},
     "axis_copy_paste_mixup": {"copy_paste": 1.0, "mixup": 1.0},
+    "axis_copy_paste": {"copy_paste": 1.0, "fliplr": 0.5},
     "general_affine": {"degrees": 30.0, "shear": 8.0, "scale": 0.7},
     "perspective": {"perspective": 0.001, "shear": 5.0, "copy_paste": 1.0},
     "closed": {"close_mosaic": 1, "epochs": 2, "copy_paste": 1.0, "mixup": 1.0},

@@ -31,6 +31,7 @@ ROUTES = {
     "perspective": {"perspective": 0.001, "shear": 5.0},
     "copy_paste_mixup_rotated": {"copy_paste": 0.7, "mixup": 0.6, "degrees": 15.0, "flipud": 0.5},
     "axis_copy_paste_mixup": {"copy_paste": 1.0, "mixup": 1.0, "fliplr": 0.5},
+    "axis_copy_paste": {"copy_paste": 1.0, "fliplr": 0.5},
     "hsv_off": {"hsv_h": 0.0, "hsv_s": 0.0, "hsv_v": 0.0},
     "validation": {"train_route": False},
 }
