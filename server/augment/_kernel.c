@@ -522,11 +522,12 @@ static int axis_ipair(Axis *A, const Layer *L, int size, int y, int fill, const 
     return 1;
 }
 
-/* Copy-paste on the direct rows: the value at a masked column x is the row's value at S-1-x,
- * and an output row's value at any column is the blend of its two H rows there, so blending
- * two rows whose masked columns were taken from the mirrored ones gives the same values as
- * blending first and mirroring after (apply_mask). Rows whose mask row is clear stay as they
- * are. px: bytes per column; n: the rows' bytes, padding included. */
+/* Copy-paste on the direct rows (AVX2 only, as those rows): the value at a masked column x is
+ * the row's value at S-1-x, and an output row's value at any column is the blend of its two H
+ * rows there, so blending two rows whose masked columns were taken from the mirrored ones gives
+ * the same values as blending first and mirroring after (apply_mask). Rows whose mask row is
+ * clear stay as they are. px: bytes per column; n: the rows' bytes, padding included. */
+#ifdef HAVE_AVX2_PATH
 static int mask_any(const uint8_t *mrow, int size) { /* OR of the row's bytes: the compiler widens it */
     uint64_t acc = 0;
     int x = 0;
@@ -547,9 +548,7 @@ static void mirror_masked(const uint8_t *mrow, int size, size_t px, const void *
         if (mrow[x]) memcpy(d + px * x, s + px * (size - 1 - x), px);
 }
 
-#ifdef HAVE_AVX2_PATH
 static void mirror_masked_i_avx2(const uint8_t *mrow, int size, const int16_t *src, int16_t *dst);
-#endif
 
 static void masked_pair(Axis *A, const Layer *L, int size, int y, const float **top, const float **bot) {
     const uint8_t *mrow = L->mask + (Py_ssize_t)y * size;
@@ -563,16 +562,11 @@ static void masked_pair(Axis *A, const Layer *L, int size, int y, const float **
 static void masked_ipair(Axis *A, const Layer *L, int size, int y, const int16_t **top, const int16_t **bot) {
     const uint8_t *mrow = L->mask + (Py_ssize_t)y * size;
     if (!mask_any(mrow, size)) return;
-#ifdef HAVE_AVX2_PATH
     mirror_masked_i_avx2(mrow, size, *top, A->mih[0]);
     mirror_masked_i_avx2(mrow, size, *bot, A->mih[1]);
-#else
-    const size_t n = sizeof(int16_t) * 4 * ((size_t)size + 8);
-    mirror_masked(mrow, size, 4 * sizeof(int16_t), *top, A->mih[0], n);
-    mirror_masked(mrow, size, 4 * sizeof(int16_t), *bot, A->mih[1], n);
-#endif
     *top = A->mih[0], *bot = A->mih[1];
 }
+#endif
 
 /* The general map (rotation, shear, perspective), one row segment of at most BLOCK output
  * columns at a time. The segment's two ends decide first (segment_class): when every column
