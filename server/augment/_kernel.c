@@ -1864,32 +1864,41 @@ static void out_row_i_avx2(const int16_t *top, const int16_t *bot, int ay, int f
             nfill++;
             continue;
         }
-        __m256i q[4];
+        __m256 f[4]; /* f[2j + k]: B G R scratch of pixels 4j + k (low half) and 4j + k + 2 (high half), s / 1024 */
         for (int j = 0; j < 2; j++) { /* pixels x + 4j .. x + 4j + 3 */
             const __m256i t = j ? t1 : t0, b = j ? b1 : b0;
-            for (int k = 0; k < 2; k++) { /* k = 0: pixels 4j and 4j + 2; k = 1: 4j + 1 and 4j + 3 */
-                const __m256i s = _mm256_madd_epi16(k ? _mm256_unpackhi_epi16(t, b) : _mm256_unpacklo_epi16(t, b), w);
-                /* step 7's rint, ties to even, of s / 1024: s < 2^18, so float32(s) / 1024 is exact and
-                 * cvtps2dq (the default rounding mode) rounds it as the float path does */
-                q[2 * j + k] = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_cvtepi32_ps(s), scale));
-            }
+            for (int k = 0; k < 2; k++) /* k = 0: pixels 4j and 4j + 2; k = 1: 4j + 1 and 4j + 3 */
+                f[2 * j + k] = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_madd_epi16(k ? _mm256_unpackhi_epi16(t, b) : _mm256_unpacklo_epi16(t, b), w)), scale);
         }
+        if (plan) {
+            /* step 7's rint, ties to even, of s / 1024 (exact in float32: s < 2^18), kept as floats
+             * and taken apart into B, G, R of pixels x .. x + 7 for HSV's forward conversion: the
+             * same integers as through the byte planes, with fewer operations */
+            __m256 r[4];
+            for (int i = 0; i < 4; i++) r[i] = _mm256_round_ps(f[i], _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+            const __m256 lo01 = _mm256_unpacklo_ps(r[0], r[1]), hi01 = _mm256_unpackhi_ps(r[0], r[1]); /* B0 B1 G0 G1 | B2 B3 G2 G3; R0 R1 .. */
+            const __m256 lo23 = _mm256_unpacklo_ps(r[2], r[3]), hi23 = _mm256_unpackhi_ps(r[2], r[3]); /* the same for pixels 4-7 */
+            const __m256i order = _mm256_setr_epi32(0, 1, 4, 5, 2, 3, 6, 7); /* pixels 0 1 4 5 | 2 3 6 7 -> 0 .. 7 */
+            const __m256 B = _mm256_permutevar8x32_ps(_mm256_shuffle_ps(lo01, lo23, _MM_SHUFFLE(1, 0, 1, 0)), order);
+            const __m256 G = _mm256_permutevar8x32_ps(_mm256_shuffle_ps(lo01, lo23, _MM_SHUFFLE(3, 2, 3, 2)), order);
+            const __m256 R = _mm256_permutevar8x32_ps(_mm256_shuffle_ps(hi01, hi23, _MM_SHUFFLE(1, 0, 1, 0)), order);
+            __m256 h, sat, val;
+            hsv_rows_avx2_fwdu(R, G, B, &h, &sat, &val);
+            v8_store_i32(hi + x, h), v8_store_i32(si + x, _mm256_min_ps(_mm256_mul_ps(sat, gs), c255)), v8_store_i32(vi + x, _mm256_min_ps(_mm256_mul_ps(val, gv), c255));
+            continue;
+        }
+        /* step 7's rint, ties to even, of s / 1024: cvtps2dq (the default rounding mode) rounds
+         * it as the float path does */
+        __m256i q[4];
+        for (int i = 0; i < 4; i++) q[i] = _mm256_cvtps_epi32(f[i]);
         /* halves: (x, x+1 | x+2, x+3) and (x+4, x+5 | x+6, x+7); bytes per half: x x+1 x+4 x+5 | x+2 x+3 x+6 x+7 */
         const __m256i bytes = _mm256_shuffle_epi8(_mm256_packus_epi16(_mm256_packs_epi32(q[0], q[1]), _mm256_packs_epi32(q[2], q[3])), group);
         const __m128i lo = _mm256_castsi256_si128(bytes), hi128 = _mm256_extracti128_si256(bytes, 1);
         const __m128i bg = _mm_unpacklo_epi16(lo, hi128); /* B x..x+7, G x..x+7 */
         const __m128i rs = _mm_unpackhi_epi16(lo, hi128); /* R x..x+7, scratch */
-        if (!plan) {
-            _mm_storel_epi64((__m128i *)(pb + x), bg);
-            _mm_storel_epi64((__m128i *)(pg + x), _mm_srli_si128(bg, 8));
-            _mm_storel_epi64((__m128i *)(pr + x), rs);
-            continue;
-        }
-        const __m256 B = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(bg)), G = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_srli_si128(bg, 8)));
-        const __m256 R = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(rs));
-        __m256 h, sat, val;
-        hsv_rows_avx2_fwdu(R, G, B, &h, &sat, &val);
-        v8_store_i32(hi + x, h), v8_store_i32(si + x, _mm256_min_ps(_mm256_mul_ps(sat, gs), c255)), v8_store_i32(vi + x, _mm256_min_ps(_mm256_mul_ps(val, gv), c255));
+        _mm_storel_epi64((__m128i *)(pb + x), bg);
+        _mm_storel_epi64((__m128i *)(pg + x), _mm_srli_si128(bg, 8));
+        _mm_storel_epi64((__m128i *)(pr + x), rs);
     }
     if (!plan) return;
     if (!nfill)
