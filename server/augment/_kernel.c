@@ -1534,6 +1534,8 @@ static inline void v8_store_u8(uint8_t *p, v8 a) {
  * loops write and read them, and a truncation plus a plain load is cheaper than a conversion
  * each way. */
 static inline void v8_store_i32(int32_t *p, v8 a) { _mm256_storeu_ps((float *)p, V_TRUNC(a)); }
+/* v8_store_i32 of lanes already whole (the forward hue, truncated where it is made): no second rounding. */
+static inline void v8_store_whole(int32_t *p, v8 a) { _mm256_storeu_ps((float *)p, a); }
 /* v8_store_u8 of three vectors at once: the same truncation and saturating packs per value,
  * two packs for the three instead of two each, one permute to put each plane's 8 bytes in a row. */
 static inline void v8_store3_u8(uint8_t *const *planes, int i, const v8 *out) {
@@ -1727,7 +1729,7 @@ static void out_row_avx2(float *ra, const float *rb, const float *top, const flo
         __m256 h, sat, val;
         hsv_rows_avx2_fwdu(CLIP255(qr), CLIP255(qg), CLIP255(qb), &h, &sat, &val);
 #undef CLIP255
-        v8_store_i32(hi + x, h), v8_store_i32(si + x, _mm256_min_ps(_mm256_mul_ps(sat, gs), c255)), v8_store_i32(vi + x, _mm256_min_ps(_mm256_mul_ps(val, gv), c255));
+        v8_store_whole(hi + x, h), v8_store_i32(si + x, _mm256_min_ps(_mm256_mul_ps(sat, gs), c255)), v8_store_i32(vi + x, _mm256_min_ps(_mm256_mul_ps(val, gv), c255));
     }
     /* The back conversion as its own loop, as hsv_rows does: one loop for both spills registers. */
     if (plan)
@@ -1856,9 +1858,10 @@ static void out_row_i_avx2(const int16_t *top, const int16_t *bot, int ay, int f
     for (int x = 0; x < size; x += 8) {
         const __m256i t0 = _mm256_loadu_si256((const __m256i *)(top + 4 * x)), t1 = _mm256_loadu_si256((const __m256i *)(top + 4 * x + 16));
         const __m256i b0 = _mm256_loadu_si256((const __m256i *)(bot + 4 * x)), b1 = _mm256_loadu_si256((const __m256i *)(bot + 4 * x + 16));
-        /* only with HSV: without it the test costs about what the group's blend does */
-        if (plan && _mm256_movemask_epi8(_mm256_and_si256(_mm256_and_si256(_mm256_cmpeq_epi16(t0, fill32), _mm256_cmpeq_epi16(t1, fill32)),
-                                                          _mm256_and_si256(_mm256_cmpeq_epi16(b0, fill32), _mm256_cmpeq_epi16(b1, fill32)))) == -1) {
+        /* only with HSV: without it the test costs about what the group's blend does; the top row
+         * first, which settles most groups */
+        if (plan && _mm256_movemask_epi8(_mm256_and_si256(_mm256_cmpeq_epi16(t0, fill32), _mm256_cmpeq_epi16(t1, fill32))) == -1 &&
+            _mm256_movemask_epi8(_mm256_and_si256(_mm256_cmpeq_epi16(b0, fill32), _mm256_cmpeq_epi16(b1, fill32))) == -1) {
             for (int c = 0; c < 3; c++) memcpy(planes[c] + x, &fills[c], 8);
             hi[x] = -1; /* the back loop leaves this group as it is */
             nfill++;
@@ -1884,7 +1887,7 @@ static void out_row_i_avx2(const int16_t *top, const int16_t *bot, int ay, int f
             const __m256 R = _mm256_permutevar8x32_ps(_mm256_shuffle_ps(hi01, hi23, _MM_SHUFFLE(1, 0, 1, 0)), order);
             __m256 h, sat, val;
             hsv_rows_avx2_fwdu(R, G, B, &h, &sat, &val);
-            v8_store_i32(hi + x, h), v8_store_i32(si + x, _mm256_min_ps(_mm256_mul_ps(sat, gs), c255)), v8_store_i32(vi + x, _mm256_min_ps(_mm256_mul_ps(val, gv), c255));
+            v8_store_whole(hi + x, h), v8_store_i32(si + x, _mm256_min_ps(_mm256_mul_ps(sat, gs), c255)), v8_store_i32(vi + x, _mm256_min_ps(_mm256_mul_ps(val, gv), c255));
             continue;
         }
         /* step 7's rint, ties to even, of s / 1024: cvtps2dq (the default rounding mode) rounds
