@@ -1797,10 +1797,6 @@ static int axis_irun_avx2(const int8_t *wb, const int *x0, int xs, int xe, const
     return x;
 }
 
-/* The direct path's output row in integers, 8 pixels a step: s = H_y0 (32 - ay) + H_y0+1 ay
- * per channel (madd of the interleaved rows), step 7's rounding, then the B, G, R planes (or,
- * with ``plan``, HSV on the integers as out_row_avx2 does). Reads up to 7 pixels past size
- * (the rows' padding); writes up to 7 bytes past size (the planes' padding). */
 /* copy_reversed 32 bytes a step: the bytes of each 128-bit half reversed, then the halves swapped. */
 static void copy_reversed_avx2(uint8_t *dst, const uint8_t *src, int n) {
     const __m256i rev = _mm256_setr_epi8(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0, 15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0);
@@ -1830,6 +1826,11 @@ static void mirror_masked_i_avx2(const uint8_t *mrow, int size, const int16_t *s
     memcpy(dst + 4 * (Py_ssize_t)size, src + 4 * (Py_ssize_t)size, 8 * 8);
 }
 
+/* The direct path's output row in integers, 8 pixels a step: s = H_y0 (32 - ay) + H_y0+1 ay
+ * per channel (madd of the interleaved rows), step 7's rounding, then the B, G, R planes (or,
+ * with ``plan``, HSV on the integers as out_row_avx2 does; ``fill``: F, whose groups are
+ * copied). Reads up to 7 pixels past size (the rows' padding); writes up to 7 bytes past size
+ * (the planes' padding). */
 static void out_row_i_avx2(const int16_t *top, const int16_t *bot, int ay, int fill, int size, uint8_t *pb, uint8_t *pg, uint8_t *pr, const HsvPlan *plan, int32_t *hi, int32_t *si, int32_t *vi) {
     const __m256i w = _mm256_set1_epi32((int32_t)(((uint32_t)ay << 16) | (uint32_t)(32 - ay)));
     const __m256 scale = _mm256_set1_ps(1.0f / 1024.0f);
