@@ -48,14 +48,31 @@ def visible_boxes(points: np.ndarray, offsets: np.ndarray, imgsz: int) -> tuple[
     clipped = points.astype(np.float32)  # a polygon inside keeps its vertices: its box is their extent
     moved = has[~inside]
     if len(moved):
-        lengths = counts[moved]
-        first = np.zeros(len(moved), np.int64)
-        np.cumsum(lengths[:-1], out=first[1:])
-        rows = np.repeat(offsets[moved] - first, lengths) + np.arange(int(lengths.sum()))
+        rows, _, lengths = polygon_rows(offsets, moved)
         box = np.repeat(boxes[moved], lengths, axis=0)
         clipped[rows, 0] = np.clip(points[rows, 0], box[:, 0], box[:, 2])
         clipped[rows, 1] = np.clip(points[rows, 1], box[:, 1], box[:, 3])
     return boxes, clipped
+
+
+def polygon_rows(offsets: np.ndarray, which: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(the point rows of polygons ``which`` of a set split by ``offsets``, one after another; where
+    each polygon starts among those rows; how many rows each has)."""
+    lengths = (offsets[which + 1] - offsets[which]).astype(np.int64)
+    starts = np.zeros(len(which), np.int64)
+    np.cumsum(lengths[:-1], out=starts[1:])
+    return np.repeat(offsets[which] - starts, lengths) + np.arange(int(lengths.sum())), starts, lengths
+
+
+def closed_polygons(
+    points: np.ndarray, offsets: np.ndarray, which: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """(the points of polygons ``which``, their starts and lengths as ``polygon_rows`` gives them, and
+    per point the row of the next one along its polygon, the last one's the first: its edges)."""
+    rows, starts, lengths = polygon_rows(offsets, which)
+    following = np.arange(1, len(rows) + 1)
+    following[starts + lengths - 1] = starts  # each polygon's closing edge: last vertex to first
+    return points[rows], starts, lengths, following
 
 
 def _visible_extents(
@@ -73,13 +90,7 @@ def _visible_extents(
     equal: where a vertex has a -0.0 coordinate the candidates are reduced in the order of the
     definition (per vertex: itself, then its edge's crossings of x = 0, x = S, y = 0, y = S)."""
     s = float(imgsz)
-    lengths = (offsets[which + 1] - offsets[which]).astype(np.int64)
-    starts = np.zeros(len(which), np.int64)
-    np.cumsum(lengths[:-1], out=starts[1:])
-    gather = np.repeat(offsets[which] - starts, lengths) + np.arange(int(lengths.sum()))
-    poly = points[gather]
-    following = np.arange(1, len(poly) + 1)
-    following[starts + lengths - 1] = starts  # each polygon's closing edge: last vertex to first
+    poly, starts, lengths, following = closed_polygons(points, offsets, which)
     x, y = poly[:, 0], poly[:, 1]
     vertex = (x >= 0) & (y >= 0) & (x <= s) & (y <= s)
     scale = float(np.abs(poly).max()) if len(poly) else 0.0

@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 
 from pixpool.server.augment.labels import Labels, transform_labels
-from pixpool.server.augment.visible import _visible_extents, _with_corners, visible_boxes
+from pixpool.server.augment.visible import _visible_extents, _with_corners, closed_polygons, visible_boxes
 
 S = 640
 
@@ -65,13 +65,7 @@ def _every_edge(
     order (per vertex: itself, then its edge's crossings of x = 0, x = S, y = 0, y = S): what
     ``visible._visible_extents`` computes for fewer edges."""
     s = float(imgsz)
-    lengths = (offsets[which + 1] - offsets[which]).astype(np.int64)
-    starts = np.zeros(len(which), np.int64)
-    np.cumsum(lengths[:-1], out=starts[1:])
-    gather = np.repeat(offsets[which] - starts, lengths) + np.arange(int(lengths.sum()))
-    poly = points[gather]
-    following = np.arange(1, len(poly) + 1)
-    following[starts + lengths - 1] = starts  # each polygon's closing edge: last vertex to first
+    poly, starts, lengths, following = closed_polygons(points, offsets, which)
     delta = poly[following] - poly
     # candidates (5, m): the vertex itself, then its edge's crossing of x = 0, x = S, y = 0, y = S
     # (rows of m: reducing over the short axis 0 runs along contiguous rows, which numpy does fast)
