@@ -18,7 +18,8 @@ Four questions (``--what``), all on coco128 at 640 with the detect route unless 
   compared byte for byte (exit 1 on a difference), then timed alternating, CPU time of the
   kernel alone, the ratio paired per round. Both arms are loaded copies because the installed
   module measured 1.03-1.10x slower than a loaded copy of the very same build (2026-12-03:
-  where each lands in memory), more than most changes this compares.
+  where each lands in memory), more than most changes this compares. ``--lanes 8,16`` compares
+  instead one build at two lane widths (the first the base), as ``_kernel.set_lanes`` picks them.
 - ``cpu``: where a delivered image's CPU goes, process by process: a fresh interpreter per run
   prepares (or re-attaches) the snapshot (``--dtype``; else the package's default, uint8 since
   it became the default: name it when ``--base`` predates that), starts a daemon with ``--workers`` workers and
@@ -36,6 +37,7 @@ package (``image``, ``python``) or put first on ``PYTHONPATH`` as ``pixpool`` (`
 
     python bench/route.py --what image [--runs 5] [--batches 2] [--degrees 10 --shear 2] [--base REF]
     python bench/route.py --what kernel --base REF [--this HEAD] [--runs 7] [--routes axis,rotate]
+    python bench/route.py --what kernel --lanes 8,16 [--runs 7]
     python -P bench/route.py --what cpu [--base REF|DIR] [--pairs 5]
     python -P bench/route.py --what python --base REF|DIR [--rounds 15] [--ranges 2]
 """
@@ -297,6 +299,30 @@ def _load_kernel(path: Path, installed):
     return module
 
 
+class _AtLanes:
+    """A kernel module that runs each call at ``lanes`` lanes (``set_lanes`` first: two arms share one build)."""
+
+    def __init__(self, module, lanes: int):
+        self.module, self.lanes = module, lanes
+
+    def render(self, *args):
+        self.module.set_lanes(self.lanes)
+        return self.module.render(*args)
+
+
+def _lane_widths(p: argparse.ArgumentParser, text: str | None) -> tuple[int, int] | None:
+    """``--lanes A,B`` as two widths the kernel knows, or None."""
+    if text is None:
+        return None
+    try:
+        a, b = (int(w) for w in text.split(","))
+    except ValueError:
+        p.error(f"--lanes: two widths such as 8,16, got {text!r}")
+    if not {a, b} <= {4, 8, 16}:
+        p.error(f"--lanes: widths are 4, 8 or 16, got {text!r}")
+    return a, b
+
+
 def record_calls(routes: list[str], batches: int) -> dict[tuple[str, str, str], list[tuple]]:
     """The kernel calls ``render_batch`` makes per (route, source dtype, HSV side); nothing is rendered."""
     from pixpool.server.augment import kernel, render_batch
@@ -359,9 +385,12 @@ def _difference_rows(calls: dict, base, this) -> tuple[int, list[list[str]]]:
 
 
 def kernel_main(argv: list[str]) -> int:
-    """The kernel of another commit against this checkout's, on the same recorded calls (``kernel``)."""
+    """The kernel of another commit against this checkout's, or one build at two lane widths, on the same recorded calls (``kernel``)."""
     p = common.parser(kernel_main.__doc__, "route.py --what kernel")
-    p.add_argument("--base", required=True, help="git ref whose kernel to compare")
+    p.add_argument("--base", default=None, help="git ref whose kernel to compare")
+    p.add_argument(
+        "--lanes", default=None, help="A,B: this build at A lanes (the base) against B lanes (4, 8, 16), no --base"
+    )
     p.add_argument("--base-flags", default=None, help="compiler flags for the base build (default: setup.py's)")
     p.add_argument(
         "--this", default=None, help="git ref to build as the compared kernel (default: this checkout's source)"
@@ -378,11 +407,19 @@ def kernel_main(argv: list[str]) -> int:
     routes = [r for r in args.routes.split(",") if r]
     if set(routes) - set(KERNEL_ROUTES):
         p.error(f"--routes: choose from {', '.join(KERNEL_ROUTES)}")
+    if (args.base is None) == (args.lanes is None):
+        p.error("name one of --base REF and --lanes A,B")
+    widths = _lane_widths(p, args.lanes)
     from pixpool.server.augment import _kernel as installed
 
     with tempfile.TemporaryDirectory(prefix="pxbench-kernel-") as tmp:
         builds = {}
-        for arm, ref, flags in (("base", args.base, args.base_flags), ("this", args.this, None)):
+        arms = (
+            (("base", args.base, args.base_flags), ("this", args.this, None))
+            if widths is None
+            else (("this", args.this, None),)
+        )
+        for arm, ref, flags in arms:
             if ref is None:  # the working tree's source, uncommitted changes included
                 src = common.ROOT / "server" / "augment"
             else:
@@ -390,6 +427,13 @@ def kernel_main(argv: list[str]) -> int:
             builds[arm] = _load_kernel(
                 build_kernel(src, Path(tmp) / f"{arm}-build", flags and flags.split()), installed
             )
+        if widths is not None:
+            for width in widths:
+                try:
+                    builds["this"].set_lanes(width)
+                except ValueError as e:  # a width this CPU lacks
+                    p.error(f"--lanes: {e}")
+            builds = {"base": _AtLanes(builds["this"], widths[0]), "this": _AtLanes(builds["this"], widths[1])}
         calls = record_calls(routes, args.batches)
         differ, diff_rows = _difference_rows(calls, builds["base"], builds["this"])
         for build in builds.values():  # warm-up: the recorded calls' output pages touched outside either clock
@@ -405,8 +449,13 @@ def kernel_main(argv: list[str]) -> int:
                     for call in cl:
                         builds[arm].render(*call)
                     times[key][arm].append((time.process_time() - c0) / len(cl) * 1e3)
-    print(f"kernel of {args.base} ({args.base_flags or 'setup.py flags'}) against "
-          f"{args.this or 'this checkout'} (built the same way), "
+    compared = (
+        f"kernel of {args.base} ({args.base_flags or 'setup.py flags'}) against {args.this or 'this checkout'} "
+        "(built the same way)"
+        if widths is None
+        else f"kernel of {args.this or 'this checkout'} at {widths[0]} lanes (base) against {widths[1]} lanes"
+    )
+    print(f"{compared}, "
           f"{sum(map(len, calls.values()))} recorded calls on coco128 at 640 ({args.batches} batches of 16 per row), "
           f"{args.runs} alternating rounds, CPU ms per image of the kernel alone; load average before / after: "
           f"{before} / {common.load()}; {differ} calls differ in bytes\n")  # fmt: skip
