@@ -409,6 +409,8 @@ def kernel_main(argv: list[str]) -> int:
         p.error(f"--routes: choose from {', '.join(KERNEL_ROUTES)}")
     if (args.base is None) == (args.lanes is None):
         p.error("name one of --base REF and --lanes A,B")
+    if args.lanes and args.base_flags:
+        p.error("--base-flags builds the --base kernel; --lanes compares one build")
     widths = _lane_widths(p, args.lanes)
     from pixpool.server.augment import _kernel as installed
 

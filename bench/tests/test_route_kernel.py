@@ -30,6 +30,12 @@ def test_kernel_needs_exactly_one_of_base_and_lanes(argv, capsys):
     assert "name one of --base REF and --lanes A,B" in capsys.readouterr().err
 
 
+def test_base_flags_go_with_base_only(capsys):
+    with pytest.raises(SystemExit):
+        route.kernel_main(["--lanes", "8,16", "--base-flags=-O2"])
+    assert "--base-flags builds the --base kernel" in capsys.readouterr().err
+
+
 def test_each_arm_sets_its_width_before_every_call():
     calls = []
 
